@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Set up the project's virtual environment and run its main jobs, with nothing but python3.
+
+Usage:
+    python3 dev.py demo        set up, then run the narrated demo (simulator + SQLite)
+    python3 dev.py test        set up, then lint, type-check and run the test suite
+    python3 dev.py bench [..]  set up, then run the benchmarks (arguments go to bench/run)
+    python3 dev.py setup       only set up .venv (idempotent; reinstalls when pyproject changes)
+
+Extra arguments after `test` go to pytest (for example `python3 dev.py test -k vault`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".lta-installed"
+
+
+def _python() -> str:
+    return str(BIN / "python")
+
+
+def setup() -> None:
+    """Create .venv and install the project with its dev extras when pyproject.toml changed."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"lta-worker needs Python >= 3.11; this is {sys.version.split()[0]}")
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    if not (BIN / "python").exists():
+        print("dev.py: creating .venv", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=False).create(VENV)
+    print("dev.py: installing lta-worker and its dev tools into .venv", flush=True)
+    pip = [_python(), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    STAMP.write_text(digest)
+
+
+def run(*cmd: str) -> None:
+    """Run one step; stop with its exit code when it fails."""
+    print(f"dev.py: $ {' '.join(cmd)}", flush=True)
+    code = subprocess.run(cmd, cwd=ROOT, check=False).returncode
+    if code != 0:
+        sys.exit(code)
+
+
+def main(argv: list[str]) -> None:
+    """Dispatch the sub-command."""
+    what = argv[0] if argv else "help"
+    rest = argv[1:]
+    if what not in {"setup", "demo", "test", "bench"}:
+        print(__doc__)
+        sys.exit(0 if what in {"help", "-h", "--help"} else 2)
+    setup()
+    if what == "demo":
+        os.execv(str(BIN / "lta-worker"), [str(BIN / "lta-worker"), "demo", *rest])
+    elif what == "bench":
+        os.execv(_python(), [_python(), str(ROOT / "bench" / "run"), *rest])
+    elif what == "test":
+        run(_python(), "-m", "ruff", "check", ".")
+        run(_python(), "-m", "ruff", "format", "--check", ".")
+        run(_python(), "-m", "mypy")
+        run(_python(), "-m", "pytest", *rest)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,7 @@
+"""`python -m lta_worker` runs the CLI."""
+
+from __future__ import annotations
+
+from lta_worker.worker.cli import main
+
+main()

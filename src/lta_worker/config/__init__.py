@@ -1,0 +1,37 @@
+"""Settings: typed, frozen, validated; from a TOML file, the environment and secret files.
+
+Nothing outside this package reads the environment for settings.
+"""
+
+from __future__ import annotations
+
+from lta_worker.config.durations import format_duration, parse_duration
+from lta_worker.config.loader import (
+    build_settings,
+    config_path,
+    key_file_path,
+    load_settings,
+    read_client_secret,
+)
+from lta_worker.config.settings import (
+    LATEST_CHANGE_SCOPE,
+    LONG_TERM_SCOPES,
+    STATS_SCOPE,
+    Settings,
+    is_loopback_host,
+)
+
+__all__ = [
+    "LATEST_CHANGE_SCOPE",
+    "LONG_TERM_SCOPES",
+    "STATS_SCOPE",
+    "Settings",
+    "build_settings",
+    "config_path",
+    "format_duration",
+    "is_loopback_host",
+    "key_file_path",
+    "load_settings",
+    "parse_duration",
+    "read_client_secret",
+]

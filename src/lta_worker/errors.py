@@ -1,0 +1,130 @@
+"""The one exception tree of lta-worker.
+
+Every error the program raises on purpose derives from `LtaError`, carries the exit code the
+CLI uses for it, and has a message that says what to do. No message ever contains a secret
+(token, client secret, user access token, authorization code or PKCE verifier): code that
+raises these errors passes names and ids, never values.
+
+    LtaError                      base; exit 1
+    ├── UsageError                a command was given something it cannot use; exit 2
+    │   └── UnknownUserError      no such user in the database
+    ├── ConfigError               the configuration is wrong; names the key; exit 78
+    │   ├── KeyFileError          key file missing, unreadable, readable by others, or malformed
+    │   └── UnknownKeyError       a stored token's key id is not in the key file
+    ├── CredentialError           the service rejects the client itself; exit 78
+    │   ├── ClientRejectedError   plain 401s for everyone: client secret or config wrong
+    │   └── ModeNotOpenedError    invalid_scope: long term mode not opened on this client
+    ├── UpstreamError             the service is down or answers nonsense; exit 75
+    │   └── EnrollmentError       consent, code exchange or token creation failed
+    └── StorageError              the database refuses; exit 75
+        ├── SchemaTooNewError     the database was migrated by a newer lta-worker; exit 78
+        └── InstanceLockedError   another instance holds this SQLite database; exit 75
+"""
+
+from __future__ import annotations
+
+EX_OK = 0
+EX_USAGE = 2
+EX_TEMPFAIL = 75
+EX_CONFIG = 78
+
+
+class LtaError(Exception):
+    """Root of every error lta-worker raises on purpose."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(LtaError):
+    """A command was given an argument or input it cannot use."""
+
+    exit_code = EX_USAGE
+
+
+class UnknownUserError(UsageError):
+    """The named user is not in the database."""
+
+    def __init__(self, user: str) -> None:
+        super().__init__(
+            f"no user {user!r} in the database",
+            hint="see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`",
+        )
+        self.user = user
+
+
+class ConfigError(LtaError):
+    """The configuration is wrong; `key` names the setting (for example `poll.interval`)."""
+
+    exit_code = EX_CONFIG
+
+    def __init__(self, message: str, *, key: str | None = None, hint: str | None = None) -> None:
+        super().__init__(f"{key}: {message}" if key else message, hint=hint)
+        self.key = key
+
+
+class KeyFileError(ConfigError):
+    """The token key file is missing, unreadable, readable by others, or malformed."""
+
+
+class UnknownKeyError(ConfigError):
+    """A stored token was encrypted under a key id that the key file does not list."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"a stored token is encrypted under key id {key_id!r}, which the key file does not list",
+            key="crypto.key_file",
+            hint="restore that key line to the key file; nothing was modified or deleted",
+        )
+        self.key_id = key_id
+
+
+class CredentialError(LtaError):
+    """The service rejects the client itself (not one user)."""
+
+    exit_code = EX_CONFIG
+
+
+class ClientRejectedError(CredentialError):
+    """Plain 401s with no success: the client secret or configuration is likely wrong."""
+
+
+class ModeNotOpenedError(CredentialError):
+    """The authorization server answered invalid_scope: long term mode is not on this client."""
+
+
+class UpstreamError(LtaError):
+    """The service is unreachable or answers something unusable."""
+
+    exit_code = EX_TEMPFAIL
+
+
+class EnrollmentError(UpstreamError):
+    """Consent, code exchange or token creation failed; `code` is the service's error code."""
+
+    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None) -> None:
+        super().__init__(f"{message} [{code}]" if code else message, hint=hint)
+        self.code = code
+
+
+class StorageError(LtaError):
+    """The database refused an operation."""
+
+    exit_code = EX_TEMPFAIL
+
+
+class SchemaTooNewError(StorageError):
+    """The database schema is newer than this version of lta-worker knows."""
+
+    exit_code = EX_CONFIG
+
+
+class InstanceLockedError(StorageError):
+    """Another lta-worker instance already works on this SQLite database."""

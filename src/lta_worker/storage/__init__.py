@@ -1,0 +1,1 @@
+"""lta_worker.storage."""
