@@ -79,7 +79,7 @@ class UnknownKeyError(ConfigError):
 
     def __init__(self, key_id: str) -> None:
         super().__init__(
-            f"a stored token is encrypted under key id {key_id!r}, which the key file does not list",
+            f"a stored token is encrypted under key id {key_id!r}, not listed in the key file",
             key="crypto.key_file",
             hint="restore that key line to the key file; nothing was modified or deleted",
         )

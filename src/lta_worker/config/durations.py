@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -34,7 +35,7 @@ def parse_duration(value: object) -> timedelta:
             )
     else:
         raise ValueError("expected a duration such as '30s', '5m', '1h' or '1h30m'")
-    if seconds < 0 or seconds != seconds or seconds == float("inf"):
+    if seconds < 0 or not math.isfinite(seconds):
         raise ValueError(f"invalid duration {value!r}: must be finite and not negative")
     return timedelta(seconds=seconds)
 

@@ -22,7 +22,7 @@ from lta_worker.secret import Secret
 
 ENV_PREFIX = "LTA_WORKER_"
 CONFIG_ENV = "LTA_WORKER_CONFIG"
-SECRET_CREDENTIAL = "client-secret"
+SECRET_CREDENTIAL = "client-secret"  # noqa: S105 - a credential *name*
 KEYS_CREDENTIAL = "token-keys"
 
 
@@ -42,7 +42,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(
             f"config file {str(path)!r} does not exist",
-            hint="pass --config PATH or set LTA_WORKER_CONFIG; deploy/config.example.toml is a start",
+            hint="pass --config PATH or set LTA_WORKER_CONFIG; see deploy/config.example.toml",
         ) from None
     except PermissionError:
         raise ConfigError(f"config file {str(path)!r} is not readable by this user") from None
@@ -151,6 +151,6 @@ def key_file_path(settings: Settings) -> Path:
         raise ConfigError(
             "no token key file is configured",
             key="crypto.key_file",
-            hint="create one with `lta-worker keys generate > FILE` (mode 0600) and set crypto.key_file",
+            hint="`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file",
         )
     return settings.crypto.key_file

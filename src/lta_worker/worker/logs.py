@@ -67,9 +67,13 @@ def scrub(text: str) -> str:
 def _scrub_value(key: str | None, value: Any) -> Any:
     if isinstance(value, Secret):
         return REDACTED
-    if key is not None and _SECRET_KEYS.search(key) and value not in (None, "", True, False):
-        if not isinstance(value, int | float):
-            return REDACTED
+    if (
+        key is not None
+        and _SECRET_KEYS.search(key)
+        and value not in (None, "")
+        and not isinstance(value, int | float | bool)
+    ):
+        return REDACTED
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, Mapping):

@@ -1,0 +1,68 @@
+"""What a read can come to: the raw answer from the wire, and its classified outcome.
+
+Pure data; `classify` turns an `Answer` into an `Outcome`, `policy` turns outcomes into
+decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OutcomeKind = Literal[
+    "ok",
+    "none",
+    "revoked",
+    "unlinked",
+    "inactive",
+    "scope_denied",
+    "rejected",
+    "rate_limited",
+    "transient",
+]
+OUTCOME_KINDS: tuple[OutcomeKind, ...] = (
+    "ok",
+    "none",
+    "revoked",
+    "unlinked",
+    "inactive",
+    "scope_denied",
+    "rejected",
+    "rate_limited",
+    "transient",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HTTP exchange as the API client saw it, before any interpretation.
+
+    `status` is None when no response arrived (`error` says why: `timeout`, `connect`,
+    `reset`, `protocol`, ...). `body` is at most the configured size; `truncated` says the
+    response was larger and cut. Header names are lower-case.
+    """
+
+    status: int | None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    error: str | None = None
+    truncated: bool = False
+    elapsed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A classified answer.
+
+    `payload` is set for `ok`; `code` is the service's error code when it gave one;
+    `wait` is seconds to wait for `rate_limited`; `reason` explains `transient` and
+    `rejected` in words fit for a log (never a secret).
+    """
+
+    kind: OutcomeKind
+    status: int | None = None
+    payload: Any = None
+    code: str | None = None
+    wait: float | None = None
+    reason: str | None = None
