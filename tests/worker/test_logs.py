@@ -1,0 +1,91 @@
+"""Log rendering: JSON lines, no secrets, no frame locals in tracebacks."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from lta_worker.secret import Secret
+from lta_worker.worker.logs import (
+    configure_logging,
+    forget_secrets,
+    get_logger,
+    register_secret,
+    reset_logging,
+    scrub,
+)
+
+TOKEN = "dspa_Z9yX8wV7uT6sR5qP4oN3mL2kJ1"
+CLIENT_SECRET = "cs-0123456789abcdef"
+
+
+@pytest.fixture
+def rendered() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    configure_logging("debug", "json", stream)
+    yield stream
+    reset_logging()
+    forget_secrets()
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_event_level_and_timestamp(rendered: io.StringIO) -> None:
+    """A non-terminal stream gets one JSON object per event with event, level and ts."""
+    get_logger("t").info("poll.read", user="u1", endpoint="stats", status=200)
+    (line,) = lines(rendered)
+    assert line["event"] == "poll.read"
+    assert line["level"] == "info"
+    assert str(line["ts"]).endswith("Z")
+    assert line["status"] == 200
+
+
+def test_secrets_are_masked_in_every_field(rendered: io.StringIO) -> None:
+    """Tokens, bearer credentials, registered secrets and secret-named fields never render."""
+    register_secret(CLIENT_SECRET)
+    log = get_logger("t")
+    log.info("x", message=f"Authorization: Bearer {TOKEN}.{CLIENT_SECRET}")
+    log.info("x", nested={"deep": [f"oops {CLIENT_SECRET}"]}, token="abc", code_verifier="v" * 43)
+    log.info("x", wrapped=Secret("plain-secret-1"), url="https://x/cb?code=AUTHCODE1234&state=s")
+    out = rendered.getvalue()
+    for leaked in (TOKEN, CLIENT_SECRET, "abc", "v" * 43, "plain-secret-1", "AUTHCODE1234"):
+        assert leaked not in out
+
+
+def test_error_codes_are_not_mistaken_for_secrets(rendered: io.StringIO) -> None:
+    """Fields like `code` and `error_code` carry the service's error codes unmasked."""
+    get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")
+    (line,) = lines(rendered)
+    assert line["code"] == "PermanentAccessRevoked"
+    assert line["error_code"] == "invalid_scope"
+
+
+def test_tracebacks_render_without_frame_locals(rendered: io.StringIO) -> None:
+    """An exception logged with a token in a local variable shows frames, not locals."""
+
+    def fail() -> None:
+        credential = f"{TOKEN}.{CLIENT_SECRET}"  # a local that must never be rendered
+        raise RuntimeError("read failed for " + credential[:0])
+
+    register_secret(CLIENT_SECRET)
+    try:
+        fail()
+    except RuntimeError:
+        get_logger("t").exception("error")
+    out = rendered.getvalue()
+    assert "RuntimeError" in out
+    assert TOKEN not in out and CLIENT_SECRET not in out
+    (line,) = lines(rendered)
+    frames = line["exception"][0]["frames"]  # type: ignore[index]
+    assert all("locals" not in frame for frame in frames)
+
+
+def test_scrub_masks_query_parameters_and_tokens() -> None:
+    """scrub() masks codes in URLs and any dspa_ token in free text."""
+    text = scrub(f"GET /cb?code=abc123&state=xyz token {TOKEN}")
+    assert "abc123" not in text and TOKEN not in text and "state=xyz" in text
