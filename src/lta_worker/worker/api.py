@@ -1,0 +1,378 @@
+"""The HTTP client of the Long Term Access interface: reads, token creation and drop, code exchange.
+
+`ApiClient` wraps an injected `httpx.AsyncClient` (built by `wiring.http_client` in
+production, a `MockTransport` or the simulator's transport in tests). It knows the wire:
+paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
+never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
+
+Credentials travel only in the `Authorization` header, never in a URL, and every secret
+this module handles is registered with the log redactor. Plain http is refused for any host
+that is not loopback, whatever client was injected.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import quote_plus, urlsplit
+
+import httpx
+
+from lta_worker.config.settings import Settings, is_loopback_host
+from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.secret import Secret
+from lta_worker.storage.records import Endpoint
+from lta_worker.worker.logs import register_secret
+from lta_worker.worker.outcomes import Answer
+
+TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
+READ_PATHS: Final[Mapping[Endpoint, str]] = {
+    "latest-change": "/api/v1/history/latest-change",
+    "stats": "/api/v1/history/stats",
+}
+TOKENS_PATH: Final = "/api/long-term-access/tokens"
+_MAX_CODE_LEN: Final = 80
+_RESTART: Final = "start again with `lta-worker enroll url --user ID`"
+
+
+def join_url(base: str, path: str) -> str:
+    """Append `path` to `base`, keeping any path prefix of `base`.
+
+    `https://host/some/prefix` + `/api/v1/history/stats` gives
+    `https://host/some/prefix/api/v1/history/stats` (urljoin would drop the prefix).
+    """
+    return f"{base.rstrip('/')}/{path.lstrip('/')}"
+
+
+def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
+    """The long term credential `<token>.<client secret>`, registered with the log redactor.
+
+    Raises:
+        ValueError: the token does not start with `dspa_`, or either half is empty.
+    """
+    raw_token, raw_secret = token.reveal(), client_secret.reveal()
+    if not raw_token.startswith(TOKEN_PREFIX) or len(raw_token) == len(TOKEN_PREFIX):
+        raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
+    if not raw_secret:
+        raise ValueError("the client secret is empty")
+    credential = Secret(f"{raw_token}.{raw_secret}")
+    for value in (token, client_secret, credential):
+        register_secret(value)
+    return credential
+
+
+def check_secure_url(url: str | httpx.URL) -> None:
+    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
+
+    Raises:
+        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
+    """
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and host and is_loopback_host(host):
+        return
+    raise ConfigError(
+        f"refusing to send a request to {parts.scheme}://{host}: only https, or http to a "
+        "loopback host, may carry credentials",
+        key="service",
+        hint="use https:// in service.base_url, service.auth_url and service.token_url",
+    )
+
+
+def _error_kind(exc: BaseException) -> str:
+    """A short, secret-free name for a transport failure (`Answer.error`)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    if isinstance(exc, httpx.ProtocolError):
+        return "protocol"
+    if isinstance(exc, httpx.NetworkError | OSError):
+        return "reset"
+    if isinstance(exc, httpx.DecodingError):
+        return "decoding"
+    return "transport"
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _service_code(body: bytes) -> str | None:
+    """The service's error code from an error body, when it gave a short plain one."""
+    data = _json_object(body)
+    if data is None:
+        return None
+    for key in ("error", "code", "error_code", "errorCode"):
+        value = data.get(key)
+        if isinstance(value, dict):
+            value = value.get("code")
+        if (
+            isinstance(value, str)
+            and 0 < len(value) <= _MAX_CODE_LEN
+            and value.replace("_", "").replace("-", "").replace(".", "").isalnum()
+            and not value.startswith(TOKEN_PREFIX)
+        ):
+            return value
+    return None
+
+
+def _basic_auth(client_id: str, client_secret: Secret) -> Secret:
+    """`client_secret_basic` (RFC 6749 section 2.3.1): both halves form-encoded, then base64."""
+    pair = f"{quote_plus(client_id)}:{quote_plus(client_secret.reveal())}"
+    header = Secret("Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii"))
+    register_secret(header.reveal().removeprefix("Basic "))
+    return header
+
+
+class ApiClient:
+    """The service's HTTP interface, over an injected `httpx.AsyncClient`.
+
+    Args:
+        http: the client to send with; its transport decides where requests really go.
+        settings: service URLs, timeouts and the response size cap come from here.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
+        self._http = http
+        self._service = settings.service
+        self._timeout = httpx.Timeout(
+            self._service.read_timeout.total_seconds(),
+            connect=self._service.connect_timeout.total_seconds(),
+        )
+        self._cap = self._service.max_response_bytes
+
+    def url_for(self, endpoint: Endpoint) -> str:
+        """The full URL of a read endpoint under `service.base_url`."""
+        return join_url(self._service.base_url, READ_PATHS[endpoint])
+
+    @property
+    def tokens_url(self) -> str:
+        """Where long term tokens are created and dropped, under `service.auth_url`."""
+        return join_url(self._service.auth_url, TOKENS_PATH)
+
+    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+        """GET one read endpoint with the long term credential; never raises for HTTP trouble.
+
+        Timeouts, refused connections, resets and protocol errors give
+        `Answer(status=None, error=...)`. The body is read up to `service.max_response_bytes`
+        (`truncated=True` when the response was larger).
+
+        Raises:
+            ConfigError: the URL is plain http to a non-loopback host.
+        """
+        register_secret(credential)
+        return await self._send(
+            "GET", self.url_for(endpoint), {"Authorization": f"Bearer {credential.reveal()}"}
+        )
+
+    async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
+        """Create (or rotate) the long term token of the user who owns `user_access_token`.
+
+        Any 2xx is success. Returns the new token (registered with the redactor) and exactly
+        the scopes the service granted.
+
+        Raises:
+            EnrollmentError: the service refused, failed, was unreachable, or answered
+                without a `dspa_` token; `code` is the service's error code when it gave one.
+        """
+        register_secret(user_access_token)
+        answer = await self._send(
+            "POST", self.tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
+        )
+        if answer.status is None:
+            raise EnrollmentError(
+                f"could not reach the service to create the long term token ({answer.error})",
+                hint="user access tokens are short-lived: " + _RESTART,
+            )
+        if not 200 <= answer.status < 300:
+            raise EnrollmentError(
+                f"the service refused to create the long term token (HTTP {answer.status})",
+                code=_service_code(answer.body),
+                hint=_create_hint(answer.status),
+            )
+        data = _json_object(answer.body) or {}
+        token, scopes = data.get("token"), data.get("scopes")
+        if isinstance(token, str):
+            register_secret(token)
+        if not (isinstance(token, str) and token.startswith(TOKEN_PREFIX)):
+            raise EnrollmentError(
+                "the service answered without a long term token (expected `token` starting "
+                f"with {TOKEN_PREFIX!r})",
+                hint="check service.auth_url points at the account service; " + _RESTART,
+            )
+        if not (isinstance(scopes, list) and all(isinstance(s, str) for s in scopes)):
+            raise EnrollmentError(
+                "the service answered without the list of granted `scopes`",
+                hint="check service.auth_url points at the account service; " + _RESTART,
+            )
+        return Secret(token), tuple(scopes)
+
+    async def drop_token(self, credential: Secret) -> int:
+        """DELETE the long term token that `credential` names; returns the status (204 expected).
+
+        Raises:
+            UpstreamError: the service could not be reached or the answer was cut.
+        """
+        register_secret(credential)
+        answer = await self._send(
+            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
+        )
+        if answer.status is None:
+            raise UpstreamError(
+                f"could not reach the service to drop the long term token ({answer.error})"
+            )
+        return answer.status
+
+    async def exchange_code(
+        self,
+        code: Secret,
+        verifier: Secret,
+        redirect_uri: str,
+        client_id: str,
+        client_secret: Secret,
+    ) -> tuple[Secret, tuple[str, ...]]:
+        """Exchange an authorization code (with its PKCE verifier) for a user access token.
+
+        POSTs `grant_type=authorization_code` to `service.token_endpoint`, authenticating with
+        `client_secret_basic`. Returns the user access token and the scopes it carries (empty
+        when the answer names none).
+
+        Raises:
+            EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
+                or was unreachable.
+        """
+        for value in (code, verifier, client_secret):
+            register_secret(value)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code.reveal(),
+            "redirect_uri": redirect_uri,
+            "code_verifier": verifier.reveal(),
+        }
+        headers = {
+            "Authorization": _basic_auth(client_id, client_secret).reveal(),
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Accept": "application/json",
+        }
+        answer = await self._send("POST", self._service.token_endpoint, headers, form)
+        if answer.status is None:
+            raise EnrollmentError(
+                f"could not reach the token endpoint ({answer.error})", hint=_RESTART
+            )
+        data = _json_object(answer.body) or {}
+        for key in ("access_token", "refresh_token", "id_token"):
+            if isinstance(data.get(key), str):
+                register_secret(data[key])
+        if not 200 <= answer.status < 300:
+            error = _service_code(answer.body)
+            raise EnrollmentError(
+                f"the token endpoint refused the authorization code (HTTP {answer.status})",
+                code=error,
+                hint=_exchange_hint(error),
+            )
+        access_token, scope = data.get("access_token"), data.get("scope", "")
+        if not isinstance(access_token, str) or not access_token:
+            raise EnrollmentError(
+                "the token endpoint answered without an access_token",
+                hint="check service.token_url; " + _RESTART,
+            )
+        scopes = tuple(scope.split()) if isinstance(scope, str) else ()
+        return Secret(access_token), scopes
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        form: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """Send one request and read at most `max_response_bytes` of the body."""
+        check_secure_url(url)
+        request = self._http.build_request(
+            method, url, headers=headers, data=form, timeout=self._timeout
+        )
+        started = time.perf_counter()
+        response: httpx.Response | None = None
+        try:
+            response = await self._http.send(request, stream=True)
+            body, truncated = await self._read_capped(response)
+        except (httpx.HTTPError, OSError) as exc:
+            return Answer(
+                status=None,
+                headers=_lower(response.headers) if response is not None else {},
+                error=_error_kind(exc),
+                elapsed=time.perf_counter() - started,
+            )
+        finally:
+            if response is not None:
+                await response.aclose()
+        return Answer(
+            status=response.status_code,
+            headers=_lower(response.headers),
+            body=body,
+            truncated=truncated,
+            elapsed=time.perf_counter() - started,
+        )
+
+    async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            room = self._cap - size
+            if len(chunk) > room:
+                chunks.append(chunk[:room])
+                return b"".join(chunks), True
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), False
+
+
+def _lower(headers: httpx.Headers) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def _create_hint(status: int) -> str:
+    if status == 401:
+        return (
+            "the user access token was refused (expired, already used, or not from a "
+            "consent); " + _RESTART
+        )
+    if status == 403:
+        return (
+            "the consent did not include a long term scope, or the mode is not opened on "
+            "this client; check client.scopes, or request the mode from the operator"
+        )
+    if status >= 500:
+        return "the service failed; " + _RESTART + " in a while"
+    return _RESTART
+
+
+def _exchange_hint(error: str | None) -> str:
+    if error == "invalid_grant":
+        return (
+            "the code expired, was already used, or its PKCE verifier does not match; " + _RESTART
+        )
+    if error in {"invalid_client", "unauthorized_client"}:
+        return "check client.id and the client secret in client.secret_file"
+    return _RESTART
+
+
+__all__ = [
+    "READ_PATHS",
+    "TOKENS_PATH",
+    "TOKEN_PREFIX",
+    "ApiClient",
+    "check_secure_url",
+    "join_url",
+    "long_term_credential",
+]

@@ -1,0 +1,396 @@
+"""The API client against httpx.MockTransport: URLs, headers, body cap, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+
+from lta_worker import __version__
+from lta_worker.config import Settings, build_settings
+from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.secret import Secret
+from lta_worker.worker.api import (
+    ApiClient,
+    check_secure_url,
+    join_url,
+    long_term_credential,
+)
+from lta_worker.worker.logs import scrub
+from lta_worker.worker.wiring import http_client
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
+CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+USER_TOKEN = Secret("user-access-token-abcdef123456")
+CAP = 2048
+
+Handler = Callable[[httpx.Request], Any]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_settings(
+    base_url: str = "https://api.example/some/prefix",
+    auth_url: str = "https://account.example/auth/prefix",
+    **service: Any,
+) -> Settings:
+    return build_settings(
+        {
+            "service": {
+                "base_url": base_url,
+                "auth_url": auth_url,
+                "max_response_bytes": CAP,
+                **service,
+            },
+            "client": {"id": "demo-client"},
+        }
+    )
+
+
+def make_api(handler: Handler, settings: Settings | None = None) -> ApiClient:
+    settings = settings or make_settings()
+    return ApiClient(http_client(settings, transport=httpx.MockTransport(handler)), settings)
+
+
+class Recorder:
+    """A MockTransport handler that records requests and answers with a fixed response."""
+
+    def __init__(self, response: Callable[[], httpx.Response] | None = None) -> None:
+        self.requests: list[httpx.Request] = []
+        self._response = response or (lambda: httpx.Response(200, json={"ok": True}))
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.requests.append(request)
+        return self._response()
+
+
+def test_join_url_keeps_the_path_prefix() -> None:
+    """A base URL's path prefix survives joining (urljoin would drop it)."""
+    assert (
+        join_url("https://host/some/prefix", "/api/v1/history/stats")
+        == "https://host/some/prefix/api/v1/history/stats"
+    )
+    assert join_url("https://host/", "/x") == "https://host/x"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "path"),
+    [
+        ("latest-change", "/some/prefix/api/v1/history/latest-change"),
+        ("stats", "/some/prefix/api/v1/history/stats"),
+    ],
+)
+async def test_read_keeps_the_base_url_prefix(endpoint: Any, path: str) -> None:
+    """Reads go to {base_url}/api/v1/history/..., prefix included."""
+    rec = Recorder()
+    answer = await make_api(rec).read(endpoint, long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.status == 200
+    assert rec.requests[0].url.host == "api.example"
+    assert rec.requests[0].url.path == path
+
+
+async def test_credential_travels_only_in_the_authorization_header() -> None:
+    """The read sends `Bearer <token>.<secret>` in Authorization, nowhere else, no client id."""
+    rec = Recorder()
+    await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    request = rec.requests[0]
+    assert request.method == "GET"
+    expected = f"Bearer {TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert request.headers["authorization"] == expected
+    assert "ds-api-client-id" not in request.headers
+    assert request.content == b""
+    others = [v for k, v in request.headers.items() if k != "authorization"]
+    for raw in (TOKEN.reveal(), CLIENT_SECRET.reveal()):
+        assert raw not in str(request.url)
+        assert all(raw not in v for v in others)
+
+
+async def test_answer_headers_are_lower_case() -> None:
+    """Header names in an Answer are lower-case."""
+    rec = Recorder(
+        lambda: httpx.Response(200, headers={"RateLimit-Policy": '"h";q=120;w=3600'}, json={})
+    )
+    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.headers["ratelimit-policy"] == '"h";q=120;w=3600'
+    assert all(name == name.lower() for name in answer.headers)
+
+
+async def test_body_within_the_cap_is_whole() -> None:
+    """A body of exactly the cap is read whole and not marked truncated."""
+    rec = Recorder(lambda: httpx.Response(200, content=b"x" * CAP))
+    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.body == b"x" * CAP
+    assert not answer.truncated
+
+
+async def test_body_over_the_cap_is_cut() -> None:
+    """A larger body is cut at max_response_bytes and marked truncated."""
+    rec = Recorder(lambda: httpx.Response(200, content=b"y" * (CAP * 3)))
+    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.status == 200
+    assert answer.body == b"y" * CAP
+    assert answer.truncated
+
+
+async def test_endless_body_stops_at_the_cap() -> None:
+    """A streamed body that never ends is read only up to the cap."""
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while True:
+            sent += 512
+            yield b"z" * 512
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless())
+
+    answer = await make_api(handler).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.truncated
+    assert len(answer.body) == CAP
+    assert sent <= CAP + 512
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (httpx.ConnectTimeout("t"), "timeout"),
+        (httpx.ReadTimeout("t"), "timeout"),
+        (httpx.ConnectError("refused"), "connect"),
+        (httpx.ReadError("reset"), "reset"),
+        (httpx.RemoteProtocolError("bad"), "protocol"),
+        (ConnectionResetError("reset"), "reset"),
+    ],
+)
+async def test_network_errors_become_answers(exc: Exception, kind: str) -> None:
+    """Timeouts, refused connections, resets and protocol errors give Answer(status=None)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    answer = await make_api(handler).read(
+        "latest-change", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert answer.status is None
+    assert answer.error == kind
+    assert answer.body == b""
+
+
+async def test_broken_body_becomes_an_answer() -> None:
+    """A connection that breaks in the middle of the body gives status None, headers kept."""
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield b'{"partial": '
+        raise httpx.ReadError("connection reset")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"RateLimit": '"h";r=5;t=60'}, content=broken())
+
+    answer = await make_api(handler).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.status is None
+    assert answer.error == "reset"
+    assert answer.headers.get("ratelimit") == '"h";r=5;t=60'
+
+
+def test_check_secure_url() -> None:
+    """https anywhere and http to loopback pass; http elsewhere is refused."""
+    check_secure_url("https://api.example/x")
+    check_secure_url("http://127.0.0.1:8080/x")
+    check_secure_url("http://localhost/x")
+    check_secure_url("http://[::1]/x")
+    for url in ("http://api.example/x", "http://10.0.0.1/x", "ftp://api.example/x"):
+        with pytest.raises(ConfigError):
+            check_secure_url(url)
+
+
+async def test_api_client_refuses_http_to_a_remote_host() -> None:
+    """Even when settings were bypassed, no request goes over http to a non-loopback host."""
+    rec = Recorder()
+    good = make_settings()
+    bad = good.model_copy(
+        update={"service": good.service.model_copy(update={"base_url": "http://api.example"})}
+    )
+    api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad)
+    with pytest.raises(ConfigError, match="only https"):
+        await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert rec.requests == []
+
+
+async def test_http_client_hook_refuses_http_to_a_remote_host() -> None:
+    """The wired client's request hook refuses plain http to a remote host on its own."""
+    rec = Recorder()
+    async with http_client(make_settings(), transport=httpx.MockTransport(rec)) as client:
+        with pytest.raises(ConfigError):
+            await client.get("http://api.example/api/v1/history/stats")
+        response = await client.get("http://127.0.0.1:9/ok")
+    assert response.status_code == 200
+    assert [str(r.url) for r in rec.requests] == ["http://127.0.0.1:9/ok"]
+
+
+async def test_http_client_sends_user_agent_and_follows_no_redirect() -> None:
+    """The wired client names itself lta-worker/<version> and never follows a redirect."""
+    rec = Recorder(lambda: httpx.Response(302, headers={"Location": "https://elsewhere/"}))
+    settings = make_settings()
+    api = make_api(rec, settings)
+    answer = await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert answer.status == 302
+    assert len(rec.requests) == 1
+    assert rec.requests[0].headers["user-agent"] == f"lta-worker/{__version__}"
+
+
+@pytest.mark.parametrize("status", [200, 201, 202])
+async def test_create_token_accepts_any_2xx(status: int) -> None:
+    """Token creation succeeds on any 2xx, returning the token and exactly the scopes."""
+    scopes = ["cloud-sync.permanent.stats"]
+    rec = Recorder(lambda: httpx.Response(status, json={"token": TOKEN.reveal(), "scopes": scopes}))
+    token, granted = await make_api(rec).create_token(USER_TOKEN)
+    assert token == TOKEN
+    assert granted == ("cloud-sync.permanent.stats",)
+    request = rec.requests[0]
+    assert request.method == "POST"
+    assert request.url.path == "/auth/prefix/api/long-term-access/tokens"
+    assert request.headers["authorization"] == f"Bearer {USER_TOKEN.reveal()}"
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        (lambda: httpx.Response(401, json={"error": "invalid_token"}), "invalid_token"),
+        (lambda: httpx.Response(403, json={"code": "MissingScope"}), "MissingScope"),
+        (lambda: httpx.Response(500, text="boom"), None),
+        (lambda: httpx.Response(200, json={"token": "not-a-dspa", "scopes": []}), None),
+        (lambda: httpx.Response(200, json={"token": TOKEN.reveal()}), None),
+        (lambda: httpx.Response(200, text="<html>"), None),
+    ],
+)
+async def test_create_token_errors(
+    response: Callable[[], httpx.Response], code: str | None
+) -> None:
+    """Refusals and malformed answers raise EnrollmentError with the code, never a token."""
+    with pytest.raises(EnrollmentError) as info:
+        await make_api(Recorder(response)).create_token(USER_TOKEN)
+    assert info.value.code == code
+    assert info.value.hint
+    text = str(info.value)
+    for raw in (TOKEN.reveal(), USER_TOKEN.reveal(), "not-a-dspa"):
+        assert raw not in text
+
+
+async def test_create_token_network_error() -> None:
+    """An unreachable service during creation is an EnrollmentError naming the cause."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(EnrollmentError, match="connect"):
+        await make_api(handler).create_token(USER_TOKEN)
+
+
+async def test_drop_token_sends_delete_with_the_credential() -> None:
+    """drop_token DELETEs the tokens URL with the credential and returns the status."""
+    rec = Recorder(lambda: httpx.Response(204))
+    status = await make_api(rec).drop_token(long_term_credential(TOKEN, CLIENT_SECRET))
+    assert status == 204
+    request = rec.requests[0]
+    assert request.method == "DELETE"
+    assert request.url.path == "/auth/prefix/api/long-term-access/tokens"
+    assert request.headers["authorization"] == f"Bearer {TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert request.content == b""
+
+
+async def test_drop_token_network_error_is_upstream_error() -> None:
+    """A drop that cannot reach the service raises UpstreamError (exit 75)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow")
+
+    with pytest.raises(UpstreamError, match="timeout"):
+        await make_api(handler).drop_token(long_term_credential(TOKEN, CLIENT_SECRET))
+
+
+async def test_exchange_code_posts_the_form_with_basic_auth() -> None:
+    """The code exchange posts grant, code, redirect and verifier with client_secret_basic."""
+    rec = Recorder(
+        lambda: httpx.Response(
+            200,
+            json={
+                "access_token": USER_TOKEN.reveal(),
+                "token_type": "Bearer",
+                "scope": "openid cloud-sync.permanent.stats",
+            },
+        )
+    )
+    token, scopes = await make_api(rec).exchange_code(
+        Secret("the-code-123456"),
+        Secret("v" * 43),
+        "https://app.example/cb",
+        "demo-client",
+        CLIENT_SECRET,
+    )
+    assert token == USER_TOKEN
+    assert scopes == ("openid", "cloud-sync.permanent.stats")
+    request = rec.requests[0]
+    assert request.method == "POST"
+    assert str(request.url) == "https://account.example/auth/prefix/oidc/token"
+    form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
+    assert form == {
+        "grant_type": "authorization_code",
+        "code": "the-code-123456",
+        "redirect_uri": "https://app.example/cb",
+        "code_verifier": "v" * 43,
+    }
+    basic = base64.b64encode(f"demo-client:{CLIENT_SECRET.reveal()}".encode()).decode()
+    assert request.headers["authorization"] == f"Basic {basic}"
+    assert "the-code" not in str(request.url)
+
+
+async def test_exchange_code_uses_token_url_when_set() -> None:
+    """service.token_url overrides the default {auth_url}/oidc/token."""
+    rec = Recorder(lambda: httpx.Response(200, json={"access_token": "at-123456"}))
+    settings = make_settings(token_url="https://sso.example/realm/token")
+    await make_api(rec, settings).exchange_code(
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb", "id", CLIENT_SECRET
+    )
+    assert str(rec.requests[0].url) == "https://sso.example/realm/token"
+
+
+async def test_exchange_code_oauth_error() -> None:
+    """An OAuth error answer raises EnrollmentError(code=<error>) without the code or verifier."""
+    rec = Recorder(
+        lambda: httpx.Response(
+            400, json={"error": "invalid_grant", "error_description": "PKCE failed"}
+        )
+    )
+    with pytest.raises(EnrollmentError) as info:
+        await make_api(rec).exchange_code(
+            Secret("c-secret-code"), Secret("v" * 43), "https://a.example/cb", "id", CLIENT_SECRET
+        )
+    assert info.value.code == "invalid_grant"
+    assert "c-secret-code" not in str(info.value)
+    assert "v" * 43 not in str(info.value)
+
+
+def test_long_term_credential_is_token_dot_secret_and_redacted() -> None:
+    """The credential is `<token>.<secret>` and is masked by the log redactor from then on."""
+    credential = long_term_credential(TOKEN, CLIENT_SECRET)
+    assert credential.reveal() == f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert CLIENT_SECRET.reveal() not in scrub(f"secret {CLIENT_SECRET.reveal()} here")
+    assert TOKEN.reveal() not in json.dumps(scrub(f"{credential.reveal()}"))
+
+
+@pytest.mark.parametrize("token", [Secret("abc"), Secret("dspa_"), Secret("Bearer dspa_x")])
+def test_long_term_credential_refuses_a_non_dspa_token(token: Secret) -> None:
+    """Only a `dspa_` token makes a long term credential."""
+    with pytest.raises(ValueError, match="dspa_"):
+        long_term_credential(token, CLIENT_SECRET)
