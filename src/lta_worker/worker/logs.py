@@ -34,8 +34,12 @@ _PATTERNS = (
     re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
 )
 _lock = threading.Lock()
-_registered: set[str] = set()
+# Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at
+# start; short-lived ones (a user access token during enrollment) come and go. Long term
+# tokens need no registration: the `dspa_` pattern masks every one of them.
+_registered: dict[str, None] = {}
 _MIN_REGISTERED = 6
+_MAX_REGISTERED = 64
 
 
 def register_secret(value: str | Secret) -> None:
@@ -43,7 +47,14 @@ def register_secret(value: str | Secret) -> None:
     raw = value.reveal() if isinstance(value, Secret) else value
     if raw and len(raw) >= _MIN_REGISTERED:
         with _lock:
-            _registered.add(raw)
+            _registered.pop(raw, None)
+            _registered[raw] = None
+            while len(_registered) > _MAX_REGISTERED:
+                # Keep the oldest (the client secret, registered first); drop the
+                # oldest of the later, short-lived ones.
+                keys = iter(_registered)
+                next(keys)
+                del _registered[next(keys)]
 
 
 def forget_secrets() -> None:
