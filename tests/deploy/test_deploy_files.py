@@ -1,0 +1,401 @@
+"""The operations files in deploy/ agree with the code and the documented contracts.
+
+The dashboard queries only documented log events and fields, the example config is complete
+and loads, the systemd units carry the directives the worker relies on, and (where
+systemd-analyze exists) the service unit's sandbox stays at an exposure of 1.5 or less.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from lta_worker.config import load_settings
+from lta_worker.config.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+EVENTS_DOC = ROOT / "docs" / "log-events.md"
+CONFIG_DOC = ROOT / "docs" / "config.md"
+EXAMPLE = DEPLOY / "config.example.toml"
+SERVICE = DEPLOY / "lta-worker.service"
+RUN_SERVICE = DEPLOY / "lta-worker-run.service"
+TIMER = DEPLOY / "lta-worker-run.timer"
+
+MAX_EXPOSURE = 1.5
+COMMON_FIELDS = frozenset({"event", "level", "ts", "logger"})
+# Stream labels set by deploy/promtail.yml and deploy/vector.toml (not JSON fields).
+STREAM_LABELS = frozenset({"unit", "host", "job"})
+# LogQL words that follow `|` but are not label filters.
+LOGQL_STAGES = frozenset({"json", "logfmt", "unwrap", "line_format", "label_format", "drop"})
+
+
+# --- docs/log-events.md ------------------------------------------------------------------
+
+
+def _documented_events() -> dict[str, dict[str, set[str]]]:
+    """event -> field -> documented values (empty when the doc lists none)."""
+    events: dict[str, dict[str, set[str]]] = {}
+    for line in EVENTS_DOC.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not re.fullmatch(r"`[a-z_.]+`", cells[0]):
+            continue
+        fields: dict[str, set[str]] = {}
+        # "`name` (`v1`, `v2`)" -> name with its values; "(HTTP status or null)" -> no values.
+        for match in re.finditer(r"`([a-z_]+)`(?:\s*\(([^)]*)\))?", cells[3]):
+            fields[match.group(1)] = set(re.findall(r"`([^`]+)`", match.group(2) or ""))
+        events[cells[0].strip("`")] = fields
+    return events
+
+
+EVENTS = _documented_events()
+
+
+def test_event_table_parses() -> None:
+    """The event table of docs/log-events.md parses into events with fields."""
+    assert {"poll.read", "pass.finished", "service.heartbeat", "token.deleted"} <= set(EVENTS)
+    assert "budget_remaining" in EVENTS["poll.read"]
+    assert EVENTS["token.deleted"]["reason"] == {"revoked", "dropped", "forgotten"}
+
+
+# --- deploy/grafana-dashboard.json -------------------------------------------------------
+
+
+def _dashboard() -> dict[str, Any]:
+    return json.loads((DEPLOY / "grafana-dashboard.json").read_text(encoding="utf-8"))
+
+
+def _targets() -> list[tuple[str, str]]:
+    """(panel title, LogQL expression) for every query of every panel."""
+    out = []
+    for panel in _dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            out.append((panel["title"], target["expr"]))
+    return out
+
+
+def _target_params() -> list[Any]:
+    return [
+        pytest.param(title, expr, id=f"{title}-{n}") for n, (title, expr) in enumerate(_targets())
+    ]
+
+
+def _pipeline(expr: str) -> str:
+    """The expression without its stream selectors (`{unit=~"..."}`)."""
+    return re.sub(r"\{[^{}]*\}", "", expr)
+
+
+def _query_events(expr: str) -> set[str]:
+    return set(re.findall(r'\|\s*event\s*=\s*"([^"]+)"', expr))
+
+
+def _query_fields(expr: str) -> dict[str, set[str]]:
+    """JSON fields a query filters on, unwraps or groups by -> equality values it compares."""
+    body = _pipeline(expr)
+    fields: dict[str, set[str]] = {}
+    for name, op, value in re.findall(
+        r'\|\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|==|>=|<=|=|>|<)\s*("[^"]*"|[\w.]+)', body
+    ):
+        if name in LOGQL_STAGES or name.startswith("__"):
+            continue
+        values = fields.setdefault(name, set())
+        if op in {"=", "=="} and value.startswith('"'):
+            values.add(value.strip('"'))
+    for name in re.findall(r"\bunwrap\s+(?:[a-z_]+\()?([A-Za-z_][A-Za-z0-9_]*)", body):
+        fields.setdefault(name, set())
+    for group in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", body):
+        for name in filter(None, (n.strip() for n in group.split(","))):
+            fields.setdefault(name, set())
+    return fields
+
+
+def test_dashboard_has_loki_input_and_panels() -> None:
+    """The dashboard asks for a Loki datasource on import and every panel uses it."""
+    board = _dashboard()
+    assert board["schemaVersion"] >= 36
+    inputs = {i["name"]: i for i in board["__inputs"]}
+    assert inputs["DS_LOKI"]["pluginId"] == "loki"
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${DS_LOKI}", panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${DS_LOKI}", panel["title"]
+            assert "| json" in target["expr"], panel["title"]
+
+
+def test_dashboard_covers_the_operational_questions() -> None:
+    """Reads, 429s, budget, pass duration, user states, revocations, breaker, pass outcomes."""
+    queried = {event for _, expr in _targets() for event in _query_events(expr)}
+    assert {
+        "poll.read",
+        "ratelimit.throttled",
+        "pass.finished",
+        "service.heartbeat",
+        "token.deleted",
+        "user.state_changed",
+        "pass.breaker_tripped",
+    } <= queried
+    unwrapped = {f for _, e in _targets() for f in re.findall(r"unwrap\s+(\w+)", e)}
+    assert {"budget_remaining", "wall_s", "active", "parked", "unlinked", "rejected"} <= unwrapped
+
+
+@pytest.mark.parametrize(("title", "expr"), _target_params())
+def test_dashboard_queries_only_documented_events_and_fields(title: str, expr: str) -> None:
+    """Each panel query names documented events, and only their documented fields and values."""
+    events = _query_events(expr)
+    unknown = events - set(EVENTS)
+    assert not unknown, f"{title}: events not in docs/log-events.md: {unknown}"
+    if events:
+        allowed: dict[str, set[str]] = {}
+        for event in events:
+            for field, values in EVENTS[event].items():
+                allowed.setdefault(field, set()).update(values)
+    else:
+        allowed = {f: set() for e in EVENTS.values() for f in e}
+    for field, values in _query_fields(expr).items():
+        if field in COMMON_FIELDS or field in STREAM_LABELS:
+            continue
+        assert field in allowed, f"{title}: field {field!r} is not documented for {events}"
+        if allowed[field] and values:
+            assert values <= allowed[field], (
+                f"{title}: {field} compared to {values - allowed[field]}"
+            )
+
+
+# --- log shipping ------------------------------------------------------------------------
+
+
+def _promtail_labels() -> set[str]:
+    """Names under every `- labels:` pipeline stage of deploy/promtail.yml."""
+    names: set[str] = set()
+    lines = (DEPLOY / "promtail.yml").read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "- labels:":
+            continue
+        indent = len(line) - len(line.lstrip())
+        for nxt in lines[i + 1 :]:
+            if not nxt.strip() or nxt.strip().startswith("#"):
+                continue
+            if len(nxt) - len(nxt.lstrip()) <= indent:
+                break
+            names.add(nxt.strip().split(":")[0])
+    return names
+
+
+def test_log_shippers_label_only_event_and_level() -> None:
+    """Promtail and Vector make event and level labels, never user or another per-user field."""
+    assert _promtail_labels() == {"event", "level"}
+    vector = tomllib.loads((DEPLOY / "vector.toml").read_text(encoding="utf-8"))
+    labels = set(vector["sinks"]["loki"]["labels"])
+    assert labels == {"unit", "host", "event", "level"}
+    assert vector["sources"]["lta_journal"]["type"] == "journald"
+
+
+# --- deploy/config.example.toml ----------------------------------------------------------
+
+
+def _model_keys(model: type[BaseModel]) -> dict[str, set[str]]:
+    """section -> keys, from the Settings model itself."""
+    out: dict[str, set[str]] = {}
+    for section, info in model.model_fields.items():
+        sub = info.annotation
+        assert isinstance(sub, type) and issubclass(sub, BaseModel), section
+        out[section] = set(sub.model_fields)
+    return out
+
+
+def _uncommented(text: str) -> str:
+    """The example with its commented-out `# key = value` lines switched on."""
+    return re.sub(r"(?m)^# ?([a-z_]+ = )", r"\1", text)
+
+
+def test_config_example_loads() -> None:
+    """deploy/config.example.toml, as shipped, builds a valid Settings."""
+    settings = load_settings(EXAMPLE, env={})
+    assert isinstance(settings, Settings)
+
+
+def test_config_example_with_optional_keys_loads() -> None:
+    """The commented-out optional keys of the example are valid when switched on."""
+    data = tomllib.loads(_uncommented(EXAMPLE.read_text(encoding="utf-8")))
+    settings = Settings.model_validate(data)
+    assert settings.client.secret_file is not None
+    assert settings.crypto.key_file is not None
+
+
+def test_config_example_lists_every_key() -> None:
+    """Every key of every Settings section appears in the example (set or commented out)."""
+    data = tomllib.loads(_uncommented(EXAMPLE.read_text(encoding="utf-8")))
+    listed = {section: set(values) for section, values in data.items()}
+    assert listed == _model_keys(Settings)
+
+
+def test_config_example_values_are_the_defaults() -> None:
+    """Each key set in the example holds its default, and keys without one are commented out."""
+    data = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    settings = load_settings(EXAMPLE, env={})
+    for section, info in Settings.model_fields.items():
+        model = info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for key, field in model.model_fields.items():
+            if field.default is PydanticUndefined:
+                assert key in data[section], f"{section}.{key} is required"
+                continue
+            if field.default is None:
+                assert key not in data[section], f"{section}.{key} has no default: comment it"
+                continue
+            actual = getattr(getattr(settings, section), key)
+            assert actual == field.default, f"{section}.{key}: {actual!r} != {field.default!r}"
+
+
+def test_config_reference_documents_every_key() -> None:
+    """docs/config.md names every key and its LTA_WORKER_<SECTION>_<KEY> variable."""
+    text = CONFIG_DOC.read_text(encoding="utf-8")
+    for section, keys in _model_keys(Settings).items():
+        for key in keys:
+            assert f"`{key}`" in text, f"{section}.{key} missing from docs/config.md"
+            env = f"LTA_WORKER_{section}_{key}".upper()
+            assert env in text, f"{env} missing from docs/config.md"
+
+
+# --- systemd units -----------------------------------------------------------------------
+
+
+def _directives(path: Path) -> dict[str, list[str]]:
+    """Directive -> every value it is given, across sections, ignoring comments."""
+    out: dict[str, list[str]] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+SANDBOX = {
+    "DynamicUser": "yes",
+    "StateDirectory": "lta-worker",
+    "ProtectSystem": "strict",
+    "NoNewPrivileges": "yes",
+    "CapabilityBoundingSet": "",
+    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+    "UMask": "0077",
+}
+CREDENTIALS = {
+    "client-secret:/etc/lta-worker/client-secret",
+    "token-keys:/etc/lta-worker/token-keys",
+}
+
+
+def test_service_unit_has_required_directives() -> None:
+    """lta-worker.service: notify + watchdog, no restart on exit 78, sandbox, both credentials."""
+    d = _directives(SERVICE)
+    assert d["Type"] == ["notify"]
+    assert d["NotifyAccess"] == ["main"]
+    assert d["WatchdogSec"] == ["60s"]
+    assert d["Restart"] == ["on-failure"]
+    assert d["RestartPreventExitStatus"] == ["78"]
+    assert d["ExecStart"][0].endswith(" --config /etc/lta-worker/config.toml serve")
+    assert set(d["LoadCredential"]) == CREDENTIALS
+    for key, value in SANDBOX.items():
+        assert d[key] == [value], key
+    # TimeoutStopSec must cover serve.grace_period (10 s) with room for the last commit.
+    assert int(d["TimeoutStopSec"][0].removesuffix("s")) >= 20
+
+
+def test_run_unit_and_timer_have_required_directives() -> None:
+    """lta-worker-run.service is a sandboxed one-shot `run`; the timer is persistent, jittered."""
+    d = _directives(RUN_SERVICE)
+    assert d["Type"] == ["oneshot"]
+    assert d["ExecStart"][0].endswith(" run")
+    assert d["SuccessExitStatus"] == ["75"]
+    assert set(d["LoadCredential"]) == CREDENTIALS
+    for key, value in SANDBOX.items():
+        assert d[key] == [value], key
+    t = _directives(TIMER)
+    assert t["Persistent"] == ["true"]
+    assert "RandomizedDelaySec" in t
+    assert "OnCalendar" in t or "OnUnitActiveSec" in t
+
+
+def test_units_share_one_sandbox() -> None:
+    """The timer's one-shot unit has exactly the service unit's hardening directives."""
+    skip = {
+        "Description", "Type", "NotifyAccess", "WatchdogSec", "ExecStart", "ExecReload",
+        "Restart", "RestartSec", "RestartPreventExitStatus", "StartLimitIntervalSec",
+        "StartLimitBurst", "TimeoutStartSec", "SuccessExitStatus", "WantedBy",
+    }  # fmt: skip
+    service = {k: v for k, v in _directives(SERVICE).items() if k not in skip}
+    run = {k: v for k, v in _directives(RUN_SERVICE).items() if k not in skip}
+    assert service == run
+
+
+def test_cron_example_never_overlaps() -> None:
+    """The cron line wraps `lta-worker run` in `flock -n`, so runs never overlap."""
+    lines = [
+        line
+        for line in (DEPLOY / "cron.example").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#") and "lta-worker" in line and " run" in line
+    ]
+    assert len(lines) == 1
+    assert "flock -n" in lines[0]
+    assert lines[0].index("flock") < lines[0].index("lta-worker --config")
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_systemd_analyze = pytest.mark.skipif(
+    SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (apt-get install systemd)"
+)
+
+
+def _analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    assert SYSTEMD_ANALYZE is not None
+    return subprocess.run(
+        [SYSTEMD_ANALYZE, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _offline_supported() -> bool:
+    probe = _analyze("security", "--help")
+    return "--offline" in probe.stdout
+
+
+@needs_systemd_analyze
+@pytest.mark.parametrize("unit", [SERVICE, RUN_SERVICE], ids=lambda p: p.name)
+def test_unit_exposure_at_most_1_5(unit: Path) -> None:
+    """`systemd-analyze security --offline=true` rates the unit's exposure 1.5 or lower."""
+    if not _offline_supported():
+        pytest.skip("this systemd-analyze has no --offline (needs systemd 250 or newer)")
+    result = _analyze("security", "--offline=true", "--no-pager", str(unit))
+    match = re.search(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) <= MAX_EXPOSURE, result.stdout
+
+
+@needs_systemd_analyze
+def test_units_verify(tmp_path: Path) -> None:
+    """`systemd-analyze verify` accepts the service, the run unit and the timer."""
+    # verify insists that ExecStart exists: point it at this environment's lta-worker.
+    exe = shutil.which("lta-worker") or str(Path(sys.executable).parent / "lta-worker")
+    if not Path(exe).exists():
+        exe = "/bin/true"
+    paths = []
+    for unit in (SERVICE, RUN_SERVICE, TIMER):
+        copy = tmp_path / unit.name
+        copy.write_text(unit.read_text(encoding="utf-8").replace("/usr/local/bin/lta-worker", exe))
+        paths.append(str(copy))
+    result = _analyze("verify", "--man=no", *paths)
+    if result.returncode != 0 and "System has not been booted with systemd" in result.stderr:
+        pytest.skip("systemd-analyze verify cannot run here: " + result.stderr.strip())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "lta-worker" not in result.stderr, result.stderr
