@@ -1,0 +1,242 @@
+"""The resource side of long term access: who is calling, enrollment, drop, and the reads.
+
+Functions of a `World`, the settings and `now`, returning plain values. The order of the
+checks on a read is the spec's, made explicit:
+
+1. authentication (spec 5): a `dspa_` credential must have both halves, a known token and the
+   right client secret, or the answer is the same plain 401 whatever was wrong; a regular
+   token must be valid and match `DS-API-CLIENT-ID`;
+2. revocation: 401 PermanentAccessRevoked, only once both halves are proven correct;
+3. scope: the endpoint's scope granted by the user and still enabled on the client, else 403;
+4. the account: no cloud sync linked (401 NoCloudSyncLinked), silent more than 90 days
+   (403 CloudSyncInactive);
+5. the data: 404 when latest-change has nothing recorded, else 200.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lta_worker.simulator import payloads
+from lta_worker.simulator.oauth import new_secret
+from lta_worker.simulator.responses import (
+    FORBIDDEN,
+    INACTIVE,
+    NOT_FOUND,
+    REVOKED,
+    UNAUTHORIZED,
+    UNLINKED,
+    Refusal,
+)
+from lta_worker.simulator.state import (
+    ENDPOINT_SCOPES,
+    HISTORY_SCOPE,
+    LONG_TERM_SCOPES,
+    TOKEN_PREFIX,
+    AuthKind,
+    Endpoint,
+    Grant,
+    SimSettings,
+    World,
+    digest,
+    same_secret,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request comes from, as far as authentication got.
+
+    `client` and `user` are set only once the credential is proven (both halves correct, or
+    a valid user token for the named client). `refusal` is set when authentication already
+    decides the answer (plain 401, or PermanentAccessRevoked).
+    """
+
+    auth: AuthKind
+    client: str | None = None
+    user: str | None = None
+    scopes: tuple[str, ...] = ()
+    grant: str | None = None
+    refusal: Refusal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer to a read: a refusal, or the payload of a 200."""
+
+    refusal: Refusal | None = None
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnrollAnswer:
+    """The answer of token creation: `status` with `body`, or a refusal."""
+
+    caller: Caller
+    status: int = 401
+    body: dict[str, Any] | None = None
+    refusal: Refusal | None = None
+    rotated: bool = False
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """Return the credential of a `Bearer` Authorization header, or None."""
+    if authorization is None:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value or " " in value:
+        return None
+    return value
+
+
+def split_credential(credential: str) -> tuple[str, str] | None:
+    """Split `<token>.<client secret>` at the first dot; None when a half is missing."""
+    token, dot, secret = credential.partition(".")
+    if not dot or len(token) <= len(TOKEN_PREFIX) or not secret:
+        return None
+    return token, secret
+
+
+def _auth_kind(authorization: str | None) -> AuthKind:
+    if authorization is None:
+        return "none"
+    bearer = bearer_of(authorization)
+    if bearer is None:
+        return "other"
+    return "long_term" if bearer.startswith(TOKEN_PREFIX) else "regular"
+
+
+def _prove_long_term(world: World, credential: str) -> tuple[str, Grant] | None:
+    """Return (token hash, grant) when both halves are correct, else None."""
+    halves = split_credential(credential)
+    if halves is None:
+        return None
+    token_hash = digest(halves[0])
+    grant = world.grants.get(token_hash)
+    client = world.clients.get(grant.client) if grant else None
+    if grant is None or client is None or not same_secret(halves[1], client.secret):
+        return None
+    return token_hash, grant
+
+
+def identify(
+    world: World,
+    authorization: str | None,
+    client_header: str | None,
+    now: datetime,
+    *,
+    long_term: bool = True,
+) -> Caller:
+    """Authenticate a public-API request; `long_term=False` refuses `dspa_` credentials."""
+    kind = _auth_kind(authorization)
+    bearer = bearer_of(authorization)
+    if bearer is None:
+        return Caller(kind, refusal=UNAUTHORIZED)
+    if kind == "long_term":
+        proven = _prove_long_term(world, bearer) if long_term else None
+        if proven is None:
+            return Caller(kind, refusal=UNAUTHORIZED)
+        token_hash, grant = proven
+        if grant.revoked:
+            return Caller(kind, grant.client, grant.user, refusal=Refusal(401, REVOKED))
+        grant.last_used_at = now
+        return Caller(kind, grant.client, grant.user, grant.scopes, token_hash)
+    record = world.user_tokens.get(digest(bearer))
+    if record is None or record.expires_at <= now or client_header != record.client:
+        return Caller(kind, refusal=UNAUTHORIZED)
+    user = world.users.get(record.user)
+    if user is None or user.deleted:
+        return Caller(kind, refusal=UNAUTHORIZED)
+    return Caller(kind, record.client, record.user, record.scopes)
+
+
+def read(
+    world: World, settings: SimSettings, caller: Caller, endpoint: Endpoint, now: datetime
+) -> Verdict:
+    """Decide a read of `endpoint` by an identified caller (steps 3 to 5 of the module doc)."""
+    if caller.refusal is not None or caller.client is None or caller.user is None:
+        return Verdict(caller.refusal or UNAUTHORIZED)
+    client = world.clients[caller.client]
+    if caller.auth == "long_term":
+        scope = ENDPOINT_SCOPES[endpoint]
+        if scope not in caller.scopes or scope not in client.enabled_scopes:
+            return Verdict(FORBIDDEN)
+    elif HISTORY_SCOPE not in caller.scopes:
+        return Verdict(FORBIDDEN)
+    user = world.users.get(caller.user)
+    if user is None or user.deleted:
+        return Verdict(UNAUTHORIZED)
+    if not user.linked:
+        return Verdict(Refusal(401, UNLINKED))
+    silent_for = None if user.last_sync_at is None else now - user.last_sync_at
+    if silent_for is None or silent_for > timedelta(days=settings.inactive_after_days):
+        return Verdict(Refusal(403, INACTIVE))
+    payload = (
+        user.payloads[endpoint]
+        if endpoint in user.payloads
+        else payloads.defaults(user.id)[endpoint]
+    )
+    if payload is None:
+        return Verdict(NOT_FOUND)
+    return Verdict(payload=payload)
+
+
+def enroll(
+    world: World, settings: SimSettings, authorization: str | None, now: datetime
+) -> EnrollAnswer:
+    """Handle `POST {auth_url}/api/long-term-access/tokens`: create or rotate a token."""
+    kind = _auth_kind(authorization)
+    bearer = bearer_of(authorization)
+    if bearer is None or kind != "regular":
+        # Spec 5.4: only a user access token; a long term credential gets a plain 401.
+        return EnrollAnswer(Caller(kind), refusal=UNAUTHORIZED)
+    record = world.user_tokens.get(digest(bearer))
+    user = world.users.get(record.user) if record else None
+    if record is None or record.expires_at <= now or user is None or user.deleted:
+        return EnrollAnswer(Caller(kind), refusal=UNAUTHORIZED)
+    caller = Caller(kind, record.client, record.user, record.scopes)
+    scopes = tuple(s for s in record.scopes if s in LONG_TERM_SCOPES)
+    if not scopes:
+        refusal = Refusal(403, "insufficient_scope", "The user token carries no long term scope.")
+        return EnrollAnswer(caller, refusal=refusal)
+    if not world.clients[record.client].long_term:
+        refusal = Refusal(403, "invalid_scope", "Long term access is not enabled for this client.")
+        return EnrollAnswer(caller, refusal=refusal)
+    previous = world.active.get((record.user, record.client))
+    if previous is not None:
+        # Rotation: the previous token is forgotten, so it gets a plain 401 from now on.
+        world.forget(previous)
+    token = new_secret(TOKEN_PREFIX)
+    token_hash = digest(token)
+    world.grants[token_hash] = Grant(
+        user=record.user, client=record.client, scopes=scopes, created_at=now
+    )
+    world.active[(record.user, record.client)] = token_hash
+    return EnrollAnswer(
+        caller,
+        status=settings.enroll_status,
+        body={"token": token, "scopes": list(scopes)},
+        rotated=previous is not None,
+    )
+
+
+def drop(world: World, settings: SimSettings, authorization: str | None) -> Caller:
+    """Handle `DELETE {auth_url}/api/long-term-access/tokens`; the answer is always 204.
+
+    The token is dropped only when both halves of the credential are correct. Afterwards it
+    answers a plain 401, or PermanentAccessRevoked when `settings.after_delete` says so.
+    """
+    kind = _auth_kind(authorization)
+    bearer = bearer_of(authorization)
+    proven = _prove_long_term(world, bearer) if bearer and kind == "long_term" else None
+    if proven is None:
+        return Caller(kind)
+    token_hash, grant = proven
+    if settings.after_delete == "revoked":
+        world.revoke(token_hash)
+    else:
+        world.forget(token_hash)
+    return Caller(kind, grant.client, grant.user)

@@ -1,0 +1,135 @@
+"""Rate-limit arithmetic: fixed windows, counting, and the RateLimit headers of an answer.
+
+Pure functions on plain values (`now` is epoch seconds); the simulator keeps one `Window` per
+client and replaces it with what these functions return. Windows are fixed and aligned to the
+epoch (a 3600 s window runs from one full hour to the next), the way many gateways count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Final, Literal, get_args
+
+HeaderFormat = Literal["draft", "combined", "triple", "x", "none"]
+HEADER_FORMATS: Final[tuple[HeaderFormat, ...]] = get_args(HeaderFormat)
+POLICY_NAME: Final = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One client's count in the window that starts at `start` (epoch seconds)."""
+
+    start: float
+    used: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What one answer reports about the budget.
+
+    Attributes:
+        limit: Requests allowed per window.
+        remaining: Requests left in the current window (never negative).
+        reset: Whole seconds until the window ends (at least 1).
+        reset_at: Epoch seconds at which the window ends.
+        window: The window length in seconds.
+    """
+
+    limit: int
+    remaining: int
+    reset: int
+    reset_at: int
+    window: int
+
+
+def window_start(now: float, length: int) -> float:
+    """Return the start (epoch seconds) of the fixed window of `length` seconds holding `now`."""
+    if length < 1:
+        raise ValueError("a window lasts at least one second")
+    return math.floor(now / length) * length
+
+
+def roll(window: Window | None, now: float, length: int) -> Window:
+    """Return the window in force at `now`: `window` itself, or a fresh one when it is over.
+
+    A clock set backwards also gives a fresh window, so the count never leaks between windows.
+    """
+    start = window_start(now, length)
+    if window is None or window.start != start:
+        return Window(start=start)
+    return window
+
+
+def take(window: Window | None, now: float, limit: int, length: int) -> tuple[Window, bool]:
+    """Count one request if the budget allows it.
+
+    Returns:
+        The window to keep, and True when the request was counted (False: answer 429,
+        and the refused request is not counted).
+    """
+    current = roll(window, now, length)
+    if current.used >= limit:
+        return current, False
+    return replace(current, used=current.used + 1), True
+
+
+def spend(window: Window | None, now: float, length: int, count: int) -> Window:
+    """Count `count` requests made elsewhere (the client's other API traffic), past the limit."""
+    if count < 0:
+        raise ValueError("count must not be negative")
+    current = roll(window, now, length)
+    return replace(current, used=current.used + count)
+
+
+def quota(window: Window | None, now: float, limit: int, length: int) -> Quota:
+    """Return the budget figures an answer at `now` reports."""
+    current = roll(window, now, length)
+    end = current.start + length
+    return Quota(
+        limit=limit,
+        remaining=max(0, limit - current.used),
+        reset=max(1, math.ceil(end - now)),
+        reset_at=math.ceil(end),
+        window=length,
+    )
+
+
+def render(fmt: HeaderFormat, q: Quota) -> list[tuple[str, str]]:
+    """Render the RateLimit headers of one answer in the chosen format.
+
+    Formats:
+        draft: IETF draft 08+, `RateLimit: "default";r=R;t=T` and
+            `RateLimit-Policy: "default";q=L;w=W`.
+        combined: older drafts, `RateLimit: limit=L, remaining=R, reset=T`.
+        triple: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
+        x: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds).
+        none: no header at all.
+    """
+    if fmt == "draft":
+        return [
+            ("RateLimit", f'"{POLICY_NAME}";r={q.remaining};t={q.reset}'),
+            ("RateLimit-Policy", f'"{POLICY_NAME}";q={q.limit};w={q.window}'),
+        ]
+    if fmt == "combined":
+        return [("RateLimit", f"limit={q.limit}, remaining={q.remaining}, reset={q.reset}")]
+    if fmt == "triple":
+        return [
+            ("RateLimit-Limit", str(q.limit)),
+            ("RateLimit-Remaining", str(q.remaining)),
+            ("RateLimit-Reset", str(q.reset)),
+        ]
+    if fmt == "x":
+        return [
+            ("X-RateLimit-Limit", str(q.limit)),
+            ("X-RateLimit-Remaining", str(q.remaining)),
+            ("X-RateLimit-Reset", str(q.reset_at)),
+        ]
+    if fmt == "none":
+        return []
+    raise ValueError(f"unknown header format {fmt!r}; expected one of {', '.join(HEADER_FORMATS)}")
+
+
+def retry_after(q: Quota) -> int:
+    """Seconds a refused client should wait: until the window ends."""
+    return q.reset

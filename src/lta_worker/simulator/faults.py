@@ -1,0 +1,183 @@
+"""Injected faults on the public reads: server errors, dropped connections, broken bodies, delays.
+
+A `FaultPlan` holds rules; each read draws at most one fault. A rule fires on the next N reads
+(`remaining`) or with a probability (`rate`) drawn from the plan's own seeded generator, so
+the same seed and the same sequence of reads give the same faults.
+
+A dropped connection cannot be expressed in ASGI except by failing after the response has
+started: `DropResponse` sends the status line and part of the body, then raises
+`SimulatedDrop`. Under uvicorn that closes the socket mid-body, so a client sees
+`httpx.RemoteProtocolError`; in-process, `SimulatorTransport` turns the exception into the
+same error.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Final, Literal, get_args
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+FaultKind = Literal["500", "502", "503", "drop", "broken_json", "latency", "stall"]
+FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
+STALL_SECONDS: Final = 3600.0
+DROP_DECLARED_LENGTH: Final = 2048
+
+
+class SimulatedDrop(Exception):
+    """Raised by `DropResponse` after a partial answer, to make the server drop the connection.
+
+    Attributes:
+        status: The status line already sent.
+        headers: The headers already sent.
+        partial: The part of the body already sent.
+    """
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], partial: bytes) -> None:
+        super().__init__("simulated dropped connection")
+        self.status = status
+        self.headers = headers
+        self.partial = partial
+
+
+@dataclass(slots=True)
+class FaultRule:
+    """One kind of fault and when it fires.
+
+    Attributes:
+        kind: What happens (see `FAULT_KINDS`).
+        rate: Probability per read (0..1), when `remaining` is None.
+        remaining: Fire on this many next reads, then the rule is gone.
+        delay: Seconds to wait for `latency` and `stall`.
+    """
+
+    kind: FaultKind
+    rate: float | None = None
+    remaining: int | None = None
+    delay: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The rule as JSON-ready data."""
+        return asdict(self)
+
+
+class FaultPlan:
+    """The active fault rules and their seeded random generator (not thread-safe on its own).
+
+    Args:
+        seed: Seed of the generator that decides rate-based faults; None seeds it from the OS.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self.rules: list[FaultRule] = []
+
+    def reseed(self, seed: int | None) -> None:
+        """Restart the generator from `seed` (same seed, same reads: same faults)."""
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def add(
+        self,
+        kind: str,
+        *,
+        rate: float | None = None,
+        count: int | None = None,
+        delay: float | None = None,
+    ) -> FaultRule:
+        """Add a rule: fire on the next `count` reads, or with probability `rate`.
+
+        Raises:
+            ValueError: Unknown kind, or not exactly one of a rate in 0..1 and a count >= 1.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+        if (rate is None) == (count is None):
+            raise ValueError("give exactly one of rate (0..1) and next (a count)")
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            raise ValueError("rate must be between 0 and 1")
+        if count is not None and count < 1:
+            raise ValueError("next must be at least 1")
+        if delay is not None and delay < 0:
+            raise ValueError("a delay cannot be negative")
+        default_delay = STALL_SECONDS if kind == "stall" else 0.0
+        rule = FaultRule(
+            kind=kind,
+            rate=rate,
+            remaining=count,
+            delay=default_delay if delay is None else delay,
+        )
+        self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        """Remove every rule (the generator keeps its position)."""
+        self.rules.clear()
+
+    def draw(self) -> FaultRule | None:
+        """Decide the fault of one read: the first rule that fires, or None."""
+        for rule in list(self.rules):
+            if rule.remaining is not None:
+                rule.remaining -= 1
+                if rule.remaining <= 0:
+                    self.rules.remove(rule)
+                return replace(rule)
+            if rule.rate is not None and self._rng.random() < rule.rate:
+                return replace(rule)
+        return None
+
+
+class DropResponse(Response):
+    """Starts a 200 answer, sends a fragment of the body, then drops the connection."""
+
+    def __init__(self, fragment: bytes = b'{"id": "chg_') -> None:
+        super().__init__(b"", status_code=200, media_type="application/json")
+        self.fragment = fragment
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the status line and a fragment, then raise `SimulatedDrop`."""
+        headers = [
+            ("content-type", "application/json"),
+            # Declares more than is sent, so a client notices the body is incomplete.
+            ("content-length", str(DROP_DECLARED_LENGTH)),
+        ]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.fragment, "more_body": True})
+        raise SimulatedDrop(200, headers, self.fragment)
+
+
+def error_response(kind: FaultKind, headers: list[tuple[str, str]]) -> Response:
+    """The answer of a 5xx fault: a JSON 500, an HTML 502 from a gateway, a plain-text 503."""
+    response: Response
+    if kind == "500":
+        response = Response(
+            b'{"message": "Internal Server Error"}', 500, media_type="application/json"
+        )
+    elif kind == "502":
+        html = b"<html><head><title>502 Bad Gateway</title></head><body>Bad Gateway</body></html>"
+        response = Response(html, 502, media_type="text/html")
+    elif kind == "503":
+        response = Response(b"Service Unavailable", 503, media_type="text/plain")
+    else:
+        raise ValueError(f"{kind!r} is not an error fault")
+    for name, value in headers:
+        response.headers.append(name, value)
+    return response
+
+
+def broken_json(body: bytes, headers: list[tuple[str, str]]) -> Response:
+    """A 200 whose JSON body is cut in half, so it cannot be parsed."""
+    cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
+    response = Response(cut, 200, media_type="application/json")
+    for name, value in headers:
+        response.headers.append(name, value)
+    return response

@@ -1,0 +1,178 @@
+"""Serving the simulator: the one-origin Starlette app, and uvicorn on a loopback port.
+
+One origin serves both services: the auth service under `/auth` (so `auth_url` is
+`http://HOST:PORT/auth`), the control API under `/_sim`, and the public API at the root
+(`base_url` is `http://HOST:PORT`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from types import TracebackType
+from typing import Final
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from lta_worker.simulator.api_routes import api_routes
+from lta_worker.simulator.auth_routes import auth_routes
+from lta_worker.simulator.control import control_routes
+from lta_worker.simulator.core import Simulator
+from lta_worker.simulator.faults import SimulatedDrop
+
+AUTH_PREFIX: Final = "/auth"
+CONTROL_PREFIX: Final = "/_sim"
+STARTUP_TIMEOUT: Final = 10.0
+
+
+def build_app(sim: Simulator) -> Starlette:
+    """The ASGI app of `sim`: auth service, control API and public API on one origin."""
+    app = Starlette(
+        routes=[
+            Mount(AUTH_PREFIX, routes=auth_routes(sim)),
+            Mount(CONTROL_PREFIX, routes=control_routes(sim)),
+            *api_routes(sim),
+        ]
+    )
+    app.state.simulator = sim
+    return app
+
+
+class _QuietDrops(logging.Filter):
+    """Hides uvicorn's traceback for a simulated drop: it is the intended behaviour."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, SimulatedDrop)
+
+
+def _quiet_drops() -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietDrops) for f in logger.filters):
+        logger.addFilter(_QuietDrops())
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that signals once it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start as uvicorn does, then tell the waiting thread."""
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+
+class RunningSimulator:
+    """A simulator served by uvicorn on a background thread; a context manager.
+
+    Attributes:
+        sim: The simulator (drive it directly: `running.sim.revoke(...)`).
+        host: The address it listens on.
+        port: The port it listens on.
+    """
+
+    def __init__(
+        self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket
+    ) -> None:
+        self.sim = sim
+        self._server = server
+        self._thread = thread
+        self._socket = sock
+        self.host, self.port = sock.getsockname()[:2]
+
+    @property
+    def base_url(self) -> str:
+        """The public API's address (`service.base_url`)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def auth_url(self) -> str:
+        """The auth service's address (`service.auth_url`)."""
+        return self.base_url + AUTH_PREFIX
+
+    @property
+    def control_url(self) -> str:
+        """The control API's address."""
+        return self.base_url + CONTROL_PREFIX
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and wait for the thread to end."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self._socket.close()
+
+    def wait(self) -> None:
+        """Block until the server stops (KeyboardInterrupt propagates to the caller)."""
+        while self._thread.is_alive():
+            self._thread.join(0.5)
+
+    def __enter__(self) -> RunningSimulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_in_thread(
+    sim: Simulator | None = None, host: str = "127.0.0.1", port: int = 0
+) -> RunningSimulator:
+    """Serve `sim` (a new default one if None) with uvicorn on a background thread.
+
+    Returns once the server listens. Port 0 picks a free port (see `RunningSimulator.port`).
+
+    Raises:
+        OSError: The address cannot be bound.
+        RuntimeError: The server did not start within 10 seconds.
+    """
+    sim = sim or Simulator()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    _quiet_drops()
+    config = uvicorn.Config(
+        build_app(sim),
+        log_config=None,  # leave the host process's logging alone
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        # A stall fault sleeps for an hour; do not let it hold the shutdown.
+        timeout_graceful_shutdown=1,
+    )
+    server = _Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="lta-simulator", daemon=True
+    )
+    thread.start()
+    if not server.ready.wait(STARTUP_TIMEOUT) or not thread.is_alive():
+        server.should_exit = True
+        thread.join(STARTUP_TIMEOUT)
+        sock.close()
+        raise RuntimeError("the simulator did not start listening")
+    return RunningSimulator(sim, server, thread, sock)
+
+
+def serve_forever(host: str = "127.0.0.1", port: int = 8765, sim: Simulator | None = None) -> None:
+    """Serve until interrupted (Ctrl-C), then stop cleanly."""
+    running = start_in_thread(sim, host, port)
+    try:
+        running.wait()
+    finally:
+        running.stop()

@@ -1,0 +1,217 @@
+"""The service's records: clients, users, authorization codes, user tokens, long term grants.
+
+Plain mutable data, no rules: `oauth` and `access` implement the spec's rules on a `World`,
+and `core.Simulator` guards it with a lock. Tokens and codes are kept only as SHA-256 hashes
+(the service "stores only a hash"), so no record or repr ever holds a usable credential.
+
+The scope names are spelled out here on purpose rather than imported from the worker's
+config: the stand-in is an independent reading of the spec, so a typo on one side shows up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal, get_args
+
+from lta_worker.simulator.budget import HeaderFormat, Window
+
+LATEST_CHANGE_SCOPE: Final = "cloud-sync.permanent.latest-change"
+STATS_SCOPE: Final = "cloud-sync.permanent.stats"
+HISTORY_SCOPE: Final = "cloud-sync.history"
+LONG_TERM_SCOPES: Final = (LATEST_CHANGE_SCOPE, STATS_SCOPE)
+LONG_TERM_FAMILY: Final = "cloud-sync.permanent."
+TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - a prefix, not a secret
+ANONYMOUS: Final = ""  # budget key of requests that prove no client
+LOG_LIMIT: Final = 10_000
+
+Endpoint = Literal["latest-change", "stats"]
+ENDPOINTS: Final[tuple[Endpoint, ...]] = get_args(Endpoint)
+ENDPOINT_SCOPES: Final[dict[Endpoint, str]] = {
+    "latest-change": LATEST_CHANGE_SCOPE,
+    "stats": STATS_SCOPE,
+}
+
+ErrorStyle = Literal["json", "code", "nested", "problem", "header"]
+ERROR_STYLES: Final[tuple[ErrorStyle, ...]] = get_args(ErrorStyle)
+AfterDelete = Literal["plain", "revoked"]
+AuthKind = Literal["none", "long_term", "regular", "basic", "post", "other"]
+
+DEMO_CLIENT_ID: Final = "demo-client"
+DEMO_CLIENT_SECRET: Final = "demo-client-secret-not-for-production"  # noqa: S105 - a demo value
+PLAIN_CLIENT_ID: Final = "plain-client"
+PLAIN_CLIENT_SECRET: Final = "plain-client-secret-not-for-production"  # noqa: S105 - a demo value
+DEFAULT_REDIRECT_URIS: Final = (
+    "http://127.0.0.1/lta/callback",
+    "http://localhost/lta/callback",
+    "https://app.example/lta/callback",
+)
+
+
+def digest(value: str) -> str:
+    """Return the hex SHA-256 of a token or code: the only form in which one is kept."""
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Compare two secrets in constant time."""
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """The knobs of one simulator; change them with `Simulator.configure`.
+
+    Attributes:
+        budget: Requests per client per window on the public API.
+        window: Window length in seconds (the real service counts per hour).
+        header_format: How RateLimit headers are rendered (see `budget.render`).
+        error_style: How an error code travels (see `responses`).
+        enroll_status: Success status of token creation; the spec does not show it.
+        after_delete: What a token dropped by the client answers later: a plain 401, or
+            401 PermanentAccessRevoked; the spec leaves it open.
+        auto_consent: Approve a consent with no queued user for `login_hint`, or a new
+            `demo-user-N` (handy for a human demo; tests queue consents instead).
+        code_ttl: Seconds an authorization code lives.
+        user_token_ttl: Seconds a regular user access token lives.
+        inactive_after_days: Cloud sync silent for more than this gives CloudSyncInactive.
+    """
+
+    budget: int = 120
+    window: int = 3600
+    header_format: HeaderFormat = "draft"
+    error_style: ErrorStyle = "json"
+    enroll_status: int = 201
+    after_delete: AfterDelete = "plain"
+    auto_consent: bool = False
+    code_ttl: int = 60
+    user_token_ttl: int = 3600
+    inactive_after_days: int = 90
+
+
+@dataclass(slots=True)
+class Client:
+    """A registered API client (application type `API / Server`, with a secret)."""
+
+    id: str
+    secret: str = field(repr=False)
+    redirect_uris: set[str] = field(default_factory=lambda: set(DEFAULT_REDIRECT_URIS))
+    long_term: bool = False
+    enabled_scopes: set[str] = field(default_factory=lambda: set(LONG_TERM_SCOPES))
+
+
+@dataclass(slots=True)
+class User:
+    """An account of the service, with its cloud sync and what the reads return.
+
+    `payloads` maps an endpoint to its JSON payload; `None` for latest-change means nothing
+    is recorded (404).
+    """
+
+    id: str
+    linked: bool = True
+    last_sync_at: datetime | None = None
+    payloads: dict[str, Any] = field(default_factory=dict)
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Consent:
+    """A consent decision waiting for the next `/oidc/auth` request."""
+
+    user: str
+    scopes: tuple[str, ...] | None = None
+    deny: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthCode:
+    """An issued authorization code (kept under its hash)."""
+
+    client: str
+    user: str
+    redirect_uri: str
+    scopes: tuple[str, ...]
+    challenge: str | None
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UserToken:
+    """A regular user access token (kept under its hash)."""
+
+    client: str
+    user: str
+    scopes: tuple[str, ...]
+    expires_at: datetime
+
+
+@dataclass(slots=True)
+class Grant:
+    """A long term access of one (user, client), kept under the hash of its token."""
+
+    user: str
+    client: str
+    scopes: tuple[str, ...]
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One request as the service saw it; never a credential, token, code or query string."""
+
+    method: str
+    path: str
+    auth: AuthKind
+    client: str | None
+    user: str | None
+    status: int | None
+    code: str | None
+    at: datetime
+    fault: str | None = None
+
+
+@dataclass(slots=True)
+class World:
+    """Everything the service knows; mutated only under `Simulator`'s lock."""
+
+    clients: dict[str, Client] = field(default_factory=dict)
+    users: dict[str, User] = field(default_factory=dict)
+    codes: dict[str, AuthCode] = field(default_factory=dict)
+    user_tokens: dict[str, UserToken] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
+    active: dict[tuple[str, str], str] = field(default_factory=dict)
+    consents: deque[Consent] = field(default_factory=deque)
+    budgets: dict[str, Window] = field(default_factory=dict)
+    # Bounded, so that a long-running demo does not grow without end.
+    log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
+    auto_users: int = 0
+
+    def revoke(self, token_hash: str) -> bool:
+        """Mark one grant revoked; True when it was active."""
+        grant = self.grants.get(token_hash)
+        if grant is None or grant.revoked:
+            return False
+        grant.revoked = True
+        if self.active.get((grant.user, grant.client)) == token_hash:
+            del self.active[(grant.user, grant.client)]
+        return True
+
+    def forget(self, token_hash: str) -> None:
+        """Drop a grant entirely: its token is unknown from now on (a plain 401)."""
+        grant = self.grants.pop(token_hash, None)
+        if grant is not None and self.active.get((grant.user, grant.client)) == token_hash:
+            del self.active[(grant.user, grant.client)]
+
+
+def default_clients() -> list[Client]:
+    """The two preconfigured clients: `demo-client` (mode open) and `plain-client` (not)."""
+    return [
+        Client(id=DEMO_CLIENT_ID, secret=DEMO_CLIENT_SECRET, long_term=True),
+        Client(id=PLAIN_CLIENT_ID, secret=PLAIN_CLIENT_SECRET, long_term=False),
+    ]
