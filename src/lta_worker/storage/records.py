@@ -144,3 +144,54 @@ class PurgeCounts:
     users: int = 0
     snapshots: int = 0
     history: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One past content of a (user, endpoint): appended only when the content changed."""
+
+    endpoint: Endpoint
+    status: ResultStatus
+    payload: Any
+    content_hash: str
+    fetched_at: datetime
+
+
+InstanceKind = Literal["run", "serve"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    """One registered lta-worker process (several share a PostgreSQL database)."""
+
+    instance: str
+    host: str
+    pid: int
+    kind: InstanceKind
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetReservation:
+    """The client budget after `reserve_permits`: how many were granted, and what is left.
+
+    `remaining` and `reset_at` are what the service last reported; `reserved` counts the
+    permits handed out (by every instance) since that observation, this grant included.
+    """
+
+    granted: int
+    remaining: int | None
+    reserved: int
+    reset_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RotationReport:
+    """What `keys rotate` did: secrets re-encrypted, already under the newest key, failed."""
+
+    key_id: str
+    rotated: int = 0
+    already_current: int = 0
+    failed: int = 0

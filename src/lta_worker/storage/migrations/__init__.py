@@ -1,0 +1,1 @@
+"""Alembic migrations of the lta-worker schema, run programmatically by `storage.migrate`."""

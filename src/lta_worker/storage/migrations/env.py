@@ -1,0 +1,33 @@
+"""Alembic environment: migrate the `Database` that `storage.migrate` passes in.
+
+The whole upgrade runs in one write transaction (BEGIN IMMEDIATE on SQLite; an advisory
+lock on PostgreSQL), so concurrent starts serialize and the second finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+
+from lta_worker.storage.migrate import pg_upgrade_lock
+from lta_worker.storage.models import Base
+
+
+def run_migrations_online() -> None:
+    """Run the pending migrations inside one write transaction of the given database."""
+    db = context.config.attributes["database"]
+    with db.write() as conn:
+        if db.dialect == "postgresql":
+            pg_upgrade_lock(conn)
+        context.configure(
+            connection=conn,
+            target_metadata=Base.metadata,
+            render_as_batch=db.dialect == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    raise RuntimeError("lta-worker migrations run online only (`lta-worker db upgrade`)")
+run_migrations_online()

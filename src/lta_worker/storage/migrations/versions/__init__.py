@@ -1,0 +1,1 @@
+"""Migration revisions; `migrate.REVISIONS` lists their ids in order."""
