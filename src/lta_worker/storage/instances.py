@@ -1,0 +1,231 @@
+"""Instances (several processes sharing one database), pass summaries and the client budget."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Executable, Row, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from lta_worker.storage.db import Database
+from lta_worker.storage.models import ClientBudget, Instance, Pass, User
+from lta_worker.storage.records import (
+    BudgetReservation,
+    BudgetSeen,
+    InstanceKind,
+    InstanceRow,
+    PassRecord,
+)
+
+PASSES_KEPT = 1000
+"""How many pass summaries are kept; older ones are deleted as new ones are recorded."""
+
+AllowedFn = Callable[[BudgetSeen, int], int]
+"""Given the last observation and the permits reserved since, how many may be handed out."""
+
+
+def _upsert(
+    db: Database,
+    model: type[Instance] | type[ClientBudget],
+    values: dict[str, Any],
+    set_: dict[str, Any],
+    where: ColumnElement[bool] | None = None,
+) -> Executable:
+    key = ["instance_id"] if model is Instance else ["client_id"]
+    if db.dialect == "postgresql":
+        pg = postgresql.insert(model).values(values)
+        return pg.on_conflict_do_update(index_elements=key, set_=set_, where=where)
+    lite = sqlite.insert(model).values(values)
+    return lite.on_conflict_do_update(index_elements=key, set_=set_, where=where)
+
+
+def register_instance(
+    db: Database,
+    instance: str,
+    kind: InstanceKind,
+    now: datetime,
+    *,
+    host: str | None = None,
+    pid: int | None = None,
+) -> None:
+    """Record (or refresh) this process as a live instance."""
+    values = {
+        "host": host if host is not None else socket.gethostname(),
+        "pid": pid if pid is not None else os.getpid(),
+        "kind": kind,
+        "started_at": now,
+        "heartbeat_at": now,
+    }
+    stmt = _upsert(db, Instance, {"instance_id": instance, **values}, values)
+    with db.write() as conn:
+        conn.execute(stmt)
+
+
+def heartbeat(db: Database, instance: str, now: datetime) -> bool:
+    """Mark the instance alive at `now`; False when it is not registered (re-register it)."""
+    with db.write() as conn:
+        stmt = update(Instance).where(Instance.instance_id == instance)
+        return conn.execute(stmt.values(heartbeat_at=now)).rowcount == 1
+
+
+def live_instances(db: Database, now: datetime, ttl: timedelta) -> list[InstanceRow]:
+    """Instances whose last heartbeat is within `ttl` of `now`, oldest start first."""
+    with db.read() as conn:
+        rows = conn.execute(
+            select(Instance)
+            .where(Instance.heartbeat_at >= now - ttl)
+            .order_by(Instance.started_at, Instance.instance_id)
+        ).all()
+    return [
+        InstanceRow(
+            instance=r.instance_id,
+            host=r.host,
+            pid=r.pid,
+            kind=cast(InstanceKind, r.kind),
+            started_at=r.started_at,
+            heartbeat_at=r.heartbeat_at,
+        )
+        for r in rows
+    ]
+
+
+def unregister(db: Database, instance: str) -> None:
+    """Forget the instance and drop the leases it holds (owner = instance id)."""
+    with db.write() as conn:
+        conn.execute(delete(Instance).where(Instance.instance_id == instance))
+        conn.execute(
+            update(User)
+            .where(User.lease_owner == instance)
+            .values(lease_owner=None, lease_expires_at=None)
+        )
+
+
+def prune_instances(db: Database, now: datetime, ttl: timedelta) -> int:
+    """Delete instances silent for longer than `ttl`; return how many."""
+    with db.write() as conn:
+        return conn.execute(delete(Instance).where(Instance.heartbeat_at < now - ttl)).rowcount
+
+
+def record_pass(db: Database, record: PassRecord) -> None:
+    """Store a pass summary; keep the newest `PASSES_KEPT`."""
+    with db.write() as conn:
+        new_id = conn.execute(
+            insert(Pass)
+            .values(
+                instance=record.instance,
+                started_at=record.started_at,
+                finished_at=record.finished_at,
+                stopped=record.stopped,
+                exit_code=record.exit_code,
+                reads=record.reads,
+                throttled=record.throttled,
+                counts=dict(record.counts),
+            )
+            .returning(Pass.id)
+        ).scalar_one()
+        conn.execute(delete(Pass).where(Pass.id <= new_id - PASSES_KEPT))
+
+
+def last_pass(db: Database) -> PassRecord | None:
+    """The summary of the pass that finished last, or None."""
+    with db.read() as conn:
+        row = conn.execute(
+            select(Pass).order_by(Pass.finished_at.desc(), Pass.id.desc()).limit(1)
+        ).first()
+    if row is None:
+        return None
+    return PassRecord(
+        instance=row.instance,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        stopped=row.stopped,
+        exit_code=row.exit_code,
+        reads=row.reads,
+        throttled=row.throttled,
+        counts={str(k): int(v) for k, v in (row.counts or {}).items()},
+    )
+
+
+def record_budget(db: Database, client_id: str, seen: BudgetSeen) -> None:
+    """Store what the service reported about the budget; `reserved` restarts at 0.
+
+    An observation older than the stored one (another instance saw a newer answer) is
+    ignored.
+    """
+    values = {
+        "limit": seen.limit,
+        "remaining": seen.remaining,
+        "reset_at": seen.reset_at,
+        "window_seconds": seen.window_seconds,
+        "observed_at": seen.observed_at,
+        "reserved": 0,
+    }
+    stmt = _upsert(
+        db,
+        ClientBudget,
+        {"client_id": client_id, **values},
+        values,
+        where=ClientBudget.observed_at <= seen.observed_at,
+    )
+    with db.write() as conn:
+        conn.execute(stmt)
+
+
+def _seen(row: Row[Any]) -> BudgetSeen:
+    return BudgetSeen(
+        limit=row.limit,
+        remaining=row.remaining,
+        reset_at=row.reset_at,
+        window_seconds=row.window_seconds,
+        observed_at=row.observed_at,
+    )
+
+
+def budget_seen(db: Database, client_id: str) -> BudgetSeen | None:
+    """What the service last reported about `client_id`'s budget, or None."""
+    with db.read() as conn:
+        row = conn.execute(select(ClientBudget).where(ClientBudget.client_id == client_id)).first()
+    return _seen(row) if row is not None else None
+
+
+def reserve_permits(
+    db: Database, client_id: str, want: int, allowed_fn: AllowedFn | None = None
+) -> BudgetReservation | None:
+    """Hand out up to `want` permits against the last observation, atomically.
+
+    The row is locked (FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on SQLite), `allowed_fn`
+    (default: everything asked) says how many may go given the observation and the permits
+    already reserved, and `reserved` grows by the grant. None when nothing was observed yet.
+    """
+    query = select(ClientBudget).where(ClientBudget.client_id == client_id)
+    if db.dialect == "postgresql":
+        query = query.with_for_update()
+    with db.write() as conn:
+        row = conn.execute(query).first()
+        if row is None:
+            return None
+        granted = max(0, want)
+        if allowed_fn is not None:
+            granted = max(0, min(granted, allowed_fn(_seen(row), row.reserved)))
+        reserved = row.reserved + granted
+        if granted:
+            conn.execute(
+                update(ClientBudget)
+                .where(ClientBudget.client_id == client_id)
+                .values(reserved=ClientBudget.reserved + granted)
+            )
+    return BudgetReservation(
+        granted=granted, remaining=row.remaining, reserved=reserved, reset_at=row.reset_at
+    )
+
+
+def count_instances(db: Database, now: datetime, ttl: timedelta) -> int:
+    """How many instances are live (heartbeat within `ttl`)."""
+    with db.read() as conn:
+        return conn.execute(
+            select(func.count()).where(Instance.heartbeat_at >= now - ttl)
+        ).scalar_one()

@@ -1,0 +1,336 @@
+"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from lta_worker.errors import UnknownUserError
+from lta_worker.storage import results
+from lta_worker.storage.db import Database
+from lta_worker.storage.models import User, UtcDateTime
+from lta_worker.storage.records import (
+    TOKENLESS_STATES,
+    USER_STATES,
+    EncryptedToken,
+    UserRow,
+    UserState,
+    UserUpdate,
+)
+
+USER_COLUMNS = (
+    User.id,
+    User.user,
+    User.state,
+    User.token_ciphertext,
+    User.token_key_id,
+    User.scopes,
+    User.denied,
+    User.enrolled_at,
+    User.last_polled_at,
+    User.next_due_at,
+    User.consecutive_failures,
+    User.last_outcome,
+    User.last_code,
+)
+
+
+def _denied_out(raw: Mapping[str, Any] | None) -> dict[str, datetime]:
+    out: dict[str, datetime] = {}
+    for endpoint, value in (raw or {}).items():
+        stamp = datetime.fromisoformat(str(value))
+        out[endpoint] = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return out
+
+
+def _denied_in(denied: Mapping[str, datetime]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for endpoint, when in denied.items():
+        if when.tzinfo is None:
+            raise ValueError("storage takes timezone-aware datetimes only (use UTC)")
+        out[endpoint] = when.astimezone(UTC).isoformat()
+    return out
+
+
+def to_user_row(row: Row[Any]) -> UserRow:
+    """Turn a row of `USER_COLUMNS` into a UserRow."""
+    token = (
+        EncryptedToken(ciphertext=bytes(row.token_ciphertext), key_id=row.token_key_id)
+        if row.token_ciphertext is not None
+        else None
+    )
+    return UserRow(
+        id=row.id,
+        user=row.user,
+        state=cast(UserState, row.state),
+        token=token,
+        scopes=tuple(row.scopes or ()),
+        denied=_denied_out(row.denied),
+        enrolled_at=row.enrolled_at,
+        last_polled_at=row.last_polled_at,
+        next_due_at=row.next_due_at,
+        consecutive_failures=row.consecutive_failures,
+        last_outcome=row.last_outcome,
+        last_code=row.last_code,
+    )
+
+
+def user_id_of(conn: Connection, user: str) -> int | None:
+    """The row id of the client's user id `user`, or None."""
+    return conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
+
+
+def get_user(db: Database, user: str) -> UserRow | None:
+    """The user with the client's user id `user`, or None."""
+    with db.read() as conn:
+        row = conn.execute(select(*USER_COLUMNS).where(User.user == user)).first()
+    return to_user_row(row) if row is not None else None
+
+
+def list_users(db: Database, batch: int = 500) -> Iterator[UserRow]:
+    """Every user in id order, read in keyset batches (one short transaction per batch)."""
+    after = 0
+    while True:
+        with db.read() as conn:
+            rows = conn.execute(
+                select(*USER_COLUMNS).where(User.id > after).order_by(User.id).limit(batch)
+            ).all()
+        if not rows:
+            return
+        for row in rows:
+            yield to_user_row(row)
+        after = rows[-1].id
+
+
+def count_by_state(db: Database) -> dict[str, int]:
+    """Users per state; every state is present (0 when none)."""
+    counts: dict[str, int] = dict.fromkeys(USER_STATES, 0)
+    with db.read() as conn:
+        for state, count in conn.execute(select(User.state, func.count()).group_by(User.state)):
+            counts[state] = count
+    return counts
+
+
+def _due(due_before: datetime) -> ColumnElement[bool]:
+    return and_(
+        User.token_ciphertext.is_not(None),
+        User.next_due_at.is_not(None),
+        User.next_due_at <= due_before,
+    )
+
+
+def count_due(db: Database, now: datetime) -> int:
+    """Users holding a token whose `next_due_at` is at or before `now` (leased or not)."""
+    with db.read() as conn:
+        return conn.execute(select(func.count()).where(_due(now))).scalar_one()
+
+
+def claim_due(
+    db: Database,
+    *,
+    now: datetime,
+    due_before: datetime,
+    limit: int,
+    owner: str,
+    lease_until: datetime,
+) -> list[UserRow]:
+    """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
+
+    A user is claimable when it holds a token, `next_due_at <= due_before`, and no live
+    lease covers it (`lease_expires_at` NULL or before `now`). On PostgreSQL the candidate
+    rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint
+    sets; on SQLite the write transaction (BEGIN IMMEDIATE) serializes claims.
+    """
+    if limit <= 0:
+        return []
+    candidates = (
+        select(User.id)
+        .where(
+            _due(due_before),
+            or_(User.lease_expires_at.is_(None), User.lease_expires_at < now),
+        )
+        .order_by(User.next_due_at, User.id)
+        .limit(limit)
+    )
+    if db.dialect == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    stmt = (
+        update(User)
+        .where(User.id.in_(candidates))
+        .values(lease_owner=owner, lease_expires_at=lease_until)
+        .returning(*USER_COLUMNS)
+    )
+    with db.write() as conn:
+        rows = [to_user_row(r) for r in conn.execute(stmt)]
+    rows.sort(key=lambda u: (u.next_due_at or now, u.id))
+    return rows
+
+
+def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
+    """Extend every lease `owner` holds to `lease_until`; return how many."""
+    with db.write() as conn:
+        result = conn.execute(
+            update(User).where(User.lease_owner == owner).values(lease_expires_at=lease_until)
+        )
+    return result.rowcount
+
+
+def release(db: Database, owner: str, user_ids: Iterable[int] | None = None) -> int:
+    """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
+    stmt = update(User).where(User.lease_owner == owner)
+    if user_ids is not None:
+        ids = list(user_ids)
+        if not ids:
+            return 0
+        stmt = stmt.where(User.id.in_(ids))
+    with db.write() as conn:
+        result = conn.execute(stmt.values(lease_owner=None, lease_expires_at=None))
+    return result.rowcount
+
+
+def _stamp(value: datetime) -> ColumnElement[datetime]:
+    return literal(value, UtcDateTime())
+
+
+def apply(
+    db: Database,
+    updates: Sequence[UserUpdate],
+    owner: str | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Write the outcome of users' turns in one transaction; return how many were applied.
+
+    Per update: the user's columns; the token deleted (ciphertext and key id NULL) when
+    `delete_token` is set or the new state is revoked/dropped, with `revoked_at`/`dropped_at`
+    stamped once; the snapshots (history appended when the content changed). With `owner`,
+    the lease is released, and an update for a user leased by another owner is skipped.
+    Replaying the same updates writes nothing new.
+    """
+    applied = 0
+    with db.write() as conn:
+        for upd in updates:
+            values: dict[str, Any] = {
+                "state": upd.state,
+                "next_due_at": upd.next_due_at,
+                "consecutive_failures": upd.consecutive_failures,
+                "last_outcome": upd.last_outcome,
+                "last_code": upd.last_code,
+                "denied": _denied_in(upd.denied),
+            }
+            if upd.last_polled_at is not None:
+                values["last_polled_at"] = upd.last_polled_at
+            if upd.delete_token or upd.state in TOKENLESS_STATES:
+                stamp = _stamp(now or upd.last_polled_at or datetime.now(UTC))
+                values["token_ciphertext"] = None
+                values["token_key_id"] = None
+                if upd.state == "revoked":
+                    values["revoked_at"] = func.coalesce(User.revoked_at, stamp)
+                elif upd.state == "dropped":
+                    values["dropped_at"] = func.coalesce(User.dropped_at, stamp)
+            where = User.id == upd.user_id
+            if owner is not None:
+                values["lease_owner"] = None
+                values["lease_expires_at"] = None
+                where = and_(where, or_(User.lease_owner.is_(None), User.lease_owner == owner))
+            if conn.execute(update(User).where(where).values(values)).rowcount == 0:
+                continue
+            applied += 1
+            for snapshot in upd.snapshots:
+                results.write_snapshot(conn, db.dialect, upd.user_id, snapshot)
+    return applied
+
+
+def store_token(
+    db: Database,
+    user: str,
+    token: EncryptedToken,
+    *,
+    scopes: Sequence[str],
+    now: datetime,
+    next_due_at: datetime,
+) -> bool:
+    """Insert the user or give it a new token, in one transaction; True when it rotated one.
+
+    The user becomes active with the granted scopes, no failures, no denied endpoint, no
+    lease, and is due at `next_due_at`.
+    """
+    values: dict[str, Any] = {
+        "state": "active",
+        "token_ciphertext": token.ciphertext,
+        "token_key_id": token.key_id,
+        "scopes": list(dict.fromkeys(scopes)),
+        "denied": {},
+        "enrolled_at": now,
+        "next_due_at": next_due_at,
+        "consecutive_failures": 0,
+        "last_outcome": None,
+        "last_code": None,
+        "revoked_at": None,
+        "dropped_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+    insert = postgresql.insert if db.dialect == "postgresql" else sqlite.insert
+    with db.write() as conn:
+        inserted = conn.execute(
+            insert(User)
+            .values(user=user, **values)
+            .on_conflict_do_nothing(index_elements=[User.user])
+        ).rowcount
+        if inserted:
+            return False
+        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        if db.dialect == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).one()
+        conn.execute(update(User).where(User.id == current.id).values(values))
+    return current.token_ciphertext is not None
+
+
+def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bool:
+    """Delete the user's token and set `state` (revoked or dropped) in one transaction.
+
+    Returns True when a token was there. Raises UnknownUserError for an unknown user.
+    """
+    if state not in TOKENLESS_STATES:
+        raise ValueError("delete_token sets state 'revoked' or 'dropped'")
+    stamp_column = User.revoked_at if state == "revoked" else User.dropped_at
+    with db.write() as conn:
+        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        if db.dialect == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).first()
+        if current is None:
+            raise UnknownUserError(user)
+        conn.execute(
+            update(User)
+            .where(User.id == current.id)
+            .values(
+                {
+                    "state": state,
+                    "token_ciphertext": None,
+                    "token_key_id": None,
+                    "next_due_at": None,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    stamp_column.key: func.coalesce(stamp_column, _stamp(now))
+                    if current.token_ciphertext is None
+                    else _stamp(now),
+                }
+            )
+        )
+    return current.token_ciphertext is not None
