@@ -268,6 +268,24 @@ async def test_create_token_accepts_any_2xx(status: int) -> None:
     [
         (lambda: httpx.Response(401, json={"error": "invalid_token"}), "invalid_token"),
         (lambda: httpx.Response(403, json={"code": "MissingScope"}), "MissingScope"),
+        (lambda: httpx.Response(401, json={"message": "Unauthorized"}), None),
+        (
+            lambda: httpx.Response(403, json={"errors": [{"code": "insufficient_scope"}]}),
+            "insufficient_scope",
+        ),
+        (
+            lambda: httpx.Response(
+                403,
+                json={"type": "https://api.example/problems/invalid_scope", "title": "x"},
+            ),
+            "invalid_scope",
+        ),
+        (
+            lambda: httpx.Response(
+                401, headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'}
+            ),
+            "invalid_token",
+        ),
         (lambda: httpx.Response(500, text="boom"), None),
         (lambda: httpx.Response(200, json={"token": "not-a-dspa", "scopes": []}), None),
         (lambda: httpx.Response(200, json={"token": TOKEN.reveal()}), None),

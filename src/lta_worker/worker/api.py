@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -35,6 +36,7 @@ READ_PATHS: Final[Mapping[Endpoint, str]] = {
 }
 TOKENS_PATH: Final = "/api/long-term-access/tokens"
 _MAX_CODE_LEN: Final = 80
+_WWW_ERROR: Final = re.compile(r'error="([^"]*)"')
 _RESTART: Final = "start again with `lta-worker enroll url --user ID`"
 
 
@@ -107,22 +109,41 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _service_code(body: bytes) -> str | None:
-    """The service's error code from an error body, when it gave a short plain one."""
-    data = _json_object(body)
-    if data is None:
-        return None
+def _plain_code(value: object) -> str | None:
+    if (
+        isinstance(value, str)
+        and 0 < len(value) <= _MAX_CODE_LEN
+        and value.replace("_", "").replace("-", "").replace(".", "").isalnum()
+        and not value.startswith(TOKEN_PREFIX)
+    ):
+        return value
+    return None
+
+
+def _service_code(answer: Answer) -> str | None:
+    """The service's error code, wherever a service may put it (the spec shows no format).
+
+    Looks at `error`/`code` (also nested as `error.code` or `errors[0].code`), an RFC 7807
+    problem `type` URI's last segment, then `WWW-Authenticate: Bearer error="..."`.
+    """
+    data = _json_object(answer.body) or {}
+    candidates: list[object] = []
     for key in ("error", "code", "error_code", "errorCode"):
         value = data.get(key)
-        if isinstance(value, dict):
-            value = value.get("code")
-        if (
-            isinstance(value, str)
-            and 0 < len(value) <= _MAX_CODE_LEN
-            and value.replace("_", "").replace("-", "").replace(".", "").isalnum()
-            and not value.startswith(TOKEN_PREFIX)
-        ):
-            return value
+        candidates.append(value.get("code") if isinstance(value, dict) else value)
+    errors = data.get("errors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        candidates.append(errors[0].get("code"))
+    problem = data.get("type")
+    if isinstance(problem, str) and problem != "about:blank" and "/" in problem:
+        candidates.append(problem.rstrip("/").rsplit("/", 1)[-1])
+    challenge = _WWW_ERROR.search(answer.headers.get("www-authenticate", ""))
+    if challenge:
+        candidates.append(challenge.group(1))
+    for value in candidates:
+        code = _plain_code(value)
+        if code:
+            return code
     return None
 
 
@@ -197,7 +218,7 @@ class ApiClient:
         if not 200 <= answer.status < 300:
             raise EnrollmentError(
                 f"the service refused to create the long term token (HTTP {answer.status})",
-                code=_service_code(answer.body),
+                code=_service_code(answer),
                 hint=_create_hint(answer.status),
             )
         data = _json_object(answer.body) or {}
@@ -274,7 +295,7 @@ class ApiClient:
             if isinstance(data.get(key), str):
                 register_secret(data[key])
         if not 200 <= answer.status < 300:
-            error = _service_code(answer.body)
+            error = _service_code(answer)
             raise EnrollmentError(
                 f"the token endpoint refused the authorization code (HTTP {answer.status})",
                 code=error,
