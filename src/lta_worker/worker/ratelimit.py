@@ -1,0 +1,285 @@
+"""Parse a response's rate limit fields into one plain record (pure, sans-IO).
+
+Formats understood, first match wins:
+
+- IETF draft 08 and later: `RateLimit: "p";r=R;t=T` with `RateLimit-Policy: "p";q=Q;w=W`
+  (Structured Field Lists). Several policies in one field: the most restrictive item (lowest
+  remaining, then the latest reset) wins and is matched to its policy by name.
+- Drafts up to 07: one dictionary, `RateLimit: limit=L, remaining=R, reset=T`, optionally
+  with `RateLimit-Policy: L;w=W`.
+- The older triple `RateLimit-Limit` / `-Remaining` / `-Reset` (`RateLimit-Limit` may carry
+  quota policies: `100, 100;w=3600`).
+- `X-RateLimit-Limit` / `-Remaining` / `-Reset`, where the reset is delta seconds or an epoch.
+- `Retry-After`, in seconds or as an HTTP-date, read alongside any of the above.
+
+A malformed field is ignored, never an exception: the server's headers are untrusted input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+from http_sfv.dictionary import Dictionary
+from http_sfv.list import List as SFList
+
+# A reset above this is a Unix time, not a delay (1e9 s is 31 years; 2001-09-09 as a date).
+# Only this threshold is used: comparing with `now` would turn every delay into an epoch
+# for a clock near 1970, and any real clock is past 1e9 anyway.
+EPOCH_THRESHOLD: Final = 1e9
+# Above this it is a Unix time in milliseconds.
+EPOCH_MS_THRESHOLD: Final = 1e12
+_NUMBER = re.compile(r"\s*(\d{1,15})(?:\.(\d{1,9}))?\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitInfo:
+    """What one response said about the client's budget.
+
+    Attributes:
+        limit: Requests allowed per window, when reported.
+        remaining: Requests left in the current window, when reported.
+        reset_after: Seconds until the window resets (relative to the `now` given).
+        window: The window's length in seconds, when a policy reports it.
+        retry_after: Seconds to wait from `Retry-After` (takes precedence for waiting).
+        source: Which format it was read from: `draft-08`, `draft-07`, `triple`,
+            `x-ratelimit`, or `retry-after` when only that was present.
+    """
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset_after: float | None = None
+    window: float | None = None
+    retry_after: float | None = None
+    source: str = "none"
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds to wait before the next request after a refusal: Retry-After, else reset."""
+        return self.retry_after if self.retry_after is not None else self.reset_after
+
+
+def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
+    """Read the rate limit fields of a response.
+
+    Args:
+        headers: The response headers; names are matched case-insensitively.
+        now: When the response was produced (preferably its `Date`, see `response_time`);
+            needed to turn an epoch reset or an HTTP-date `Retry-After` into seconds. With
+            None those two are ignored.
+
+    Returns:
+        The figures found, or None when no rate limit field was usable.
+    """
+    fields = _normalise(headers)
+    now_ts = None if now is None else _aware(now).timestamp()
+    retry_after = _retry_after(fields.get("retry-after"), now)
+    for reader in (_draft08, _draft07, _triple, _x_ratelimit):
+        found = reader(fields, now_ts)
+        if found is not None:
+            limit, remaining, reset, window, source = found
+            return RateLimitInfo(limit, remaining, reset, window, retry_after, source)
+    if retry_after is not None:
+        return RateLimitInfo(retry_after=retry_after, source="retry-after")
+    return None
+
+
+def response_time(headers: Mapping[str, str]) -> datetime | None:
+    """The response's own `Date` (the server's clock), or None when absent or malformed.
+
+    Epoch resets and HTTP-date `Retry-After` values are best measured against the server's
+    clock, which makes them immune to skew between the two machines.
+    """
+    return _http_date(_normalise(headers).get("date"))
+
+
+# -- the formats -------------------------------------------------------------------------
+
+_Found = tuple[int | None, int | None, float | None, float | None, str]
+
+
+def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
+    items = _sf_list(fields.get("ratelimit"))
+    if not items:
+        return None
+    found = [
+        (remaining, _seconds(params.get("t")), name)
+        for name, params in items
+        if (remaining := _count(params.get("r"))) is not None
+    ]
+    if not found:
+        return None
+    # The most restrictive policy: fewest requests left, then the latest reset.
+    remaining, reset_raw, name = min(found, key=lambda f: (f[0], -(f[1] or 0.0)))
+    reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
+    policies = _sf_list(fields.get("ratelimit-policy")) or []
+    named = [p for n, p in policies if n is not None and n == name]
+    policy = named[0] if named else (policies[0][1] if len(policies) == 1 else {})
+    limit = _count(policy.get("q"))
+    window = _seconds(policy.get("w"))
+    return limit, remaining, reset, window, "draft-08"
+
+
+def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
+    raw = fields.get("ratelimit")
+    if raw is None:
+        return None
+    try:
+        parsed = Dictionary()
+        parsed.parse(raw.encode("ascii"))
+    except Exception:
+        return None
+    values = {key: getattr(member, "value", None) for key, member in parsed.items()}
+    limit = _count(values.get("limit"))
+    remaining = _count(values.get("remaining"))
+    reset_raw = _seconds(values.get("reset"))
+    reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
+    if limit is None and remaining is None and reset is None:
+        return None
+    window = _policy_window(fields.get("ratelimit-policy"), limit)
+    return limit, remaining, reset, window, "draft-07"
+
+
+def _triple(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
+    return _separate(fields, "ratelimit-", now_ts, "triple")
+
+
+def _x_ratelimit(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
+    return _separate(fields, "x-ratelimit-", now_ts, "x-ratelimit")
+
+
+def _separate(
+    fields: Mapping[str, str], prefix: str, now_ts: float | None, source: str
+) -> _Found | None:
+    limit, window = _limit_field(fields.get(prefix + "limit"))
+    remaining = _count(_first_number(fields.get(prefix + "remaining")))
+    reset_raw = _seconds(_first_number(fields.get(prefix + "reset")))
+    reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
+    if reset is None:  # some services send a delay here instead (e.g. Discord)
+        reset = _seconds(_first_number(fields.get(prefix + "reset-after")))
+    if limit is None and remaining is None and reset is None:
+        return None
+    if window is None:
+        window = _policy_window(fields.get(prefix + "policy"), limit)
+    return limit, remaining, reset, window, source
+
+
+def _limit_field(raw: str | None) -> tuple[int | None, float | None]:
+    """`100` or `100, 100;w=3600, 1000;w=86400`: the limit, and the window of its policy."""
+    items = _sf_list(raw)
+    if not items:
+        return _count(_first_number(raw)), None
+    limit = _count(items[0][0])
+    return limit, _window_for(items[1:] or items, limit)
+
+
+def _policy_window(raw: str | None, limit: int | None) -> float | None:
+    return _window_for(_sf_list(raw) or [], limit)
+
+
+def _window_for(items: list[tuple[object, dict[str, object]]], limit: int | None) -> float | None:
+    """The `w` of the policy whose quota equals the limit, else of the first with a `w`."""
+    windows = [(value, _seconds(params.get("w"))) for value, params in items]
+    matching = [w for value, w in windows if w is not None and _count(value) == limit]
+    anywhere = [w for _, w in windows if w is not None]
+    return next(iter(matching or anywhere), None)
+
+
+def _retry_after(raw: str | None, now: datetime | None) -> float | None:
+    if raw is None:
+        return None
+    seconds = _seconds(_first_number(raw)) if _NUMBER.fullmatch(raw) else None
+    if seconds is not None:
+        return seconds
+    when = _http_date(raw)
+    if when is None or now is None:
+        return None
+    return max(0.0, (when - _aware(now)).total_seconds())
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+def _normalise(headers: Mapping[str, str]) -> dict[str, str]:
+    """Lower-case names; repeated fields joined with commas (RFC 9110 5.3)."""
+    out: dict[str, str] = {}
+    try:
+        items = list(headers.items())
+    except Exception:
+        return out
+    for name, value in items:
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        key = name.strip().lower()
+        out[key] = f"{out[key]}, {value}" if key in out else value
+    return out
+
+
+def _sf_list(raw: str | None) -> list[tuple[object, dict[str, object]]] | None:
+    """Members of a Structured Field List as (value, params); None when malformed."""
+    if raw is None:
+        return None
+    try:
+        parsed = SFList()
+        parsed.parse(raw.encode("ascii"))
+        return [(getattr(m, "value", None), dict(m.params)) for m in parsed]
+    except Exception:
+        return None
+
+
+def _first_number(raw: str | None) -> object:
+    """A plain number, or the first member of a list like `100, 100;w=60`."""
+    if raw is None:
+        return None
+    match = _NUMBER.fullmatch(raw)
+    if match:
+        return float(match.group(0)) if match.group(2) else int(match.group(1))
+    items = _sf_list(raw)
+    return items[0][0] if items else None
+
+
+def _number(value: object) -> float | None:
+    """A finite, non-negative number from an SF value; anything else is None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _count(value: object) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def _seconds(value: object) -> float | None:
+    return _number(value)
+
+
+def _reset_seconds(value: float, now_ts: float | None) -> float | None:
+    """Seconds until the reset: `value` itself, or an epoch (seconds or ms) converted."""
+    if value >= EPOCH_MS_THRESHOLD:
+        value /= 1000.0
+    if value < EPOCH_THRESHOLD:
+        return value
+    if now_ts is None:
+        return None
+    return max(0.0, value - now_ts)
+
+
+def _http_date(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        return _aware(parsedate_to_datetime(raw))
+    except Exception:
+        return None
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

@@ -1,0 +1,269 @@
+"""The RateLimit parser: every header format, malformed input, and round trips."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.worker.ratelimit import RateLimitInfo, parse_ratelimit, response_time
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+EPOCH = int(NOW.timestamp())
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        pytest.param(
+            {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=100;w=3600'},
+            RateLimitInfo(100, 50, 30.0, 3600.0, None, "draft-08"),
+            id="draft-08",
+        ),
+        pytest.param(
+            {"RateLimit": "default;r=50;t=30", "RateLimit-Policy": "default;q=100;w=60"},
+            RateLimitInfo(100, 50, 30.0, 60.0, None, "draft-08"),
+            id="draft-08-token-names",
+        ),
+        pytest.param(
+            {
+                "RateLimit": '"hour";r=50;t=1800, "day";r=7;t=40000',
+                "RateLimit-Policy": '"day";q=1000;w=86400, "hour";q=100;w=3600',
+            },
+            RateLimitInfo(1000, 7, 40000.0, 86400.0, None, "draft-08"),
+            id="draft-08-most-restrictive-by-name",
+        ),
+        pytest.param(
+            {"RateLimit": '"p";r=5;t=10'},
+            RateLimitInfo(None, 5, 10.0, None, None, "draft-08"),
+            id="draft-08-without-policy",
+        ),
+        pytest.param(
+            {"ratelimit": "limit=100, remaining=50, reset=30"},
+            RateLimitInfo(100, 50, 30.0, None, None, "draft-07"),
+            id="draft-07-dictionary",
+        ),
+        pytest.param(
+            {"RateLimit": "limit=100, remaining=0, reset=5", "RateLimit-Policy": "100;w=60"},
+            RateLimitInfo(100, 0, 5.0, 60.0, None, "draft-07"),
+            id="draft-07-with-policy",
+        ),
+        pytest.param(
+            {"RateLimit-Limit": "100", "RateLimit-Remaining": "7", "RateLimit-Reset": "20"},
+            RateLimitInfo(100, 7, 20.0, None, None, "triple"),
+            id="triple",
+        ),
+        pytest.param(
+            {
+                "RateLimit-Limit": "100, 100;w=3600, 1000;w=86400",
+                "RateLimit-Remaining": "7",
+                "RateLimit-Reset": "20",
+            },
+            RateLimitInfo(100, 7, 20.0, 3600.0, None, "triple"),
+            id="triple-with-quota-policies",
+        ),
+        pytest.param(
+            {
+                "X-RateLimit-Limit": "60",
+                "X-RateLimit-Remaining": "59",
+                "X-RateLimit-Reset": str(EPOCH + 90),
+            },
+            RateLimitInfo(60, 59, 90.0, None, None, "x-ratelimit"),
+            id="x-epoch-seconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str((EPOCH + 12) * 1000)},
+            RateLimitInfo(None, 3, 12.0, None, None, "x-ratelimit"),
+            id="x-epoch-milliseconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "45"},
+            RateLimitInfo(60, 0, 45.0, None, None, "x-ratelimit"),
+            id="x-delta-seconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": str(EPOCH - 50)},
+            RateLimitInfo(None, 1, 0.0, None, None, "x-ratelimit"),
+            id="x-epoch-in-the-past-is-now",
+        ),
+        pytest.param(
+            {"Retry-After": "120"},
+            RateLimitInfo(None, None, None, None, 120.0, "retry-after"),
+            id="retry-after-seconds",
+        ),
+        pytest.param(
+            {"Retry-After": format_datetime(NOW + timedelta(seconds=75), usegmt=True)},
+            RateLimitInfo(None, None, None, None, 75.0, "retry-after"),
+            id="retry-after-http-date",
+        ),
+        pytest.param(
+            {"RateLimit": '"p";r=0;t=30', "Retry-After": "10"},
+            RateLimitInfo(None, 0, 30.0, None, 10.0, "draft-08"),
+            id="retry-after-alongside",
+        ),
+    ],
+)
+def test_formats(headers: dict[str, str], expected: RateLimitInfo) -> None:
+    """Each supported header format reads to the same plain figures."""
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="none"),
+        pytest.param({"Content-Type": "application/json"}, id="unrelated"),
+        pytest.param({"RateLimit": "garbage;;;"}, id="garbage"),
+        pytest.param({"RateLimit": '"p";r=-5;t=10'}, id="negative-remaining"),
+        pytest.param({"RateLimit-Remaining": "-1"}, id="negative-triple"),
+        pytest.param({"X-RateLimit-Limit": "ten"}, id="words"),
+        pytest.param({"Retry-After": "soon"}, id="retry-after-words"),
+        pytest.param({"Retry-After": "-3"}, id="retry-after-negative"),
+        pytest.param({"RateLimit": "limit=?1"}, id="boolean"),
+        pytest.param({"RateLimit": '"p";r=1é'}, id="non-ascii"),
+        pytest.param({"X-RateLimit-Remaining": "9" * 40}, id="absurdly-long"),
+    ],
+)
+def test_malformed_fields_are_ignored(headers: dict[str, str]) -> None:
+    """Missing or malformed fields give None, never an exception."""
+    assert parse_ratelimit(headers, NOW) is None
+
+
+def test_negative_values_are_dropped_but_the_rest_is_kept() -> None:
+    """A negative reset is ignored while the valid remaining of the same answer is kept."""
+    info = parse_ratelimit({"RateLimit": "limit=10, remaining=4, reset=-3"}, NOW)
+    assert info == RateLimitInfo(10, 4, None, None, None, "draft-07")
+
+
+def test_header_names_are_case_insensitive() -> None:
+    """Field names match in any case."""
+    info = parse_ratelimit({"x-RATELIMIT-remaining": "5", "X-RateLimit-RESET": "9"}, NOW)
+    assert info is not None
+    assert (info.remaining, info.reset_after) == (5, 9.0)
+
+
+def test_draft_08_wins_over_older_formats() -> None:
+    """With several formats present, the newest one is read."""
+    headers = {
+        "RateLimit": '"p";r=3;t=10',
+        "X-RateLimit-Remaining": "99",
+        "X-RateLimit-Reset": "100",
+    }
+    info = parse_ratelimit(headers, NOW)
+    assert info is not None
+    assert (info.source, info.remaining) == ("draft-08", 3)
+
+
+def test_without_now_an_epoch_or_date_is_not_guessed() -> None:
+    """With no reference time, an epoch reset and an HTTP-date Retry-After are left out."""
+    headers = {
+        "X-RateLimit-Remaining": "2",
+        "X-RateLimit-Reset": str(EPOCH + 30),
+        "Retry-After": format_datetime(NOW, usegmt=True),
+    }
+    assert parse_ratelimit(headers, None) == RateLimitInfo(None, 2, None, None, None, "x-ratelimit")
+
+
+def test_wait_prefers_retry_after_over_reset() -> None:
+    """`wait` is Retry-After when present, else the reset."""
+    assert RateLimitInfo(reset_after=30.0, retry_after=5.0).wait == 5.0
+    assert RateLimitInfo(reset_after=30.0).wait == 30.0
+    assert RateLimitInfo().wait is None
+
+
+def test_response_time_reads_the_date_header() -> None:
+    """`response_time` is the answer's Date, or None when absent or malformed."""
+    assert response_time({"Date": format_datetime(NOW, usegmt=True)}) == NOW
+    assert response_time({"date": "yesterday"}) is None
+    assert response_time({}) is None
+
+
+header_names = st.sampled_from(
+    [
+        "RateLimit",
+        "RateLimit-Policy",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "X-RateLimit-Reset-After",
+        "Retry-After",
+        "Date",
+    ]
+)
+sf_like = st.text(alphabet=st.sampled_from(list('abrtqwlimt"=;, -.0123456789?*:()@%')), max_size=60)
+
+
+@given(
+    headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
+    now=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
+)
+def test_arbitrary_values_never_raise(headers: dict[str, str], now: datetime | None) -> None:
+    """Whatever the values, the parser returns figures or None and never raises."""
+    info = parse_ratelimit(headers, now)
+    if info is not None:
+        for value in (info.limit, info.remaining, info.reset_after, info.window, info.retry_after):
+            assert value is None or value >= 0
+
+
+counts = st.integers(min_value=0, max_value=10**6)
+delays = st.integers(min_value=0, max_value=10**6)
+windows = st.integers(min_value=1, max_value=10**6)
+
+
+@given(limit=counts, remaining=counts, reset=delays, window=windows)
+def test_draft_08_round_trip(limit: int, remaining: int, reset: int, window: int) -> None:
+    """Well-formed draft 08 fields read back exactly."""
+    headers = {
+        "RateLimit": f'"default";r={remaining};t={reset}',
+        "RateLimit-Policy": f'"default";q={limit};w={window}',
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), float(window), None, "draft-08")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=delays)
+def test_draft_07_round_trip(limit: int, remaining: int, reset: int) -> None:
+    """Well-formed draft 07 dictionaries read back exactly."""
+    headers = {"RateLimit": f"limit={limit}, remaining={remaining}, reset={reset}"}
+    expected = RateLimitInfo(limit, remaining, float(reset), None, None, "draft-07")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=delays, window=windows)
+def test_triple_round_trip(limit: int, remaining: int, reset: int, window: int) -> None:
+    """Well-formed RateLimit-Limit/-Remaining/-Reset fields read back exactly."""
+    headers = {
+        "RateLimit-Limit": f"{limit}, {limit};w={window}",
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": str(reset),
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), float(window), None, "triple")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=st.integers(min_value=0, max_value=10**7))
+def test_x_ratelimit_epoch_round_trip(limit: int, remaining: int, reset: int) -> None:
+    """An epoch X-RateLimit-Reset reads back as the delay from now."""
+    headers = {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": str(EPOCH + reset),
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), None, None, "x-ratelimit")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(seconds=st.integers(min_value=0, max_value=10**7))
+def test_retry_after_round_trip(seconds: int) -> None:
+    """Retry-After as seconds or as an HTTP-date reads back as the same delay."""
+    as_date = format_datetime(NOW + timedelta(seconds=seconds), usegmt=True)
+    for value in (str(seconds), as_date):
+        info = parse_ratelimit({"Retry-After": value}, NOW)
+        assert info is not None
+        assert info.retry_after == float(seconds)
