@@ -1,0 +1,172 @@
+"""`lta-worker users list|drop|forget`: see enrolled users, end their access.
+
+`list --format json` is a contract: an array of objects with at least `user`, `state`,
+`has_token`, `scopes`, `last_polled_at` and `next_due_at` (ISO 8601 UTC or null).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lta_worker.worker.cli.app import App, pass_app
+
+if TYPE_CHECKING:
+    from lta_worker.storage.records import UserRow
+    from lta_worker.worker.lifecycle import DropResult
+
+_SCOPE_FAMILY = "cloud-sync.permanent."
+_user_option = click.option(
+    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
+)
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a `Z`, or None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def user_json(row: UserRow) -> dict[str, Any]:
+    """One user as `users list --format json` shows it (never the token)."""
+    return {
+        "user": row.user,
+        "state": row.state,
+        "has_token": row.token is not None,
+        "scopes": list(row.scopes),
+        "enrolled_at": iso(row.enrolled_at),
+        "last_polled_at": iso(row.last_polled_at),
+        "next_due_at": iso(row.next_due_at),
+        "consecutive_failures": row.consecutive_failures,
+        "last_outcome": row.last_outcome,
+        "last_code": row.last_code,
+        "denied": {endpoint: iso(when) for endpoint, when in sorted(row.denied.items())},
+    }
+
+
+def _short_time(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
+
+
+_COLUMNS = ("USER", "STATE", "TOKEN", "SCOPES", "LAST POLLED", "NEXT DUE", "FAILS", "LAST")
+
+
+def table_rows(rows: Iterable[UserRow]) -> list[tuple[str, ...]]:
+    """The table's cells, one tuple per user, for people."""
+    out: list[tuple[str, ...]] = []
+    for row in rows:
+        scopes = ",".join(s.removeprefix(_SCOPE_FAMILY) for s in row.scopes) or "-"
+        last = row.last_outcome or "-"
+        if row.last_code:
+            last = f"{last} ({row.last_code})"
+        out.append(
+            (
+                row.user,
+                row.state,
+                "yes" if row.token is not None else "no",
+                scopes,
+                _short_time(row.last_polled_at),
+                _short_time(row.next_due_at),
+                str(row.consecutive_failures),
+                last,
+            )
+        )
+    return out
+
+
+def render_table(rows: Sequence[tuple[str, ...]], columns: Sequence[str] = _COLUMNS) -> str:
+    """Left-aligned columns, two spaces apart, header first; no trailing spaces."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        for cells in (tuple(columns), *rows)
+    ]
+    return "\n".join(lines)
+
+
+@click.group("users")
+def users() -> None:
+    """List enrolled users; drop or forget one."""
+
+
+@users.command("list")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for programs.",
+)
+@pass_app
+def list_(app: App, fmt: str) -> None:
+    """One row per user: state, token held, scopes, last poll, next due time."""
+    settings = app.settings
+    app.configure_logging()
+    from lta_worker.worker.wiring import open_store
+
+    store = open_store(settings)
+    try:
+        rows = list(store.list_users())
+    finally:
+        store.close()
+    if fmt == "json":
+        click.echo(json.dumps([user_json(r) for r in rows], indent=2))
+        return
+    click.echo(render_table(table_rows(rows)))
+    if not rows:
+        click.echo("no users yet: enroll one with `lta-worker enroll url --user ID`", err=True)
+
+
+def _report(result: DropResult, verb: str) -> None:
+    if result.upstream == "ok":
+        upstream = f"the service dropped the token (HTTP {result.status})"
+    elif result.upstream == "skipped":
+        upstream = "no token was held, so the service was not called"
+    else:
+        upstream = f"the service could not drop the token: {result.error}"
+    purged = f"; {result.purged} stored result(s) purged" if result.purged is not None else ""
+    click.echo(f"{verb} {result.user!r}: {upstream}; local token deleted{purged}")
+    if result.upstream == "failed":
+        click.echo(
+            "lta-worker: warning: the service may still hold this token until the user "
+            "revokes it; the local copy is gone, so lta-worker will not use it again",
+            err=True,
+        )
+
+
+def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
+    settings = app.settings
+    app.configure_logging()
+
+    import anyio
+
+    from lta_worker.worker.wiring import services
+
+    async def main() -> DropResult:
+        async with services(settings) as svc:
+            lifecycle = svc.lifecycle()
+            return await (lifecycle.forget(user) if forget else lifecycle.drop(user))
+
+    return anyio.run(main)
+
+
+@users.command("drop")
+@_user_option
+@pass_app
+def drop(app: App, user: str) -> None:
+    """DELETE the token upstream, delete it locally, set the user `dropped`."""
+    _report(_run_lifecycle(app, user, forget=False), "dropped")
+
+
+@users.command("forget")
+@_user_option
+@pass_app
+def forget(app: App, user: str) -> None:
+    """Drop the user, then purge every stored result of theirs."""
+    _report(_run_lifecycle(app, user, forget=True), "forgot")
