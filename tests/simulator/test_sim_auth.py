@@ -13,6 +13,7 @@ from lta_worker.simulator import (
     PLAIN_CLIENT_ID,
     PLAIN_CLIENT_SECRET,
     Simulator,
+    default_clients,
 )
 
 from .helpers import LATEST, REDIRECT, STATS, TOKENS, Flow, bearer, pkce_pair
@@ -382,3 +383,23 @@ async def test_other_endpoints_refuse_a_valid_long_term_credential(flow: Flow, p
 
     assert (refused.status_code, refused.json()) == (401, {"message": "Unauthorized"})
     assert accepted.status_code == 200
+
+
+async def test_enrollment_after_the_mode_was_withdrawn_is_refused(flow: Flow) -> None:
+    """A user token from before the operator withdrew the mode no longer enrolls."""
+    token = await flow.user_token("alice")
+    flow.sim.withdraw_mode(DEMO_CLIENT_ID)
+
+    response = await flow.http.post(TOKENS, headers=bearer(token))
+
+    assert (response.status_code, response.json()["error"]) == (403, "invalid_scope")
+
+
+def test_default_client_secrets_are_overridable() -> None:
+    """The demo secrets can be replaced; a secret with a dot is refused."""
+    sim = Simulator(clients=default_clients(demo_secret="mine", plain_secret="other"))
+
+    assert sim.client_secret(DEMO_CLIENT_ID) == "mine"
+    assert sim.client_secret(PLAIN_CLIENT_ID) == "other"
+    with pytest.raises(ValueError, match=r"no '\.'"):
+        default_clients(demo_secret="a.b")

@@ -41,6 +41,7 @@ from lta_worker.simulator.state import (
     ErrorStyle,
     LogEntry,
     SimSettings,
+    default_clients,
 )
 from lta_worker.simulator.transport import SimulatorTransport
 
@@ -74,6 +75,7 @@ __all__ = [
     "SimulatorTransport",
     "SystemClock",
     "build_app",
+    "default_clients",
     "serve_forever",
     "start_in_thread",
 ]

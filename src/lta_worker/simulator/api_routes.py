@@ -65,6 +65,7 @@ def api_routes(sim: Simulator) -> list[Route]:
                 request.url.path,
                 request.headers.get("authorization"),
                 request.headers.get("ds-api-client-id"),
+                method=request.method,
             )
             return await _apply_fault(sim, answer)
 
@@ -76,6 +77,7 @@ def api_routes(sim: Simulator) -> list[Route]:
             request.url.path,
             request.headers.get("authorization"),
             request.headers.get("ds-api-client-id"),
+            method=request.method,
         )
         return _render(sim, answer)
 

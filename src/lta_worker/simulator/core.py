@@ -170,6 +170,8 @@ class Simulator(ControlOps):
         path: str,
         authorization: str | None,
         client_header: str | None,
+        *,
+        method: str = "GET",
     ) -> PublicAnswer:
         """Decide `GET {base_url}/api/v1/history/<endpoint>`: auth, budget, faults, verdict."""
         with self._lock:
@@ -177,7 +179,7 @@ class Simulator(ControlOps):
             caller = access.identify(self.world, authorization, client_header, now)
             allowed, headers = self._count(caller.client or ANONYMOUS, now)
             if not allowed:
-                self._log("GET", path, caller.auth, caller.client, caller.user, status=429)
+                self._log(method, path, caller.auth, caller.client, caller.user, status=429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             fault = self.faults.draw()
             verdict = access.read(self.world, self.settings, caller, endpoint, now)
@@ -185,7 +187,7 @@ class Simulator(ControlOps):
             code = verdict.refusal.code if verdict.refusal else None
             logged, code = _as_seen(fault, status, code)
             self._log(
-                "GET",
+                method,
                 path,
                 caller.auth,
                 caller.client,
@@ -197,7 +199,12 @@ class Simulator(ControlOps):
             return PublicAnswer(status, verdict.payload, verdict.refusal, headers, fault)
 
     def handle_other(
-        self, path: str, authorization: str | None, client_header: str | None
+        self,
+        path: str,
+        authorization: str | None,
+        client_header: str | None,
+        *,
+        method: str = "GET",
     ) -> PublicAnswer:
         """Decide a public endpoint that accepts only a regular user token (spec 1)."""
         with self._lock:
@@ -205,15 +212,15 @@ class Simulator(ControlOps):
             caller = access.identify(self.world, authorization, client_header, now, long_term=False)
             allowed, headers = self._count(caller.client or ANONYMOUS, now)
             if not allowed:
-                self._log("GET", path, caller.auth, caller.client, caller.user, status=429)
+                self._log(method, path, caller.auth, caller.client, caller.user, status=429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             if caller.refusal is not None or caller.user is None:
                 refusal = caller.refusal or Refusal(401)
                 self._log(
-                    "GET", path, caller.auth, None, None, status=refusal.status, code=refusal.code
+                    method, path, caller.auth, None, None, status=refusal.status, code=refusal.code
                 )
                 return PublicAnswer(refusal.status, refusal=refusal, headers=headers)
-            self._log("GET", path, caller.auth, caller.client, caller.user, status=200)
+            self._log(method, path, caller.auth, caller.client, caller.user, status=200)
             return PublicAnswer(200, other_endpoint(path, caller.user), headers=headers)
 
     # -- the auth service -----------------------------------------------------------------

@@ -209,9 +209,23 @@ class World:
             del self.active[(grant.user, grant.client)]
 
 
-def default_clients() -> list[Client]:
-    """The two preconfigured clients: `demo-client` (mode open) and `plain-client` (not)."""
+def default_clients(
+    demo_secret: str = DEMO_CLIENT_SECRET, plain_secret: str = PLAIN_CLIENT_SECRET
+) -> list[Client]:
+    """The two preconfigured clients: `demo-client` (mode open) and `plain-client` (not).
+
+    Args:
+        demo_secret: Overrides the secret of `demo-client`.
+        plain_secret: Overrides the secret of `plain-client`.
+
+    Raises:
+        ValueError: A secret is empty or contains a dot (it could not be told apart from the
+            token in a long term credential).
+    """
+    for secret in (demo_secret, plain_secret):
+        if not secret or "." in secret:
+            raise ValueError("a client secret must be non-empty and contain no '.'")
     return [
-        Client(id=DEMO_CLIENT_ID, secret=DEMO_CLIENT_SECRET, long_term=True),
-        Client(id=PLAIN_CLIENT_ID, secret=PLAIN_CLIENT_SECRET, long_term=False),
+        Client(id=DEMO_CLIENT_ID, secret=demo_secret, long_term=True),
+        Client(id=PLAIN_CLIENT_ID, secret=plain_secret, long_term=False),
     ]
