@@ -249,6 +249,8 @@ def test_parse_redirect_forms() -> None:
     assert (bare.code, bare.state) == (Secret("c0de-123="), None)
     error = parse_redirect(f"{REDIRECT_URI}?error=invalid_scope&state=st")
     assert (error.error, error.code) == ("invalid_scope", None)
+    crafted = parse_redirect(f"{REDIRECT_URI}?error=%3Cscript%3E+dspa_x")
+    assert crafted.error == "unrecognised_error"
 
 
 @pytest.mark.parametrize("user", ["", " alice", "a\nb", "x" * 256])

@@ -19,7 +19,8 @@ rotates the token: the service kills the old one, and the store replaces it in o
 transaction, sets the user active and due now.
 
 No token, code, verifier or user access token ever reaches a log line or an error message.
-The store calls are synchronous and short; the network calls are async.
+`start` is synchronous (one short insert); in `finish` and `from_user_token` the store runs
+in a worker thread, so a web app's event loop is never blocked by the database.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+from anyio import to_thread
 
 from lta_worker.config import Settings, read_client_secret
 from lta_worker.errors import (
@@ -53,6 +57,7 @@ PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
 _RESTART: Final = "start again with `lta-worker enroll url --user ID`"
 _QUERY_KEY: Final = re.compile(r"(^|[?&])(code|state|error)=")
+_ERROR_CODE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 def _log() -> Any:
@@ -118,7 +123,7 @@ def parse_redirect(text: str) -> RedirectParams:
         return RedirectParams(
             code=Secret(code) if code else None,
             state=params.get("state") or None,
-            error=params.get("error") or None,
+            error=_safe_error(params.get("error")),
             error_description=params.get("error_description") or None,
         )
     if any(c.isspace() for c in text):
@@ -230,9 +235,9 @@ class Enrollment:
             params = replace(params, state=state)
         if params.error:
             if params.state:
-                self._store.take_pending(params.state, self._clock())
+                await to_thread.run_sync(self._store.take_pending, params.state, self._clock())
             raise self._consent_error(user, params)
-        pending = self._take_pending(user, params.state)
+        pending = await self._take_pending(user, params.state)
         assert params.code is not None
         verifier = self._vault.decrypt(pending.verifier, user=pending.user, purpose="verifier")
         register_secret(verifier)
@@ -261,7 +266,7 @@ class Enrollment:
             raise UsageError("no user access token was given on stdin")
         return await self._create_and_store(user, user_access_token)
 
-    def _take_pending(self, user: str, state: str | None) -> PendingEnrollment:
+    async def _take_pending(self, user: str, state: str | None) -> PendingEnrollment:
         now = self._clock()
         if state is None:
             _failed(user, "state", "missing_state")
@@ -269,7 +274,7 @@ class Enrollment:
                 "a bare code cannot be matched to its consent: the state is missing",
                 hint="paste the whole redirect URL (it carries the state)",
             )
-        pending = self._store.take_pending(state, now)
+        pending = await to_thread.run_sync(self._store.take_pending, state, now)
         if pending is None:
             _failed(user, "state", "unknown_state")
             raise UsageError(
@@ -306,8 +311,9 @@ class Enrollment:
         register_secret(token)
         now = self._clock()
         try:
-            rotated = self._store.store_token(
-                user, self._vault.encrypt(token, user=user), scopes, now, next_due_at=now
+            encrypted = self._vault.encrypt(token, user=user)
+            rotated = await to_thread.run_sync(
+                partial(self._store.store_token, user, encrypted, scopes, now, next_due_at=now)
             )
         except StorageError:
             # The service already holds this token and it lives until revoked: drop it
@@ -321,6 +327,16 @@ class Enrollment:
     async def _drop_orphan(self, token: Secret) -> None:
         with contextlib.suppress(UpstreamError, ValueError):
             await self._api.drop_token(long_term_credential(token, self.client_secret))
+
+
+def _safe_error(value: str | None) -> str | None:
+    """An OAuth `error` fit for a message and a log: a short code, else `unrecognised_error`.
+
+    The redirect is text anyone could craft, so nothing else of it is repeated.
+    """
+    if not value:
+        return None
+    return value if _ERROR_CODE.fullmatch(value) else "unrecognised_error"
 
 
 def _mode_not_opened() -> ModeNotOpenedError:

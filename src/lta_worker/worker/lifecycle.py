@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from anyio import to_thread
+
 from lta_worker.config import Settings, read_client_secret
 from lta_worker.errors import UnknownUserError, UpstreamError
 from lta_worker.secret import Secret
@@ -108,7 +110,7 @@ class Lifecycle:
             UnknownUserError: no such user (exit 2).
         """
         result = await self._drop(user, reason="forgotten")
-        purged = self._store.purge_results(user)
+        purged = await to_thread.run_sync(self._store.purge_results, user)
         final = DropResult(
             user=result.user,
             upstream=result.upstream,
@@ -121,7 +123,7 @@ class Lifecycle:
         return final
 
     async def _drop(self, user: str, *, reason: Literal["dropped", "forgotten"]) -> DropResult:
-        row = self._store.get_user(user)
+        row = await to_thread.run_sync(self._store.get_user, user)
         if row is None:
             raise UnknownUserError(user)
         upstream: UpstreamResult = "skipped"
@@ -140,7 +142,7 @@ class Lifecycle:
                 upstream = "ok" if 200 <= status < 300 else "failed"
                 if upstream == "failed":
                     error = f"the service answered HTTP {status} instead of 204"
-        self._store.delete_token(user, "dropped", self._clock())
+        await to_thread.run_sync(self._store.delete_token, user, "dropped", self._clock())
         if row.token is not None:
             _log().warning("token.deleted", user=user, reason=reason)
         if row.state != "dropped":
