@@ -290,8 +290,9 @@ def store_token(
             insert(User)
             .values(user=user, **values)
             .on_conflict_do_nothing(index_elements=[User.user])
-        ).rowcount
-        if inserted:
+            .returning(User.id)
+        ).first()
+        if inserted is not None:
             return False
         query = select(User.id, User.token_ciphertext).where(User.user == user)
         if db.dialect == "postgresql":

@@ -1,0 +1,129 @@
+"""Fixtures: a migrated `store` over every backend, and empty databases for migration tests.
+
+SQLite always runs; PostgreSQL runs when LTA_TEST_DATABASE_URL names a server where the
+user may create databases. Each test session creates its own throwaway databases
+(`lta_test_<random>`) and drops them at the end, so concurrent runs never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import make_url
+
+from lta_worker.storage.migrate import HEAD_REVISION
+from lta_worker.storage.store import Store
+
+PG_ENV = "LTA_TEST_DATABASE_URL"
+PG_SKIP = f"PostgreSQL storage tests need {PG_ENV} (e.g. postgresql://postgres@127.0.0.1:5432/test)"
+TABLES = "users, snapshots, history, pending_enrollments, instances, client_budget, passes"
+
+
+class PgDatabases:
+    """Creates throwaway databases on the server named by LTA_TEST_DATABASE_URL."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.prefix = f"lta_test_{secrets.token_hex(4)}"
+        self.created: list[str] = []
+
+    def _admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        url = make_url(self.admin_url).set(drivername="postgresql")
+        return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+    def create(self) -> str:
+        """Create an empty database; return its URL (postgresql:// form)."""
+        name = f"{self.prefix}_{len(self.created)}"
+        with self._admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.created.append(name)
+        url = make_url(self.admin_url).set(drivername="postgresql", database=name)
+        return url.render_as_string(hide_password=False)
+
+    def drop_all(self) -> None:
+        """Drop every database this session created."""
+        with self._admin() as conn:
+            for name in self.created:
+                drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                conn.execute(drop.format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def pg_databases() -> Iterator[PgDatabases | None]:
+    """The throwaway-database factory, or None without LTA_TEST_DATABASE_URL."""
+    admin = os.environ.get(PG_ENV)
+    if not admin:
+        yield None
+        return
+    databases = PgDatabases(admin)
+    try:
+        yield databases
+    finally:
+        databases.drop_all()
+
+
+@pytest.fixture(scope="session")
+def pg_store_url(pg_databases: PgDatabases | None) -> str | None:
+    """A migrated PostgreSQL database shared by the session (tables emptied per test)."""
+    if pg_databases is None:
+        return None
+    url = pg_databases.create()
+    with Store.open(url) as store:
+        store.upgrade()
+    return url
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file, copied for each test."""
+    path = tmp_path_factory.mktemp("template") / "lta.db"
+    with Store.open(f"sqlite:///{path}") as store:
+        store.upgrade()
+    return path
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend under test; PostgreSQL is skipped (with the reason) when not configured."""
+    if request.param == "postgresql" and not os.environ.get(PG_ENV):
+        pytest.skip(PG_SKIP)
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, sqlite_template: Path, pg_store_url: str | None) -> str:
+    """The URL of an empty, migrated database of `backend`."""
+    if backend == "sqlite":
+        path = tmp_path / "db" / "lta.db"
+        path.parent.mkdir()
+        shutil.copyfile(sqlite_template, path)
+        path.chmod(0o600)
+        return f"sqlite:///{path}"
+    assert pg_store_url is not None
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
+        conn.execute(sql.SQL(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+        conn.execute("UPDATE alembic_version SET version_num = %s", (HEAD_REVISION,))
+    return pg_store_url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """An open Store over an empty, migrated database; closed after the test."""
+    with Store.open(store_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def empty_url(backend: str, tmp_path: Path, pg_databases: PgDatabases | None) -> str:
+    """The URL of a database with no schema at all (SQLite: the file does not exist yet)."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'fresh' / 'lta.db'}"
+    assert pg_databases is not None
+    return pg_databases.create()

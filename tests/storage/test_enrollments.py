@@ -1,0 +1,90 @@
+"""Pending enrollments: stored under the state's hash, taken once, atomically, until expiry."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from lta_worker.secret import Secret
+from lta_worker.storage.enrollments import state_hash
+from lta_worker.storage.records import PendingEnrollment
+from lta_worker.storage.store import Store
+from lta_worker.storage.vault import Vault
+
+from .helpers import MINUTE, T0, keyring
+
+STATE = "st_Zq8f3kq2nD9xVwS1_ab"
+VERIFIER = Secret("ver_" + "x" * 60)
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
+
+
+def pending(vault: Vault, user: str = "alice", ttl: timedelta = 10 * MINUTE) -> PendingEnrollment:
+    """A pending enrollment for `user` created at T0."""
+    return PendingEnrollment(
+        user=user,
+        verifier=vault.encrypt(VERIFIER, user=user, purpose="verifier"),
+        redirect_uri="https://app.example/lta/callback",
+        created_at=T0,
+        expires_at=T0 + ttl,
+    )
+
+
+def test_save_then_take_once(store: Store, vault: Vault) -> None:
+    """A saved consent is taken back whole, exactly once."""
+    saved = pending(vault)
+    store.save_pending(STATE, saved)
+    taken = store.take_pending(STATE, T0 + MINUTE)
+    assert taken == saved
+    assert vault.decrypt(taken.verifier, user="alice", purpose="verifier") == VERIFIER
+    assert store.take_pending(STATE, T0 + MINUTE) is None
+
+
+def test_state_can_be_a_secret(store: Store, vault: Vault) -> None:
+    """The state may be passed as a Secret; it hashes the same as the plain string."""
+    store.save_pending(Secret(STATE), pending(vault))
+    assert store.take_pending(STATE, T0) is not None
+
+
+def test_expired_or_unknown_is_none(store: Store, vault: Vault) -> None:
+    """An expired consent or an unknown state gives None."""
+    store.save_pending(STATE, pending(vault))
+    assert store.take_pending("other-state", T0) is None
+    assert store.take_pending(STATE, T0 + 10 * MINUTE) is None
+
+
+def test_only_the_hash_of_the_state_is_stored(store: Store, vault: Vault) -> None:
+    """The database holds sha256(state), never the state itself."""
+    store.save_pending(STATE, pending(vault))
+    with store.database.read() as conn:
+        row = conn.execute(text("SELECT * FROM pending_enrollments")).one()
+    assert state_hash(STATE) in tuple(row)
+    assert not any(STATE in str(value) for value in row)
+
+
+def test_concurrent_takes_succeed_once(store_url: str, vault: Vault) -> None:
+    """Eight concurrent takes of the same state: exactly one gets the consent."""
+    with Store.open(store_url) as setup:
+        setup.save_pending(STATE, pending(vault))
+    barrier = threading.Barrier(8)
+    got: list[PendingEnrollment | None] = []
+
+    def taker() -> None:
+        with Store.open(store_url) as mine:
+            barrier.wait(timeout=30)
+            got.append(mine.take_pending(STATE, T0))
+
+    threads = [threading.Thread(target=taker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(got) == 8
+    assert sum(p is not None for p in got) == 1

@@ -1,0 +1,166 @@
+"""Instances, pass summaries and the shared client budget."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from lta_worker.errors import InstanceLockedError
+from lta_worker.storage import instances
+from lta_worker.storage.records import BudgetSeen, PassRecord
+from lta_worker.storage.store import Store
+from lta_worker.storage.vault import Vault
+
+from .helpers import MINUTE, T0, enroll, keyring
+
+TTL = timedelta(seconds=90)
+
+
+def test_register_heartbeat_live_unregister(store: Store) -> None:
+    """Instances are live while their heartbeat is recent and gone once unregistered."""
+    store.register_instance("i1", "serve", T0, host="h1", pid=11)
+    store.register_instance("i2", "run", T0 + MINUTE)
+    assert [i.instance for i in store.live_instances(T0 + MINUTE, TTL)] == ["i1", "i2"]
+    first = store.live_instances(T0, TTL)[0]
+    assert (first.host, first.pid, first.kind, first.started_at) == ("h1", 11, "serve", T0)
+    assert [i.instance for i in store.live_instances(T0 + 2 * MINUTE, TTL)] == ["i2"]
+    assert store.heartbeat("i1", T0 + 2 * MINUTE) is True
+    assert len(store.live_instances(T0 + 2 * MINUTE, TTL)) == 2
+    store.unregister_instance("i1")
+    assert store.heartbeat("i1", T0 + 3 * MINUTE) is False
+    assert [i.instance for i in store.live_instances(T0 + 2 * MINUTE, TTL)] == ["i2"]
+
+
+def test_register_again_refreshes(store: Store) -> None:
+    """Registering the same instance id again replaces its row."""
+    store.register_instance("i1", "run", T0, host="a", pid=1)
+    store.register_instance("i1", "serve", T0 + MINUTE, host="b", pid=2)
+    (row,) = store.live_instances(T0 + MINUTE, TTL)
+    assert (row.kind, row.host, row.pid, row.started_at) == ("serve", "b", 2, T0 + MINUTE)
+
+
+def test_prune_silent_instances(store: Store) -> None:
+    """prune_instances deletes instances whose heartbeat is older than the ttl."""
+    store.register_instance("old", "run", T0 - 10 * MINUTE)
+    store.register_instance("new", "run", T0)
+    assert store.prune_instances(T0, TTL) == 1
+    assert [i.instance for i in store.live_instances(T0, timedelta(days=1))] == ["new"]
+
+
+def test_unregister_releases_leases(store: Store) -> None:
+    """Unregistering an instance frees the users it had leased."""
+    vault = Vault(keyring())
+    enroll(store, vault, "a", due=T0 - MINUTE)
+    store.register_instance("i1", "run", T0)
+    lease = {"now": T0, "due_before": T0, "limit": 5, "lease_until": T0 + 5 * MINUTE}
+    assert len(store.claim_due(owner="i1", **lease)) == 1  # type: ignore[arg-type]
+    store.unregister("i1")
+    assert len(store.claim_due(owner="i2", **lease)) == 1  # type: ignore[arg-type]
+
+
+def record(n: int) -> PassRecord:
+    """A pass summary finishing n minutes after T0."""
+    return PassRecord(
+        instance="i1",
+        started_at=T0 + (n - 1) * MINUTE,
+        finished_at=T0 + n * MINUTE,
+        stopped="completed",
+        exit_code=0,
+        reads=n,
+        throttled=0,
+        counts={"ok": n, "transient": 1},
+    )
+
+
+def test_passes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """last_pass is the latest finished; only the newest PASSES_KEPT are kept."""
+    assert store.last_pass() is None
+    monkeypatch.setattr(instances, "PASSES_KEPT", 3)
+    for n in (1, 2, 5, 4):
+        store.record_pass(record(n))
+    assert store.last_pass() == record(5)
+    with store.database.read() as conn:
+        assert conn.execute(text("SELECT count(*) FROM passes")).scalar_one() == 3
+
+
+def seen(remaining: int, at: int = 0) -> BudgetSeen:
+    """A budget observation `at` minutes after T0."""
+    return BudgetSeen(
+        limit=120,
+        remaining=remaining,
+        reset_at=T0 + timedelta(minutes=60),
+        window_seconds=3600.0,
+        observed_at=T0 + at * MINUTE,
+    )
+
+
+def test_budget_round_trip_and_stale_observations(store: Store) -> None:
+    """record_budget stores the newest observation; an older one is ignored."""
+    assert store.budget_seen("client") is None
+    store.record_budget("client", seen(100, at=2))
+    store.record_budget("client", seen(50, at=1))
+    assert store.budget_seen("client") == seen(100, at=2)
+    store.record_budget("client", seen(90, at=3))
+    assert store.budget_seen("client") == seen(90, at=3)
+
+
+def test_reserve_permits(store: Store) -> None:
+    """Permits add up in `reserved` until the next observation resets it."""
+    assert store.reserve_permits("client", 3) is None
+    store.record_budget("client", seen(10))
+    first = store.reserve_permits("client", 3)
+    assert first is not None
+    assert (first.granted, first.remaining, first.reserved) == (3, 10, 3)
+    capped = store.reserve_permits("client", 10, lambda s, reserved: (s.remaining or 0) - reserved)
+    assert capped is not None and (capped.granted, capped.reserved) == (7, 10)
+    none_left = store.reserve_permits(
+        "client", 1, lambda s, reserved: (s.remaining or 0) - reserved
+    )
+    assert none_left is not None and none_left.granted == 0
+    store.record_budget("client", seen(9, at=1))
+    after = store.reserve_permits("client", 1)
+    assert after is not None and after.reserved == 1
+
+
+def test_concurrent_reservations_never_overgrant(store_url: str) -> None:
+    """Many threads reserving at once never hand out more than the budget allows."""
+    with Store.open(store_url) as setup:
+        setup.record_budget("client", seen(50))
+    barrier = threading.Barrier(8)
+    granted: list[int] = []
+
+    def reserver() -> None:
+        with Store.open(store_url) as mine:
+            barrier.wait(timeout=30)
+            for _ in range(10):
+                got = mine.reserve_permits(
+                    "client", 1, lambda s, reserved: (s.remaining or 0) - reserved
+                )
+                assert got is not None
+                granted.append(got.granted)
+
+    threads = [threading.Thread(target=reserver) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(granted) == 80
+    assert sum(granted) == 50
+    with Store.open(store_url) as check:
+        final = check.reserve_permits("client", 0)
+    assert final is not None and final.reserved == 50
+
+
+def test_single_instance_lock_and_checkpoint_by_backend(store: Store, store_url: str) -> None:
+    """SQLite refuses a second lock holder; PostgreSQL needs no lock (leases share work)."""
+    with Store.open(store_url) as other, store.single_instance_lock():
+        if store.dialect == "sqlite":
+            with pytest.raises(InstanceLockedError), other.single_instance_lock():
+                pass
+        else:
+            with other.single_instance_lock():
+                pass
+    assert store.checkpoint() is True

@@ -1,0 +1,218 @@
+"""The key file: parsing (Hypothesis), permissions, missing files, generated lines."""
+
+from __future__ import annotations
+
+import base64
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.config import build_settings
+from lta_worker.errors import ConfigError, KeyFileError
+from lta_worker.storage.keyfile import (
+    KEY_ID_PATTERN,
+    Keyring,
+    format_key_line,
+    generate_key_line,
+    load_key_file,
+    new_key_id,
+    parse_key_file,
+)
+from lta_worker.storage.vault import Vault
+
+key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
+materials = st.binary(min_size=32, max_size=32)
+comments = st.text(st.characters(exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"))
+fillers = st.lists(st.one_of(st.just(""), st.just("   "), comments.map(lambda c: "#" + c)))
+
+
+ZEROS = base64.b64encode(bytes(32)).decode()
+
+
+def write_key_file(path: Path, text: str, mode: int = 0o600) -> Path:
+    """Write a key file with `mode`."""
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+@given(
+    keys=st.dictionaries(key_ids, materials, min_size=1, max_size=6),
+    before=st.lists(fillers, min_size=7, max_size=7),
+)
+def test_formatted_keyring_parses_back(keys: dict[str, bytes], before: list[list[str]]) -> None:
+    """Any keyring written as lines, with comments and blank lines around, parses back."""
+    lines: list[str] = []
+    for index, (key_id, material) in enumerate(keys.items()):
+        lines += before[index]
+        lines.append(format_key_line(key_id, material))
+    lines += before[-1]
+    ring = parse_key_file("\n".join(lines))
+    assert dict(ring.keys) == keys
+    assert ring.current_id == list(keys)[-1]
+
+
+@given(st.text(max_size=300))
+def test_arbitrary_text_parses_or_raises_key_file_error(text: str) -> None:
+    """Any text either parses or raises KeyFileError naming crypto.key_file, nothing else."""
+    error: KeyFileError | None = None
+    try:
+        ring = parse_key_file(text)
+    except KeyFileError as exc:
+        error = exc
+    if error is not None:
+        assert error.key == "crypto.key_file"
+    else:
+        assert all(len(m) == 32 for m in ring.keys.values())
+
+
+@given(keys=st.dictionaries(key_ids, materials, min_size=1, max_size=3))
+def test_error_messages_never_show_key_material(keys: dict[str, bytes]) -> None:
+    """A duplicate id or a short key names line and id, never any key material."""
+    lines = [format_key_line(k, m) for k, m in keys.items()]
+    first = lines[0]
+    short_id = "short"
+    short = f"{short_id}:{base64.b64encode(next(iter(keys.values()))[:31]).decode()}"
+    for text in ("\n".join([*lines, first]), "\n".join([*lines, short])):
+        with pytest.raises(KeyFileError) as info:
+            parse_key_file(text)
+        message = str(info.value)
+        for material in keys.values():
+            assert base64.b64encode(material).decode() not in message
+            assert base64.b64encode(material[:31]).decode() not in message
+        assert "line" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "lists no key"),
+        ("# only a comment\n\n", "lists no key"),
+        ("k1", "not `ID:BASE64`"),
+        (":" + base64.b64encode(bytes(32)).decode(), "not `ID:BASE64`"),
+        ("bad id:" + base64.b64encode(bytes(32)).decode(), "not `ID:BASE64`"),
+        ("k1:not base64!", "32 bytes"),
+        ("k1:" + base64.b64encode(bytes(16)).decode(), "32 bytes"),
+        ("k1:" + base64.b64encode(bytes(33)).decode(), "32 bytes"),
+        (
+            "k1:"
+            + base64.b64encode(bytes(32)).decode()
+            + "\nk1:"
+            + base64.b64encode(bytes(32)).decode(),
+            "listed twice",
+        ),
+    ],
+)
+def test_malformed_files_are_refused(text: str, fragment: str) -> None:
+    """Each kind of malformed key file gets a KeyFileError that says what is wrong."""
+    with pytest.raises(KeyFileError, match=r"crypto\.key_file") as info:
+        parse_key_file(text)
+    assert fragment in str(info.value)
+
+
+def test_whitespace_around_fields_is_tolerated() -> None:
+    """Indentation, spaces around ':' and CRLF line ends are accepted."""
+    encoded = base64.b64encode(bytes(range(32))).decode()
+    ring = parse_key_file(f"  # keys\r\n  k1 : {encoded}  \r\n")
+    assert ring.keys == {"k1": bytes(range(32))}
+
+
+def test_keyring_needs_a_key() -> None:
+    """An empty Keyring cannot be built."""
+    with pytest.raises(KeyFileError):
+        Keyring({})
+
+
+def test_load_refuses_group_or_world_readable(tmp_path: Path) -> None:
+    """A key file readable by group or others is refused, naming crypto.key_file and chmod 600."""
+    for mode in (0o640, 0o604, 0o660, 0o644):
+        path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)), mode)
+        with pytest.raises(KeyFileError) as info:
+            load_key_file(path)
+        assert "crypto.key_file" in str(info.value)
+        assert "chmod 600" in str(info.value)
+        assert info.value.exit_code == 78
+
+
+def test_load_reads_a_private_file(tmp_path: Path) -> None:
+    """A 0600 (or 0400) key file loads; the last line is current."""
+    lines = "\n".join(generate_key_line(datetime(2025, 1, d, tzinfo=UTC)) for d in (1, 2))
+    for mode in (0o600, 0o400):
+        ring = load_key_file(write_key_file(tmp_path / f"keys{mode}", lines + "\n", mode))
+        assert ring.current_id.startswith("k20250102")
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    """A missing key file raises KeyFileError naming the path and how to make one."""
+    with pytest.raises(KeyFileError, match="does not exist") as info:
+        load_key_file(tmp_path / "nope")
+    assert "keys generate" in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_load_unreadable_file(tmp_path: Path) -> None:
+    """A key file this user cannot read raises KeyFileError."""
+    path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)), 0o000)
+    with pytest.raises(KeyFileError, match="cannot be read"):
+        load_key_file(path)
+
+
+def test_load_directory_is_refused(tmp_path: Path) -> None:
+    """A directory where the key file should be is refused."""
+    (tmp_path / "dir").mkdir(mode=0o700)
+    with pytest.raises(KeyFileError, match=r"crypto\.key_file"):
+        load_key_file(tmp_path / "dir")
+
+
+def test_vault_from_settings_uses_crypto_key_file(tmp_path: Path) -> None:
+    """Vault.from_settings reads the file that crypto.key_file names."""
+    path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)))
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
+            "client": {"id": "c"},
+            "crypto": {"key_file": str(path)},
+        }
+    )
+    assert Vault.from_settings(settings).current_key_id == load_key_file(path).current_id
+
+
+def test_vault_from_settings_without_key_file() -> None:
+    """No crypto.key_file configured is a configuration error naming the key."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
+            "client": {"id": "c"},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"crypto\.key_file"):
+        Vault.from_settings(settings)
+
+
+def test_generated_line_parses() -> None:
+    """A generated line is `k<UTC timestamp>:BASE64(32 bytes)` and parses."""
+    line = generate_key_line(datetime(2025, 6, 1, 12, 30, 15, 123456, tzinfo=UTC))
+    ring = parse_key_file(line)
+    assert ring.current_id == "k20250601T123015123456Z"
+    assert len(ring.keys[ring.current_id]) == 32
+
+
+def test_generated_ids_are_unique() -> None:
+    """Ids made at the same instant are made unique against those already taken."""
+    now = datetime(2025, 6, 1, tzinfo=UTC)
+    taken: set[str] = set()
+    for _ in range(5):
+        taken.add(new_key_id(now, frozenset(taken)))
+    assert len(taken) == 5
+    assert all(KEY_ID_PATTERN.fullmatch(k) for k in taken)
+
+
+def test_generated_keys_differ() -> None:
+    """Two generated lines never share key material."""
+    now = datetime.now(UTC)
+    first, second = (generate_key_line(now).split(":")[1] for _ in range(2))
+    assert first != second
