@@ -89,3 +89,17 @@ def test_scrub_masks_query_parameters_and_tokens() -> None:
     """scrub() masks codes in URLs and any dspa_ token in free text."""
     text = scrub(f"GET /cb?code=abc123&state=xyz token {TOKEN}")
     assert "abc123" not in text and TOKEN not in text and "state=xyz" in text
+
+
+def test_module_level_loggers_follow_later_configuration() -> None:
+    """A logger made at import time renders with the configuration applied afterwards."""
+    early = get_logger("early")
+    stream = io.StringIO()
+    configure_logging("info", "json", stream)
+    try:
+        early.info("pass.started", due=3)
+    finally:
+        reset_logging()
+    (line,) = lines(stream)
+    assert line["event"] == "pass.started"
+    assert line["logger"] == "early"

@@ -158,8 +158,9 @@ def reset_logging() -> None:
 
 def get_logger(name: str | None = None) -> Any:
     """A structlog logger; `name` becomes the `logger` field."""
-    log = structlog.get_logger()
-    return log.bind(logger=name) if name else log
+    # Initial values go to the lazy proxy: `.bind()` here would build the logger now, with
+    # whatever configuration is in force at import time, and ignore `configure_logging`.
+    return structlog.get_logger(logger=name) if name else structlog.get_logger()
 
 
 def fields(items: Iterable[tuple[str, Any]]) -> MutableMapping[str, Any]:
