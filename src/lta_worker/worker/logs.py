@@ -103,6 +103,8 @@ def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> Event
 
 def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     event_dict.pop("color_message", None)
+    if "_logger" in event_dict:
+        event_dict["logger"] = event_dict.pop("_logger")
     return event_dict
 
 
@@ -160,7 +162,8 @@ def get_logger(name: str | None = None) -> Any:
     """A structlog logger; `name` becomes the `logger` field."""
     # Initial values go to the lazy proxy: `.bind()` here would build the logger now, with
     # whatever configuration is in force at import time, and ignore `configure_logging`.
-    return structlog.get_logger(logger=name) if name else structlog.get_logger()
+    # (`logger` itself is a parameter name of structlog's wrap_logger, hence `_logger`.)
+    return structlog.get_logger(_logger=name) if name else structlog.get_logger()
 
 
 def fields(items: Iterable[tuple[str, Any]]) -> MutableMapping[str, Any]:
