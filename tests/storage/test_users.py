@@ -305,3 +305,27 @@ def test_token_and_key_id_go_together(store: Store, vault: Vault) -> None:
     enroll(store, vault, "a")
     with pytest.raises(StorageError, match=r"(?i)constraint|check"), store.database.write() as conn:
         conn.execute(text("UPDATE users SET token_key_id = NULL"))
+
+
+def test_one_store_shared_by_threads(store: Store, vault: Vault) -> None:
+    """One Store used from several threads at once (as anyio.to_thread does) just works."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def worker(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            for i in range(20):
+                row = enroll(store, vault, f"t{n}-{i % 4}")
+                store.apply([_update(row.id, last_outcome=f"ok{i}")])
+                store.count_due(T0)
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert store.count_by_state()["active"] == 24

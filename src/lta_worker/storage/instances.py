@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Executable, Row, delete, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from lta_worker.storage.db import Database
 from lta_worker.storage.models import ClientBudget, Instance, Pass, User
@@ -37,8 +36,12 @@ def _upsert(
 ) -> Executable:
     key = ["instance_id"] if model is Instance else ["client_id"]
     if db.dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+
         pg = postgresql.insert(model).values(values)
         return pg.on_conflict_do_update(index_elements=key, set_=set_, where=where)
+    from sqlalchemy.dialects import sqlite
+
     lite = sqlite.insert(model).values(values)
     return lite.on_conflict_do_update(index_elements=key, set_=set_, where=where)
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Executable,
     Row,
     and_,
     func,
@@ -17,7 +18,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from lta_worker.errors import UnknownUserError
 from lta_worker.storage import results
@@ -254,6 +254,19 @@ def apply(
     return applied
 
 
+def _insert_new(db: Database, values: dict[str, Any]) -> Executable:
+    """INSERT the user unless its user id exists, RETURNING the new row id."""
+    if db.dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+
+        pg = postgresql.insert(User).values(values).on_conflict_do_nothing(index_elements=["user"])
+        return pg.returning(User.id)
+    from sqlalchemy.dialects import sqlite
+
+    lite = sqlite.insert(User).values(values).on_conflict_do_nothing(index_elements=["user"])
+    return lite.returning(User.id)
+
+
 def store_token(
     db: Database,
     user: str,
@@ -284,14 +297,8 @@ def store_token(
         "lease_owner": None,
         "lease_expires_at": None,
     }
-    insert = postgresql.insert if db.dialect == "postgresql" else sqlite.insert
     with db.write() as conn:
-        inserted = conn.execute(
-            insert(User)
-            .values(user=user, **values)
-            .on_conflict_do_nothing(index_elements=[User.user])
-            .returning(User.id)
-        ).first()
+        inserted = conn.execute(_insert_new(db, {"user": user, **values})).first()
         if inserted is not None:
             return False
         query = select(User.id, User.token_ciphertext).where(User.user == user)
