@@ -1,0 +1,56 @@
+"""`lta-worker run [--max-duration D]`: one pass over every due user, then exit.
+
+Exit codes: 0 the pass completed; 75 it stopped early (deadline, service down) and the rest
+stays due; 78 configuration or credential problem (bad config, missing key, client secret
+rejected).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import click
+
+from lta_worker.config import parse_duration
+from lta_worker.errors import UsageError
+from lta_worker.worker.cli.app import App, pass_app
+
+
+def _duration(value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        result = parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"--max-duration: {exc}") from None
+    if result <= timedelta(0):
+        raise UsageError("--max-duration must be longer than 0s")
+    return result
+
+
+@click.command("run")
+@click.option(
+    "--max-duration",
+    metavar="D",
+    help="Stop after this long, e.g. 50m (default: poll.max_pass_duration).",
+)
+@pass_app
+def run(app: App, max_duration: str | None) -> None:
+    """Run one pass over every due user, then exit (for cron or a systemd timer)."""
+    limit = _duration(max_duration)
+    settings = app.settings
+    app.configure_logging()
+
+    import anyio
+
+    from lta_worker.worker.progress import progress_for
+    from lta_worker.worker.runner import Worker
+
+    async def main() -> int:
+        async with Worker(settings, kind="run") as worker:
+            with progress_for(sys.stderr, worker.clock) as on_progress:
+                result = await worker.run_pass(max_duration=limit, on_progress=on_progress)
+            return result.exit_code
+
+    sys.exit(anyio.run(main))

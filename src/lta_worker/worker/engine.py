@@ -1,0 +1,444 @@
+"""One pass over the due users: claim, read, classify, decide, write.
+
+The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
+
+    claimer ──users──▶ readers (poll.concurrency) ──updates──▶ writer ──▶ store.apply
+                          │  ▲
+                          ▼  │ permits
+                         pacer
+
+- The claimer leases due users in batches, oldest `next_due_at` first, only those due when
+  the pass started (a user backed off during the pass waits for the next one).
+- A reader takes one user's turn: decrypt the token, call each endpoint the user granted
+  (pacer permit first), classify, stop at an outcome that ends the turn, let the policy
+  decide. Decisions go to the single writer, which commits in small batches.
+- Circuit breaker: plain 401s with no authenticated answer in the pass are held back; when
+  `poll.breaker_threshold` of them accumulate the pass stops, the held decisions are dropped
+  (no user changes state or schedule) and the pass ends with exit 78.
+- The pass ends when no due user is left (0), at the deadline or when the service seems
+  down (75: the rest stays due), or at the breaker (78).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+import anyio
+from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
+
+from lta_worker.errors import EX_CONFIG, EX_OK, EX_TEMPFAIL, UnknownKeyError
+from lta_worker.secret import Secret
+from lta_worker.storage.records import Endpoint, UserRow, UserUpdate
+from lta_worker.worker.api import long_term_credential
+from lta_worker.worker.classify import classify
+from lta_worker.worker.clock import Clock
+from lta_worker.worker.logs import get_logger
+from lta_worker.worker.outcomes import OUTCOME_KINDS, Answer, Outcome
+from lta_worker.worker.policy import PolicyConfig, decide_turn, endpoints_to_call, ends_turn
+
+if TYPE_CHECKING:
+    from lta_worker.storage.store import Store
+    from lta_worker.storage.vault import Vault
+
+StopReason = Literal["completed", "deadline", "breaker", "upstream_down", "cancelled", "config"]
+EXIT_CODES: Final[dict[str, int]] = {
+    "completed": EX_OK,
+    "deadline": EX_TEMPFAIL,
+    "upstream_down": EX_TEMPFAIL,
+    "cancelled": EX_TEMPFAIL,
+    "breaker": EX_CONFIG,
+    "config": EX_CONFIG,
+}
+# Answers that prove the client itself is accepted (both halves of the credential right).
+AUTHENTICATED: Final = frozenset({"ok", "none", "revoked", "unlinked", "inactive", "scope_denied"})
+RATE_LIMIT_ATTEMPTS: Final = 3
+WRITE_BATCH: Final = 50
+WRITE_LINGER_S: Final = 0.5
+
+log = get_logger("lta_worker.engine")
+
+
+class Reader(Protocol):
+    """What the engine needs of the API client."""
+
+    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+        """One read with the long term credential; never raises for HTTP or network trouble."""
+        ...
+
+
+class PacerLike(Protocol):
+    """What the engine needs of the pacer."""
+
+    async def acquire(self) -> None:
+        """Wait for a permit to send one request."""
+        ...
+
+    def feed(self, headers: Any, status: int | None) -> None:
+        """Learn from a response's rate limit headers and status."""
+        ...
+
+    def snapshot(self) -> Any:
+        """What the pacer knows of the budget (remaining, limit, reset_in)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PassOptions:
+    """How one pass runs; built from settings by `options_from_settings`."""
+
+    instance: str
+    client_scopes: tuple[str, ...]
+    policy: PolicyConfig
+    max_duration: timedelta
+    concurrency: int = 8
+    batch_size: int = 100
+    lease_duration: timedelta = timedelta(minutes=5)
+    breaker_threshold: int = 5
+    upstream_down_after: int = 20
+    grace: timedelta = timedelta(seconds=10)
+
+
+@dataclass(slots=True)
+class PassResult:
+    """How a pass ended and what it did."""
+
+    stopped: StopReason
+    exit_code: int
+    users: int = 0
+    reads: int = 0
+    throttled: int = 0
+    wall_s: float = 0.0
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def summary(self) -> dict[str, Any]:
+        """The fields of the `pass.finished` event."""
+        counts: dict[str, int] = {kind: self.counts.get(kind, 0) for kind in OUTCOME_KINDS}
+        return {
+            "stopped": self.stopped,
+            "exit_code": self.exit_code,
+            "users": self.users,
+            "reads": self.reads,
+            "throttled": self.throttled,
+            "wall_s": round(self.wall_s, 3),
+            **counts,
+        }
+
+
+ProgressFn = Callable[["PassEngine"], None]
+
+
+class PassEngine:
+    """Runs one pass. Collaborators are injected (STYLE 4): tests plug in the simulator."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        vault: Vault,
+        api: Reader,
+        pacer: PacerLike,
+        clock: Clock,
+        client_secret: Secret,
+        options: PassOptions,
+        rng: random.Random | None = None,
+        on_progress: ProgressFn | None = None,
+    ) -> None:
+        self.store = store
+        self.vault = vault
+        self.api = api
+        self.pacer = pacer
+        self.clock = clock
+        self.client_secret = client_secret
+        self.options = options
+        self.rng = rng or random.Random()
+        self.on_progress = on_progress
+        self.result = PassResult(stopped="completed", exit_code=EX_OK)
+        self.due_at_start = 0
+        self._stopping = anyio.Event()
+        self._stop_reason: StopReason | None = None
+        self._fatal_error: Exception | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._tg: TaskGroup | None = None
+        self._authenticated = 0
+        self._held_rejected: list[tuple[UserRow, UserUpdate]] = []
+        self._pending: list[UserUpdate] = []
+        self._consecutive_transient = 0
+
+    # -- control -------------------------------------------------------------------------
+
+    def request_stop(self, reason: StopReason, grace: float) -> None:
+        """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.
+
+        Used at the deadline, when the service seems down, and on SIGTERM in `serve`.
+        """
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stopping.set()
+        if self._tg is not None and grace >= 0:
+            self._tg.start_soon(self._cancel_after, grace)
+
+    def _abort(self, reason: StopReason) -> None:
+        """Stop at once, dropping what is in flight (breaker, fatal configuration error)."""
+        self._stop_reason = reason
+        self._stopping.set()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _cancel_after(self, grace: float) -> None:
+        await anyio.sleep(grace)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _deadline(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        self.request_stop("deadline", self.options.grace.total_seconds())
+
+    # -- the pass ------------------------------------------------------------------------
+
+    async def run(self) -> PassResult:
+        """Run the pass to its end and return how it ended; never raises for upstream trouble.
+
+        Raises:
+            UnknownKeyError: a stored token's key id is not in the key file (the pass stops
+                first; nothing of that user is modified).
+        """
+        opts = self.options
+        started = self.clock.monotonic()
+        started_at = self.clock.now()
+        self.due_at_start = await self._db(self.store.count_due, started_at)
+        log.info(
+            "pass.started",
+            instance=opts.instance,
+            due=self.due_at_start,
+            deadline_s=opts.max_duration.total_seconds(),
+            concurrency=opts.concurrency,
+        )
+        users_send, users_recv = anyio.create_memory_object_stream[UserRow](opts.concurrency)
+        updates_send, updates_recv = anyio.create_memory_object_stream[UserUpdate](WRITE_BATCH)
+        with anyio.CancelScope() as self._scope:
+            async with anyio.create_task_group() as self._tg:
+                keeper = anyio.CancelScope()
+                self._tg.start_soon(self._lease_keeper, keeper)
+                self._tg.start_soon(self._deadline, opts.max_duration.total_seconds())
+                self._tg.start_soon(self._claimer, users_send, started_at)
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(self._writer, updates_recv)
+                    async with updates_send, users_recv:
+                        for _ in range(opts.concurrency):
+                            inner.start_soon(self._reader, users_recv.clone(), updates_send.clone())
+                self._tg.cancel_scope.cancel()  # readers and writer are done
+        await self._finish(started)
+        if self._stop_reason == "config" and self._fatal_error is not None:
+            raise self._fatal_error
+        return self.result
+
+    async def _finish(self, started: float) -> None:
+        opts = self.options
+        stopped: StopReason = self._stop_reason or "completed"
+        with anyio.CancelScope(shield=True):
+            if stopped not in {"breaker", "config"}:
+                for user, update in self._held_rejected:
+                    self._log_changes(user, update)
+                    self._pending.append(update)
+            self._held_rejected.clear()
+            await self._flush()
+            await self._db(self.store.release, opts.instance)
+        if stopped == "breaker":
+            log.error(
+                "pass.breaker_tripped",
+                instance=opts.instance,
+                rejected=self.result.counts.get("rejected", 0),
+                hint="every answer was a plain 401: the client secret (client.secret_file) or "
+                "the client configuration is likely wrong; no user was changed",
+            )
+        self.result.stopped = stopped
+        self.result.exit_code = EXIT_CODES[stopped]
+        self.result.wall_s = self.clock.monotonic() - started
+        log.info("pass.finished", instance=opts.instance, **self.result.summary())
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    async def _claimer(self, send: ObjectSendStream[UserRow], due_before: datetime) -> None:
+        opts = self.options
+        async with send:
+            while not self._stopping.is_set():
+                now = self.clock.now()
+                batch: Sequence[UserRow] = await self._db(
+                    partial(
+                        self.store.claim_due,
+                        now=now,
+                        due_before=due_before,
+                        limit=opts.batch_size,
+                        owner=opts.instance,
+                        lease_until=now + opts.lease_duration,
+                    )
+                )
+                if not batch:
+                    return
+                for user in batch:
+                    if self._stopping.is_set():
+                        return
+                    await send.send(user)
+
+    async def _lease_keeper(self, scope: anyio.CancelScope) -> None:
+        opts = self.options
+        period = max(opts.lease_duration.total_seconds() / 3, 0.05)
+        with scope:
+            while True:
+                await anyio.sleep(period)
+                lease_until = self.clock.now() + opts.lease_duration
+                await self._db(self.store.renew_leases, opts.instance, lease_until)
+
+    async def _reader(
+        self, users: ObjectReceiveStream[UserRow], updates: ObjectSendStream[UserUpdate]
+    ) -> None:
+        async with users, updates:
+            async for user in users:
+                if self._stopping.is_set():
+                    continue  # claimed but not started: its lease is released at the end
+                update = await self._turn(user)
+                if update is not None:
+                    await self._route(user, update, updates)
+                self.result.users += 1
+                if self.on_progress is not None:
+                    self.on_progress(self)
+
+    async def _writer(self, updates: ObjectReceiveStream[UserUpdate]) -> None:
+        async with updates:
+            closed = False
+            while not closed:
+                with anyio.move_on_after(WRITE_LINGER_S):
+                    while len(self._pending) < WRITE_BATCH:
+                        try:
+                            self._pending.append(await updates.receive())
+                        except anyio.EndOfStream:
+                            closed = True
+                            break
+                await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        with anyio.CancelScope(shield=True):  # a batch is written whole or not at all
+            await self._db(partial(self.store.apply, batch, owner=self.options.instance))
+
+    # -- one user's turn -----------------------------------------------------------------
+
+    async def _turn(self, user: UserRow) -> UserUpdate | None:
+        opts = self.options
+        if user.token is None:
+            return None
+        try:
+            token = self.vault.decrypt(user.token, user=user.user)
+        except UnknownKeyError as exc:
+            self._fatal_error = exc
+            self._abort("config")
+            return None
+        except Exception:
+            log.error("token.undecryptable", user=user.user, key_id=user.token.key_id)
+            return UserUpdate(
+                user_id=user.id,
+                state=user.state,
+                next_due_at=self.clock.now() + opts.policy.parked_interval,
+                consecutive_failures=user.consecutive_failures,
+                last_outcome="undecryptable",
+                last_polled_at=user.last_polled_at,
+                denied=dict(user.denied),
+            )
+        credential = long_term_credential(token, self.client_secret)
+        results: list[tuple[Endpoint, Outcome]] = []
+        for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
+            outcome = await self._read(user, endpoint, credential)
+            results.append((endpoint, outcome))
+            if ends_turn(outcome):
+                break
+        return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
+
+    async def _read(self, user: UserRow, endpoint: Endpoint, credential: Secret) -> Outcome:
+        outcome = Outcome(kind="transient", reason="not attempted")
+        for _ in range(RATE_LIMIT_ATTEMPTS):
+            await self.pacer.acquire()
+            begun = self.clock.monotonic()
+            answer = await self.api.read(endpoint, credential)
+            outcome = classify(endpoint, answer)
+            # A plain 401 does not identify the client, so its rate limit headers (if any)
+            # describe some other bucket, not this client's budget.
+            if outcome.kind != "rejected":
+                self.pacer.feed(answer.headers, answer.status)
+            self._count(user, endpoint, outcome, self.clock.monotonic() - begun)
+            if outcome.kind != "rate_limited":
+                break
+        return outcome
+
+    def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
+        self.result.reads += 1
+        self.result.counts[outcome.kind] += 1
+        budget = self.pacer.snapshot()
+        log.info(
+            "poll.read",
+            user=user.user,
+            endpoint=endpoint,
+            status=outcome.status,
+            outcome=outcome.kind,
+            code=outcome.code,
+            reason=outcome.reason,
+            duration_ms=round(took * 1000, 1),
+            budget_remaining=getattr(budget, "remaining", None),
+            budget_limit=getattr(budget, "limit", None),
+            budget_reset_s=getattr(budget, "reset_in", None),
+        )
+        if outcome.kind == "rate_limited":
+            self.result.throttled += 1
+            log.warning(
+                "ratelimit.throttled", user=user.user, endpoint=endpoint, retry_after_s=outcome.wait
+            )
+        if outcome.kind in AUTHENTICATED:
+            self._authenticated += 1
+        if outcome.kind == "transient":
+            self._consecutive_transient += 1
+            if self._consecutive_transient >= self.options.upstream_down_after:
+                self.request_stop("upstream_down", self.options.grace.total_seconds())
+        elif outcome.kind != "rate_limited":
+            self._consecutive_transient = 0
+
+    async def _route(
+        self, user: UserRow, update: UserUpdate, updates: ObjectSendStream[UserUpdate]
+    ) -> None:
+        """Send a decision to the writer, holding plain-401 decisions while the breaker may trip."""
+        if update.last_outcome == "rejected" and self._authenticated == 0:
+            self._held_rejected.append((user, update))
+            if len(self._held_rejected) >= self.options.breaker_threshold:
+                self._abort("breaker")
+            return
+        if self._held_rejected:
+            held, self._held_rejected = self._held_rejected, []
+            for held_user, held_update in held:
+                self._log_changes(held_user, held_update)
+                await updates.send(held_update)
+        self._log_changes(user, update)
+        await updates.send(update)
+
+    def _log_changes(self, user: UserRow, update: UserUpdate) -> None:
+        if update.state != user.state:
+            level = "warning" if update.state in {"revoked", "rejected"} else "info"
+            getattr(log, level)(
+                "user.state_changed",
+                user=user.user,
+                **{"from": user.state, "to": update.state},
+                reason=update.last_outcome,
+            )
+        if update.delete_token:
+            log.warning("token.deleted", user=user.user, reason=update.state)
+        for endpoint, until in update.denied.items():
+            if endpoint not in user.denied:
+                log.warning("endpoint.denied", user=user.user, endpoint=endpoint, retry_at=until)
+
+    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(partial(fn, *args))

@@ -1,0 +1,208 @@
+"""The long-lived collaborators of passes, built from settings: what `run` and `serve` share.
+
+`Worker` opens the store (migrating it), takes the single-instance lock on SQLite, loads
+the key file and the client secret, builds the HTTP client, API client and pacer, and
+registers the instance. It runs passes and the maintenance that follows them, and closes
+everything on exit. Tests build it with the simulator's transport and their own clock.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import socket
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from lta_worker.config import Settings, read_client_secret
+from lta_worker.storage.records import PassRecord, PurgeCounts
+from lta_worker.worker.api import ApiClient
+from lta_worker.worker.clock import Clock, SystemClock
+from lta_worker.worker.engine import PassEngine, PassOptions, PassResult, ProgressFn
+from lta_worker.worker.logs import get_logger, register_secret
+from lta_worker.worker.pacer import Pacer, PacerCore
+from lta_worker.worker.policy import PolicyConfig
+from lta_worker.worker.wiring import http_client, load_vault, open_store
+
+if TYPE_CHECKING:
+    from lta_worker.storage.store import Store
+    from lta_worker.storage.vault import Vault
+
+log = get_logger("lta_worker.runner")
+INSTANCE_TTL = timedelta(minutes=2)
+
+
+def new_instance_id() -> str:
+    """A readable, unique instance id: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def pass_options(settings: Settings, instance: str, max_duration: timedelta | None) -> PassOptions:
+    """Pass options from settings (`--max-duration` overrides `poll.max_pass_duration`)."""
+    poll = settings.poll
+    return PassOptions(
+        instance=instance,
+        client_scopes=settings.client.scopes,
+        policy=PolicyConfig.from_settings(poll),
+        max_duration=max_duration or poll.max_pass_duration,
+        concurrency=poll.concurrency,
+        batch_size=poll.batch_size,
+        lease_duration=poll.lease_duration,
+        breaker_threshold=poll.breaker_threshold,
+        upstream_down_after=max(20, 2 * poll.concurrency),
+        grace=settings.serve.grace_period,
+    )
+
+
+class Worker:
+    """Everything a pass needs, opened once; `async with Worker(settings) as w: ...`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kind: str = "run",
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.kind = kind
+        self.transport = transport
+        self.clock: Clock = clock or SystemClock()
+        self.rng = rng
+        self.instance = new_instance_id()
+        self._stack = AsyncExitStack()
+        self.store: Store = None  # type: ignore[assignment]  # set in __aenter__
+        self.vault: Vault = None  # type: ignore[assignment]
+        self.api: ApiClient = None  # type: ignore[assignment]
+        self.pacer: Pacer = None  # type: ignore[assignment]
+        self.current: PassEngine | None = None
+
+    async def __aenter__(self) -> Worker:
+        settings = self.settings
+        stack = self._stack
+        try:
+            self.store = await anyio.to_thread.run_sync(open_store, settings)
+            stack.callback(self.store.close)
+            stack.enter_context(self.store.single_instance_lock())
+            self.vault = load_vault(settings)
+            self.client_secret = read_client_secret(settings)
+            register_secret(self.client_secret)
+            http = await stack.enter_async_context(http_client(settings, transport=self.transport))
+            self.api = ApiClient(http, settings)
+            self.pacer = self._build_pacer()
+            await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
+            stack.callback(self.store.unregister_instance, self.instance)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+
+    def _build_pacer(self) -> Pacer:
+        rl = self.settings.ratelimit
+        core = PacerCore(reserve=rl.reserve, fallback_per_hour=rl.fallback_per_hour)
+        return Pacer(core, clock=self.clock.monotonic, sleep=anyio.sleep)
+
+    async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def due_count(self) -> int:
+        """Users due now."""
+        return int(await self._db(self.store.count_due, self.clock.now()))
+
+    async def run_pass(
+        self, *, max_duration: timedelta | None = None, on_progress: ProgressFn | None = None
+    ) -> PassResult:
+        """One pass over the due users, then its bookkeeping (pass record, retention purge)."""
+        live = await self._db(self.store.live_instances, self.clock.now(), INSTANCE_TTL)
+        self.pacer.set_share(1.0 / max(1, len(live)))
+        engine = PassEngine(
+            store=self.store,
+            vault=self.vault,
+            api=self.api,
+            pacer=self.pacer,
+            clock=self.clock,
+            client_secret=self.client_secret,
+            options=pass_options(self.settings, self.instance, max_duration),
+            rng=self.rng,
+            on_progress=on_progress,
+        )
+        self.current = engine
+        started_at = self.clock.now()
+        try:
+            result = await engine.run()
+        finally:
+            self.current = None
+        with anyio.CancelScope(shield=True):
+            await self._after_pass(result, started_at)
+        return result
+
+    async def _after_pass(self, result: PassResult, started_at: Any) -> None:
+        record = PassRecord(
+            instance=self.instance,
+            started_at=started_at,
+            finished_at=self.clock.now(),
+            stopped=result.stopped,
+            exit_code=result.exit_code,
+            reads=result.reads,
+            throttled=result.throttled,
+            counts=dict(result.counts),
+        )
+        await self._db(self.store.record_pass, record)
+        budget = self.pacer.budget_seen(self.clock.now())
+        if budget is not None:
+            await self._db(self.store.record_budget, self.settings.client.id, budget)
+        await self.maintenance(checkpoint=False)
+
+    async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
+        """The retention purge (and a WAL checkpoint in `serve`)."""
+        purged: PurgeCounts = await self._db(
+            self.store.purge_expired, self.clock.now(), self.settings.retention.after_revocation
+        )
+        if purged.users or purged.snapshots or purged.history:
+            log.info(
+                "retention.purged",
+                users=purged.users,
+                snapshots=purged.snapshots,
+                history=purged.history,
+            )
+        if checkpoint:
+            await self._db(self.store.checkpoint)
+        return purged
+
+    def reload(self, settings: Settings) -> None:
+        """Re-read the key file and the client secret and take the new settings (SIGHUP).
+
+        Everything is loaded before anything is replaced, so a broken new config or key
+        file leaves the running worker as it was. The database URL and the service URLs
+        need a restart; a change to them is reported, not applied.
+        """
+        vault = load_vault(settings)
+        client_secret = read_client_secret(settings)
+        fixed = ("database", "service")
+        changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
+        if changed:
+            log.warning("service.reload_partial", needs_restart=changed)
+            settings = settings.model_copy(update={k: getattr(self.settings, k) for k in fixed})
+        register_secret(client_secret)
+        self.vault, self.client_secret, self.settings = vault, client_secret, settings
+
+    async def heartbeat(self) -> None:
+        """Tell the other instances this one is alive."""
+        await self._db(self.store.heartbeat, self.instance, self.clock.now())
