@@ -1,0 +1,20 @@
+"""Session-wide test setup: logs rendered as JSON into a buffer, reset after every test."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+
+from lta_worker.worker.logs import configure_logging, forget_secrets, reset_logging
+
+
+@pytest.fixture(autouse=True)
+def _quiet_json_logs() -> Iterator[io.StringIO]:
+    """Render logs the way production does (JSON, redaction on) without printing them."""
+    stream = io.StringIO()
+    configure_logging("debug", "json", stream)
+    yield stream
+    reset_logging()
+    forget_secrets()

@@ -1,0 +1,200 @@
+"""End-to-end harness: the real `Worker` (store, vault, API client, pacer, engine) against the
+simulator in-process, on SQLite and, when LTA_TEST_DATABASE_URL is set, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lta_worker.config import Settings, build_settings
+from lta_worker.secret import Secret
+from lta_worker.simulator import (
+    DEMO_CLIENT_ID,
+    DEMO_CLIENT_SECRET,
+    ManualClock,
+    Simulator,
+    SimulatorTransport,
+    SystemClock,
+)
+from lta_worker.storage import Store
+from lta_worker.storage.keyfile import generate_key_line
+from lta_worker.worker.api import ApiClient
+from lta_worker.worker.engine import PassResult
+from lta_worker.worker.enroll import Enrollment
+from lta_worker.worker.runner import Worker
+from lta_worker.worker.wiring import http_client, load_vault
+
+BASE_URL = "https://api.sim.example"
+AUTH_URL = "https://api.sim.example/auth"
+REDIRECT_URI = "https://app.example/lta/callback"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class WorkerClock:
+    """Wall time from the simulator's clock (due times move with it), real monotonic time."""
+
+    def __init__(self, wall: ManualClock | SystemClock) -> None:
+        self.wall = wall
+
+    def now(self) -> Any:
+        return self.wall.now()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass
+class Harness:
+    """The simulator, the config files, and helpers to enroll users and run passes."""
+
+    sim: Simulator
+    clock: ManualClock | SystemClock
+    tmp: Path
+    db_url: str
+    overrides: dict[str, dict[str, Any]]
+    secret_file: Path
+    key_file: Path
+
+    def settings(self) -> Settings:
+        data: dict[str, dict[str, Any]] = {
+            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
+            "client": {
+                "id": DEMO_CLIENT_ID,
+                "redirect_uri": REDIRECT_URI,
+                "secret_file": str(self.secret_file),
+            },
+            "database": {"url": self.db_url},
+            "crypto": {"key_file": str(self.key_file)},
+            "poll": {"concurrency": 4, "batch_size": 10},
+        }
+        for section, values in self.overrides.items():
+            data[section] = {**data.get(section, {}), **values}
+        return build_settings(data)
+
+    def configure(self, section: str, **values: Any) -> None:
+        self.overrides.setdefault(section, {}).update(values)
+
+    def store(self) -> Store:
+        store = Store.open(self.db_url)
+        store.upgrade()
+        return store
+
+    def advance(self, delta: timedelta) -> None:
+        assert isinstance(self.clock, ManualClock)
+        self.clock.advance(delta.total_seconds())
+
+    async def enroll(
+        self, user: str, scopes: list[str] | None = None, *, create: bool = True, **account: Any
+    ) -> None:
+        """Create the account in the simulator and enroll it through the real consent flow."""
+        if create:
+            self.sim.add_user(user, **account)
+        settings = self.settings()
+        with self.store() as store:
+            async with http_client(settings, transport=SimulatorTransport(self.sim)) as http:
+                api = ApiClient(http, settings)
+                enrollment = Enrollment(
+                    settings,
+                    store,
+                    load_vault(settings),
+                    api,
+                    self.clock.now,
+                    client_secret=Secret(DEMO_CLIENT_SECRET),
+                )
+                url = enrollment.start(user)
+                self.sim.queue_consent(user, scopes)
+                location = (await http.get(url)).headers["location"]
+                await enrollment.finish(user, location)
+
+    async def run_pass(self, **kwargs: Any) -> PassResult:
+        """One pass of the real Worker through the in-process simulator."""
+        worker = Worker(
+            self.settings(),
+            transport=SimulatorTransport(self.sim),
+            clock=WorkerClock(self.clock),
+        )
+        async with worker:
+            return await worker.run_pass(**kwargs)
+
+    def reads(self, user: str | None = None) -> list[Any]:
+        """The simulator's log of reads (both endpoints), optionally of one user."""
+        return [
+            e
+            for e in self.sim.requests()
+            if "/api/v1/history/" in e.path and (user is None or e.user == user)
+        ]
+
+    def user(self, user: str) -> Any:
+        with self.store() as store:
+            row = store.get_user(user)
+        assert row is not None
+        return row
+
+
+def _backends() -> list[Any]:
+    params: list[Any] = ["sqlite"]
+    reason = "set LTA_TEST_DATABASE_URL to run the end-to-end tests on PostgreSQL"
+    params.append(
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.skipif(not os.environ.get("LTA_TEST_DATABASE_URL"), reason=reason),
+        )
+    )
+    return params
+
+
+@pytest.fixture(params=_backends())
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'lta.db'}"
+        return
+    from support.pg import throwaway_database
+
+    with throwaway_database(os.environ["LTA_TEST_DATABASE_URL"]) as url:
+        yield url
+
+
+def _files(tmp: Path) -> tuple[Path, Path]:
+    secret_file = tmp / "client-secret"
+    secret_file.write_text(DEMO_CLIENT_SECRET + "\n")
+    key_file = tmp / "token-keys"
+    key_file.write_text(generate_key_line(SystemClock().now()) + "\n")
+    os.chmod(key_file, 0o600)
+    return secret_file, key_file
+
+
+@pytest.fixture
+def harness(tmp_path: Path, db_url: str) -> Harness:
+    """A simulator on a manual clock with a budget too large to matter."""
+    clock = ManualClock()
+    sim = Simulator(clock=clock)
+    sim.configure(budget=1_000_000, window=3600)
+    secret_file, key_file = _files(tmp_path)
+    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+
+
+@pytest.fixture
+def realtime_harness(tmp_path: Path, db_url: str) -> Harness:
+    """A simulator on the real clock, for budget windows measured in seconds."""
+    clock = SystemClock()
+    sim = Simulator(clock=clock)
+    secret_file, key_file = _files(tmp_path)
+    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+
+
+@pytest.fixture
+async def http_sim(harness: Harness) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=SimulatorTransport(harness.sim)) as http:
+        yield http
