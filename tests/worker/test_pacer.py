@@ -147,11 +147,12 @@ SIM = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChec
 def test_never_more_than_allowed_in_any_window(
     windows: list[Window], reserve: float, latency: float, concurrency: int, rounding: bool
 ) -> None:
-    """Whatever the windows, limits, other traffic and latency, no window gets more than
-    its limit less the reserve from the worker (one blind probe aside)."""
+    """Whatever the server answers, no window gets more than its limit less the reserve."""
     server = Server(windows, rounding=rounding)
     run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
     for i, window in enumerate(windows):
+        # max(1, ...): a window's first request is a blind probe, sent before its figures
+        # can be known; the generated limits always allow at least one anyway.
         assert server.worker[i] <= max(1, allowed(window, reserve)), (i, server.worker)
 
 
