@@ -224,6 +224,33 @@ def test_first_permit_is_immediate_and_fallback_paces_the_rest() -> None:
     assert core.reserve(0.0) == pytest.approx(120.0)
 
 
+def test_initial_burst_goes_at_once_before_any_header() -> None:
+    """Before any header, `initial_burst` permits go at once; then the fallback rate applies."""
+    core = PacerCore(fallback_per_hour=60, initial_burst=5)
+    assert [core.reserve(0.0) for _ in range(5)] == [0.0] * 5
+    assert core.reserve(0.0) == pytest.approx(60.0)
+
+
+def test_initial_burst_does_not_apply_once_a_window_is_known() -> None:
+    """After a header, the window's spacing rules, whatever burst was configured."""
+    core = PacerCore(reserve=0.0, initial_burst=5)
+    core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
+    assert core.reserve(0.0) == 0.0
+    assert core.reserve(0.0) == pytest.approx(10.05)
+
+
+@given(
+    times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200),
+    burst=st.integers(min_value=1, max_value=8),
+)
+def test_fallback_rate_with_burst_is_bounded(times: list[float], burst: int) -> None:
+    """Without headers, no hour holds more than the burst plus fallback_per_hour permits."""
+    core = PacerCore(fallback_per_hour=30, initial_burst=burst)
+    slots = sorted(t + core.reserve(t) for t in sorted(times))
+    for s in slots:
+        assert sum(1 for u in slots if s <= u < s + 3600) <= 30 + burst
+
+
 @given(times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200))
 def test_fallback_rate_respected_with_no_headers(times: list[float]) -> None:
     """Without headers, no hour holds more than fallback_per_hour permits (plus one)."""

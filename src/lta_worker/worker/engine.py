@@ -79,7 +79,7 @@ class PacerLike(Protocol):
         """Wait for a permit to send one request."""
         ...
 
-    def feed(self, headers: Any, status: int | None) -> None:
+    def feed(self, headers: Any, status: int | None, *, elapsed: float | None = None) -> None:
         """Learn from a response's rate limit headers and status."""
         ...
 
@@ -367,11 +367,11 @@ class PassEngine:
             await self.pacer.acquire()
             begun = self.clock.monotonic()
             answer = await self.api.read(endpoint, credential)
-            outcome = classify(endpoint, answer)
+            outcome = classify(endpoint, answer, now=self.clock.now())
             # A plain 401 does not identify the client, so its rate limit headers (if any)
-            # describe some other bucket, not this client's budget.
-            if outcome.kind != "rejected":
-                self.pacer.feed(answer.headers, answer.status)
+            # describe some other bucket: the pacer only learns that the permit is done.
+            headers = answer.headers if outcome.kind != "rejected" else {}
+            self.pacer.feed(headers, answer.status, elapsed=answer.elapsed)
             self._count(user, endpoint, outcome, self.clock.monotonic() - begun)
             if outcome.kind != "rate_limited":
                 break

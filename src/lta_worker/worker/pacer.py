@@ -91,17 +91,31 @@ class PacerCore:
         reserve: Fraction of the limit left for the client's other traffic (0 <= r < 1).
         fallback_per_hour: The conservative rate used before any header is seen.
         share: This instance's share of the allowance (0 < share <= 1).
+        initial_burst: Permits that go at once before any header is known (then the
+            fallback rate applies). The runner sets it to `poll.breaker_threshold`.
     """
 
     def __init__(
-        self, *, reserve: float = 0.1, fallback_per_hour: float = 60.0, share: float = 1.0
+        self,
+        *,
+        reserve: float = 0.1,
+        fallback_per_hour: float = 60.0,
+        share: float = 1.0,
+        initial_burst: int = 1,
     ) -> None:
         if not 0.0 <= reserve < 1.0:
             raise ValueError("reserve must be at least 0 and below 1")
         if not fallback_per_hour > 0.0 or not math.isfinite(fallback_per_hour):
             raise ValueError("fallback_per_hour must be a positive number")
+        if initial_burst < 1:
+            raise ValueError("initial_burst must be at least 1")
         self.reserve_fraction = reserve
         self.fallback_per_hour = fallback_per_hour
+        # Before any header is known, this many permits go at once (then the fallback
+        # rate): enough for the breaker to see a wrong client secret in seconds, since
+        # plain 401s carry no budget of the client.
+        self.initial_burst = initial_burst
+        self._unknown_used = 0
         self._share = 1.0
         self.share = share
         self._limit: int | None = None
@@ -178,7 +192,7 @@ class PacerCore:
         else:
             reason = "pacing"
             slot = start
-            if self._last_slot is not None:
+            if self._last_slot is not None and self._unknown_used >= self.initial_burst:
                 slot = max(slot, self._last_slot + self._conservative_step())
         return slot, self._reason(slot - now, paused, reason), False
 
@@ -273,6 +287,8 @@ class PacerCore:
         return math.floor(left + _EPSILON)
 
     def _hand_out(self, slot: float, *, in_window: bool) -> None:
+        if self._reset_at is None and not in_window:
+            self._unknown_used += 1
         self._since_obs += 1
         self._outstanding += 1
         if in_window:

@@ -116,8 +116,12 @@ class Worker:
 
     def _build_pacer(self) -> Pacer:
         rl = self.settings.ratelimit
-        core = PacerCore(reserve=rl.reserve, fallback_per_hour=rl.fallback_per_hour)
-        return Pacer(core, clock=self.clock.monotonic, sleep=anyio.sleep)
+        core = PacerCore(
+            reserve=rl.reserve,
+            fallback_per_hour=rl.fallback_per_hour,
+            initial_burst=self.settings.poll.breaker_threshold,
+        )
+        return Pacer(core, clock=self.clock.monotonic, sleep=anyio.sleep, wall_clock=self.clock.now)
 
     async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
