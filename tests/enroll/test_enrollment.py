@@ -219,13 +219,35 @@ async def test_unknown_state_is_refused(world: World) -> None:
         await world.enrollment().finish("alice", f"{REDIRECT_URI}?code=abcdef&state=forged")
 
 
-async def test_bare_code_needs_its_state(world: World) -> None:
-    """A bare code alone is refused (no state); with the redirect's state it enrolls."""
+async def test_bare_code_finishes_the_users_newest_consent(world: World) -> None:
+    """A bare code (no state) finishes the newest consent started for that user."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    result = await enrollment.finish("alice", query_of(location)["code"])
+    assert result.scopes == LONG_TERM_SCOPES
+    assert world.store.get_user("alice") is not None
+
+
+async def test_bare_code_without_a_started_consent_is_refused(world: World) -> None:
+    """A bare code for a user with no live consent is refused with what to do."""
+    with pytest.raises(UsageError, match="no consent was started"):
+        await world.enrollment().finish("bob", "some-code-value")
+
+
+async def test_bare_code_of_another_consent_fails_pkce(world: World) -> None:
+    """A code from a consent with another verifier fails the exchange: PKCE binds it."""
+    enrollment = world.enrollment()
+    foreign = await world.consent(enrollment.start("carol"), "svc-carol")
+    await world.consent(enrollment.start("alice"), "svc-alice")
+    with pytest.raises(EnrollmentError):
+        await enrollment.finish("alice", query_of(foreign)["code"])
+
+
+async def test_code_with_its_state_enrolls(world: World) -> None:
+    """A bare code with the redirect's state passed alongside enrolls."""
     enrollment = world.enrollment()
     location = await world.consent(enrollment.start("alice"), "svc-alice")
     params = query_of(location)
-    with pytest.raises(UsageError, match="state"):
-        await enrollment.finish("alice", params["code"])
     result = await enrollment.finish("alice", params["code"], state=params["state"])
     assert result.scopes == LONG_TERM_SCOPES
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from sqlalchemy import delete, insert, or_, update
+from sqlalchemy import ColumnElement, delete, insert, or_, select, update
 
 from lta_worker.secret import Secret
 from lta_worker.storage.db import Database
@@ -48,23 +48,23 @@ def save_pending(
         )
 
 
-def take_pending(db: Database, state: str | Secret, now: datetime) -> PendingEnrollment | None:
-    """Take the pending enrollment of `state`, once: None if unknown, used or expired.
+_RETURNED = (
+    Row.user,
+    Row.verifier_ciphertext,
+    Row.verifier_key_id,
+    Row.redirect_uri,
+    Row.created_at,
+    Row.expires_at,
+)
 
-    One UPDATE ... RETURNING marks it used, so two concurrent takes never both succeed.
-    """
+
+def _take(db: Database, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
+    """Mark the matching live pending enrollment used, in one UPDATE ... RETURNING."""
     stmt = (
         update(Row)
-        .where(Row.state_hash == state_hash(state), Row.used_at.is_(None), Row.expires_at > now)
+        .where(match, Row.used_at.is_(None), Row.expires_at > now)
         .values(used_at=now)
-        .returning(
-            Row.user,
-            Row.verifier_ciphertext,
-            Row.verifier_key_id,
-            Row.redirect_uri,
-            Row.created_at,
-            Row.expires_at,
-        )
+        .returning(*_RETURNED)
     )
     with db.write() as conn:
         row = conn.execute(stmt).first()
@@ -77,6 +77,26 @@ def take_pending(db: Database, state: str | Secret, now: datetime) -> PendingEnr
         created_at=row.created_at,
         expires_at=row.expires_at,
     )
+
+
+def take_pending(db: Database, state: str | Secret, now: datetime) -> PendingEnrollment | None:
+    """Take the pending enrollment of `state`, once: None if unknown, used or expired.
+
+    One UPDATE ... RETURNING marks it used, so two concurrent takes never both succeed.
+    """
+    return _take(db, Row.state_hash == state_hash(state), now)
+
+
+def take_latest_pending(db: Database, user: str, now: datetime) -> PendingEnrollment | None:
+    """Take the newest live pending enrollment of `user`, once (for a bare code, no state)."""
+    newest = (
+        select(Row.state_hash)
+        .where(Row.user == user, Row.used_at.is_(None), Row.expires_at > now)
+        .order_by(Row.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return _take(db, Row.state_hash == newest, now)
 
 
 def purge_pending(db: Database, now: datetime) -> int:

@@ -228,6 +228,10 @@ class Store:
 
     # -- instances, passes, budget ----------------------------------------------------------
 
+    def take_latest_pending(self, user: str, now: datetime) -> PendingEnrollment | None:
+        """Take the newest live pending enrollment of `user`, once (a bare code has no state)."""
+        return enrollments.take_latest_pending(self._db, user, now)
+
     def register_instance(
         self,
         instance: str,

@@ -219,8 +219,9 @@ class Enrollment:
     ) -> EnrollResult:
         """Complete the enrollment `start` began, from the redirect URL (or a bare code).
 
-        A bare code carries no state: pass the `state` query parameter of the redirect
-        alongside it (a web app has both), or give the whole redirect URL instead.
+        A bare code carries no state: it finishes the user's newest consent started in the
+        last 10 minutes (PKCE binds the code to that consent's verifier); a web app that has
+        the redirect's `state` should pass it, or give the whole redirect URL.
 
         Raises:
             UsageError: no code, or the state is unknown, used, expired or for another user.
@@ -269,11 +270,17 @@ class Enrollment:
     async def _take_pending(self, user: str, state: str | None) -> PendingEnrollment:
         now = self._clock()
         if state is None:
-            _failed(user, "state", "missing_state")
-            raise UsageError(
-                "a bare code cannot be matched to its consent: the state is missing",
-                hint="paste the whole redirect URL (it carries the state)",
-            )
+            # A bare code: the user's newest consent started here. PKCE still binds the
+            # code to that consent's verifier, so a code minted elsewhere fails the exchange.
+            latest = await to_thread.run_sync(self._store.take_latest_pending, user, now)
+            if latest is None:
+                _failed(user, "state", "no_pending")
+                raise UsageError(
+                    f"no consent was started for {user!r} in the last "
+                    f"{int(PENDING_TTL.total_seconds() // 60)} minutes, or it was finished",
+                    hint=_RESTART,
+                )
+            return latest
         pending = await to_thread.run_sync(self._store.take_pending, state, now)
         if pending is None:
             _failed(user, "state", "unknown_state")
