@@ -5,8 +5,10 @@ production, a `MockTransport` or the simulator's transport in tests). It knows t
 paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
 never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
 
-Credentials travel only in the `Authorization` header, never in a URL, and every secret
-this module handles is registered with the log redactor. Plain http is refused for any host
+Credentials travel only in the `Authorization` header, never in a URL. Short-lived secrets
+(user access tokens, codes, the client secret) are registered with the log redactor; long
+term tokens and credentials are masked by their `dspa_` pattern instead, so that logging
+does not slow down with the number of users. Plain http is refused for any host
 that is not loopback, whatever client was injected.
 """
 
@@ -50,7 +52,7 @@ def join_url(base: str, path: str) -> str:
 
 
 def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
-    """The long term credential `<token>.<client secret>`, registered with the log redactor.
+    """The long term credential `<token>.<client secret>`; the client secret is registered.
 
     Raises:
         ValueError: the token does not start with `dspa_`, or either half is empty.
@@ -60,10 +62,11 @@ def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
         raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
     if not raw_secret:
         raise ValueError("the client secret is empty")
-    credential = Secret(f"{raw_token}.{raw_secret}")
-    for value in (token, client_secret, credential):
-        register_secret(value)
-    return credential
+    # The `dspa_` pattern of the log redactor masks the token and the whole credential; the
+    # client secret alone needs registering (registering per-user values would make every
+    # log line scan them all).
+    register_secret(client_secret)
+    return Secret(f"{raw_token}.{raw_secret}")
 
 
 def check_secure_url(url: str | httpx.URL) -> None:
@@ -191,7 +194,6 @@ class ApiClient:
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
         """
-        register_secret(credential)
         return await self._send(
             "GET", self.url_for(endpoint), {"Authorization": f"Bearer {credential.reveal()}"}
         )
