@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
 
-from lta_worker.config import Settings, read_client_secret
 from lta_worker.errors import (
     EnrollmentError,
     ModeNotOpenedError,
@@ -46,12 +44,13 @@ from lta_worker.errors import (
 )
 from lta_worker.secret import Secret
 from lta_worker.storage.records import PendingEnrollment
-from lta_worker.worker.api import ApiClient, join_url, long_term_credential
+from lta_worker.worker.api import join_url, long_term_credential
+from lta_worker.worker.client_ops import ClientOperation
 from lta_worker.worker.logs import get_logger, register_secret
 from lta_worker.worker.pkce import challenge_s256, new_state, new_verifier
 
 if TYPE_CHECKING:
-    from lta_worker.storage import Store, Vault
+    pass
 
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
@@ -132,7 +131,7 @@ def parse_redirect(text: str) -> RedirectParams:
     return RedirectParams(code=Secret(text), state=None)
 
 
-class Enrollment:
+class Enrollment(ClientOperation):
     """Enrolls users: the consent URL, the redirect back, or a user access token directly.
 
     Args:
@@ -145,31 +144,6 @@ class Enrollment:
         client_secret: the client secret (default: read from `client.secret_file` when
             first needed).
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        vault: Vault,
-        api: ApiClient,
-        clock: Callable[[], datetime] | None = None,
-        *,
-        client_secret: Secret | None = None,
-    ) -> None:
-        self._settings = settings
-        self._store = store
-        self._vault = vault
-        self._api = api
-        self._clock = clock or _utc_now
-        self._client_secret = client_secret
-
-    @property
-    def client_secret(self) -> Secret:
-        """The client secret, read from its file on first use and registered for redaction."""
-        if self._client_secret is None:
-            self._client_secret = read_client_secret(self._settings)
-        register_secret(self._client_secret)
-        return self._client_secret
 
     def consent_url(self, state: str, challenge: str) -> str:
         """The authorization URL for one consent: `{auth_url}/oidc/auth?...`."""
@@ -357,7 +331,3 @@ def _mode_not_opened() -> ModeNotOpenedError:
 
 def _failed(user: str, stage: str, error_code: str | None) -> None:
     _log().warning("enroll.failed", user=user, stage=stage, error_code=error_code)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)

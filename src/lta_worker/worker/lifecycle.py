@@ -10,21 +10,18 @@ its users deletes their account (spec section 5, rule 7).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from anyio import to_thread
 
-from lta_worker.config import Settings, read_client_secret
 from lta_worker.errors import UnknownUserError, UpstreamError
-from lta_worker.secret import Secret
-from lta_worker.worker.api import ApiClient, long_term_credential
+from lta_worker.worker.api import long_term_credential
+from lta_worker.worker.client_ops import ClientOperation
 from lta_worker.worker.logs import get_logger, register_secret
 
 if TYPE_CHECKING:
-    from lta_worker.storage import Store, Vault
+    pass
 
 UpstreamResult = Literal["ok", "failed", "skipped"]
 
@@ -58,7 +55,7 @@ class DropResult:
     purged: int | None = None
 
 
-class Lifecycle:
+class Lifecycle(ClientOperation):
     """Drops and forgets users.
 
     Args:
@@ -70,29 +67,6 @@ class Lifecycle:
             `now`); the system clock by default.
         client_secret: the client secret (default: read from `client.secret_file` when needed).
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        vault: Vault,
-        api: ApiClient,
-        clock: Callable[[], datetime] | None = None,
-        *,
-        client_secret: Secret | None = None,
-    ) -> None:
-        self._settings = settings
-        self._store = store
-        self._vault = vault
-        self._api = api
-        self._clock = clock or _utc_now
-        self._client_secret = client_secret
-
-    def _secret(self) -> Secret:
-        if self._client_secret is None:
-            self._client_secret = read_client_secret(self._settings)
-        register_secret(self._client_secret)
-        return self._client_secret
 
     async def drop(self, user: str) -> DropResult:
         """DELETE the token upstream, then delete it locally and set the user `dropped`.
@@ -133,7 +107,7 @@ class Lifecycle:
             token = self._vault.decrypt(row.token, user=user)
             register_secret(token)
             try:
-                status = await self._api.drop_token(long_term_credential(token, self._secret()))
+                status = await self._api.drop_token(long_term_credential(token, self.client_secret))
             except UpstreamError as exc:
                 upstream, error = "failed", exc.message
             except ValueError:
@@ -167,7 +141,3 @@ def _dropped_event(result: DropResult) -> None:
         purged=result.purged is not None,
         purged_rows=result.purged,
     )
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import httpx
@@ -17,6 +16,7 @@ import httpx
 from lta_worker import __version__
 from lta_worker.config.settings import Settings
 from lta_worker.worker.api import ApiClient, check_secure_url
+from lta_worker.worker.client_ops import utc_now
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
@@ -63,11 +63,6 @@ def http_client(
 def api_client(settings: Settings, http: httpx.AsyncClient) -> ApiClient:
     """The API client over `http`."""
     return ApiClient(http, settings)
-
-
-def utc_now() -> datetime:
-    """The clock: an aware datetime in UTC."""
-    return datetime.now(UTC)
 
 
 def open_store(settings: Settings) -> Store:
