@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 OutcomeKind = Literal[
     "ok",
@@ -21,17 +21,7 @@ OutcomeKind = Literal[
     "rate_limited",
     "transient",
 ]
-OUTCOME_KINDS: tuple[OutcomeKind, ...] = (
-    "ok",
-    "none",
-    "revoked",
-    "unlinked",
-    "inactive",
-    "scope_denied",
-    "rejected",
-    "rate_limited",
-    "transient",
-)
+OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
 
 
 @dataclass(frozen=True, slots=True)
