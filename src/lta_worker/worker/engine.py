@@ -17,6 +17,10 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
   (no user changes state or schedule) and the pass ends with exit 78.
 - The pass ends when no due user is left (0), at the deadline or when the service seems
   down (75: the rest stays due), or at the breaker (78).
+- A stop (deadline, SIGTERM in `serve`) lets reads already sent finish; a reader still
+  waiting for a pacer permit gives its turn up at once, so a tight budget never holds a
+  stop for the whole grace period. The user stays due; what its turn read before the stop
+  is kept.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -62,6 +66,10 @@ WRITE_BATCH: Final = 50
 WRITE_LINGER_S: Final = 0.5
 
 log = get_logger("lta_worker.engine")
+
+
+class _Interrupted(Exception):
+    """A turn given up because the pass stopped while it waited for a permit."""
 
 
 class Reader(Protocol):
@@ -164,6 +172,7 @@ class PassEngine:
         self._stop_reason: StopReason | None = None
         self._fatal_error: Exception | None = None
         self._scope: anyio.CancelScope | None = None
+        self._permit_waits: set[anyio.CancelScope] = set()
         self._tg: TaskGroup | None = None
         self._authenticated = 0
         self._held_rejected: list[tuple[UserRow, UserUpdate]] = []
@@ -176,10 +185,13 @@ class PassEngine:
         """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.
 
         Used at the deadline, when the service seems down, and on SIGTERM in `serve`.
+        Readers still waiting for a permit give their users up at once (they stay due).
         """
         if self._stop_reason is None:
             self._stop_reason = reason
         self._stopping.set()
+        for scope in self._permit_waits:
+            scope.cancel()
         if self._tg is not None and grace >= 0:
             self._tg.start_soon(self._cancel_after, grace)
 
@@ -302,7 +314,10 @@ class PassEngine:
             async for user in users:
                 if self._stopping.is_set():
                     continue  # claimed but not started: its lease is released at the end
-                update = await self._turn(user)
+                try:
+                    update = await self._turn(user)
+                except _Interrupted:
+                    continue  # stopped while waiting for a permit: the user stays due
                 if update is not None:
                     await self._route(user, update, updates)
                 self.result.users += 1
@@ -355,18 +370,46 @@ class PassEngine:
         credential = long_term_credential(token, self.client_secret)
         results: list[tuple[Endpoint, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
-            outcome = await self._read(user, endpoint, credential)
+            try:
+                outcome = await self._read(user, endpoint, credential)
+            except _Interrupted:
+                if not results:
+                    raise
+                # Stopped mid-turn: keep what was read, but leave the user due so that the
+                # next pass reads the whole turn (nothing read is thrown away).
+                now = self.clock.now()
+                update = decide_turn(user, results, now, opts.policy, self.rng)
+                return replace(update, next_due_at=user.next_due_at or now)
             results.append((endpoint, outcome))
             if ends_turn(outcome):
                 break
         return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
 
+    async def _permit(self) -> None:
+        """Wait for a pacer permit; raise `_Interrupted` when the pass stops meanwhile."""
+        if self._stopping.is_set():
+            raise _Interrupted
+        with anyio.CancelScope() as scope:
+            self._permit_waits.add(scope)
+            try:
+                await self.pacer.acquire()  # cancelled while waiting, it accounts nothing
+            finally:
+                self._permit_waits.discard(scope)
+        if scope.cancelled_caught:
+            raise _Interrupted
+
     async def _read(self, user: UserRow, endpoint: Endpoint, credential: Secret) -> Outcome:
         outcome = Outcome(kind="transient", reason="not attempted")
         for _ in range(RATE_LIMIT_ATTEMPTS):
-            await self.pacer.acquire()
+            await self._permit()
             begun = self.clock.monotonic()
-            answer = await self.api.read(endpoint, credential)
+            try:
+                answer = await self.api.read(endpoint, credential)
+            except BaseException:
+                # Cancelled mid-request (grace over): the permit is used and no answer
+                # came. The pacer outlives the pass in `serve`, so it must be told.
+                self.pacer.feed({}, None)
+                raise
             outcome = classify(endpoint, answer, now=self.clock.now())
             # A plain 401 does not identify the client, so its rate limit headers (if any)
             # describe some other bucket: the pacer only learns that the permit is done.

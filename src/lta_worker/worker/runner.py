@@ -84,6 +84,7 @@ class Worker:
         self.api: ApiClient = None  # type: ignore[assignment]
         self.pacer: Pacer = None  # type: ignore[assignment]
         self.current: PassEngine | None = None
+        self._stop_grace: float | None = None
 
     async def __aenter__(self) -> Worker:
         settings = self.settings
@@ -147,6 +148,8 @@ class Worker:
             rng=self.rng,
             on_progress=on_progress,
         )
+        if self._stop_grace is not None:
+            engine.request_stop("cancelled", self._stop_grace)
         self.current = engine
         started_at = self.clock.now()
         try:
@@ -189,6 +192,16 @@ class Worker:
         if checkpoint:
             await self._db(self.store.checkpoint)
         return purged
+
+    def request_stop(self, grace: float) -> None:
+        """Stop the pass in progress, and any later one before it claims a user (SIGTERM).
+
+        A pass may be between its start and its engine when the signal comes; it sees
+        the request as soon as its engine exists, so it never runs on unstopped.
+        """
+        self._stop_grace = grace
+        if self.current is not None:
+            self.current.request_stop("cancelled", grace)
 
     def reload(self, settings: Settings) -> None:
         """Re-read the key file and the client secret and take the new settings (SIGHUP).

@@ -1,0 +1,101 @@
+"""Stopping a pass (SIGTERM in `serve`, the deadline): reads already sent finish, a turn
+waiting for a pacer permit is given up at once, and every user not fully read stays due."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker.engine import PassResult
+from lta_worker.worker.runner import Worker
+
+from .conftest import Harness, WorkerClock
+
+pytestmark = pytest.mark.anyio
+
+
+class WatchedTransport(SimulatorTransport):
+    """The simulator's transport, with an event set once the first read is answered."""
+
+    def __init__(self, sim: Any) -> None:
+        super().__init__(sim)
+        self.answered = anyio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if "/api/v1/history/" in request.url.path:
+            self.answered.set()
+        return response
+
+
+def _worker(h: Harness, transport: SimulatorTransport | None = None) -> Worker:
+    return Worker(
+        h.settings(), transport=transport or SimulatorTransport(h.sim), clock=WorkerClock(h.clock)
+    )
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> None:
+    """A budget that needs hours for the due reads: a stop with a 10 s grace ends the pass in
+    well under a second once the sent reads are back; every user whose turn did not finish
+    keeps its schedule, those stopped mid-turn keep what was read."""
+    h = realtime_harness
+    h.configure("poll", concurrency=3)
+    users = [f"user-{n}" for n in range(8)]
+    for user in users:
+        await h.enroll(user)
+    before = {u: h.user(u) for u in users}
+    h.sim.configure(budget=6, window=3600)
+    h.sim.clear_requests()
+    result: PassResult | None = None
+    transport = WatchedTransport(h.sim)
+    async with _worker(h, transport) as worker:
+
+        async def run() -> None:
+            nonlocal result
+            result = await worker.run_pass()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                await transport.answered.wait()
+            # One read is back; the budget holds every other read for minutes.
+            began = time.monotonic()
+            worker.request_stop(10.0)
+    took = time.monotonic() - began
+    assert result is not None
+    assert result.stopped == "cancelled"
+    assert took < 2.0
+    finished = 0
+    for user in users:
+        row, old = h.user(user), before[user]
+        if row.next_due_at != old.next_due_at:
+            finished += 1
+            assert row.last_polled_at is not None
+        else:
+            assert row.state == "active"
+    with h.store() as store:
+        assert store.count_due(h.clock.now()) == len(users) - finished
+    assert finished < len(users)
+    first = h.reads()[0].user
+    assert h.user(first).last_polled_at is not None  # read before the stop: kept
+
+
+async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -> None:
+    """A stop requested between passes (or before a pass's engine exists) makes the next pass
+    claim nobody: no read, every user still due."""
+    await harness.enroll("alice")
+    harness.sim.clear_requests()
+    async with _worker(harness) as worker:
+        worker.request_stop(10.0)
+        result = await worker.run_pass()
+    assert result.stopped == "cancelled"
+    assert result.users == 0
+    assert harness.reads() == []
+    with harness.store() as store:
+        assert store.count_due(harness.clock.now()) == 1
