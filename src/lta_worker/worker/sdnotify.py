@@ -1,14 +1,17 @@
-"""systemd's notify protocol: READY, STATUS, WATCHDOG, STOPPING, over $NOTIFY_SOCKET.
+"""systemd's notify protocol: READY, STATUS, WATCHDOG, RELOADING, STOPPING, over $NOTIFY_SOCKET.
 
 A few lines of socket code rather than a dependency: the protocol is one datagram of
 newline-separated `KEY=VALUE` pairs to a unix socket (a leading `@` means the abstract
-namespace). Without $NOTIFY_SOCKET every call does nothing.
+namespace). Without $NOTIFY_SOCKET every call does nothing. The watchdog is on when
+$WATCHDOG_USEC is a positive number and $WATCHDOG_PID, if set, is this process; pings
+then go at half that period, as sd_watchdog_enabled(3) advises.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 
 
@@ -52,6 +55,11 @@ class Notifier:
     def watchdog(self) -> bool:
         """Ping the watchdog."""
         return self.notify(watchdog=1)
+
+    def reloading(self, status: str) -> bool:
+        """Tell systemd a reload began (`ready` ends it); MONOTONIC_USEC as notify-reload needs."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.notify(reloading=1, status=status, monotonic_usec=usec)
 
     def stopping(self, status: str) -> bool:
         """Tell systemd the service is shutting down."""

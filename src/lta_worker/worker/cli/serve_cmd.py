@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from lta_worker.config import load_settings
+from lta_worker.config import Settings, load_settings
 from lta_worker.worker.cli.app import App, pass_app
 
 
@@ -22,7 +22,7 @@ def serve(app: App) -> None:
 
     from lta_worker.worker.service import serve as serve_forever
 
-    def reload() -> object:
+    def reload() -> Settings:
         return load_settings(app.config_path, os.environ)
 
     sys.exit(anyio.run(lambda: serve_forever(settings, reload_settings=reload)))

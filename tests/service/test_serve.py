@@ -1,0 +1,161 @@
+"""`lta-worker serve` as systemd runs it: a child process against the simulator on loopback,
+with a fake $NOTIFY_SOCKET, stopped and reloaded by signals."""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from lta_worker.simulator import DEMO_CLIENT_SECRET
+
+from .helpers import NotifySocket, World, reads, stop, wait_for_reads
+
+USERS = [f"user-{n:02d}" for n in range(20)]
+
+
+def test_serve_notifies_ready_status_and_watchdog(world: World, notify: NotifySocket) -> None:
+    """READY=1 with MAINPID, a STATUS line after the first pass, WATCHDOG=1 pings at half
+    WATCHDOG_USEC, STOPPING=1 on SIGTERM, exit 0, and every stderr line is JSON."""
+    world.enroll(["alice", "bob", "carol"])
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="400000")
+    try:
+        ready = notify.wait_for(lambda m: m.get("READY") == "1")
+        assert ready["MAINPID"] == str(proc.pid)
+        status = notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        assert "3 users, 6 reads, 0 throttled, completed" in status["STATUS"]
+        start = len(notify.messages)
+        began = time.monotonic()
+        notify.wait_for(lambda _: notify.count("WATCHDOG") >= start + 4, since=start)
+        pings = [m for m in notify.messages[start:] if m.get("WATCHDOG") == "1"]
+        assert len(pings) >= 4
+        assert time.monotonic() - began < 4 * 0.2 + 2.0  # about every 0.2 s
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    notify.drain()
+    assert any(m.get("STOPPING") == "1" for m in notify.messages)
+    events = world.log_events()
+    names = [e["event"] for e in events]
+    for name in ("service.started", "pass.finished", "service.stopping", "service.stopped"):
+        assert name in names
+    finished = next(e for e in events if e["event"] == "pass.finished")
+    assert (finished["stopped"], finished["users"], finished["ok"]) == ("completed", 3, 6)
+    assert DEMO_CLIENT_SECRET not in world.log_file.read_text()
+
+
+@pytest.mark.parametrize("slow", ["latency", "budget"])
+def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
+    world: World, notify: NotifySocket, slow: str
+) -> None:
+    """SIGTERM during a slow pass (every read delayed, or a budget nearly spent): exit 0
+    within the 10 s grace period, STOPPING=1, an intact database, what was read is committed,
+    every user not reached is still due with its schedule untouched, and stderr is JSON only."""
+    # A tick far shorter than the pass: the scheduler skips ticks while it runs (its
+    # plain-text warnings must stay off stderr), and the heartbeat runs alongside.
+    world.poll = {"concurrency": "4", "tick": "0.3s"}
+    world.serve = {"heartbeat": "0.5s"}
+    world.write_config()
+    world.enroll(USERS)
+    with world.store() as store:
+        before = {u: store.get_user(u) for u in USERS}
+    if slow == "latency":
+        world.sim.inject_fault("latency", rate=1.0, delay=0.5)  # 40 reads: about 5 s
+    else:
+        world.sim.configure(budget=8, window=3600)  # 40 reads need hours
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("READY") == "1")
+        wait_for_reads(world.sim, 4)
+        world.wait_for_event("service.heartbeat", proc)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        took = time.monotonic() - signalled
+    finally:
+        stop(proc)
+    assert took < 10.0
+    notify.drain()
+    assert any(m.get("STOPPING") == "1" for m in notify.messages)
+    assert world.integrity() == "ok"
+
+    read_users = {e.user for e in reads(world.sim)}
+    assert 0 < len(read_users) < len(USERS)
+    with world.store() as store:
+        after = {u: store.get_user(u) for u in USERS}
+        due = store.count_due(datetime.now(UTC))
+        last = store.last_pass()
+    done, kept = set(), set()
+    for user in USERS:
+        row, old = after[user], before[user]
+        assert row is not None
+        assert old is not None
+        assert (row.state, row.token is not None) == ("active", True)
+        if row.last_polled_at is None:
+            assert row.next_due_at == old.next_due_at  # not reached: untouched, still due
+        elif row.next_due_at == old.next_due_at:
+            kept.add(user)  # stopped mid-turn: what was read is kept, the user stays due
+        else:
+            done.add(user)  # a whole turn, committed before the exit
+    assert done | kept  # reads finished after SIGTERM were committed
+    assert done | kept <= read_users
+    assert due == len(USERS) - len(done)
+    assert last is not None
+    assert last.stopped == "cancelled"
+    events = world.log_events()
+    stopping = next(e for e in events if e["event"] == "service.stopping")
+    assert (stopping["signal"], stopping["grace_s"]) == ("SIGTERM", 10.0)
+    assert events[-1]["event"] == "service.stopped"
+    assert events[-1]["exit_code"] == 0
+
+
+def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
+    world: World, notify: NotifySocket
+) -> None:
+    """SIGHUP re-reads the config: service.reloaded ok=true; with a broken config file,
+    ok=false naming the problem, and the service keeps running on the old settings."""
+    world.enroll(["alice"])
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        world.poll = {"tick": "2m"}
+        world.write_config()
+        mark = len(notify.messages)
+        proc.send_signal(signal.SIGHUP)
+        reloading = notify.wait_for(lambda m: m.get("RELOADING") == "1", since=mark)
+        assert int(reloading["MONOTONIC_USEC"]) > 0
+        done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
+        assert done["STATUS"] == "reloaded"
+
+        world.write_config(world.config_text() + '\n[bogus]\nkey = "x"\n')
+        mark = len(notify.messages)
+        proc.send_signal(signal.SIGHUP)
+        done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
+        assert "previous configuration" in done["STATUS"]
+        assert proc.poll() is None
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    reloaded = [e for e in world.log_events() if e["event"] == "service.reloaded"]
+    assert [e["ok"] for e in reloaded] == [True, False]
+    assert reloaded[0]["level"] == "info"
+    assert reloaded[1]["level"] == "error"
+    assert "bogus" in reloaded[1]["error"]
+
+
+def test_serve_without_notify_socket_runs_and_stops(world: World) -> None:
+    """With no $NOTIFY_SOCKET (not under systemd) serve still runs a pass and stops on SIGINT."""
+    world.enroll(["alice"])
+    proc = world.start_serve()
+    try:
+        assert world.wait_for_event("pass.finished", proc)["ok"] == 2
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    assert world.log_events()[-1]["event"] == "service.stopped"
