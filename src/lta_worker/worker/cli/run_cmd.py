@@ -40,7 +40,16 @@ def run(app: App, max_duration: str | None) -> None:
     """Run one pass over every due user, then exit (for cron or a systemd timer)."""
     limit = _duration(max_duration)
     settings = app.settings
-    app.configure_logging()
+    from lta_worker.worker.logs import configure_logging
+    from lta_worker.worker.progress import progress_line
+
+    # On a terminal the log lines go through the progress line, so neither overwrites
+    # the other; elsewhere stderr stays plain (JSON lines, no progress line).
+    line = progress_line(sys.stderr)
+    if line is None:
+        app.configure_logging()
+    else:
+        configure_logging(settings.log.level, settings.log.format, line)  # type: ignore[arg-type]
 
     import anyio
 
@@ -49,7 +58,7 @@ def run(app: App, max_duration: str | None) -> None:
 
     async def main() -> int:
         async with Worker(settings, kind="run") as worker:
-            with progress_for(sys.stderr, worker.clock) as on_progress:
+            with progress_for(line or sys.stderr, worker.clock) as on_progress:
                 result = await worker.run_pass(max_duration=limit, on_progress=on_progress)
             return result.exit_code
 
