@@ -5,27 +5,35 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lta_worker.worker.cli.app import App, pass_app
+
+if TYPE_CHECKING:
+    from lta_worker.config import Settings
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def collect_status(app: App) -> dict[str, Any]:
-    """Everything `status` shows, as plain JSON-able data."""
+def collect_status(settings: Settings, now: datetime | None = None) -> dict[str, Any]:
+    """Everything `status` shows, as plain JSON-able data.
+
+    Args:
+        settings: the settings in force (the database, the interval, the reserve).
+        now: the time to count due users at; the system clock by default (the demo, whose
+            clock is moved by hand, passes its own).
+    """
     from lta_worker.storage.records import USER_STATES
     from lta_worker.worker.capacity import plan_capacity
     from lta_worker.worker.clock import SystemClock
     from lta_worker.worker.runner import INSTANCE_TTL
     from lta_worker.worker.wiring import open_store
 
-    settings = app.settings
-    now = SystemClock().now()
+    now = now or SystemClock().now()
     store = open_store(settings)
     try:
         counts = store.count_by_state()
@@ -86,6 +94,10 @@ def collect_status(app: App) -> dict[str, Any]:
     }
 
 
+def _or_unknown(value: object) -> str:
+    return "unknown" if value is None else str(value)
+
+
 def render_table(data: dict[str, Any]) -> str:
     """The people's view of `collect_status`."""
     from lta_worker.config import format_duration
@@ -106,9 +118,11 @@ def render_table(data: dict[str, Any]) -> str:
     if budget is None:
         lines.append("  none yet (the fallback rate applies until a RateLimit header is seen)")
     else:
+        window = budget["window_seconds"]
         lines.append(
-            f"  {budget['remaining']} of {budget['limit']} left, window "
-            f"{budget['window_seconds']} s, reset {budget['reset_at']}"
+            f"  {_or_unknown(budget['remaining'])} of {_or_unknown(budget['limit'])} left, "
+            f"window {'unknown' if window is None else f'{window:g} s'}, "
+            f"reset {_or_unknown(budget['reset_at'])}"
         )
     cap = data["capacity"]
     lines.append("capacity")
@@ -133,5 +147,5 @@ def render_table(data: dict[str, Any]) -> str:
 @pass_app
 def status(app: App, fmt: str) -> None:
     """Users per state, the last pass, the budget seen and a capacity plan."""
-    data = collect_status(app)
+    data = collect_status(app.settings)
     click.echo(json.dumps(data, indent=2) if fmt == "json" else render_table(data))

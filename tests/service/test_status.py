@@ -1,0 +1,137 @@
+"""`lta-worker status` after a real `run` against the served simulator: users per state,
+the last pass, the budget seen and the capacity plan, as JSON and as a table."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
+from lta_worker.storage.records import BudgetSeen
+
+from .helpers import World
+
+BUDGET = 100_000
+
+
+@pytest.fixture
+def after_a_pass(world: World) -> World:
+    """Five users (three active, one inactive for 120 days, one without cloud sync) and one
+    `run`, with stderr piped: the pass's JSON log is checked here too."""
+    world.enroll(
+        {
+            "ada": {},
+            "bob": {},
+            "cy": {},
+            "hedy": {"last_sync_age_days": 120},
+            "claude": {"linked": False},
+        }
+    )
+    done = world.cli("run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "\r" not in done.stderr  # no progress line when stderr is not a terminal
+    events = [json.loads(line) for line in done.stderr.splitlines()]
+    assert events[-1]["event"] == "pass.finished"
+    assert DEMO_CLIENT_SECRET not in done.stderr
+    return world
+
+
+def status(world: World) -> dict[str, Any]:
+    done = world.cli("status", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def test_status_json_after_a_pass(after_a_pass: World) -> None:
+    """Users per state, nobody due, the last pass with its outcome counts and no 429, the
+    budget the simulator reported, and a sustainable capacity plan at poll.interval."""
+    data = status(after_a_pass)
+    assert data["users"] == {
+        "active": 3,
+        "parked": 1,
+        "unlinked": 1,
+        "rejected": 0,
+        "revoked": 0,
+        "dropped": 0,
+    }
+    assert data["due"] == 0
+    last = data["last_pass"]
+    assert (last["stopped"], last["exit_code"], last["reads"], last["throttled"]) == (
+        "completed",
+        0,
+        8,
+        0,
+    )
+    assert {k: v for k, v in last["counts"].items() if v} == {"ok": 6, "inactive": 1, "unlinked": 1}
+    assert datetime.fromisoformat(last["finished_at"]) <= datetime.now(UTC)
+    budget = data["budget"]
+    assert (budget["limit"], budget["window_seconds"]) == (BUDGET, 3600)
+    assert budget["remaining"] == BUDGET - 8
+    assert datetime.fromisoformat(budget["reset_at"]) > datetime.now(UTC)
+    capacity = data["capacity"]
+    # 3 active users x 2 reads per hour, and 2 re-checks a day.
+    assert capacity["reads_needed_per_hour"] == pytest.approx(6.1)
+    assert capacity["available_per_hour"] == pytest.approx(BUDGET * 0.9)
+    assert capacity["budget_known"] is True
+    assert capacity["configured_interval_s"] == 3600
+    assert capacity["effective_interval_s"] == 3600
+    assert capacity["sustainable"] is True
+    assert capacity["warning"] is None
+    assert data["instances"] == []  # `run` unregistered itself on exit
+
+
+def test_status_table_after_a_pass(after_a_pass: World) -> None:
+    """The table says the same for people: states, the last pass, the budget, the plan."""
+    done = after_a_pass.cli("status")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    lines = [line.split() for line in text.splitlines()]
+    for state, count in (("active", "3"), ("parked", "1"), ("unlinked", "1"), ("revoked", "0")):
+        assert [state, count] in lines
+    assert ["due", "now", "0"] in lines
+    assert "completed (exit 0)" in text
+    assert "8 reads, 0 throttled; inactive 1, ok 6, unlinked 1" in text
+    assert f"{BUDGET - 8} of {BUDGET} left, window 3600 s" in text
+    assert "each user read every 1h" in text
+    assert "WARNING" not in text
+
+
+def test_status_warns_when_the_budget_cannot_sustain_the_interval(after_a_pass: World) -> None:
+    """120 requests an hour less 10% cannot read 3 users twice every 2 minutes (180 reads an
+    hour): the plan stretches the interval to 3m20s and says what to do."""
+    world = after_a_pass
+    world.poll = {"interval": "2m"}
+    world.write_config()
+    now = datetime.now(UTC)
+    with world.store() as store:
+        seen = BudgetSeen(120, 100, now + timedelta(minutes=30), 3600.0, now + timedelta(seconds=1))
+        store.record_budget(DEMO_CLIENT_ID, seen)
+    capacity = status(world)["capacity"]
+    assert capacity["reads_needed_per_hour"] == pytest.approx(180.1)
+    assert capacity["available_per_hour"] == pytest.approx(108)
+    assert capacity["sustainable"] is False
+    assert capacity["effective_interval_s"] == 200
+    assert "raise poll.interval or ask for a larger budget" in capacity["warning"]
+    table = world.cli("status").stdout
+    assert "WARNING: the budget allows about 108 reads/h" in table
+    assert "each user read every 3m20s" in table
+
+
+def test_status_before_any_pass(world: World) -> None:
+    """A fresh database: users due now, no pass yet, no budget seen, the fallback rate used."""
+    world.enroll(["ada"])
+    data = status(world)
+    assert data["users"]["active"] == 1
+    assert data["due"] == 1
+    assert data["last_pass"] is None
+    assert data["budget"] is None
+    assert data["capacity"]["budget_known"] is False
+    assert data["capacity"]["available_per_hour"] == 60
+    table = world.cli("status").stdout
+    assert "none yet" in table
+    assert "(fallback rate)" in table
