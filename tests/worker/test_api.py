@@ -399,6 +399,62 @@ async def test_exchange_code_oauth_error() -> None:
     assert "v" * 43 not in str(info.value)
 
 
+def post_only_server(request: httpx.Request) -> httpx.Response:
+    """A token endpoint that accepts client_secret_post only, as some servers do."""
+    form = {k: v[0] for k, v in parse_qs(request.read().decode()).items()}
+    if "authorization" in request.headers or form.get("client_secret") != CLIENT_SECRET.reveal():
+        return httpx.Response(401, json={"error": "invalid_client"})
+    return httpx.Response(200, json={"access_token": "at-post-123456", "scope": "openid"})
+
+
+async def exchange(api: ApiClient) -> Secret:
+    token, _ = await api.exchange_code(
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb", "demo-client", CLIENT_SECRET
+    )
+    return token
+
+
+async def test_exchange_code_with_client_secret_post() -> None:
+    """client.token_auth = client_secret_post sends the credentials in the form, no header."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://account.example"},
+            "client": {"id": "demo-client", "token_auth": "client_secret_post"},
+        }
+    )
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return post_only_server(request)
+
+    assert await exchange(make_api(handler, settings)) == Secret("at-post-123456")
+    assert len(seen) == 1
+
+
+async def test_exchange_code_falls_back_to_the_other_client_auth_once() -> None:
+    """invalid_client to client_secret_basic is retried once with client_secret_post."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return post_only_server(request)
+
+    assert await exchange(make_api(handler)) == Secret("at-post-123456")
+    assert len(seen) == 2
+    assert "authorization" in seen[0].headers
+    assert "authorization" not in seen[1].headers
+
+
+async def test_exchange_code_rejected_by_both_client_auths_is_invalid_client() -> None:
+    """A client the token endpoint refuses either way gets EnrollmentError(invalid_client)."""
+    rec = Recorder(lambda: httpx.Response(401, json={"error": "invalid_client"}))
+    with pytest.raises(EnrollmentError) as info:
+        await exchange(make_api(rec))
+    assert info.value.code == "invalid_client"
+    assert len(rec.requests) == 2
+
+
 def test_long_term_credential_is_token_dot_secret_and_redacted() -> None:
     """The credential is `<token>.<secret>` and is masked by the log redactor from then on."""
     credential = long_term_credential(TOKEN, CLIENT_SECRET)

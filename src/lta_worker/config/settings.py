@@ -76,6 +76,7 @@ class ClientSettings(_Section):
     secret_file: Path | None = None
     redirect_uri: str = "http://127.0.0.1/lta/callback"
     scopes: tuple[str, ...] = LONG_TERM_SCOPES
+    token_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
 
     @field_validator("scopes", mode="before")
     @classmethod

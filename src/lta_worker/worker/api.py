@@ -174,6 +174,7 @@ class ApiClient:
             connect=self._service.connect_timeout.total_seconds(),
         )
         self._cap = self._service.max_response_bytes
+        self._token_auth = settings.client.token_auth
 
     def url_for(self, endpoint: Endpoint) -> str:
         """The full URL of a read endpoint under `service.base_url`."""
@@ -267,8 +268,10 @@ class ApiClient:
         """Exchange an authorization code (with its PKCE verifier) for a user access token.
 
         POSTs `grant_type=authorization_code` to `service.token_endpoint`, authenticating with
-        `client_secret_basic`. Returns the user access token and the scopes it carries (empty
-        when the answer names none).
+        `client.token_auth` (`client_secret_basic` by default). A server that answers
+        `invalid_client` to that method is asked once more with the other one: client
+        authentication is checked before the code, so the code is still unused. Returns the
+        user access token and the scopes it carries (empty when the answer names none).
 
         Raises:
             EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
@@ -282,12 +285,11 @@ class ApiClient:
             "redirect_uri": redirect_uri,
             "code_verifier": verifier.reveal(),
         }
-        headers = {
-            "Authorization": _basic_auth(client_id, client_secret).reveal(),
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Accept": "application/json",
-        }
-        answer = await self._send("POST", self._service.token_endpoint, headers, form)
+        first = self._token_auth
+        other = "client_secret_post" if first == "client_secret_basic" else "client_secret_basic"
+        answer = await self._token_request(first, form, client_id, client_secret)
+        if answer.status == 401 and _service_code(answer) == "invalid_client":
+            answer = await self._token_request(other, form, client_id, client_secret)
         if answer.status is None:
             raise EnrollmentError(
                 f"could not reach the token endpoint ({answer.error})", hint=_RESTART
@@ -311,6 +313,20 @@ class ApiClient:
             )
         scopes = tuple(scope.split()) if isinstance(scope, str) else ()
         return Secret(access_token), scopes
+
+    async def _token_request(
+        self, method: str, form: Mapping[str, str], client_id: str, client_secret: Secret
+    ) -> Answer:
+        """POST the token request, authenticating the client with `method` (RFC 6749 2.3.1)."""
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Accept": "application/json",
+        }
+        if method == "client_secret_basic":
+            headers["Authorization"] = _basic_auth(client_id, client_secret).reveal()
+        else:
+            form = {**form, "client_id": client_id, "client_secret": client_secret.reveal()}
+        return await self._send("POST", self._service.token_endpoint, headers, form)
 
     async def _send(
         self,
