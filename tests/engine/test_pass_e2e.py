@@ -169,6 +169,21 @@ async def test_wrong_client_secret_trips_the_breaker_and_changes_nobody(
     assert fixed.counts["ok"] == 16
 
 
+async def test_wrong_secret_with_fewer_users_than_the_threshold_exits_78(
+    harness: Harness,
+) -> None:
+    """Two users, both plain 401: still a configuration problem (78), nobody changes."""
+    for n in range(2):
+        await harness.enroll(f"user-{n}")
+    harness.secret_file.write_text("not-the-right-secret\n")
+    result = await harness.run_pass()
+    assert result.exit_code == 78
+    assert result.stopped == "breaker"
+    assert {harness.user(f"user-{n}").state for n in range(2)} == {"active"}
+    with harness.store() as store:
+        assert store.count_due(harness.clock.now()) == 2
+
+
 async def test_one_rejected_user_among_good_ones_is_marked_rejected(harness: Harness) -> None:
     """A plain 401 for one user while others succeed: rejected, token kept, not revoked."""
     for n in range(3):

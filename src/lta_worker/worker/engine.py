@@ -13,8 +13,9 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
   (pacer permit first), classify, stop at an outcome that ends the turn, let the policy
   decide. Decisions go to the single writer, which commits in small batches.
 - Circuit breaker: plain 401s with no authenticated answer in the pass are held back; when
-  `poll.breaker_threshold` of them accumulate the pass stops, the held decisions are dropped
-  (no user changes state or schedule) and the pass ends with exit 78.
+  `poll.breaker_threshold` of them accumulate, or the pass ends with only such answers, the
+  held decisions are dropped (no user changes state or schedule) and the pass ends with
+  exit 78.
 - The pass ends when no due user is left (0), at the deadline or when the service seems
   down (75: the rest stays due), or at the breaker (78).
 - A stop (deadline, SIGTERM in `serve`) lets reads already sent finish; a reader still
@@ -253,6 +254,10 @@ class PassEngine:
     async def _finish(self, started: float) -> None:
         opts = self.options
         stopped: StopReason = self._stop_reason or "completed"
+        if stopped == "completed" and self._held_rejected and self._authenticated == 0:
+            # Fewer users than the threshold, and every answer a plain 401: the spec's action
+            # for a plain 401 is "check configuration", so this pass changes nobody either.
+            stopped = "breaker"
         with anyio.CancelScope(shield=True):
             if stopped not in {"breaker", "config"}:
                 for user, update in self._held_rejected:
@@ -266,8 +271,9 @@ class PassEngine:
                 "pass.breaker_tripped",
                 instance=opts.instance,
                 rejected=self.result.counts.get("rejected", 0),
-                hint="every answer was a plain 401: the client secret (client.secret_file) or "
-                "the client configuration is likely wrong; no user was changed",
+                hint="every answer was a plain 401 and none was accepted: the client secret "
+                "(client.secret_file) or the client configuration is likely wrong; no user "
+                "was changed",
             )
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
