@@ -38,7 +38,8 @@ def answer(status: int | None, body: Any = b"", **kwargs: Any) -> Answer:
         pytest.param(LATEST, answer(200, {"at": 1}), "ok", None, id="200-json"),
         pytest.param(STATS, answer(200, [1, 2]), "ok", None, id="200-json-list"),
         pytest.param(LATEST, answer(404), "none", None, id="404-latest-change"),
-        pytest.param(STATS, answer(404), "transient", None, id="404-stats-unexpected"),
+        pytest.param(STATS, answer(404), "none", None, id="404-stats-nothing-either"),
+        pytest.param(LATEST, answer(204), "none", None, id="204-no-content"),
         pytest.param(
             LATEST,
             answer(401, {"error": "PermanentAccessRevoked"}),

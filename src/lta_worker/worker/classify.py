@@ -65,7 +65,7 @@ def classify(endpoint: Endpoint, answer: Answer, *, now: datetime | None = None)
     """Turn one answer into an outcome; never raises, whatever the body or headers hold.
 
     Args:
-        endpoint: Which read was made (a 404 means `none` only on latest-change).
+        endpoint: Which read was made.
         answer: The answer as the API client saw it.
         now: When it arrived; used only to read an HTTP-date `Retry-After` or an epoch
             reset of a 429 when the answer carries no `Date` of its own.
@@ -77,6 +77,9 @@ def classify(endpoint: Endpoint, answer: Answer, *, now: datetime | None = None)
     if status is None:
         kind = answer.error if answer.error and _SAFE_ERROR.fullmatch(answer.error) else None
         return Outcome("transient", reason=f"network {kind}" if kind else "network error")
+    if status == 204:
+        # No content: nothing to store, and nothing wrong with the access.
+        return Outcome("none", status=status)
     if 200 <= status < 300:
         return _success(answer)
     known, raw = find_code(answer.headers, answer.body)
@@ -96,7 +99,10 @@ def classify(endpoint: Endpoint, answer: Answer, *, now: datetime | None = None)
         # skipped (for parked_interval), the token and the other endpoint are kept, and no
         # retry sooner could change a refusal.
         return Outcome("scope_denied", status=status, code=raw)
-    if status == 404 and endpoint == "latest-change":
+    if status == 404:
+        # Spec 4.4: nothing recorded for the user, the access is fine. The spec names it for
+        # latest-change only; on stats it can mean nothing else, and retrying sooner (as a
+        # transient failure would) only spends budget.
         return Outcome("none", status=status)
     if status == 429:
         return Outcome("rate_limited", status=status, code=raw, wait=_wait(answer, now))
