@@ -165,6 +165,7 @@ class Service:
                 job=name,
                 error=type(exc).__name__,
                 message=str(exc),
+                exit_code=1,
                 exc_info=True,
             )
         finally:
