@@ -1,0 +1,196 @@
+"""Where a pass's CPU goes beyond the reads: each step of a user's turn timed on its own.
+
+No network: the same functions the engine calls, on realistic inputs (tokens encrypted by
+the vault, the simulator's payloads and RateLimit headers, a SQLite store of the same
+users). Figures are microseconds per read (a user's turn has two reads), so they can be
+set against the CPU per read that B1 measures end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+
+from bench.common import Workspace, bulk_store_tokens, quiet_logs
+
+HEADERS = {
+    "content-type": "application/json",
+    "ratelimit": '"default";r=999999000;t=3000',
+    "ratelimit-policy": '"default";q=1000000000;w=3600',
+    "date": "Mon, 01 Jan 2024 00:00:00 GMT",
+}
+
+
+def _per(total_s: float, count: int) -> float:
+    return round(1e6 * total_s / count, 1)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def engine_costs(users: int = 1000) -> dict[str, float]:
+    """Microseconds per read of each step of a turn (the store's steps per user / 2)."""
+    reads = 2 * users
+    out = _turn_costs(users)
+    with quiet_logs("info"):
+        out["log poll.read (JSON, redacted)"] = _per(_log_events(reads), reads)
+    out["pacer acquire + feed"] = _per(anyio.run(_pacer, reads), reads)
+    out["httpcore: failed `import sniffio` (x7 per request)"] = _per(_sniffio(reads), reads / 7)
+    return out
+
+
+def _turn_costs(users: int) -> dict[str, float]:
+    """Claim, decrypt, classify, decide and apply for `users` users of a SQLite store."""
+    from lta_worker.secret import Secret
+    from lta_worker.simulator import DEMO_CLIENT_SECRET
+    from lta_worker.storage import Store, Vault
+    from lta_worker.worker.api import long_term_credential
+    from lta_worker.worker.policy import PolicyConfig, decide_turn
+
+    reads = 2 * users
+    out: dict[str, float] = {}
+    with Workspace("b1-costs") as ws:
+        settings = ws.settings("http://127.0.0.1:9", "http://127.0.0.1:9/auth")
+        tokens = [(f"c-{i:07d}", "dspa_" + secrets.token_urlsafe(32)) for i in range(users)]
+        bulk_store_tokens(settings, tokens)
+        vault = Vault.from_settings(settings)
+        secret = Secret(DEMO_CLIENT_SECRET)
+        cfg, rng = PolicyConfig.from_settings(settings.poll), random.Random(1)
+        with Store.open(settings.database.url) as store:
+            now = datetime.now(UTC)
+            took, rows = _timed(lambda: _claim_all(store, now, users))
+            out["store.claim_due (batches of 100)"] = _per(took, reads)
+
+            def credentials() -> None:
+                for row in rows:
+                    long_term_credential(vault.decrypt(row.token, user=row.user), secret)
+
+            out["vault.decrypt + credential"] = _per(_timed(credentials)[0], reads)
+            took, outcomes = _classify_all(rows, now)
+            out["classify"] = _per(took, reads)
+            turns = list(zip(rows, outcomes, strict=True))
+            took, updates = _timed(lambda: [decide_turn(r, o, now, cfg, rng) for r, o in turns])
+            out["policy.decide_turn"] = _per(took, reads)
+            took = _timed(lambda: _apply_all(store, updates))[0]
+            out["store.apply, first results (inserts)"] = _per(took, reads)
+            later = now + timedelta(hours=1)
+            again = [decide_turn(r, o, later, cfg, rng) for r, o in turns]
+            took = _timed(lambda: _apply_all(store, again))[0]
+            out["store.apply, same content (updates)"] = _per(took, reads)
+    return out
+
+
+def _claim_all(store: Any, now: datetime, users: int) -> list[Any]:
+    rows: list[Any] = []
+    for _ in range(users // 100 + 2):
+        batch = store.claim_due(
+            now=now,
+            due_before=now,
+            limit=100,
+            owner="bench",
+            lease_until=now + timedelta(minutes=5),
+        )
+        if not batch:
+            break
+        rows += batch
+    return rows
+
+
+def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
+    """Classify two realistic answers per user; (seconds the classification took, outcomes)."""
+    from lta_worker.simulator.payloads import latest_change, stats
+    from lta_worker.worker.classify import classify
+    from lta_worker.worker.outcomes import Answer
+
+    def answer(payload: Any) -> Any:
+        return Answer(200, HEADERS, json.dumps(payload).encode(), elapsed=0.001)
+
+    answers = [(answer(latest_change(r.user)), answer(stats(r.user))) for r in rows]
+    t0 = time.perf_counter()
+    outcomes = [
+        (
+            ("latest-change", classify("latest-change", a, now=now)),
+            ("stats", classify("stats", b, now=now)),
+        )
+        for a, b in answers
+    ]
+    return time.perf_counter() - t0, outcomes
+
+
+def _apply_all(store: Any, updates: list[Any]) -> None:
+    for start in range(0, len(updates), 50):
+        store.apply(updates[start : start + 50], owner="bench")
+
+
+def _log_events(count: int) -> float:
+    from lta_worker.worker.logs import get_logger
+
+    log = get_logger("lta_worker.engine")
+    t0 = time.perf_counter()
+    for i in range(count):
+        log.info(
+            "poll.read",
+            user=f"c-{i:07d}",
+            endpoint="stats",
+            status=200,
+            outcome="ok",
+            code=None,
+            reason=None,
+            duration_ms=1.2,
+            budget_remaining=999_999_000,
+            budget_limit=1_000_000_000,
+            budget_reset_s=3000.0,
+        )
+    return time.perf_counter() - t0
+
+
+async def _pacer(count: int) -> float:
+    from lta_worker.worker.pacer import Pacer, PacerCore
+
+    pacer = Pacer(
+        PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5),
+        clock=time.monotonic,
+        sleep=anyio.sleep,
+    )
+    t0 = time.perf_counter()
+    for _ in range(count):
+        await pacer.acquire()
+        pacer.feed(HEADERS, 200, elapsed=0.0005)
+        pacer.snapshot()
+    return time.perf_counter() - t0
+
+
+def _sniffio(count: int) -> float:
+    """What httpcore's `current_async_library()` costs when sniffio is not installed."""
+    from httpcore._synchronization import current_async_library
+
+    t0 = time.perf_counter()
+    for _ in range(count):
+        current_async_library()
+    return time.perf_counter() - t0
+
+
+def sniffio_installed() -> bool:
+    """True when `import sniffio` works (httpcore then finds it once and caches it)."""
+    try:
+        import sniffio  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look by hand
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    for name, value in engine_costs().items():
+        print(f"{value:>8} us  {name}")
