@@ -1,0 +1,111 @@
+"""B2 budget use: how much of each window's allowance a pass uses, and whether it ever gets a 429.
+
+The simulator (on a thread of this process: the pacing, not the CPU, sets the pace here)
+counts a small budget per short fixed window, aligned to the epoch like many gateways.
+More users are due than the budget can serve, so the pass must pace itself across windows.
+It starts just after a window boundary and runs (`--max-duration`) until just past the end
+of the last measured window. The simulator's own request log, bucketed into its windows,
+gives reads per window; the allowance is the budget less the configured reserve
+(`ratelimit.reserve`, 10 % by default), which the worker leaves for the client's other
+traffic. The first window holds the pacer's start (a blind burst, then learning the
+budget) and is reported apart; the windows after it are the measured ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from bench.common import BenchResult, Workspace, log, median, quiet_logs, store_tokens
+
+CONCURRENCY = 8
+
+
+async def _pass(settings: Any, seconds: float) -> Any:
+    from lta_worker.worker.runner import Worker
+
+    async with Worker(settings, kind="run") as worker:
+        return await worker.run_pass(max_duration=timedelta(seconds=seconds))
+
+
+def run(quick: bool) -> BenchResult:
+    """Run B2 and return its figures."""
+    from bench.simproc import enroll, no_delay, user_ids
+    from lta_worker.simulator import Simulator, start_in_thread
+
+    budget, window, measured = (60, 6, 2) if quick else (200, 20, 3)
+    reserve = 0.1
+    allowance = budget - math.floor(reserve * budget)
+    result = BenchResult(
+        "B2", f"budget use: {budget} per {window} s window, {measured} measured windows"
+    )
+    # Two reads per user; enough users that the pass never runs out of due reads.
+    users = (measured + 2) * budget
+    sim = Simulator()
+    sim.configure(budget=budget, window=window)
+    tokens = list(enroll(sim, user_ids("b2", users)))
+    with Workspace("b2") as ws, start_in_thread(sim) as running:
+        no_delay(running)
+        settings = ws.settings(
+            running.base_url,
+            running.auth_url,
+            poll={"concurrency": CONCURRENCY},
+            ratelimit={"reserve": reserve},
+        )
+        store_tokens(settings, tokens)
+        # Start just after a window boundary (bounded: at most one window's wait).
+        now = time.time()
+        start_at = (math.floor(now / window) + 1) * window + 0.05
+        time.sleep(max(0.0, start_at - now))
+        first = math.floor(time.time() / window)
+        # Run through the last measured window and half a second into the next.
+        seconds = (first + measured + 1) * window + 0.5 - time.time()
+        sim.clear_requests()
+        log(f"B2: pass of {seconds:.0f} s over {users} users ({budget} per {window} s)")
+        with quiet_logs("info"):
+            outcome = anyio.run(_pass, settings, seconds)
+        entries = [e for e in sim.requests() if "/api/v1/history/" in e.path]
+    allowed: Counter[int] = Counter()
+    refused: Counter[int] = Counter()
+    for entry in entries:
+        bucket = math.floor(entry.at.timestamp() / window) - first
+        (refused if entry.status == 429 else allowed)[bucket] += 1
+    windows = list(range(1, measured + 1))
+    shares = [allowed[w] / allowance for w in windows]
+    result.details = {
+        "budget": budget,
+        "window_s": window,
+        "reserve": reserve,
+        "allowance_per_window": allowance,
+        "users": users,
+        "concurrency": CONCURRENCY,
+        "pass_stopped": outcome.stopped,
+        "pass_reads": outcome.reads,
+        "first_window_reads": allowed[0],
+        "reads_per_window": {str(w): allowed[w] for w in sorted(allowed)},
+        "refused_429_per_window": {str(w): refused[w] for w in sorted(refused)},
+        "measured_windows": windows,
+        "share_per_measured_window": [round(s, 4) for s in shares],
+    }
+    result.add(
+        "reads per window / (budget - reserve)",
+        sum(shares) / len(shares),
+        "x",
+        at_least=0.97,
+        note=f"mean of {measured} windows; allowance {allowance} = {budget} - {reserve:.0%}",
+    )
+    result.add("worst window", min(shares), "x", at_least=0.97)
+    result.add("429 answers in the pass", sum(refused.values()), "", at_most=0)
+    result.add(
+        "reads in the first window",
+        allowed[0],
+        "reads",
+        note=f"pacer start-up (of {allowance}); not in the mean",
+    )
+    result.add("median reads per measured window", median(allowed[w] for w in windows), "reads")
+    return result
