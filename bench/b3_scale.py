@@ -1,0 +1,370 @@
+"""B3 scale: claiming and `status` on a million users in SQLite, and the memory of a big pass.
+
+Claim and status: 1,000,000 synthetic users (100,000 with --quick) inserted in one
+statement (a recursive CTE) into a database migrated by the real code: 88 % active, 4 %
+parked, 2 % unlinked, 1 % rejected, 3 % revoked and 2 % dropped (the last two without a
+token); holders of a token are due spread over the hour before and after now, so about
+half are due. Tokens are random bytes: nothing is decrypted here.
+
+- `Store.claim_due` of 1,000 users, median of several claims; between claims (untimed) the
+  claimed users move an hour ahead with no lease, as `apply` would do.
+- `status`: `collect_status` as the command runs it (opens the store, counts per state and
+  due, last pass, budget, instances, capacity plan), median of 3; each count on its own,
+  with SQLite's query plan, and again with candidate indexes (created on this throwaway
+  database only, then dropped) so that a slow count comes with its fix measured.
+
+Memory: see `b3_memory` (a pass in a child process at two sizes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench import b3_memory
+from bench.common import LONG_TERM_SCOPES, BenchResult, Workspace, log, median
+
+CLAIM = 1000
+# Candidate indexes measured as a what-if (never added to the schema by the benchmark).
+CANDIDATE_INDEXES = {
+    "bench_ix_users_state": "CREATE INDEX bench_ix_users_state ON users (state)",
+    "bench_ix_users_due_token": (
+        "CREATE INDEX bench_ix_users_due_token ON users (next_due_at, id) "
+        "WHERE token_ciphertext IS NOT NULL"
+    ),
+}
+
+
+def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
+    """Insert `count` synthetic users in one statement; return the seconds it took."""
+    base = int(now.timestamp())
+    scopes = '["' + '", "'.join(LONG_TERM_SCOPES) + '"]'
+    ts = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
+    due = (
+        f"CASE WHEN n % 100 < 88 THEN {ts.format(':base - 3600 + (n * 7919) % 7200')} "
+        f"WHEN n % 100 < 95 THEN {ts.format(':base - 3600 + (n * 7919) % 86400')} END"
+    )
+    sql = f"""
+        INSERT INTO users (user, state, token_ciphertext, token_key_id, scopes, denied,
+                           enrolled_at, last_polled_at, next_due_at, consecutive_failures,
+                           last_outcome, revoked_at, dropped_at)
+        WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < :count - 1)
+        SELECT printf('s-%08d', n),
+               CASE WHEN n % 100 < 88 THEN 'active' WHEN n % 100 < 92 THEN 'parked'
+                    WHEN n % 100 < 94 THEN 'unlinked' WHEN n % 100 < 95 THEN 'rejected'
+                    WHEN n % 100 < 98 THEN 'revoked' ELSE 'dropped' END,
+               CASE WHEN n % 100 < 95 THEN randomblob(77) END,
+               CASE WHEN n % 100 < 95 THEN :key_id END,
+               :scopes, '{{}}',
+               {ts.format(":base - 2592000")},
+               CASE WHEN n % 100 < 95 THEN {ts.format(":base - 7200 + (n * 7919) % 7200")} END,
+               {due},
+               0,
+               CASE WHEN n % 100 < 95 THEN 'ok' ELSE NULL END,
+               CASE WHEN n % 100 BETWEEN 95 AND 97 THEN {ts.format(":base - (n % 40) * 86400")} END,
+               CASE WHEN n % 100 >= 98 THEN {ts.format(":base - (n % 40) * 86400")} END
+        FROM seq
+    """  # noqa: S608 - no outside input: every value is bound or a constant
+    con = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode = WAL")
+        t0 = time.perf_counter()
+        con.execute("BEGIN IMMEDIATE")
+        params = {"count": count, "key_id": key_id, "base": base, "scopes": scopes}
+        con.execute(sql, params)
+        con.execute("COMMIT")
+        took = time.perf_counter() - t0
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        con.close()
+    return took
+
+
+class SqlCapture:
+    """Records the SQL (and parameters) a Store sends, to replay it with sqlite3."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        self.statements: list[tuple[str, Any]] = []
+        self._engine = engine
+        self._listening = True
+        event.listen(engine, "before_cursor_execute", self._on_execute)
+
+    def _on_execute(self, _conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if not statement.startswith(("BEGIN", "COMMIT", "PRAGMA")):
+            self.statements.append((statement, params))
+
+    def close(self) -> None:
+        """Stop recording (idempotent)."""
+        from sqlalchemy import event
+
+        if self._listening:
+            event.remove(self._engine, "before_cursor_execute", self._on_execute)
+            self._listening = False
+
+
+def query_plan(db_path: Any, statement: str, params: Any) -> list[str]:
+    """SQLite's EXPLAIN QUERY PLAN of a statement, one line per step."""
+    con = sqlite3.connect(db_path)
+    try:
+        rows = con.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
+    finally:
+        con.close()
+    return [str(row[-1]) for row in rows]
+
+
+def _ms(fn: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
+    times, out = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(1000 * (time.perf_counter() - t0))
+    return times, out
+
+
+def claims(store: Any, db_path: Any, now: datetime, runs: int) -> dict[str, Any]:
+    """Time `runs` claims of CLAIM users; between them, move the claimed users ahead."""
+    times: list[float] = []
+    capture = SqlCapture(store.database.engine)
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        batch = store.claim_due(
+            now=now,
+            due_before=now,
+            limit=CLAIM,
+            owner="bench",
+            lease_until=now + timedelta(minutes=5),
+        )
+        times.append(1000 * (time.perf_counter() - t0))
+        if len(batch) != CLAIM:
+            raise RuntimeError(f"claimed {len(batch)} users, expected {CLAIM}")
+        capture.close()
+        _apply_like(db_path, now + timedelta(hours=1))
+    statement, params = capture.statements[0]
+    # The same statement and commit by sqlite3 alone: what the SQL and the fsync cost,
+    # without SQLAlchemy and the conversion of rows to UserRow.
+    con = sqlite3.connect(db_path, isolation_level=None)
+    con.execute("PRAGMA synchronous = FULL")  # as the store sets it
+    sql_times, rows = [], []
+    try:
+        for _ in range(3):
+            t0 = time.perf_counter()
+            con.execute("BEGIN IMMEDIATE")
+            rows = con.execute(statement, params).fetchall()
+            con.execute("COMMIT")
+            sql_times.append(1000 * (time.perf_counter() - t0))
+            _apply_like(db_path, now + timedelta(hours=1))
+    finally:
+        con.close()
+    return {
+        "core_statement_what_if": _core_claim(store, db_path, now),
+        "claims_ms": [round(t, 2) for t in times],
+        "median_ms": median(times[1:] if len(times) > 1 else times),
+        "first_ms": times[0],
+        "sql_only_median_ms": median(sql_times),
+        "sql_rows": len(rows),
+        "plan": query_plan(db_path, statement, params),
+    }
+
+
+def _core_claim(store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
+    """What-if: the claim's statement on the Core table instead of the ORM entity.
+
+    Built from `users.USER_COLUMNS` and converted with `users.to_user_row`, as the store
+    does; internal names, so a failure is reported, not raised.
+    """
+    try:
+        from sqlalchemy import or_, select, update
+
+        from lta_worker.storage import users
+        from lta_worker.storage.models import User
+
+        table = User.__table__
+        candidates = (
+            select(table.c.id)
+            .where(
+                table.c.token_ciphertext.is_not(None),
+                table.c.next_due_at.is_not(None),
+                table.c.next_due_at <= now,
+                or_(table.c.lease_expires_at.is_(None), table.c.lease_expires_at < now),
+            )
+            .order_by(table.c.next_due_at, table.c.id)
+            .limit(CLAIM)
+        )
+        stmt = (
+            update(table)
+            .where(table.c.id.in_(candidates))
+            .values(lease_owner="bench", lease_expires_at=now + timedelta(minutes=5))
+            .returning(*(table.c[column.key] for column in users.USER_COLUMNS))
+        )
+        fetch, convert = [], []
+        for _ in range(3):
+            with store.database.write() as conn:
+                t0 = time.perf_counter()
+                rows = conn.execute(stmt).all()
+                t1 = time.perf_counter()
+                converted = [users.to_user_row(row) for row in rows]
+                t2 = time.perf_counter()
+            fetch.append(1000 * (t1 - t0))
+            convert.append(1000 * (t2 - t1))
+            _apply_like(db_path, now + timedelta(hours=1))
+        return {
+            "rows": len(converted),
+            "execute_and_result_types_ms": median(fetch),
+            "to_user_row_ms": median(convert),
+        }
+    except Exception as exc:  # internal names may move: report, do not fail the benchmark
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _apply_like(db_path: Any, due: datetime) -> None:
+    stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    con = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        con.execute(
+            "UPDATE users SET next_due_at = ?, lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE lease_owner = 'bench'",
+            (stamp,),
+        )
+    finally:
+        con.close()
+
+
+def status_of(config: Any) -> dict[str, Any]:
+    """`collect_status` as the `status` command calls it, from the config file."""
+    import inspect
+
+    from lta_worker.worker.cli.app import App
+    from lta_worker.worker.cli.status_cmd import collect_status
+
+    app = App(config_path=str(config))
+    first = next(iter(inspect.signature(collect_status).parameters))
+    # It took the App at first, and the settings later: accept both.
+    return collect_status(app if first == "app" else app.settings)
+
+
+def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
+    """Time `collect_status` and each count (with plans), without and with candidate indexes."""
+    out: dict[str, Any] = {}
+    times, data = _ms(lambda: status_of(config), 3)
+    out["collect_status_ms"] = [round(t, 1) for t in times]
+    out["collect_status_median_ms"] = median(times)
+    out["users_by_state"] = data["users"]
+    out["due"] = data["due"]
+    counts: dict[str, Callable[[], Any]] = {
+        "count_by_state": store.count_by_state,
+        "count_due": lambda: store.count_due(now),
+    }
+    for name, fn in counts.items():
+        capture = SqlCapture(store.database.engine)
+        fn()
+        capture.close()
+        statement, params = capture.statements[0]
+        times, _ = _ms(fn, 3)
+        out[name] = {
+            "median_ms": median(times),
+            "sql": " ".join(statement.split()),
+            "plan": query_plan(db_path, statement, params),
+        }
+    con = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        built = {}
+        for name, ddl in CANDIDATE_INDEXES.items():
+            t0 = time.perf_counter()
+            con.execute(ddl)
+            built[name] = round(time.perf_counter() - t0, 2)
+        with_indexes: dict[str, Any] = {"build_s": built}
+        for name, fn in counts.items():
+            capture = SqlCapture(store.database.engine)
+            fn()
+            capture.close()
+            statement, params = capture.statements[0]
+            times, _ = _ms(fn, 3)
+            with_indexes[name] = {
+                "median_ms": median(times),
+                "plan": query_plan(db_path, statement, params),
+            }
+        times, _ = _ms(lambda: status_of(config), 3)
+        with_indexes["collect_status_median_ms"] = median(times)
+        out["with_candidate_indexes"] = with_indexes
+        for name in CANDIDATE_INDEXES:
+            con.execute(f"DROP INDEX {name}")
+    finally:
+        con.close()
+    return out
+
+
+def run(quick: bool) -> BenchResult:
+    """Run B3 and return its figures."""
+    from lta_worker.storage import Store, Vault
+
+    users = 100_000 if quick else 1_000_000
+    claim_runs = 5 if quick else 9
+    result = BenchResult("B3", f"scale: {users:,} users in SQLite; memory of a big pass")
+    with Workspace("b3") as ws:
+        base = "http://127.0.0.1:9"
+        settings = ws.settings(base, base + "/auth")
+        config = ws.write_config(base, base + "/auth")
+        with Store.open(settings.database.url) as store:
+            store.upgrade()
+        key_id = Vault.from_settings(settings).current_key_id
+        now = datetime.now(UTC)
+        took = populate(ws.db_path, users, key_id, now)
+        size_mb = ws.db_path.stat().st_size / 1024 / 1024
+        log(f"B3: {users:,} synthetic users inserted in {took:.1f} s ({size_mb:.0f} MB)")
+        with Store.open(settings.database.url) as store:
+            status_out = status(config, store, ws.db_path, now)
+            claim_out = claims(store, ws.db_path, now, claim_runs)
+    memory = b3_memory.measure(quick)
+    result.details = {
+        "users": users,
+        "insert_s": round(took, 2),
+        "database_mb": round(size_mb, 1),
+        "claim": claim_out,
+        "status": status_out,
+        "memory": memory,
+    }
+    result.add(
+        f"claim_due of {CLAIM:,} users",
+        claim_out["median_ms"],
+        "ms",
+        at_most=20,
+        note=f"median of {claim_runs - 1} after the first ({claim_out['first_ms']:.0f} ms); "
+        f"SQL + commit alone {claim_out['sql_only_median_ms']:.1f} ms",
+    )
+    result.add(
+        "status (collect_status)",
+        status_out["collect_status_median_ms"],
+        "ms",
+        at_most=1000,
+        note=f"count_by_state {status_out['count_by_state']['median_ms']:.0f} ms, "
+        f"count_due {status_out['count_due']['median_ms']:.0f} ms",
+    )
+    indexed = status_out["with_candidate_indexes"]
+    result.add(
+        "status with candidate indexes",
+        indexed["collect_status_median_ms"],
+        "ms",
+        note="what-if: index on state + partial due index (not in the schema)",
+    )
+    small, large = memory["sizes"]
+    result.add(
+        f"peak RSS, pass over {large['users']:,} due users",
+        large["peak_rss_mb"],
+        "MB",
+        at_most=150,
+        note=f"{large['reads']:,} reads in {large['wall_s']:.0f} s; child process",
+    )
+    result.add(f"peak RSS, pass over {small['users']:,} due users", small["peak_rss_mb"], "MB")
+    result.add(
+        f"peak RSS ratio, {large['users'] // small['users']}x the users",
+        large["peak_rss_mb"] / small["peak_rss_mb"],
+        "x",
+        at_most=1.1,
+        note="flat in the number of users",
+    )
+    return result
