@@ -1,0 +1,207 @@
+"""B4 start: `lta-worker run` with nothing due, as cron or a timer starts it.
+
+A migrated SQLite database holds a few users, none due; config, key file and client secret
+are valid. Each run is a new process (`.venv/bin/lta-worker --config C run`), timed from
+spawn to exit: the median of several runs. For context: the bare interpreter's start
+(`python -c pass`), and the time to import the CLI alone. `python -X importtime` of one
+run gives the imports that cost most, grouped by top-level package (a package's
+cumulative time includes what it imports itself); and each heavy library is imported on
+its own in a fresh interpreter, to see what trimming one of them would save.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.common import PYTHON, BenchResult, Workspace, log, median, store_tokens
+
+# What a run may spend time on, each timed in a fresh interpreter: (label, setup, statement).
+# A library's time includes the standard modules it is the first to import.
+FRESH = (
+    ("import sqlalchemy", "", "import sqlalchemy"),
+    ("import sqlalchemy.orm (after sqlalchemy)", "import sqlalchemy", "import sqlalchemy.orm"),
+    ("import pydantic", "", "import pydantic"),
+    ("import httpx", "", "import httpx"),
+    ("httpx client: import httpcore, CA bundle", "import httpx", "httpx.AsyncClient()"),
+    ("import anyio", "", "import anyio"),
+    ("import cryptography AESGCM", "", "import cryptography.hazmat.primitives.ciphers.aead"),
+    ("import structlog", "", "import structlog"),
+    ("import click", "", "import click"),
+    ("import alembic (not on the run path)", "", "import alembic"),
+    ("import uvicorn (not on the run path)", "", "import uvicorn"),
+    ("import apscheduler (not on the run path)", "", "import apscheduler.schedulers"),
+)
+HEAVY_ROOTS = ("alembic", "uvicorn", "starlette", "apscheduler", "psycopg")
+RUN_TIMEOUT_S = 60.0
+
+
+def _script() -> str:
+    """The `lta-worker` console script next to this interpreter."""
+    candidate = Path(PYTHON).with_name("lta-worker")
+    if not candidate.exists():
+        raise RuntimeError(f"{candidate} not found: install the project (python3 dev.py setup)")
+    return str(candidate)
+
+
+def _wall(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    return time.perf_counter() - t0, proc
+
+
+def importtime(cmd: list[str]) -> dict[str, Any]:
+    """Parse `-X importtime`: total, top-level packages by cumulative ms, and the raw top."""
+    _, proc = _wall([PYTHON, "-X", "importtime", *cmd])
+    rows: list[tuple[int, int, str, int]] = []  # self us, cumulative us, module, depth
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        _, rest = line.split(":", 1)
+        own, cumulative, name = rest.split("|")
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        rows.append((int(own), int(cumulative), name.strip(), depth))
+    by_root: dict[str, int] = defaultdict(int)
+    # A package's cost is the cumulative time of its outermost imports: an entry counts
+    # unless an enclosing entry of the same package already holds it.
+    stack: list[tuple[int, str]] = []
+    for _own, cumulative, name, depth in reversed(rows):
+        # -X importtime prints a module after its children: walk backwards to see parents first.
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        root = name.split(".")[0]
+        if not any(parent_root == root for _, parent_root in stack):
+            by_root[root] += cumulative
+        stack.append((depth, root))
+    own_code = sum(own for own, _, name, _ in rows if name.split(".")[0] == "lta_worker")
+    top = sorted(
+        ((k, v) for k, v in by_root.items() if k != "lta_worker"),
+        key=lambda kv: kv[1],
+        reverse=True,
+    )
+    return {
+        "total_ms": round(sum(r[0] for r in rows) / 1000, 1),
+        "modules": len(rows),
+        "lta_worker_self_ms": round(own_code / 1000, 1),
+        "top_packages_ms": [[name, round(us / 1000, 1)] for name, us in top[:12]],
+        "not_needed_but_imported": sorted(name for name in HEAVY_ROOTS if name in by_root),
+    }
+
+
+SPLIT = """
+import json, sys, time
+t0 = time.perf_counter()
+from lta_worker.worker.cli import main
+import lta_worker.worker.cli.commands
+t1 = time.perf_counter()
+import anyio
+from lta_worker.storage import store, vault
+from lta_worker.worker import progress, runner
+t2 = time.perf_counter()
+try:
+    main(["--config", sys.argv[1], "run"])
+except SystemExit as exc:
+    code = exc.code
+t3 = time.perf_counter()
+print(json.dumps({"cli_import_s": t1 - t0, "run_imports_s": t2 - t1, "work_s": t3 - t2,
+                  "exit": code}))
+"""
+
+
+def split(config: Path) -> dict[str, Any]:
+    """One run in a fresh interpreter, split into: CLI import, run-path imports, the rest."""
+    _, proc = _wall([PYTHON, "-c", SPLIT, str(config)])
+    if proc.returncode != 0:
+        raise RuntimeError(f"split run failed: {proc.stderr[-1000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def fresh(setup: str, statement: str) -> float | None:
+    """Milliseconds `statement` takes after `setup` in a fresh interpreter (None: it failed)."""
+    code = (
+        f"import time\n{setup}\nt = time.perf_counter()\n{statement}\n"
+        "print(1000 * (time.perf_counter() - t))"
+    )
+    _, proc = _wall([PYTHON, "-c", code])
+    if proc.returncode != 0:
+        return None
+    return float(proc.stdout.strip())
+
+
+def run(quick: bool) -> BenchResult:
+    """Run B4 and return its figures."""
+    runs = 5 if quick else 15
+    result = BenchResult("B4", "start: `lta-worker run` with nothing due")
+    with Workspace("b4") as ws:
+        base = "http://127.0.0.1:9"  # never contacted: nobody is due
+        settings = ws.settings(base, base + "/auth")
+        config = ws.write_config(base, base + "/auth")
+        later = datetime.now(UTC) + timedelta(days=1)
+        tokens = [(f"s-{i}", "dspa_" + secrets.token_urlsafe(32)) for i in range(5)]
+        store_tokens(settings, tokens, due_at=later)
+        cmd = [_script(), "--config", str(config), "run"]
+        _wall(cmd)  # warm the page cache: cron runs a warm machine too
+        walls = []
+        for _ in range(runs):
+            wall, proc = _wall(cmd)
+            if proc.returncode != 0:
+                raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr[-1000:]}")
+            walls.append(wall)
+        python_walls = [_wall([PYTHON, "-c", "pass"])[0] for _ in range(runs)]
+        cli_code = "import lta_worker.worker.cli, lta_worker.worker.cli.commands"
+        import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
+        times = importtime(cmd)
+        splits = [split(config) for _ in range(runs)]
+    alone = {label: fresh(setup, stmt) for label, setup, stmt in FRESH}
+    log(f"B4: run median {1000 * median(walls):.0f} ms over {runs} runs")
+    result.details = {
+        "runs": runs,
+        "run_s": [round(w, 3) for w in walls],
+        "python_startup_median_s": median(python_walls),
+        "cli_import_median_s": median(import_walls),
+        "split_median_s": {
+            key: median(s[key] for s in splits)
+            for key in ("cli_import_s", "run_imports_s", "work_s")
+        },
+        "importtime": times,
+        "fresh_interpreter_ms": {k: None if v is None else round(v, 1) for k, v in alone.items()},
+        "python": sys.version.split()[0],
+    }
+    result.add(
+        "run, nothing due (wall)",
+        1000 * median(walls),
+        "ms",
+        at_most=500,
+        note=f"median of {runs}; min {1000 * min(walls):.0f}, max {1000 * max(walls):.0f}",
+    )
+    result.add("python -c pass", 1000 * median(python_walls), "ms", note="interpreter alone")
+    result.add("import the CLI and its commands", 1000 * median(import_walls), "ms")
+    parts = result.details["split_median_s"]
+    result.add(
+        "  in-process: CLI import / run imports / work",
+        f"{1000 * parts['cli_import_s']:.0f} / {1000 * parts['run_imports_s']:.0f} / "
+        f"{1000 * parts['work_s']:.0f}",
+        "ms",
+        note="work: settings, store, lock, vault, httpx client, pass, bookkeeping",
+    )
+    result.add(
+        "imports under -X importtime",
+        times["total_ms"],
+        "ms",
+        note=f"{times['modules']} modules (importtime inflates)",
+    )
+    for name, ms in times["top_packages_ms"][:5]:
+        result.add(f"  import {name}", ms, "ms", note="cumulative, -X importtime")
+    for label in (FRESH[1][0], FRESH[4][0]):  # the ORM; the HTTP client built with nothing due
+        result.add(f"  {label}", alone[label], "ms", note="fresh interpreter")
+    if times["not_needed_but_imported"]:
+        result.add("  imported but not needed", ", ".join(times["not_needed_but_imported"]))
+    return result
