@@ -1,0 +1,104 @@
+"""The driver behind `bench/run`: options, the benchmarks in order, the table and the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import b1_breakdown, b1_overhead, b2_budget, b3_scale, b4_start
+from bench.common import ROOT, BenchResult, log, machine, render_table, write_results
+
+# B4 first: a start-up time is the most sensitive to what else the machine is doing.
+BENCHMARKS: dict[str, Callable[[bool], BenchResult]] = {
+    "B4": b4_start.run,
+    "B1": b1_overhead.run,
+    "B2": b2_budget.run,
+    "B3": b3_scale.run,
+}
+
+
+def _git(*args: str) -> str:
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip()
+
+
+def source_state() -> dict[str, Any]:
+    """The commit measured, and whether src/ had uncommitted changes."""
+    return {
+        "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+        "src_dirty": bool(_git("status", "--porcelain", "--", "src")),
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Run the chosen benchmarks; return 0 when each ran (met targets or not), else 1."""
+    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes")
+    parser.add_argument("--only", default="", help="comma-separated subset, e.g. B1,B3")
+    parser.add_argument("--out", type=Path, help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    chosen = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
+    unknown = [b for b in chosen if b not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    out = args.out or ROOT / "bench" / ("results-quick.json" if args.quick else "results.json")
+
+    info: dict[str, Any] = {
+        "quick": args.quick,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "source": source_state(),
+        "sniffio_installed": b1_breakdown.sniffio_installed(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    m = info["machine"]
+    log(f"{'quick' if args.quick else 'full'} run of {', '.join(chosen)} on {m['cpu']}")
+    results: list[BenchResult] = []
+    failed = False
+    t0 = time.perf_counter()
+    for name in chosen:
+        started = time.perf_counter()
+        log(f"{name} ...")
+        try:
+            result = BENCHMARKS[name](args.quick)
+        except Exception as exc:  # one broken benchmark must not lose the others' figures
+            failed = True
+            traceback.print_exc()
+            result = BenchResult(name, "failed")
+            result.add("error", f"{type(exc).__name__}: {exc}"[:200])
+        result.seconds = time.perf_counter() - started
+        result.details["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        log(f"{name} done in {result.seconds:.0f} s")
+        results.append(result)
+    info["seconds"] = round(time.perf_counter() - t0, 1)
+    info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    write_results(out, info, results)
+
+    print(f"lta-worker benchmarks ({'quick' if args.quick else 'full'} run, {info['started_at']})")
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['python']}; {m['os']}")
+    src = info["source"]
+    print(
+        f"source: {src['commit']}{' + uncommitted changes in src/' if src['src_dirty'] else ''}; "
+        f"load average at start {info['load_average_at_start'][0]}, "
+        f"took {info['seconds'] / 60:.1f} min"
+    )
+    print()
+    print(render_table(results))
+    print()
+    met = sum(1 for r in results for f in r.figures if f.met)
+    missed = sum(1 for r in results for f in r.figures if f.met is False)
+    print(f"targets: {met} met, {missed} missed")
+    print(f"results written to {out}")
+    return 1 if failed else 0
