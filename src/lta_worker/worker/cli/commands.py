@@ -1,37 +1,40 @@
 """Registers every command group on the root group.
 
-Each module below defines its commands; adding a group means adding one line here.
+Each command lives in its own `<name>_cmd.py` module, which imports only click and light
+modules at import time; heavy work is imported inside the command, so `--help` and a `run`
+with nothing due start fast.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
-# (module under lta_worker.worker.cli, attribute): registered when the module exists.
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("run", "run"),
-    ("serve", "serve"),
-    ("enroll", "enroll"),
-    ("users", "users"),
-    ("results", "results"),
-    ("keys", "keys"),
-    ("db", "db"),
-    ("status", "status"),
-    ("simulator", "simulator"),
-    ("demo", "demo"),
+from lta_worker.worker.cli.db_cmd import db
+from lta_worker.worker.cli.demo_cmd import demo
+from lta_worker.worker.cli.enroll_cmd import enroll
+from lta_worker.worker.cli.keys_cmd import keys
+from lta_worker.worker.cli.results_cmd import results
+from lta_worker.worker.cli.run_cmd import run
+from lta_worker.worker.cli.serve_cmd import serve
+from lta_worker.worker.cli.simulator_cmd import simulator
+from lta_worker.worker.cli.status_cmd import status
+from lta_worker.worker.cli.users_cmd import users
+
+COMMANDS: tuple[click.Command, ...] = (
+    run,
+    serve,
+    enroll,
+    users,
+    results,
+    keys,
+    db,
+    status,
+    simulator,
+    demo,
 )
 
 
 def register(group: click.Group) -> None:
-    """Add every available command to `group`."""
-    for module_name, attr in COMMANDS:
-        try:
-            module = importlib.import_module(f"lta_worker.worker.cli.{module_name}_cmd")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"lta_worker.worker.cli.{module_name}_cmd":
-                raise
-            continue
-        command = getattr(module, attr)
+    """Add every command to `group`."""
+    for command in COMMANDS:
         group.add_command(command)
