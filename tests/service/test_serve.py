@@ -17,8 +17,8 @@ USERS = [f"user-{n:02d}" for n in range(20)]
 
 
 def test_serve_notifies_ready_status_and_watchdog(world: World, notify: NotifySocket) -> None:
-    """READY=1 with MAINPID, a STATUS line after the first pass, WATCHDOG=1 pings at half
-    WATCHDOG_USEC, STOPPING=1 on SIGTERM, exit 0, and every stderr line is JSON."""
+    """READY=1 with MAINPID, a STATUS line after the first pass, WATCHDOG=1 pings while
+    WATCHDOG_USEC is set, STOPPING=1 on SIGTERM, exit 0, and every stderr line is JSON."""
     world.enroll(["alice", "bob", "carol"])
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="400000")
     try:
@@ -115,13 +115,20 @@ def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
 def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
     world: World, notify: NotifySocket
 ) -> None:
-    """SIGHUP re-reads the config: service.reloaded ok=true; with a broken config file,
-    ok=false naming the problem, and the service keeps running on the old settings."""
+    """SIGHUP re-reads the config: service.reloaded ok=true and the new poll.tick is in force
+    (passes come every 0.5 s instead of hourly); with a broken config file, ok=false naming
+    the problem, and the service goes on with the settings it had."""
     world.enroll(["alice"])
+    world.poll = {"tick": "1h"}
+    world.write_config()
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+
+    def a_pass(message: dict[str, str]) -> bool:
+        return message.get("STATUS", "").startswith("pass ")
+
     try:
         notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
-        world.poll = {"tick": "2m"}
+        world.poll = {"tick": "0.5s"}
         world.write_config()
         mark = len(notify.messages)
         proc.send_signal(signal.SIGHUP)
@@ -129,12 +136,15 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
         assert int(reloading["MONOTONIC_USEC"]) > 0
         done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
         assert done["STATUS"] == "reloaded"
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 2:"), since=mark)
 
         world.write_config(world.config_text() + '\n[bogus]\nkey = "x"\n')
         mark = len(notify.messages)
         proc.send_signal(signal.SIGHUP)
         done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
         assert "previous configuration" in done["STATUS"]
+        later = len(notify.messages)
+        notify.wait_for(a_pass, since=later)  # still passing every 0.5 s
         assert proc.poll() is None
 
         proc.send_signal(signal.SIGTERM)
