@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,6 +47,9 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self.on_lease_expired: Callable[[str, int], None] | None = None
+        """Called with (owner, users) when `claim_due` takes over users whose lease, held
+        by another owner, expired (that owner likely died); the worker logs it."""
 
     @classmethod
     def open(cls, url: str | URL) -> Store:
@@ -134,15 +138,25 @@ class Store:
         owner: str,
         lease_until: datetime,
     ) -> list[UserRow]:
-        """Lease up to `limit` due users to `owner`, oldest `next_due_at` then id first."""
-        return users.claim_due(
+        """Lease up to `limit` due users to `owner`, oldest `next_due_at` then id first.
+
+        Users whose lease by another owner expired are taken too; `on_lease_expired` hears
+        of them.
+        """
+        expired: Counter[str] = Counter()
+        rows = users.claim_due(
             self._db,
             now=now,
             due_before=due_before,
             limit=limit,
             owner=owner,
             lease_until=lease_until,
+            expired=expired,
         )
+        if self.on_lease_expired is not None:
+            for previous, count in sorted(expired.items()):
+                self.on_lease_expired(previous, count)
+        return rows
 
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
         """Extend the leases `owner` holds; return how many."""

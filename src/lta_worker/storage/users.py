@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -147,18 +148,21 @@ def claim_due(
     limit: int,
     owner: str,
     lease_until: datetime,
+    expired: Counter[str] | None = None,
 ) -> list[UserRow]:
     """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
 
     A user is claimable when it holds a token, `next_due_at <= due_before`, and no live
     lease covers it (`lease_expires_at` NULL or before `now`). On PostgreSQL the candidate
     rows are locked with `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint
-    sets; on SQLite the write transaction (BEGIN IMMEDIATE) serializes claims.
+    sets; on SQLite the write transaction (BEGIN IMMEDIATE) serializes claims. When
+    `expired` is given, it counts the users taken over from another owner's expired lease,
+    per owner.
     """
     if limit <= 0:
         return []
     candidates = (
-        select(User.id)
+        select(User.id, User.lease_owner)
         .where(
             _due(due_before),
             or_(User.lease_expires_at.is_(None), User.lease_expires_at < now),
@@ -168,23 +172,36 @@ def claim_due(
     )
     if db.dialect == "postgresql":
         candidates = candidates.with_for_update(skip_locked=True)
-    stmt = (
-        update(User)
-        .where(User.id.in_(candidates))
-        .values(lease_owner=owner, lease_expires_at=lease_until)
-        .returning(*USER_COLUMNS)
-    )
     with db.write() as conn:
+        found = conn.execute(candidates).all()
+        if not found:
+            return []
+        stmt = (
+            update(User)
+            .where(User.id.in_([r.id for r in found]))
+            .values(lease_owner=owner, lease_expires_at=lease_until)
+            .returning(*USER_COLUMNS)
+        )
         rows = [to_user_row(r) for r in conn.execute(stmt)]
+    if expired is not None:
+        expired.update(r.lease_owner for r in found if r.lease_owner not in (None, owner))
     rows.sort(key=lambda u: (u.next_due_at or now, u.id))
     return rows
 
 
 def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
-    """Extend every lease `owner` holds to `lease_until`; return how many."""
+    """Extend every lease `owner` holds to `lease_until`; return how many.
+
+    On PostgreSQL rows locked by another transaction are skipped: that is this owner's
+    writer applying (and so releasing) them, or another instance taking over an expired
+    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+    """
+    held = select(User.id).where(User.lease_owner == owner)
+    if db.dialect == "postgresql":
+        held = held.with_for_update(skip_locked=True)
     with db.write() as conn:
         result = conn.execute(
-            update(User).where(User.lease_owner == owner).values(lease_expires_at=lease_until)
+            update(User).where(User.id.in_(held)).values(lease_expires_at=lease_until)
         )
     return result.rowcount
 
