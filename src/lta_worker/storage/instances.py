@@ -6,7 +6,7 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Executable, Row, delete, func, insert, select, update
 
@@ -26,6 +26,10 @@ PASSES_KEPT = 1000
 AllowedFn = Callable[[BudgetSeen, int], int]
 """Given the last observation and the permits reserved since, how many may be handed out."""
 
+T = TypeVar("T")
+BudgetFn = Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, T]]
+"""Given the row's observation (None: no row) and `reserved`, their new values and a result."""
+
 
 def _upsert(
     db: Database,
@@ -44,6 +48,19 @@ def _upsert(
 
     lite = sqlite.insert(model).values(values)
     return lite.on_conflict_do_update(index_elements=key, set_=set_, where=where)
+
+
+def _insert_missing(db: Database, values: dict[str, Any]) -> Executable:
+    """INSERT the budget row unless one exists, RETURNING its key (no row: it existed)."""
+    if db.dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+
+        pg = postgresql.insert(ClientBudget).values(values).on_conflict_do_nothing()
+        return pg.returning(ClientBudget.client_id)
+    from sqlalchemy.dialects import sqlite
+
+    lite = sqlite.insert(ClientBudget).values(values).on_conflict_do_nothing()
+    return lite.returning(ClientBudget.client_id)
 
 
 def register_instance(
@@ -224,6 +241,44 @@ def reserve_permits(
     return BudgetReservation(
         granted=granted, remaining=row.remaining, reserved=reserved, reset_at=row.reset_at
     )
+
+
+def update_budget(db: Database, client_id: str, fn: BudgetFn[T]) -> T:
+    """Read the client's budget row under a lock, let `fn` decide, write back; one transaction.
+
+    `fn` gets the row's observation (None when there is no row yet) and `reserved`, and
+    returns their new values and a result, which is returned. The row is locked (FOR UPDATE
+    on PostgreSQL, BEGIN IMMEDIATE on SQLite), so concurrent callers see each other's
+    writes. A missing row is created when `fn` returns an observation; when another caller
+    created it meanwhile, `fn` runs again on that row.
+    """
+    query = select(ClientBudget).where(ClientBudget.client_id == client_id)
+    if db.dialect == "postgresql":
+        query = query.with_for_update()
+    while True:
+        with db.write() as conn:
+            row = conn.execute(query).first()
+            before = (_seen(row), row.reserved) if row is not None else (None, 0)
+            seen, reserved, result = fn(*before)
+            if seen is None or (seen, reserved) == before:
+                return result
+            values = {
+                "limit": seen.limit,
+                "remaining": seen.remaining,
+                "reset_at": seen.reset_at,
+                "window_seconds": seen.window_seconds,
+                "observed_at": seen.observed_at,
+                "reserved": reserved,
+            }
+            if row is not None:
+                conn.execute(
+                    update(ClientBudget).where(ClientBudget.client_id == client_id).values(values)
+                )
+                return result
+            created = _insert_missing(db, {"client_id": client_id, **values})
+            if conn.execute(created).first() is not None:
+                return result
+        # Another caller created the row between our read and our insert: decide again.
 
 
 def count_instances(db: Database, now: datetime, ttl: timedelta) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import URL
 
@@ -40,6 +41,8 @@ from lta_worker.storage.records import (
 )
 from lta_worker.storage.rotation import StoredSecret
 from lta_worker.storage.vault import Purpose
+
+T = TypeVar("T")
 
 
 class Store:
@@ -300,6 +303,14 @@ class Store:
     ) -> BudgetReservation | None:
         """Atomically hand out up to `want` permits; None when no budget was observed yet."""
         return instances.reserve_permits(self._db, client_id, want, allowed_fn)
+
+    def update_budget(self, client_id: str, fn: instances.BudgetFn[T]) -> T:
+        """Run `fn` on the client's budget row under a lock and write back what it returns.
+
+        See `instances.update_budget`: the one transaction in which instances sharing a
+        database settle answers and take permits.
+        """
+        return instances.update_budget(self._db, client_id, fn)
 
     # -- key rotation -----------------------------------------------------------------------
 
