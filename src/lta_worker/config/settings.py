@@ -20,6 +20,7 @@ STATS_SCOPE = "cloud-sync.permanent.stats"
 LONG_TERM_SCOPES = (LATEST_CHANGE_SCOPE, STATS_SCOPE)
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+TokenAuth = Literal["client_secret_basic", "client_secret_post"]
 
 
 def is_loopback_host(host: str) -> bool:
@@ -76,7 +77,8 @@ class ClientSettings(_Section):
     secret_file: Path | None = None
     redirect_uri: str = "http://127.0.0.1/lta/callback"
     scopes: tuple[str, ...] = LONG_TERM_SCOPES
-    token_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    # How the client authenticates at the token endpoint (a method name, not a secret).
+    token_auth: TokenAuth = "client_secret_basic"  # noqa: S105
 
     @field_validator("scopes", mode="before")
     @classmethod
