@@ -127,14 +127,12 @@ def settle(
     obs = back.observation
     figures = _window(obs)
     counted = _counted_against_row(seen, back.tag)
-    if counted and back.tag == "blind" and back.used and figures is None and seen is not None:
-        return _failed_probe(seen, reserved, now=now, reserve=reserve), reserved
-    # A used permit whose answer had no figures may have been counted: it stays reserved
-    # until the window ends.
-    if counted and (not back.used or figures is not None):
-        reserved = max(0, reserved - 1)
     if obs is None or figures is None:
-        return seen, reserved
+        if counted and back.tag == "blind" and back.used and seen is not None:
+            return _failed_probe(seen, reserved, now=now, reserve=reserve), reserved
+        # Unused, it comes back; used without figures, the service may have counted it:
+        # it stays reserved until the window ends.
+        return seen, max(0, reserved - 1) if counted and not back.used else reserved
     known = _window(seen)
     if seen is None or known is None:
         return _filled(obs, seen), 0
@@ -151,7 +149,8 @@ def settle(
         window_seconds=obs.window_seconds or seen.window_seconds,
         observed_at=max(seen.observed_at, obs.observed_at),
     )
-    return merged, reserved
+    # Its figures count it now (or a later, lower figure does): it leaves `reserved`.
+    return merged, max(0, reserved - 1) if counted else reserved
 
 
 def _probe_cap(seen: BudgetSeen, reserve: float) -> int:
