@@ -370,6 +370,7 @@ class Pacer:
         self._sleep = sleep
         self._wall = wall_clock or (lambda: datetime.now(UTC))
         self._lock = anyio.Lock()
+        self._fed: anyio.Event | None = None  # set by `feed` to wake a waiting acquire
 
     def set_share(self, share: float) -> None:
         """Set this instance's share of the allowance (1 / number of live instances)."""
@@ -378,10 +379,11 @@ class Pacer:
     async def acquire(self) -> None:
         """Wait until one request may be sent, then account it.
 
-        Waiters queue one behind the other; the first re-reads the budget at least every
-        `RECHECK` seconds, so a 429 or a fresh header seen meanwhile applies to it at once
-        and no permit is ever committed on stale figures. Each acquire must be followed by
-        one `feed` (the answer, or status None for a failed request).
+        Waiters queue one behind the other; the first re-reads the budget whenever an
+        answer is fed and at least every `RECHECK` seconds, so a 429 or a fresh header seen
+        meanwhile applies to it at once and no permit is ever committed on stale figures.
+        Each acquire must be followed by one `feed` (the answer, or status None for a
+        failed request).
         """
         async with self._lock:
             logged = False
@@ -395,7 +397,23 @@ class Pacer:
                 if delay > LOG_WAIT_OVER and not logged:
                     self._log_wait(delay, reason)
                     logged = True
-                await self._sleep(min(delay, RECHECK))
+                await self._nap(min(delay, RECHECK))
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds`, or less when an answer is fed meanwhile (it may change the plan)."""
+        fed = self._fed = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            async def sleep() -> None:
+                await self._sleep(seconds)
+                tg.cancel_scope.cancel()
+
+            async def woken() -> None:
+                await fed.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(sleep)
+            tg.start_soon(woken)
 
     def _log_wait(self, delay: float, reason: WaitReason) -> None:
         snap = self.core.snapshot(self._clock())
@@ -428,6 +446,8 @@ class Pacer:
                 sent_at = mark[1]
         info = parse_ratelimit(headers, response_time(headers) or self._wall())
         self.core.observe(now, info, status, sent_at=sent_at)
+        if self._fed is not None:
+            self._fed.set()
 
     def snapshot(self) -> PacerSnapshot:
         """What the pacer knows now."""
