@@ -1,13 +1,19 @@
-"""The pacer's shell with instances in mind: a waiter wakes when an answer is fed."""
+"""The pacer's shell with instances in mind: a waiter wakes when an answer is fed, and with a
+shared budget every permit also comes from the row and every answer is settled into it."""
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
 
+from lta_worker.storage.records import BudgetSeen
 from lta_worker.worker.pacer import Pacer, PacerCore
+from lta_worker.worker.shared_budget import SharedBudget
+
+from .test_shared_budget import FakeStore
 
 pytestmark = pytest.mark.anyio
 
@@ -39,3 +45,28 @@ async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
         with anyio.fail_after(5):
             await done.wait()
     assert time.monotonic() - began < 0.5
+
+
+@pytest.mark.timeout(10)
+async def test_with_a_shared_budget_permits_come_from_the_row() -> None:
+    """The core would let many permits go, but other instances left the row three: once they
+    and the one this answer settled are used, acquire waits; the answered permit leaves
+    `reserved`, the ones still out stay in it."""
+    wall = datetime.now(UTC)
+    row = BudgetSeen(100, 13, wall + timedelta(seconds=3), 4.0, wall)  # floor(13 - 10) = 3
+    store = FakeStore(row, 0)
+    shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: wall, block=2)
+    pacer = Pacer(PacerCore(initial_burst=5), time.monotonic, anyio.sleep, shared=shared)
+    with anyio.fail_after(5):
+        await pacer.acquire()
+        # This instance saw more (an earlier figure of the same window): 40 for the core.
+        pacer.feed({"ratelimit": '"p";r=50;t=3', "ratelimit-policy": '"p";q=100;w=4'}, 200)
+        for _ in range(3):
+            await pacer.acquire()
+    with anyio.move_on_after(0.3) as waited:
+        await pacer.acquire()
+    assert waited.cancelled_caught  # the row is spent although the core would go on
+    await shared.flush(release=True)
+    assert store.row is not None
+    assert (store.row.remaining, store.row.reset_at) == (13, row.reset_at)  # the lower stays
+    assert store.reserved == 3  # three still out

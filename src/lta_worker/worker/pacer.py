@@ -36,6 +36,7 @@ import anyio
 from lta_worker.storage.records import BudgetSeen
 from lta_worker.worker.logs import get_logger
 from lta_worker.worker.ratelimit import RateLimitInfo, parse_ratelimit, response_time
+from lta_worker.worker.shared_budget import SharedBudget, Tag, observation
 
 WaitReason = Literal["none", "pacing", "exhausted", "retry_after"]
 # After a reset, the first permit waits this long past it: resets are reported in whole
@@ -54,8 +55,11 @@ LOG_WAIT_OVER: Final = 1.0
 RECHECK: Final = 1.0
 
 log = get_logger("lta_worker.pacer")
-# When this task's last permit was used, per pacer: an answer's reset was measured after it.
-_SENT_AT: ContextVar[tuple[int, float] | None] = ContextVar("lta_pacer_sent_at", default=None)
+# When this task's last permit was used, per pacer (an answer's reset was measured after it),
+# and what it counts against in a shared budget.
+_SENT_AT: ContextVar[tuple[int, float, Tag | None] | None] = ContextVar(
+    "lta_pacer_sent_at", default=None
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +359,8 @@ class Pacer:
         sleep: Sleeps that many seconds (e.g. `anyio.sleep`); tests advance a fake clock.
         wall_clock: The wall time, to read epoch resets and HTTP-dates when an answer has no
             `Date` header; the real UTC clock by default.
+        shared: The budget shared with other instances (PostgreSQL): a permit the core
+            allows also needs one from it, and every answer is settled with it.
     """
 
     def __init__(
@@ -364,8 +370,10 @@ class Pacer:
         sleep: Callable[[float], Awaitable[None]],
         *,
         wall_clock: Callable[[], datetime] | None = None,
+        shared: SharedBudget | None = None,
     ) -> None:
         self.core = core
+        self.shared = shared
         self._clock = clock
         self._sleep = sleep
         self._wall = wall_clock or (lambda: datetime.now(UTC))
@@ -390,9 +398,16 @@ class Pacer:
             while True:
                 now = self._clock()
                 delay, reason = self.core.delay(now)
+                if delay <= 0 and self.shared is not None:
+                    shared_wait = await self.shared.ready()
+                    now = self._clock()
+                    delay, reason = self.core.delay(now)
+                    if shared_wait > 0:
+                        delay, reason = max(delay, shared_wait), "exhausted"
                 if delay <= 0:
+                    tag = self.shared.take() if self.shared is not None else None
                     self.core.reserve(now)
-                    _SENT_AT.set((id(self), now))
+                    _SENT_AT.set((id(self), now, tag))
                     return
                 if delay > LOG_WAIT_OVER and not logged:
                     self._log_wait(delay, reason)
@@ -437,17 +452,23 @@ class Pacer:
                 last `acquire` is used (the usual acquire, send, feed sequence of one task).
         """
         now = self._clock()
+        mark = _SENT_AT.get()
+        mine = mark if mark is not None and mark[0] == id(self) else None
         sent_at: float | None = None
         if elapsed is not None:
             sent_at = now - max(0.0, elapsed)
-        else:
-            mark = _SENT_AT.get()
-            if mark is not None and mark[0] == id(self):
-                sent_at = mark[1]
-        info = parse_ratelimit(headers, response_time(headers) or self._wall())
+        elif mine is not None:
+            sent_at = mine[1]
+        wall = self._wall()
+        info = parse_ratelimit(headers, response_time(headers) or wall)
         self.core.observe(now, info, status, sent_at=sent_at)
         if self._fed is not None:
             self._fed.set()
+        if self.shared is not None:
+            # Counted from the send, a reported reset is never more than the request's
+            # latency early, nor (whole seconds) a second late: see `shared_budget`.
+            sent = wall if sent_at is None else wall - timedelta(seconds=max(0.0, now - sent_at))
+            self.shared.settle(None if mine is None else mine[2], observation(info, status, sent))
 
     def snapshot(self) -> PacerSnapshot:
         """What the pacer knows now."""
