@@ -21,6 +21,7 @@ import anyio
 import httpx
 
 from lta_worker.config import Settings, read_client_secret
+from lta_worker.errors import StorageError
 from lta_worker.storage.records import PassRecord, PurgeCounts
 from lta_worker.worker.api import ApiClient
 from lta_worker.worker.clock import Clock, SystemClock
@@ -28,6 +29,7 @@ from lta_worker.worker.engine import PassEngine, PassOptions, PassResult, Progre
 from lta_worker.worker.logs import get_logger, register_secret
 from lta_worker.worker.pacer import Pacer, PacerCore
 from lta_worker.worker.policy import PolicyConfig
+from lta_worker.worker.shared_budget import SharedBudget
 from lta_worker.worker.wiring import http_client, load_vault, open_store
 
 if TYPE_CHECKING:
@@ -36,6 +38,16 @@ if TYPE_CHECKING:
 
 log = get_logger("lta_worker.runner")
 INSTANCE_TTL = timedelta(minutes=2)
+"""An instance silent this long is taken as dead (with the default `serve.heartbeat`)."""
+
+
+def instance_ttl(settings: Settings) -> timedelta:
+    """How long an instance stays live without a heartbeat: four heartbeats."""
+    return 4 * settings.serve.heartbeat
+
+
+def _log_lease_expired(owner: str, users: int) -> None:
+    log.warning("instance.lease_expired", instance=owner, users=users)
 
 
 def new_instance_id() -> str:
@@ -92,6 +104,7 @@ class Worker:
         try:
             self.store = await anyio.to_thread.run_sync(open_store, settings)
             stack.callback(self.store.close)
+            self.store.on_lease_expired = _log_lease_expired
             stack.enter_context(self.store.single_instance_lock())
             self.vault = load_vault(settings)
             self.client_secret = read_client_secret(settings)
@@ -99,6 +112,8 @@ class Worker:
             http = await stack.enter_async_context(http_client(settings, transport=self.transport))
             self.api = ApiClient(http, settings)
             self.pacer = self._build_pacer()
+            if self.store.dialect == "sqlite":  # the lock proves every other one dead
+                await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(self.store.unregister_instance, self.instance)
         except BaseException:
@@ -122,7 +137,23 @@ class Worker:
             fallback_per_hour=rl.fallback_per_hour,
             initial_burst=self.settings.poll.breaker_threshold,
         )
-        return Pacer(core, clock=self.clock.monotonic, sleep=anyio.sleep, wall_clock=self.clock.now)
+        shared = None
+        if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
+            service = self.settings.service
+            shared = SharedBudget(
+                self.store,
+                self.settings.client.id,
+                reserve=rl.reserve,
+                clock=self.clock.now,
+                probe_timeout=service.connect_timeout + service.read_timeout,
+            )
+        return Pacer(
+            core,
+            clock=self.clock.monotonic,
+            sleep=anyio.sleep,
+            wall_clock=self.clock.now,
+            shared=shared,
+        )
 
     async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -135,8 +166,7 @@ class Worker:
         self, *, max_duration: timedelta | None = None, on_progress: ProgressFn | None = None
     ) -> PassResult:
         """One pass over the due users, then its bookkeeping (pass record, retention purge)."""
-        live = await self._db(self.store.live_instances, self.clock.now(), INSTANCE_TTL)
-        self.pacer.set_share(1.0 / max(1, len(live)))
+        await self._refresh_share()
         engine = PassEngine(
             store=self.store,
             vault=self.vault,
@@ -152,13 +182,57 @@ class Worker:
             engine.request_stop("cancelled", self._stop_grace)
         self.current = engine
         started_at = self.clock.now()
+        error: Exception | None = None
         try:
-            result = await engine.run()
+            async with anyio.create_task_group() as alongside:
+                alongside.start_soon(self._alongside_pass)
+                try:
+                    result = await engine.run()
+                except Exception as exc:  # raised below, outside the task group
+                    error = exc
+                alongside.cancel_scope.cancel()
         finally:
             self.current = None
+            if self.pacer.shared is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.pacer.shared.flush(release=True)
+        if error is not None:
+            raise error
         with anyio.CancelScope(shield=True):
             await self._after_pass(result, started_at)
         return result
+
+    async def _alongside_pass(self) -> None:
+        """While a pass runs: heartbeats, the share of live instances, shared settlements.
+
+        A `run` pass may last longer than an instance's time to live; without heartbeats
+        the others would take it for dead and spend its share.
+        """
+        async with anyio.create_task_group() as tg:
+            if self.pacer.shared is not None:
+                tg.start_soon(self._settle_shared, self.pacer.shared)
+            while True:
+                await anyio.sleep(self.settings.serve.heartbeat.total_seconds())
+                try:
+                    await self.heartbeat()
+                    await self._refresh_share()
+                except StorageError as exc:  # the pass itself will meet it if it lasts
+                    log.warning("error", error=type(exc).__name__, message=str(exc))
+
+    async def _settle_shared(self, shared: SharedBudget) -> None:
+        """Write answers to the shared budget as they come; kept for a retry on failure."""
+        while True:
+            try:
+                await shared.settle_forever()
+            except StorageError as exc:
+                log.warning("error", error=type(exc).__name__, message=str(exc))
+                await anyio.sleep(1.0)
+
+    async def _refresh_share(self) -> None:
+        """This instance's share of the budget: 1 / live instances."""
+        ttl = instance_ttl(self.settings)
+        live = await self._db(self.store.live_instances, self.clock.now(), ttl)
+        self.pacer.set_share(1.0 / max(1, len(live)))
 
     async def _after_pass(self, result: PassResult, started_at: Any) -> None:
         record = PassRecord(
@@ -173,7 +247,7 @@ class Worker:
         )
         await self._db(self.store.record_pass, record)
         budget = self.pacer.budget_seen(self.clock.now())
-        if budget is not None:
+        if budget is not None and self.pacer.shared is None:  # a shared row is kept live
             await self._db(self.store.record_budget, self.settings.client.id, budget)
         await self.maintenance(checkpoint=False)
 
@@ -221,5 +295,6 @@ class Worker:
         self.vault, self.client_secret, self.settings = vault, client_secret, settings
 
     async def heartbeat(self) -> None:
-        """Tell the other instances this one is alive."""
-        await self._db(self.store.heartbeat, self.instance, self.clock.now())
+        """Tell the other instances this one is alive (registering again if pruned)."""
+        if not await self._db(self.store.heartbeat, self.instance, self.clock.now()):
+            await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())

@@ -30,7 +30,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
     from lta_worker.storage.records import USER_STATES
     from lta_worker.worker.capacity import plan_capacity
     from lta_worker.worker.clock import SystemClock
-    from lta_worker.worker.runner import INSTANCE_TTL
+    from lta_worker.worker.runner import instance_ttl
     from lta_worker.worker.wiring import open_store
 
     now = now or SystemClock().now()
@@ -40,7 +40,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
         due = store.count_due(now)
         last = store.last_pass()
         budget = store.budget_seen(settings.client.id)
-        instances = store.live_instances(now, INSTANCE_TTL)
+        instances = store.live_instances(now, instance_ttl(settings))
     finally:
         store.close()
     plan = plan_capacity(
