@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -84,8 +85,16 @@ class User(Base):
         CheckConstraint(
             "(token_ciphertext IS NULL) = (token_key_id IS NULL)", name="token_and_key"
         ),
-        Index("ix_users_due", "next_due_at", "id"),
+        # Partial: counting and claiming due users both ask for a token (migration 0002).
+        Index(
+            "ix_users_due",
+            "next_due_at",
+            "id",
+            sqlite_where=text("token_ciphertext IS NOT NULL"),
+            postgresql_where=text("token_ciphertext IS NOT NULL"),
+        ),
         Index("ix_users_lease_owner", "lease_owner"),
+        Index("ix_users_state", "state"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
