@@ -130,3 +130,14 @@ def test_release_frees_what_a_stopping_instance_did_not_read(db_url: str) -> Non
         held = claim(leaving, "leaving", T0, limit=4)
         assert leaving.release("leaving") == 4
         assert sorted(claim(other, "other", T0, limit=4)) == sorted(held)
+
+
+def test_release_all_frees_every_lease_and_says_whose(db_url: str) -> None:
+    """release_all (SQLite start-up, the lock proving every owner dead) frees all leases and
+    counts them per owner."""
+    with Store.open(db_url) as store:
+        claim(store, "a", T0, limit=3)
+        claim(store, "b", T0, limit=2)
+        assert store.release_all() == {"a": 3, "b": 2}
+        assert store.release_all() == {}
+        assert len(claim(store, "c", T0, limit=40)) == 40

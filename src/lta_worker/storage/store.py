@@ -169,6 +169,11 @@ class Store:
         """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
         return users.release(self._db, owner, user_ids)
 
+    def release_all(self) -> dict[str, int]:
+        """Drop every lease; return how many users each owner held (SQLite at start-up:
+        the single-instance lock proves every owner dead)."""
+        return users.release_all(self._db)
+
     def apply(
         self,
         updates: Sequence[UserUpdate],

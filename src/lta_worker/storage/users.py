@@ -219,6 +219,26 @@ def release(db: Database, owner: str, user_ids: Iterable[int] | None = None) -> 
     return result.rowcount
 
 
+def release_all(db: Database) -> dict[str, int]:
+    """Drop every lease; return how many users each owner held.
+
+    Only for SQLite at start-up, where the single-instance lock proves every owner dead.
+    """
+    with db.write() as conn:
+        held = conn.execute(
+            select(User.lease_owner, func.count())
+            .where(User.lease_owner.is_not(None))
+            .group_by(User.lease_owner)
+        ).all()
+        if held:
+            conn.execute(
+                update(User)
+                .where(User.lease_owner.is_not(None))
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+    return {str(owner): int(count) for owner, count in held}
+
+
 def _stamp(value: datetime) -> ColumnElement[datetime]:
     return literal(value, UtcDateTime())
 

@@ -114,6 +114,8 @@ class Worker:
             self.pacer = self._build_pacer()
             if self.store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
+                for owner, users in (await self._db(self.store.release_all)).items():
+                    _log_lease_expired(owner, users)
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(self.store.unregister_instance, self.instance)
         except BaseException:
