@@ -39,8 +39,8 @@ CHILD_TIMEOUT_S = 1200.0
 
 
 def measure(quick: bool) -> dict[str, Any]:
-    """Peak RSS of a pass at a small and a large size (10,000 and 100,000; quick 2,000/10,000)."""
-    sizes = (2_000, 10_000) if quick else (10_000, 100_000)
+    """Peak RSS of a pass at a small and a large size (5,000 and 100,000; quick 2,000/10,000)."""
+    sizes = (2_000, 10_000) if quick else (5_000, 100_000)
     return {"scopes": list(SCOPE), "sizes": [_one(users) for users in sizes]}
 
 

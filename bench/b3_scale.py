@@ -10,8 +10,8 @@ half are due. Tokens are random bytes: nothing is decrypted here.
   claimed users move an hour ahead with no lease, as `apply` would do.
 - `status`: `collect_status` as the command runs it (opens the store, counts per state and
   due, last pass, budget, instances, capacity plan), median of 3; each count on its own,
-  with SQLite's query plan, and again with candidate indexes (created on this throwaway
-  database only, then dropped) so that a slow count comes with its fix measured.
+  with SQLite's query plan (migration 0002's indexes came from this: before them, status
+  took 1.7 s on a million users).
 
 Memory: see `b3_memory` (a pass in a child process at two sizes).
 """
@@ -28,14 +28,6 @@ from bench import b3_memory
 from bench.common import LONG_TERM_SCOPES, BenchResult, Workspace, log, median
 
 CLAIM = 1000
-# Candidate indexes measured as a what-if (never added to the schema by the benchmark).
-CANDIDATE_INDEXES = {
-    "bench_ix_users_state": "CREATE INDEX bench_ix_users_state ON users (state)",
-    "bench_ix_users_due_token": (
-        "CREATE INDEX bench_ix_users_due_token ON users (next_due_at, id) "
-        "WHERE token_ciphertext IS NOT NULL"
-    ),
-}
 
 
 def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
@@ -248,7 +240,7 @@ def status_of(config: Any) -> dict[str, Any]:
 
 
 def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
-    """Time `collect_status` and each count (with plans), without and with candidate indexes."""
+    """Time `collect_status` (median of 3), and each count alone with its query plan."""
     out: dict[str, Any] = {}
     times, data = _ms(lambda: status_of(config), 3)
     out["collect_status_ms"] = [round(t, 1) for t in times]
@@ -270,31 +262,6 @@ def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, An
             "sql": " ".join(statement.split()),
             "plan": query_plan(db_path, statement, params),
         }
-    con = sqlite3.connect(db_path, isolation_level=None)
-    try:
-        built = {}
-        for name, ddl in CANDIDATE_INDEXES.items():
-            t0 = time.perf_counter()
-            con.execute(ddl)
-            built[name] = round(time.perf_counter() - t0, 2)
-        with_indexes: dict[str, Any] = {"build_s": built}
-        for name, fn in counts.items():
-            capture = SqlCapture(store.database.engine)
-            fn()
-            capture.close()
-            statement, params = capture.statements[0]
-            times, _ = _ms(fn, 3)
-            with_indexes[name] = {
-                "median_ms": median(times),
-                "plan": query_plan(db_path, statement, params),
-            }
-        times, _ = _ms(lambda: status_of(config), 3)
-        with_indexes["collect_status_median_ms"] = median(times)
-        out["with_candidate_indexes"] = with_indexes
-        for name in CANDIDATE_INDEXES:
-            con.execute(f"DROP INDEX {name}")
-    finally:
-        con.close()
     return out
 
 
@@ -343,13 +310,6 @@ def run(quick: bool) -> BenchResult:
         at_most=1000,
         note=f"count_by_state {status_out['count_by_state']['median_ms']:.0f} ms, "
         f"count_due {status_out['count_due']['median_ms']:.0f} ms",
-    )
-    indexed = status_out["with_candidate_indexes"]
-    result.add(
-        "status with candidate indexes",
-        indexed["collect_status_median_ms"],
-        "ms",
-        note="what-if: index on state + partial due index (not in the schema)",
     )
     small, large = memory["sizes"]
     result.add(
