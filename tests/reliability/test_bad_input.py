@@ -1,0 +1,539 @@
+"""Bad input: hostile headers and bodies, broken configurations, a database from the future.
+
+- Hypothesis drives the RateLimit parser, the pacer behind it and the classifier with many
+  more (and nastier) examples than the unit tests: structured-field fragments, huge and
+  non-finite numbers, invalid UTF-8, deep nesting, echoed credentials. 0 exceptions, and
+  every figure that comes out is finite and in range.
+- A matrix of broken configurations, each driven through the real CLI (`lta-worker run` in
+  a child process): exit 78, a one-line message naming the key, no traceback.
+- A database stamped with a schema revision this code does not know: every command that
+  opens it exits 78 saying so, and nothing in the file changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lta_worker.storage.keyfile import generate_key_line
+from lta_worker.worker.classify import RATE_LIMIT_MAX_WAIT, RATE_LIMIT_MIN_WAIT, classify
+from lta_worker.worker.outcomes import OUTCOME_KINDS, Answer
+from lta_worker.worker.pacer import PacerCore
+from lta_worker.worker.ratelimit import RateLimitInfo, parse_ratelimit, response_time
+
+from .harness import render_toml, write_private
+
+EXAMPLES_IN_CI = 1000
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+# -- fuzzing -------------------------------------------------------------------------------
+
+FIELD_NAMES = [
+    "RateLimit",
+    "ratelimit",
+    "RateLimit-Policy",
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "ratelimit-reset-after",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "x-ratelimit-reset-after",
+    "X-RateLimit-Policy",
+    "Retry-After",
+    "Date",
+    "WWW-Authenticate",
+]
+FRAGMENTS = [
+    '"default"',
+    '"p"',
+    "default",
+    ";",
+    ",",
+    " ",
+    "=",
+    '"',
+    "r=",
+    "t=",
+    "q=",
+    "w=",
+    "pk=",
+    "limit=",
+    "remaining=",
+    "reset=",
+    "0",
+    "-1",
+    "1.5",
+    "3600",
+    "1700000000",
+    "1700000000000",
+    "99999999999999999999",
+    "1e309",
+    "NaN",
+    "inf",
+    "?1",
+    "?0",
+    ":YWJj:",
+    "@1700000000",
+    "%22",
+    "Sun, 06 Nov 1994 08:49:37 GMT",
+    "Mon, 32 Foo 9999 99:99:99 GMT",
+    'Bearer error="PermanentAccessRevoked"',
+    "error=invalid_token",
+    "\x00",
+    "\u00e9",
+    "\ud800",
+    "\t",
+    "(",
+    ")",
+    "*",
+]
+numbers = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+field_values = st.lists(
+    st.one_of(st.sampled_from(FRAGMENTS), numbers, st.text(max_size=6)), max_size=12
+).map("".join)
+header_maps = st.dictionaries(
+    st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=12)), field_values, max_size=6
+)
+moments = st.one_of(
+    st.none(),
+    st.datetimes(
+        min_value=datetime(1970, 1, 2),
+        max_value=datetime(9000, 1, 1),
+        timezones=st.sampled_from([UTC, None]),  # naive ones too
+    ),
+)
+
+
+def _examples(iterations: float) -> int:
+    return round(EXAMPLES_IN_CI * iterations)
+
+
+def _fuzz(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def _finite_or_none(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value >= 0)
+
+
+def test_ratelimit_parser_never_raises(iterations: float) -> None:
+    """1,000 hostile header sets: the parser never raises, and every figure it returns is a
+    finite, non-negative number (or absent)."""
+
+    @_fuzz(_examples(iterations))
+    @given(headers=header_maps, now=moments)
+    def check(headers: dict[str, str], now: datetime | None) -> None:
+        info = parse_ratelimit(headers, now)
+        response_time(headers)
+        if info is None:
+            return
+        assert isinstance(info, RateLimitInfo)
+        for count in (info.limit, info.remaining):
+            assert count is None or (isinstance(count, int) and count >= 0)
+        for seconds in (info.reset_after, info.window, info.retry_after, info.wait):
+            assert _finite_or_none(seconds), info
+
+    check()
+
+
+def test_pacer_survives_any_parsed_headers(iterations: float) -> None:
+    """200 sequences of hostile answers fed to the pacer's core: no exception, and the next
+    permit's delay is always a finite number of seconds, never negative."""
+    steps = st.lists(
+        st.tuples(
+            header_maps,
+            st.sampled_from([None, 200, 401, 404, 429, 500, 503]),
+            st.floats(min_value=0.0, max_value=5000.0),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+
+    @_fuzz(_examples(iterations) // 5)
+    @given(answers=steps)
+    def check(answers: list[tuple[dict[str, str], int | None, float]]) -> None:
+        core = PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5)
+        now = 1000.0
+        for headers, status, gap in answers:
+            now += gap
+            sent = now - 0.01
+            core.reserve(sent)
+            core.observe(now, parse_ratelimit(headers, NOW), status, sent_at=sent)
+            delay, _ = core.delay(now)
+            assert math.isfinite(delay) and delay >= 0, (delay, headers, status)
+            assert math.isfinite(core.paused_for(now))
+
+    check()
+
+
+json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(allow_nan=False),
+    st.text(max_size=40),
+    st.sampled_from(
+        [
+            "PermanentAccessRevoked",
+            "permanent_access_revoked",
+            "NoCloudSyncLinked",
+            "CloudSyncInactive",
+            "https://errors.example/PermanentAccessRevoked",
+            "about:blank",
+            "dspa_" + "k" * 40,
+            "invalid_token",
+        ]
+    ),
+)
+ERROR_KEYS = "error code errorCode error_code errors type title detail details message ERROR x"
+json_docs = st.recursive(
+    json_leaves,
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.sampled_from(ERROR_KEYS.split()), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+PATHOLOGICAL = [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+    b"1" * 5000,
+    b'{"n": ' + b"9" * 5000 + b"}",
+    b"NaN",
+    b'{"x": Infinity}',
+    b'"\\ud800"',
+    b"\xef\xbb\xbf{}",
+    b"\xff\xfe\x00{",
+    b'{"error": "\\u0000PermanentAccessRevoked"}',
+    b"",
+]
+bodies = st.one_of(
+    st.binary(max_size=400),
+    json_docs.map(lambda v: json.dumps(v).encode()),
+    st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.sampled_from(PATHOLOGICAL),
+)
+answers = st.builds(
+    Answer,
+    status=st.one_of(st.none(), st.integers(min_value=-(10**6), max_value=10**6)),
+    headers=header_maps.map(lambda h: {k.lower(): v for k, v in h.items()}),
+    body=bodies,
+    error=st.one_of(st.none(), st.text(max_size=30)),
+    truncated=st.booleans(),
+    elapsed=st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+def test_classifier_never_raises(iterations: float) -> None:
+    """1,000 hostile answers (any status, headers, body; deep nesting, huge numbers, invalid
+    UTF-8, echoed credentials): classify never raises, the outcome is a known kind, a 429's
+    wait is bounded, and no `dspa_` text reaches `reason` or `code`."""
+
+    @_fuzz(_examples(iterations))
+    @given(answer=answers, endpoint=st.sampled_from(["latest-change", "stats"]), now=moments)
+    def check(answer: Answer, endpoint: Any, now: datetime | None) -> None:
+        outcome = classify(endpoint, answer, now=now)
+        assert outcome.kind in OUTCOME_KINDS
+        if outcome.kind == "rate_limited":
+            assert outcome.wait is not None
+            assert RATE_LIMIT_MIN_WAIT <= outcome.wait <= RATE_LIMIT_MAX_WAIT
+        for text in (outcome.reason, outcome.code):
+            assert text is None or "dspa" not in text.lower()
+
+    check()
+
+
+def test_pathological_bodies_classify_quickly() -> None:
+    """The worst bodies (100,000-deep nesting, 5,000-digit numbers, NaN, lone surrogates)
+    classify as a transient or an error outcome, each well under a second."""
+    import time
+
+    for body in PATHOLOGICAL:
+        for status in (200, 401, 403, 429, 500):
+            started = time.perf_counter()
+            outcome = classify("stats", Answer(status=status, body=body), now=NOW)
+            assert time.perf_counter() - started < 1.0, (body[:20], status)
+            if status == 200 and body not in (b"1" * 5000,):
+                assert outcome.kind in {"transient", "ok"}
+
+
+# -- broken configurations through the real CLI ----------------------------------------------
+
+Sections = dict[str, dict[str, Any]]
+
+
+def _valid(tmp: Path) -> Sections:
+    """A configuration that `run` accepts (the service is never reached in these tests)."""
+    secret = write_private(tmp / "client-secret", "a-client-secret\n")
+    keys = write_private(tmp / "token-keys", generate_key_line(NOW) + "\n")
+    return {
+        "service": {"base_url": "http://127.0.0.1:9", "auth_url": "http://127.0.0.1:9/auth"},
+        "client": {"id": "client", "secret_file": str(secret)},
+        "database": {"url": f"sqlite:///{tmp / 'lta.db'}"},
+        "crypto": {"key_file": str(keys)},
+        "log": {"format": "json"},
+    }
+
+
+def _set(section: str, key: str, value: Any) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, _: Path) -> None:
+        data.setdefault(section, {})[key] = value
+
+    return change
+
+
+def _drop(section: str, key: str) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, _: Path) -> None:
+        data[section].pop(key, None)
+
+    return change
+
+
+def _key_file(text: str, mode: int = 0o600) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, tmp: Path) -> None:
+        path = tmp / "token-keys"
+        path.write_text(text, encoding="utf-8")
+        path.chmod(mode)
+
+    return change
+
+
+def _secret_file(text: str) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, tmp: Path) -> None:
+        write_private(tmp / "client-secret", text)
+
+    return change
+
+
+def _key_mode(mode: int) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, tmp: Path) -> None:
+        (tmp / "token-keys").chmod(mode)
+
+    return change
+
+
+def _missing(section: str, key: str) -> Callable[[Sections, Path], None]:
+    return _set(section, key, "/nonexistent/lta-worker/file")
+
+
+# (name, change to the valid config, environment, text the message must contain)
+BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] = [
+    ("client.id missing", _drop("client", "id"), {}, "client.id"),
+    ("client.id empty", _set("client", "id", ""), {}, "client.id"),
+    ("service.base_url missing", _drop("service", "base_url"), {}, "service.base_url"),
+    ("poll.interval not a duration", _set("poll", "interval", "soon"), {}, "poll.interval"),
+    ("poll.interval zero", _set("poll", "interval", "0s"), {}, "poll.interval"),
+    ("poll.interval negative", _set("poll", "interval", "-5m"), {}, "poll.interval"),
+    ("poll.concurrency zero", _set("poll", "concurrency", 0), {}, "poll.concurrency"),
+    ("poll.batch_size a word", _set("poll", "batch_size", "many"), {}, "poll.batch_size"),
+    ("unknown key", _set("poll", "intervall", "1h"), {}, "poll.intervall"),
+    ("unknown section", _set("polling", "interval", "1h"), {}, "polling"),
+    (
+        "http to a non-loopback base_url",
+        _set("service", "base_url", "http://api.example.com"),
+        {},
+        "service.base_url",
+    ),
+    (
+        "http to a non-loopback auth_url",
+        _set("service", "auth_url", "http://10.0.0.8/auth"),
+        {},
+        "service.auth_url",
+    ),
+    (
+        "http to a non-loopback token_url",
+        _set("service", "token_url", "http://account.example/oidc/token"),
+        {},
+        "service.token_url",
+    ),
+    ("base_url not http(s)", _set("service", "base_url", "ftp://127.0.0.1"), {}, "base_url"),
+    ("secret file missing", _missing("client", "secret_file"), {}, "client.secret_file"),
+    ("secret file empty", _secret_file("\n"), {}, "client.secret_file"),
+    ("no secret file configured", _drop("client", "secret_file"), {}, "client.secret_file"),
+    ("key file missing", _missing("crypto", "key_file"), {}, "crypto.key_file"),
+    ("key file mode 0644", _key_mode(0o644), {}, "crypto.key_file"),
+    ("key file not base64", _key_file("k1:not-base64!!\n"), {}, "crypto.key_file"),
+    ("key file with a short key", _key_file("k1:c2hvcnQ=\n"), {}, "crypto.key_file"),
+    ("key file with no key", _key_file("# nothing\n"), {}, "crypto.key_file"),
+    ("no key file configured", _drop("crypto", "key_file"), {}, "crypto.key_file"),
+    ("database.url another driver", _set("database", "url", "mysql://u@h/db"), {}, "database.url"),
+    ("database.url not a URL", _set("database", "url", "lta.db"), {}, "database.url"),
+    ("ratelimit.reserve 1.5", _set("ratelimit", "reserve", 1.5), {}, "ratelimit.reserve"),
+    ("log.level unknown", _set("log", "level", "loud"), {}, "log.level"),
+    ("client.scopes unknown", _set("client", "scopes", ["everything"]), {}, "client.scopes"),
+    ("redirect_uri not a URL", _set("client", "redirect_uri", "callback"), {}, "redirect_uri"),
+    ("grace period not a duration", _set("serve", "grace_period", "a bit"), {}, "grace_period"),
+    (
+        "environment override not a duration",
+        lambda data, tmp: None,
+        {"LTA_WORKER_POLL_INTERVAL": "every now and then"},
+        "poll.interval",
+    ),
+    (
+        "environment override unknown key",
+        lambda data, tmp: None,
+        {"LTA_WORKER_POLL_SPEED": "fast"},
+        "poll.speed",
+    ),
+]
+
+
+def _run_broken(
+    root: Path, name: str, change: Callable[[Sections, Path], None], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    tmp = root / name.replace(" ", "-").replace("/", "-")
+    tmp.mkdir()
+    data = _valid(tmp)
+    change(data, tmp)
+    config = tmp / "lta-worker.toml"
+    config.write_text(render_toml(data), encoding="utf-8")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
+    clean.pop("CREDENTIALS_DIRECTORY", None)
+    return subprocess.run(
+        [sys.executable, "-m", "lta_worker", "--config", str(config), "run"],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def broken_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every broken configuration run once, four processes at a time."""
+    root = tmp_path_factory.mktemp("broken")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {
+            name: pool.submit(_run_broken, root, name, change, env)
+            for name, change, env, _ in BROKEN
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize(("name", "expected"), [(b[0], b[3]) for b in BROKEN])
+def test_broken_config_exits_78_naming_the_key(
+    broken_runs: dict[str, subprocess.CompletedProcess[str]], name: str, expected: str
+) -> None:
+    """`lta-worker run` with a broken configuration: exit 78, one error line naming the key,
+    nothing on stdout, no traceback."""
+    done = broken_runs[name]
+    assert done.returncode == 78, (done.returncode, done.stderr[-2000:])
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("lta-worker: error:")]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert expected in errors[0], errors[0]
+
+
+def test_valid_config_is_accepted(tmp_path: Path) -> None:
+    """The matrix's base configuration is valid: `run` gets past configuration to the
+    unreachable service (exit 0 with no user due), so each broken case fails for its key."""
+    done = _run_broken(tmp_path, "valid", lambda data, tmp: None, {})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("missing config file", None, "does not exist"),
+        ("invalid TOML", "[service\nbase_url = ", "not valid TOML"),
+    ],
+)
+def test_unreadable_config_file_exits_78(
+    tmp_path: Path, name: str, content: str | None, expected: str
+) -> None:
+    """A config file that is missing or not TOML: exit 78 and a message that says which."""
+    config = tmp_path / "lta-worker.toml"
+    if content is not None:
+        config.write_text(content, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "lta_worker", "--config", str(config), "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 78, done.stderr
+    assert expected in done.stderr
+    assert str(config) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- a database from a newer lta-worker --------------------------------------------------------
+
+
+def _fingerprint(database: Path) -> str:
+    """A digest of every row of every table (the file itself may be checkpointed)."""
+    digest = hashlib.sha256()
+    with sqlite3.connect(database) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in sorted(tables):
+            digest.update(table.encode())
+            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1'):  # noqa: S608
+                digest.update(repr(row).encode())
+    conn.close()
+    return digest.hexdigest()
+
+
+def test_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A database stamped with an unknown (future) revision: run, serve, db upgrade, status
+    and users list each exit 78 saying the schema is newer, and nothing in it changes."""
+    data = _valid(tmp_path)
+    config = tmp_path / "lta-worker.toml"
+    config.write_text(render_toml(data), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
+    env["LTA_WORKER_CONFIG"] = str(config)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lta_worker", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    assert cli("db", "upgrade").returncode == 0
+    database = tmp_path / "lta.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999_from_the_future'")
+    conn.close()
+    before = _fingerprint(database)
+    shutil.copy2(database, tmp_path / "before.db")
+    commands = [("run",), ("serve",), ("db", "upgrade"), ("status",), ("users", "list")]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda args: cli(*args), commands))
+    for args, done in zip(commands, results, strict=True):
+        assert done.returncode == 78, (args, done.returncode, done.stderr[-2000:])
+        assert "9999_from_the_future" in done.stderr, (args, done.stderr)
+        assert "newer than this lta-worker knows" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert _fingerprint(database) == before
