@@ -1,9 +1,10 @@
 """Options and fixtures of the reliability suite.
 
-More iterations on demand: `pytest tests/reliability --iterations 200` (the option is
-registered here, so it is known when this directory is named on the command line), or
-`LTA_RELIABILITY_ITERATIONS=200 pytest` from anywhere. The iteration count multiplies the
-CI defaults (20 kills, 10 SIGTERMs, the fuzzers' examples) and the per-test timeouts.
+More iterations on demand: `pytest tests/reliability --iterations 200` runs 200 kills instead
+of CI's 20, and scales everything else by the same factor (200/20 = 10: 100 SIGTERMs each for
+`run` and `serve`, 10,000 fuzz examples per fuzzer) and the per-test timeouts. The option is
+registered here, so pytest knows it only when this directory (or a file in it) is named on
+the command line; from the project root use `LTA_RELIABILITY_ITERATIONS=200 pytest`.
 `LTA_RELIABILITY_SEED` changes the seed of every random choice (kill moments, faults).
 """
 
@@ -23,18 +24,19 @@ BASE_TIMEOUT = 120
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--iterations N`: scale the kill, SIGTERM and fuzz loops (default: CI's counts)."""
+    """`--iterations N`: N kills, and the SIGTERM and fuzz loops scaled by N/20."""
     parser.addoption(
         "--iterations",
         type=int,
         default=None,
-        help="reliability suite: multiply the CI iteration counts by N/20 for kills, "
-        f"N/10 for SIGTERMs (also ${ITERATIONS_ENV})",
+        help="reliability suite: N kill -9 moments (CI: 20); SIGTERM stops and fuzz examples "
+        f"scale by N/20 (also ${ITERATIONS_ENV})",
     )
 
 
 def scale(config: pytest.Config) -> float:
-    """How much more than CI to do: `--iterations N` or the environment, over 20 kills."""
+    """How much more than CI to do: `--iterations N` (or the environment) over 20 kills;
+    never less than CI."""
     raw = config.getoption("iterations", default=None) or os.environ.get(ITERATIONS_ENV)
     if not raw:
         return 1.0
