@@ -44,12 +44,12 @@ from .harness import (
     wait_for_reads,
 )
 
-USERS = 24
+USERS = 16
 KILLS_IN_CI = 20
 # Kill moments: in [0, STARTUP_WINDOW_S) after the spawn, or in [0, KILL_WINDOW_S) after
-# the pass's first read (a pass of 24 users through the faults below takes about 1.5 s).
+# the pass's first read (a pass of 16 users through the faults below takes about 1 s).
 STARTUP_WINDOW_S = 0.8
-KILL_WINDOW_S = 1.6
+KILL_WINDOW_S = 1.2
 POLL = {
     "interval": "1s",
     "backoff_base": "1s",
@@ -72,7 +72,7 @@ def _faults(deployment: Deployment) -> None:
 
 @pytest.fixture
 def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
-    """24 users enrolled as demo-client; every user due again a second after a read."""
+    """16 users enrolled as demo-client; every user due again a second after a read."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
     made = make_deployment(
@@ -272,7 +272,7 @@ def settled(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator)
         running,
         client_id=DEMO_CLIENT_ID,
         client_secret=DEMO_CLIENT_SECRET,
-        poll=POLL,
+        poll={**POLL, "interval": "0.3s"},
     )
     made.enroll([f"s{i:03d}" for i in range(12)])
     for attempt in range(2):
@@ -280,7 +280,7 @@ def settled(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator)
             running.sim.set_payload(user, "stats", {"attempt": attempt, "user": user})
         done = made.cli("run")
         assert done.returncode == 0, done.stderr[-3000:]
-        time.sleep(1.05)  # everyone due again (poll.interval = 1s)
+        time.sleep(0.35)  # everyone due again (poll.interval = 0.3s)
     return Settled(made, acknowledge({}, inspect(made.database)))
 
 

@@ -34,7 +34,7 @@ from .harness import (
 
 USERS = 16
 STOPS_IN_CI = 10
-GRACE_S = 1.0
+GRACE_S = 0.5
 # The stop may take the grace period, then closing the store and the HTTP client, then the
 # interpreter's exit: this much more is allowed.
 MARGIN_S = 3.0
@@ -79,7 +79,7 @@ def _stop_mid_pass(deployment: Deployment, command: str, offset: int, iterations
         before = reads_seen(sim)
         proc = deployment.spawn(command)
         assert wait_for_reads(sim, before), proc.stderr()[-3000:]
-        time.sleep(chance.uniform(0.0, 0.8))
+        time.sleep(chance.uniform(0.0, 0.5))
         acknowledge(acknowledged, inspect(deployment.database, integrity=False))
         signalled = time.monotonic()
         proc.signal(signal.SIGTERM)
