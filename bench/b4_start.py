@@ -124,6 +124,37 @@ def split(config: Path) -> dict[str, Any]:
     return out
 
 
+# The same run through `python -c`, as is and with two start-up tweaks the CLI could make
+# (what-ifs: the source is not changed). `os._exit` after flushing skips the interpreter's
+# teardown of every imported module; `gc.disable()` spares the cyclic collector the
+# hundreds of thousands of objects that imports create (a one-shot process can leave it off).
+_MAIN = "from lta_worker.worker.cli import main\nmain(['--config', sys.argv[1], 'run'])\n"
+_FAST_EXIT = (
+    "from lta_worker.worker.cli import main\n"
+    "try:\n    main(['--config', sys.argv[1], 'run'])\n"
+    "except SystemExit as exc:\n"
+    "    sys.stdout.flush(); sys.stderr.flush(); os._exit(exc.code or 0)\n"
+)
+WHAT_IF = {
+    "as is (python -c)": "import sys\n" + _MAIN,
+    "os._exit after flushing": "import os, sys\n" + _FAST_EXIT,
+    "gc disabled": "import gc, sys\ngc.disable()\n" + _MAIN,
+    "both": "import gc, os, sys\ngc.disable()\n" + _FAST_EXIT,
+}
+
+
+def what_ifs(config: Path, runs: int) -> dict[str, float]:
+    """Median wall seconds of each WHAT_IF variant, runs interleaved."""
+    walls: dict[str, list[float]] = {name: [] for name in WHAT_IF}
+    for _ in range(runs):
+        for name, code in WHAT_IF.items():
+            wall, proc = _wall([PYTHON, "-c", code, str(config)])
+            if proc.returncode != 0:
+                raise RuntimeError(f"{name}: exited {proc.returncode}: {proc.stderr[-500:]}")
+            walls[name].append(wall)
+    return {name: median(values) for name, values in walls.items()}
+
+
 def fresh(setup: str, statement: str) -> float | None:
     """Milliseconds `statement` takes after `setup` in a fresh interpreter (None: it failed)."""
     code = (
@@ -160,6 +191,7 @@ def run(quick: bool) -> BenchResult:
         import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
         times = importtime(cmd)
         splits = [split(config) for _ in range(runs)]
+        tweaks = what_ifs(config, runs)
     alone = {label: fresh(setup, stmt) for label, setup, stmt in FRESH}
     log(f"B4: run median {1000 * median(walls):.0f} ms over {runs} runs")
     result.details = {
@@ -171,6 +203,7 @@ def run(quick: bool) -> BenchResult:
             key: median(s[key] for s in splits)
             for key in ("cli_import_s", "run_imports_s", "work_s")
         },
+        "what_if_median_s": tweaks,
         "importtime": times,
         "fresh_interpreter_ms": {k: None if v is None else round(v, 1) for k, v in alone.items()},
         "python": sys.version.split()[0],
@@ -198,6 +231,14 @@ def run(quick: bool) -> BenchResult:
         "ms",
         note=f"{times['modules']} modules (importtime inflates)",
     )
+    plain = tweaks["as is (python -c)"]
+    for name in ("os._exit after flushing", "gc disabled", "both"):
+        result.add(
+            f"  what-if: {name}",
+            1000 * tweaks[name],
+            "ms",
+            note=f"vs {1000 * plain:.0f} ms as is through python -c (interleaved)",
+        )
     for name, ms in times["top_packages_ms"][:5]:
         result.add(f"  import {name}", ms, "ms", note="cumulative, -X importtime")
     for label in (FRESH[1][0], FRESH[4][0]):  # the ORM; the HTTP client built with nothing due
