@@ -250,3 +250,20 @@ async def test_deadline_stops_early_and_leaves_the_rest_due(harness: Harness) ->
     assert result.stopped == "deadline"
     with harness.store() as store:
         assert store.count_due(harness.clock.now()) > 0
+
+
+async def test_service_down_from_the_start_stops_after_the_first_burst(
+    harness: Harness,
+) -> None:
+    """Only 5xx and nothing ever accepted: the pass stops as upstream_down (75) at once."""
+    for n in range(10):
+        await harness.enroll(f"user-{n}")
+    harness.sim.configure(header_format="none")
+    harness.sim.inject_fault("503", rate=1.0)
+    result = await harness.run_pass()
+    assert result.stopped == "upstream_down"
+    assert result.exit_code == 75
+    assert result.reads <= 5
+    assert result.wall_s < 5
+    for n in range(10):
+        assert harness.user(f"user-{n}").token is not None

@@ -200,10 +200,11 @@ def test_connection_refused(deployment: Deployment) -> None:
     assert out.returncode == 75
 
 
-def test_unreachable_with_default_pacing_ends_at_the_deadline(deployment: Deployment) -> None:
-    """With the default fallback rate (60/h before any RateLimit header) and the service
-    unreachable, `run --max-duration 3s` sends the initial burst, then exits 75 at the
-    deadline: a blind pacer never hammers a service that does not answer."""
+def test_unreachable_with_default_pacing_stops_after_the_first_burst(
+    deployment: Deployment,
+) -> None:
+    """With the default fallback rate and the service unreachable from the start, `run` sends
+    the initial burst and stops as upstream_down (75) at once, never hammering it."""
     config = deployment.write_config(
         deployment.tmp / "refused-default.toml",
         service={"base_url": f"http://127.0.0.1:{_closed_port()}"},
@@ -211,13 +212,15 @@ def test_unreachable_with_default_pacing_ends_at_the_deadline(deployment: Deploy
     )
     _everyone_due(deployment)
     started = time.monotonic()
-    out = deployment.cli("run", "--max-duration", "3s", config=config, timeout=60)
+    out = deployment.cli("run", "--max-duration", "1h", config=config, timeout=60)
     took = time.monotonic() - started
     reads = _assert_survived(deployment, out, took)
     assert out.returncode == 75
-    assert took < 3 + 2 + 3  # the deadline, the grace period, start and exit
-    # poll.breaker_threshold (5) permits at once, then one a minute.
+    assert took < 10  # start, the burst, the grace period for reads in flight, exit
+    # poll.breaker_threshold (5) permits at once; five failures with nothing accepted stop it.
     assert 1 <= len(reads) <= 6, len(reads)
+    finished = [e for e in out.events if e.get("event") == "pass.finished"]
+    assert finished[0]["stopped"] == "upstream_down"
 
 
 def test_clean_run_after_the_faults(deployment: Deployment) -> None:

@@ -452,7 +452,15 @@ class PassEngine:
             self._authenticated += 1
         if outcome.kind == "transient":
             self._consecutive_transient += 1
-            if self._consecutive_transient >= self.options.upstream_down_after:
+            # Before any accepted answer, as many failures as the pacer's first burst say
+            # the service is down (a cron run would otherwise wait out the slow fallback
+            # rate); once it has answered, a longer run of failures is needed.
+            limit = (
+                self.options.upstream_down_after
+                if self._authenticated
+                else self.options.breaker_threshold
+            )
+            if self._consecutive_transient >= limit:
                 self.request_stop("upstream_down", self.options.grace.total_seconds())
         elif outcome.kind != "rate_limited":
             self._consecutive_transient = 0

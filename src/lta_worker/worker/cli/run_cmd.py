@@ -51,15 +51,34 @@ def run(app: App, max_duration: str | None) -> None:
     else:
         configure_logging(settings.log.level, settings.log.format, line)  # type: ignore[arg-type]
 
+    import signal
+
     import anyio
 
+    from lta_worker.worker.logs import get_logger
     from lta_worker.worker.progress import progress_for
     from lta_worker.worker.runner import Worker
 
     async def main() -> int:
+        grace = settings.serve.grace_period.total_seconds()
         async with Worker(settings, kind="run") as worker:
-            with progress_for(line or sys.stderr, worker.clock) as on_progress:
-                result = await worker.run_pass(max_duration=limit, on_progress=on_progress)
+            # SIGTERM (systemctl stop, a timer's unit stopping) or Ctrl-C: stop claiming,
+            # let in-flight reads finish within the grace period, commit, exit 75.
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with anyio.create_task_group() as tg:
+
+                    async def stop_on_signal() -> None:
+                        async for signum in signals:
+                            name = signal.Signals(signum).name
+                            get_logger("lta_worker.run").info(
+                                "pass.stopping", signal=name, grace_s=grace
+                            )
+                            worker.request_stop(grace)
+
+                    tg.start_soon(stop_on_signal)
+                    with progress_for(line or sys.stderr, worker.clock) as on_progress:
+                        result = await worker.run_pass(max_duration=limit, on_progress=on_progress)
+                    tg.cancel_scope.cancel()
             return result.exit_code
 
     sys.exit(anyio.run(main))
