@@ -138,7 +138,10 @@ def start_in_thread(
     """
     sim = sim or Simulator()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when
+    # the listening socket says it is TCP; with protocol 0 every small answer waits for
+    # the peer's delayed ACK (about 40 ms on loopback).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
