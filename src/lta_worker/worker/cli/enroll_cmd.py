@@ -8,6 +8,7 @@ argument, where `ps`, shell history and audit logs would keep them.
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -17,7 +18,7 @@ from lta_worker.secret import Secret
 from lta_worker.worker.cli.app import App, pass_app
 
 if TYPE_CHECKING:
-    from lta_worker.worker.enroll import EnrollResult
+    from lta_worker.worker.enroll import Enrollment, EnrollResult
 
 _MAX_INPUT = 64 * 1024
 _user_option = click.option(
@@ -72,27 +73,40 @@ def url(app: App, user: str) -> None:
     click.echo(anyio.run(main))
 
 
-@enroll.command("finish")
-@_user_option
-@pass_app
-def finish(app: App, user: str) -> None:
-    """Read the redirect URL (or the code) from stdin, create and store the long term token."""
+def _enroll_from_stdin(
+    app: App,
+    prompt: str,
+    action: Callable[[Enrollment, Secret], Awaitable[EnrollResult]],
+) -> None:
+    """Read one secret from stdin, run `action` with it, print the confirmation."""
     settings = app.settings
     app.configure_logging()
-    answer = read_secret_input("Redirect URL or code")
+    secret = read_secret_input(prompt)
 
     import anyio
 
     from lta_worker.worker.logs import register_secret
     from lta_worker.worker.wiring import services
 
-    register_secret(answer)
+    register_secret(secret)
 
     async def main() -> EnrollResult:
         async with services(settings) as svc:
-            return await svc.enrollment().finish(user, answer.reveal())
+            return await action(svc.enrollment(), secret)
 
     click.echo(_confirmation(anyio.run(main)))
+
+
+@enroll.command("finish")
+@_user_option
+@pass_app
+def finish(app: App, user: str) -> None:
+    """Read the redirect URL (or the code) from stdin, create and store the long term token."""
+    _enroll_from_stdin(
+        app,
+        "Redirect URL or code",
+        lambda enrollment, answer: enrollment.finish(user, answer.reveal()),
+    )
 
 
 @enroll.command("token")
@@ -100,19 +114,8 @@ def finish(app: App, user: str) -> None:
 @pass_app
 def token(app: App, user: str) -> None:
     """Read a user access token from stdin, create and store the long term token."""
-    settings = app.settings
-    app.configure_logging()
-    user_token = read_secret_input("User access token")
-
-    import anyio
-
-    from lta_worker.worker.logs import register_secret
-    from lta_worker.worker.wiring import services
-
-    register_secret(user_token)
-
-    async def main() -> EnrollResult:
-        async with services(settings) as svc:
-            return await svc.enrollment().from_user_token(user, user_token)
-
-    click.echo(_confirmation(anyio.run(main)))
+    _enroll_from_stdin(
+        app,
+        "User access token",
+        lambda enrollment, secret: enrollment.from_user_token(user, secret),
+    )
