@@ -441,7 +441,7 @@ class PassEngine:
             duration_ms=round(took * 1000, 1),
             budget_remaining=getattr(budget, "remaining", None),
             budget_limit=getattr(budget, "limit", None),
-            budget_reset_s=getattr(budget, "reset_in", None),
+            budget_reset_s=_rounded(getattr(budget, "reset_in", None)),
         )
         if outcome.kind == "rate_limited":
             self.result.throttled += 1
@@ -499,3 +499,8 @@ class PassEngine:
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(partial(fn, *args))
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """Seconds to one decimal for a log field (None stays None)."""
+    return None if seconds is None else round(seconds, 1)
