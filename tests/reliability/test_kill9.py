@@ -327,7 +327,9 @@ def test_control_wal_deleted_after_a_kill_is_detected(deployment: Deployment) ->
     only the main file would): committed snapshots are lost, and the checks say so."""
     vault = deployment.vault()
     acknowledged = acknowledge({}, inspect(deployment.database))
-    deployment.sim.inject_fault("latency", rate=1.0, delay=0.05)
+    # Slow answers, so the pass is still running (its WAL not yet checkpointed away by a
+    # clean exit) when the kill comes.
+    deployment.sim.inject_fault("latency", rate=1.0, delay=0.5)
     proc = deployment.spawn("run")
     assert wait_for(lambda: len(inspect(deployment.database).snapshots) >= 6, timeout=30)
     acknowledge(acknowledged, inspect(deployment.database, integrity=False))
