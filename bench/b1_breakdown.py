@@ -52,11 +52,11 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
 
 def _turn_costs(users: int) -> dict[str, float]:
     """Claim, decrypt, classify, decide and apply for `users` users of a SQLite store."""
+    from lta_worker.domain._policy import PolicyConfig, decide_turn
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
     from lta_worker.storage import Store, Vault
-    from lta_worker.worker.api import long_term_credential
-    from lta_worker.worker.policy import PolicyConfig, decide_turn
+    from lta_worker.upstream._client import long_term_credential
 
     reads = 2 * users
     out: dict[str, float] = {}
@@ -109,9 +109,9 @@ def _claim_all(store: Any, now: datetime, users: int) -> list[Any]:
 
 def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
     """Classify two realistic answers per user; (seconds the classification took, outcomes)."""
+    from lta_worker.domain._classify import classify
+    from lta_worker.domain._outcomes import Answer
     from lta_worker.simulator.payloads import latest_change, stats
-    from lta_worker.worker.classify import classify
-    from lta_worker.worker.outcomes import Answer
 
     def answer(payload: Any) -> Any:
         return Answer(200, HEADERS, json.dumps(payload).encode(), elapsed=0.001)
@@ -120,8 +120,8 @@ def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
     t0 = time.perf_counter()
     outcomes = [
         (
-            ("latest-change", classify("latest-change", a, now=now)),
-            ("stats", classify("stats", b, now=now)),
+            ("latest-change", classify("latest-change", a)),
+            ("stats", classify("stats", b)),
         )
         for a, b in answers
     ]
@@ -134,7 +134,7 @@ def _apply_all(store: Any, updates: list[Any]) -> None:
 
 
 def _log_events(count: int) -> float:
-    from lta_worker.worker.logs import get_logger
+    from lta_worker.logs import get_logger
 
     log = get_logger("lta_worker.engine")
     t0 = time.perf_counter()
@@ -156,7 +156,7 @@ def _log_events(count: int) -> float:
 
 
 async def _pacer(count: int) -> float:
-    from lta_worker.worker.pacer import Pacer, PacerCore
+    from lta_worker.pacing._pacer import Pacer, PacerCore
 
     pacer = Pacer(
         PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5),

@@ -27,7 +27,7 @@ CONCURRENCY = 8
 
 
 async def _pass(settings: Any, seconds: float) -> Any:
-    from lta_worker.worker.runner import Worker
+    from lta_worker.worker._runtime import Worker
 
     async with Worker(settings, kind="run") as worker:
         return await worker.run_pass(max_duration=timedelta(seconds=seconds))

@@ -101,7 +101,7 @@ def child(config: Path) -> dict[str, Any]:
 
     from bench.common import quiet_logs
     from lta_worker.config import load_settings
-    from lta_worker.worker.runner import Worker
+    from lta_worker.worker._runtime import Worker
 
     settings = load_settings(config, {})
 

@@ -172,8 +172,8 @@ def _core_claim(store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
     try:
         from sqlalchemy import or_, select, update
 
-        from lta_worker.storage import users
-        from lta_worker.storage.models import User
+        from lta_worker.storage import _users as users
+        from lta_worker.storage._models import User
 
         table = User.__table__
         candidates = (
@@ -230,8 +230,8 @@ def status_of(config: Any) -> dict[str, Any]:
     """`collect_status` as the `status` command calls it, from the config file."""
     import inspect
 
-    from lta_worker.worker.cli.app import App
-    from lta_worker.worker.cli.status_cmd import collect_status
+    from lta_worker.cli._app import App
+    from lta_worker.cli._status_cmd import collect_status
 
     app = App(config_path=str(config))
     first = next(iter(inspect.signature(collect_status).parameters))

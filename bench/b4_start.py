@@ -98,12 +98,14 @@ def importtime(cmd: list[str]) -> dict[str, Any]:
 SPLIT = """
 import json, sys, time
 t0 = time.perf_counter()
-from lta_worker.worker.cli import main
-import lta_worker.worker.cli.commands
+from lta_worker.cli import main
+import lta_worker.cli._commands
 t1 = time.perf_counter()
 import anyio
-from lta_worker.storage import store, vault
-from lta_worker.worker import progress, runner
+from lta_worker.storage import _store as store
+from lta_worker.storage import _vault as vault
+from lta_worker.cli import _progress as progress
+from lta_worker.worker import _runtime as runner
 t2 = time.perf_counter()
 try:
     main(["--config", sys.argv[1], "run"])
@@ -128,9 +130,9 @@ def split(config: Path) -> dict[str, Any]:
 # (what-ifs: the source is not changed). `os._exit` after flushing skips the interpreter's
 # teardown of every imported module; `gc.disable()` spares the cyclic collector the
 # hundreds of thousands of objects that imports create (a one-shot process can leave it off).
-_MAIN = "from lta_worker.worker.cli import main\nmain(['--config', sys.argv[1], 'run'])\n"
+_MAIN = "from lta_worker.cli import main\nmain(['--config', sys.argv[1], 'run'])\n"
 _FAST_EXIT = (
-    "from lta_worker.worker.cli import main\n"
+    "from lta_worker.cli import main\n"
     "try:\n    main(['--config', sys.argv[1], 'run'])\n"
     "except SystemExit as exc:\n"
     "    sys.stdout.flush(); sys.stderr.flush(); os._exit(exc.code or 0)\n"
@@ -187,7 +189,7 @@ def run(quick: bool) -> BenchResult:
                 raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr[-1000:]}")
             walls.append(wall)
         python_walls = [_wall([PYTHON, "-c", "pass"])[0] for _ in range(runs)]
-        cli_code = "import lta_worker.worker.cli, lta_worker.worker.cli.commands"
+        cli_code = "import lta_worker.cli, lta_worker.cli._commands"
         import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
         times = importtime(cmd)
         splits = [split(config) for _ in range(runs)]

@@ -222,7 +222,7 @@ def log(message: str) -> None:
 @contextmanager
 def quiet_logs(level: str = "info") -> Iterator[None]:
     """The worker's JSON logs, rendered in full as in production, into /dev/null."""
-    from lta_worker.worker.logs import configure_logging, reset_logging
+    from lta_worker.logs import configure_logging, reset_logging
 
     with open(os.devnull, "w") as sink:
         configure_logging(level, "json", stream=sink)
@@ -240,7 +240,7 @@ class Workspace:
 
     def __init__(self, name: str) -> None:
         from lta_worker.simulator import DEMO_CLIENT_SECRET
-        from lta_worker.storage.keyfile import generate_key_line
+        from lta_worker.storage._keyfile import generate_key_line
 
         self._tmp = tempfile.TemporaryDirectory(prefix=f"lta-bench-{name}-")
         self.path = Path(self._tmp.name)
@@ -331,7 +331,7 @@ def bulk_store_tokens(
 
     from lta_worker.secret import Secret
     from lta_worker.storage import Store, Vault
-    from lta_worker.storage.models import User
+    from lta_worker.storage._models import User
 
     vault = Vault.from_settings(settings)
     now = datetime.now(UTC)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lta_worker.worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 
 
 @pytest.fixture(autouse=True)

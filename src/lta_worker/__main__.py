@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from lta_worker.worker.cli import main
+from lta_worker.cli import main
 
 main()

@@ -5,15 +5,20 @@ CLI uses for it, and has a message that says what to do. No message ever contain
 (token, client secret, user access token, authorization code or PKCE verifier): code that
 raises these errors passes names and ids, never values.
 
+What happened is data: the class, a short machine `reason` where one class covers several
+situations (`EnrollmentError.reason` is `"code_rejected"`, `"unreachable"`, ...), and fields
+such as `key`, `user` or `code`. The `hint` says what to do about the situation in terms any
+caller understands (a setting, a file, the service); advice in terms of lta-worker's own
+commands lives in the CLI's table of operator hints (`cli/_hints.py`), because a web
+application that imports this package has no such commands.
+
     LtaError                      base; exit 1
     ├── UsageError                a command was given something it cannot use; exit 2
     │   └── UnknownUserError      no such user in the database
     ├── ConfigError               the configuration is wrong; names the key; exit 78
     │   ├── KeyFileError          key file missing, unreadable, readable by others, or malformed
     │   └── UnknownKeyError       a stored token's key id is not in the key file
-    ├── CredentialError           the service rejects the client itself; exit 78
-    │   ├── ClientRejectedError   plain 401s for everyone: client secret or config wrong
-    │   └── ModeNotOpenedError    invalid_scope: long term mode not opened on this client
+    ├── ModeNotOpenedError        invalid_scope: long term mode not opened on this client; exit 78
     ├── UpstreamError             the service is down or answers nonsense; exit 75
     │   └── EnrollmentError       consent, code exchange or token creation failed
     └── StorageError              the database refuses; exit 75
@@ -34,10 +39,11 @@ class LtaError(Exception):
 
     exit_code: int = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.reason = reason
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
@@ -53,10 +59,7 @@ class UnknownUserError(UsageError):
     """The named user is not in the database."""
 
     def __init__(self, user: str) -> None:
-        super().__init__(
-            f"no user {user!r} in the database",
-            hint="see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`",
-        )
+        super().__init__(f"no user {user!r} in the database")
         self.user = user
 
 
@@ -65,8 +68,15 @@ class ConfigError(LtaError):
 
     exit_code = EX_CONFIG
 
-    def __init__(self, message: str, *, key: str | None = None, hint: str | None = None) -> None:
-        super().__init__(f"{key}: {message}" if key else message, hint=hint)
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        hint: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(f"{key}: {message}" if key else message, hint=hint, reason=reason)
         self.key = key
 
 
@@ -86,18 +96,10 @@ class UnknownKeyError(ConfigError):
         self.key_id = key_id
 
 
-class CredentialError(LtaError):
-    """The service rejects the client itself (not one user)."""
+class ModeNotOpenedError(LtaError):
+    """The authorization server answered invalid_scope: long term mode is not on this client."""
 
     exit_code = EX_CONFIG
-
-
-class ClientRejectedError(CredentialError):
-    """Plain 401s with no success: the client secret or configuration is likely wrong."""
-
-
-class ModeNotOpenedError(CredentialError):
-    """The authorization server answered invalid_scope: long term mode is not on this client."""
 
 
 class UpstreamError(LtaError):
@@ -107,10 +109,18 @@ class UpstreamError(LtaError):
 
 
 class EnrollmentError(UpstreamError):
-    """Consent, code exchange or token creation failed; `code` is the service's error code."""
+    """Consent, code exchange or token creation failed; `code` is the service's error code and
+    `reason` what went wrong (`unreachable`, `token_refused`, `code_rejected`, ...)."""
 
-    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None) -> None:
-        super().__init__(f"{message} [{code}]" if code else message, hint=hint)
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        hint: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(f"{message} [{code}]" if code else message, hint=hint, reason=reason)
         self.code = code
 
 

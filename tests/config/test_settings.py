@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lta_worker.config import build_settings, load_settings, read_client_secret
-from lta_worker.config.loader import key_file_path
+from lta_worker.config._loader import key_file_path
 from lta_worker.errors import ConfigError
 
 MINIMAL = """
@@ -131,6 +131,7 @@ def test_client_secret_is_read_from_its_file_and_masked(tmp_path: Path) -> None:
     """The client secret comes from client.secret_file and never shows in a repr."""
     secret = tmp_path / "secret"
     secret.write_text("s3cr3t-value\n")
+    secret.chmod(0o600)
     s = load_settings(write(tmp_path, MINIMAL + f'secret_file = "{secret}"\n'), env={})
     value = read_client_secret(s)
     assert value.reveal() == "s3cr3t-value"

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from lta_worker.config import load_settings
-from lta_worker.config.settings import Settings
+from lta_worker.config._settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

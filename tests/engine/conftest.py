@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -25,12 +26,11 @@ from lta_worker.simulator import (
     SystemClock,
 )
 from lta_worker.storage import Store
-from lta_worker.storage.keyfile import generate_key_line
-from lta_worker.worker.api import ApiClient
-from lta_worker.worker.engine import PassResult
-from lta_worker.worker.enroll import Enrollment
-from lta_worker.worker.runner import Worker
-from lta_worker.worker.wiring import http_client, load_vault
+from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._engine import PassResult
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._wiring import http_client, load_vault
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
@@ -169,6 +169,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def _files(tmp: Path) -> tuple[Path, Path]:
     secret_file = tmp / "client-secret"
     secret_file.write_text(DEMO_CLIENT_SECRET + "\n")
+    os.chmod(secret_file, 0o600)
     key_file = tmp / "token-keys"
     key_file.write_text(generate_key_line(SystemClock().now()) + "\n")
     os.chmod(key_file, 0o600)

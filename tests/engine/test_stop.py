@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker.engine import PassResult
-from lta_worker.worker.runner import Worker
+from lta_worker.worker._engine import PassResult
+from lta_worker.worker._runtime import Worker
 
 from .conftest import Harness, WorkerClock
 

@@ -15,6 +15,9 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -26,12 +29,9 @@ from lta_worker.simulator import (
     SimulatorTransport,
 )
 from lta_worker.storage import Store, Vault
-from lta_worker.storage.keyfile import generate_key_line, parse_key_file
-from lta_worker.worker.api import ApiClient
-from lta_worker.worker.enroll import Enrollment
-from lta_worker.worker.lifecycle import Lifecycle
-from lta_worker.worker.logs import configure_logging, forget_secrets, reset_logging
-from lta_worker.worker.wiring import http_client
+from lta_worker.storage._keyfile import generate_key_line, parse_key_file
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._wiring import http_client
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"

@@ -17,6 +17,9 @@ import pytest
 from sqlalchemy import select
 
 from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.domain._model import EncryptedToken
+from lta_worker.enrollment._pkce import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -27,11 +30,9 @@ from lta_worker.simulator import (
     Simulator,
     start_in_thread,
 )
-from lta_worker.storage import SnapshotWrite, Store, UserUpdate, Vault
-from lta_worker.storage.keyfile import generate_key_line, load_key_file
-from lta_worker.storage.models import PendingEnrollmentRow
-from lta_worker.storage.records import EncryptedToken
-from lta_worker.worker.pkce import challenge_s256
+from lta_worker.storage import Store, Vault
+from lta_worker.storage._keyfile import generate_key_line, load_key_file
+from lta_worker.storage._models import PendingEnrollmentRow
 
 from .conftest import basic, query_of, write_private
 

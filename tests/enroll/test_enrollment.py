@@ -5,7 +5,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from lta_worker.cli._failure import classify as cli_failure
 from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
+from lta_worker.domain._classify import classify
+from lta_worker.enrollment._enroll import PENDING_TTL, Enrollment, parse_redirect
+from lta_worker.enrollment._pkce import challenge_s256
 from lta_worker.errors import (
     EX_CONFIG,
     EX_USAGE,
@@ -17,10 +21,7 @@ from lta_worker.errors import (
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
-from lta_worker.worker.api import long_term_credential
-from lta_worker.worker.classify import classify
-from lta_worker.worker.enroll import PENDING_TTL, Enrollment, parse_redirect
-from lta_worker.worker.pkce import challenge_s256
+from lta_worker.upstream._client import long_term_credential
 
 from .conftest import AUTH_URL, REDIRECT_URI, World, basic, query_of
 
@@ -311,10 +312,12 @@ async def test_enroll_from_a_user_access_token(world: World) -> None:
 
 
 async def test_refused_user_access_token_stores_nothing(world: World) -> None:
-    """An unknown user access token: EnrollmentError with a hint, nothing stored."""
+    """An unknown user access token: EnrollmentError `token_refused` with a hint, whose CLI
+    line says to start again with `enroll url`; nothing stored."""
     with pytest.raises(EnrollmentError) as info:
         await world.enrollment().from_user_token("erin", Secret("not-a-real-user-token"))
-    assert "enroll url" in str(info.value)
+    assert info.value.reason == "token_refused" and info.value.hint
+    assert "enroll url" in (cli_failure(info.value).hint or "")
     assert world.store.get_user("erin") is None
 
 
@@ -361,7 +364,7 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
         raise httpx.ConnectError("refused")
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
-        from lta_worker.worker.api import ApiClient
+        from lta_worker.upstream._client import ApiClient
 
         broken = Enrollment(
             world.settings,

@@ -6,13 +6,14 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.enrollment._lifecycle import Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.storage import SnapshotWrite, UserUpdate
-from lta_worker.worker.api import ApiClient, long_term_credential
-from lta_worker.worker.lifecycle import Lifecycle
-from lta_worker.worker.wiring import http_client
+from lta_worker.upstream._client import ApiClient, long_term_credential
+from lta_worker.worker._wiring import http_client
 
 from .conftest import World
 
@@ -70,8 +71,20 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
     assert after.status == 401
 
 
-async def test_drop_works_locally_when_upstream_fails(world: World) -> None:
-    """An unreachable service: the failure is reported, the local token is gone anyway."""
+def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:
+    """A Lifecycle whose HTTP client is `http` (a failing or scripted service)."""
+    return Lifecycle(
+        world.settings,
+        world.store,
+        world.vault,
+        ApiClient(http, world.settings),
+        world.clock.now,
+        client_secret=world.client_secret,
+    )
+
+
+async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
+    """An unreachable service: the user stays `dropping`, token kept for the retry, never read."""
     await enroll(world, "alice")
     inner = SimulatorTransport(world.sim)
 
@@ -81,44 +94,30 @@ async def test_drop_works_locally_when_upstream_fails(world: World) -> None:
         return await inner.handle_async_request(request)
 
     async with http_client(world.settings, transport=httpx.MockTransport(failing_delete)) as http:
-        lifecycle = Lifecycle(
-            world.settings,
-            world.store,
-            world.vault,
-            ApiClient(http, world.settings),
-            world.clock.now,
-            client_secret=world.client_secret,
-        )
-        result = await lifecycle.drop("alice")
-    assert result.upstream == "failed"
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == ("failed", "dropping")
     assert result.error is not None
     assert "connect" in result.error
     row = world.store.get_user("alice")
     assert row is not None
-    assert (row.state, row.token) == ("dropped", None)
+    assert (row.state, row.token is not None) == ("dropping", True)
+    assert result.retry_at is not None and row.next_due_at == result.retry_at
+    assert world.store.count_due(result.retry_at + timedelta(days=1)) == 0
 
 
 async def test_drop_reports_an_unexpected_status(world: World) -> None:
-    """A non-2xx answer to the DELETE is reported as failed; the local token is gone."""
+    """A 5xx answer to the DELETE is reported as failed; the token is kept for the retry."""
     await enroll(world, "alice")
 
     def teapot(request: httpx.Request) -> httpx.Response:
         return httpx.Response(500)
 
     async with http_client(world.settings, transport=httpx.MockTransport(teapot)) as http:
-        lifecycle = Lifecycle(
-            world.settings,
-            world.store,
-            world.vault,
-            ApiClient(http, world.settings),
-            world.clock.now,
-            client_secret=world.client_secret,
-        )
-        result = await lifecycle.drop("alice")
-    assert (result.upstream, result.status) == ("failed", 500)
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.status, result.state) == ("failed", 500, "dropping")
     row = world.store.get_user("alice")
     assert row is not None
-    assert row.token is None
+    assert row.token is not None
 
 
 async def test_drop_without_a_token_skips_upstream(world: World) -> None:
@@ -131,17 +130,26 @@ async def test_drop_without_a_token_skips_upstream(world: World) -> None:
     assert world.sim.requests() == []
 
 
-async def test_drop_of_a_revoked_user_skips_upstream(world: World) -> None:
-    """A revoked user (token already deleted) is dropped locally without a DELETE."""
+async def test_drop_of_a_revoked_user_changes_nothing(world: World) -> None:
+    """A revoked user is left revoked (no relabel, retention clock kept), with no DELETE."""
     await enroll(world, "alice")
     world.store.delete_token("alice", "revoked", world.clock.now())
+    world.clock.advance(3600)
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
-    assert result.upstream == "skipped"
+    assert (result.upstream, result.state, result.previous_state) == (
+        "skipped",
+        "revoked",
+        "revoked",
+    )
     assert world.sim.requests() == []
     row = world.store.get_user("alice")
     assert row is not None
-    assert row.state == "dropped"
+    assert row.state == "revoked"
+    with world.store.database.read() as conn:
+        stamps = conn.execute(text("SELECT revoked_at, dropped_at FROM users")).one()
+    assert stamps[1] is None
+    assert stamps[0] is not None
 
 
 async def test_unknown_user_is_a_usage_error(world: World) -> None:
@@ -171,3 +179,137 @@ async def test_forget_leaves_no_result_of_the_user(world: World) -> None:
     assert (row.state, row.token) == ("dropped", None)
     assert len(list(world.store.export_results("bob"))) == 2
     assert world.store.history("bob", "stats")
+
+
+class FreePermits:
+    """A pacer that grants every permit at once and keeps the statuses it is fed."""
+
+    def __init__(self) -> None:
+        self.fed: list[int | None] = []
+
+    async def acquire(self) -> None:
+        return None
+
+    def feed(self, headers: object, status: int | None, **_: object) -> None:
+        self.fed.append(status)
+
+    def snapshot(self) -> None:
+        return None
+
+
+def answering(status: int, body: bytes = b"") -> httpx.MockTransport:
+    """A service that answers every request with `status` (and `body`)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_forget_purges_at_once_even_when_the_delete_fails(world: World) -> None:
+    """forget purges the results right away, whatever the DELETE answers; the drop is pending."""
+    await enroll(world, "alice")
+    store_results(world, "alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        result = await failing_lifecycle(world, http).forget("alice")
+    assert (result.upstream, result.state) == ("failed", "dropping")
+    assert result.purged is not None and result.purged >= 3
+    assert list(world.store.export_results("alice")) == []
+
+
+async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
+    """A pending drop is sent again by `retry_pending` once due; the 204 drops the token."""
+    await enroll(world, "alice")
+    token = world.token_of("alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        first = await failing_lifecycle(world, http).drop("alice")
+    assert first.retry_at is not None
+    pacer = FreePermits()
+    early = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
+    assert (early.confirmed, early.pending) == (0, 0)  # not due yet
+    world.clock.advance((first.retry_at - world.clock.now()).total_seconds() + 1)
+    done = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
+    assert (done.confirmed, done.pending, pacer.fed) == (1, 0, [204])
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token) == ("dropped", None)
+    after = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    assert after.status == 401
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "upstream", "state"),
+    [
+        pytest.param(204, b"", "ok", "dropped", id="204-confirmed"),
+        pytest.param(200, b"", "ok", "dropped", id="other-2xx-confirmed"),
+        pytest.param(
+            401, b'{"error":"PermanentAccessRevoked"}', "ok", "dropped", id="401-revoked-confirmed"
+        ),
+        pytest.param(401, b"", "refused", "dropping", id="401-plain-refused"),
+        pytest.param(404, b"", "failed", "dropping", id="404-retried"),
+        pytest.param(503, b"", "failed", "dropping", id="503-retried"),
+    ],
+)
+async def test_what_the_delete_answer_means(
+    world: World, status: int, body: bytes, upstream: str, state: str
+) -> None:
+    """Each answer to the DELETE either confirms the drop or keeps it pending."""
+    await enroll(world, "alice")
+    async with http_client(world.settings, transport=answering(status, body)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == (upstream, state)
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is None) == (state, state == "dropped")
+
+
+async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> None:
+    """A second `drop` of a pending drop retries the DELETE at once."""
+    await enroll(world, "alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        await failing_lifecycle(world, http).drop("alice")
+    world.sim.clear_requests()
+    result = await world.lifecycle().drop("alice")
+    assert (result.upstream, result.previous_state, result.state) == ("ok", "dropping", "dropped")
+    assert [r.method for r in world.sim.requests()] == ["DELETE"]
+
+
+async def test_reenrolling_a_dropping_user_keeps_the_new_token(world: World) -> None:
+    """A confirmation that arrives after a re-enrollment never deletes the new token."""
+    await enroll(world, "alice")
+    start = world.store.begin_drop("alice", world.clock.now())
+    await enroll(world, "alice")
+    assert not world.store.finish_drop(start.after.id, start.after.generation, world.clock.now())
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is not None) == ("active", True)
+
+
+async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: World) -> None:
+    """A tampered token of a pending drop stops neither the retries nor the others."""
+    await enroll(world, "alice")
+    await enroll(world, "bob")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        for user in ("alice", "bob"):
+            await failing_lifecycle(world, http).drop(user)
+    with world.store.database.write() as conn:
+        conn.execute(
+            text("UPDATE users SET token_ciphertext = :junk WHERE user = 'alice'"),
+            {"junk": b"\x00" * 60},
+        )
+
+    class Permits:
+        async def acquire(self) -> None:
+            return None
+
+        def feed(self, headers: object, status: int | None, **_: object) -> None:
+            return None
+
+    world.clock.advance(3 * 3600)
+    done = await world.lifecycle().retry_pending(Permits(), owner="i1", lease=timedelta(minutes=5))
+    assert (done.confirmed, done.pending) == (1, 1)
+    alice, bob = world.store.get_user("alice"), world.store.get_user("bob")
+    assert alice is not None and bob is not None
+    assert (alice.state, alice.last_outcome) == ("dropping", "undecryptable")
+    assert alice.next_due_at == world.clock.now() + world.settings.poll.parked_interval
+    assert (bob.state, bob.token) == ("dropped", None)

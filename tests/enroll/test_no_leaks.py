@@ -11,12 +11,12 @@ import structlog
 from sqlalchemy import select
 from structlog.typing import EventDict, WrappedLogger
 
+from lta_worker.domain._model import EncryptedToken
+from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.errors import LtaError
+from lta_worker.logs import REDACTED
 from lta_worker.secret import Secret
-from lta_worker.storage.models import PendingEnrollmentRow
-from lta_worker.storage.records import EncryptedToken
-from lta_worker.worker.enroll import Enrollment
-from lta_worker.worker.logs import REDACTED
+from lta_worker.storage._models import PendingEnrollmentRow
 
 from .conftest import REDIRECT_URI, World, query_of
 from .test_enrollment import _user_access_token

@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -33,10 +34,9 @@ from lta_worker.simulator import (
     start_in_thread,
 )
 from lta_worker.storage import Store
-from lta_worker.storage.keyfile import generate_key_line
-from lta_worker.worker.api import ApiClient
-from lta_worker.worker.enroll import Enrollment
-from lta_worker.worker.wiring import http_client, load_vault
+from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._wiring import http_client, load_vault
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from lta_worker.storage.models import User
+from lta_worker.storage._models import User
 
 from .conftest import READ_PATH, Fleet, Worker, per_window
 

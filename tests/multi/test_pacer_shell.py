@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from lta_worker.storage.records import BudgetSeen
-from lta_worker.worker.pacer import Pacer, PacerCore
-from lta_worker.worker.shared_budget import SharedBudget
+from lta_worker.domain._model import BudgetSeen
+from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing._shared import SharedBudget
 
 from .test_shared_budget import FakeStore
 

@@ -18,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lta_worker.storage import Store
-from lta_worker.storage.records import BudgetSeen
-from lta_worker.worker.ratelimit import RateLimitInfo
-from lta_worker.worker.shared_budget import (
+from lta_worker.domain._model import BudgetSeen
+from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing._shared import (
     BLIND_POLL,
     Grant,
     Settlement,
@@ -32,6 +31,7 @@ from lta_worker.worker.shared_budget import (
     settle,
     transact,
 )
+from lta_worker.storage import Store
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from lta_worker.simulator import RunningSimulator
 from lta_worker.storage import Store
-from lta_worker.storage.models import User
+from lta_worker.storage._models import User
 
 from .conftest import Fleet
 

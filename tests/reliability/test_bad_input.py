@@ -30,11 +30,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lta_worker.storage.keyfile import generate_key_line
-from lta_worker.worker.classify import RATE_LIMIT_MAX_WAIT, RATE_LIMIT_MIN_WAIT, classify
-from lta_worker.worker.outcomes import OUTCOME_KINDS, Answer
-from lta_worker.worker.pacer import PacerCore
-from lta_worker.worker.ratelimit import RateLimitInfo, parse_ratelimit, response_time
+from lta_worker.domain._classify import classify
+from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer
+from lta_worker.pacing._pacer import PacerCore
+from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT
+from lta_worker.storage._keyfile import generate_key_line
 
 from .harness import render_toml, write_private
 
@@ -256,11 +257,11 @@ def test_classifier_never_raises(iterations: float) -> None:
     @_fuzz(_examples(iterations))
     @given(answer=answers, endpoint=st.sampled_from(["latest-change", "stats"]), now=moments)
     def check(answer: Answer, endpoint: Any, now: datetime | None) -> None:
-        outcome = classify(endpoint, answer, now=now)
+        outcome = classify(endpoint, answer)
         assert outcome.kind in OUTCOME_KINDS
         if outcome.kind == "rate_limited":
             assert outcome.wait is not None
-            assert RATE_LIMIT_MIN_WAIT <= outcome.wait <= RATE_LIMIT_MAX_WAIT
+            assert MIN_429_WAIT <= outcome.wait <= DEFAULT_MAX_WAIT
         for text in (outcome.reason, outcome.code):
             assert text is None or "dspa" not in text.lower()
 
@@ -275,7 +276,7 @@ def test_pathological_bodies_classify_quickly() -> None:
     for body in PATHOLOGICAL:
         for status in (200, 401, 403, 429, 500):
             started = time.perf_counter()
-            outcome = classify("stats", Answer(status=status, body=body), now=NOW)
+            outcome = classify("stats", Answer(status=status, body=body))
             assert time.perf_counter() - started < 1.0, (body[:20], status)
             if status == 200 and body not in (b"1" * 5000,):
                 assert outcome.kind in {"transient", "ok"}
@@ -329,6 +330,26 @@ def _secret_file(text: str) -> Callable[[Sections, Path], None]:
     return change
 
 
+def _secret_bytes(content: bytes, mode: int = 0o600) -> Callable[[Sections, Path], None]:
+    def change(data: Sections, tmp: Path) -> None:
+        path = tmp / "client-secret"
+        path.write_bytes(content)
+        path.chmod(mode)
+
+    return change
+
+
+def _fifo(section: str, key: str) -> Callable[[Sections, Path], None]:
+    """The setting names a FIFO (mode 0600) that no one ever writes: reading would block."""
+
+    def change(data: Sections, tmp: Path) -> None:
+        fifo = tmp / f"fifo-{key}"
+        os.mkfifo(fifo, 0o600)
+        data[section][key] = str(fifo)
+
+    return change
+
+
 def _key_mode(mode: int) -> Callable[[Sections, Path], None]:
     def change(data: Sections, tmp: Path) -> None:
         (tmp / "token-keys").chmod(mode)
@@ -350,6 +371,32 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ("poll.interval negative", _set("poll", "interval", "-5m"), {}, "poll.interval"),
     ("poll.concurrency zero", _set("poll", "concurrency", 0), {}, "poll.concurrency"),
     ("poll.batch_size a word", _set("poll", "batch_size", "many"), {}, "poll.batch_size"),
+    ("poll.interval too large", _set("poll", "interval", "99999999999999d"), {}, "poll.interval"),
+    ("poll.interval over a year", _set("poll", "interval", "400d"), {}, "poll.interval"),
+    ("poll.backoff_base zero", _set("poll", "backoff_base", "0s"), {}, "poll.backoff_base"),
+    ("poll.tick zero", _set("poll", "tick", "0s"), {}, "poll.tick"),
+    ("poll.breaker_threshold huge", _set("poll", "breaker_threshold", 10**9), {}, "threshold"),
+    ("serve.heartbeat zero", _set("serve", "heartbeat", "0s"), {}, "serve.heartbeat"),
+    ("serve.grace_period an hour", _set("serve", "grace_period", "1h"), {}, "grace_period"),
+    (
+        "max_response_bytes unbounded",
+        _set("service", "max_response_bytes", 10**15),
+        {},
+        "service.max_response_bytes",
+    ),
+    ("connect_timeout zero", _set("service", "connect_timeout", "0s"), {}, "connect_timeout"),
+    (
+        "fallback_per_hour infinite",
+        _set("ratelimit", "fallback_per_hour", math.inf),
+        {},
+        "ratelimit.fallback_per_hour",
+    ),
+    (
+        "retention over ten years",
+        _set("retention", "after_revocation", "5000d"),
+        {},
+        "retention.after_revocation",
+    ),
     ("unknown key", _set("poll", "intervall", "1h"), {}, "poll.intervall"),
     ("unknown section", _set("polling", "interval", "1h"), {}, "polling"),
     (
@@ -376,6 +423,15 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ("no secret file configured", _drop("client", "secret_file"), {}, "client.secret_file"),
     ("key file missing", _missing("crypto", "key_file"), {}, "crypto.key_file"),
     ("key file mode 0644", _key_mode(0o644), {}, "crypto.key_file"),
+    ("key file mode 0640", _key_mode(0o640), {}, "chmod 600"),
+    ("key file a FIFO", _fifo("crypto", "key_file"), {}, "crypto.key_file"),
+    ("key file with a BOM", _key_file("\ufeff" + generate_key_line(NOW) + "\n"), {}, "BOM"),
+    ("secret file with a BOM", _secret_bytes(b"\xef\xbb\xbfa-client-secret\n"), {}, "BOM"),
+    ("secret file non-ASCII", _secret_bytes("a-cl\u00efent\n".encode()), {}, "client.secret_file"),
+    ("secret file not UTF-8", _secret_bytes(b"a-\xff-secret\n"), {}, "client.secret_file"),
+    ("secret file mode 0644", _secret_bytes(b"a-client-secret\n", 0o644), {}, "chmod 600"),
+    ("secret file a FIFO", _fifo("client", "secret_file"), {}, "client.secret_file"),
+    ("secret file a directory", _set("client", "secret_file", "/"), {}, "client.secret_file"),
     ("key file not base64", _key_file("k1:not-base64!!\n"), {}, "crypto.key_file"),
     ("key file with a short key", _key_file("k1:c2hvcnQ=\n"), {}, "crypto.key_file"),
     ("key file with no key", _key_file("# nothing\n"), {}, "crypto.key_file"),
@@ -437,19 +493,31 @@ def broken_runs(
         return {name: future.result() for name, future in futures.items()}
 
 
+def test_every_range_has_a_broken_row() -> None:
+    """The matrix breaks at least one duration, size and count setting of every section
+    that has a range (so a new range is exercised through the CLI, not only in-process)."""
+    from lta_worker.config._ranges import RANGES
+
+    broken = " ".join(b[3] + " " + b[0] for b in BROKEN)
+    sections = {key.split(".")[0] for key in RANGES}
+    assert all(section in broken for section in sections), sections
+
+
 @pytest.mark.parametrize(("name", "expected"), [(b[0], b[3]) for b in BROKEN])
 def test_broken_config_exits_78_naming_the_key(
     broken_runs: dict[str, subprocess.CompletedProcess[str]], name: str, expected: str
 ) -> None:
-    """`lta-worker run` with a broken configuration: exit 78, one error line naming the key,
-    nothing on stdout, no traceback."""
+    """`lta-worker run` with a broken configuration (JSON log mode): exit 78, nothing on stdout,
+    no traceback, and stderr is exactly one line: a JSON `error` event naming the key."""
     done = broken_runs[name]
     assert done.returncode == 78, (done.returncode, done.stderr[-2000:])
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("lta-worker: error:")]
-    assert len(errors) == 1, done.stderr[-2000:]
-    assert expected in errors[0], errors[0]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr[-2000:]
+    error = json.loads(lines[0])
+    assert (error["event"], error["level"], error["exit_code"]) == ("error", "error", 78)
+    assert expected in error["message"] + error.get("hint", ""), error
 
 
 def test_valid_config_is_accepted(tmp_path: Path) -> None:

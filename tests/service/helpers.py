@@ -22,13 +22,13 @@ from typing import Any
 import anyio
 
 from lta_worker.config import Settings, load_settings
+from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
 from lta_worker.storage import Store
-from lta_worker.storage.keyfile import generate_key_line
-from lta_worker.worker.api import ApiClient
-from lta_worker.worker.enroll import Enrollment
-from lta_worker.worker.wiring import http_client, load_vault
+from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._wiring import http_client, load_vault
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]

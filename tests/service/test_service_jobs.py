@@ -14,7 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from structlog.testing import capture_logs
 
 from lta_worker.errors import ConfigError
-from lta_worker.worker.service import Service
+from lta_worker.worker._serve import Service
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from lta_worker.domain._model import BudgetSeen
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
-from lta_worker.storage.records import BudgetSeen
 
 from .helpers import World
 
@@ -58,6 +58,7 @@ def test_status_json_after_a_pass(after_a_pass: World) -> None:
         "unlinked": 1,
         "rejected": 0,
         "revoked": 0,
+        "dropping": 0,
         "dropped": 0,
     }
     assert data["due"] == 0

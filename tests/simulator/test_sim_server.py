@@ -6,8 +6,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from lta_worker.cli._simulator_cmd import simulator
 from lta_worker.simulator import ManualClock, Simulator, start_in_thread
-from lta_worker.worker.cli.simulator_cmd import simulator
 
 from .helpers import STATS, bearer
 

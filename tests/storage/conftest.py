@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from lta_worker.storage.migrate import HEAD_REVISION
-from lta_worker.storage.store import Store
+from lta_worker.storage._migrate import HEAD_REVISION
+from lta_worker.storage._store import Store
 from support.pg import PG_ENV, PG_SKIP, PgDatabases
 
 TABLES = "users, snapshots, history, pending_enrollments, instances, client_budget, passes"

@@ -6,11 +6,11 @@ import os
 from datetime import UTC, datetime, timedelta
 
 from lta_worker.config import LONG_TERM_SCOPES
+from lta_worker.domain._model import UserRow
 from lta_worker.secret import Secret
-from lta_worker.storage.keyfile import Keyring
-from lta_worker.storage.records import UserRow
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage._keyfile import Keyring
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -1,7 +1,7 @@
 """Child process of the SQLite concurrency test (run as a script, not collected by pytest).
 
 Usage: lock_writer.py URL NAME COUNT. Waits for stdin to close (the start signal), then runs
-COUNT write transactions (enroll or rotate a token, apply a turn with a snapshot, reserve
+COUNT write transactions (enroll or rotate a token, apply a turn with a snapshot, take
 budget permits, drop a token, claim and release), most of which read before they write, and
 prints {"errors": n, "seconds": s} as JSON, where n counts "database is locked"/busy failures.
 """
@@ -13,14 +13,21 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from lta_worker.domain._model import BudgetSeen, SnapshotWrite, UserUpdate
 from lta_worker.errors import StorageError
 from lta_worker.secret import Secret
-from lta_worker.storage.keyfile import Keyring
-from lta_worker.storage.records import BudgetSeen, SnapshotWrite, UserUpdate
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage._keyfile import Keyring
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def _take_one(seen: BudgetSeen | None, reserved: int) -> tuple[BudgetSeen | None, int, int | None]:
+    """Take one permit from the shared budget row (None: no row yet)."""
+    if seen is None:
+        return None, reserved, None
+    return seen, reserved + 1, 1
 
 
 def one_write(store: Store, vault: Vault, name: str, i: int) -> None:
@@ -40,7 +47,7 @@ def one_write(store: Store, vault: Vault, name: str, i: int) -> None:
             owner=name,
         )
     elif kind == 2:
-        if store.reserve_permits("client", 1) is None:
+        if store.update_budget("client", _take_one) is None:
             store.record_budget("client", BudgetSeen(120, 100, None, 3600.0, now))
     elif kind == 3:
         store.delete_token(user, "dropped", now)

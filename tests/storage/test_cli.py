@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from lta_worker.storage.keyfile import Keyring, format_key_line, load_key_file, parse_key_file
-from lta_worker.storage.migrate import HEAD_REVISION
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
-from lta_worker.worker.cli import main
+from lta_worker.cli import main
+from lta_worker.storage._keyfile import Keyring, format_key_line, load_key_file, parse_key_file
+from lta_worker.storage._migrate import HEAD_REVISION
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import enroll, keyring, token_for
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 
+from lta_worker.domain._model import BudgetSeen, PassRecord
 from lta_worker.errors import InstanceLockedError
-from lta_worker.storage import instances
-from lta_worker.storage.records import BudgetSeen, PassRecord
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage import _instances as instances
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring
 
@@ -29,7 +28,7 @@ def test_register_heartbeat_live_unregister(store: Store) -> None:
     assert [i.instance for i in store.live_instances(T0 + 2 * MINUTE, TTL)] == ["i2"]
     assert store.heartbeat("i1", T0 + 2 * MINUTE) is True
     assert len(store.live_instances(T0 + 2 * MINUTE, TTL)) == 2
-    store.unregister_instance("i1")
+    store.unregister("i1")
     assert store.heartbeat("i1", T0 + 3 * MINUTE) is False
     assert [i.instance for i in store.live_instances(T0 + 2 * MINUTE, TTL)] == ["i2"]
 
@@ -105,53 +104,6 @@ def test_budget_round_trip_and_stale_observations(store: Store) -> None:
     assert store.budget_seen("client") == seen(100, at=2)
     store.record_budget("client", seen(90, at=3))
     assert store.budget_seen("client") == seen(90, at=3)
-
-
-def test_reserve_permits(store: Store) -> None:
-    """Permits add up in `reserved` until the next observation resets it."""
-    assert store.reserve_permits("client", 3) is None
-    store.record_budget("client", seen(10))
-    first = store.reserve_permits("client", 3)
-    assert first is not None
-    assert (first.granted, first.remaining, first.reserved) == (3, 10, 3)
-    capped = store.reserve_permits("client", 10, lambda s, reserved: (s.remaining or 0) - reserved)
-    assert capped is not None and (capped.granted, capped.reserved) == (7, 10)
-    none_left = store.reserve_permits(
-        "client", 1, lambda s, reserved: (s.remaining or 0) - reserved
-    )
-    assert none_left is not None and none_left.granted == 0
-    store.record_budget("client", seen(9, at=1))
-    after = store.reserve_permits("client", 1)
-    assert after is not None and after.reserved == 1
-
-
-def test_concurrent_reservations_never_overgrant(store_url: str) -> None:
-    """Many threads reserving at once never hand out more than the budget allows."""
-    with Store.open(store_url) as setup:
-        setup.record_budget("client", seen(50))
-    barrier = threading.Barrier(8)
-    granted: list[int] = []
-
-    def reserver() -> None:
-        with Store.open(store_url) as mine:
-            barrier.wait(timeout=30)
-            for _ in range(10):
-                got = mine.reserve_permits(
-                    "client", 1, lambda s, reserved: (s.remaining or 0) - reserved
-                )
-                assert got is not None
-                granted.append(got.granted)
-
-    threads = [threading.Thread(target=reserver) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert len(granted) == 80
-    assert sum(granted) == 50
-    with Store.open(store_url) as check:
-        final = check.reserve_permits("client", 0)
-    assert final is not None and final.reserved == 50
 
 
 def test_single_instance_lock_and_checkpoint_by_backend(store: Store, store_url: str) -> None:

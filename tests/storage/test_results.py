@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from lta_worker.domain._model import PendingEnrollment, SnapshotWrite, UserUpdate
 from lta_worker.secret import Secret
-from lta_worker.storage import results
-from lta_worker.storage.records import PendingEnrollment, SnapshotWrite, UserUpdate
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage import _results as results
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring
 

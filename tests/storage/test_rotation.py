@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from lta_worker.domain._model import EncryptedToken, PendingEnrollment
 from lta_worker.errors import UnknownKeyError
 from lta_worker.secret import Secret
-from lta_worker.storage.keyfile import Keyring
-from lta_worker.storage.records import EncryptedToken, PendingEnrollment
-from lta_worker.storage.rotation import StoredSecret, rotate_keys
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage._keyfile import Keyring
+from lta_worker.storage._rotation import StoredSecret, rotate_keys
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring, token_for
 

@@ -14,12 +14,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.exc import StatementError
 
+from lta_worker.cli._failure import classify
 from lta_worker.errors import ConfigError, SchemaTooNewError, StorageError
-from lta_worker.storage import migrate
-from lta_worker.storage.db import normalize_url
-from lta_worker.storage.models import Base
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage import _migrate as migrate
+from lta_worker.storage._db import normalize_url
+from lta_worker.storage._models import Base
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import T0, enroll, keyring
 
@@ -52,10 +53,12 @@ def test_migrated_schema_matches_models(empty_url: str) -> None:
 
 
 def test_check_schema_on_empty_database_says_upgrade(empty_url: str) -> None:
-    """check_schema on a database without schema tells to run `lta-worker db upgrade`."""
+    """check_schema on a database without schema raises reason `schema_outdated`, which the
+    CLI's error line turns into `run lta-worker db upgrade`."""
     with Store.open(empty_url) as store, pytest.raises(StorageError) as info:
         store.check_schema()
-    assert "lta-worker db upgrade" in str(info.value)
+    assert info.value.reason == "schema_outdated"
+    assert "lta-worker db upgrade" in (classify(info.value).hint or "")
     assert info.value.exit_code == 75
 
 

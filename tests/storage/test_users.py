@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from lta_worker.domain._model import USER_STATES, UserUpdate
 from lta_worker.errors import StorageError, UnknownUserError
 from lta_worker.secret import Secret
-from lta_worker.storage.records import USER_STATES, UserUpdate
-from lta_worker.storage.store import Store
-from lta_worker.storage.vault import Vault
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring
 

@@ -11,14 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.storage.records import Endpoint
-from lta_worker.worker.classify import (
-    RATE_LIMIT_FALLBACK_WAIT,
-    RATE_LIMIT_MAX_WAIT,
-    classify,
-    find_code,
-)
-from lta_worker.worker.outcomes import OUTCOME_KINDS, Answer, Outcome
+from lta_worker.domain._classify import ALLOWED_CODES, classify, find_code
+from lta_worker.domain._model import Endpoint
+from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer, Outcome
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT, wait_after_429
 
 LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"
@@ -38,7 +34,7 @@ def answer(status: int | None, body: Any = b"", **kwargs: Any) -> Answer:
         pytest.param(LATEST, answer(200, {"at": 1}), "ok", None, id="200-json"),
         pytest.param(STATS, answer(200, [1, 2]), "ok", None, id="200-json-list"),
         pytest.param(LATEST, answer(404), "none", None, id="404-latest-change"),
-        pytest.param(STATS, answer(404), "none", None, id="404-stats-nothing-either"),
+        pytest.param(STATS, answer(404), "transient", None, id="404-stats-unexpected"),
         pytest.param(LATEST, answer(204), "none", None, id="204-no-content"),
         pytest.param(
             LATEST,
@@ -202,15 +198,23 @@ def test_generic_words_are_not_codes(body: Any) -> None:
         pytest.param({"ratelimit": '"p";r=0;t=90'}, 90.0, id="draft-reset"),
         pytest.param({"ratelimit": '"p";r=0;t=90', "retry-after": "5"}, 5.0, id="retry-wins"),
         pytest.param({"x-ratelimit-reset": str(int(NOW.timestamp()) + 33)}, 33.0, id="x-epoch"),
-        pytest.param({}, RATE_LIMIT_FALLBACK_WAIT, id="fallback"),
+        pytest.param({}, FALLBACK_429_WAIT, id="fallback"),
         pytest.param({"retry-after": "0"}, 1.0, id="at-least-a-second"),
-        pytest.param({"retry-after": "99999999"}, RATE_LIMIT_MAX_WAIT, id="at-most-a-day"),
+        pytest.param({"retry-after": "99999999"}, DEFAULT_MAX_WAIT, id="at-most-max-wait"),
+        pytest.param(
+            {"retry-after": "7200", "ratelimit-policy": '"p";q=100;w=600', "ratelimit": '"p";r=0'},
+            601.0,
+            id="at-most-the-window",
+        ),
+        pytest.param({"ratelimit": '"p";r=0;t=999999999'}, DEFAULT_MAX_WAIT, id="31-years"),
+        pytest.param({"x-ratelimit-reset": "999999999999"}, DEFAULT_MAX_WAIT, id="epoch-far"),
+        pytest.param({"retry-after": "999999999999999"}, DEFAULT_MAX_WAIT, id="15-digits"),
     ],
 )
 def test_rate_limited_wait(headers: dict[str, str], wait: float) -> None:
     """A 429's wait comes from Retry-After, else the reset, else a sane fallback."""
-    outcome = classify(LATEST, answer(429, headers=headers), now=NOW)
-    assert (outcome.kind, outcome.wait) == ("rate_limited", wait)
+    outcome = classify(LATEST, answer(429, headers=headers))
+    assert (outcome.kind, wait_after_429(headers, NOW)) == ("rate_limited", wait)
 
 
 def test_rate_limited_wait_measured_against_the_answers_date() -> None:
@@ -219,18 +223,60 @@ def test_rate_limited_wait_measured_against_the_answers_date() -> None:
         "date": format_datetime(NOW, usegmt=True),
         "retry-after": format_datetime(NOW + timedelta(seconds=25), usegmt=True),
     }
-    outcome = classify(LATEST, answer(429, headers=headers))
-    assert outcome.wait == 25.0
+    assert wait_after_429(headers, None) == 25.0
 
 
-def test_raw_code_kept_only_when_short_and_token_like() -> None:
-    """Unknown codes are kept for logs only when they look like identifiers."""
+def test_raw_code_kept_only_when_on_the_allowlist() -> None:
+    """Unknown codes are kept only when they are OAuth error codes of the allowlist."""
     assert find_code({}, json.dumps({"error": "invalid_token"}).encode()) == (None, "invalid_token")
     assert find_code({}, json.dumps({"error": "has spaces in it"}).encode()) == (None, None)
     assert find_code({}, json.dumps({"error": "a" * 80}).encode()) == (None, None)
     assert find_code({}, json.dumps({"code": "k8Hq2x9Z7mP3vB6n"}).encode()) == (None, None)
     assert find_code({}, json.dumps({"error": SECRET}).encode()) == (None, None)
     assert find_code({}, b"invalid_token") == (None, None)  # plain text: known codes only
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers"),
+    [
+        pytest.param(500, {"error": "s3cr3tClientValue"}, {}, id="500-echoed-secret"),
+        pytest.param(401, {"error": "MyClientSecret"}, {}, id="401-word-like-secret"),
+        pytest.param(403, {"code": "MissingScope"}, {}, id="403-undocumented-code"),
+        pytest.param(429, {"error": "slow_down_now"}, {}, id="429-free-text"),
+        pytest.param(
+            401, b"", {"www-authenticate": 'Bearer error="hunter2secret"'}, id="www-authenticate"
+        ),
+        pytest.param(503, {"errors": [{"code": "AbCdEf"}]}, {}, id="nested-free-text"),
+    ],
+)
+def test_free_text_of_a_body_is_never_a_code(status: int, body: Any, headers: Any) -> None:
+    """Only the spec's codes and the OAuth allowlist become `code`; anything else is None."""
+    outcome = classify(STATS, answer(status, body, headers=headers))
+    assert outcome.code is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"n": 1e999}', id="1e999-is-inf"),
+        pytest.param(b'{"n": -1e400}', id="minus-inf"),
+        pytest.param(b'{"n": NaN}', id="nan"),
+        pytest.param(b'{"n": Infinity}', id="infinity"),
+        pytest.param(b"[-Infinity]", id="minus-infinity"),
+        pytest.param(b'{"s": "\\ud800"}', id="lone-surrogate"),
+        pytest.param(b"[" * 5000 + b"]" * 5000, id="too-deep"),
+    ],
+)
+def test_payload_that_is_not_strict_json_is_a_broken_body(body: bytes) -> None:
+    """RFC 8259: NaN, Infinity, 1e999 and unencodable strings make a broken body (transient)."""
+    outcome = classify(LATEST, Answer(status=200, body=body))
+    assert (outcome.kind, outcome.reason, outcome.payload) == ("transient", "broken body", None)
+
+
+def test_tls_failure_has_its_own_reason() -> None:
+    """A TLS failure of the client is reason `tls`, not a network failure."""
+    outcome = classify(LATEST, Answer(status=None, error="tls"))
+    assert (outcome.kind, outcome.reason) == ("transient", "tls")
 
 
 statuses = st.one_of(st.none(), st.integers(min_value=-1000, max_value=10_000))
@@ -269,11 +315,14 @@ answers = st.builds(
 @given(endpoint=st.sampled_from([LATEST, STATS]), given_answer=answers)
 def test_arbitrary_answers_never_raise(endpoint: Endpoint, given_answer: Answer) -> None:
     """Any status, headers and body classify to some outcome without raising."""
-    outcome = classify(endpoint, given_answer, now=NOW)
+    outcome = classify(endpoint, given_answer)
     assert isinstance(outcome, Outcome)
     assert outcome.kind in OUTCOME_KINDS
     if outcome.kind == "rate_limited":
-        assert outcome.wait is not None and 1.0 <= outcome.wait <= RATE_LIMIT_MAX_WAIT
+        assert 1.0 <= wait_after_429(given_answer.headers, NOW) <= DEFAULT_MAX_WAIT
+    assert outcome.code is None or outcome.code in ALLOWED_CODES
+    if outcome.kind == "ok":  # a stored payload can always be written back as strict JSON
+        json.dumps(outcome.payload, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
 @given(

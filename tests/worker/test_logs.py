@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lta_worker.secret import Secret
-from lta_worker.worker.logs import (
+from lta_worker.logs import (
     configure_logging,
     forget_secrets,
     get_logger,
@@ -17,6 +16,7 @@ from lta_worker.worker.logs import (
     reset_logging,
     scrub,
 )
+from lta_worker.secret import Secret
 
 TOKEN = "dspa_Z9yX8wV7uT6sR5qP4oN3mL2kJ1"
 CLIENT_SECRET = "cs-0123456789abcdef"

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.config.settings import LATEST_CHANGE_SCOPE, STATS_SCOPE, PollSettings
-from lta_worker.storage.records import (
+from lta_worker.config._settings import PollSettings
+from lta_worker.domain._model import (
+    LATEST_CHANGE_SCOPE,
+    STATS_SCOPE,
     USER_STATES,
     EncryptedToken,
     Endpoint,
@@ -20,11 +22,14 @@ from lta_worker.storage.records import (
     UserRow,
     UserState,
 )
-from lta_worker.worker.outcomes import OUTCOME_KINDS, Outcome, OutcomeKind
-from lta_worker.worker.policy import (
+from lta_worker.domain._outcomes import OUTCOME_KINDS, Outcome, OutcomeKind
+from lta_worker.domain._policy import (
+    DROP_START,
     RULES,
     PolicyConfig,
     decide_turn,
+    drop_retry_at,
+    drop_verdict,
     endpoints_to_call,
     ends_turn,
 )
@@ -283,9 +288,9 @@ def test_endpoints_to_call(
     assert endpoints_to_call(make_user(scopes=scopes, denied=denied), client, NOW) == expected
 
 
-@pytest.mark.parametrize("state", ["revoked", "dropped"])
+@pytest.mark.parametrize("state", ["revoked", "dropping", "dropped"])
 def test_tokenless_users_have_nothing_to_call(state: UserState) -> None:
-    """Revoked and dropped users are never called."""
+    """Revoked, dropping (token kept only for the DELETE) and dropped users are never read."""
     assert endpoints_to_call(make_user(state=state), BOTH, NOW) == ()
     assert endpoints_to_call(make_user(token=None), BOTH, NOW) == ()
 
@@ -339,3 +344,84 @@ def test_config_refuses_zero_durations() -> None:
     """A policy cannot schedule with a zero duration."""
     with pytest.raises(ValueError, match="interval"):
         PolicyConfig(interval=timedelta(0))
+
+
+# -- the two-phase drop (state `dropping`) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "becomes"),
+    [
+        ("active", "dropping"),
+        ("parked", "dropping"),
+        ("unlinked", "dropping"),
+        ("rejected", "dropping"),
+        ("dropping", "dropping"),
+        ("revoked", "unchanged"),
+        ("dropped", "unchanged"),
+    ],
+)
+def test_drop_start_row(state: UserState, becomes: str) -> None:
+    """`users drop`/`forget` move a token holder to `dropping`; a tokenless user is left as is."""
+    assert DROP_START[state] == becomes
+
+
+def test_drop_start_covers_every_state() -> None:
+    """Every user state has a row in the drop table."""
+    assert set(DROP_START) == set(USER_STATES)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "verdict"),
+    [
+        pytest.param(204, None, "confirmed", id="204"),
+        pytest.param(200, None, "confirmed", id="other-2xx"),
+        pytest.param(401, "PermanentAccessRevoked", "confirmed", id="401-revoked"),
+        pytest.param(401, None, "refused", id="401-plain"),
+        pytest.param(401, "NoCloudSyncLinked", "refused", id="401-other-code"),
+        pytest.param(None, None, "retry", id="no-answer"),
+        pytest.param(500, None, "retry", id="5xx"),
+        pytest.param(404, None, "retry", id="404"),
+        pytest.param(429, None, "retry", id="429"),
+        pytest.param(403, None, "retry", id="403"),
+    ],
+)
+def test_drop_verdict_row(status: int | None, code: str | None, verdict: str) -> None:
+    """Only a 2xx or a revocation confirms a drop; anything else keeps it pending."""
+    assert drop_verdict(status, code) == verdict
+
+
+@given(failures=st.integers(min_value=1, max_value=10_000), seed=st.integers())
+def test_a_drop_retry_is_never_later_than_the_interval(failures: int, seed: int) -> None:
+    """A pending drop is retried at least once per `poll.interval`, never in a tight loop."""
+    when = drop_retry_at(failures, NOW, CFG, random.Random(seed))
+    assert NOW + timedelta(seconds=1) <= when <= NOW + CFG.interval
+
+
+def test_a_decision_carries_the_claimed_generation() -> None:
+    """decide_turn fences its update with the generation the user was claimed with."""
+    user = make_user(generation=41)
+    assert decide_turn(user, [(LATEST, out("ok"))], NOW, CFG, rng()).generation == 41
+    assert decide_turn(user, [], NOW, CFG, rng()).generation == 41
+
+
+@pytest.mark.parametrize(
+    ("turn", "due_class"),
+    [
+        pytest.param([(LATEST, "ok"), (STATS, "ok")], "interval", id="ok"),
+        pytest.param([(LATEST, "none"), (STATS, "ok")], "interval", id="none"),
+        pytest.param([(LATEST, "inactive")], "parked", id="inactive"),
+        pytest.param([(LATEST, "unlinked")], "parked", id="unlinked"),
+        pytest.param([(LATEST, "transient")], "backoff", id="transient"),
+        pytest.param([(LATEST, "rejected")], "backoff_parked", id="rejected"),
+        pytest.param([(LATEST, "revoked")], None, id="revoked"),
+        pytest.param([(LATEST, "rate_limited")], None, id="rate-limited"),
+        pytest.param([(LATEST, "ok"), (STATS, "scope_denied")], "interval", id="ok-and-denied"),
+    ],
+)
+def test_a_decision_records_its_schedule_class(
+    turn: list[tuple[Endpoint, OutcomeKind]], due_class: str | None
+) -> None:
+    """Each decision says which setting its next_due_at derives from, to follow changes."""
+    results = [(endpoint, out(kind)) for endpoint, kind in turn]
+    assert decide_turn(make_user(), results, NOW, CFG, rng()).due_class == due_class

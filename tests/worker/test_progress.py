@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.worker.progress import (
+from lta_worker.cli._progress import (
     BAR_WIDTH,
     CLEAR,
     ProgressLine,

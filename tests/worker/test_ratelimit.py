@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.worker.ratelimit import RateLimitInfo, parse_ratelimit, response_time
+from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 EPOCH = int(NOW.timestamp())

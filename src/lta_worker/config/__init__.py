@@ -5,20 +5,20 @@ Nothing outside this package reads the environment for settings.
 
 from __future__ import annotations
 
-from lta_worker.config.durations import format_duration, parse_duration
-from lta_worker.config.loader import (
+from lta_worker.config._loader import (
     build_settings,
     config_path,
     key_file_path,
     load_settings,
     read_client_secret,
 )
-from lta_worker.config.settings import (
+from lta_worker.config._settings import Settings, is_loopback_host
+from lta_worker.domain import (
     LATEST_CHANGE_SCOPE,
     LONG_TERM_SCOPES,
     STATS_SCOPE,
-    Settings,
-    is_loopback_host,
+    format_duration,
+    parse_duration,
 )
 
 __all__ = [

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from lta_worker.storage.migrate import pg_upgrade_lock
-from lta_worker.storage.models import Base
+from lta_worker.storage._migrate import pg_upgrade_lock
+from lta_worker.storage._models import Base
 
 
 def run_migrations_online() -> None:
@@ -29,5 +29,5 @@ def run_migrations_online() -> None:
 
 
 if context.is_offline_mode():
-    raise RuntimeError("lta-worker migrations run online only (`lta-worker db upgrade`)")
+    raise RuntimeError("lta-worker migrations run online only (`storage.migrate.upgrade`)")
 run_migrations_online()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from lta_worker.storage.models import UtcDateTime
+from lta_worker.storage._models import UtcDateTime
 
 revision = "0001"
 down_revision = None

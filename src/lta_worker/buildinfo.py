@@ -1,0 +1,60 @@
+"""Which source this copy of lta-worker was built from, for `lta-worker --version`.
+
+A wheel or sdist carries `lta_worker/_build_info.py`, written at build time by the hatch
+hook (`hatch_build.py`, which loads this module by path to share `git_commit`). A git
+checkout (an editable install) has no such file: there git is asked, on `--version` only, so
+that the normal start-up path never runs a subprocess. Anything else says "unknown".
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+from pathlib import Path
+
+UNKNOWN = "unknown"
+
+
+def git_commit(root: Path) -> str | None:
+    """The commit checked out at `root` (12 hex digits, `-dirty` with uncommitted changes).
+
+    Args:
+        root: the top of a git checkout of lta-worker.
+
+    Returns:
+        The commit, or None when `root` is not a checkout or git cannot answer.
+    """
+    if not (root / ".git").exists():
+        # Never ask git elsewhere: it would answer for some enclosing repository.
+        return None
+    git = ["git", "-C", str(root)]
+    try:
+        # A fixed argv without a shell; only `--version` and builds get here.
+        head = subprocess.run(  # noqa: S603
+            [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(  # noqa: S603
+            [*git, "diff", "--quiet", "HEAD", "--"], capture_output=True, check=False
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}-dirty" if dirty else head
+
+
+def build_commit() -> str:
+    """The commit this copy was built from: the build's record, the checkout's, or unknown."""
+    try:
+        info = importlib.import_module("lta_worker._build_info")
+    except ModuleNotFoundError:
+        checkout = Path(__file__).resolve().parents[2]
+        if not (checkout / "pyproject.toml").is_file():
+            return UNKNOWN
+        return git_commit(checkout) or UNKNOWN
+    return str(getattr(info, "COMMIT", UNKNOWN))
+
+
+def version_text() -> str:
+    """The line `lta-worker --version` prints: name, version and commit."""
+    from lta_worker import __version__
+
+    return f"lta-worker {__version__} (commit {build_commit()})"

@@ -1,0 +1,103 @@
+"""`lta-worker [--config PATH] COMMAND`: the command line interface.
+
+Each command group lives in its own module and is registered on `cli` below. Every error
+that reaches `main`, wrapped in an exception group or not, is printed as one line saying
+what to do and exits with its code (2 usage, 75 temporary, 78 configuration, 1 a bug):
+see `failure`. `--debug` (or `LTA_WORKER_DEBUG=1`) adds the traceback, without frame locals.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from lta_worker.cli._app import App
+
+_EX_INTERRUPTED = 130
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    envvar="LTA_WORKER_CONFIG",
+    help="TOML config file (default: $LTA_WORKER_CONFIG).",
+)
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx, value=value),
+    help="Print the version and the commit it was built from, then exit.",
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="LTA_WORKER_DEBUG",
+    help="On an error, print the traceback too (also $LTA_WORKER_DEBUG=1).",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
+    """lta-worker: read enrolled users' latest change and statistics with long term tokens."""
+    app = ctx.ensure_object(App)
+    app.config_path = config_path
+    app.debug = app.debug or debug
+
+
+def _print_version(ctx: click.Context, *, value: bool) -> None:
+    """`--version`: the version and the build's commit (git is asked only here, never at start)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from lta_worker.buildinfo import version_text
+
+    click.echo(version_text())
+    ctx.exit()
+
+
+def _register() -> None:
+    from lta_worker.cli import _commands as commands
+
+    commands.register(cli)
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """The code of a SystemExit, alone or as the only kind of leaf of an exception group."""
+    from lta_worker.cli._failure import leaves
+
+    found = list(leaves(exc))
+    if found and all(isinstance(e, SystemExit) for e in found):
+        code = found[0].code  # type: ignore[attr-defined]
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `lta-worker` console script."""
+    _register()
+    app = App(debug=_debug_from_env())
+    try:
+        code = cli.main(args=argv, prog_name="lta-worker", standalone_mode=False, obj=app)
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `lta-worker`: the help
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BaseException as exc:  # the boundary: every error becomes one line
+        exit_code = _exit_code(exc)
+        if exit_code is not None:
+            sys.exit(exit_code)
+        if isinstance(exc, KeyboardInterrupt | click.exceptions.Abort):
+            click.echo("Aborted.", err=True)
+            sys.exit(_EX_INTERRUPTED)
+        from lta_worker.cli._failure import log_format, report
+
+        fmt = log_format(app.loaded_log_format, os.environ)
+        sys.exit(report(exc, fmt=fmt, debug=app.debug))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _debug_from_env() -> bool:
+    return os.environ.get("LTA_WORKER_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}

@@ -1,0 +1,51 @@
+"""The CLI's shared context: the config path, lazily loaded settings, and logging.
+
+Heavy modules (SQLAlchemy, httpx, cryptography) are imported inside the commands that need
+them, so that `lta-worker run` with nothing due starts fast from cron.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import click
+
+from lta_worker.config import load_settings
+
+if TYPE_CHECKING:
+    from lta_worker.config import Settings
+
+
+@dataclass
+class App:
+    """What every command gets through `click.pass_obj`."""
+
+    config_path: str | None = None
+    debug: bool = False
+    _logging_ready: bool = field(default=False, repr=False)
+
+    @cached_property
+    def settings(self) -> Settings:
+        """The validated settings (ConfigError, exit 78, when they are wrong)."""
+        return load_settings(self.config_path, os.environ)
+
+    @property
+    def loaded_log_format(self) -> str | None:
+        """`log.format` of the settings when they loaded, else None (for the error line)."""
+        settings = self.__dict__.get("settings")
+        return settings.log.format if settings is not None else None
+
+    def configure_logging(self) -> None:
+        """Configure structlog from the settings, once."""
+        if self._logging_ready:
+            return
+        from lta_worker.logs import configure_logging
+
+        configure_logging(self.settings.log.level, self.settings.log.format)
+        self._logging_ready = True
+
+
+pass_app = click.make_pass_decorator(App)

@@ -1,0 +1,121 @@
+"""`lta-worker enroll url|finish|token --user ID`: enroll a user for long term access.
+
+`url` prints the consent URL (and nothing else) on stdout. `finish` reads the code or the
+whole redirect URL from stdin, and `token` a user access token: secrets never come from an
+argument, where `ps`, shell history and audit logs would keep them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import click
+
+from lta_worker.cli._app import App, pass_app
+from lta_worker.errors import UsageError
+from lta_worker.secret import Secret
+
+if TYPE_CHECKING:
+    from lta_worker.enrollment import Enrollment, EnrollResult
+
+_MAX_INPUT = 64 * 1024
+_user_option = click.option(
+    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
+)
+
+
+def read_secret_input(prompt: str) -> Secret:
+    """Read one secret value from stdin (hidden prompt on a terminal); never echoed.
+
+    Raises:
+        UsageError: nothing was given.
+    """
+    stream = sys.stdin
+    if stream.isatty():
+        value = click.prompt(prompt, hide_input=True, err=True, default="", show_default=False)
+    else:
+        value = stream.read(_MAX_INPUT)
+    value = value.strip()
+    if not value:
+        raise UsageError(f"nothing was read from stdin: {prompt.lower()} is expected there")
+    return Secret(value)
+
+
+def _confirmation(result: EnrollResult) -> str:
+    scopes = ", ".join(result.scopes) if result.scopes else "no scope"
+    rotated = " (rotated: the previous token no longer works)" if result.rotated else ""
+    return f"enrolled {result.user!r} with {scopes}{rotated}"
+
+
+@click.group("enroll")
+def enroll() -> None:
+    """Enroll a user: consent URL, then the redirect back (or a user access token)."""
+
+
+@enroll.command("url")
+@_user_option
+@pass_app
+def url(app: App, user: str) -> None:
+    """Print the consent URL for USER (PKCE S256 and state saved for 10 minutes)."""
+    settings = app.settings
+    app.configure_logging()
+
+    import anyio
+
+    from lta_worker.worker import services
+
+    async def main() -> str:
+        async with services(settings) as svc:
+            return svc.enrollment().start(user)
+
+    click.echo(anyio.run(main))
+
+
+def _enroll_from_stdin(
+    app: App,
+    prompt: str,
+    action: Callable[[Enrollment, Secret], Awaitable[EnrollResult]],
+) -> None:
+    """Read one secret from stdin, run `action` with it, print the confirmation."""
+    settings = app.settings
+    app.configure_logging()
+    secret = read_secret_input(prompt)
+
+    import anyio
+
+    from lta_worker.logs import register_secret
+    from lta_worker.worker import services
+
+    register_secret(secret)
+
+    async def main() -> EnrollResult:
+        async with services(settings) as svc:
+            return await action(svc.enrollment(), secret)
+
+    click.echo(_confirmation(anyio.run(main)))
+
+
+@enroll.command("finish")
+@_user_option
+@pass_app
+def finish(app: App, user: str) -> None:
+    """Read the redirect URL (or the code) from stdin, create and store the long term token."""
+    _enroll_from_stdin(
+        app,
+        "Redirect URL or code",
+        lambda enrollment, answer: enrollment.finish(user, answer.reveal()),
+    )
+
+
+@enroll.command("token")
+@_user_option
+@pass_app
+def token(app: App, user: str) -> None:
+    """Read a user access token from stdin, create and store the long term token."""
+    _enroll_from_stdin(
+        app,
+        "User access token",
+        lambda enrollment, secret: enrollment.from_user_token(user, secret),
+    )

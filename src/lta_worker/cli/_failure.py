@@ -1,0 +1,233 @@
+"""The CLI boundary: any exception becomes one line on stderr and a documented exit code.
+
+    LtaError                 its own exit code (2 usage, 75 temporary, 78 configuration)
+    click usage error        2
+    OSError                  75 for the machine's resources (disk full, too many files,
+                             I/O error), 78 for a path or a permission (the file named in
+                             the error is configuration)
+    SQLAlchemy driver error  classified by `storage.dberrors` (75 or 78, naming database.url)
+    anything else            a bug: exit 1, naming the error type, with the debug hint
+    (Base)ExceptionGroup     the most telling leaf of the group (anyio task groups wrap)
+
+An LtaError's hint is its own (about the situation) followed by the operator's advice from the
+table of hints (`hints.py`), which names lta-worker's commands.
+
+The line is one JSON `error` event when the log format is JSON, else
+`lta-worker: error: MESSAGE (HINT)`. A traceback is printed before it only with `--debug`
+(or `LTA_WORKER_DEBUG=1`): Python's own rendering, which never shows frame locals, scrubbed
+of every known secret shape.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import sys
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final, TextIO
+
+from lta_worker.cli._hints import hint_line
+from lta_worker.errors import EX_CONFIG, EX_TEMPFAIL, EX_USAGE, ConfigError, LtaError
+
+DEBUG_HINT: Final = "a bug: rerun with --debug (or LTA_WORKER_DEBUG=1) for the traceback"
+_MAX_MESSAGE: Final = 500
+# The machine ran out of something, or a device failed: retry later (75).
+_TEMPORARY_ERRNOS: Final = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.EIO,
+        errno.ENOMEM,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.EAGAIN,
+        errno.EINTR,
+        errno.EBUSY,
+        errno.ETXTBSY,
+    }
+)
+# A path or a permission the operator configures (78).
+_CONFIG_ERRNOS: Final = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What the boundary reports: one line's content and the exit code."""
+
+    exit_code: int
+    error: str
+    message: str
+    hint: str | None = None
+    bug: bool = False
+    key: str | None = None
+
+    def as_event(self) -> dict[str, object]:
+        """The `error` log event (docs/log-events.md), before redaction."""
+        event: dict[str, object] = {
+            "error": self.error,
+            "message": self.message,
+            "exit_code": self.exit_code,
+        }
+        if self.hint:
+            event["hint"] = self.hint
+        if self.key:
+            event["key"] = self.key
+        event.update(
+            event="error",
+            level="error",
+            ts=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            logger="lta_worker.cli",
+        )
+        return event
+
+
+def leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside nested exception groups, depth first (the exception itself
+    when it is not a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from leaves(inner)
+    else:
+        yield exc
+
+
+def _rank(exc: BaseException) -> int:
+    """Lower is more telling: an explained error beats a machine error beats a bug beats the
+    cancellations and exits that a failing sibling causes in a task group."""
+    if isinstance(exc, LtaError):
+        return 0
+    if isinstance(exc, OSError):
+        return 1
+    if isinstance(exc, Exception):
+        return 2
+    return 3
+
+
+def telling_leaf(exc: BaseException) -> BaseException:
+    """The leaf of an exception group that best explains the failure (first of the best)."""
+    found = list(leaves(exc))
+    return min(found, key=_rank) if found else exc
+
+
+def one_line(text: str) -> str:
+    """Collapse whitespace and newlines, and cap the length, so a message stays one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_MESSAGE else flat[: _MAX_MESSAGE - 3] + "..."
+
+
+def _os_failure(exc: OSError) -> Failure:
+    what = exc.strerror or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in _TEMPORARY_ERRNOS:
+        return Failure(
+            EX_TEMPFAIL,
+            type(exc).__name__,
+            f"the system refused an operation: {what}{where}",
+            "free disk space or other resources, then rerun; nothing was lost",
+        )
+    if exc.errno in _CONFIG_ERRNOS:
+        return Failure(
+            EX_CONFIG,
+            type(exc).__name__,
+            f"a file or directory cannot be used: {what}{where}",
+            "check the paths in the configuration and the permissions of the user running "
+            "lta-worker",
+        )
+    return Failure(
+        EX_TEMPFAIL, type(exc).__name__, f"the system refused an operation: {what}{where}"
+    )
+
+
+def classify(exc: BaseException) -> Failure:
+    """The Failure for an exception that reached the CLI boundary."""
+    import click
+
+    exc = telling_leaf(exc)
+    if isinstance(exc, LtaError):
+        key = exc.key if isinstance(exc, ConfigError) else None
+        return Failure(exc.exit_code, type(exc).__name__, exc.message, hint_line(exc), key=key)
+    if isinstance(exc, click.UsageError):
+        command = exc.ctx.command_path if exc.ctx is not None else "lta-worker"
+        return Failure(EX_USAGE, "UsageError", exc.format_message(), f"see `{command} --help`")
+    if isinstance(exc, click.ClickException):
+        return Failure(exc.exit_code or EX_USAGE, type(exc).__name__, exc.format_message())
+    db_failure = _database_failure(exc)
+    if db_failure is not None:
+        return db_failure
+    if isinstance(exc, OSError):
+        return _os_failure(exc)
+    message = f"unexpected {type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return Failure(1, type(exc).__name__, message, DEBUG_HINT, bug=True)
+
+
+def _database_failure(exc: BaseException) -> Failure | None:
+    """A driver error that escaped the storage layer's mapping, classified the same way."""
+    if "sqlalchemy" not in sys.modules:  # never imported: it cannot be one
+        return None
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(exc, DBAPIError):
+        return None
+    from lta_worker.storage import map_driver_error
+
+    return classify(map_driver_error(exc))
+
+
+def render(failure: Failure, *, as_json: bool) -> str:
+    """The one line for `failure`, every known secret shape masked."""
+    from lta_worker.logs import redact, scrub
+
+    if as_json:
+        event = redact(None, "error", failure.as_event())
+        event["message"] = one_line(str(event["message"]))
+        return json.dumps(event, ensure_ascii=False)
+    text = f"{failure.message} ({failure.hint})" if failure.hint else failure.message
+    return "lta-worker: error: " + one_line(scrub(text))
+
+
+def wants_json(fmt: str | None, stream: TextIO) -> bool:
+    """True when the error line must be JSON: format `json`, or `auto` off a terminal."""
+    if fmt == "console":
+        return False
+    if fmt == "json":
+        return True
+    return not stream.isatty()
+
+
+def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:
+    """The log format in force: the loaded settings', else `LTA_WORKER_LOG_FORMAT`."""
+    if loaded is not None:
+        return loaded
+    value = env.get("LTA_WORKER_LOG_FORMAT", "").strip().lower()
+    return value if value in {"auto", "json", "console"} else None
+
+
+def report(
+    exc: BaseException, *, fmt: str | None, debug: bool, stream: TextIO | None = None
+) -> int:
+    """Print `exc` as one line on `stream` (stderr), with the traceback first when `debug`;
+    return the exit code."""
+    from lta_worker.logs import scrub
+
+    stream = stream or sys.stderr
+    failure = classify(exc)
+    if debug:
+        stream.write(scrub("".join(traceback.format_exception(exc))))
+    stream.write(render(failure, as_json=wants_json(fmt, stream)) + "\n")
+    stream.flush()
+    return failure.exit_code

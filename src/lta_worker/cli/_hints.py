@@ -1,0 +1,92 @@
+"""The one table of operator hints: a structured error -> what to do, in lta-worker's commands.
+
+Library code (enrollment, the HTTP client, storage, configuration) raises errors that say what
+happened as data: the class, a short `reason` where one class covers several situations, and
+fields (`key`, `user`, `code`). Their own `hint`, when they have one, is about the situation
+in terms any caller understands. Advice that names one of our commands ("start again with
+`lta-worker enroll url --user ID`") only makes sense to an operator at this CLI, so it lives
+here, and the CLI's error boundary (`failure.classify`) appends it to the error's hint.
+
+A lookup walks the error's class and its bases (MRO); in each class the entry for the error's
+`reason` wins over the class's own entry (reason `None`). An entry whose advice is `None` says
+"nothing to add" and stops the walk, so that a base class's advice is not given where it would
+mislead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from lta_worker.errors import (
+    ConfigError,
+    EnrollmentError,
+    KeyFileError,
+    LtaError,
+    StorageError,
+    UnknownUserError,
+    UsageError,
+)
+
+RESTART: Final = "start again with `lta-worker enroll url --user ID`"
+_APPEND_KEY: Final = "append a line from `lta-worker keys generate` to the key file"
+
+HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
+    # Enrollment: a consent, its code and a user access token are short-lived and single
+    # use, so nearly every failure is cured by a fresh consent.
+    (EnrollmentError, None): RESTART,
+    (EnrollmentError, "unreachable"): RESTART,
+    (EnrollmentError, "token_refused"): RESTART,
+    (EnrollmentError, "create_refused"): RESTART,
+    (EnrollmentError, "service_failed"): RESTART + " in a while",
+    (EnrollmentError, "no_token"): RESTART,
+    (EnrollmentError, "no_scopes"): RESTART,
+    (EnrollmentError, "code_rejected"): RESTART,
+    (EnrollmentError, "exchange_refused"): RESTART,
+    (EnrollmentError, "no_access_token"): RESTART,
+    (EnrollmentError, "consent_denied"): RESTART,
+    (EnrollmentError, "consent_failed"): RESTART,
+    # A new consent does not help: the client's settings or the operator's mode do.
+    (EnrollmentError, "scope_refused"): None,
+    (EnrollmentError, "client_rejected"): None,
+    # `enroll finish` input that cannot finish any consent.
+    (UsageError, "no_input"): RESTART,
+    (UsageError, "no_pending_consent"): RESTART,
+    (UsageError, "unknown_consent"): RESTART,
+    (UsageError, "other_user_consent"): RESTART,
+    (UnknownUserError, None): (
+        "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
+    ),
+    # The token key file.
+    (ConfigError, "key_file_unset"): (
+        "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"
+    ),
+    (KeyFileError, "missing"): (
+        "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+    ),
+    (KeyFileError, "no_key"): _APPEND_KEY,
+    (KeyFileError, "malformed"): _APPEND_KEY,
+    # The database.
+    (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
+}
+
+
+def advice(exc: LtaError) -> str | None:
+    """The CLI advice for `exc`: the first entry along its class's MRO, the entry for its
+    `reason` first in each class, then the class's own; None when the table has nothing."""
+    for cls in type(exc).__mro__:
+        if not issubclass(cls, LtaError):
+            break
+        for key in ((cls, exc.reason), (cls, None)):
+            if key in HINTS:
+                return HINTS[key]
+    return None
+
+
+def hint_line(exc: LtaError) -> str | None:
+    """The hint the CLI shows for `exc`: the error's own hint, then the table's advice."""
+    parts = [part for part in (exc.hint, advice(exc)) if part]
+    return "; ".join(parts) or None
+
+
+__all__ = ["HINTS", "RESTART", "advice", "hint_line"]

@@ -1,0 +1,124 @@
+"""The progress line `run` shows on a terminal: users done of due, reads, budget, time left.
+
+On a terminal the log lines and the progress line share stderr. `ProgressLine` wraps the
+stream so that both stay readable: a complete line written through it (a log event) clears
+the progress line, scrolls above it, and the progress line is drawn again below. When the
+stream is not a terminal there is no progress line at all, so piped or journald output
+stays one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from lta_worker.worker import Clock, PassEngine, ProgressFn
+
+BAR_WIDTH = 24
+CLEAR = "\r\033[K"  # back to the line's start, erase to its end
+
+
+def render_progress(
+    *, done: int, due: int, reads: int, remaining: int | None, time_left: float
+) -> str:
+    """One progress line (pure)."""
+    total = max(due, done, 1)
+    filled = round(BAR_WIDTH * done / total)
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    budget = "?" if remaining is None else str(remaining)
+    minutes, seconds = divmod(max(0, int(time_left)), 60)
+    return (
+        f"[{bar}] {done}/{due} users  {reads} reads  budget left {budget}  "
+        f"time left {minutes}m{seconds:02d}s"
+    )
+
+
+class ProgressLine:
+    """A terminal stream that keeps one progress line below whatever else is written to it.
+
+    Give it to the log configuration as the stream, and draw with `show`. `print` writes a
+    line in two calls (the text, then the newline), so the progress line is cleared before
+    the first and drawn again after the newline.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.line = ""
+        self._mid_line = False
+        self._lock = threading.Lock()
+
+    def isatty(self) -> bool:
+        """True: it only ever wraps a terminal."""
+        return True
+
+    def write(self, text: str) -> int:
+        """Write `text` above the progress line."""
+        with self._lock:
+            if self.line and not self._mid_line:
+                self.stream.write(CLEAR)
+            self.stream.write(text)
+            if text:
+                self._mid_line = not text.endswith("\n")
+            if self.line and not self._mid_line:
+                self.stream.write(self.line)
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush the terminal."""
+        self.stream.flush()
+
+    def show(self, line: str) -> None:
+        """Draw (or redraw) the progress line."""
+        with self._lock:
+            self.line = line
+            if not self._mid_line:
+                self.stream.write(CLEAR + line)
+                self.stream.flush()
+
+    def clear(self) -> None:
+        """Erase the progress line; later writes go to the terminal as they are."""
+        with self._lock:
+            if self.line and not self._mid_line:
+                self.stream.write(CLEAR)
+                self.stream.flush()
+            self.line = ""
+
+
+def progress_line(stream: TextIO) -> ProgressLine | None:
+    """A `ProgressLine` over `stream` when it is a terminal; None otherwise."""
+    return ProgressLine(stream) if stream.isatty() else None
+
+
+@contextmanager
+def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[ProgressFn | None]:
+    """A progress callback drawing on `stream` when it is a terminal; None otherwise.
+
+    Pass the `ProgressLine` the logs are written through, so that log lines and the
+    progress line do not overwrite each other.
+    """
+    line = stream if isinstance(stream, ProgressLine) else progress_line(stream)
+    if line is None:
+        yield None
+        return
+    start = clock.monotonic()
+
+    def draw(engine: PassEngine) -> None:
+        snap = engine.pacer.snapshot()
+        left = engine.options.max_duration.total_seconds() - (clock.monotonic() - start)
+        line.show(
+            render_progress(
+                done=engine.result.users,
+                due=engine.due_at_start,
+                reads=engine.result.reads,
+                remaining=getattr(snap, "remaining", None),
+                time_left=left,
+            )
+        )
+
+    try:
+        yield draw
+    finally:
+        line.clear()

@@ -1,0 +1,123 @@
+"""`lta-worker simulator serve`: run the bundled stand-in for the remote service.
+
+It serves plain HTTP with demo client secrets, so it listens on loopback unless a host is
+named explicitly on the command line (a host from the environment alone is refused).
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from lta_worker.config import is_loopback_host
+from lta_worker.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lta_worker.simulator import Simulator
+
+HEADER_FORMAT_CHOICES = ("draft", "combined", "triple", "x", "none")
+ERROR_STYLE_CHOICES = ("json", "code", "nested", "problem", "header")
+# What the `[simulator]` extra installs; `run` and `serve` never import them.
+SIMULATOR_EXTRA = ("starlette", "uvicorn")
+
+
+def require_simulator_extra() -> None:
+    """Stop with one line (exit 78) when the simulator's libraries are not installed.
+
+    Raises:
+        ConfigError: starlette or uvicorn cannot be imported.
+    """
+    for name in SIMULATOR_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise ConfigError(
+                f"the simulator needs {name}, which is not installed",
+                hint="install the extra: pip install 'lta-worker[simulator]'",
+            ) from None
+
+
+@click.group(name="simulator")
+def simulator() -> None:
+    """Run the bundled simulator of the Long Term Access service (demos, tests, benchmarks)."""
+
+
+@simulator.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="LTA_SIMULATOR_HOST",
+              help="Listen address; non-loopback only when given as --host.")  # fmt: skip
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port to listen on (0 picks a free one).")  # fmt: skip
+@click.option("--window", type=click.IntRange(min=1), default=3600, show_default=True,
+              metavar="SECONDS", help="Length of the rate-limit window.")  # fmt: skip
+@click.option("--budget", type=click.IntRange(min=0), default=120, show_default=True,
+              metavar="N", help="Requests per client per window.")  # fmt: skip
+@click.option("--header-format", type=click.Choice(HEADER_FORMAT_CHOICES), default="draft",
+              show_default=True, help="How RateLimit headers are rendered.")  # fmt: skip
+@click.option("--error-style", type=click.Choice(ERROR_STYLE_CHOICES), default="json",
+              show_default=True, help="Where error codes travel in error answers.")  # fmt: skip
+@click.option("--auto-consent/--no-auto-consent", default=False, show_default=True,
+              help="With no consent queued, approve for login_hint or a new user.")  # fmt: skip
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    *,
+    host: str,
+    port: int,
+    window: int,
+    budget: int,
+    header_format: str,
+    error_style: str,
+    auto_consent: bool,
+) -> None:
+    """Serve the simulator until Ctrl-C; prints its URLs and the demo clients' secrets."""
+    require_simulator_extra()
+    from lta_worker.simulator import SimSettings, Simulator, start_in_thread
+
+    source = ctx.get_parameter_source("host")
+    if not is_loopback_host(host) and source is not click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(
+            f"refusing to listen on non-loopback host {host!r} unless given as --host"
+        )
+    settings = SimSettings(
+        budget=budget,
+        window=window,
+        header_format=header_format,  # type: ignore[arg-type]  # click.Choice checked it
+        error_style=error_style,  # type: ignore[arg-type]  # click.Choice checked it
+        auto_consent=auto_consent,
+    )
+    sim = Simulator(settings=settings)
+    try:
+        running = start_in_thread(sim, host=host, port=port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    _print_banner(running.base_url, running.auth_url, running.control_url, sim)
+    if not is_loopback_host(host):
+        click.echo("warning: listening beyond loopback over plain HTTP with demo secrets", err=True)
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        click.echo("stopping", err=True)
+    finally:
+        running.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _print_banner(base_url: str, auth_url: str, control_url: str, sim: Simulator) -> None:
+    click.echo(f"base_url    = {base_url}")
+    click.echo(f"auth_url    = {auth_url}")
+    click.echo(f"control_api = {control_url}/")
+    for client_id in sorted(sim.world.clients):
+        info = sim.client_info(client_id)
+        mode = "long term mode open" if info["long_term"] else "long term mode not open"
+        # Printing these is intended: they are the simulator's own demo secrets.
+        click.echo(f"client {client_id}: secret {sim.client_secret(client_id)} ({mode})")
+    click.echo("Press Ctrl-C to stop.")

@@ -1,0 +1,186 @@
+"""`lta-worker users list|drop|forget`: see enrolled users, end their access.
+
+`list --format json` is a contract: an array of objects with at least `user`, `state`,
+`has_token`, `scopes`, `last_polled_at` and `next_due_at` (ISO 8601 UTC or null).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lta_worker.cli._app import App, pass_app
+from lta_worker.errors import EX_CONFIG, EX_OK, EX_TEMPFAIL
+
+if TYPE_CHECKING:
+    from lta_worker.domain import UserRow
+    from lta_worker.enrollment import DropResult
+
+_SCOPE_FAMILY = "cloud-sync.permanent."
+_user_option = click.option(
+    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
+)
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a `Z`, or None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def user_json(row: UserRow) -> dict[str, Any]:
+    """One user as `users list --format json` shows it (never the token)."""
+    return {
+        "user": row.user,
+        "state": row.state,
+        "has_token": row.token is not None,
+        "scopes": list(row.scopes),
+        "enrolled_at": iso(row.enrolled_at),
+        "last_polled_at": iso(row.last_polled_at),
+        "next_due_at": iso(row.next_due_at),
+        "consecutive_failures": row.consecutive_failures,
+        "last_outcome": row.last_outcome,
+        "last_code": row.last_code,
+        "denied": {endpoint: iso(when) for endpoint, when in sorted(row.denied.items())},
+    }
+
+
+def _short_time(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
+
+
+_COLUMNS = ("USER", "STATE", "TOKEN", "SCOPES", "LAST POLLED", "NEXT DUE", "FAILS", "LAST")
+
+
+def table_rows(rows: Iterable[UserRow]) -> list[tuple[str, ...]]:
+    """The table's cells, one tuple per user, for people."""
+    out: list[tuple[str, ...]] = []
+    for row in rows:
+        scopes = ",".join(s.removeprefix(_SCOPE_FAMILY) for s in row.scopes) or "-"
+        last = row.last_outcome or "-"
+        if row.last_code:
+            last = f"{last} ({row.last_code})"
+        out.append(
+            (
+                row.user,
+                row.state,
+                "yes" if row.token is not None else "no",
+                scopes,
+                _short_time(row.last_polled_at),
+                _short_time(row.next_due_at),
+                str(row.consecutive_failures),
+                last,
+            )
+        )
+    return out
+
+
+def render_table(rows: Sequence[tuple[str, ...]], columns: Sequence[str] = _COLUMNS) -> str:
+    """Left-aligned columns, two spaces apart, header first; no trailing spaces."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        for cells in (tuple(columns), *rows)
+    ]
+    return "\n".join(lines)
+
+
+@click.group("users")
+def users() -> None:
+    """List enrolled users; drop or forget one."""
+
+
+@users.command("list")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for programs.",
+)
+@pass_app
+def list_(app: App, fmt: str) -> None:
+    """One row per user: state, token held, scopes, last poll, next due time."""
+    settings = app.settings
+    app.configure_logging()
+    from lta_worker.worker import open_store
+
+    store = open_store(settings)
+    try:
+        rows = list(store.list_users())
+    finally:
+        store.close()
+    if fmt == "json":
+        click.echo(json.dumps([user_json(r) for r in rows], indent=2))
+        return
+    click.echo(render_table(table_rows(rows)))
+    if not rows:
+        click.echo("no users yet: enroll one with `lta-worker enroll url --user ID`", err=True)
+
+
+def _report(result: DropResult, verb: str) -> int:
+    """Print one line saying what happened; return the exit code (0, 75 pending, 78 refused)."""
+    purged = f"; {result.purged} stored result(s) purged" if result.purged is not None else ""
+    if result.upstream == "ok":
+        click.echo(
+            f"{verb} {result.user!r}: the service dropped the token (HTTP {result.status}); "
+            f"local token deleted{purged}"
+        )
+        return EX_OK
+    if result.upstream == "skipped":
+        click.echo(
+            f"{result.user!r} is {result.state}: no token is held, so there is nothing to drop "
+            f"and it is left as it is{purged}"
+        )
+        return EX_OK
+    retry = iso(result.retry_at) or "soon"
+    click.echo(
+        f"{verb} {result.user!r} pending: {result.error}; the user is `dropping` (never read "
+        f"again, token kept only to finish the drop) and `run`/`serve` retry the drop "
+        f"(next at {retry}){purged}",
+        err=True,
+    )
+    return EX_CONFIG if result.upstream == "refused" else EX_TEMPFAIL
+
+
+def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
+    settings = app.settings
+    app.configure_logging()
+
+    import anyio
+
+    from lta_worker.worker import services
+
+    async def main() -> DropResult:
+        async with services(settings) as svc:
+            lifecycle = svc.lifecycle()
+            return await (lifecycle.forget(user) if forget else lifecycle.drop(user))
+
+    return anyio.run(main)
+
+
+@users.command("drop")
+@_user_option
+@pass_app
+def drop(app: App, user: str) -> None:
+    """DELETE the token upstream; once confirmed, delete it locally, set the user `dropped`.
+
+    Exit 75 when the service could not confirm (the drop is retried by `run`/`serve`),
+    78 when it refused the credential (check `client.secret_file`).
+    """
+    sys.exit(_report(_run_lifecycle(app, user, forget=False), "dropped"))
+
+
+@users.command("forget")
+@_user_option
+@pass_app
+def forget(app: App, user: str) -> None:
+    """Purge every stored result of the user at once, and drop it (exit codes as `drop`)."""
+    sys.exit(_report(_run_lifecycle(app, user, forget=True), "forgot"))

@@ -1,0 +1,209 @@
+"""Build `Settings` from a TOML file, the environment and systemd's directories.
+
+Precedence, lowest first: built-in defaults, the TOML file, `LTA_WORKER_<SECTION>_<KEY>`
+environment variables. Secrets never come from the environment or an argument: the client
+secret and the token keys are read from files (`client.secret_file`, `crypto.key_file`, or
+`$CREDENTIALS_DIRECTORY/client-secret` and `$CREDENTIALS_DIRECTORY/token-keys`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lta_worker.config._ranges import check_ranges
+from lta_worker.config._settings import SECTIONS, Settings
+from lta_worker.errors import ConfigError
+from lta_worker.secret import Secret
+from lta_worker.secret_file import BOM, read_secret_file
+
+ENV_PREFIX = "LTA_WORKER_"
+CONFIG_ENV = "LTA_WORKER_CONFIG"
+SECRET_CREDENTIAL = "client-secret"  # noqa: S105 - a credential *name*
+KEYS_CREDENTIAL = "token-keys"
+# The usual proxy variables, first found wins. HTTP_PROXY is deliberately not among them:
+# plain http goes only to loopback, and a proxy there would see the credential in clear.
+HTTPS_PROXY_ENV = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+NO_PROXY_ENV = ("no_proxy", "NO_PROXY")
+MAX_CONFIG_BYTES = 1_048_576
+
+
+def config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
+    """The config file to read: `--config`, else `$LTA_WORKER_CONFIG`, else none."""
+    if explicit:
+        return Path(explicit)
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    source = f"config file {str(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            # A directory or a FIFO: refused before opening, so reading never blocks.
+            raise ConfigError(
+                f"{source} is not a regular file",
+                hint="pass --config PATH naming the TOML file itself",
+            )
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{source} does not exist",
+            hint="pass --config PATH or set LTA_WORKER_CONFIG; see deploy/config.example.toml",
+        ) from None
+    except PermissionError:
+        raise ConfigError(f"{source} is not readable by this user") from None
+    except OSError as exc:
+        raise ConfigError(f"{source} cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source} is larger than {MAX_CONFIG_BYTES} bytes: the wrong file?")
+    if data.startswith(BOM):
+        raise ConfigError(
+            f"{source} starts with a UTF-8 byte order mark (BOM)",
+            hint="save it as UTF-8 without a BOM",
+        )
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{source} is not UTF-8 text: is it the right file?",
+            hint="pass --config PATH naming the TOML file",
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source} is not valid TOML: {exc}") from None
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        for section in SECTIONS:
+            if rest.startswith(section + "_"):
+                out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+                break
+    return out
+
+
+def _merge(base: dict[str, Any], overrides: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in overrides.items():
+        current = merged.get(section)
+        merged[section] = {**(current if isinstance(current, dict) else {}), **values}
+    return merged
+
+
+def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    creds = env.get("CREDENTIALS_DIRECTORY")
+    state = env.get("STATE_DIRECTORY")
+    client = data.setdefault("client", {})
+    crypto = data.setdefault("crypto", {})
+    database = data.setdefault("database", {})
+    if creds and isinstance(client, dict) and "secret_file" not in client:
+        client["secret_file"] = str(Path(creds) / SECRET_CREDENTIAL)
+    if creds and isinstance(crypto, dict) and "key_file" not in crypto:
+        crypto["key_file"] = str(Path(creds) / KEYS_CREDENTIAL)
+    if state and isinstance(database, dict) and "url" not in database:
+        first = state.split(":")[0]
+        database["url"] = f"sqlite:///{Path(first) / 'lta.db'}"
+    return data
+
+
+def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """`service.https_proxy` and `service.no_proxy` from the usual variables, when unset."""
+    for key, names in (("https_proxy", HTTPS_PROXY_ENV), ("no_proxy", NO_PROXY_ENV)):
+        value = next((env[n].strip() for n in names if env.get(n, "").strip()), None)
+        service = data.get("service")
+        if value and isinstance(service, dict) and key not in service:
+            service[key] = value
+    return data
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+    loc = ".".join(str(p) for p in error.get("loc", ()))
+    kind = error.get("type", "")
+    if kind == "missing":
+        return loc, "is required"
+    if kind == "extra_forbidden":
+        return loc, "is not a known setting (check the spelling against the config reference)"
+    msg = str(error.get("msg", "is invalid")).removeprefix("Value error, ")
+    return loc, msg
+
+
+def build_settings(data: Mapping[str, Any]) -> Settings:
+    """Validate a plain mapping into `Settings`, each number and duration within its range
+    (`config.ranges`); a problem raises ConfigError naming the key."""
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        key, msg = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise ConfigError(msg + more, key=key) from None
+    check_ranges(settings)
+    return settings
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Read the TOML file (if any), apply environment overrides and validate."""
+    env = os.environ if env is None else env
+    file = config_path(path, env)
+    data = _read_toml(file) if file else {}
+    data = _merge(data, _env_overrides(env))
+    data = _systemd_defaults(data, env)
+    data = _proxy_defaults(data, env)
+    return build_settings(data)
+
+
+def read_client_secret(settings: Settings) -> Secret:
+    """Read the client secret from `client.secret_file`; never from the environment.
+
+    The file follows the rule of every secret file (`lta_worker.secret_file`: regular,
+    closed to group and others, no BOM) and holds printable ASCII on one line.
+    """
+    path = settings.client.secret_file
+    if path is None:
+        raise ConfigError(
+            "no client secret file is configured",
+            key="client.secret_file",
+            hint="set client.secret_file, or run under systemd with LoadCredential=client-secret",
+        )
+    data = read_secret_file(path, key="client.secret_file")
+    value = data.strip(b" \t\r\n")
+    if not value or b"\n" in value:
+        raise ConfigError(
+            f"{str(path)!r} must hold the client secret on one line", key="client.secret_file"
+        )
+    bad = next((n for n, byte in enumerate(value, start=1) if not 0x21 <= byte <= 0x7E), None)
+    if bad is not None:
+        # The position only: the character itself is a piece of the secret.
+        raise ConfigError(
+            f"{str(path)!r} holds a space, control or non-ASCII character (character {bad}); "
+            "a client secret is printable ASCII",
+            key="client.secret_file",
+            hint="write the secret exactly as the client's settings show it, on one line",
+        )
+    return Secret(value.decode("ascii"))
+
+
+def key_file_path(settings: Settings) -> Path:
+    """The configured key file, or ConfigError naming `crypto.key_file`."""
+    if settings.crypto.key_file is None:
+        raise ConfigError(
+            "no token key file is configured",
+            key="crypto.key_file",
+            reason="key_file_unset",
+        )
+    return settings.crypto.key_file

@@ -1,0 +1,98 @@
+"""The capacity plan: can the budget the service reports sustain the configured interval?
+
+Pure arithmetic on plain values; `status` feeds it what the store knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from lta_worker.domain._durations import format_duration
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPlan:
+    """Reads needed per hour against reads available per hour, and the interval users get.
+
+    `available_per_hour` is None when no budget has been seen yet (the plan then uses the
+    configured fallback rate, and says so through `budget_known`).
+    """
+
+    reads_needed_per_hour: float
+    available_per_hour: float
+    budget_known: bool
+    configured_interval: timedelta
+    effective_interval: timedelta
+    sustainable: bool
+    warning: str | None
+
+
+def plan_capacity(
+    *,
+    users_by_state: Mapping[str, int],
+    reads_per_active_user: float,
+    interval: timedelta,
+    parked_interval: timedelta,
+    reserve: float,
+    budget_limit: int | None,
+    budget_window_seconds: float | None,
+    fallback_per_hour: float,
+    instances: int = 1,
+) -> CapacityPlan:
+    """Work out the reads per hour the enrolled users need and what the budget allows.
+
+    Args:
+        users_by_state: users per state, as `status` counts them.
+        reads_per_active_user: reads one active user's turn makes (granted endpoints, 1 or 2).
+        interval: `poll.interval`, how often each active user should be read.
+        parked_interval: `poll.parked_interval`; parked, unlinked and rejected users cost one
+            read per check (their first answer ends the turn).
+        reserve: the fraction of the budget left for the client's other traffic.
+        budget_limit: the limit the service last reported, if any.
+        budget_window_seconds: that limit's window, if reported (else an hour is assumed
+            only for this estimate; the pacer itself never assumes it).
+        fallback_per_hour: the configured conservative rate used before any header is seen.
+        instances: live instances; they share the one client budget, so it does not grow.
+
+    Returns:
+        The plan, with a warning when the budget cannot sustain the configured interval.
+    """
+    active = users_by_state.get("active", 0)
+    rechecked = sum(users_by_state.get(s, 0) for s in ("parked", "unlinked", "rejected"))
+    needed = active * reads_per_active_user * HOUR / interval.total_seconds()
+    needed += rechecked * HOUR / parked_interval.total_seconds()
+
+    known = budget_limit is not None
+    if budget_limit is not None:
+        window = budget_window_seconds or HOUR
+        available = budget_limit * (1.0 - reserve) * HOUR / window
+    else:
+        available = fallback_per_hour
+    del instances  # the budget is per client: more instances share it, they do not add to it
+
+    if needed <= 0 or available >= needed:
+        effective = interval
+    else:
+        effective = timedelta(seconds=interval.total_seconds() * needed / max(available, 1e-9))
+    sustainable = needed <= available
+    warning = None
+    if not sustainable:
+        warning = (
+            f"the budget allows about {available:.0f} reads/h but the enrolled users need "
+            f"{needed:.0f} reads/h at the configured interval: each user will be read about "
+            f"every {format_duration(effective)} instead; raise poll.interval or ask for "
+            "a larger budget"
+        )
+    return CapacityPlan(
+        reads_needed_per_hour=needed,
+        available_per_hour=available,
+        budget_known=known,
+        configured_interval=interval,
+        effective_interval=effective,
+        sustainable=sustainable,
+        warning=warning,
+    )

@@ -1,0 +1,398 @@
+"""What one user's turn changes: a pure state machine over classified outcomes.
+
+Every rule is in `RULES` below, one row per outcome kind, to be read against the spec's
+sections 3, 5 and 7 and DESIGN.md "Rules from the spec". The functions under it only fold a
+turn's outcomes through the table; they do no I/O and take `now` and the jitter source.
+
+A turn calls the user's endpoints in order (latest-change first) and stops at the first
+outcome that ends the turn; results after it therefore never exist.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final, Literal, Protocol
+
+from lta_worker.domain._backoff import backoff_delay
+from lta_worker.domain._model import (
+    ENDPOINT_SCOPES,
+    UNREAD_STATES,
+    Endpoint,
+    ResultStatus,
+    SnapshotWrite,
+    UserRow,
+    UserState,
+    UserUpdate,
+)
+from lta_worker.domain._outcomes import Outcome, OutcomeKind
+
+Unchanged = Literal["unchanged"]
+UNCHANGED: Final[Unchanged] = "unchanged"
+TokenAction = Literal["keep", "delete"]
+KEEP: Final[TokenAction] = "keep"
+DELETE: Final[TokenAction] = "delete"
+FailureAction = Literal["reset", "keep", "add"]
+Schedule = Literal["interval", "parked_interval", "backoff", "never", "retry_soon"]
+BackoffCap = Literal["interval", "parked_interval"]
+# Which setting a user's `next_due_at` derives from, so that a change of `poll.interval` or
+# `poll.parked_interval` can reschedule users by class (storage `follow_schedule`):
+# `interval` and `parked` are due at last_polled_at + the interval; the backoff classes at
+# the earliest of their backoff and last_polled_at + their cap. None: not derived from a
+# setting (due now, retry soon, never).
+DueClass = Literal["interval", "parked", "backoff", "backoff_parked"]
+DUE_CLASSES: Final[Mapping[tuple[Schedule, BackoffCap | None], DueClass | None]] = {
+    ("interval", None): "interval",
+    ("parked_interval", None): "parked",
+    ("backoff", "interval"): "backoff",
+    ("backoff", "parked_interval"): "backoff_parked",
+    ("never", None): None,
+    ("retry_soon", None): None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the table: what an outcome does to the user.
+
+    Attributes:
+        state: The user's new state, or `unchanged`.
+        token_action: Keep the stored token, or delete it in the same transaction.
+        snapshot: The result to store for the endpoint (`ok`, `none`), or None.
+        ends_turn: True when the user's other endpoint is not called after it.
+        schedule: When the user is due next: `interval`, `parked_interval`, `backoff`
+            (exponential with jitter, capped by `backoff_cap`), `never` (no next_due_at),
+            `retry_soon` (next_due_at unchanged: still due, read again when budget allows).
+        failures: What happens to consecutive_failures: reset to 0, keep, or add one.
+        deny_endpoint: True to skip this endpoint until now + parked_interval.
+        backoff_cap: The longest backoff, for the `backoff` schedule.
+    """
+
+    state: UserState | Unchanged
+    token_action: TokenAction
+    snapshot: ResultStatus | None
+    ends_turn: bool
+    schedule: Schedule
+    failures: FailureAction
+    deny_endpoint: bool = False
+    backoff_cap: BackoffCap | None = None
+
+
+# fmt: off
+RULES: Final[Mapping[OutcomeKind, Rule]] = {
+    #               state       token     snapshot ends   schedule           failures
+    "ok":           Rule("active",   "keep",   "ok",   False, "interval",        "reset"),
+    "none":         Rule("active",   "keep",   "none", False, "interval",        "reset"),
+    # 403 without a code: this endpoint is not granted; the other is still read.
+    "scope_denied": Rule(UNCHANGED,  "keep",   None,   False, "parked_interval", "keep",
+                         deny_endpoint=True),
+    # 401 PermanentAccessRevoked: delete the token at once; never due again.
+    "revoked":      Rule("revoked",  "delete", None,   True,  "never",           "reset"),
+    # 401 NoCloudSyncLinked: keep the token; the user may link cloud sync later.
+    "unlinked":     Rule("unlinked", "keep",   None,   True,  "parked_interval", "reset"),
+    # 403 CloudSyncInactive: keep the token; access resumes by itself.
+    "inactive":     Rule("parked",   "keep",   None,   True,  "parked_interval", "reset"),
+    # Plain 401: never a revocation (spec 5.7); backed off, shown to the operator.
+    "rejected":     Rule("rejected", "keep",   None,   True,  "backoff",         "add",
+                         backoff_cap="parked_interval"),
+    # 429: not the user's failure; it stays due and is read once the budget allows.
+    "rate_limited": Rule(UNCHANGED,  "keep",   None,   True,  "retry_soon",      "keep"),
+    # 5xx, network, broken body: backed off, never beyond the interval.
+    "transient":    Rule(UNCHANGED,  "keep",   None,   True,  "backoff",         "add",
+                         backoff_cap="interval"),
+}
+# fmt: on
+
+# Which outcome a turn reports as `last_outcome` when it saw several: the worst, last here.
+SEVERITY: Final[tuple[OutcomeKind, ...]] = (
+    "ok",
+    "none",
+    "scope_denied",
+    "rate_limited",
+    "transient",
+    "rejected",
+    "inactive",
+    "unlinked",
+    "revoked",
+)
+CALL_ORDER: Final[tuple[Endpoint, ...]] = ("latest-change", "stats")
+# A backoff is never shorter than this, so a failing user is not re-read in a tight loop.
+MIN_RETRY: Final = timedelta(seconds=1)
+NOTHING_CALLABLE: Final = "scope_denied"
+
+
+class PollDurations(Protocol):
+    """The `[poll]` durations the policy needs; the settings' `PollSettings` has them.
+
+    A protocol, so the rules need not import the configuration layer.
+    """
+
+    @property
+    def interval(self) -> timedelta:
+        """How often an active user is read."""
+        ...
+
+    @property
+    def parked_interval(self) -> timedelta:
+        """How often parked and unlinked users are re-checked."""
+        ...
+
+    @property
+    def backoff_base(self) -> timedelta:
+        """The backoff ceiling after the first failure."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """The durations the policy schedules with.
+
+    Attributes:
+        interval: How often an active user is read (`poll.interval`); also the cap of the
+            transient backoff, so a failure never leaves data staler than twice this.
+        parked_interval: How often parked, unlinked and denied users are re-checked, and
+            the cap of the backoff after a plain 401.
+        backoff_base: The backoff ceiling after the first failure.
+    """
+
+    interval: timedelta = timedelta(hours=1)
+    parked_interval: timedelta = timedelta(hours=24)
+    backoff_base: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        for name in ("interval", "parked_interval", "backoff_base"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"{name} must be longer than 0s")
+
+    @classmethod
+    def from_settings(cls, poll: PollDurations) -> PolicyConfig:
+        """The policy's durations from the `[poll]` settings (anything that has the three)."""
+        return cls(
+            interval=poll.interval,
+            parked_interval=poll.parked_interval,
+            backoff_base=poll.backoff_base,
+        )
+
+
+def ends_turn(outcome: Outcome) -> bool:
+    """True when no further endpoint of the user may be called after this outcome."""
+    return RULES[outcome.kind].ends_turn
+
+
+def endpoints_to_call(
+    user: UserRow, client_scopes: Sequence[str], now: datetime
+) -> tuple[Endpoint, ...]:
+    """The endpoints to read in this turn, in call order (latest-change first).
+
+    An endpoint is called only when the user granted its scope at enrollment, the client
+    configuration still lists it, and it is not marked denied until after `now`. A user
+    without a token (revoked, dropped) has nothing to call.
+    """
+    if user.token is None or user.state in UNREAD_STATES:
+        return ()
+    return tuple(
+        endpoint
+        for endpoint in CALL_ORDER
+        if user.granted(endpoint)
+        and ENDPOINT_SCOPES[endpoint] in client_scopes
+        and not _denied_at(user.denied, endpoint, now)
+    )
+
+
+def decide_turn(
+    user: UserRow,
+    results: Sequence[tuple[Endpoint, Outcome]],
+    now: datetime,
+    cfg: PolicyConfig,
+    rng: random.Random,
+) -> UserUpdate:
+    """Fold one turn's outcomes through `RULES` into the update to write.
+
+    Args:
+        user: The user as claimed at the start of the turn.
+        results: (endpoint, outcome) in call order. The turn stops at the first outcome
+            that ends it, so nothing follows one; anything that does is ignored.
+        now: The time of the decision.
+        cfg: The durations to schedule with.
+        rng: The jitter source for backoff.
+
+    Returns:
+        The update: state, token action, snapshots, denied endpoints, failures, the worst
+        outcome as `last_outcome`, and `next_due_at`. With no result at all (nothing was
+        callable), only the schedule moves: to the earliest denied retry, at the latest
+        `parked_interval` from now.
+    """
+    turn = _until_end(results)
+    denied = {name: until for name, until in user.denied.items() if until > now}
+    if not turn:
+        retry = min([*denied.values(), now + cfg.parked_interval])
+        return UserUpdate(
+            user_id=user.id,
+            state=user.state,
+            next_due_at=retry,
+            consecutive_failures=user.consecutive_failures,
+            last_outcome=NOTHING_CALLABLE,
+            last_polled_at=user.last_polled_at,
+            denied=denied,
+            generation=user.generation,
+        )
+    state: UserState = user.state
+    failures = user.consecutive_failures
+    snapshots: list[SnapshotWrite] = []
+    delete_token = False
+    for endpoint, outcome in turn:
+        rule = RULES[outcome.kind]
+        if rule.state != UNCHANGED:
+            state = rule.state
+        failures = _failures(rule.failures, failures)
+        delete_token = delete_token or rule.token_action == DELETE
+        if rule.snapshot is not None:
+            payload = outcome.payload if rule.snapshot == "ok" else None
+            snapshots.append(SnapshotWrite(endpoint, rule.snapshot, payload, now))
+            denied.pop(endpoint, None)  # it answered: it is granted after all
+        if rule.deny_endpoint:
+            denied[endpoint] = now + cfg.parked_interval
+    worst = max((outcome for _, outcome in turn), key=lambda o: SEVERITY.index(o.kind))
+    return UserUpdate(
+        user_id=user.id,
+        state=state,
+        next_due_at=_next_due(user, turn, failures=failures, now=now, cfg=cfg, rng=rng),
+        consecutive_failures=failures,
+        last_outcome=worst.kind,
+        last_code=worst.code,
+        last_polled_at=now,
+        delete_token=delete_token,
+        denied=denied,
+        snapshots=tuple(snapshots),
+        generation=user.generation,
+        due_class=_due_class(turn, cfg),
+    )
+
+
+def _due_class(turn: Sequence[tuple[Endpoint, Outcome]], cfg: PolicyConfig) -> DueClass | None:
+    """Which setting the turn's `next_due_at` derives from (see `DUE_CLASSES`)."""
+    last = RULES[turn[-1][1].kind]
+    if last.ends_turn:
+        return DUE_CLASSES[(last.schedule, last.backoff_cap)]
+    # Without an ending outcome the soonest schedule wins (see `_next_due`); the outcomes
+    # that do not end a turn are scheduled at `interval` or `parked_interval` only.
+    schedules = {RULES[o.kind].schedule for _, o in turn}
+    if "interval" in schedules and (
+        "parked_interval" not in schedules or cfg.interval <= cfg.parked_interval
+    ):
+        return "interval"
+    return "parked"
+
+
+def _until_end(
+    results: Sequence[tuple[Endpoint, Outcome]],
+) -> list[tuple[Endpoint, Outcome]]:
+    turn: list[tuple[Endpoint, Outcome]] = []
+    for endpoint, outcome in results:
+        turn.append((endpoint, outcome))
+        if ends_turn(outcome):
+            break
+    return turn
+
+
+def _failures(action: FailureAction, failures: int) -> int:
+    if action == "reset":
+        return 0
+    if action == "add":
+        return max(failures, 0) + 1
+    return failures
+
+
+def _next_due(
+    user: UserRow,
+    turn: Sequence[tuple[Endpoint, Outcome]],
+    *,
+    failures: int,
+    now: datetime,
+    cfg: PolicyConfig,
+    rng: random.Random,
+) -> datetime | None:
+    """The ending outcome's schedule; without one, the soonest of the outcomes' schedules."""
+    last = RULES[turn[-1][1].kind]
+    if last.ends_turn:
+        return _schedule(last, user, failures=failures, now=now, cfg=cfg, rng=rng)
+    due = [
+        _schedule(RULES[o.kind], user, failures=failures, now=now, cfg=cfg, rng=rng)
+        for _, o in turn
+    ]
+    return min(d for d in due if d is not None)
+
+
+def _schedule(
+    rule: Rule,
+    user: UserRow,
+    *,
+    failures: int,
+    now: datetime,
+    cfg: PolicyConfig,
+    rng: random.Random,
+) -> datetime | None:
+    if rule.schedule == "interval":
+        return now + cfg.interval
+    if rule.schedule == "parked_interval":
+        return now + cfg.parked_interval
+    if rule.schedule == "never":
+        return None
+    if rule.schedule == "retry_soon":
+        return user.next_due_at if user.next_due_at is not None else now
+    cap = cfg.parked_interval if rule.backoff_cap == "parked_interval" else cfg.interval
+    delay = backoff_delay(failures, base=cfg.backoff_base, cap=cap, rng=rng)
+    return now + min(max(delay, MIN_RETRY), cap)
+
+
+def _denied_at(denied: Mapping[str, datetime], endpoint: Endpoint, now: datetime) -> bool:
+    until = denied.get(endpoint)
+    return until is not None and until > now
+
+
+# -- the two-phase drop ------------------------------------------------------------------
+
+DropCommand = Literal["drop", "forget"]
+DropVerdict = Literal["confirmed", "retry", "refused"]
+
+# What `users drop` / `users forget` do to a user, by its state (DESIGN.md: `dropping`).
+# `dropping` keeps the token only to send the DELETE; `retry` re-sends it now.
+# fmt: off
+DROP_START: Final[Mapping[UserState, Literal["dropping", "unchanged"]]] = {
+    "active":   "dropping",
+    "parked":   "dropping",
+    "unlinked": "dropping",
+    "rejected": "dropping",
+    "dropping": "dropping",   # the DELETE is sent again at once
+    "revoked":  "unchanged",  # no token: nothing to drop; no relabel, no retention restart
+    "dropped":  "unchanged",
+}
+# fmt: on
+
+
+def drop_verdict(status: int | None, code: str | None) -> DropVerdict:
+    """What the answer to a DELETE of the token means for a `dropping` user.
+
+    - 2xx: confirmed (spec 4.3: always 204, whether or not the token existed), so the
+      token is deleted and the user is `dropped`.
+    - 401 `PermanentAccessRevoked`: confirmed; the access is revoked upstream (returned
+      only when both halves of the credential are right), so nothing is left to drop.
+    - plain 401 (or another code): refused. Since a DELETE of an unknown token answers
+      204, a 401 without the revocation code says the credential as a whole was not
+      accepted, most likely a wrong client secret: the grant may still be live upstream,
+      so the token is kept and the drop retried once the configuration is fixed.
+    - anything else (no answer, 5xx, 404, 429...): retry with backoff.
+    """
+    if status is not None and 200 <= status < 300:
+        return "confirmed"
+    if status == 401:
+        return "confirmed" if code == "PermanentAccessRevoked" else "refused"
+    return "retry"
+
+
+def drop_retry_at(failures: int, now: datetime, cfg: PolicyConfig, rng: random.Random) -> datetime:
+    """When an unconfirmed drop is sent again: backoff with jitter, capped at `interval`."""
+    delay = backoff_delay(failures, base=cfg.backoff_base, cap=cfg.interval, rng=rng)
+    return now + min(max(delay, MIN_RETRY), cfg.interval)

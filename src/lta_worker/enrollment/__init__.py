@@ -1,0 +1,58 @@
+"""Enrollment and the end of access, as the Python API a web application embeds.
+
+- `Enrollment`: consent with PKCE and a state bound to the user, code exchange, long term
+  token creation and rotation, encrypted storage (`_enroll`); `EnrollResult`,
+  `parse_redirect`, `check_user_id`;
+- `Lifecycle`: the two-phase drop (`dropping`, then `dropped` once the service confirms),
+  forget, and the retries of pending drops (`_lifecycle`); `DropResult`, `DropRetries`;
+- PKCE S256 and the OAuth state (`_pkce`).
+
+Names are imported on first use (see `lta_worker._lazy`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lta_worker._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from lta_worker.enrollment._base import ClientOperation, utc_now
+    from lta_worker.enrollment._enroll import (
+        Enrollment,
+        EnrollResult,
+        check_user_id,
+        parse_redirect,
+    )
+    from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
+    from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
+
+_NAMES = {
+    "EnrollResult": "._enroll",
+    "Enrollment": "._enroll",
+    "check_user_id": "._enroll",
+    "parse_redirect": "._enroll",
+    "DropResult": "._lifecycle",
+    "DropRetries": "._lifecycle",
+    "Lifecycle": "._lifecycle",
+    "ClientOperation": "._base",
+    "utc_now": "._base",
+    "challenge_s256": "._pkce",
+    "new_state": "._pkce",
+    "new_verifier": "._pkce",
+}
+__getattr__ = lazy_attributes(__name__, _NAMES)
+__all__ = [
+    "ClientOperation",
+    "DropResult",
+    "DropRetries",
+    "EnrollResult",
+    "Enrollment",
+    "Lifecycle",
+    "challenge_s256",
+    "check_user_id",
+    "new_state",
+    "new_verifier",
+    "parse_redirect",
+    "utc_now",
+]

@@ -1,0 +1,59 @@
+"""What the client-side operations on users (enrollment, drop, forget) share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from lta_worker.config import Settings, read_client_secret
+from lta_worker.logs import register_secret
+from lta_worker.secret import Secret
+from lta_worker.upstream import ApiClient
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Store, Vault
+
+
+def utc_now() -> datetime:
+    """The system clock: an aware datetime in UTC."""
+    return datetime.now(UTC)
+
+
+class ClientOperation:
+    """Holds the collaborators of a user operation and the client secret, read lazily.
+
+    Args:
+        settings: the validated settings (the client secret file among them).
+        store: users, tokens, pending enrollments and results.
+        vault: encrypts and decrypts tokens and verifiers at rest.
+        api: the service's HTTP interface.
+        clock: returns the current aware UTC datetime; the system clock by default.
+        client_secret: the client secret (default: read from `client.secret_file` when
+            first needed).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        vault: Vault,
+        api: ApiClient,
+        clock: Callable[[], datetime] | None = None,
+        *,
+        client_secret: Secret | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._vault = vault
+        self._api = api
+        self._clock = clock or utc_now
+        self._client_secret = client_secret
+
+    @property
+    def client_secret(self) -> Secret:
+        """The client secret, read from its file on first use and registered for redaction."""
+        if self._client_secret is None:
+            self._client_secret = read_client_secret(self._settings)
+        register_secret(self._client_secret)
+        return self._client_secret

@@ -1,0 +1,329 @@
+"""Enrollment: consent with PKCE, code exchange, long term token creation, encrypted storage.
+
+This is the Python API a web application uses to enroll its users in-process, and what
+`lta-worker enroll url|finish|token` calls. A web app does, for each user:
+
+    enrollment = Enrollment(settings, store, vault, api, clock)
+    url = enrollment.start("user-42")          # redirect the user's browser there
+    ...                                        # the service redirects back to redirect_uri
+    result = await enrollment.finish("user-42", str(request.url))
+    # result.scopes: exactly what the service granted; result.rotated: an old token died
+
+`start` saves a pending enrollment: the PKCE verifier (encrypted with the vault), bound to the
+user and to a fresh `state`, for ten minutes. `finish` accepts the whole redirect URL (or a
+bare code together with the redirect's `state`) and refuses a state that is unknown, used,
+expired or minted for another user. The code is
+exchanged at once, the user access token is posted at once to create the long term token,
+and the token is stored encrypted with exactly the scopes returned. Enrolling a user again
+rotates the token: the service kills the old one, and the store replaces it in one
+transaction, sets the user active and due now.
+
+No token, code, verifier or user access token ever reaches a log line or an error message.
+`start` is synchronous (one short insert); in `finish` and `from_user_token` the store runs
+in a worker thread, so a web app's event loop is never blocked by the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from functools import partial
+from typing import Any, Final
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+from anyio import to_thread
+
+from lta_worker.domain import OAUTH_CODES, PendingEnrollment
+from lta_worker.enrollment._base import ClientOperation
+from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
+from lta_worker.errors import (
+    EnrollmentError,
+    ModeNotOpenedError,
+    StorageError,
+    UpstreamError,
+    UsageError,
+)
+from lta_worker.logs import get_logger, register_secret
+from lta_worker.secret import Secret
+from lta_worker.upstream import join_url, long_term_credential
+
+PENDING_TTL: Final = timedelta(minutes=10)
+MAX_USER_LEN: Final = 255
+_QUERY_KEY: Final = re.compile(r"(^|[?&])(code|state|error)=")
+
+
+def _log() -> Any:
+    # Looked up per event, not bound at import: a logger bound before `configure_logging`
+    # would keep structlog's default configuration.
+    return get_logger("lta_worker.enroll")
+
+
+@dataclass(frozen=True, slots=True)
+class EnrollResult:
+    """A finished enrollment: who, exactly which scopes were granted, and whether a previous
+    token was replaced (rotation)."""
+
+    user: str
+    scopes: tuple[str, ...]
+    rotated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectParams:
+    """What came back from the consent: the code (a Secret) and state, or an OAuth error."""
+
+    code: Secret | None
+    state: str | None
+    error: str | None = None
+    error_description: str | None = None
+
+
+def check_user_id(user: str) -> str:
+    """Return the user id when it is usable (1-255 printable characters, no control character).
+
+    Raises:
+        UsageError: the id is empty, too long or holds control characters.
+    """
+    if not user or len(user) > MAX_USER_LEN or not user.isprintable() or user != user.strip():
+        raise UsageError(
+            "a user id is 1 to 255 printable characters without surrounding spaces",
+            hint="use your application's own stable user id",
+        )
+    return user
+
+
+def parse_redirect(text: str) -> RedirectParams:
+    """Read the consent's answer from a whole redirect URL, a query string, or a bare code.
+
+    Raises:
+        UsageError: the input is empty, or a URL without `code` nor `error`.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("no code or redirect URL was given on stdin", reason="no_input")
+    if "://" in text or text.startswith("?") or _QUERY_KEY.search(text):
+        query = urlsplit(text).query if "://" in text else text.lstrip("?")
+        params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        code = params.get("code") or None
+        if code:
+            register_secret(code)
+        if not code and not params.get("error"):
+            raise UsageError(
+                "the redirect URL holds neither `code` nor `error`",
+                hint="paste the whole address the browser was sent back to",
+            )
+        return RedirectParams(
+            code=Secret(code) if code else None,
+            state=params.get("state") or None,
+            error=_safe_error(params.get("error")),
+            error_description=params.get("error_description") or None,
+        )
+    if any(c.isspace() for c in text):
+        raise UsageError("a code is one word; paste the code or the whole redirect URL")
+    register_secret(text)
+    return RedirectParams(code=Secret(text), state=None)
+
+
+class Enrollment(ClientOperation):
+    """Enrolls users: the consent URL, the redirect back, or a user access token directly.
+
+    Args:
+        settings: client id, redirect URI, scopes, service URLs.
+        store: where pending enrollments and tokens are kept.
+        vault: encrypts the verifier and the token at rest.
+        api: the service's HTTP interface.
+        clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
+            `now`); the system clock by default.
+        client_secret: the client secret (default: read from `client.secret_file` when
+            first needed).
+    """
+
+    def consent_url(self, state: str, challenge: str) -> str:
+        """The authorization URL for one consent: `{auth_url}/oidc/auth?...`."""
+        client = self._settings.client
+        query = urlencode(
+            {
+                "client_id": client.id,
+                "redirect_uri": client.redirect_uri,
+                "response_type": "code",
+                "scope": " ".join(("openid", *client.scopes)),
+                "state": state,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            },
+            quote_via=quote,
+        )
+        return f"{join_url(self._settings.service.auth_url, '/oidc/auth')}?{query}"
+
+    def start(self, user: str) -> str:
+        """Begin enrolling `user`; returns the consent URL to send their browser to.
+
+        Saves the pending enrollment (verifier encrypted, state bound to the user) for
+        ten minutes.
+        """
+        check_user_id(user)
+        now = self._clock()
+        verifier, state = new_verifier(), new_state()
+        register_secret(verifier)
+        pending = PendingEnrollment(
+            user=user,
+            verifier=self._vault.encrypt(verifier, user=user, purpose="verifier"),
+            redirect_uri=self._settings.client.redirect_uri,
+            created_at=now,
+            expires_at=now + PENDING_TTL,
+        )
+        self._store.save_pending(state, pending)
+        _log().info(
+            "enroll.started",
+            user=user,
+            scopes=list(self._settings.client.scopes),
+            expires_at=pending.expires_at.isoformat(),
+        )
+        return self.consent_url(state, challenge_s256(verifier))
+
+    async def finish(
+        self, user: str, code_or_redirect_url: str, *, state: str | None = None
+    ) -> EnrollResult:
+        """Complete the enrollment `start` began, from the redirect URL (or a bare code).
+
+        A bare code carries no state: it finishes the user's newest consent started in the
+        last 10 minutes (PKCE binds the code to that consent's verifier); a web app that has
+        the redirect's `state` should pass it, or give the whole redirect URL.
+
+        Raises:
+            UsageError: no code, or the state is unknown, used, expired or for another user.
+            ModeNotOpenedError: the consent answered `invalid_scope` (exit 78).
+            EnrollmentError: the consent, the exchange or the token creation failed.
+        """
+        check_user_id(user)
+        params = parse_redirect(code_or_redirect_url)
+        if state is not None:
+            if params.state is not None and params.state != state:
+                raise UsageError("the redirect URL's state differs from the state given")
+            params = replace(params, state=state)
+        if params.error:
+            if params.state:
+                await to_thread.run_sync(self._store.take_pending, params.state, self._clock())
+            raise self._consent_error(user, params)
+        pending = await self._take_pending(user, params.state)
+        assert params.code is not None
+        verifier = self._vault.decrypt(pending.verifier, user=pending.user, purpose="verifier")
+        register_secret(verifier)
+        try:
+            user_token, _ = await self._api.exchange_code(
+                params.code,
+                verifier,
+                pending.redirect_uri,
+                self._settings.client.id,
+                self.client_secret,
+            )
+        except EnrollmentError as exc:
+            _failed(user, "exchange", exc.code)
+            raise
+        return await self._create_and_store(user, user_token)
+
+    async def from_user_token(self, user: str, user_access_token: Secret) -> EnrollResult:
+        """Enroll `user` with a user access token obtained elsewhere (from a long term consent).
+
+        Raises:
+            EnrollmentError: the service refused or failed to create the token.
+        """
+        check_user_id(user)
+        register_secret(user_access_token)
+        if not user_access_token.reveal().strip():
+            raise UsageError("no user access token was given on stdin")
+        return await self._create_and_store(user, user_access_token)
+
+    async def _take_pending(self, user: str, state: str | None) -> PendingEnrollment:
+        now = self._clock()
+        if state is None:
+            # A bare code: the user's newest consent started here. PKCE still binds the
+            # code to that consent's verifier, so a code minted elsewhere fails the exchange.
+            latest = await to_thread.run_sync(self._store.take_latest_pending, user, now)
+            if latest is None:
+                _failed(user, "state", "no_pending")
+                raise UsageError(
+                    f"no consent was started for {user!r} in the last "
+                    f"{int(PENDING_TTL.total_seconds() // 60)} minutes, or it was finished",
+                    reason="no_pending_consent",
+                )
+            return latest
+        pending = await to_thread.run_sync(self._store.take_pending, state, now)
+        if pending is None:
+            _failed(user, "state", "unknown_state")
+            raise UsageError(
+                "this consent is unknown, already used, or expired (a consent is valid for "
+                f"{int(PENDING_TTL.total_seconds() // 60)} minutes and can be finished once)",
+                reason="unknown_consent",
+            )
+        if pending.user != user:
+            _failed(user, "state", "other_user")
+            raise UsageError(
+                f"this consent was started for another user, not {user!r}; it is now void",
+                reason="other_user_consent",
+            )
+        return pending
+
+    def _consent_error(self, user: str, params: RedirectParams) -> Exception:
+        _failed(user, "consent", params.error)
+        if params.error == "invalid_scope":
+            return _mode_not_opened()
+        if params.error == "access_denied":
+            return EnrollmentError(
+                "the user did not give consent", code=params.error, reason="consent_denied"
+            )
+        return EnrollmentError("the consent failed", code=params.error, reason="consent_failed")
+
+    async def _create_and_store(self, user: str, user_token: Secret) -> EnrollResult:
+        try:
+            token, scopes = await self._api.create_token(user_token)
+        except EnrollmentError as exc:
+            _failed(user, "create", exc.code)
+            if exc.code == "invalid_scope":
+                raise _mode_not_opened() from None
+            raise
+        register_secret(token)
+        now = self._clock()
+        try:
+            encrypted = self._vault.encrypt(token, user=user)
+            rotated = await to_thread.run_sync(
+                partial(self._store.store_token, user, encrypted, scopes, now, next_due_at=now)
+            )
+        except StorageError:
+            # The service already holds this token and it lives until revoked: drop it
+            # rather than leave a live credential that nobody knows.
+            await self._drop_orphan(token)
+            _failed(user, "store", None)
+            raise
+        _log().info("enroll.completed", user=user, scopes=list(scopes), rotated=rotated)
+        return EnrollResult(user=user, scopes=scopes, rotated=rotated)
+
+    async def _drop_orphan(self, token: Secret) -> None:
+        with contextlib.suppress(UpstreamError, ValueError):
+            await self._api.drop_token(long_term_credential(token, self.client_secret))
+
+
+def _safe_error(value: str | None) -> str | None:
+    """An OAuth `error` fit for a message and a log: an allowed code (`classify.OAUTH_CODES`),
+    else `unrecognised_error`.
+
+    The redirect is text anyone could craft, so nothing else of it is repeated.
+    """
+    if not value:
+        return None
+    return value if value in OAUTH_CODES else "unrecognised_error"
+
+
+def _mode_not_opened() -> ModeNotOpenedError:
+    return ModeNotOpenedError(
+        "the service refused the long term scopes (invalid_scope): the long term mode is "
+        "not opened on this client",
+        hint="request it from the operator (contact form or chat, see the spec's section 1); "
+        "there is nothing to fix in lta-worker's configuration",
+    )
+
+
+def _failed(user: str, stage: str, error_code: str | None) -> None:
+    _log().warning("enroll.failed", user=user, stage=stage, error_code=error_code)

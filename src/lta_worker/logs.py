@@ -1,0 +1,166 @@
+"""Structured logging: JSON lines for machines, a readable console for people, no secrets.
+
+Events are data: a stable event name (`poll.read`, `pass.finished`, ...; see
+docs/log-events.md) plus fields. The processor chain ends with `redact`, the last line of
+defence against a secret reaching a log line: it masks fields whose names say secret, any
+long-term token (`dspa_...`), bearer credentials, and every value registered with
+`register_secret`. Tracebacks are rendered without frame locals.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal, TextIO
+
+import structlog
+from structlog.tracebacks import ExceptionDictTransformer
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from lta_worker.secret import Secret
+
+REDACTED = "[redacted]"
+_SECRET_KEYS = re.compile(
+    r"(^|_)(token|secret|password|passwd|authorization|verifier|credential|"
+    r"authorization_code|auth_code|key_material)$",
+    re.IGNORECASE,
+)
+_PATTERNS = (
+    re.compile(r"dspa_[A-Za-z0-9._~+/=-]*"),
+    re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
+)
+_lock = threading.Lock()
+# Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at
+# start; short-lived ones (a user access token during enrollment) come and go. Long term
+# tokens need no registration: the `dspa_` pattern masks every one of them.
+_registered: dict[str, None] = {}
+_MIN_REGISTERED = 6
+_MAX_REGISTERED = 64
+
+
+def register_secret(value: str | Secret) -> None:
+    """Mask this exact value wherever it appears in a log event from now on."""
+    raw = value.reveal() if isinstance(value, Secret) else value
+    if raw and len(raw) >= _MIN_REGISTERED:
+        with _lock:
+            _registered.pop(raw, None)
+            _registered[raw] = None
+            while len(_registered) > _MAX_REGISTERED:
+                # Keep the oldest (the client secret, registered first); drop the
+                # oldest of the later, short-lived ones.
+                keys = iter(_registered)
+                next(keys)
+                del _registered[next(keys)]
+
+
+def forget_secrets() -> None:
+    """Drop every registered value (tests; a key reload)."""
+    with _lock:
+        _registered.clear()
+
+
+def scrub(text: str) -> str:
+    """Mask every known secret shape and registered value in a string."""
+    with _lock:
+        values = sorted(_registered, key=len, reverse=True)
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    text = _PATTERNS[0].sub(REDACTED, text)
+    text = _PATTERNS[1].sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _PATTERNS[2].sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+
+
+def _scrub_value(key: str | None, value: Any) -> Any:
+    if isinstance(value, Secret):
+        return REDACTED
+    if (
+        key is not None
+        and _SECRET_KEYS.search(key)
+        and value not in (None, "")
+        and not isinstance(value, int | float | bool)
+    ):
+        return REDACTED
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, Mapping):
+        return {k: _scrub_value(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub_value(None, v) for v in value]
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    return scrub(str(value))
+
+
+def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """structlog processor: mask secrets in every field, nested ones included."""
+    return {k: _scrub_value(k if k != "event" else None, v) for k, v in event_dict.items()}
+
+
+def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    event_dict.pop("color_message", None)
+    if "_logger" in event_dict:
+        event_dict["logger"] = event_dict.pop("_logger")
+    return event_dict
+
+
+def shared_processors() -> list[Processor]:
+    """Processors common to both renderings (everything but the renderer)."""
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        _drop_color_message,
+    ]
+
+
+def configure_logging(
+    level: str = "info",
+    fmt: Literal["auto", "json", "console"] = "auto",
+    stream: TextIO | None = None,
+) -> None:
+    """Configure structlog once for the process: JSON lines unless the stream is a terminal."""
+    stream = stream or sys.stderr
+    use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
+    processors: list[Processor] = shared_processors()
+    if use_console:
+        processors += [
+            structlog.processors.format_exc_info,
+            redact,
+            structlog.dev.ConsoleRenderer(
+                colors=stream.isatty(),
+                exception_formatter=structlog.dev.plain_traceback,
+            ),
+        ]
+    else:
+        processors += [
+            structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
+            redact,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+def reset_logging() -> None:
+    """Undo `configure_logging` (tests)."""
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+
+
+def get_logger(name: str | None = None) -> Any:
+    """A structlog logger; `name` becomes the `logger` field."""
+    # Initial values go to the lazy proxy: `.bind()` here would build the logger now, with
+    # whatever configuration is in force at import time, and ignore `configure_logging`.
+    # (`logger` itself is a parameter name of structlog's wrap_logger, hence `_logger`.)
+    return structlog.get_logger(_logger=name) if name else structlog.get_logger()

@@ -1,0 +1,54 @@
+"""Pacing: spend the client's shared hourly budget evenly, never beyond what the service allows.
+
+- `parse_ratelimit`, `RateLimitInfo`, `response_time`: every RateLimit header format, as
+  one plain record (`_ratelimit`, pure);
+- the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
+  keep hostile figures bounded: `bound`, `wait_after_429`, `DEFAULT_MAX_WAIT` (`_window`);
+- `PacerCore`, the pacer's arithmetic on plain values, and `Pacer`, its async shell
+  (`_pacer`); `PacerLike`, what callers rely on (`_protocol`);
+- `SharedBudget`, the budget row several instances settle into on PostgreSQL, with its pure
+  rules (`_shared`).
+
+Names are imported on first use (see `lta_worker._lazy`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lta_worker._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from lta_worker.pacing._pacer import Pacer, PacerCore, PacerSnapshot
+    from lta_worker.pacing._protocol import PacerLike
+    from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
+    from lta_worker.pacing._shared import SharedBudget
+    from lta_worker.pacing._window import DEFAULT_MAX_WAIT, bound, wait_after_429
+
+_NAMES = {
+    "Pacer": "._pacer",
+    "PacerCore": "._pacer",
+    "PacerSnapshot": "._pacer",
+    "PacerLike": "._protocol",
+    "RateLimitInfo": "._ratelimit",
+    "parse_ratelimit": "._ratelimit",
+    "response_time": "._ratelimit",
+    "SharedBudget": "._shared",
+    "DEFAULT_MAX_WAIT": "._window",
+    "bound": "._window",
+    "wait_after_429": "._window",
+}
+__getattr__ = lazy_attributes(__name__, _NAMES)
+__all__ = [
+    "DEFAULT_MAX_WAIT",
+    "Pacer",
+    "PacerCore",
+    "PacerLike",
+    "PacerSnapshot",
+    "RateLimitInfo",
+    "SharedBudget",
+    "bound",
+    "parse_ratelimit",
+    "response_time",
+    "wait_after_429",
+]

@@ -1,0 +1,26 @@
+"""What callers of the pacer rely on: a typed protocol, so they need not know its class."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from lta_worker.pacing._pacer import PacerSnapshot
+
+
+class PacerLike(Protocol):
+    """Permits before each request, and every answer fed back (the pass, pending drops)."""
+
+    async def acquire(self) -> None:
+        """Wait for a permit to send one request; each must be followed by one `feed`."""
+        ...
+
+    def feed(
+        self, headers: Mapping[str, str], status: int | None, *, elapsed: float | None = None
+    ) -> None:
+        """Learn from an answer's rate limit headers and status (None: no answer came)."""
+        ...
+
+    def snapshot(self) -> PacerSnapshot:
+        """What the pacer knows of the budget now."""
+        ...

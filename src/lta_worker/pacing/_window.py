@@ -1,0 +1,150 @@
+"""Window rules: the one home of every protocol limit about rate-limit windows (pure).
+
+A service's rate limit headers are untrusted input: a reset of 31 years, a window of a
+thousand centuries or a count beyond any integer column must neither stall the worker
+nor raise on the way to a log line or the database. Everything that waits on, or stores,
+a figure of the service goes through here:
+
+- `bound` clamps one parsed answer: a reset (and `Retry-After`) is never trusted beyond
+  the reported window (`w=`, plus a second of rounding), when given, nor beyond the
+  configured maximum wait (`ratelimit.max_wait`); a window is never longer than that
+  maximum either; counts are capped to what a 32-bit column holds. After such a wait the
+  pacer sends again and takes the next answer's figures, so it re-learns as soon as the
+  service is sane again.
+- `pause_after_429` is the pause after a 429: its Retry-After (or reset), never below a
+  second, never beyond the same bounds, a minute when it says nothing usable.
+- `tolerance` says when two reported resets belong to the same window, and the margins
+  say how far from a reset permits go.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Final
+
+from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
+
+# After a reset, the first permit waits this long past it: resets are reported in whole
+# seconds and seen after the answer's latency, so the local reset may be slightly early.
+RESET_MARGIN: Final = 1.0
+# Permits of a window are spent only until this long before its reported reset.
+SPEND_MARGIN: Final = 1.0
+# Two resets closer than this (or than half the window) belong to the same window.
+RESET_TOLERANCE: Final = 2.0
+# The pause after a 429 that says nothing usable about when to come back.
+FALLBACK_429_WAIT: Final = 60.0
+# A 429 always pauses at least this long (a `Retry-After: 0` would otherwise spin).
+MIN_429_WAIT: Final = 1.0
+# The default of `ratelimit.max_wait`, and the range it may be configured in.
+DEFAULT_MAX_WAIT: Final = 3600.0
+MIN_MAX_WAIT: Final = 1.0
+MAX_MAX_WAIT: Final = 86_400.0
+# Counts above this are taken as this: it fits the 32-bit integer columns of the store.
+MAX_COUNT: Final = 2**31 - 1
+
+
+def finite_seconds(value: float | None) -> float | None:
+    """`value` when it is a finite number of seconds at least 0, else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def longest_wait(window: float | None, max_wait: float) -> float:
+    """The longest any reported wait is trusted: the window when reported (plus a second of
+    rounding: resets are whole seconds rounded up), and never beyond `max_wait`."""
+    cap = _max_wait(max_wait)
+    window = finite_seconds(window)
+    return min(window + RESET_MARGIN, cap) if window else cap
+
+
+def window_length(window: float | None, max_wait: float = DEFAULT_MAX_WAIT) -> float | None:
+    """A reported window's length, never beyond `max_wait`; None when absent or invalid."""
+    window = finite_seconds(window)
+    return min(window, _max_wait(max_wait)) if window else None
+
+
+def clamp_count(value: int | None) -> int | None:
+    """A count from the service, capped to `MAX_COUNT`; a negative one is None."""
+    if value is None or isinstance(value, bool) or value < 0:
+        return None
+    return min(int(value), MAX_COUNT)
+
+
+def bound(
+    info: RateLimitInfo | None,
+    max_wait: float = DEFAULT_MAX_WAIT,
+    *,
+    known_window: float | None = None,
+) -> RateLimitInfo | None:
+    """One answer's figures with every limit applied (see the module's docstring).
+
+    Args:
+        info: The parsed figures, or None.
+        max_wait: `ratelimit.max_wait` in seconds.
+        known_window: A window reported earlier, used when this answer reports none.
+    """
+    if info is None:
+        return None
+    cap = _max_wait(max_wait)
+    window = window_length(info.window, cap)
+    longest = longest_wait(window or known_window, cap)
+    reset = finite_seconds(info.reset_after)
+    retry = finite_seconds(info.retry_after)
+    return replace(
+        info,
+        limit=clamp_count(info.limit),
+        remaining=clamp_count(info.remaining),
+        reset_after=None if reset is None else min(reset, longest),
+        window=window,
+        retry_after=None if retry is None else min(retry, longest),
+    )
+
+
+def pause_after_429(info: RateLimitInfo | None, max_wait: float = DEFAULT_MAX_WAIT) -> float:
+    """Seconds every request is held after a 429: Retry-After, else the reset, bounded."""
+    bounded = bound(info, max_wait)
+    wait = None if bounded is None else bounded.wait
+    if wait is None:
+        wait = FALLBACK_429_WAIT
+    longest = longest_wait(None if bounded is None else bounded.window, max_wait)
+    return min(max(wait, MIN_429_WAIT), max(longest, MIN_429_WAIT))
+
+
+def wait_after_429(
+    headers: Mapping[str, str], now: datetime | None, max_wait: float = DEFAULT_MAX_WAIT
+) -> float:
+    """Seconds to hold every request after a 429 with these headers; never raises.
+
+    Args:
+        headers: The 429's headers (lower-case names).
+        now: When it arrived; used only to read an HTTP-date `Retry-After` or an epoch
+            reset when the answer carries no `Date` of its own.
+        max_wait: `ratelimit.max_wait` in seconds: the wait is never longer.
+    """
+    try:
+        info = parse_ratelimit(headers, response_time(headers) or now)
+    except Exception:  # a hostile header must never break a pass
+        info = None
+    return pause_after_429(info, max_wait)
+
+
+def tolerance(*windows: float | None) -> float:
+    """Seconds within which two reported resets belong to the same window."""
+    longest = max((w for w in (finite_seconds(x) for x in windows) if w), default=0.0)
+    return max(RESET_TOLERANCE, longest / 2)
+
+
+def _max_wait(max_wait: float) -> float:
+    """`max_wait` within its range, whatever a caller passes."""
+    value = finite_seconds(max_wait)
+    if value is None:
+        return DEFAULT_MAX_WAIT
+    return min(max(value, MIN_MAX_WAIT), MAX_MAX_WAIT)

@@ -1,0 +1,96 @@
+"""The one rule for every secret file: the client secret file and the token key file (and any
+later one: webhook secret, enrollment link key).
+
+A secret file must be
+
+- a regular file (a FIFO, a device or a directory is refused before it is opened, so
+  reading never blocks);
+- closed to group and others (no permission bit in `0o077`; fix: `chmod 600 FILE`);
+- at most 64 KiB, UTF-8 without a byte order mark (a BOM is refused and named: an editor
+  that adds one may have changed more, and a secret is taken byte for byte).
+
+A file that breaks the rule stops every command that uses it with exit 78, naming the
+setting. Messages name the file and the setting, never any of its content.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Final
+
+from lta_worker.errors import ConfigError
+
+MAX_BYTES: Final = 65_536
+BOM: Final = b"\xef\xbb\xbf"
+_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def check_mode(path: Path, mode: int, *, key: str, error: type[ConfigError] = ConfigError) -> None:
+    """Refuse a secret file that is not a regular file or that group or others can access."""
+    source = f"{str(path)!r}"
+    if not stat.S_ISREG(mode):
+        raise error(f"{source} is {_kind(mode)}, not a regular file", key=key)
+    if mode & 0o077:
+        raise error(
+            f"{source} is readable by group or others (mode {stat.S_IMODE(mode):04o})",
+            key=key,
+            hint=f"chmod 600 {path}",
+        )
+
+
+def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigError) -> bytes:
+    """Read a secret file under the rule above; return its bytes (BOM refused).
+
+    Args:
+        path: the file.
+        key: the setting that names it (`client.secret_file`, `crypto.key_file`).
+        error: the ConfigError subclass to raise.
+
+    Raises:
+        ConfigError: (or `error`) naming `key`, when the file breaks the rule or cannot be read;
+            reason `missing` when it does not exist.
+    """
+    source = f"{str(path)!r}"
+    try:
+        check_mode(path, os.stat(path).st_mode, key=key, error=error)
+        # O_NONBLOCK: should the path become a FIFO after the check, opening it still
+        # returns at once (and fstat below refuses it).
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise error(f"{source} does not exist", key=key, reason="missing") from None
+    except OSError as exc:
+        raise error(f"{source} cannot be read ({exc.strerror})", key=key) from None
+    try:
+        check_mode(path, os.fstat(fd).st_mode, key=key, error=error)
+        data = b""
+        while len(data) <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        raise error(f"{source} cannot be read ({exc.strerror})", key=key) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise error(f"{source} is larger than {MAX_BYTES} bytes: is it the right file?", key=key)
+    if data.startswith(BOM):
+        raise error(
+            f"{source} starts with a UTF-8 byte order mark (BOM)",
+            key=key,
+            hint=f"save it without a BOM, e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' {path}`",
+        )
+    return data

@@ -1,0 +1,233 @@
+"""Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
+
+SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on. The sqlite3 module's own
+transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
+transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
+(busy timeout) instead of failing with "database is locked" when a deferred read transaction
+tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
+they never block writers.
+
+PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
+`postgresql+psycopg://`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import StaticPool
+
+from lta_worker.errors import ConfigError
+from lta_worker.storage._dberrors import map_driver_error
+
+Dialect = Literal["sqlite", "postgresql"]
+
+BUSY_TIMEOUT_MS = 30_000
+_BEGIN_OPTION = "lta_sqlite_begin"
+# JSON columns hold strict JSON only (RFC 8259): a NaN or an infinity is refused at the
+# write instead of being stored as `NaN`/`Infinity`, which no JSON reader accepts.
+_STRICT_JSON = partial(json.dumps, allow_nan=False)
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse a database URL; `postgresql://` and `postgres://` become `postgresql+psycopg://`.
+
+    Raises:
+        ConfigError: naming `database.url` when the URL cannot be used.
+    """
+    if isinstance(url, str) and url.startswith("postgres://"):
+        url = "postgresql://" + url.removeprefix("postgres://")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError("is not a valid database URL", key="database.url") from None
+    if parsed.drivername in {"postgresql", "postgres"}:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername not in {"sqlite", "sqlite+pysqlite", "postgresql+psycopg"}:
+        raise ConfigError(
+            f"driver {parsed.drivername!r} is not supported",
+            key="database.url",
+            hint="use sqlite:////path/to/lta.db or postgresql://user@host/dbname",
+        )
+    return parsed
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL, or None for an in-memory database."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _prepare_sqlite_file(path: Path) -> None:
+    """Create the parent directory and an empty 0600 file, so WAL files inherit 0600 too;
+    refuse a database file that others may read (it holds results and encrypted tokens).
+
+    Raises:
+        ConfigError: naming `database.url` when the directory or the file cannot be created,
+            or the file is not a regular file, or others have access to it.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the SQLite database {str(path)!r} ({exc.strerror})",
+            key="database.url",
+            hint="make its directory writable by the user running lta-worker, "
+            "or set database.url to a writable place",
+        ) from None
+    check_database_mode(path, mode)
+
+
+def check_database_mode(path: Path, mode: int) -> None:
+    """Refuse a SQLite database file that is not a regular file or that others can access.
+
+    Group access is allowed: the client's own application may read the results through a
+    shared group (mode 0640).
+
+    Raises:
+        ConfigError: naming `database.url`.
+    """
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{str(path)!r} is not a regular file", key="database.url")
+    if mode & 0o007:
+        raise ConfigError(
+            f"the SQLite database {str(path)!r} is open to others "
+            f"(mode {stat.S_IMODE(mode):04o}); it holds results and encrypted tokens",
+            key="database.url",
+            hint=f"chmod o-rwx {path}",
+        )
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (see `_sqlite_on_begin`)
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _enable_wal(cursor)
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL (persistent: a no-op once done), riding out a busy file.
+
+    SQLite may answer "database is locked" to the switch without calling the busy handler
+    (it avoids a deadlock that way), for instance while another process creates the same new
+    database; so the switch is retried for up to the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def create_store_engine(url: URL) -> Engine:
+    """Create the engine for a normalized URL, with the SQLite set-up described above."""
+    if url.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+        if path is None:
+            kwargs["poolclass"] = StaticPool
+            kwargs["connect_args"]["check_same_thread"] = False
+        else:
+            _prepare_sqlite_file(path)
+        engine = create_engine(url, hide_parameters=True, json_serializer=_STRICT_JSON, **kwargs)
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    try:
+        return create_engine(
+            url,
+            hide_parameters=True,
+            json_serializer=_STRICT_JSON,
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=10,
+        )
+    except ImportError:
+        raise ConfigError(
+            "needs the PostgreSQL driver psycopg, which is not installed",
+            key="database.url",
+            hint="pip install 'lta-worker[postgresql]'",
+        ) from None
+
+
+@dataclass(frozen=True)
+class Database:
+    """The engine plus what queries need to know about it."""
+
+    engine: Engine
+    dialect: Dialect
+    path: Path | None
+
+    @classmethod
+    def open(cls, url: str | URL) -> Database:
+        """Open (lazily connect to) the database at `url`."""
+        parsed = normalize_url(url)
+        engine = create_store_engine(parsed)
+        dialect: Dialect = "sqlite" if parsed.get_backend_name() == "sqlite" else "postgresql"
+        return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed))
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
+        with self._mapped_errors(), self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read transaction (deferred BEGIN on SQLite)."""
+        with self._mapped_errors(), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`."""
+        try:
+            yield
+        except DBAPIError as exc:
+            raise map_driver_error(exc, self.engine.url.password) from exc
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

@@ -1,0 +1,97 @@
+"""Driver errors sorted into configuration (exit 78) and temporary (exit 75).
+
+A database that does not exist, a role that does not exist or is refused, a bad `sslmode`
+or connection option, a server without the TLS the URL asks for, a SQLite file that cannot
+be opened or written: the operator fixes `database.url` (or the file's directory), so it is
+a `ConfigError` naming `database.url`. A server that is down or starting, too many
+connections, a full disk, a lock, a serialization failure: a rerun later can succeed, so it
+is a `StorageError` (75). Anything not recognised is temporary.
+
+PostgreSQL reports no SQLSTATE for a failed connection (libpq's message is all there is),
+so connection errors are matched on libpq's English messages; a server whose
+`lc_messages` is not English falls back to temporary. Errors on an open connection carry
+their SQLSTATE, which decides first. No message ever holds the URL's password.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from sqlalchemy.exc import DBAPIError
+
+from lta_worker.errors import ConfigError, LtaError, StorageError
+
+_SETTING: Final = "database.url"
+# SQLSTATE classes and codes that a configuration change fixes.
+_CONFIG_SQLSTATE_CLASSES: Final = ("28",)  # invalid authorization specification
+_CONFIG_SQLSTATES: Final = frozenset(
+    {
+        "3D000",  # invalid_catalog_name: no such database
+        "42501",  # insufficient_privilege: the role lacks a grant
+        "3F000",  # invalid_schema_name
+    }
+)
+_CONFIG_MESSAGES: Final = re.compile(
+    r"database \".*\" does not exist"
+    r"|role \".*\" does not exist"
+    r"|password authentication failed"
+    r"|no password supplied"
+    r"|(peer|ident|ldap|radius|certificate|gss|sspi|scram) authentication failed"
+    r"|no pg_hba\.conf entry"
+    r"|permission denied for database"
+    r"|invalid [\w ]{0,40}value"
+    r"|invalid connection option"
+    r"|server does not support SSL"
+    r"|certificate (verify failed|.* does not exist)"
+    r"|root certificate file"
+    r"|(unable to open database file|attempt to write a readonly database|readonly database)",
+    re.IGNORECASE,
+)
+_CONFIG_HINT: Final = (
+    "check database.url (host, database name, role, sslmode) and the database's permissions; "
+    "keep a password in ~/.pgpass, not in the URL"
+)
+_SQLITE_CONFIG_HINT: Final = (
+    "make the SQLite file and its directory writable by the user running lta-worker, "
+    "or set database.url"
+)
+_TEMPORARY_HINT: Final = "check that the database is reachable; the pass can be rerun"
+_DISK = re.compile(r"disk is full|disk I/O error|no space left|could not extend", re.IGNORECASE)
+_DISK_HINT: Final = (
+    "free disk space where the database lives (and check the disk); nothing committed is "
+    "lost, the pass can be rerun"
+)
+
+
+def describe(exc: DBAPIError, password: str | None = None) -> str:
+    """A one-line description of a driver error, without SQL, parameters or password."""
+    orig = exc.orig
+    text = " ".join(str(orig).split()) if orig is not None else ""
+    kind = type(orig).__name__ if orig is not None else type(exc).__name__
+    if password:
+        text = text.replace(password, "[redacted]")
+    return f"{kind}: {text}" if text else kind
+
+
+def is_configuration(exc: DBAPIError) -> bool:
+    """True when fixing the configuration (URL, role, database, permissions) is the cure."""
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate in _CONFIG_SQLSTATES or sqlstate.startswith(_CONFIG_SQLSTATE_CLASSES)
+    return bool(_CONFIG_MESSAGES.search(str(orig) if orig is not None else str(exc)))
+
+
+def map_driver_error(exc: DBAPIError, password: str | None = None) -> LtaError:
+    """The lta-worker error for a driver error: ConfigError (78) or StorageError (75)."""
+    what = describe(exc, password)
+    if is_configuration(exc):
+        sqlite = exc.orig is not None and type(exc.orig).__module__.startswith("sqlite3")
+        return ConfigError(
+            f"the database cannot be used as configured ({what})",
+            key=_SETTING,
+            hint=_SQLITE_CONFIG_HINT if sqlite else _CONFIG_HINT,
+        )
+    hint = _DISK_HINT if _DISK.search(what) else _TEMPORARY_HINT
+    return StorageError(f"the database refused the operation ({what})", hint=hint)

@@ -1,0 +1,107 @@
+"""Pending enrollments: a started consent, found again by its OAuth state, used once.
+
+Only the sha256 of the state is stored, so a copy of the database cannot be used to finish
+someone's consent; the PKCE verifier is stored encrypted by the vault (purpose `verifier`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, delete, insert, or_, select, update
+
+from lta_worker.domain import EncryptedToken, PendingEnrollment
+from lta_worker.secret import Secret
+from lta_worker.storage._db import Database
+from lta_worker.storage._models import PendingEnrollmentRow as Row
+
+
+def state_hash(state: str | Secret) -> str:
+    """The sha256 (hex) under which a pending enrollment's OAuth state is stored."""
+    raw = state.reveal() if isinstance(state, Secret) else state
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def save_pending(
+    db: Database,
+    *,
+    state: str | Secret,
+    user: str,
+    verifier: EncryptedToken,
+    redirect_uri: str,
+    created_at: datetime,
+    expires_at: datetime,
+) -> None:
+    """Store a started consent under the hash of its OAuth state."""
+    with db.write() as conn:
+        conn.execute(
+            insert(Row).values(
+                state_hash=state_hash(state),
+                user=user,
+                verifier_ciphertext=verifier.ciphertext,
+                verifier_key_id=verifier.key_id,
+                redirect_uri=redirect_uri,
+                created_at=created_at,
+                expires_at=expires_at,
+            )
+        )
+
+
+_RETURNED = (
+    Row.user,
+    Row.verifier_ciphertext,
+    Row.verifier_key_id,
+    Row.redirect_uri,
+    Row.created_at,
+    Row.expires_at,
+)
+
+
+def _take(db: Database, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
+    """Mark the matching live pending enrollment used, in one UPDATE ... RETURNING."""
+    stmt = (
+        update(Row)
+        .where(match, Row.used_at.is_(None), Row.expires_at > now)
+        .values(used_at=now)
+        .returning(*_RETURNED)
+    )
+    with db.write() as conn:
+        row = conn.execute(stmt).first()
+    if row is None:
+        return None
+    return PendingEnrollment(
+        user=row.user,
+        verifier=EncryptedToken(bytes(row.verifier_ciphertext), row.verifier_key_id),
+        redirect_uri=row.redirect_uri,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+    )
+
+
+def take_pending(db: Database, state: str | Secret, now: datetime) -> PendingEnrollment | None:
+    """Take the pending enrollment of `state`, once: None if unknown, used or expired.
+
+    One UPDATE ... RETURNING marks it used, so two concurrent takes never both succeed.
+    """
+    return _take(db, Row.state_hash == state_hash(state), now)
+
+
+def take_latest_pending(db: Database, user: str, now: datetime) -> PendingEnrollment | None:
+    """Take the newest live pending enrollment of `user`, once (for a bare code, no state)."""
+    newest = (
+        select(Row.state_hash)
+        .where(Row.user == user, Row.used_at.is_(None), Row.expires_at > now)
+        .order_by(Row.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return _take(db, Row.state_hash == newest, now)
+
+
+def purge_pending(db: Database, now: datetime) -> int:
+    """Delete pending enrollments that are used or expired; return how many."""
+    with db.write() as conn:
+        return conn.execute(
+            delete(Row).where(or_(Row.used_at.is_not(None), Row.expires_at <= now))
+        ).rowcount

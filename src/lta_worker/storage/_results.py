@@ -1,0 +1,173 @@
+"""Snapshots (latest result per user and endpoint), history, export and retention purge.
+
+The payload is stored exactly as received (opaque JSON). Its content hash is the sha256 of
+its canonical JSON form (sorted keys, no whitespace), so a payload that differs only in key
+order or spacing is the same content. History gets a row only when (status, hash) changes;
+a write whose `fetched_at` is not newer than the stored one is a replay and writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, and_, delete, insert, or_, select, tuple_, update
+
+from lta_worker.domain import (
+    Endpoint,
+    HistoryRow,
+    PurgeCounts,
+    ResultRow,
+    ResultStatus,
+    SnapshotWrite,
+)
+from lta_worker.storage._db import Database, Dialect
+from lta_worker.storage._models import History, Snapshot, User
+
+
+def canonical_json(payload: Any) -> bytes:
+    """The canonical JSON form of a payload: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def content_hash(payload: Any) -> str:
+    """The sha256 (hex) of the payload's canonical JSON form."""
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def write_snapshot(conn: Connection, dialect: Dialect, user_id: int, write: SnapshotWrite) -> None:
+    """Upsert the (user, endpoint) snapshot; append history when the content changed."""
+    digest = content_hash(write.payload)
+    key = and_(Snapshot.user_id == user_id, Snapshot.endpoint == write.endpoint)
+    query = select(Snapshot.status, Snapshot.content_hash, Snapshot.fetched_at).where(key)
+    if dialect == "postgresql":
+        query = query.with_for_update()
+    current = conn.execute(query).first()
+    content = {"status": write.status, "payload": write.payload, "content_hash": digest}
+    if current is None:
+        conn.execute(
+            insert(Snapshot).values(
+                user_id=user_id,
+                endpoint=write.endpoint,
+                fetched_at=write.fetched_at,
+                changed_at=write.fetched_at,
+                **content,
+            )
+        )
+    elif write.fetched_at <= current.fetched_at:
+        return
+    elif current.status == write.status and current.content_hash == digest:
+        conn.execute(update(Snapshot).where(key).values(fetched_at=write.fetched_at))
+        return
+    else:
+        conn.execute(
+            update(Snapshot)
+            .where(key)
+            .values(fetched_at=write.fetched_at, changed_at=write.fetched_at, **content)
+        )
+    conn.execute(
+        insert(History).values(
+            user_id=user_id, endpoint=write.endpoint, fetched_at=write.fetched_at, **content
+        )
+    )
+
+
+def export_results(db: Database, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
+    """The latest result per user and endpoint, by user row id then endpoint, in batches."""
+    after: tuple[int, str] = (0, "")
+    while True:
+        query = (
+            select(
+                Snapshot.user_id,
+                User.user,
+                Snapshot.endpoint,
+                Snapshot.status,
+                Snapshot.payload,
+                Snapshot.fetched_at,
+                Snapshot.changed_at,
+            )
+            .join(User, User.id == Snapshot.user_id)
+            .where(tuple_(Snapshot.user_id, Snapshot.endpoint) > tuple_(*after))
+            .order_by(Snapshot.user_id, Snapshot.endpoint)
+            .limit(batch)
+        )
+        if user is not None:
+            query = query.where(User.user == user)
+        with db.read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return
+        for row in rows:
+            yield ResultRow(
+                user=row.user,
+                endpoint=cast(Endpoint, row.endpoint),
+                status=cast(ResultStatus, row.status),
+                payload=row.payload,
+                fetched_at=row.fetched_at,
+                changed_at=row.changed_at,
+            )
+        after = (rows[-1].user_id, rows[-1].endpoint)
+
+
+def history(db: Database, user: str, endpoint: Endpoint) -> list[HistoryRow]:
+    """Every distinct content stored for (user, endpoint), oldest first; [] when none."""
+    with db.read() as conn:
+        rows = conn.execute(
+            select(
+                History.endpoint,
+                History.status,
+                History.payload,
+                History.content_hash,
+                History.fetched_at,
+            )
+            .join(User, User.id == History.user_id)
+            .where(User.user == user, History.endpoint == endpoint)
+            .order_by(History.fetched_at, History.id)
+        ).all()
+    return [
+        HistoryRow(
+            endpoint=cast(Endpoint, r.endpoint),
+            status=cast(ResultStatus, r.status),
+            payload=r.payload,
+            content_hash=r.content_hash,
+            fetched_at=r.fetched_at,
+        )
+        for r in rows
+    ]
+
+
+def purge_results(db: Database, user: str) -> int:
+    """Delete the user's snapshots and history; return how many rows (0 for an unknown user)."""
+    with db.write() as conn:
+        user_id = conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
+        if user_id is None:
+            return 0
+        snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id == user_id)).rowcount
+        past = conn.execute(delete(History).where(History.user_id == user_id)).rowcount
+    return snapshots + past
+
+
+def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> PurgeCounts:
+    """Delete results of users revoked or dropped at least `after` ago (0 means at once)."""
+    cutoff = now - after
+    expired = select(User.id).where(
+        or_(
+            and_(User.state == "revoked", User.revoked_at <= cutoff),
+            and_(User.state == "dropped", User.dropped_at <= cutoff),
+        )
+    )
+    with_rows = (
+        select(Snapshot.user_id)
+        .where(Snapshot.user_id.in_(expired))
+        .union(select(History.user_id).where(History.user_id.in_(expired)))
+        .subquery()
+    )
+    users = conn.execute(select(with_rows.c.user_id)).scalars().all()
+    if not users:
+        return PurgeCounts()
+    snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id.in_(users))).rowcount
+    past = conn.execute(delete(History).where(History.user_id.in_(users))).rowcount
+    return PurgeCounts(users=len(users), snapshots=snapshots, history=past)

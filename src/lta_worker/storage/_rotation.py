@@ -1,0 +1,173 @@
+"""Key rotation: re-encrypt every stored token and live PKCE verifier under the newest key.
+
+Works in batches, each committed on its own, with a compare-and-swap per row (the new
+ciphertext is written only where the row still holds the ciphertext that was decrypted), so
+a rotation can be interrupted and simply run again, and a token re-enrolled or deleted
+meanwhile is left alone. Before anything is changed, every key id in use is checked against
+the key file: an unknown one raises UnknownKeyError (exit 78) with nothing modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+from sqlalchemy import and_, func, select, update
+
+from lta_worker.domain import EncryptedToken, RotationReport
+from lta_worker.storage._db import Database
+from lta_worker.storage._models import PendingEnrollmentRow as Pending
+from lta_worker.storage._models import User
+from lta_worker.storage._vault import Purpose, TokenDecryptError
+
+if TYPE_CHECKING:
+    from lta_worker.storage._store import Store
+    from lta_worker.storage._vault import Vault
+
+DEFAULT_BATCH: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSecret:
+    """One stored ciphertext to rotate: a user's token (row = users.id) or a verifier."""
+
+    kind: Purpose
+    row: int | str
+    user: str
+    secret: EncryptedToken
+
+
+def key_ids_in_use(db: Database, now: datetime) -> dict[str, int]:
+    """How many stored tokens and live verifiers use each key id."""
+    counts: dict[str, int] = {}
+    with db.read() as conn:
+        tokens = conn.execute(
+            select(User.token_key_id, func.count())
+            .where(User.token_key_id.is_not(None))
+            .group_by(User.token_key_id)
+        ).all()
+        verifiers = conn.execute(
+            select(Pending.verifier_key_id, func.count())
+            .where(Pending.used_at.is_(None), Pending.expires_at > now)
+            .group_by(Pending.verifier_key_id)
+        ).all()
+    for key_id, count in [*tokens, *verifiers]:
+        if key_id is not None:
+            counts[key_id] = counts.get(key_id, 0) + count
+    return counts
+
+
+def secrets_for_rotation(
+    db: Database,
+    kind: Purpose,
+    *,
+    exclude_key_id: str,
+    now: datetime,
+    after: int | str | None,
+    limit: int,
+) -> list[StoredSecret]:
+    """The next `limit` secrets of `kind` not under `exclude_key_id`, in row order."""
+    found: list[StoredSecret] = []
+    with db.read() as conn:
+        if kind == "token":
+            tokens = (
+                select(User.id, User.user, User.token_ciphertext, User.token_key_id)
+                .where(User.token_key_id.is_not(None), User.token_key_id != exclude_key_id)
+                .order_by(User.id)
+                .limit(limit)
+            )
+            if after is not None:
+                tokens = tokens.where(User.id > int(after))
+            for row_id, user, ciphertext, key_id in conn.execute(tokens):
+                if ciphertext is not None and key_id is not None:
+                    secret = EncryptedToken(bytes(ciphertext), key_id)
+                    found.append(StoredSecret(kind, row_id, user, secret))
+            return found
+        verifiers = (
+            select(
+                Pending.state_hash,
+                Pending.user,
+                Pending.verifier_ciphertext,
+                Pending.verifier_key_id,
+            )
+            .where(
+                Pending.verifier_key_id != exclude_key_id,
+                Pending.used_at.is_(None),
+                Pending.expires_at > now,
+            )
+            .order_by(Pending.state_hash)
+            .limit(limit)
+        )
+        if after is not None:
+            verifiers = verifiers.where(Pending.state_hash > str(after))
+        for state_hash, user, ciphertext, key_id in conn.execute(verifiers):
+            secret = EncryptedToken(bytes(ciphertext), key_id)
+            found.append(StoredSecret(kind, state_hash, user, secret))
+    return found
+
+
+def reencrypt(db: Database, swaps: Sequence[tuple[StoredSecret, EncryptedToken]]) -> int:
+    """Write each new ciphertext where the row still holds the old one; return how many."""
+    done = 0
+    with db.write() as conn:
+        for old, new in swaps:
+            if old.kind == "token":
+                stmt = (
+                    update(User)
+                    .where(
+                        User.id == int(old.row),
+                        User.token_key_id == old.secret.key_id,
+                        User.token_ciphertext == old.secret.ciphertext,
+                    )
+                    .values(token_ciphertext=new.ciphertext, token_key_id=new.key_id)
+                )
+            else:
+                stmt = (
+                    update(Pending)
+                    .where(
+                        and_(
+                            Pending.state_hash == str(old.row),
+                            Pending.verifier_key_id == old.secret.key_id,
+                            Pending.verifier_ciphertext == old.secret.ciphertext,
+                        )
+                    )
+                    .values(verifier_ciphertext=new.ciphertext, verifier_key_id=new.key_id)
+                )
+            done += conn.execute(stmt).rowcount
+    return done
+
+
+def rotate_keys(
+    store: Store, vault: Vault, now: datetime, *, batch: int = DEFAULT_BATCH
+) -> RotationReport:
+    """Re-encrypt every token and live verifier under `vault.current_key_id`.
+
+    Raises:
+        UnknownKeyError: a stored secret uses a key id missing from the key file; raised
+            before anything is modified.
+    """
+    current = vault.current_key_id
+    in_use = store.key_ids_in_use(now)
+    vault.require_keys(in_use)
+    already = in_use.get(current, 0)
+    rotated = failed = 0
+    kinds: tuple[Purpose, ...] = ("token", "verifier")
+    for kind in kinds:
+        after: int | str | None = None
+        while True:
+            items = store.secrets_for_rotation(
+                kind, exclude_key_id=current, now=now, after=after, limit=batch
+            )
+            if not items:
+                break
+            swaps: list[tuple[StoredSecret, EncryptedToken]] = []
+            for item in items:
+                try:
+                    swaps.append((item, vault.reencrypt(item.secret, user=item.user, purpose=kind)))
+                except TokenDecryptError:
+                    failed += 1
+            rotated += store.reencrypt(swaps)
+            after = items[-1].row
+    return RotationReport(key_id=current, rotated=rotated, already_current=already, failed=failed)

@@ -1,0 +1,449 @@
+"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Executable,
+    Row,
+    and_,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from lta_worker.domain import (
+    TOKENLESS_STATES,
+    USER_STATES,
+    EncryptedToken,
+    UserRow,
+    UserState,
+    UserUpdate,
+)
+from lta_worker.errors import UnknownUserError
+from lta_worker.storage import _results as results
+from lta_worker.storage._db import Database
+from lta_worker.storage._models import User, UtcDateTime
+
+USER_COLUMNS = (
+    User.id,
+    User.user,
+    User.state,
+    User.token_ciphertext,
+    User.token_key_id,
+    User.scopes,
+    User.denied,
+    User.enrolled_at,
+    User.last_polled_at,
+    User.next_due_at,
+    User.consecutive_failures,
+    User.last_outcome,
+    User.last_code,
+    User.generation,
+)
+
+
+def _denied_out(raw: Mapping[str, Any] | None) -> dict[str, datetime]:
+    out: dict[str, datetime] = {}
+    for endpoint, value in (raw or {}).items():
+        stamp = datetime.fromisoformat(str(value))
+        out[endpoint] = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return out
+
+
+def _denied_in(denied: Mapping[str, datetime]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for endpoint, when in denied.items():
+        if when.tzinfo is None:
+            raise ValueError("storage takes timezone-aware datetimes only (use UTC)")
+        out[endpoint] = when.astimezone(UTC).isoformat()
+    return out
+
+
+def to_user_row(row: Row[Any]) -> UserRow:
+    """Turn a row of `USER_COLUMNS` into a UserRow."""
+    token = (
+        EncryptedToken(ciphertext=bytes(row.token_ciphertext), key_id=row.token_key_id)
+        if row.token_ciphertext is not None
+        else None
+    )
+    return UserRow(
+        id=row.id,
+        user=row.user,
+        state=cast(UserState, row.state),
+        token=token,
+        scopes=tuple(row.scopes or ()),
+        denied=_denied_out(row.denied),
+        enrolled_at=row.enrolled_at,
+        last_polled_at=row.last_polled_at,
+        next_due_at=row.next_due_at,
+        consecutive_failures=row.consecutive_failures,
+        last_outcome=row.last_outcome,
+        last_code=row.last_code,
+        generation=row.generation,
+    )
+
+
+def user_id_of(conn: Connection, user: str) -> int | None:
+    """The row id of the client's user id `user`, or None."""
+    return conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
+
+
+def get_user(db: Database, user: str) -> UserRow | None:
+    """The user with the client's user id `user`, or None."""
+    with db.read() as conn:
+        row = conn.execute(select(*USER_COLUMNS).where(User.user == user)).first()
+    return to_user_row(row) if row is not None else None
+
+
+def list_users(db: Database, batch: int = 500) -> Iterator[UserRow]:
+    """Every user in id order, read in keyset batches (one short transaction per batch)."""
+    after = 0
+    while True:
+        with db.read() as conn:
+            rows = conn.execute(
+                select(*USER_COLUMNS).where(User.id > after).order_by(User.id).limit(batch)
+            ).all()
+        if not rows:
+            return
+        for row in rows:
+            yield to_user_row(row)
+        after = rows[-1].id
+
+
+def count_by_state(db: Database) -> dict[str, int]:
+    """Users per state; every state is present (0 when none)."""
+    counts: dict[str, int] = dict.fromkeys(USER_STATES, 0)
+    with db.read() as conn:
+        for state, count in conn.execute(select(User.state, func.count()).group_by(User.state)):
+            counts[state] = count
+    return counts
+
+
+def _due(due_before: datetime) -> ColumnElement[bool]:
+    # A `dropping` user keeps its token only to finish the DELETE: never read with it.
+    return and_(
+        User.token_ciphertext.is_not(None),
+        User.state != "dropping",
+        User.next_due_at.is_not(None),
+        User.next_due_at <= due_before,
+    )
+
+
+def count_due(db: Database, now: datetime) -> int:
+    """Users to read (a token, not dropping) with `next_due_at` at or before `now`."""
+    with db.read() as conn:
+        return conn.execute(select(func.count()).where(_due(now))).scalar_one()
+
+
+def claim_due(
+    db: Database,
+    *,
+    now: datetime,
+    due_before: datetime,
+    limit: int,
+    owner: str,
+    lease_until: datetime,
+    expired: Counter[str] | None = None,
+) -> list[UserRow]:
+    """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
+
+    A user is claimable when it holds a token, is not `dropping`, `next_due_at <=
+    due_before`, and no live lease covers it (`lease_expires_at` NULL or before `now`).
+    On PostgreSQL the candidate rows are locked with `FOR UPDATE SKIP LOCKED`, so
+    concurrent instances claim disjoint sets; on SQLite the write transaction (BEGIN
+    IMMEDIATE) serializes claims. When `expired` is given, it counts the users taken over
+    from another owner's expired lease, per owner. Each claimed row's `generation` is
+    bumped (and returned): a decision made under an earlier claim can no longer be written.
+    """
+    rows, previous = lease_due(
+        db, _due(due_before), now=now, limit=limit, owner=owner, lease_until=lease_until
+    )
+    if expired is not None:
+        expired.update(p for p in previous if p not in (None, owner))
+    return rows
+
+
+def lease_due(
+    db: Database,
+    condition: ColumnElement[bool],
+    *,
+    now: datetime,
+    limit: int,
+    owner: str,
+    lease_until: datetime,
+) -> tuple[list[UserRow], list[str | None]]:
+    """Lease up to `limit` users matching `condition` and no live lease, oldest due first.
+
+    Returns the leased rows (generation bumped) and the previous lease owner of each.
+    On PostgreSQL candidates are locked `FOR UPDATE SKIP LOCKED`.
+    """
+    if limit <= 0:
+        return [], []
+    candidates = (
+        select(User.id, User.lease_owner)
+        .where(condition, or_(User.lease_expires_at.is_(None), User.lease_expires_at < now))
+        .order_by(User.next_due_at, User.id)
+        .limit(limit)
+    )
+    if db.dialect == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    with db.write() as conn:
+        found = conn.execute(candidates).all()
+        if not found:
+            return [], []
+        stmt = (
+            update(User)
+            .where(User.id.in_([r.id for r in found]))
+            .values(
+                lease_owner=owner,
+                lease_expires_at=lease_until,
+                generation=User.generation + 1,
+            )
+            .returning(*USER_COLUMNS)
+        )
+        rows = [to_user_row(r) for r in conn.execute(stmt)]
+    rows.sort(key=lambda u: (u.next_due_at or now, u.id))
+    return rows, [r.lease_owner for r in found]
+
+
+def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
+    """Extend every lease `owner` holds to `lease_until`; return how many.
+
+    On PostgreSQL rows locked by another transaction are skipped: that is this owner's
+    writer applying (and so releasing) them, or another instance taking over an expired
+    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+    """
+    held = select(User.id).where(User.lease_owner == owner)
+    if db.dialect == "postgresql":
+        held = held.with_for_update(skip_locked=True)
+    with db.write() as conn:
+        result = conn.execute(
+            update(User).where(User.id.in_(held)).values(lease_expires_at=lease_until)
+        )
+    return result.rowcount
+
+
+def release(db: Database, owner: str, user_ids: Iterable[int] | None = None) -> int:
+    """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
+    stmt = update(User).where(User.lease_owner == owner)
+    if user_ids is not None:
+        ids = list(user_ids)
+        if not ids:
+            return 0
+        stmt = stmt.where(User.id.in_(ids))
+    with db.write() as conn:
+        result = conn.execute(stmt.values(lease_owner=None, lease_expires_at=None))
+    return result.rowcount
+
+
+def release_all(db: Database) -> dict[str, int]:
+    """Drop every lease; return how many users each owner held.
+
+    Only for SQLite at start-up, where the single-instance lock proves every owner dead.
+    """
+    with db.write() as conn:
+        held = conn.execute(
+            select(User.lease_owner, func.count())
+            .where(User.lease_owner.is_not(None))
+            .group_by(User.lease_owner)
+        ).all()
+        if held:
+            conn.execute(
+                update(User)
+                .where(User.lease_owner.is_not(None))
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+    return {str(owner): int(count) for owner, count in held}
+
+
+def _stamp(value: datetime) -> ColumnElement[datetime]:
+    return literal(value, UtcDateTime())
+
+
+def apply(
+    db: Database,
+    updates: Sequence[UserUpdate],
+    owner: str | None = None,
+    now: datetime | None = None,
+    discarded: list[tuple[UserUpdate, str]] | None = None,
+) -> int:
+    """Write the outcome of users' turns in one transaction; return how many were applied.
+
+    Per update: the user's columns; the token deleted (ciphertext and key id NULL) when
+    `delete_token` is set or the new state is revoked/dropped, with `revoked_at`/`dropped_at`
+    stamped once; the snapshots (history appended when the content changed).
+
+    Fencing: an update carrying a `generation` is written only while the row still has it,
+    and with `owner` only while `owner` holds the lease, both checked in the UPDATE itself;
+    the snapshots are written only when that UPDATE hit the row. So a decision about a user
+    re-enrolled, dropped or forgotten since the claim is discarded (`changed`). With `owner`
+    the lease is released.
+
+    Each user is written under its own SAVEPOINT: a write that fails for one user (a
+    database error on its snapshot, say) is rolled back alone and discarded (`failed`); the
+    user stays due, and the others of the batch are written. When `discarded` is given, it
+    receives (update, reason) for every update not applied. Replaying the same updates
+    writes nothing new.
+    """
+    applied = 0
+    with db.write() as conn:
+        for upd in updates:
+            try:
+                with conn.begin_nested():
+                    hit = _apply_one(conn, db, upd, owner, now)
+            except (OperationalError, InterfaceError):
+                raise  # the database itself is in trouble: not one user's problem
+            except Exception:
+                if discarded is not None:
+                    discarded.append((upd, "failed"))
+                continue
+            if hit:
+                applied += 1
+            elif discarded is not None:
+                discarded.append((upd, "changed"))
+    return applied
+
+
+def _apply_one(
+    conn: Connection, db: Database, upd: UserUpdate, owner: str | None, now: datetime | None
+) -> bool:
+    values: dict[str, Any] = {
+        "state": upd.state,
+        "next_due_at": upd.next_due_at,
+        "consecutive_failures": upd.consecutive_failures,
+        "last_outcome": upd.last_outcome,
+        "last_code": upd.last_code,
+        "denied": _denied_in(upd.denied),
+        "due_class": upd.due_class,
+    }
+    if upd.last_polled_at is not None:
+        values["last_polled_at"] = upd.last_polled_at
+    if upd.delete_token or upd.state in TOKENLESS_STATES:
+        stamp = _stamp(now or upd.last_polled_at or datetime.now(UTC))
+        values["token_ciphertext"] = None
+        values["token_key_id"] = None
+        if upd.state == "revoked":
+            values["revoked_at"] = func.coalesce(User.revoked_at, stamp)
+        elif upd.state == "dropped":
+            values["dropped_at"] = func.coalesce(User.dropped_at, stamp)
+    where = User.id == upd.user_id
+    if upd.generation is not None:
+        where = and_(where, User.generation == upd.generation)
+    if owner is not None:
+        values["lease_owner"] = None
+        values["lease_expires_at"] = None
+        where = and_(where, User.lease_owner == owner)
+    if conn.execute(update(User).where(where).values(values)).rowcount == 0:
+        return False
+    for snapshot in upd.snapshots:
+        results.write_snapshot(conn, db.dialect, upd.user_id, snapshot)
+    return True
+
+
+def _insert_new(db: Database, values: dict[str, Any]) -> Executable:
+    """INSERT the user unless its user id exists, RETURNING the new row id."""
+    if db.dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+
+        pg = postgresql.insert(User).values(values).on_conflict_do_nothing(index_elements=["user"])
+        return pg.returning(User.id)
+    from sqlalchemy.dialects import sqlite
+
+    lite = sqlite.insert(User).values(values).on_conflict_do_nothing(index_elements=["user"])
+    return lite.returning(User.id)
+
+
+def store_token(
+    db: Database,
+    user: str,
+    token: EncryptedToken,
+    *,
+    scopes: Sequence[str],
+    now: datetime,
+    next_due_at: datetime,
+) -> bool:
+    """Insert the user or give it a new token, in one transaction; True when it rotated one.
+
+    The user becomes active with the granted scopes, no failures, no denied endpoint, no
+    lease, and is due at `next_due_at`; its generation is bumped, so a pass still holding
+    the old token (and, say, about to delete it as revoked) writes nothing.
+    """
+    values: dict[str, Any] = {
+        "state": "active",
+        "token_ciphertext": token.ciphertext,
+        "token_key_id": token.key_id,
+        "scopes": list(dict.fromkeys(scopes)),
+        "denied": {},
+        "enrolled_at": now,
+        "next_due_at": next_due_at,
+        "consecutive_failures": 0,
+        "last_outcome": None,
+        "last_code": None,
+        "revoked_at": None,
+        "dropped_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "due_class": None,
+    }
+    with db.write() as conn:
+        inserted = conn.execute(_insert_new(db, {"user": user, **values})).first()
+        if inserted is not None:
+            return False
+        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        if db.dialect == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).one()
+        conn.execute(
+            update(User)
+            .where(User.id == current.id)
+            .values({**values, "generation": User.generation + 1})
+        )
+    return current.token_ciphertext is not None
+
+
+def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bool:
+    """Delete the user's token and set `state` (revoked or dropped) in one transaction.
+
+    Returns True when a token was there. Raises UnknownUserError for an unknown user. The
+    generation is bumped: a running pass's decision about the user is discarded.
+    """
+    if state not in TOKENLESS_STATES:
+        raise ValueError("delete_token sets state 'revoked' or 'dropped'")
+    stamp_column = User.revoked_at if state == "revoked" else User.dropped_at
+    with db.write() as conn:
+        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        if db.dialect == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).first()
+        if current is None:
+            raise UnknownUserError(user)
+        conn.execute(
+            update(User)
+            .where(User.id == current.id)
+            .values(
+                {
+                    "state": state,
+                    "token_ciphertext": None,
+                    "token_key_id": None,
+                    "next_due_at": None,
+                    "due_class": None,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "generation": User.generation + 1,
+                    stamp_column.key: func.coalesce(stamp_column, _stamp(now))
+                    if current.token_ciphertext is None
+                    else _stamp(now),
+                }
+            )
+        )
+    return current.token_ciphertext is not None

@@ -1,0 +1,51 @@
+"""The service's HTTP interface (httpx): reads, token creation and drop, code exchange.
+
+- `ApiClient` over an injected `httpx.AsyncClient`; `read` returns a raw `Answer` and never
+  raises for HTTP or network trouble (`_client`);
+- `long_term_credential` (`<token>.<client secret>`), `check_secure_url` (plain http only
+  to loopback), `join_url`, and the paths of the interface (`_client`);
+- `http_client`, the production client: timeouts, no proxy from the environment but an
+  https one from the settings (`_http`).
+
+Names are imported on first use (see `lta_worker._lazy`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lta_worker._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from lta_worker.upstream._client import (
+        READ_PATHS,
+        TOKEN_PREFIX,
+        TOKENS_PATH,
+        ApiClient,
+        check_secure_url,
+        join_url,
+        long_term_credential,
+    )
+    from lta_worker.upstream._http import http_client
+
+_NAMES = {
+    "READ_PATHS": "._client",
+    "TOKENS_PATH": "._client",
+    "TOKEN_PREFIX": "._client",
+    "ApiClient": "._client",
+    "check_secure_url": "._client",
+    "join_url": "._client",
+    "long_term_credential": "._client",
+    "http_client": "._http",
+}
+__getattr__ = lazy_attributes(__name__, _NAMES)
+__all__ = [
+    "READ_PATHS",
+    "TOKENS_PATH",
+    "TOKEN_PREFIX",
+    "ApiClient",
+    "check_secure_url",
+    "http_client",
+    "join_url",
+    "long_term_credential",
+]

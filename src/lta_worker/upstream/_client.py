@@ -1,0 +1,449 @@
+"""The HTTP client of the Long Term Access interface: reads, token creation and drop, code exchange.
+
+`ApiClient` wraps an injected `httpx.AsyncClient` (built by `wiring.http_client` in
+production, a `MockTransport` or the simulator's transport in tests). It knows the wire:
+paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
+never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
+
+Credentials travel only in the `Authorization` header, never in a URL. Short-lived secrets
+(user access tokens, codes, the client secret) are registered with the log redactor; long
+term tokens and credentials are masked by their `dspa_` pattern instead, so that logging
+does not slow down with the number of users. Plain http is refused for any host
+that is not loopback, whatever client was injected.
+
+Every request has a total deadline (`service.request_timeout`) on top of httpx's connect
+and per-chunk read timeouts, so a body dripping a byte at a time cannot hold a read for
+longer. Error codes of refusals come from `classify.find_code`, the one error-body parser,
+and are only ever codes of its allowlist.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import quote_plus, urlsplit
+
+import anyio
+import httpx
+
+from lta_worker.config import Settings, is_loopback_host
+from lta_worker.domain import Answer, Endpoint, find_code
+from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.logs import register_secret
+from lta_worker.secret import Secret
+
+TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
+READ_PATHS: Final[Mapping[Endpoint, str]] = {
+    "latest-change": "/api/v1/history/latest-change",
+    "stats": "/api/v1/history/stats",
+}
+TOKENS_PATH: Final = "/api/long-term-access/tokens"
+
+
+def join_url(base: str, path: str) -> str:
+    """Append `path` to `base`, keeping any path prefix of `base`.
+
+    `https://host/some/prefix` + `/api/v1/history/stats` gives
+    `https://host/some/prefix/api/v1/history/stats` (urljoin would drop the prefix).
+    """
+    return f"{base.rstrip('/')}/{path.lstrip('/')}"
+
+
+def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
+    """The long term credential `<token>.<client secret>`; the client secret is registered.
+
+    Raises:
+        ValueError: the token does not start with `dspa_`, or either half is empty.
+    """
+    raw_token, raw_secret = token.reveal(), client_secret.reveal()
+    if not raw_token.startswith(TOKEN_PREFIX) or len(raw_token) == len(TOKEN_PREFIX):
+        raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
+    if not raw_secret:
+        raise ValueError("the client secret is empty")
+    # The `dspa_` pattern of the log redactor masks the token and the whole credential; the
+    # client secret alone needs registering (registering per-user values would make every
+    # log line scan them all).
+    register_secret(client_secret)
+    return Secret(f"{raw_token}.{raw_secret}")
+
+
+def check_secure_url(url: str | httpx.URL) -> None:
+    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
+
+    Raises:
+        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
+    """
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and host and is_loopback_host(host):
+        return
+    raise ConfigError(
+        f"refusing to send a request to {parts.scheme}://{host}: only https, or http to a "
+        "loopback host, may carry credentials",
+        key="service",
+        hint="use https:// in service.base_url, service.auth_url and service.token_url",
+    )
+
+
+def _error_kind(exc: BaseException) -> str:
+    """A short, secret-free name for a transport failure (`Answer.error`)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if _caused_by_tls(exc):
+        return "tls"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    if isinstance(exc, httpx.ProtocolError):
+        return "protocol"
+    if isinstance(exc, httpx.NetworkError | OSError):
+        return "reset"
+    if isinstance(exc, httpx.DecodingError):
+        return "decoding"
+    return "transport"
+
+
+def _caused_by_tls(exc: BaseException) -> bool:
+    """True when an `ssl.SSLError` (certificate verification, handshake) is in the chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _service_code(answer: Answer) -> str | None:
+    """The service's error code when it is one of the allowed codes (`classify.find_code`)."""
+    return find_code(answer.headers, answer.body)[1]
+
+
+def _basic_auth(client_id: str, client_secret: Secret) -> Secret:
+    """`client_secret_basic` (RFC 6749 section 2.3.1): both halves form-encoded, then base64."""
+    pair = f"{quote_plus(client_id)}:{quote_plus(client_secret.reveal())}"
+    header = Secret("Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii"))
+    register_secret(header.reveal().removeprefix("Basic "))
+    return header
+
+
+class ApiClient:
+    """The service's HTTP interface, over an injected `httpx.AsyncClient`.
+
+    Args:
+        http: the client to send with; its transport decides where requests really go.
+        settings: service URLs, timeouts and the response size cap come from here.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
+        self._http = http
+        self._service = settings.service
+        self._timeout = httpx.Timeout(
+            self._service.read_timeout.total_seconds(),
+            connect=self._service.connect_timeout.total_seconds(),
+        )
+        self._cap = self._service.max_response_bytes
+        self._deadline = self._service.request_timeout.total_seconds()
+        self._token_auth = settings.client.token_auth
+
+    def url_for(self, endpoint: Endpoint) -> str:
+        """The full URL of a read endpoint under `service.base_url`."""
+        return join_url(self._service.base_url, READ_PATHS[endpoint])
+
+    @property
+    def tokens_url(self) -> str:
+        """Where long term tokens are created and dropped, under `service.auth_url`."""
+        return join_url(self._service.auth_url, TOKENS_PATH)
+
+    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+        """GET one read endpoint with the long term credential; never raises for HTTP trouble.
+
+        Timeouts, refused connections, resets and protocol errors give
+        `Answer(status=None, error=...)`. The body is read up to `service.max_response_bytes`
+        (`truncated=True` when the response was larger).
+
+        Raises:
+            ConfigError: the URL is plain http to a non-loopback host.
+        """
+        return await self._send(
+            "GET", self.url_for(endpoint), {"Authorization": f"Bearer {credential.reveal()}"}
+        )
+
+    async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
+        """Create (or rotate) the long term token of the user who owns `user_access_token`.
+
+        Any 2xx is success. Returns the new token (registered with the redactor) and exactly
+        the scopes the service granted.
+
+        Raises:
+            EnrollmentError: the service refused, failed, was unreachable, or answered
+                without a `dspa_` token; `code` is the service's error code when it gave one.
+        """
+        register_secret(user_access_token)
+        answer = await self._send(
+            "POST", self.tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
+        )
+        if answer.status is None:
+            raise EnrollmentError(
+                f"could not reach the service to create the long term token ({answer.error})",
+                hint="user access tokens are short-lived",
+                reason="unreachable",
+            )
+        if not 200 <= answer.status < 300:
+            raise EnrollmentError(
+                f"the service refused to create the long term token (HTTP {answer.status})",
+                code=_service_code(answer),
+                hint=_create_hint(answer.status),
+                reason=_create_reason(answer.status),
+            )
+        data = _json_object(answer.body) or {}
+        token, scopes = data.get("token"), data.get("scopes")
+        if isinstance(token, str):
+            register_secret(token)
+        if not (isinstance(token, str) and token.startswith(TOKEN_PREFIX)):
+            raise EnrollmentError(
+                "the service answered without a long term token (expected `token` starting "
+                f"with {TOKEN_PREFIX!r})",
+                hint="check service.auth_url points at the account service",
+                reason="no_token",
+            )
+        if not (isinstance(scopes, list) and all(isinstance(s, str) for s in scopes)):
+            raise EnrollmentError(
+                "the service answered without the list of granted `scopes`",
+                hint="check service.auth_url points at the account service",
+                reason="no_scopes",
+            )
+        return Secret(token), tuple(scopes)
+
+    async def drop_token(self, credential: Secret) -> int:
+        """DELETE the long term token that `credential` names; returns the status (204 expected).
+
+        Raises:
+            UpstreamError: the service could not be reached or the answer was cut.
+        """
+        register_secret(credential)
+        answer = await self._send(
+            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
+        )
+        if answer.status is None:
+            raise UpstreamError(
+                f"could not reach the service to drop the long term token ({answer.error})"
+            )
+        return answer.status
+
+    async def drop(self, credential: Secret) -> Answer:
+        """DELETE the long term token that `credential` names; the answer, never raising.
+
+        The two-phase drop needs the body too: a 401 `PermanentAccessRevoked` confirms
+        the drop, a plain 401 does not.
+        """
+        register_secret(credential)
+        return await self._send(
+            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
+        )
+
+    async def exchange_code(
+        self,
+        code: Secret,
+        verifier: Secret,
+        redirect_uri: str,
+        client_id: str,
+        client_secret: Secret,
+    ) -> tuple[Secret, tuple[str, ...]]:
+        """Exchange an authorization code (with its PKCE verifier) for a user access token.
+
+        POSTs `grant_type=authorization_code` to `service.token_endpoint`, authenticating with
+        `client.token_auth` (`client_secret_basic` by default). A server that answers
+        `invalid_client` to that method is asked once more with the other one: client
+        authentication is checked before the code, so the code is still unused. Returns the
+        user access token and the scopes it carries (empty when the answer names none).
+
+        Raises:
+            EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
+                or was unreachable.
+        """
+        for value in (code, verifier, client_secret):
+            register_secret(value)
+        form = {
+            "grant_type": "authorization_code",
+            "code": code.reveal(),
+            "redirect_uri": redirect_uri,
+            "code_verifier": verifier.reveal(),
+        }
+        first = self._token_auth
+        other = "client_secret_post" if first == "client_secret_basic" else "client_secret_basic"
+        answer = await self._token_request(first, form, client_id, client_secret)
+        if answer.status == 401 and _service_code(answer) == "invalid_client":
+            answer = await self._token_request(other, form, client_id, client_secret)
+        if answer.status is None:
+            raise EnrollmentError(
+                f"could not reach the token endpoint ({answer.error})", reason="unreachable"
+            )
+        data = _json_object(answer.body) or {}
+        for key in ("access_token", "refresh_token", "id_token"):
+            if isinstance(data.get(key), str):
+                register_secret(data[key])
+        if not 200 <= answer.status < 300:
+            error = _service_code(answer)
+            raise EnrollmentError(
+                f"the token endpoint refused the authorization code (HTTP {answer.status})",
+                code=error,
+                hint=_exchange_hint(error),
+                reason=_exchange_reason(error),
+            )
+        access_token, scope = data.get("access_token"), data.get("scope", "")
+        if not isinstance(access_token, str) or not access_token:
+            raise EnrollmentError(
+                "the token endpoint answered without an access_token",
+                hint="check service.token_url",
+                reason="no_access_token",
+            )
+        scopes = tuple(scope.split()) if isinstance(scope, str) else ()
+        return Secret(access_token), scopes
+
+    async def _token_request(
+        self, method: str, form: Mapping[str, str], client_id: str, client_secret: Secret
+    ) -> Answer:
+        """POST the token request, authenticating the client with `method` (RFC 6749 2.3.1)."""
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Accept": "application/json",
+        }
+        if method == "client_secret_basic":
+            headers["Authorization"] = _basic_auth(client_id, client_secret).reveal()
+        else:
+            form = {**form, "client_id": client_id, "client_secret": client_secret.reveal()}
+        return await self._send("POST", self._service.token_endpoint, headers, form)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        form: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """Send one request and read at most `max_response_bytes` of the body.
+
+        The whole exchange (connect, send, every chunk of the body) must end within
+        `service.request_timeout`; past it, the answer is a `timeout` like any other.
+        """
+        check_secure_url(url)
+        request = self._http.build_request(
+            method, url, headers=headers, data=form, timeout=self._timeout
+        )
+        started = time.perf_counter()
+        response: httpx.Response | None = None
+        body, truncated = b"", False
+        with anyio.move_on_after(self._deadline) as deadline:
+            try:
+                response = await self._http.send(request, stream=True)
+                body, truncated = await self._read_capped(response)
+            except (httpx.HTTPError, OSError) as exc:
+                return Answer(
+                    status=None,
+                    headers=_lower(response.headers) if response is not None else {},
+                    error=_error_kind(exc),
+                    elapsed=time.perf_counter() - started,
+                )
+            finally:
+                if response is not None:
+                    with anyio.CancelScope(shield=True):
+                        await response.aclose()
+        if deadline.cancelled_caught or response is None:
+            return Answer(
+                status=None,
+                headers=_lower(response.headers) if response is not None else {},
+                error="timeout",
+                elapsed=time.perf_counter() - started,
+            )
+        return Answer(
+            status=response.status_code,
+            headers=_lower(response.headers),
+            body=body,
+            truncated=truncated,
+            elapsed=time.perf_counter() - started,
+        )
+
+    async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            room = self._cap - size
+            if len(chunk) > room:
+                chunks.append(chunk[:room])
+                return b"".join(chunks), True
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), False
+
+
+def _lower(headers: httpx.Headers) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def _create_reason(status: int) -> str:
+    """The EnrollmentError reason for a refused token creation (HTTP `status`)."""
+    if status == 401:
+        return "token_refused"
+    if status == 403:
+        return "scope_refused"
+    if status >= 500:
+        return "service_failed"
+    return "create_refused"
+
+
+_CREATE_HINTS: Final = {
+    "token_refused": "the user access token was refused (expired, already used, or not from "
+    "a consent)",
+    "scope_refused": "the consent did not include a long term scope, or the mode is not "
+    "opened on this client; check client.scopes, or request the mode from the operator",
+    "service_failed": "the service failed",
+}
+
+
+def _create_hint(status: int) -> str | None:
+    return _CREATE_HINTS.get(_create_reason(status))
+
+
+def _exchange_reason(error: str | None) -> str:
+    """The EnrollmentError reason for a refused code exchange (OAuth `error`)."""
+    if error == "invalid_grant":
+        return "code_rejected"
+    if error in {"invalid_client", "unauthorized_client"}:
+        return "client_rejected"
+    return "exchange_refused"
+
+
+_EXCHANGE_HINTS: Final = {
+    "code_rejected": "the code expired, was already used, or its PKCE verifier does not match",
+    "client_rejected": "check client.id and the client secret in client.secret_file",
+}
+
+
+def _exchange_hint(error: str | None) -> str | None:
+    return _EXCHANGE_HINTS.get(_exchange_reason(error))
+
+
+__all__ = [
+    "READ_PATHS",
+    "TOKENS_PATH",
+    "TOKEN_PREFIX",
+    "ApiClient",
+    "check_secure_url",
+    "join_url",
+    "long_term_credential",
+]

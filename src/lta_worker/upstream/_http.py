@@ -1,0 +1,84 @@
+"""The production HTTP client of the service: timeouts, pool, no redirects, no proxy from the
+environment, an https proxy from the settings, and plain http refused for remote hosts."""
+
+from __future__ import annotations
+
+import httpx
+
+from lta_worker import __version__
+from lta_worker.config import Settings
+from lta_worker.upstream._client import check_secure_url
+
+USER_AGENT = f"lta-worker/{__version__}"
+
+
+async def _refuse_insecure(request: httpx.Request) -> None:
+    """Request hook: a last check that no request goes over plain http to a remote host."""
+    check_secure_url(request.url)
+
+
+def _proxy_mounts(
+    settings: Settings, limits: httpx.Limits
+) -> dict[str, httpx.AsyncBaseTransport | None]:
+    """Transports for `service.https_proxy`: https requests only, except `service.no_proxy`.
+
+    Plain http is never proxied: it goes only to loopback (the simulator), and a proxy would
+    see the credential in clear. An https request through the proxy is a CONNECT tunnel, so
+    TLS (and the credential inside it) stays end to end.
+    """
+    service = settings.service
+    if not service.https_proxy:
+        return {}
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    for host in (h.strip() for h in (service.no_proxy or "").split(",")):
+        if host == "*":
+            return {}
+        name = host.lstrip(".")
+        if not name:
+            continue
+        # `example.com` and `.example.com` both cover the domain and its subdomains.
+        for pattern in (f"https://{name}", f"https://*.{name}"):
+            try:
+                httpx.URL(pattern)
+            except (httpx.InvalidURL, ValueError):
+                continue  # an entry httpx cannot match (a CIDR range): ignored
+            mounts[pattern] = None
+    proxied = httpx.AsyncHTTPTransport(proxy=service.https_proxy, limits=limits, trust_env=False)
+    return {"https://": proxied, **mounts}
+
+
+def http_client(
+    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An `httpx.AsyncClient` for the service: timeouts from settings, a pool sized to
+    `poll.concurrency`, no redirects followed, an `lta-worker/<version>` User-Agent, and
+    plain http refused for non-loopback hosts at request time.
+
+    The environment is not read here (`trust_env=False`): proxies come from
+    `service.https_proxy` and `service.no_proxy` only (the loader fills them from
+    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only.
+
+    Args:
+        settings: the validated settings.
+        transport: where requests go (default: the network); tests pass the simulator's.
+            An injected transport is used for every request, proxy or not.
+    """
+    service = settings.service
+    concurrency = settings.poll.concurrency
+    # One connection per concurrent user turn, and one spare for enrollment and drop.
+    limits = httpx.Limits(
+        max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
+    )
+    return httpx.AsyncClient(
+        transport=transport,
+        mounts=_proxy_mounts(settings, limits) if transport is None else None,
+        trust_env=False,
+        timeout=httpx.Timeout(
+            service.read_timeout.total_seconds(),
+            connect=service.connect_timeout.total_seconds(),
+        ),
+        limits=limits,
+        follow_redirects=False,
+        headers={"User-Agent": USER_AGENT},
+        event_hooks={"request": [_refuse_insecure]},
+    )

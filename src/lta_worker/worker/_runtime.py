@@ -1,0 +1,344 @@
+"""The long-lived collaborators of passes, built from settings: what `run` and `serve` share.
+
+`Worker` opens the store (migrating it), takes the single-instance lock on SQLite, loads
+the key file and the client secret, builds the HTTP client, API client and pacer, and
+registers the instance. It runs passes and the maintenance that follows them, and closes
+everything on exit. Tests build it with the simulator's transport and their own clock.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import socket
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from lta_worker.config import Settings, read_client_secret
+from lta_worker.domain import PassRecord, PolicyConfig, PurgeCounts
+from lta_worker.enrollment import DropRetries, Lifecycle
+from lta_worker.errors import StorageError
+from lta_worker.logs import get_logger, register_secret
+from lta_worker.pacing import Pacer, PacerCore, SharedBudget
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker._clock import Clock, SystemClock
+from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
+from lta_worker.worker._wiring import load_vault, open_store
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Store, Vault
+
+log = get_logger("lta_worker.runner")
+
+
+def instance_ttl(settings: Settings) -> timedelta:
+    """How long an instance stays live without a heartbeat: four heartbeats."""
+    return 4 * settings.serve.heartbeat
+
+
+def _log_lease_expired(owner: str, users: int) -> None:
+    log.warning("instance.lease_expired", instance=owner, users=users)
+
+
+def new_instance_id() -> str:
+    """A readable, unique instance id: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def pass_options(settings: Settings, instance: str, max_duration: timedelta | None) -> PassOptions:
+    """Pass options from settings (`--max-duration` overrides `poll.max_pass_duration`)."""
+    poll = settings.poll
+    return PassOptions(
+        instance=instance,
+        client_scopes=settings.client.scopes,
+        policy=PolicyConfig.from_settings(poll),
+        max_duration=max_duration or poll.max_pass_duration,
+        concurrency=poll.concurrency,
+        batch_size=poll.batch_size,
+        lease_duration=poll.lease_duration,
+        breaker_threshold=poll.breaker_threshold,
+        upstream_down_after=max(20, 2 * poll.concurrency),
+        grace=settings.serve.grace_period,
+        max_wait=settings.ratelimit.max_wait.total_seconds(),
+    )
+
+
+class Worker:
+    """Everything a pass needs, opened once; `async with Worker(settings) as w: ...`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kind: str = "run",
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.kind = kind
+        self.transport = transport
+        self.clock: Clock = clock or SystemClock()
+        self.rng = rng
+        self.instance = new_instance_id()
+        self._stack = AsyncExitStack()
+        self.store: Store = None  # type: ignore[assignment]  # set in __aenter__
+        self.vault: Vault = None  # type: ignore[assignment]
+        self.api: ApiClient = None  # type: ignore[assignment]
+        self.pacer: Pacer = None  # type: ignore[assignment]
+        self.current: PassEngine | None = None
+        self._stop_grace: float | None = None
+
+    async def __aenter__(self) -> Worker:
+        settings = self.settings
+        stack = self._stack
+        try:
+            self.store = await anyio.to_thread.run_sync(open_store, settings)
+            stack.callback(self.store.close)
+            self.store.on_lease_expired = _log_lease_expired
+            stack.enter_context(self.store.single_instance_lock())
+            self.vault = load_vault(settings)
+            self.client_secret = read_client_secret(settings)
+            register_secret(self.client_secret)
+            http = await stack.enter_async_context(http_client(settings, transport=self.transport))
+            self.api = ApiClient(http, settings)
+            self.pacer = self._build_pacer()
+            if self.store.dialect == "sqlite":  # the lock proves every other one dead
+                await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
+                for owner, users in (await self._db(self.store.release_all)).items():
+                    _log_lease_expired(owner, users)
+            await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
+            stack.callback(self.store.unregister, self.instance)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+
+    def _build_pacer(self) -> Pacer:
+        rl = self.settings.ratelimit
+        core = PacerCore(
+            reserve=rl.reserve,
+            fallback_per_hour=rl.fallback_per_hour,
+            initial_burst=self.settings.poll.breaker_threshold,
+            max_wait=rl.max_wait.total_seconds(),
+        )
+        shared = None
+        if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
+            service = self.settings.service
+            shared = SharedBudget(
+                self.store,
+                self.settings.client.id,
+                reserve=rl.reserve,
+                clock=self.clock.now,
+                probe_timeout=service.connect_timeout + service.read_timeout,
+            )
+        return Pacer(
+            core,
+            clock=self.clock.monotonic,
+            sleep=anyio.sleep,
+            wall_clock=self.clock.now,
+            shared=shared,
+        )
+
+    async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def due_count(self) -> int:
+        """Users due now."""
+        return int(await self._db(self.store.count_due, self.clock.now()))
+
+    async def run_pass(
+        self, *, max_duration: timedelta | None = None, on_progress: ProgressFn | None = None
+    ) -> PassResult:
+        """Pending drops, one pass over the due users, then its bookkeeping.
+
+        Drops the service has not confirmed yet (users `dropping`, due for a retry) are
+        sent again first, through the pacer, so they spend the same budget as the reads.
+        """
+        await self._refresh_share()
+        await self.follow_schedule()
+        await self.retry_drops()
+        engine = PassEngine(
+            store=self.store,
+            vault=self.vault,
+            api=self.api,
+            pacer=self.pacer,
+            clock=self.clock,
+            client_secret=self.client_secret,
+            options=pass_options(self.settings, self.instance, max_duration),
+            rng=self.rng,
+            on_progress=on_progress,
+        )
+        if self._stop_grace is not None:
+            engine.request_stop("cancelled", self._stop_grace)
+        self.current = engine
+        started_at = self.clock.now()
+        error: Exception | None = None
+        try:
+            async with anyio.create_task_group() as alongside:
+                alongside.start_soon(self._alongside_pass)
+                try:
+                    result = await engine.run()
+                except Exception as exc:  # raised below, outside the task group
+                    error = exc
+                alongside.cancel_scope.cancel()
+        finally:
+            self.current = None
+            if self.pacer.shared is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.pacer.shared.flush(release=True)
+        if error is not None:
+            raise error
+        with anyio.CancelScope(shield=True):
+            await self._after_pass(result, started_at)
+        return result
+
+    async def follow_schedule(self) -> dict[str, int] | None:
+        """Reschedule users when `poll.interval` / `poll.parked_interval` changed (by class).
+
+        Called before every pass, so a new interval applies at the next `run`, and in
+        `serve` at the first pass after a restart or a SIGHUP reload.
+        """
+        poll = self.settings.poll
+        moved: dict[str, int] | None = await self._db(
+            self.store.follow_schedule, poll.interval, poll.parked_interval, self.clock.now()
+        )
+        if moved is not None:
+            log.info(
+                "schedule.followed",
+                interval_s=poll.interval.total_seconds(),
+                parked_interval_s=poll.parked_interval.total_seconds(),
+                **{f"users_{due_class}": count for due_class, count in moved.items()},
+            )
+        return moved
+
+    async def retry_drops(self) -> DropRetries:
+        """Send again the DELETE of the users whose drop is pending (see `Lifecycle`)."""
+        lifecycle = Lifecycle(
+            self.settings,
+            self.store,
+            self.vault,
+            self.api,
+            self.clock.now,
+            client_secret=self.client_secret,
+        )
+        if self.rng is not None:
+            lifecycle.rng = self.rng
+        return await lifecycle.retry_pending(
+            self.pacer,
+            owner=self.instance,
+            lease=self.settings.poll.lease_duration,
+            stopping=lambda: self._stop_grace is not None,
+        )
+
+    async def _alongside_pass(self) -> None:
+        """While a pass runs: heartbeats, the share of live instances, shared settlements.
+
+        A `run` pass may last longer than an instance's time to live; without heartbeats
+        the others would take it for dead and spend its share.
+        """
+        async with anyio.create_task_group() as tg:
+            if self.pacer.shared is not None:
+                tg.start_soon(self._settle_shared, self.pacer.shared)
+            while True:
+                await anyio.sleep(self.settings.serve.heartbeat.total_seconds())
+                try:
+                    await self.heartbeat()
+                    await self._refresh_share()
+                except StorageError as exc:  # the pass itself will meet it if it lasts
+                    log.warning("error", error=type(exc).__name__, message=str(exc))
+
+    async def _settle_shared(self, shared: SharedBudget) -> None:
+        """Write answers to the shared budget as they come; kept for a retry on failure."""
+        while True:
+            try:
+                await shared.settle_forever()
+            except StorageError as exc:
+                log.warning("error", error=type(exc).__name__, message=str(exc))
+                await anyio.sleep(1.0)
+
+    async def _refresh_share(self) -> None:
+        """This instance's share of the budget: 1 / live instances."""
+        ttl = instance_ttl(self.settings)
+        live = await self._db(self.store.live_instances, self.clock.now(), ttl)
+        self.pacer.set_share(1.0 / max(1, len(live)))
+
+    async def _after_pass(self, result: PassResult, started_at: Any) -> None:
+        record = PassRecord(
+            instance=self.instance,
+            started_at=started_at,
+            finished_at=self.clock.now(),
+            stopped=result.stopped,
+            exit_code=result.exit_code,
+            reads=result.reads,
+            throttled=result.throttled,
+            counts=dict(result.counts),
+        )
+        await self._db(self.store.record_pass, record)
+        budget = self.pacer.budget_seen(self.clock.now())
+        if budget is not None and self.pacer.shared is None:  # a shared row is kept live
+            await self._db(self.store.record_budget, self.settings.client.id, budget)
+        await self.maintenance(checkpoint=False)
+
+    async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
+        """The retention purge (and a WAL checkpoint in `serve`)."""
+        purged: PurgeCounts = await self._db(
+            self.store.purge_expired, self.clock.now(), self.settings.retention.after_revocation
+        )
+        if purged.users or purged.snapshots or purged.history:
+            log.info(
+                "retention.purged",
+                users=purged.users,
+                snapshots=purged.snapshots,
+                history=purged.history,
+            )
+        if checkpoint:
+            await self._db(self.store.checkpoint)
+        return purged
+
+    def request_stop(self, grace: float) -> None:
+        """Stop the pass in progress, and any later one before it claims a user (SIGTERM).
+
+        A pass may be between its start and its engine when the signal comes; it sees
+        the request as soon as its engine exists, so it never runs on unstopped.
+        """
+        self._stop_grace = grace
+        if self.current is not None:
+            self.current.request_stop("cancelled", grace)
+
+    def reload(self, settings: Settings) -> None:
+        """Re-read the key file and the client secret and take the new settings (SIGHUP).
+
+        Everything is loaded before anything is replaced, so a broken new config or key
+        file leaves the running worker as it was. The database URL and the service URLs
+        need a restart; a change to them is reported, not applied.
+        """
+        vault = load_vault(settings)
+        client_secret = read_client_secret(settings)
+        fixed = ("database", "service")
+        changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
+        if changed:
+            log.warning("service.reload_partial", needs_restart=changed)
+            settings = settings.model_copy(update={k: getattr(self.settings, k) for k in fixed})
+        register_secret(client_secret)
+        self.vault, self.client_secret, self.settings = vault, client_secret, settings
+
+    async def heartbeat(self) -> None:
+        """Tell the other instances this one is alive (registering again if pruned)."""
+        if not await self._db(self.store.heartbeat, self.instance, self.clock.now()):
+            await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())

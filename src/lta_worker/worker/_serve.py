@@ -1,0 +1,251 @@
+"""`serve`: the long-running service under systemd.
+
+APScheduler 3.11's `AsyncIOScheduler` (on the asyncio loop anyio runs on) drives three jobs:
+a pass every `poll.tick` (one at a time, coalesced: a pass that overruns its tick delays
+the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a heartbeat.
+sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
+(so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
+in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
+configuration and the key file; a broken new one leaves the old one in force.
+
+Two traps of APScheduler 3 shape the stop and the logs: `shutdown()` cancels the asyncio
+tasks of running coroutine jobs at once (so it comes only after the grace period), and the
+scheduler logs through the standard library in plain text (a skipped tick during a long
+pass is a warning), which would break the JSON log stream; jobs therefore report their own
+errors as events and the scheduler's records are not printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import anyio
+import httpx
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from lta_worker.config import Settings, format_duration
+from lta_worker.errors import EX_OK, LtaError
+from lta_worker.logs import get_logger
+from lta_worker.worker._clock import Clock
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._sdnotify import Notifier
+
+log = get_logger("lta_worker.service")
+# Beyond the grace period, what a stopped pass needs to commit and release its leases.
+STOP_MARGIN: Final = 2.0
+
+ReloadFn = Callable[[], Settings]
+
+
+def _quiet_scheduler_logs() -> None:
+    """Keep APScheduler's plain-text records off stderr (only JSON lines go there).
+
+    A handler on the `apscheduler` logger stops the standard library's last-resort
+    printing; records still propagate to handlers an embedding application installs.
+    """
+    logger = logging.getLogger("apscheduler")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+class Service:
+    """One `serve` process: a worker, a scheduler and the signal loop."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        notifier: Notifier,
+        reload_settings: ReloadFn | None = None,
+    ) -> None:
+        self.worker = worker
+        self.notifier = notifier
+        self.reload_settings = reload_settings
+        self.stopping = False
+        self.passes = 0
+        self._running = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force (replaced by a reload)."""
+        return self.worker.settings
+
+    def _intervals(self) -> dict[str, timedelta]:
+        serve = self.settings.serve
+        return {
+            "pass": self.settings.poll.tick,
+            "maintenance": serve.maintenance_interval,
+            "heartbeat": serve.heartbeat,
+        }
+
+    async def run(self) -> int:
+        """Serve until SIGTERM or SIGINT; return the exit code (0 after a clean stop)."""
+        _quiet_scheduler_logs()
+        scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
+        jobs = {
+            "pass": self._pass_job,
+            "maintenance": self._maintenance_job,
+            "heartbeat": self._heartbeat_job,
+        }
+        for job_id, every in self._intervals().items():
+            scheduler.add_job(
+                jobs[job_id],
+                "interval",
+                seconds=every.total_seconds(),
+                id=job_id,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+                **({"next_run_time": datetime.now(UTC)} if job_id == "pass" else {}),
+            )
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            scheduler.start()
+            self.notifier.ready("started; first pass running")
+            log.info(
+                "service.started",
+                instance=self.worker.instance,
+                tick_s=self.settings.poll.tick.total_seconds(),
+                pid=os.getpid(),
+            )
+            async with anyio.create_task_group() as tg:
+                if self.notifier.watchdog_interval:
+                    tg.start_soon(self._watchdog, self.notifier.watchdog_interval)
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        await self._reload(scheduler)
+                        continue
+                    await self._stop(scheduler, signal.Signals(signum).name)
+                    break
+                tg.cancel_scope.cancel()
+        log.info("service.stopped", instance=self.worker.instance, exit_code=EX_OK)
+        return EX_OK
+
+    async def _stop(self, scheduler: AsyncIOScheduler, signame: str) -> None:
+        grace = self.settings.serve.grace_period.total_seconds()
+        self.stopping = True
+        self.notifier.stopping(f"stopping on {signame}")
+        log.info("service.stopping", instance=self.worker.instance, signal=signame, grace_s=grace)
+        # Pause, not shutdown: shutdown would cancel the running pass outright, losing its
+        # finished reads and leaving its users leased instead of due.
+        scheduler.pause()
+        self.worker.request_stop(grace)
+        with anyio.move_on_after(grace + STOP_MARGIN):
+            await self._idle.wait()
+        scheduler.shutdown(wait=False)  # cancels whatever still runs past the grace period
+        with anyio.move_on_after(STOP_MARGIN):
+            await self._idle.wait()
+
+    @asynccontextmanager
+    async def _job(self, name: str) -> AsyncIterator[None]:
+        """Count a running job (the stop waits for none to run) and log its failure as data."""
+        if self._running == 0:
+            self._idle = anyio.Event()
+        self._running += 1
+        try:
+            yield
+        except LtaError as exc:
+            log.error(
+                "error",
+                job=name,
+                error=type(exc).__name__,
+                message=str(exc),
+                exit_code=exc.exit_code,
+            )
+        except Exception as exc:  # a bug: logged with its traceback, the service goes on
+            log.error(
+                "error",
+                job=name,
+                error=type(exc).__name__,
+                message=str(exc),
+                exit_code=1,
+                exc_info=True,
+            )
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+
+    async def _pass_job(self) -> None:
+        if self.stopping:
+            return
+        failed = True
+        async with self._job("pass"):
+            result = await self.worker.run_pass()
+            failed = False
+            self.passes += 1
+            self.notifier.status(
+                f"pass {self.passes}: {result.users} users, {result.reads} reads, "
+                f"{result.throttled} throttled, {result.stopped}; "
+                f"next within {format_duration(self.settings.poll.tick)}"
+            )
+        if failed and not self.stopping:
+            self.notifier.status("last pass failed; see the log")
+
+    async def _maintenance_job(self) -> None:
+        if self.stopping:
+            return
+        async with self._job("maintenance"):
+            purged = await self.worker.maintenance(checkpoint=True)
+            log.info(
+                "maintenance.finished",
+                instance=self.worker.instance,
+                purged_users=purged.users,
+                checkpoint=True,
+            )
+
+    async def _heartbeat_job(self) -> None:
+        if self.stopping:
+            return
+        async with self._job("heartbeat"):
+            await self.worker.heartbeat()
+            counts = await anyio.to_thread.run_sync(self.worker.store.count_by_state)
+            due = await self.worker.due_count()
+            log.info(
+                "service.heartbeat",
+                instance=self.worker.instance,
+                due=due,
+                **{s: counts.get(s, 0) for s in ("active", "parked", "unlinked", "rejected")},
+            )
+
+    async def _watchdog(self, period: float) -> None:
+        while True:
+            self.notifier.watchdog()
+            await anyio.sleep(period)
+
+    async def _reload(self, scheduler: AsyncIOScheduler) -> None:
+        self.notifier.reloading("reloading the configuration and the key file")
+        before = self._intervals()
+        try:
+            settings = self.reload_settings() if self.reload_settings else self.settings
+            self.worker.reload(settings)
+        except LtaError as exc:
+            log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
+            self.notifier.ready("reload failed, the previous configuration stays in force")
+            return
+        for job_id, every in self._intervals().items():
+            if every != before[job_id]:
+                scheduler.reschedule_job(job_id, trigger="interval", seconds=every.total_seconds())
+        log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
+        self.notifier.ready("reloaded")
+
+
+async def serve(
+    settings: Settings,
+    *,
+    reload_settings: ReloadFn | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Clock | None = None,
+    notifier: Notifier | None = None,
+) -> int:
+    """Open a worker and serve until a stop signal; return the exit code."""
+    async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
+        service = Service(worker, notifier or Notifier(), reload_settings)
+        return await service.run()

@@ -1,0 +1,87 @@
+"""Builds the real collaborators from `Settings`: HTTP client, API client, store, vault, clock.
+
+Commands and the service call these; tests build the same objects with their own
+transport, database and clock instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from lta_worker.config import Settings
+from lta_worker.enrollment import utc_now
+from lta_worker.upstream import ApiClient, http_client
+
+if TYPE_CHECKING:
+    from lta_worker.enrollment import Enrollment, Lifecycle
+    from lta_worker.storage import Store, Vault
+
+
+def open_store(settings: Settings) -> Store:
+    """Open the configured database and bring its schema up to date.
+
+    Raises:
+        SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
+        StorageError: the database cannot be reached (exit 75).
+    """
+    from lta_worker.storage import Store
+
+    store = Store.open(settings.database.url)
+    try:
+        store.upgrade()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def load_vault(settings: Settings) -> Vault:
+    """The token vault from `crypto.key_file` (KeyFileError, exit 78, when unusable)."""
+    from lta_worker.storage import Vault
+
+    return Vault.from_settings(settings)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What a command that talks to the service needs, opened from the settings."""
+
+    settings: Settings
+    store: Store
+    vault: Vault
+    api: ApiClient
+
+    def enrollment(self) -> Enrollment:
+        """An `Enrollment` over these services and the system clock."""
+        from lta_worker.enrollment import Enrollment
+
+        return Enrollment(self.settings, self.store, self.vault, self.api, utc_now)
+
+    def lifecycle(self) -> Lifecycle:
+        """A `Lifecycle` (drop, forget) over these services and the system clock."""
+        from lta_worker.enrollment import Lifecycle
+
+        return Lifecycle(self.settings, self.store, self.vault, self.api, utc_now)
+
+
+@asynccontextmanager
+async def services(
+    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+) -> AsyncIterator[Services]:
+    """Load the vault, open the store (schema upgraded) and the HTTP client; close them after.
+
+    The vault comes first, so a missing or unsafe key file (exit 78) is reported before the
+    database is touched.
+    """
+    vault = load_vault(settings)
+    store = open_store(settings)
+    try:
+        async with http_client(settings, transport=transport) as http:
+            yield Services(settings, store, vault, ApiClient(http, settings))
+    finally:
+        store.close()

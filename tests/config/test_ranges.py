@@ -1,0 +1,129 @@
+"""Every duration, size and count setting has a documented range, enforced at load."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.config import build_settings, parse_duration
+from lta_worker.config._ranges import RANGES, Range, render
+from lta_worker.config._settings import Settings
+from lta_worker.errors import ConfigError
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+BASE: dict[str, Any] = {
+    "service": {"base_url": "https://api.example", "auth_url": "https://account.example"},
+    "client": {"id": "client-1"},
+}
+EN_DASH = "\u2013"  # the docs write ranges `100ms<en dash>1h`
+# Keys another change adds; their ranges are already in the table.
+
+
+def _numeric_keys() -> list[str]:
+    keys = []
+    for section, info in Settings.model_fields.items():
+        model: Any = info.annotation
+        for name, field in model.model_fields.items():
+            if field.annotation in (timedelta, int, float):
+                keys.append(f"{section}.{name}")
+    return keys
+
+
+def _with(key: str, value: object) -> dict[str, Any]:
+    section, _, name = key.partition(".")
+    data = {k: dict(v) for k, v in BASE.items()}
+    data.setdefault(section, {})[name] = value
+    return data
+
+
+def test_every_duration_size_and_count_has_a_range() -> None:
+    """No duration, size or count setting is left unbounded, and no range names a key that
+    does not exist (but the two another change adds)."""
+    keys = _numeric_keys()
+    assert keys, "no numeric settings found: the introspection is broken"
+    assert sorted(set(keys) - set(RANGES)) == []
+    assert sorted(set(RANGES) - set(keys)) == []
+
+
+def test_defaults_are_within_their_ranges() -> None:
+    """Every default value is inside its own range (a range never refuses the defaults)."""
+    settings = build_settings(BASE)
+    for key, allowed in RANGES.items():
+        section, _, name = key.partition(".")
+        value = getattr(getattr(settings, section), name, None)
+        if value is not None:
+            assert value in allowed, (key, value)
+
+
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_docs_state_each_range(key: str) -> None:
+    """docs/config.md's row for each key states the range's minimum and maximum."""
+    section, _, name = key.partition(".")
+    text = DOCS.read_text(encoding="utf-8")
+    part = text.split(f"## `[{section}]`", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in part.splitlines() if line.startswith(f"| `{name}` |"))
+    allowed = RANGES[key]
+    assert f"{render(allowed.low)}{EN_DASH}{render(allowed.high)}" in row, row
+
+
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_just_outside_the_range_is_refused_naming_the_key(key: str) -> None:
+    """A value just below the minimum or just above the maximum is a ConfigError naming the
+    key; the bounds themselves are accepted."""
+    allowed = RANGES[key]
+    for bound in (allowed.low, allowed.high):
+        build_settings(_with(key, _as_setting(bound)))
+    for outside in _outside(allowed):
+        with pytest.raises(ConfigError) as info:
+            build_settings(_with(key, _as_setting(outside)))
+        assert info.value.key == key, (outside, info.value)
+
+
+def _as_setting(value: object) -> object:
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds()}s"
+    return value
+
+
+def _outside(allowed: Range) -> list[object]:
+    low, high = allowed.low, allowed.high
+    if isinstance(low, timedelta) and isinstance(high, timedelta):
+        below = [low - timedelta(milliseconds=1)] if low > timedelta(0) else []
+        return [*below, high + timedelta(seconds=1)]
+    if isinstance(low, int) and isinstance(high, int):
+        return [low - 1, high + 1]
+    return [float(low) - 0.01, float(high) * 1.01 + 0.01]
+
+
+@given(text=st.text(max_size=30))
+def test_parse_duration_raises_only_value_error(text: str) -> None:
+    """Any text either parses to a timedelta or raises ValueError: never OverflowError or
+    anything else that would escape the settings validation as a traceback."""
+    with contextlib.suppress(ValueError):
+        assert isinstance(parse_duration(text), timedelta)
+
+
+@given(digits=st.integers(min_value=1, max_value=40), unit=st.sampled_from(list("smhdw")))
+def test_huge_durations_are_refused_not_overflowing(digits: int, unit: str) -> None:
+    """`999...9<unit>` of any length is accepted within range or refused naming the key."""
+    value = "9" * digits + unit
+    seconds = int("9" * digits) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+    if timedelta(seconds=0.1).total_seconds() <= seconds <= 365 * 86400:
+        assert build_settings(_with("poll.interval", value)).poll.interval.total_seconds() > 0
+        return
+    with pytest.raises(ConfigError) as info:
+        build_settings(_with("poll.interval", value))
+    assert info.value.key == "poll.interval"
+
+
+def test_range_message_reads_well() -> None:
+    """The message names the bounds as the docs write them (100ms, 1h) and the value given."""
+    with pytest.raises(ConfigError, match=re.escape("between 100ms and 1h (got 0s)")):
+        build_settings(_with("serve.heartbeat", "0s"))

@@ -1,0 +1,223 @@
+"""The real Worker (store, vault, API client, pacer, engine) against a scripted hostile server
+on loopback, on SQLite and PostgreSQL: issue 12's hostile answers end a pass normally, bound
+every figure, write every user of the batch, and keep free text of a body out of the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lta_worker.cli._results_cmd import result_json
+from lta_worker.cli._users_cmd import user_json
+from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.secret import Secret
+from lta_worker.storage import Store
+from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.worker._engine import PassResult
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._wiring import http_client, load_vault
+from support.hostile import HostileServer, Seen, Step, json_body
+
+pytestmark = pytest.mark.anyio
+
+CLIENT_SECRET = "hostile-client-s3cret-value"
+SCOPES = ["cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats"]
+TOKENS_PATH = "/api/long-term-access/tokens"
+READ_PREFIX = "/api/v1/history/"
+MAX_WAIT = 10
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def token_of(user: str) -> str:
+    return f"dspa_{user}_t0ken"
+
+
+@dataclass
+class Deployment:
+    """A hostile server answering reads per user, and a worker deployment pointed at it."""
+
+    server: HostileServer
+    settings: Settings
+    reads: dict[str, Step]
+
+    def respond(self, seen: Seen) -> Step | None:
+        if seen.path == TOKENS_PATH and seen.method == "POST":
+            user = seen.headers["authorization"].removeprefix("Bearer uat-")
+            return Step(200, body=json_body({"token": token_of(user), "scopes": SCOPES}))
+        if seen.path.startswith(READ_PREFIX):
+            auth = seen.headers.get("authorization", "")
+            for user, step in self.reads.items():
+                if auth.startswith(f"Bearer {token_of(user)}."):
+                    return step
+        return None
+
+    def store(self) -> Store:
+        store = Store.open(self.settings.database.url)
+        store.upgrade()
+        return store
+
+    async def enroll(self, *users: str) -> None:
+        with self.store() as store:
+            async with http_client(self.settings) as http:
+                from lta_worker.upstream._client import ApiClient
+
+                enrollment = Enrollment(
+                    self.settings,
+                    store,
+                    load_vault(self.settings),
+                    ApiClient(http, self.settings),
+                    lambda: datetime.now(UTC),
+                    client_secret=Secret(CLIENT_SECRET),
+                )
+                for user in users:
+                    await enrollment.from_user_token(user, Secret(f"uat-{user}"))
+
+    async def run_pass(self) -> tuple[PassResult, Worker]:
+        worker = Worker(self.settings)
+        async with worker:
+            return await worker.run_pass(max_duration=timedelta(seconds=60)), worker
+
+    def users(self) -> list[dict[str, Any]]:
+        with self.store() as store:
+            return [user_json(row) for row in store.list_users()]
+
+    def export(self) -> list[str]:
+        with self.store() as store:
+            return [
+                json.dumps(result_json(row), separators=(",", ":"), allow_nan=False)
+                for row in store.export_results(None)
+            ]
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, db_url: str) -> Iterator[Deployment]:
+    secret_file = tmp_path / "client-secret"
+    secret_file.write_text(CLIENT_SECRET + "\n")
+    secret_file.chmod(0o600)
+    key_file = tmp_path / "token-keys"
+    key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")
+    os.chmod(key_file, 0o600)
+    reads: dict[str, Step] = {}
+    holder: list[Deployment] = []
+    server = HostileServer(
+        default=Step(500), respond=lambda seen: holder[0].respond(seen) if holder else None
+    )
+    with server:
+        settings = build_settings(
+            {
+                "service": {"base_url": server.url, "auth_url": server.url, "read_timeout": "5s"},
+                "client": {"id": "hostile-client", "secret_file": str(secret_file)},
+                "database": {"url": db_url},
+                "crypto": {"key_file": str(key_file)},
+                "poll": {"concurrency": 2, "batch_size": 10},
+                # Permits are spread over the (bounded) reset: 10 s keeps a pass short.
+                "ratelimit": {"fallback_per_hour": 360_000, "max_wait": f"{MAX_WAIT}s"},
+            }
+        )
+        holder.append(Deployment(server, settings, reads))
+        yield holder[0]
+
+
+def _headers(**fields: str) -> list[tuple[str, str]]:
+    return [(name.replace("_", "-"), value) for name, value in fields.items()]
+
+
+OK = Step(200, body=b'{"n": 1}')
+FAR_RESETS: Mapping[str, list[tuple[str, str]]] = {
+    "draft-31-years-w3600": _headers(
+        RateLimit='"default";r=100;t=999999999', RateLimit_Policy='"default";q=100;w=3600'
+    ),
+    "x-ratelimit-epoch": _headers(
+        X_RateLimit_Limit="100", X_RateLimit_Remaining="99", X_RateLimit_Reset="999999999999"
+    ),
+    "draft-15-digits": _headers(RateLimit='"default";r=100;t=999999999999999'),
+    "huge-counts": _headers(
+        RateLimit='"p";r=999999999999999;t=60', RateLimit_Policy='"p";q=999999999999999;w=60'
+    ),
+    "negative-and-garbage": _headers(
+        X_RateLimit_Limit="-5", X_RateLimit_Remaining="NaN", X_RateLimit_Reset="1e999"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FAR_RESETS))
+async def test_far_resets_and_huge_counts_end_the_pass_normally(
+    deployment: Deployment, case: str
+) -> None:
+    """A far reset or huge count neither raises nor escapes the bounds, on either database."""
+    deployment.reads["u1"] = Step(200, headers=FAR_RESETS[case], body=b'{"n": 1}')
+    await deployment.enroll("u1")
+    started = time.monotonic()
+    result, worker = await deployment.run_pass()
+    assert result.exit_code == 0, result
+    assert result.counts["ok"] == 2
+    assert time.monotonic() - started < 30
+    snap = worker.pacer.snapshot()
+    assert snap.reset_in is None or snap.reset_in <= MAX_WAIT
+    with deployment.store() as store:
+        seen = store.budget_seen("hostile-client")
+    if seen is not None and seen.reset_at is not None:
+        assert seen.reset_at <= datetime.now(UTC) + timedelta(seconds=MAX_WAIT + 1)
+        assert seen.remaining is None or seen.remaining < 2**31
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"n": 1e999}', id="1e999"),
+        pytest.param(b'{"n": NaN}', id="NaN"),
+        pytest.param(b'{"n": -Infinity}', id="Infinity"),
+    ],
+)
+async def test_a_payload_that_is_not_strict_json_never_blocks_its_batch(
+    deployment: Deployment, body: bytes
+) -> None:
+    """The poisoned user's read is a broken body; its batch-mates are written and exported."""
+    deployment.reads["bad"] = Step(200, body=body)
+    deployment.reads["good"] = OK
+    await deployment.enroll("bad", "good")
+    result, _ = await deployment.run_pass()
+    assert result.exit_code == 0
+    users = {u["user"]: u for u in deployment.users()}
+    assert users["bad"]["last_outcome"] == "transient"
+    assert users["good"]["last_outcome"] == "ok"
+    lines = deployment.export()
+    assert [json.loads(line)["user"] for line in lines] == ["good", "good"]
+    for line in lines:
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in an export"))
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(500, {"error": CLIENT_SECRET}, id="500-echoes-the-secret"),
+        pytest.param(401, {"error": "EchoedSecretValue"}, id="401-word-like"),
+        pytest.param(403, {"code": "x" + CLIENT_SECRET}, id="403-code"),
+        pytest.param(503, {"errors": [{"code": "Leak42"}]}, id="503-nested"),
+    ],
+)
+async def test_free_text_of_an_error_body_is_never_stored_or_shown(
+    deployment: Deployment, status: int, body: Any
+) -> None:
+    """last_code, and `users list`, hold only allowed codes: never an echoed body."""
+    deployment.reads["u1"] = Step(status, body=json_body(body))
+    await deployment.enroll("u1")
+    await deployment.run_pass()
+    (user,) = deployment.users()
+    assert user["last_code"] is None
+    shown = json.dumps(user)
+    assert CLIENT_SECRET not in shown and "EchoedSecretValue" not in shown
+    assert "Leak42" not in shown

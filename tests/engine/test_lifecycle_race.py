@@ -1,0 +1,254 @@
+"""Lifecycle commands win over a running pass (issue 11, cases 1, 2, 4 and 6).
+
+A gate in the HTTP transport holds the pass right after a read has returned, so a lifecycle
+command runs between the pass's claim and its write, deterministically (no sleeps), on
+SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.secret import Secret
+from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._engine import PassResult
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._wiring import http_client, load_vault
+
+from .conftest import Harness, WorkerClock
+
+pytestmark = pytest.mark.anyio
+
+HOUR = timedelta(hours=1)
+
+
+class GateTransport(httpx.AsyncBaseTransport):
+    """Passes requests to `inner`; holds the first read's answer until `release` is set."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.reached = anyio.Event()
+        self.release = anyio.Event()
+        self._armed = True
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self._armed and "/api/v1/history/" in request.url.path:
+            self._armed = False
+            await response.aread()
+            self.reached.set()
+            await self.release.wait()
+        return response
+
+
+@asynccontextmanager
+async def lifecycle(harness: Harness) -> AsyncIterator[Lifecycle]:
+    """A Lifecycle on its own store and HTTP client (another process would have its own)."""
+    settings = harness.settings()
+    with harness.store() as store:
+        async with http_client(settings, transport=SimulatorTransport(harness.sim)) as http:
+            yield Lifecycle(
+                settings,
+                store,
+                load_vault(settings),
+                ApiClient(http, settings),
+                harness.clock.now,
+                client_secret=Secret(DEMO_CLIENT_SECRET),
+            )
+
+
+async def gated_pass(harness: Harness, during: Any) -> tuple[PassResult, list[dict[str, Any]]]:
+    """Run a pass, and `await during()` while its first read is held after returning."""
+    gate = GateTransport(SimulatorTransport(harness.sim))
+    worker = Worker(harness.settings(), transport=gate, clock=WorkerClock(harness.clock))
+    box: dict[str, PassResult] = {}
+    with capture_logs() as logs:
+        async with worker:
+
+            async def run() -> None:
+                box["result"] = await worker.run_pass()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await gate.reached.wait()
+                await during()
+                gate.release.set()
+    return box["result"], logs
+
+
+def results_of(harness: Harness, user: str) -> list[Any]:
+    with harness.store() as store:
+        return list(store.export_results(user))
+
+
+@pytest.mark.parametrize("command", ["drop", "forget"])
+async def test_drop_or_forget_during_a_pass_is_not_undone(harness: Harness, command: str) -> None:
+    """Case 1: a user dropped or forgotten while a pass holds it stays so; nothing written back."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    assert results_of(harness, "x")
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.sim.set_payload("x", "stats", {"v": "new"})
+
+    async def during() -> None:
+        async with lifecycle(harness) as lc:
+            await (lc.forget("x") if command == "forget" else lc.drop("x"))
+
+    result, logs = await gated_pass(harness, during)
+    row = harness.user("x")
+    assert (row.state, row.token) == ("dropped", None)
+    stored = results_of(harness, "x")
+    if command == "forget":
+        assert stored == []
+        with harness.store() as store:
+            assert store.history("x", "stats") == []
+    else:
+        assert all(r.payload != {"v": "new"} for r in stored)
+    assert result.exit_code == 0
+    discarded = [e for e in logs if e["event"] == "poll.discarded"]
+    assert [(e["user"], e["reason"]) for e in discarded] == [("x", "changed")]
+
+
+async def test_reenrollment_during_a_pass_keeps_the_new_token(harness: Harness) -> None:
+    """Case 2: a revocation seen with the old token never deletes the token enrolled since."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.sim.revoke("x")
+
+    async def during() -> None:
+        await harness.enroll("x", create=False)
+
+    result, logs = await gated_pass(harness, during)
+    assert result.counts["revoked"] == 1
+    row = harness.user("x")
+    assert row.state == "active"
+    assert row.token is not None
+    grants = harness.sim.user_info("x")["connected_services"]
+    assert sorted(g["state"] for g in grants) == ["active", "revoked"]
+    assert any(e["event"] == "poll.discarded" and e["user"] == "x" for e in logs)
+    # The new token still reads.
+    harness.advance(timedelta(seconds=1))
+    again = await harness.run_pass()
+    assert again.counts["ok"] == 2
+
+
+async def test_a_pass_of_only_404s_changes_nothing_and_exits_78(harness: Harness) -> None:
+    """Case 4: a wrong base URL (every answer 404) keeps every stored result; exit 78, hint."""
+    users = 6  # more than poll.breaker_threshold: it stops at the threshold
+    for n in range(users):
+        await harness.enroll(f"u{n}")
+    await harness.run_pass()
+    before = {n: results_of(harness, f"u{n}") for n in range(users)}
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.configure("service", base_url="https://api.sim.example/wrong-prefix")
+    with capture_logs() as logs:
+        result = await harness.run_pass()
+    assert (result.stopped, result.exit_code) == ("breaker", 78)
+    assert result.reads <= 5
+    for n in range(users):
+        assert results_of(harness, f"u{n}") == before[n]
+        row = harness.user(f"u{n}")
+        assert (row.state, row.consecutive_failures) == ("active", 0)
+    tripped = [e for e in logs if e["event"] == "pass.breaker_tripped"]
+    assert tripped and "service.base_url" in tripped[0]["hint"]
+
+
+async def test_a_few_users_answering_only_404_change_nothing(harness: Harness) -> None:
+    """Case 4: fewer users than the threshold, only 404s: the held decisions are dropped, 78."""
+    await harness.enroll("u0")
+    await harness.run_pass()
+    before = results_of(harness, "u0")
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.configure("service", base_url="https://api.sim.example/wrong-prefix")
+    result = await harness.run_pass()
+    assert (result.stopped, result.exit_code) == ("breaker", 78)
+    assert results_of(harness, "u0") == before
+
+
+async def test_a_404_on_stats_never_replaces_a_stored_result(harness: Harness) -> None:
+    """Case 4: among good answers, a 404 on stats is a transient failure, not `none`."""
+    await harness.enroll("good")
+    await harness.enroll("odd")
+    await harness.run_pass()
+    harness.advance(HOUR + timedelta(seconds=1))
+    inner = SimulatorTransport(harness.sim)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        response = await inner.handle_async_request(request)
+        if request.url.path.endswith("/stats") and harness.sim.requests()[-1].user == "odd":
+            return httpx.Response(404)
+        return response
+
+    worker = Worker(
+        harness.settings(), transport=httpx.MockTransport(handler), clock=WorkerClock(harness.clock)
+    )
+    async with worker:
+        result = await worker.run_pass()
+    assert result.exit_code == 0
+    stats = {r.endpoint: r for r in results_of(harness, "odd")}["stats"]
+    assert stats.status == "ok"
+    row = harness.user("odd")
+    assert (row.last_outcome, row.consecutive_failures) == ("transient", 1)
+
+
+async def test_no_answer_at_all_exits_75_with_few_users(harness: Harness) -> None:
+    """Case 6: every read a network failure, fewer users than the threshold: exit 75."""
+    for n in range(2):
+        await harness.enroll(f"u{n}")
+
+    async def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    worker = Worker(
+        harness.settings(),
+        transport=httpx.MockTransport(unreachable),
+        clock=WorkerClock(harness.clock),
+    )
+    async with worker:
+        result = await worker.run_pass()
+    assert (result.stopped, result.exit_code) == ("upstream_down", 75)
+    for n in range(2):
+        assert harness.user(f"u{n}").token is not None
+
+
+async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> None:
+    """A drop the service did not confirm is sent again by the next pass once due."""
+    await harness.enroll("x")
+    settings = harness.settings()
+
+    async def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    with harness.store() as store:
+        async with http_client(settings, transport=httpx.MockTransport(down)) as http:
+            result = await Lifecycle(
+                settings,
+                store,
+                load_vault(settings),
+                ApiClient(http, settings),
+                harness.clock.now,
+                client_secret=Secret(DEMO_CLIENT_SECRET),
+            ).drop("x")
+    assert (result.state, result.retry_at is not None) == ("dropping", True)
+    assert result.retry_at is not None
+    harness.advance(result.retry_at - harness.clock.now() + timedelta(seconds=1))
+    with capture_logs() as logs:
+        passed = await harness.run_pass()
+    assert passed.reads == 0  # a dropping user is never read
+    row = harness.user("x")
+    assert (row.state, row.token) == ("dropped", None)
+    assert [e["event"] for e in logs if e["event"].startswith("drop.")] == [
+        "drop.retried",
+        "drop.confirmed",
+    ]

@@ -1,0 +1,237 @@
+"""Hypothesis through the whole read path, not only the parser: a generated answer (status,
+RateLimit headers, body) goes through the real PassEngine (classify, pacer.feed on a virtual
+clock, the rendered `poll.read` line, policy, store.apply), then the pacer's record
+(record_budget), the shared budget row (update_budget) and `results export`, on SQLite and
+PostgreSQL. Nothing raises, every rendered line and exported line is strict JSON, every figure
+is bounded, and no free text of a body is stored or shown."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lta_worker.cli._results_cmd import result_json
+from lta_worker.cli._users_cmd import user_json
+from lta_worker.config import Settings, build_settings
+from lta_worker.domain._classify import ALLOWED_CODES
+from lta_worker.domain._model import Endpoint
+from lta_worker.domain._outcomes import Answer
+from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing._ratelimit import parse_ratelimit
+from lta_worker.pacing._shared import Settlement, observation, transact
+from lta_worker.pacing._window import MAX_COUNT
+from lta_worker.secret import Secret
+from lta_worker.storage import Store
+from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.worker._engine import PassEngine
+from lta_worker.worker._runtime import pass_options
+from lta_worker.worker._wiring import load_vault
+from support.hostile import hostile_ratelimit_headers
+
+CLIENT_SECRET = "fuzz-client-s3cret-value"
+ECHO = "EchoedFreeTextXyz"
+MAX_WAIT = 600.0
+START = datetime(2025, 1, 1, tzinfo=UTC)
+SCOPES = ("cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats")
+
+
+class Clocks:
+    """Wall time that the test moves; monotonic time that only the pacer's sleeps move."""
+
+    def __init__(self) -> None:
+        self.wall = START
+        self.mono = 1000.0
+
+    def now(self) -> datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    async def sleep(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += timedelta(seconds=seconds)
+        await anyio.lowlevel.checkpoint()
+
+
+class Scripted:
+    """A Reader that answers every read with the example's answer."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+        return self.answer
+
+
+def _settings(tmp: Path, db_url: str) -> Settings:
+    secret_file = tmp / "client-secret"
+    secret_file.write_text(CLIENT_SECRET + "\n")
+    secret_file.chmod(0o600)
+    key_file = tmp / "token-keys"
+    key_file.write_text(generate_key_line(START) + "\n")
+    os.chmod(key_file, 0o600)
+    return build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
+            "client": {"id": "fuzz-client", "secret_file": str(secret_file)},
+            "database": {"url": db_url},
+            "crypto": {"key_file": str(key_file)},
+            "ratelimit": {"max_wait": f"{MAX_WAIT}s"},
+        }
+    )
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
+    settings_ = _settings(tmp_path, db_url)
+    store = Store.open(db_url)
+    store.upgrade()
+    try:
+        yield settings_, store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def log_stream(_quiet_json_logs: io.StringIO) -> io.StringIO:
+    """The rendered JSON log lines (the autouse fixture's stream)."""
+    return _quiet_json_logs
+
+
+_strict = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=8,
+).map(lambda value: json.dumps(value).encode())
+_hostile = st.sampled_from(
+    [
+        b'{"n": 1e999}',
+        b'{"n": -1e400, "m": [NaN]}',
+        b"[Infinity]",
+        b'{"s": "\\ud800"}',
+        json.dumps({"error": CLIENT_SECRET}).encode(),
+        json.dumps({"error": ECHO, "code": ECHO}).encode(),
+        json.dumps({"errors": [{"code": ECHO}]}).encode(),
+        b'{"error": "PermanentAccessRevoked"}',
+        b'{"error": "CloudSyncInactive"}',
+        b'{"error": "invalid_token"}',
+        b"",
+    ]
+)
+bodies = st.one_of(_strict, _hostile, st.binary(max_size=40))
+statuses = st.sampled_from([200, 204, 401, 403, 404, 429, 500, 503])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(headers=hostile_ratelimit_headers(), status=statuses, body=bodies)
+def test_any_answer_goes_through_the_whole_read_path(
+    deployment: tuple[Settings, Store],
+    log_stream: io.StringIO,
+    headers: dict[str, str],
+    status: int,
+    body: bytes,
+) -> None:
+    """Whatever the answer: no raise from response to log line to database to export."""
+    config, store = deployment
+    clocks = Clocks()
+    clocks.wall = store_wall = _next_wall(store)
+    vault = load_vault(config)
+    token = vault.encrypt(Secret("dspa_fuzzT0ken"), user="fz")
+    store.store_token("fz", token, SCOPES, now=store_wall, next_due_at=store_wall)
+    pacer = Pacer(
+        PacerCore(reserve=0.0, max_wait=MAX_WAIT, fallback_per_hour=3600.0 * 1000),
+        clocks.monotonic,
+        clocks.sleep,
+        wall_clock=clocks.now,
+    )
+    engine = PassEngine(
+        store=store,
+        vault=vault,
+        api=Scripted(Answer(status=status, headers=headers, body=body)),
+        pacer=pacer,
+        clock=clocks,
+        client_secret=Secret(CLIENT_SECRET),
+        options=pass_options(config, "fuzz", timedelta(seconds=60)),
+        rng=random.Random(0),
+    )
+    logs_from = log_stream.tell()
+    anyio.run(engine.run)
+
+    # The rendered log lines: strict JSON, bounded budget fields, allowed codes only.
+    log_stream.seek(logs_from)
+    reads = 0
+    for line in log_stream.read().splitlines():
+        event = json.loads(line, parse_constant=_refuse)
+        assert CLIENT_SECRET not in line and ECHO not in line
+        if event["event"] == "poll.read":
+            reads += 1
+            assert event["code"] is None or event["code"] in ALLOWED_CODES
+            assert event["budget_reset_s"] is None or event["budget_reset_s"] <= MAX_WAIT + 1
+            for key in ("budget_remaining", "budget_limit"):
+                assert event[key] is None or 0 <= event[key] <= MAX_COUNT
+    assert reads >= 1
+
+    # The pacer's record and the shared row take whatever was reported.
+    seen = pacer.budget_seen(clocks.now())
+    if seen is not None:
+        store.record_budget("fuzz-client", seen)
+    info = parse_ratelimit(headers, clocks.now())
+    shared = observation(info, status, clocks.now(), max_wait=MAX_WAIT)
+    back = Settlement("uncounted", True, shared)
+    fn = partial(
+        transact,
+        backs=[back],
+        now=clocks.now(),
+        want=1,
+        reserve=0.1,
+        probe_timeout=timedelta(seconds=30),
+    )
+    store.update_budget("fuzz-client", fn)
+    row = store.budget_seen("fuzz-client")
+    if row is not None and row.reset_at is not None:
+        assert row.reset_at <= clocks.now() + timedelta(seconds=MAX_WAIT + 1)
+
+    # What the CLI shows and exports.
+    user = store.get_user("fz")
+    assert user is not None
+    assert user.last_code is None or user.last_code in ALLOWED_CODES
+    shown = json.dumps(user_json(user))
+    assert CLIENT_SECRET not in shown and ECHO not in shown
+    for result in store.export_results("fz"):
+        line = json.dumps(result_json(result), separators=(",", ":"), allow_nan=False)
+        json.loads(line, parse_constant=_refuse)
+
+
+def _next_wall(store: Store) -> datetime:
+    """A wall time after every earlier example (a day later), so the user is due again."""
+    row = store.get_user("fz")
+    if row is None or row.last_polled_at is None:
+        return START
+    return max(row.last_polled_at, row.next_due_at or START) + timedelta(days=1)
+
+
+def _refuse(constant: str) -> Any:
+    raise AssertionError(f"{constant} is not JSON")

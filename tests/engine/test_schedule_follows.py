@@ -1,0 +1,77 @@
+"""The schedule follows the settings in force (issue 11, case 5), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from structlog.testing import capture_logs
+
+from lta_worker.domain._model import UserUpdate
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+MINUTE = timedelta(minutes=1)
+
+
+async def test_a_lower_interval_applies_at_the_next_run(harness: Harness) -> None:
+    """Read under 1h, then `poll.interval` becomes 30m: due 30m after the read, not 1h."""
+    await harness.enroll("u")
+    await harness.run_pass()
+    read_at = harness.user("u").last_polled_at
+    harness.advance(31 * MINUTE)
+    harness.configure("poll", interval="30m")
+    with capture_logs() as logs:
+        result = await harness.run_pass()
+    assert result.reads == 2
+    assert any(e["event"] == "schedule.followed" for e in logs)
+    assert harness.user("u").last_polled_at > read_at
+
+
+async def test_a_higher_interval_moves_users_later_without_a_burst(harness: Harness) -> None:
+    """Read under 1h, then 2h: nobody is read at 1h; each is due 2h after its own read."""
+    await harness.enroll("a")
+    await harness.run_pass()
+    harness.advance(10 * MINUTE)
+    await harness.enroll("b")
+    await harness.run_pass()
+    reads = {u: harness.user(u).last_polled_at for u in ("a", "b")}
+    harness.configure("poll", interval="2h")
+    harness.advance(61 * MINUTE)
+    assert (await harness.run_pass()).reads == 0
+    for u in ("a", "b"):
+        assert harness.user(u).next_due_at == reads[u] + timedelta(hours=2)
+
+
+async def test_a_lower_parked_interval_applies_to_parked_users(harness: Harness) -> None:
+    """A parked user re-checked every 24h is re-checked after 1h once the setting says 1h."""
+    await harness.enroll("p", last_sync_age_days=100)
+    await harness.run_pass()
+    assert harness.user("p").state == "parked"
+    harness.configure("poll", parked_interval="1h")
+    harness.advance(61 * MINUTE)
+    assert (await harness.run_pass()).reads >= 1
+
+
+async def test_a_backoff_is_capped_by_the_interval_in_force(harness: Harness) -> None:
+    """A backed-off user is never due later than its read + the (new, lower) interval."""
+    await harness.enroll("t")
+    await harness.run_pass()
+    row = harness.user("t")
+    read_at = row.last_polled_at
+    backed_off = UserUpdate(  # a long backoff under the old 1h interval
+        user_id=row.id,
+        state="active",
+        next_due_at=read_at + 50 * MINUTE,
+        consecutive_failures=4,
+        last_outcome="transient",
+        last_polled_at=read_at,
+        due_class="backoff",
+    )
+    with harness.store() as store:
+        store.apply([backed_off])
+    harness.configure("poll", interval="20m")
+    harness.advance(21 * MINUTE)
+    assert (await harness.run_pass()).reads == 2

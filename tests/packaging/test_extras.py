@@ -1,0 +1,105 @@
+"""starlette and uvicorn are the simulator's alone: `run` and `serve` never import them, and
+`simulator serve` or `demo` without the `[simulator]` extra stop with a one-line hint."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lta_worker.errors import EX_CONFIG
+from lta_worker.simulator import Simulator, start_in_thread
+from service.helpers import World, child_env
+
+SIMULATOR_ONLY = ("starlette", "uvicorn", "lta_worker.simulator")
+
+# Runs the CLI and, at exit, writes the names of every imported module to $LTA_PROBE_OUT.
+PROBE = """
+import atexit, json, os, sys
+def _dump():
+    with open(os.environ["LTA_PROBE_OUT"], "w") as out:
+        json.dump(sorted(sys.modules), out)
+atexit.register(_dump)
+from lta_worker.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with start_in_thread(Simulator()) as served:
+        served.sim.configure(budget=100_000, window=3600)
+        yield World(served, tmp_path)
+
+
+def _simulator_modules(dump: Path) -> list[str]:
+    loaded = json.loads(dump.read_text(encoding="utf-8"))
+    return [m for m in loaded if any(m == p or m.startswith(p + ".") for p in SIMULATOR_ONLY)]
+
+
+def test_run_imports_no_simulator_module(world: World, tmp_path: Path) -> None:
+    """A `run` that reads users through the served simulator loads no starlette or uvicorn."""
+    world.enroll(["ada", "bob"])
+    dump = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "--config", str(world.config), "run"],
+        capture_output=True,
+        text=True,
+        env=child_env(LTA_PROBE_OUT=str(dump)),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"event": "poll.read"' in done.stderr  # it really read
+    assert _simulator_modules(dump) == []
+
+
+def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None:
+    """`serve`, through a pass and a SIGTERM drain, loads no starlette or uvicorn."""
+    world.enroll(["ada"])
+    dump = tmp_path / "modules.json"
+    with world.log_file.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PROBE, "--config", str(world.config), "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=child_env(LTA_PROBE_OUT=str(dump)),
+        )
+    try:
+        world.wait_for_event("pass.finished", proc, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, world.log_lines()[-5:]
+    assert _simulator_modules(dump) == []
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+@pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
+def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
+    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 with one line that
+    names the extra to install, instead of a traceback."""
+    blocked = f"import sys; sys.modules[{missing!r}] = None\n"  # `import` now fails
+    done = subprocess.run(
+        [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *command],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == EX_CONFIG, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "lta-worker[simulator]" in lines[0]
+    assert missing in lines[0]

@@ -1,0 +1,245 @@
+"""The wheel, built from this checkout, installed into a clean venv as an operator would:
+no dev extras, the locked versions, first without and then with the `[simulator]` extra.
+
+Everything but the service runs from the installed copy: `--version`, the one-line error of
+`simulator serve` without its extra, `deploy-files`, `keys generate`, `db upgrade`, an
+enrollment through the consent flow and a `run` that reads through a served simulator (with
+starlette and uvicorn absent, so the run path provably needs neither); then, with the
+extra, the installed `simulator serve` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lta_worker import __version__
+from lta_worker.buildinfo import git_commit
+from lta_worker.errors import EX_CONFIG
+from lta_worker.simulator import (
+    DEMO_CLIENT_ID,
+    DEMO_CLIENT_SECRET,
+    RunningSimulator,
+    Simulator,
+    start_in_thread,
+)
+from service.helpers import REDIRECT, child_env, write_private
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_FILES = sorted(p.name for p in (ROOT / "deploy").iterdir() if p.is_file())
+SDIST_MUST_HOLD = ("LICENSE", "CHANGELOG.md", "constraints.txt", "uv.lock", "hatch_build.py")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+class Installed:
+    """A clean venv (no pip of its own, nothing installed) for the built wheel; calling it
+    runs the venv's `lta-worker`."""
+
+    def __init__(self, tmp: Path, wheel: Path) -> None:
+        self.tmp = tmp
+        self.wheel = wheel
+        self.venv = tmp / "venv"
+        venv.EnvBuilder(with_pip=False).create(self.venv)
+        self.python = self.venv / "bin" / "python"
+        self.script = self.venv / "bin" / "lta-worker"
+
+    def pip_install(self, extras: str = "") -> None:
+        """Install the wheel (with `extras`) at the locked versions, through the test's own
+        pip (`pip --python`), as `pip install -c constraints.txt WHEEL` does in the venv."""
+        target = f"{self.wheel}{extras}"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q",
+             "--disable-pip-version-check", "-c", str(ROOT / "constraints.txt"), target],
+            check=True, timeout=180, cwd=self.tmp,
+        )  # fmt: skip
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.script), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            cwd=self.tmp,
+            timeout=timeout,
+            check=False,
+        )
+
+    def has(self, module: str) -> bool:
+        probe = (
+            f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        )
+        return subprocess.run([str(self.python), "-c", probe], check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and, built from it, the wheel, as `python3 dev.py dist` builds them."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture
+def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A new venv for the wheel; each test installs it with the extras it needs."""
+    (wheel,) = dist.glob("lta_worker-*.whl")
+    return Installed(tmp_path_factory.mktemp("installed"), wheel)
+
+
+@pytest.fixture
+def served() -> Iterator[RunningSimulator]:
+    """A simulator served by the test process (the installed copy has none yet)."""
+    with start_in_thread(Simulator()) as running:
+        running.sim.configure(budget=100_000, window=3600)
+        yield running
+
+
+def _expected_commit() -> str | None:
+    return git_commit(ROOT)
+
+
+def test_archives_carry_what_an_operator_needs(dist: Path) -> None:
+    """The wheel holds deploy/ byte for byte, the build's commit and the licence; the sdist
+    holds the licence, changelog, lock files and the build hook."""
+    (wheel,) = dist.glob("lta_worker-*.whl")
+    (sdist,) = dist.glob("lta_worker-*.tar.gz")
+    assert wheel.name == f"lta_worker-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for name in DEPLOY_FILES:
+            packaged = archive.read(f"lta_worker/deploy/{name}")
+            assert packaged == (ROOT / "deploy" / name).read_bytes(), name
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+        info = archive.read("lta_worker/_build_info.py").decode()
+    with tarfile.open(sdist) as archive:
+        top = sdist.name.removesuffix(".tar.gz")
+        held = set(archive.getnames())
+    for name in SDIST_MUST_HOLD:
+        assert f"{top}/{name}" in held, name
+    assert f"{top}/src/lta_worker/_build_info.py" in held
+    commit = _expected_commit()
+    if commit is not None:
+        assert f"COMMIT = {commit!r}" in info
+
+
+def test_installed_copy_without_the_simulator_extra(
+    installed: Installed, served: RunningSimulator, tmp_path: Path
+) -> None:
+    """Without dev extras or [simulator]: --version names version and commit, simulator serve
+    says which extra to install, deploy-files writes the units, and keys generate, db
+    upgrade, enroll url|finish and run work against a served simulator."""
+    installed.pip_install()
+    assert not installed.has("starlette")
+    assert not installed.has("uvicorn")
+    assert not installed.has("pytest")
+
+    version = installed("-V")
+    assert version.returncode == 0, version.stderr
+    commit = _expected_commit() or "unknown"
+    assert version.stdout.strip() == f"lta-worker {__version__} (commit {commit})"
+
+    no_sim = installed("simulator", "serve", "--port", "0")
+    assert no_sim.returncode == EX_CONFIG
+    assert "pip install 'lta-worker[simulator]'" in no_sim.stderr
+
+    dest = tmp_path / "deploy"
+    written = installed("deploy-files", "--dest", str(dest))
+    assert written.returncode == 0, written.stderr
+    assert sorted(p.name for p in dest.iterdir()) == DEPLOY_FILES
+    assert os.access(dest / "lta-worker-admin", os.X_OK)
+
+    keys = installed("keys", "generate")
+    assert keys.returncode == 0, keys.stderr
+    config = _write_config(tmp_path, served, keys.stdout)
+    served.sim.add_user("ada")
+    served.sim.queue_consent("ada", None)
+
+    for args, stdin in (
+        (("db", "upgrade"), None),
+        (("enroll", "url", "--user", "ada"), None),
+    ):
+        done = installed("--config", str(config), *args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+    consent = httpx.get(done.stdout.strip(), follow_redirects=False)
+    assert consent.status_code == 302, consent.text
+    finish = installed(
+        "--config", str(config), "enroll", "finish", "--user", "ada",
+        stdin=consent.headers["location"] + "\n",
+    )  # fmt: skip
+    assert finish.returncode == 0, finish.stderr
+
+    run = installed("--config", str(config), "run")
+    assert run.returncode == 0, run.stderr
+    exported = installed("--config", str(config), "results", "export", "--user", "ada")
+    assert exported.returncode == 0, exported.stderr
+    rows = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert sorted((r["user"], r["endpoint"], r["status"]) for r in rows) == [
+        ("ada", "latest-change", "ok"),
+        ("ada", "stats", "ok"),
+    ]
+
+
+def test_installed_simulator_with_its_extra(installed: Installed) -> None:
+    """With the [simulator] extra, the installed `simulator serve` answers on loopback and
+    stops on SIGTERM."""
+    installed.pip_install("[simulator]")
+    proc = subprocess.Popen(
+        [str(installed.script), "simulator", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.fullmatch(r"base_url\s+= (http://127\.0\.0\.1:\d+)\n", first)
+        assert match is not None, first + (proc.stderr.read() if proc.stderr else "")
+        answer = httpx.get(f"{match[1]}/api/v1/history/latest-change")
+        assert answer.status_code == 401  # no credential: the service's own answer
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)  # also closes the pipes
+    assert proc.returncode == 0, err
+
+
+def _write_config(tmp: Path, served: RunningSimulator, key_line: str) -> Path:
+    secret = write_private(tmp / "client-secret", DEMO_CLIENT_SECRET + "\n")
+    keys = write_private(tmp / "token-keys", key_line)
+    config = tmp / "config.toml"
+    config.write_text(
+        f"""
+[service]
+base_url = "{served.base_url}"
+auth_url = "{served.auth_url}"
+[client]
+id = "{DEMO_CLIENT_ID}"
+secret_file = "{secret}"
+redirect_uri = "{REDIRECT}"
+[database]
+url = "sqlite:///{tmp / "lta.db"}"
+[crypto]
+key_file = "{keys}"
+""",
+        encoding="utf-8",
+    )
+    return config

@@ -1,0 +1,60 @@
+"""`lta-worker --version` and `-V` name the version and the commit the copy was built from."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from lta_worker import __version__
+from lta_worker.buildinfo import UNKNOWN, build_commit, git_commit
+
+ROOT = Path(__file__).resolve().parents[2]
+LINE = re.compile(
+    r"lta-worker (?P<version>\S+) \(commit (?P<commit>[0-9a-f]{12}(-dirty)?|unknown)\)"
+)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag_prints_version_and_checkout_commit(flag: str) -> None:
+    """Both flags print one line with the package version and, in a checkout, its HEAD."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lta_worker", flag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    match = LINE.fullmatch(done.stdout.strip())
+    assert match is not None, done.stdout
+    assert match["version"] == __version__
+    if shutil.which("git") and (ROOT / ".git").exists():
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert head.startswith(match["commit"].removesuffix("-dirty"))
+
+
+def test_build_record_wins_over_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy built by the hatch hook reports the commit recorded at build time."""
+    record = types.ModuleType("lta_worker._build_info")
+    record.COMMIT = "0123456789ab"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lta_worker._build_info", record)
+    assert build_commit() == "0123456789ab"
+
+
+def test_not_a_checkout_has_no_commit(tmp_path: Path) -> None:
+    """A directory that is not a git checkout gives no commit, even inside another repository."""
+    inside = ROOT / "src"  # inside the checkout, but not its top: git must not be asked
+    assert git_commit(tmp_path) is None
+    assert git_commit(inside) is None
+    assert UNKNOWN == "unknown"

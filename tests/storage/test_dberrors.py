@@ -1,0 +1,124 @@
+"""Driver errors are sorted into configuration (78, naming database.url) and temporary (75),
+against the real PostgreSQL server and real SQLite files; no message holds the password."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from lta_worker.errors import ConfigError, LtaError, StorageError
+from lta_worker.storage._db import Database
+from lta_worker.storage._dberrors import map_driver_error
+
+PG_ENV = "LTA_TEST_DATABASE_URL"
+PASSWORD = "hunter2-pw"
+
+
+def _server() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"set {PG_ENV} to run the PostgreSQL cases")
+    return url.split("@", 1)[1].split("/", 1)[0]
+
+
+def _failure(url: str) -> LtaError:
+    db = Database.open(url)
+    try:
+        with pytest.raises(LtaError) as info, db.read() as conn:
+            conn.execute(text("SELECT 1"))
+        return info.value
+    finally:
+        db.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("role", "rest", "kind", "expected"),
+    [
+        ("postgres", "/lta_no_such_database", ConfigError, "does not exist"),
+        ("lta_no_such_role", "/test", ConfigError, "does not exist"),
+        ("postgres", "/test?sslmode=bogus", ConfigError, "sslmode"),
+        ("postgres", "/test?sslmode=require", ConfigError, "SSL"),
+        ("postgres", "/test?no_such_option=1", ConfigError, "no_such_option"),
+    ],
+)
+def test_postgresql_configuration_errors_exit_78(
+    role: str, rest: str, kind: type[LtaError], expected: str
+) -> None:
+    """Unknown database, unknown role, a bad sslmode or option, TLS the server lacks: a
+    ConfigError (exit 78) naming database.url, without the URL's password."""
+    error = _failure(f"postgresql://{role}:{PASSWORD}@{_server()}{rest}")
+    assert isinstance(error, kind), error
+    assert error.exit_code == 78
+    assert "database.url" in str(error) and expected in str(error)
+    assert PASSWORD not in str(error)
+
+
+def test_closed_port_is_temporary() -> None:
+    """A server that does not answer (closed port) is temporary: StorageError, exit 75."""
+    error = _failure(f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/test")
+    assert type(error) is StorageError and error.exit_code == 75
+    assert PASSWORD not in str(error)
+
+
+class _PgError(Exception):
+    """A driver error carrying a SQLSTATE, as psycopg's errors on an open connection do."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "exit_code"),
+    [
+        ("3D000", 78),  # invalid_catalog_name
+        ("28P01", 78),  # invalid_password
+        ("28000", 78),  # invalid_authorization_specification
+        ("42501", 78),  # insufficient_privilege
+        ("53300", 75),  # too_many_connections
+        ("57P03", 75),  # cannot_connect_now (starting up)
+        ("57P01", 75),  # admin_shutdown
+        ("08006", 75),  # connection_failure
+        ("40001", 75),  # serialization_failure
+        ("53100", 75),  # disk_full
+    ],
+)
+def test_sqlstate_decides_first(sqlstate: str, exit_code: int) -> None:
+    """With a SQLSTATE, its class decides (authorization, missing database, privileges: 78;
+    capacity, shutdown, connection, serialization, disk: 75), whatever the message says."""
+    exc = OperationalError("SELECT 1", {}, _PgError(sqlstate, 'role "x" does not exist'))
+    assert map_driver_error(exc).exit_code == exit_code
+
+
+def test_sqlite_in_a_read_only_file_is_configuration(tmp_path: Path) -> None:
+    """An existing SQLite database the user may not write (read-only file): exit 78 naming
+    database.url with the permission hint, not a temporary failure."""
+    path = tmp_path / "lta.db"
+    Database.open(f"sqlite:///{path}").dispose()
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        conn.execute("CREATE TABLE t (x)")
+    except sqlite3.OperationalError as driver:
+        mapped = map_driver_error(OperationalError("CREATE TABLE t (x)", {}, driver))
+    finally:
+        conn.close()
+    assert isinstance(mapped, ConfigError) and mapped.key == "database.url"
+    assert "writable" in str(mapped)
+
+
+def test_disk_full_is_temporary_with_the_disk_hint() -> None:
+    """SQLite's "database or disk is full" is temporary (75) and says to free disk space."""
+    import sqlite3
+
+    exc = OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
+    mapped = map_driver_error(exc)
+    assert type(mapped) is StorageError and "free disk space" in str(mapped)

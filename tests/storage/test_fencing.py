@@ -1,0 +1,230 @@
+"""Fencing and the two-phase drop in storage (issue 11), on SQLite and PostgreSQL.
+
+A pass's update is written only while the row keeps the generation it was claimed with;
+every lifecycle change bumps it. One user's failing write never blocks its batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
+from lta_worker.domain._policy import DROP_START
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
+
+from .helpers import MINUTE, T0, enroll, keyring, token_for
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
+
+
+def claim_one(store: Store, owner: str = "i1", now: datetime = T0) -> UserRow:
+    (row,) = store.claim_due(
+        now=now, due_before=now, limit=1, owner=owner, lease_until=now + 5 * MINUTE
+    )
+    return row
+
+
+def turn(row: UserRow, payload: object = None, **changes: object) -> UserUpdate:
+    """What a pass decides for `row`: ok, with a stats snapshot, fenced by its generation."""
+    base: dict[str, object] = {
+        "user_id": row.id,
+        "state": "active",
+        "next_due_at": T0 + HOUR,
+        "consecutive_failures": 0,
+        "last_outcome": "ok",
+        "last_polled_at": T0,
+        "snapshots": (SnapshotWrite("stats", "ok", payload or {"v": 1}, T0),),
+        "generation": row.generation,
+    }
+    return UserUpdate(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_a_claim_bumps_the_generation(store: Store, vault: Vault) -> None:
+    """Each claim returns a new generation: a decision under an older claim is stale."""
+    enrolled = enroll(store, vault, "a")
+    first = claim_one(store)
+    store.release("i1")
+    second = claim_one(store)
+    assert enrolled.generation < first.generation < second.generation
+    assert store.apply([turn(first)], owner="i1") == 0
+    assert store.apply([turn(second)], owner="i1") == 1
+
+
+@pytest.mark.parametrize("change", ["re-enroll", "drop", "revoke"])
+def test_a_change_outside_the_pass_discards_its_decision(
+    store: Store, vault: Vault, change: str
+) -> None:
+    """Re-enrollment, drop or revocation between claim and write: nothing of the pass is written."""
+    enroll(store, vault, "a")
+    claimed = claim_one(store)
+    if change == "re-enroll":
+        store.store_token("a", vault.encrypt(token_for("a"), user="a"), ["s"], T0, T0)
+    elif change == "drop":
+        store.begin_drop("a", T0)
+    else:
+        store.delete_token("a", "revoked", T0)
+    before = store.get_user("a")
+    discarded: list[tuple[UserUpdate, str]] = []
+    update = turn(claimed, state="revoked", delete_token=True)
+    assert store.apply([update], owner="i1", discarded=discarded) == 0
+    assert discarded == [(update, "changed")]
+    assert store.get_user("a") == before
+    assert list(store.export_results("a")) == []
+
+
+def test_a_forgotten_users_results_are_never_written_back(store: Store, vault: Vault) -> None:
+    """After begin_drop and the purge, the pass's late update writes no snapshot nor history."""
+    enroll(store, vault, "a")
+    claimed = claim_one(store)
+    store.begin_drop("a", T0)
+    store.purge_results("a")
+    assert store.apply([turn(claimed)], owner="i1") == 0
+    assert list(store.export_results("a")) == []
+    assert store.history("a", "stats") == []
+
+
+def test_an_unleased_row_is_not_written_by_an_owner(store: Store, vault: Vault) -> None:
+    """The lease must still be the writer's: a row whose lease was cleared is not written."""
+    enroll(store, vault, "a")
+    claimed = claim_one(store)
+    store.release("i1")
+    assert store.apply([turn(claimed)], owner="i1") == 0
+
+
+def test_one_failing_write_does_not_block_the_batch(store: Store, vault: Vault) -> None:
+    """A user whose snapshot cannot be written is skipped alone; the others are written."""
+    for name in ("a", "b", "c"):
+        enroll(store, vault, name, due=T0 - MINUTE)
+    rows = store.claim_due(now=T0, due_before=T0, limit=3, owner="i1", lease_until=T0 + HOUR)
+    by_name = {r.user: r for r in rows}
+    bad = turn(by_name["b"], payload={"not json": {1, 2}})  # a set cannot be stored as JSON
+    batch = [turn(by_name["a"]), bad, turn(by_name["c"])]
+    discarded: list[tuple[UserUpdate, str]] = []
+    assert store.apply(batch, owner="i1", discarded=discarded) == 2
+    assert discarded == [(bad, "failed")]
+    assert {r.user for r in store.export_results()} == {"a", "c"}
+    b = store.get_user("b")
+    assert b is not None
+    assert (b.last_polled_at, b.next_due_at) == (None, T0 - MINUTE)  # untouched: still due
+
+
+def test_a_dropping_user_is_never_claimed_for_a_read(store: Store, vault: Vault) -> None:
+    """`dropping` keeps the token only for the DELETE: no claim, not counted due."""
+    enroll(store, vault, "a", due=T0 - MINUTE)
+    store.begin_drop("a", T0 - MINUTE)
+    assert store.count_due(T0 + HOUR) == 0
+    assert store.claim_due(now=T0, due_before=T0 + HOUR, limit=5, owner="i1", lease_until=T0) == []
+    drops = store.claim_drops(now=T0, limit=5, owner="i1", lease_until=T0 + MINUTE)
+    assert [r.user for r in drops] == ["a"]
+
+
+def test_begin_drop_leaves_a_tokenless_user_as_it_is(store: Store, vault: Vault) -> None:
+    """Dropping a revoked user changes nothing: no relabel, revoked_at and generation kept."""
+    enroll(store, vault, "a")
+    store.delete_token("a", "revoked", T0)
+    before = store.get_user("a")
+    start = store.begin_drop("a", T0 + HOUR)
+    assert start.before == start.after == before == store.get_user("a")
+    with store.database.read() as conn:
+        stamps = conn.execute(text("SELECT revoked_at, dropped_at FROM users")).one()
+    assert stamps[1] is None
+
+
+def test_finish_drop_is_fenced_too(store: Store, vault: Vault) -> None:
+    """A confirmation for an older drop (the user re-enrolled since) keeps the new token."""
+    enroll(store, vault, "a")
+    start = store.begin_drop("a", T0)
+    assert start.after.state == "dropping"
+    store.store_token("a", vault.encrypt(token_for("a"), user="a"), ["s"], T0, T0)
+    assert not store.finish_drop(start.after.id, start.after.generation, T0)
+    assert not store.defer_drop(start.after.id, start.after.generation, retry_at=T0, reason="x")
+    row = store.get_user("a")
+    assert row is not None and (row.state, row.token is not None) == ("active", True)
+
+
+@pytest.mark.parametrize("state", sorted(DROP_START))
+def test_begin_drop_follows_the_drop_table(store: Store, vault: Vault, state: str) -> None:
+    """begin_drop does what the policy's DROP_START row says for the user's state."""
+    row = enroll(store, vault, "a")
+    if state in ("revoked", "dropped"):
+        store.delete_token("a", state, T0)  # type: ignore[arg-type]
+    elif state == "dropping":
+        store.begin_drop("a", T0)
+    else:
+        store.apply([turn(row, state=state, snapshots=(), generation=None)])
+    before = store.get_user("a")
+    assert before is not None and before.state == state
+    start = store.begin_drop("a", T0 + HOUR)
+    if DROP_START[before.state] == "unchanged":
+        assert start.after == before
+    else:
+        assert (start.after.state, start.after.next_due_at) == ("dropping", T0 + HOUR)
+        assert start.after.token == before.token
+        assert start.after.generation > before.generation
+
+
+def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault) -> None:
+    """New intervals: interval/parked users due at read + new interval; backoffs capped."""
+    rows = {name: enroll(store, vault, name) for name in ("i", "p", "b", "n")}
+    plans = {
+        "i": ("active", T0 + HOUR, "interval"),
+        "p": ("parked", T0 + 24 * HOUR, "parked"),
+        "b": ("active", T0 + 50 * MINUTE, "backoff"),
+        "n": ("active", T0 + 3 * HOUR, None),
+    }
+    for name, (state, due, due_class) in plans.items():
+        store.apply(
+            [
+                turn(
+                    rows[name],
+                    state=state,
+                    next_due_at=due,
+                    due_class=due_class,
+                    snapshots=(),
+                    generation=None,
+                )
+            ]
+        )
+    assert store.follow_schedule(HOUR, 24 * HOUR, T0) is not None  # first: records (same)
+    assert store.follow_schedule(HOUR, 24 * HOUR, T0) is None  # unchanged: nothing to do
+    moved = store.follow_schedule(30 * MINUTE, 2 * HOUR, T0)
+    assert moved == {"interval": 1, "parked": 1, "backoff": 1, "backoff_parked": 0}
+    due = {name: store.get_user(name).next_due_at for name in plans}  # type: ignore[union-attr]
+    assert due == {
+        "i": T0 + 30 * MINUTE,
+        "p": T0 + 2 * HOUR,
+        "b": T0 + 30 * MINUTE,
+        "n": T0 + 3 * HOUR,  # not derived from a setting: untouched
+    }
+    store.follow_schedule(2 * HOUR, 48 * HOUR, T0)
+    due = {name: store.get_user(name).next_due_at for name in plans}  # type: ignore[union-attr]
+    assert due["i"] == T0 + 2 * HOUR  # later, from its own read: no burst
+    assert due["b"] == T0 + 30 * MINUTE  # a backoff is never moved later
+
+
+def test_two_instances_starting_together_both_record_the_schedule(store_url: str) -> None:
+    """Concurrent first calls (several instances starting) never fail on the single row."""
+    with Store.open(store_url) as one, Store.open(store_url) as two:
+        results: list[object] = []
+
+        def start(store: Store) -> None:
+            results.append(store.follow_schedule(HOUR, 24 * HOUR, T0))
+
+        threads = [threading.Thread(target=start, args=(s,)) for s in (one, two, one, two)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(results) == 4
+        assert one.follow_schedule(HOUR, 24 * HOUR, T0) is None

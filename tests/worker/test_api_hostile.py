@@ -1,0 +1,164 @@
+"""The real API client and httpx client against a scripted hostile server on loopback:
+a dripping body meets the total deadline, a bad certificate is `tls`, and proxies never see
+plain http."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lta_worker.config import Settings, build_settings, load_settings
+from lta_worker.domain._classify import classify
+from lta_worker.errors import EnrollmentError, UpstreamError
+from lta_worker.secret import Secret
+from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._wiring import http_client
+from support.hostile import HostileServer, ProxyProbe, Step, json_body, self_signed_tls
+
+pytestmark = pytest.mark.anyio
+
+CREDENTIAL = Secret("dspa_Tok3nValue-0123456789abcdef.cl1ent-s3cret-value")
+CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+# A dripping answer is cut at request_timeout (1 s); anything near this bound is a hang.
+DEADLINE_BOUND_S = 6.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def settings_for(url: str, **service: Any) -> Settings:
+    return build_settings(
+        {
+            "service": {"base_url": url, "auth_url": url, **service},
+            "client": {"id": "demo-client"},
+        }
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[HostileServer]:
+    with HostileServer() as running:
+        yield running
+
+
+async def _read(api: ApiClient) -> Any:
+    return await api.read("latest-change", CREDENTIAL)
+
+
+async def _create(api: ApiClient) -> Any:
+    return await api.create_token(Secret("user-access-token-abcdef123456"))
+
+
+async def _drop(api: ApiClient) -> Any:
+    return await api.drop_token(CREDENTIAL)
+
+
+async def _exchange(api: ApiClient) -> Any:
+    return await api.exchange_code(
+        Secret("the-code-123456"), Secret("v" * 43), "https://a.example/cb", "id", CLIENT_SECRET
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "path", "failure"),
+    [
+        pytest.param(_read, "/api/v1/history/latest-change", None, id="read"),
+        pytest.param(_create, "/api/long-term-access/tokens", EnrollmentError, id="create-token"),
+        pytest.param(_drop, "/api/long-term-access/tokens", UpstreamError, id="drop"),
+        pytest.param(_exchange, "/oidc/token", EnrollmentError, id="exchange-code"),
+    ],
+)
+async def test_a_dripping_body_is_cut_at_the_request_deadline(
+    server: HostileServer,
+    operation: Callable[[ApiClient], Awaitable[Any]],
+    path: str,
+    failure: type[Exception] | None,
+) -> None:
+    """A body dripping a byte every 0.2 s never resets the total deadline (request_timeout)."""
+    server.script(path, Step(200, body=json_body({"token": "x" * 200}), drip=0.2))
+    settings = settings_for(server.url, read_timeout="5s", request_timeout="1s")
+    started = time.monotonic()
+    async with http_client(settings) as http:
+        api = ApiClient(http, settings)
+        if failure is None:
+            answer = await operation(api)
+            assert (answer.status, answer.error) == (None, "timeout")
+            assert classify("latest-change", answer).reason == "network timeout"
+        else:
+            with pytest.raises(failure, match="timeout"):
+                await operation(api)
+    assert time.monotonic() - started < DEADLINE_BOUND_S
+    assert len(server.requests(path)) == 1
+
+
+async def test_a_certificate_failure_is_tls_not_connect(tmp_path: Path) -> None:
+    """A self-signed certificate fails verification and is classified `tls`."""
+    with HostileServer(tls=self_signed_tls(tmp_path)) as tls_server:
+        settings = settings_for(tls_server.url)
+        async with http_client(settings) as http:
+            answer = await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+    assert (answer.status, answer.error) == (None, "tls")
+    assert classify("latest-change", answer).reason == "tls"
+
+
+async def test_a_refused_connection_is_still_network_connect() -> None:
+    """The control case: nothing listening is `network connect`, not `tls`."""
+    with HostileServer() as gone:
+        url = gone.url
+    settings = settings_for(url, connect_timeout="2s")
+    async with http_client(settings) as http:
+        answer = await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+    assert classify("latest-change", answer).reason == "network connect"
+
+
+def read_through_env(url: str, env: dict[str, str]) -> Any:
+    """Settings loaded from `env` (service at `url`), then one read with the real client."""
+
+    async def read() -> Any:
+        service = {"LTA_WORKER_SERVICE_BASE_URL": url, "LTA_WORKER_SERVICE_AUTH_URL": url}
+        settings = load_settings(None, {**env, **service, "LTA_WORKER_CLIENT_ID": "demo-client"})
+        async with http_client(settings) as http:
+            return await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+
+    return read()
+
+
+PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY")
+
+
+async def test_plain_http_never_goes_through_a_proxy(
+    server: HostileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every proxy variable set, an http loopback read goes straight to the server."""
+    server.script("/api/v1/history/latest-change", Step(200, body=b"{}"))
+    with ProxyProbe() as probe:
+        env = dict.fromkeys(PROXY_VARIABLES, probe.url)
+        for name, value in env.items():  # httpx would read these itself if it trusted env
+            monkeypatch.setenv(name, value)
+        answer = await read_through_env(server.url, env)
+    assert answer.status == 200
+    assert probe.first_lines == []
+    assert server.requests()[0].headers["authorization"] == f"Bearer {CREDENTIAL.reveal()}"
+
+
+async def test_https_goes_through_the_proxy_as_a_tunnel() -> None:
+    """HTTPS_PROXY is honoured for https, as a CONNECT tunnel: the proxy never sees a header."""
+    with ProxyProbe() as probe:
+        answer = await read_through_env("https://api.service.invalid", {"HTTPS_PROXY": probe.url})
+    assert answer.status is None
+    assert probe.first_lines == ["CONNECT api.service.invalid:443 HTTP/1.1"]
+
+
+async def test_no_proxy_hosts_are_reached_directly(tmp_path: Path) -> None:
+    """A host named in NO_PROXY is reached without the proxy, even over https."""
+    with HostileServer(tls=self_signed_tls(tmp_path)) as tls_server, ProxyProbe() as probe:
+        env = {"HTTPS_PROXY": probe.url, "NO_PROXY": "localhost, 127.0.0.1"}
+        answer = await read_through_env(tls_server.url, env)
+    assert answer.error == "tls"  # it reached the server itself (whose certificate is bad)
+    assert probe.first_lines == []

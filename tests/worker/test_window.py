@@ -1,0 +1,208 @@
+"""Window rules: every reported reset, wait and window is bounded, and the pacer re-learns.
+
+Table-driven cases of `window.bound` and `window.pause_after_429`, the pacer on a virtual
+clock against the headers of issue 12 (a 31-year reset, an epoch in the far future), and
+Hypothesis over hostile header values through the pacer's shell, its snapshot, its storage
+record and the shared-budget observation.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing._shared import observation
+from lta_worker.pacing._window import (
+    DEFAULT_MAX_WAIT,
+    FALLBACK_429_WAIT,
+    MAX_COUNT,
+    MIN_429_WAIT,
+    bound,
+    pause_after_429,
+)
+from support.hostile import hostile_ratelimit_headers
+
+WALL = datetime(2025, 1, 1, tzinfo=UTC)
+HOUR = 3600.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.parametrize(
+    ("given_info", "max_wait", "expected"),
+    [
+        pytest.param(
+            RateLimitInfo(remaining=100, reset_after=999_999_999.0, window=HOUR),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(remaining=100, reset_after=HOUR, window=HOUR),
+            id="31-years-within-the-window",
+        ),
+        pytest.param(
+            RateLimitInfo(remaining=1, reset_after=1e12),
+            600.0,
+            RateLimitInfo(remaining=1, reset_after=600.0),
+            id="no-window-max-wait",
+        ),
+        pytest.param(
+            RateLimitInfo(remaining=1, reset_after=30.0, window=1e15),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(remaining=1, reset_after=30.0, window=DEFAULT_MAX_WAIT),
+            id="huge-window-capped",
+        ),
+        pytest.param(
+            RateLimitInfo(limit=10**15, remaining=10**14, reset_after=10.0),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(limit=MAX_COUNT, remaining=MAX_COUNT, reset_after=10.0),
+            id="counts-fit-a-column",
+        ),
+        pytest.param(
+            RateLimitInfo(remaining=-1, reset_after=-5.0, window=math.nan, retry_after=math.inf),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(),
+            id="negative-nan-inf-dropped",
+        ),
+        pytest.param(
+            RateLimitInfo(retry_after=7200.0, window=60.0),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(retry_after=61.0, window=60.0),
+            id="retry-after-within-the-window",
+        ),
+        pytest.param(
+            RateLimitInfo(remaining=5, reset_after=20.0, window=60.0),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(remaining=5, reset_after=20.0, window=60.0),
+            id="sane-untouched",
+        ),
+        pytest.param(
+            RateLimitInfo(reset_after=5000.0), 0.0, RateLimitInfo(reset_after=1.0), id="max-wait-0"
+        ),
+    ],
+)
+def test_bound(given_info: RateLimitInfo, max_wait: float, expected: RateLimitInfo) -> None:
+    """A reset is never trusted beyond the window (+1 s of rounding) nor max_wait."""
+    assert bound(given_info, max_wait) == expected
+
+
+@pytest.mark.parametrize(
+    ("given_info", "wait"),
+    [
+        pytest.param(None, FALLBACK_429_WAIT, id="nothing-said"),
+        pytest.param(RateLimitInfo(retry_after=0.0), MIN_429_WAIT, id="at-least-a-second"),
+        pytest.param(RateLimitInfo(retry_after=1e15), DEFAULT_MAX_WAIT, id="at-most-max-wait"),
+        pytest.param(RateLimitInfo(reset_after=1e9, window=600.0), 601.0, id="window"),
+        pytest.param(RateLimitInfo(retry_after=math.nan), FALLBACK_429_WAIT, id="nan"),
+        pytest.param(RateLimitInfo(retry_after=-3.0), FALLBACK_429_WAIT, id="negative"),
+        pytest.param(RateLimitInfo(retry_after=12.0), 12.0, id="sane"),
+    ],
+)
+def test_pause_after_429(given_info: RateLimitInfo | None, wait: float) -> None:
+    """A 429 pauses for its Retry-After (or reset), at least a second, never beyond bounds."""
+    assert pause_after_429(given_info) == wait
+
+
+class VirtualClock:
+    """Monotonic seconds that move only when the pacer sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
+
+
+def make_pacer(max_wait: float = DEFAULT_MAX_WAIT) -> tuple[Pacer, VirtualClock]:
+    clock = VirtualClock()
+    core = PacerCore(reserve=0.0, max_wait=max_wait)
+    return Pacer(core, clock, clock.sleep, wall_clock=lambda: WALL), clock
+
+
+HOSTILE_HEADERS = [
+    pytest.param({"ratelimit": '"default";r=0;t=999999999'}, id="draft-31-years"),
+    pytest.param(
+        {"ratelimit": '"default";r=0;t=999999999', "ratelimit-policy": '"default";q=100;w=3600'},
+        id="draft-31-years-window-3600",
+    ),
+    pytest.param({"ratelimit": '"default";r=0;t=999999999999999'}, id="draft-15-digits"),
+    pytest.param({"x-ratelimit-remaining": "0", "x-ratelimit-reset": "999999999999"}, id="x-epoch"),
+    pytest.param({"ratelimit": "limit=100, remaining=0, reset=999999999999"}, id="draft-07"),
+    pytest.param(
+        {"ratelimit-limit": "100", "ratelimit-remaining": "0", "ratelimit-reset": "99999999999999"},
+        id="triple-epoch-ms",
+    ),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("headers", HOSTILE_HEADERS)
+async def test_pacer_relearns_after_a_bounded_wait(headers: dict[str, str]) -> None:
+    """After a far-future reset the pacer waits at most max_wait, sends, and takes new figures."""
+    pacer, clock = make_pacer()
+    pacer.feed(headers, 200)
+    seen = pacer.budget_seen(WALL)  # the storage record of those figures: no OverflowError
+    assert seen is not None and seen.reset_at is not None
+    assert seen.reset_at <= WALL + timedelta(seconds=DEFAULT_MAX_WAIT + 1)
+    start = clock.now
+    await pacer.acquire()
+    assert clock.now - start <= DEFAULT_MAX_WAIT + 2  # the probe went within the bound
+    # The service is sane again: its new figures apply at once.
+    pacer.feed({"ratelimit": '"p";r=50;t=60', "ratelimit-policy": '"p";q=50;w=60'}, 200)
+    before = clock.now
+    for _ in range(5):
+        await pacer.acquire()
+        pacer.feed({"ratelimit": '"p";r=45;t=59', "ratelimit-policy": '"p";q=50;w=60'}, 200)
+    assert clock.now - before < 60.0
+    snap = pacer.snapshot()
+    assert snap.limit == 50 and snap.reset_in is not None and snap.reset_in <= 61
+
+
+@pytest.mark.anyio
+async def test_a_429_with_a_huge_retry_after_pauses_at_most_max_wait() -> None:
+    """Retry-After of 15 digits on a 429 holds requests for max_wait, then one goes."""
+    pacer, clock = make_pacer(max_wait=120.0)
+    pacer.feed({"retry-after": "999999999999999"}, 429)
+    start = clock.now
+    await pacer.acquire()
+    assert 120.0 <= clock.now - start <= 122.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    headers=hostile_ratelimit_headers(),
+    status=st.sampled_from([200, 404, 429, 503]),
+    max_wait=st.sampled_from([1.0, 60.0, DEFAULT_MAX_WAIT, 86_400.0]),
+)
+def test_no_header_value_raises_or_escapes_the_bounds(
+    headers: dict[str, str], status: int, max_wait: float
+) -> None:
+    """Any RateLimit value: feed, snapshot, the storage record and the shared observation hold."""
+    pacer, clock = make_pacer(max_wait)
+    pacer.feed(headers, status)
+    snap = pacer.snapshot()
+    for value in (snap.reset_in, snap.window, snap.paused_for):
+        assert value is None or (math.isfinite(value) and value <= max_wait + 1)
+    for count in (snap.limit, snap.remaining, snap.reported_remaining):
+        assert count is None or 0 <= count <= MAX_COUNT
+    delay, _ = pacer.core.delay(clock.now)
+    assert 0 <= delay <= max_wait + 2
+    seen = pacer.budget_seen(WALL)
+    if seen is not None and seen.reset_at is not None:
+        assert seen.reset_at <= WALL + timedelta(seconds=max_wait + 1)
+    from lta_worker.pacing._ratelimit import parse_ratelimit
+
+    shared = observation(parse_ratelimit(headers, WALL), status, WALL, max_wait=max_wait)
+    if shared is not None and shared.reset_at is not None:
+        assert shared.reset_at <= WALL + timedelta(seconds=max_wait + 1)
