@@ -24,7 +24,7 @@ def deploy_source() -> Traversable:
     if packaged.is_dir():
         return packaged
     # src/lta_worker/cli/_deploy_cmd.py -> the checkout's top directory.
-    return Path(__file__).resolve().parents[4] / "deploy"
+    return Path(__file__).resolve().parents[3] / "deploy"
 
 
 def _mode(data: bytes) -> int:
