@@ -165,8 +165,8 @@ async def _pacer(count: int) -> float:
     )
     t0 = time.perf_counter()
     for _ in range(count):
-        await pacer.acquire()
-        pacer.feed(HEADERS, 200, elapsed=0.0005)
+        permit = await pacer.acquire()
+        pacer.feed(permit, HEADERS, 200, elapsed=0.0005)
         pacer.snapshot()
     return time.perf_counter() - t0
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -28,7 +29,7 @@ from lta_worker.simulator import (
 from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._engine import PassResult
+from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._wiring import http_client, load_vault
 
@@ -53,6 +54,9 @@ class WorkerClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
 
 
 @dataclass

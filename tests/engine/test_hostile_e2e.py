@@ -22,7 +22,7 @@ from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker._engine import PassResult
+from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._wiring import http_client, load_vault
 from support.hostile import HostileServer, Seen, Step, json_body

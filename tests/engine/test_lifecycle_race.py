@@ -21,7 +21,7 @@ from lta_worker.enrollment._lifecycle import Lifecycle
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._engine import PassResult
+from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._wiring import http_client, load_vault
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker._engine import PassResult
+from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 
 from .conftest import Harness, WorkerClock

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.enrollment._lifecycle import Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
+from lta_worker.pacing import Permit
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
 from lta_worker.upstream._client import ApiClient, long_term_credential
 from lta_worker.worker._wiring import http_client
@@ -187,10 +188,11 @@ class FreePermits:
     def __init__(self) -> None:
         self.fed: list[int | None] = []
 
-    async def acquire(self) -> None:
-        return None
+    async def acquire(self) -> Permit:
+        return Permit(sent_at=0.0)
 
-    def feed(self, headers: object, status: int | None, **_: object) -> None:
+    def feed(self, permit: Permit | None, headers: object, status: int | None, **_: object) -> None:
+        assert permit is not None  # every DELETE goes with the permit it was granted
         self.fed.append(status)
 
     def snapshot(self) -> None:
@@ -298,15 +300,10 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
             {"junk": b"\x00" * 60},
         )
 
-    class Permits:
-        async def acquire(self) -> None:
-            return None
-
-        def feed(self, headers: object, status: int | None, **_: object) -> None:
-            return None
-
     world.clock.advance(3 * 3600)
-    done = await world.lifecycle().retry_pending(Permits(), owner="i1", lease=timedelta(minutes=5))
+    done = await world.lifecycle().retry_pending(
+        FreePermits(), owner="i1", lease=timedelta(minutes=5)
+    )
     assert (done.confirmed, done.pending) == (1, 1)
     alice, bob = world.store.get_user("alice"), world.store.get_user("bob")
     assert alice is not None and bob is not None

@@ -41,7 +41,7 @@ async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
         tg.start_soon(second)
         await anyio.sleep(0.05)
         began = time.monotonic()
-        pacer.feed(FRESH, 200, elapsed=0.01)
+        pacer.feed(None, FRESH, 200, elapsed=0.01)
         with anyio.fail_after(5):
             await done.wait()
     assert time.monotonic() - began < 0.5
@@ -58,9 +58,9 @@ async def test_with_a_shared_budget_permits_come_from_the_row() -> None:
     shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: wall, block=2)
     pacer = Pacer(PacerCore(initial_burst=5), time.monotonic, anyio.sleep, shared=shared)
     with anyio.fail_after(5):
-        await pacer.acquire()
+        permit = await pacer.acquire()
         # This instance saw more (an earlier figure of the same window): 40 for the core.
-        pacer.feed({"ratelimit": '"p";r=50;t=3', "ratelimit-policy": '"p";q=100;w=4'}, 200)
+        pacer.feed(permit, {"ratelimit": '"p";r=50;t=3', "ratelimit-policy": '"p";q=100;w=4'}, 200)
         for _ in range(3):
             await pacer.acquire()
     with anyio.move_on_after(0.3) as waited:

@@ -405,7 +405,7 @@ def anyio_backend() -> str:
 async def test_acquire_sleeps_on_the_injected_clock() -> None:
     """acquire waits by the injected sleep, never the real one, and paces by the headers."""
     pacer, clock = make_pacer(reserve=0.0)
-    pacer.feed({"ratelimit": '"p";r=3;t=31', "ratelimit-policy": '"p";q=3;w=60'}, 200)
+    pacer.feed(None, {"ratelimit": '"p";r=3;t=31', "ratelimit-policy": '"p";q=3;w=60'}, 200)
     start = clock.now
     for _ in range(3):
         await pacer.acquire()
@@ -416,9 +416,9 @@ async def test_acquire_sleeps_on_the_injected_clock() -> None:
 async def test_429_holds_every_waiter() -> None:
     """A 429 fed while others wait holds all of them until Retry-After."""
     pacer, clock = make_pacer()
-    pacer.feed({"ratelimit": '"p";r=100;t=3600'}, 200)
-    await pacer.acquire()
-    pacer.feed({"retry-after": "120"}, 429)
+    pacer.feed(None, {"ratelimit": '"p";r=100;t=3600'}, 200)
+    permit = await pacer.acquire()
+    pacer.feed(permit, {"retry-after": "120"}, 429)
     released: list[float] = []
 
     async def waiter() -> None:
@@ -435,11 +435,11 @@ async def test_429_holds_every_waiter() -> None:
 
 @pytest.mark.anyio
 async def test_feed_uses_the_time_since_acquire_as_latency() -> None:
-    """The reset of an answer is measured from when its request was sent."""
+    """The reset of an answer is measured from when its permit was granted."""
     pacer, clock = make_pacer(reserve=0.0)
-    await pacer.acquire()
+    permit = await pacer.acquire()
     clock.now += 5.0  # a slow answer
-    pacer.feed({"ratelimit": '"p";r=1;t=10.5', "ratelimit-policy": '"p";q=2'}, 200)
+    pacer.feed(permit, {"ratelimit": '"p";r=1;t=10.5', "ratelimit-policy": '"p";q=2'}, 200)
     # The window may end as early as send + 10.5 = 1010.5, not 1015.5: the permit left
     # is usable until then, and after that only past the latest end (1015.5 + margin).
     assert pacer.core.delay(1010.4) == (0.0, "none")
@@ -464,6 +464,7 @@ def test_budget_seen_reports_the_last_answer() -> None:
     pacer, clock = make_pacer()
     assert pacer.budget_seen(WALL) is None
     pacer.feed(
+        None,
         {"x-ratelimit-limit": "120", "x-ratelimit-remaining": "80", "x-ratelimit-reset": "600"},
         200,
     )

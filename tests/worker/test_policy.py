@@ -27,11 +27,13 @@ from lta_worker.domain._policy import (
     DROP_START,
     RULES,
     PolicyConfig,
+    authenticated,
     decide_turn,
     drop_retry_at,
     drop_verdict,
     endpoints_to_call,
     ends_turn,
+    read_again,
 )
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -129,6 +131,46 @@ def test_row(row: Row) -> None:
         assert NOW < update.next_due_at <= NOW + cap
     else:
         assert update.next_due_at == row.due
+
+
+def test_undecryptable_row_keeps_everything_and_rechecks_at_the_parked_interval() -> None:
+    """A token that does not decrypt: nothing sent, token and state kept, not counted as
+    polled, failures unchanged, re-checked a parked interval later."""
+    user = make_user(consecutive_failures=2, state="unlinked")
+    update = decide_turn(user, [(None, out("undecryptable"))], NOW, CFG, rng())
+    assert (update.state, update.delete_token, update.snapshots) == ("unlinked", False, ())
+    assert (update.consecutive_failures, update.last_outcome) == (2, "undecryptable")
+    assert update.last_polled_at == user.last_polled_at
+    assert update.next_due_at == NOW + CFG.parked_interval
+    assert update.due_class is None  # not derived from a read, so not rescheduled by class
+
+
+AUTHENTICATED = {"ok", "none", "scope_denied", "revoked", "unlinked", "inactive"}
+
+
+@pytest.mark.parametrize("kind", list(RULES))
+def test_authenticated_column(kind: OutcomeKind) -> None:
+    """Only answers that need both halves of the credential prove the client accepted."""
+    assert authenticated(out(kind, status=200)) is (kind in AUTHENTICATED)
+
+
+def test_a_404_never_proves_the_client() -> None:
+    """A 404 `none` proves nothing of the credential: a wrong URL answers it too."""
+    assert authenticated(out("none", status=404)) is False
+
+
+@pytest.mark.parametrize(
+    ("kind", "attempt", "again"),
+    [
+        ("rate_limited", 1, True),
+        ("rate_limited", 2, True),
+        ("rate_limited", 3, False),
+        *[(kind, 1, False) for kind in RULES if kind != "rate_limited"],
+    ],
+)
+def test_read_again_row(kind: OutcomeKind, attempt: int, again: bool) -> None:
+    """Only a 429 sends the same read again within the turn, three sendings at most."""
+    assert read_again(out(kind), attempt) is again
 
 
 def test_table_covers_every_outcome_kind() -> None:

@@ -151,19 +151,19 @@ HOSTILE_HEADERS = [
 async def test_pacer_relearns_after_a_bounded_wait(headers: dict[str, str]) -> None:
     """After a far-future reset the pacer waits at most max_wait, sends, and takes new figures."""
     pacer, clock = make_pacer()
-    pacer.feed(headers, 200)
+    pacer.feed(None, headers, 200)
     seen = pacer.budget_seen(WALL)  # the storage record of those figures: no OverflowError
     assert seen is not None and seen.reset_at is not None
     assert seen.reset_at <= WALL + timedelta(seconds=DEFAULT_MAX_WAIT + 1)
     start = clock.now
-    await pacer.acquire()
+    permit = await pacer.acquire()
     assert clock.now - start <= DEFAULT_MAX_WAIT + 2  # the probe went within the bound
     # The service is sane again: its new figures apply at once.
-    pacer.feed({"ratelimit": '"p";r=50;t=60', "ratelimit-policy": '"p";q=50;w=60'}, 200)
+    pacer.feed(permit, {"ratelimit": '"p";r=50;t=60', "ratelimit-policy": '"p";q=50;w=60'}, 200)
     before = clock.now
     for _ in range(5):
-        await pacer.acquire()
-        pacer.feed({"ratelimit": '"p";r=45;t=59', "ratelimit-policy": '"p";q=50;w=60'}, 200)
+        permit = await pacer.acquire()
+        pacer.feed(permit, {"ratelimit": '"p";r=45;t=59', "ratelimit-policy": '"p";q=50;w=60'}, 200)
     assert clock.now - before < 60.0
     snap = pacer.snapshot()
     assert snap.limit == 50 and snap.reset_in is not None and snap.reset_in <= 61
@@ -173,7 +173,7 @@ async def test_pacer_relearns_after_a_bounded_wait(headers: dict[str, str]) -> N
 async def test_a_429_with_a_huge_retry_after_pauses_at_most_max_wait() -> None:
     """Retry-After of 15 digits on a 429 holds requests for max_wait, then one goes."""
     pacer, clock = make_pacer(max_wait=120.0)
-    pacer.feed({"retry-after": "999999999999999"}, 429)
+    pacer.feed(None, {"retry-after": "999999999999999"}, 429)
     start = clock.now
     await pacer.acquire()
     assert 120.0 <= clock.now - start <= 122.0
@@ -190,7 +190,7 @@ def test_no_header_value_raises_or_escapes_the_bounds(
 ) -> None:
     """Any RateLimit value: feed, snapshot, the storage record and the shared observation hold."""
     pacer, clock = make_pacer(max_wait)
-    pacer.feed(headers, status)
+    pacer.feed(None, headers, status)
     snap = pacer.snapshot()
     for value in (snap.reset_in, snap.window, snap.paused_for):
         assert value is None or (math.isfinite(value) and value <= max_wait + 1)

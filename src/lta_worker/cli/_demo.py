@@ -36,7 +36,7 @@ from lta_worker.errors import UsageError
 from lta_worker.simulator import DEMO_CLIENT_ID, RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import generate_key_line
 from lta_worker.upstream import http_client
-from lta_worker.worker import PassResult, Worker, load_vault, open_store
+from lta_worker.worker import PassResult, SystemClock, Worker, load_vault, open_store
 
 NAMES: Final = (
     *("ada", "alan", "barbara", "claude", "dennis", "edsger", "frances", "grace", "hedy"),
@@ -55,20 +55,16 @@ REDIRECT_URI: Final = "http://127.0.0.1/lta/callback"
 WIDTH: Final = 88
 
 
-class OffsetClock:
+class OffsetClock(SystemClock):
     """The worker's clock in the demo: wall time is real time plus an offset that the demo
-    advances between passes; monotonic time is real, so the pacer paces for real."""
+    advances between passes; monotonic time and sleep are real, so the pacer paces for real."""
 
     def __init__(self, offset: timedelta = timedelta(0)) -> None:
         self.offset = offset
 
     def now(self) -> datetime:
         """Real UTC time plus the offset."""
-        return datetime.now(UTC) + self.offset
-
-    def monotonic(self) -> float:
-        """`time.monotonic()`."""
-        return time.monotonic()
+        return super().now() + self.offset
 
     def advance(self, delta: timedelta) -> None:
         """Move the wall time forward."""

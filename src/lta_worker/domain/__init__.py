@@ -5,7 +5,8 @@
 - `Answer` and `Outcome`, and `classify`, the one parser of an answer and its error body
   (`_outcomes`, `_classify`);
 - the per-user state machine `decide_turn` and its table `RULES`, and the drop rules
-  (`_policy`); exponential backoff (`_backoff`); the capacity plan (`_capacity`);
+  (`_policy`); the pass's circuit breaker `Breaker`, how a pass ends (`StopReason`) and
+  its exit codes (`_breaker`); exponential backoff (`_backoff`); the capacity plan (`_capacity`);
 - durations as operators write them (`_durations`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
@@ -14,6 +15,7 @@ It imports nothing of lta-worker but `errors` and `secret`; everything else buil
 from __future__ import annotations
 
 from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
+from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
 from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
 from lta_worker.domain._durations import format_duration, parse_duration
@@ -47,17 +49,20 @@ from lta_worker.domain._policy import (
     RULES,
     PolicyConfig,
     PollDurations,
+    authenticated,
     decide_turn,
     drop_retry_at,
     drop_verdict,
     endpoints_to_call,
     ends_turn,
+    read_again,
 )
 
 __all__ = [
     "ALLOWED_CODES",
     "ENDPOINTS",
     "ENDPOINT_SCOPES",
+    "EXIT_CODES",
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "OAUTH_CODES",
@@ -67,6 +72,7 @@ __all__ = [
     "TOKENLESS_STATES",
     "USER_STATES",
     "Answer",
+    "Breaker",
     "BudgetSeen",
     "CapacityPlan",
     "EncryptedToken",
@@ -84,10 +90,15 @@ __all__ = [
     "ResultRow",
     "ResultStatus",
     "RotationReport",
+    "Routed",
+    "Signal",
     "SnapshotWrite",
+    "StopReason",
+    "Trip",
     "UserRow",
     "UserState",
     "UserUpdate",
+    "authenticated",
     "backoff_ceiling",
     "backoff_delay",
     "classify",
@@ -100,5 +111,6 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "plan_capacity",
+    "read_again",
     "strict_json",
 ]

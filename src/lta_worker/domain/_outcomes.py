@@ -20,6 +20,9 @@ OutcomeKind = Literal[
     "rejected",
     "rate_limited",
     "transient",
+    # Not an answer: the stored token could not be decrypted (tampered or copied row), so
+    # nothing was sent. Its row in the policy's table keeps the user and re-checks it later.
+    "undecryptable",
 ]
 OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
 

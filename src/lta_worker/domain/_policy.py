@@ -68,6 +68,13 @@ class Rule:
         failures: What happens to consecutive_failures: reset to 0, keep, or add one.
         deny_endpoint: True to skip this endpoint until now + parked_interval.
         backoff_cap: The longest backoff, for the `backoff` schedule.
+        authenticated: True when the answer proves the client itself was accepted (both
+            halves of the credential right); the circuit breaker counts these.
+        read: True when the outcome is an answer to a request (it moves `last_polled_at`);
+            False when nothing was sent.
+        attempts: How many times one read may be sent within a turn while it keeps
+            getting this outcome (a 429: the pacer pauses every request until the reset,
+            then the read goes again).
     """
 
     state: UserState | Unchanged
@@ -78,30 +85,44 @@ class Rule:
     failures: FailureAction
     deny_endpoint: bool = False
     backoff_cap: BackoffCap | None = None
+    authenticated: bool = False
+    read: bool = True
+    attempts: int = 1
 
 
 # fmt: off
 RULES: Final[Mapping[OutcomeKind, Rule]] = {
     #               state       token     snapshot ends   schedule           failures
-    "ok":           Rule("active",   "keep",   "ok",   False, "interval",        "reset"),
-    "none":         Rule("active",   "keep",   "none", False, "interval",        "reset"),
+    "ok":           Rule("active",   "keep",   "ok",   False, "interval",        "reset",
+                         authenticated=True),
+    "none":         Rule("active",   "keep",   "none", False, "interval",        "reset",
+                         authenticated=True),
     # 403 without a code: this endpoint is not granted; the other is still read.
     "scope_denied": Rule(UNCHANGED,  "keep",   None,   False, "parked_interval", "keep",
-                         deny_endpoint=True),
+                         deny_endpoint=True, authenticated=True),
     # 401 PermanentAccessRevoked: delete the token at once; never due again.
-    "revoked":      Rule("revoked",  "delete", None,   True,  "never",           "reset"),
+    "revoked":      Rule("revoked",  "delete", None,   True,  "never",           "reset",
+                         authenticated=True),
     # 401 NoCloudSyncLinked: keep the token; the user may link cloud sync later.
-    "unlinked":     Rule("unlinked", "keep",   None,   True,  "parked_interval", "reset"),
+    "unlinked":     Rule("unlinked", "keep",   None,   True,  "parked_interval", "reset",
+                         authenticated=True),
     # 403 CloudSyncInactive: keep the token; access resumes by itself.
-    "inactive":     Rule("parked",   "keep",   None,   True,  "parked_interval", "reset"),
+    "inactive":     Rule("parked",   "keep",   None,   True,  "parked_interval", "reset",
+                         authenticated=True),
     # Plain 401: never a revocation (spec 5.7); backed off, shown to the operator.
     "rejected":     Rule("rejected", "keep",   None,   True,  "backoff",         "add",
                          backoff_cap="parked_interval"),
-    # 429: not the user's failure; it stays due and is read once the budget allows.
-    "rate_limited": Rule(UNCHANGED,  "keep",   None,   True,  "retry_soon",      "keep"),
+    # 429: not the user's failure. The read goes again once the pause is over; if the
+    # answer is still a 429 the user stays due and is read when the budget allows.
+    "rate_limited": Rule(UNCHANGED,  "keep",   None,   True,  "retry_soon",      "keep",
+                         attempts=3),
     # 5xx, network, broken body: backed off, never beyond the interval.
     "transient":    Rule(UNCHANGED,  "keep",   None,   True,  "backoff",         "add",
                          backoff_cap="interval"),
+    # The stored token does not decrypt (tampered or copied row): nothing is sent; the
+    # token is kept (a key file put right makes it readable again), re-checked rarely.
+    "undecryptable": Rule(UNCHANGED, "keep",   None,   True,  "parked_interval", "keep",
+                          read=False),
 }
 # fmt: on
 
@@ -111,6 +132,7 @@ SEVERITY: Final[tuple[OutcomeKind, ...]] = (
     "none",
     "scope_denied",
     "rate_limited",
+    "undecryptable",
     "transient",
     "rejected",
     "inactive",
@@ -181,6 +203,19 @@ def ends_turn(outcome: Outcome) -> bool:
     return RULES[outcome.kind].ends_turn
 
 
+def authenticated(outcome: Outcome) -> bool:
+    """True when the answer proves the client was accepted (both halves of the credential).
+
+    A 404 proves nothing of the credential: a wrong URL answers it unauthenticated.
+    """
+    return RULES[outcome.kind].authenticated and outcome.status != 404
+
+
+def read_again(outcome: Outcome, attempt: int) -> bool:
+    """True when the read that came to `outcome` on its `attempt`-th sending goes again."""
+    return attempt < RULES[outcome.kind].attempts
+
+
 def endpoints_to_call(
     user: UserRow, client_scopes: Sequence[str], now: datetime
 ) -> tuple[Endpoint, ...]:
@@ -203,7 +238,7 @@ def endpoints_to_call(
 
 def decide_turn(
     user: UserRow,
-    results: Sequence[tuple[Endpoint, Outcome]],
+    results: Sequence[tuple[Endpoint | None, Outcome]],
     now: datetime,
     cfg: PolicyConfig,
     rng: random.Random,
@@ -213,7 +248,8 @@ def decide_turn(
     Args:
         user: The user as claimed at the start of the turn.
         results: (endpoint, outcome) in call order. The turn stops at the first outcome
-            that ends it, so nothing follows one; anything that does is ignored.
+            that ends it, so nothing follows one; anything that does is ignored. The
+            endpoint is None for an outcome reached before any request (`undecryptable`).
         now: The time of the decision.
         cfg: The durations to schedule with.
         rng: The jitter source for backoff.
@@ -242,17 +278,18 @@ def decide_turn(
     failures = user.consecutive_failures
     snapshots: list[SnapshotWrite] = []
     delete_token = False
+    read = any(RULES[outcome.kind].read for _, outcome in turn)
     for endpoint, outcome in turn:
         rule = RULES[outcome.kind]
         if rule.state != UNCHANGED:
             state = rule.state
         failures = _failures(rule.failures, failures)
         delete_token = delete_token or rule.token_action == DELETE
-        if rule.snapshot is not None:
+        if rule.snapshot is not None and endpoint is not None:
             payload = outcome.payload if rule.snapshot == "ok" else None
             snapshots.append(SnapshotWrite(endpoint, rule.snapshot, payload, now))
             denied.pop(endpoint, None)  # it answered: it is granted after all
-        if rule.deny_endpoint:
+        if rule.deny_endpoint and endpoint is not None:
             denied[endpoint] = now + cfg.parked_interval
     worst = max((outcome for _, outcome in turn), key=lambda o: SEVERITY.index(o.kind))
     return UserUpdate(
@@ -262,16 +299,18 @@ def decide_turn(
         consecutive_failures=failures,
         last_outcome=worst.kind,
         last_code=worst.code,
-        last_polled_at=now,
+        last_polled_at=now if read else user.last_polled_at,
         delete_token=delete_token,
         denied=denied,
         snapshots=tuple(snapshots),
         generation=user.generation,
-        due_class=_due_class(turn, cfg),
+        due_class=_due_class(turn, cfg) if read else None,
     )
 
 
-def _due_class(turn: Sequence[tuple[Endpoint, Outcome]], cfg: PolicyConfig) -> DueClass | None:
+def _due_class(
+    turn: Sequence[tuple[Endpoint | None, Outcome]], cfg: PolicyConfig
+) -> DueClass | None:
     """Which setting the turn's `next_due_at` derives from (see `DUE_CLASSES`)."""
     last = RULES[turn[-1][1].kind]
     if last.ends_turn:
@@ -287,9 +326,9 @@ def _due_class(turn: Sequence[tuple[Endpoint, Outcome]], cfg: PolicyConfig) -> D
 
 
 def _until_end(
-    results: Sequence[tuple[Endpoint, Outcome]],
-) -> list[tuple[Endpoint, Outcome]]:
-    turn: list[tuple[Endpoint, Outcome]] = []
+    results: Sequence[tuple[Endpoint | None, Outcome]],
+) -> list[tuple[Endpoint | None, Outcome]]:
+    turn: list[tuple[Endpoint | None, Outcome]] = []
     for endpoint, outcome in results:
         turn.append((endpoint, outcome))
         if ends_turn(outcome):
@@ -307,7 +346,7 @@ def _failures(action: FailureAction, failures: int) -> int:
 
 def _next_due(
     user: UserRow,
-    turn: Sequence[tuple[Endpoint, Outcome]],
+    turn: Sequence[tuple[Endpoint | None, Outcome]],
     *,
     failures: int,
     now: datetime,

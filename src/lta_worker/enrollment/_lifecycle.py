@@ -267,14 +267,14 @@ class Lifecycle(ClientOperation):
                     done.interrupted += 1
                     given_back.append(row.id)
                     continue
-                await pacer.acquire()
+                permit = await pacer.acquire()
                 _log().info("drop.retried", user=row.user, attempt=row.consecutive_failures + 1)
                 try:
                     result = await self._send_drop(row, reason="dropped")
                 except TokenDecryptError:
                     # A tampered or copied row: nothing can be sent for it. It stays
                     # `dropping` (never read) and is tried again a parked interval later.
-                    pacer.feed({}, None)  # the permit is given back unused
+                    pacer.feed(permit, {}, None)  # the permit is given back unused
                     _log().error(
                         "token.undecryptable",
                         user=row.user,
@@ -292,7 +292,7 @@ class Lifecycle(ClientOperation):
                     )
                     done.pending += 1
                     continue
-                pacer.feed({}, result.status)
+                pacer.feed(permit, {}, result.status)
                 done.users.append(row.user)
                 if result.upstream == "ok":
                     done.confirmed += 1

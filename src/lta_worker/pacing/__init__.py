@@ -5,7 +5,8 @@
 - the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
   keep hostile figures bounded: `bound`, `wait_after_429`, `DEFAULT_MAX_WAIT` (`_window`);
 - `PacerCore`, the pacer's arithmetic on plain values, and `Pacer`, its async shell
-  (`_pacer`); `PacerLike`, what callers rely on (`_protocol`);
+  (`_pacer`), with the explicit `Permit` a request is sent with and fed
+  back with; `PacerLike`, what callers rely on (`_protocol`);
 - `SharedBudget`, the budget row several instances settle into on PostgreSQL, with its pure
   rules (`_shared`).
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from lta_worker.pacing._pacer import Pacer, PacerCore, PacerSnapshot
+    from lta_worker.pacing._pacer import Pacer, PacerCore, PacerSnapshot, Permit
     from lta_worker.pacing._protocol import PacerLike
     from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
     from lta_worker.pacing._shared import SharedBudget
@@ -29,6 +30,7 @@ _NAMES = {
     "Pacer": "._pacer",
     "PacerCore": "._pacer",
     "PacerSnapshot": "._pacer",
+    "Permit": "._pacer",
     "PacerLike": "._protocol",
     "RateLimitInfo": "._ratelimit",
     "parse_ratelimit": "._ratelimit",
@@ -45,6 +47,7 @@ __all__ = [
     "PacerCore",
     "PacerLike",
     "PacerSnapshot",
+    "Permit",
     "RateLimitInfo",
     "SharedBudget",
     "bound",

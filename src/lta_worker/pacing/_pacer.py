@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
@@ -58,11 +57,20 @@ LOG_WAIT_OVER: Final = 1.0
 RECHECK: Final = 1.0
 
 log = get_logger("lta_worker.pacer")
-# When this task's last permit was used, per pacer (an answer's reset was measured after it),
-# and what it counts against in a shared budget.
-_SENT_AT: ContextVar[tuple[int, float, Tag | None] | None] = ContextVar(
-    "lta_pacer_sent_at", default=None
-)
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """Leave to send one request, handed back to `Pacer.feed` with its answer.
+
+    Attributes:
+        sent_at: When it was granted, monotonic seconds (an answer's reset was measured
+            after it).
+        tag: What it counts against in a shared budget, or None without one.
+    """
+
+    sent_at: float
+    tag: Tag | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,13 +397,13 @@ class Pacer:
         """Set this instance's share of the allowance (1 / number of live instances)."""
         self.core.share = share
 
-    async def acquire(self) -> None:
-        """Wait until one request may be sent, then account it.
+    async def acquire(self) -> Permit:
+        """Wait until one request may be sent, account it and return its permit.
 
         Waiters queue one behind the other; the first re-reads the budget whenever an
         answer is fed and at least every `RECHECK` seconds, so a 429 or a fresh header seen
         meanwhile applies to it at once and no permit is ever committed on stale figures.
-        Each acquire must be followed by one `feed` (the answer, or status None for a
+        Each permit must be handed back to one `feed` (the answer, or status None for a
         failed request).
         """
         async with self._lock:
@@ -412,8 +420,7 @@ class Pacer:
                 if delay <= 0:
                     tag = self.shared.take() if self.shared is not None else None
                     self.core.reserve(now)
-                    _SENT_AT.set((id(self), now, tag))
-                    return
+                    return Permit(sent_at=now, tag=tag)
                 if delay > LOG_WAIT_OVER and not logged:
                     self._log_wait(delay, reason)
                     logged = True
@@ -446,24 +453,29 @@ class Pacer:
         )
 
     def feed(
-        self, headers: Mapping[str, str], status: int | None, *, elapsed: float | None = None
+        self,
+        permit: Permit | None,
+        headers: Mapping[str, str],
+        status: int | None,
+        *,
+        elapsed: float | None = None,
     ) -> None:
         """Learn from one answer's headers and status (status None: no answer came).
 
         Args:
+            permit: The permit the request was sent with, or None for an answer to a
+                request the pacer did not grant.
             headers: The answer's headers.
             status: Its HTTP status, or None when the request failed without one.
-            elapsed: Seconds the request took. When omitted, the time since this task's
-                last `acquire` is used (the usual acquire, send, feed sequence of one task).
+            elapsed: Seconds the request took. When omitted, the time since the permit
+                was granted is used.
         """
         now = self._clock()
-        mark = _SENT_AT.get()
-        mine = mark if mark is not None and mark[0] == id(self) else None
         sent_at: float | None = None
         if elapsed is not None:
             sent_at = now - max(0.0, elapsed)
-        elif mine is not None:
-            sent_at = mine[1]
+        elif permit is not None:
+            sent_at = permit.sent_at
         wall = self._wall()
         max_wait = self.core.max_wait
         info = bound(parse_ratelimit(headers, response_time(headers) or wall), max_wait)
@@ -475,7 +487,7 @@ class Pacer:
             # latency early, nor (whole seconds) a second late: see `shared_budget`.
             sent = wall if sent_at is None else wall - timedelta(seconds=max(0.0, now - sent_at))
             seen = observation(info, status, sent, max_wait=max_wait)
-            self.shared.settle(None if mine is None else mine[2], seen)
+            self.shared.settle(None if permit is None else permit.tag, seen)
 
     def snapshot(self) -> PacerSnapshot:
         """What the pacer knows now."""

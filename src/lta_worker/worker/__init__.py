@@ -1,6 +1,8 @@
 """The runtime: one pass over the due users, the `Worker` that builds passes, and `serve`.
 
-- `PassEngine`, `PassOptions`, `PassResult`: claim, read, classify, decide, write (`_engine`);
+- `PassEngine`: claim, read, classify, decide, write (`_engine`), with the narrow protocols
+  it needs of its collaborators (`_ports`) and its log lines (`_pass_log`);
+- `PassOptions`, `PassResult`: how a pass runs and how it ended (`_pass`);
 - `Worker`: everything a pass needs, opened once, for `run` and `serve` (`_runtime`);
 - `serve`: the long-running service under systemd (APScheduler, sd_notify) (`_serve`);
 - `services`, `open_store`, `load_vault`: the real collaborators built from settings, and
@@ -18,23 +20,17 @@ from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from lta_worker.worker._clock import Clock, SystemClock
-    from lta_worker.worker._engine import (
-        EXIT_CODES,
-        PassEngine,
-        PassOptions,
-        PassResult,
-        ProgressFn,
-    )
+    from lta_worker.worker._engine import PassEngine
+    from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
     from lta_worker.worker._runtime import Worker, instance_ttl
     from lta_worker.worker._serve import serve
     from lta_worker.worker._wiring import Services, load_vault, open_store, services
 
 _NAMES = {
-    "EXIT_CODES": "._engine",
     "PassEngine": "._engine",
-    "PassOptions": "._engine",
-    "PassResult": "._engine",
-    "ProgressFn": "._engine",
+    "PassOptions": "._pass",
+    "PassResult": "._pass",
+    "ProgressFn": "._pass",
     "Worker": "._runtime",
     "instance_ttl": "._runtime",
     "serve": "._serve",
@@ -47,7 +43,6 @@ _NAMES = {
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
-    "EXIT_CODES",
     "Clock",
     "PassEngine",
     "PassOptions",

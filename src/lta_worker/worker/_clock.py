@@ -1,10 +1,14 @@
-"""The clock, injected: wall time for the database, monotonic time for waiting."""
+"""The clock, injected from the top: wall time for the database, monotonic time and sleep
+for waiting. Only the shell reads the real clock (`SystemClock`); everything below takes a
+`Clock` or plain `now` values, so a pass can run on virtual time."""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
 from typing import Protocol
+
+import anyio
 
 
 class Clock(Protocol):
@@ -18,6 +22,10 @@ class Clock(Protocol):
         """Seconds on a clock that never goes back, for deadlines and pacing."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on this clock."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -29,3 +37,7 @@ class SystemClock:
     def monotonic(self) -> float:
         """`time.monotonic()`."""
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """`anyio.sleep`."""
+        await anyio.sleep(seconds)

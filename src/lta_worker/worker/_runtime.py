@@ -28,7 +28,8 @@ from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import Clock, SystemClock
-from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
+from lta_worker.worker._engine import PassEngine
+from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
 from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ class Worker:
         return Pacer(
             core,
             clock=self.clock.monotonic,
-            sleep=anyio.sleep,
+            sleep=self.clock.sleep,
             wall_clock=self.clock.now,
             shared=shared,
         )

@@ -1,0 +1,95 @@
+"""The log lines of a pass (docs/log-events.md): one function per event, so that the engine
+says what happened and this module says how it is written."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from lta_worker.domain import Endpoint, Outcome, Trip, UserRow, UserUpdate
+from lta_worker.logs import get_logger
+from lta_worker.pacing import PacerSnapshot
+
+log = get_logger("lta_worker.engine")
+
+BREAKER_HINTS: Final[dict[Trip, str]] = {
+    "http_404": "every answer was a 404 and none proved the URLs right: service.base_url "
+    "(or its path prefix) is likely wrong; no user was changed",
+    "plain_401": "every answer was a plain 401 and none was accepted: the client secret "
+    "(client.secret_file) or the client configuration is likely wrong; no user was changed",
+}
+
+
+def read(
+    user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float, budget: PacerSnapshot
+) -> None:
+    """`poll.read`, and `ratelimit.throttled` after a 429."""
+    log.info(
+        "poll.read",
+        user=user.user,
+        endpoint=endpoint,
+        status=outcome.status,
+        outcome=outcome.kind,
+        code=outcome.code,
+        reason=outcome.reason,
+        duration_ms=round(took * 1000, 1),
+        budget_remaining=budget.remaining,
+        budget_limit=budget.limit,
+        budget_reset_s=None if budget.reset_in is None else round(budget.reset_in, 1),
+    )
+    if outcome.kind == "rate_limited":
+        log.warning(
+            "ratelimit.throttled", user=user.user, endpoint=endpoint, retry_after_s=outcome.wait
+        )
+
+
+def changes(user: UserRow, update: UserUpdate) -> None:
+    """`user.state_changed`, `token.deleted` and `endpoint.denied` for a decision written."""
+    if update.state != user.state:
+        level = "warning" if update.state in {"revoked", "rejected"} else "info"
+        getattr(log, level)(
+            "user.state_changed",
+            user=user.user,
+            **{"from": user.state, "to": update.state},
+            reason=update.last_outcome,
+        )
+    if update.delete_token:
+        log.warning("token.deleted", user=user.user, reason=update.state)
+    for endpoint, until in update.denied.items():
+        if endpoint not in user.denied:
+            log.warning("endpoint.denied", user=user.user, endpoint=endpoint, retry_at=until)
+
+
+def undecryptable(user: UserRow) -> None:
+    """`token.undecryptable`: a stored token that does not decrypt (tampered or copied)."""
+    log.error(
+        "token.undecryptable",
+        user=user.user,
+        key_id=None if user.token is None else user.token.key_id,
+    )
+
+
+def discarded(user: str, reason: str, outcome: str) -> None:
+    """`poll.discarded`: a decision not written (`changed` since the claim, or `failed`)."""
+    log.warning("poll.discarded", user=user, reason=reason, outcome=outcome)
+
+
+def breaker(instance: str, cause: Trip, rejected: int) -> None:
+    """`pass.breaker_tripped`, with the hint for its cause."""
+    log.error(
+        "pass.breaker_tripped",
+        instance=instance,
+        cause=cause,
+        rejected=rejected,
+        hint=BREAKER_HINTS[cause],
+    )
+
+
+def unreachable(instance: str, reads: int) -> None:
+    """`pass.unreachable`: no read of the pass got any answer."""
+    log.error(
+        "pass.unreachable",
+        instance=instance,
+        reads=reads,
+        hint="no read got any answer (network failures only): the service is unreachable "
+        "from here, or service.base_url names the wrong host; every user stays due",
+    )
