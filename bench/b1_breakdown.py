@@ -162,6 +162,7 @@ async def _pacer(count: int) -> float:
         PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5),
         clock=time.monotonic,
         sleep=anyio.sleep,
+        wall_clock=lambda: datetime.now(UTC),
     )
     t0 = time.perf_counter()
     for _ in range(count):

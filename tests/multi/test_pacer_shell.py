@@ -29,7 +29,12 @@ def anyio_backend() -> str:
 async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
     """A waiter held by the blind fallback rate goes as soon as a fresh header arrives,
     not at its next periodic re-check (a second later)."""
-    pacer = Pacer(PacerCore(fallback_per_hour=3600, initial_burst=1), time.monotonic, anyio.sleep)
+    pacer = Pacer(
+        PacerCore(fallback_per_hour=3600, initial_burst=1),
+        time.monotonic,
+        anyio.sleep,
+        wall_clock=lambda: datetime.now(UTC),
+    )
     await pacer.acquire()  # the one blind permit; the next waits a second
     done = anyio.Event()
 
@@ -56,7 +61,13 @@ async def test_with_a_shared_budget_permits_come_from_the_row() -> None:
     row = BudgetSeen(100, 13, wall + timedelta(seconds=3), 4.0, wall)  # floor(13 - 10) = 3
     store = FakeStore(row, 0)
     shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: wall, block=2)
-    pacer = Pacer(PacerCore(initial_burst=5), time.monotonic, anyio.sleep, shared=shared)
+    pacer = Pacer(
+        PacerCore(initial_burst=5),
+        time.monotonic,
+        anyio.sleep,
+        wall_clock=lambda: datetime.now(UTC),  # the answer comes after the row's figures
+        shared=shared,
+    )
     with anyio.fail_after(5):
         permit = await pacer.acquire()
         # This instance saw more (an earlier figure of the same window): 40 for the core.

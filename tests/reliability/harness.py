@@ -284,6 +284,7 @@ class Deployment:
                     store,
                     vault,
                     ApiClient(http, settings),
+                    lambda: datetime.now(UTC),
                     client_secret=Secret(self.client_secret),
                 )
                 for user in users:

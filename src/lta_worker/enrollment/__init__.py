@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from lta_worker.enrollment._base import ClientOperation, utc_now
+    from lta_worker.enrollment._base import ClientOperation
     from lta_worker.enrollment._enroll import (
         Enrollment,
         EnrollResult,
@@ -36,7 +36,6 @@ _NAMES = {
     "DropRetries": "._lifecycle",
     "Lifecycle": "._lifecycle",
     "ClientOperation": "._base",
-    "utc_now": "._base",
     "challenge_s256": "._pkce",
     "new_state": "._pkce",
     "new_verifier": "._pkce",
@@ -54,5 +53,4 @@ __all__ = [
     "new_state",
     "new_verifier",
     "parse_redirect",
-    "utc_now",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lta_worker.config import Settings, read_client_secret
@@ -15,11 +15,6 @@ if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
 
 
-def utc_now() -> datetime:
-    """The system clock: an aware datetime in UTC."""
-    return datetime.now(UTC)
-
-
 class ClientOperation:
     """Holds the collaborators of a user operation and the client secret, read lazily.
 
@@ -28,7 +23,8 @@ class ClientOperation:
         store: users, tokens, pending enrollments and results.
         vault: encrypts and decrypts tokens and verifiers at rest.
         api: the service's HTTP interface.
-        clock: returns the current aware UTC datetime; the system clock by default.
+        clock: returns the current aware UTC datetime (injected: the shell passes the
+            system clock, tests a fake one).
         client_secret: the client secret (default: read from `client.secret_file` when
             first needed).
     """
@@ -39,7 +35,7 @@ class ClientOperation:
         store: Store,
         vault: Vault,
         api: ApiClient,
-        clock: Callable[[], datetime] | None = None,
+        clock: Callable[[], datetime],
         *,
         client_secret: Secret | None = None,
     ) -> None:
@@ -47,7 +43,7 @@ class ClientOperation:
         self._store = store
         self._vault = vault
         self._api = api
-        self._clock = clock or utc_now
+        self._clock = clock
         self._client_secret = client_secret
 
     @property

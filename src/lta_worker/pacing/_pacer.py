@@ -29,7 +29,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, Literal
 
 import anyio
@@ -371,7 +371,7 @@ class Pacer:
         clock: Monotonic seconds (e.g. `time.monotonic`).
         sleep: Sleeps that many seconds (e.g. `anyio.sleep`); tests advance a fake clock.
         wall_clock: The wall time, to read epoch resets and HTTP-dates when an answer has no
-            `Date` header; the real UTC clock by default.
+            `Date` header (injected, like the monotonic clock).
         shared: The budget shared with other instances (PostgreSQL): a permit the core
             allows also needs one from it, and every answer is settled with it.
     """
@@ -382,14 +382,14 @@ class Pacer:
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
         *,
-        wall_clock: Callable[[], datetime] | None = None,
+        wall_clock: Callable[[], datetime],
         shared: SharedBudget | None = None,
     ) -> None:
         self.core = core
         self.shared = shared
         self._clock = clock
         self._sleep = sleep
-        self._wall = wall_clock or (lambda: datetime.now(UTC))
+        self._wall = wall_clock
         self._lock = anyio.Lock()
         self._fed: anyio.Event | None = None  # set by `feed` to wake a waiting acquire
 

@@ -329,7 +329,10 @@ def _apply_one(
     if upd.last_polled_at is not None:
         values["last_polled_at"] = upd.last_polled_at
     if upd.delete_token or upd.state in TOKENLESS_STATES:
-        stamp = _stamp(now or upd.last_polled_at or datetime.now(UTC))
+        when = now or upd.last_polled_at
+        if when is None:  # storage never reads the clock: the caller says when
+            raise ValueError("deleting a token needs `now` or the update's last_polled_at")
+        stamp = _stamp(when)
         values["token_ciphertext"] = None
         values["token_key_id"] = None
         if upd.state == "revoked":

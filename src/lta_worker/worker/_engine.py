@@ -277,7 +277,13 @@ class PassEngine:
         discarded: list[tuple[UserUpdate, str]] = []
         with anyio.CancelScope(shield=True):  # a batch is written whole or not at all
             await self._db(
-                partial(self.store.apply, batch, owner=self.options.instance, discarded=discarded)
+                partial(
+                    self.store.apply,
+                    batch,
+                    owner=self.options.instance,
+                    now=self.clock.now(),
+                    discarded=discarded,
+                )
             )
         for update, reason in discarded:
             # `changed`: a lifecycle command (enrollment, drop, forget) or another instance

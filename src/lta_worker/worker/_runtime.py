@@ -15,7 +15,7 @@ import socket
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
@@ -45,6 +45,16 @@ def instance_ttl(settings: Settings) -> timedelta:
 
 def _log_lease_expired(owner: str, users: int) -> None:
     log.warning("instance.lease_expired", instance=owner, users=users)
+
+
+T = TypeVar("T")
+
+
+def _opened(value: T | None) -> T:
+    """A collaborator that exists only while the worker is open."""
+    if value is None:
+        raise RuntimeError("the Worker is used outside `async with Worker(...)`")
+    return value
 
 
 def new_instance_id() -> str:
@@ -89,27 +99,47 @@ class Worker:
         self.rng = rng
         self.instance = new_instance_id()
         self._stack = AsyncExitStack()
-        self.store: Store = None  # type: ignore[assignment]  # set in __aenter__
-        self.vault: Vault = None  # type: ignore[assignment]
-        self.api: ApiClient = None  # type: ignore[assignment]
-        self.pacer: Pacer = None  # type: ignore[assignment]
+        self._store: Store | None = None
+        self._vault: Vault | None = None
+        self._api: ApiClient | None = None
+        self._pacer: Pacer | None = None
         self.current: PassEngine | None = None
         self._stop_grace: float | None = None
+
+    @property
+    def store(self) -> Store:
+        """The open store (inside `async with` only)."""
+        return _opened(self._store)
+
+    @property
+    def vault(self) -> Vault:
+        """The token vault (inside `async with` only)."""
+        return _opened(self._vault)
+
+    @property
+    def api(self) -> ApiClient:
+        """The service's API client (inside `async with` only)."""
+        return _opened(self._api)
+
+    @property
+    def pacer(self) -> Pacer:
+        """The pacer, which outlives passes (inside `async with` only)."""
+        return _opened(self._pacer)
 
     async def __aenter__(self) -> Worker:
         settings = self.settings
         stack = self._stack
         try:
-            self.store = await anyio.to_thread.run_sync(open_store, settings)
+            self._store = await anyio.to_thread.run_sync(open_store, settings)
             stack.callback(self.store.close)
             self.store.on_lease_expired = _log_lease_expired
             stack.enter_context(self.store.single_instance_lock())
-            self.vault = load_vault(settings)
+            self._vault = load_vault(settings)
             self.client_secret = read_client_secret(settings)
             register_secret(self.client_secret)
             http = await stack.enter_async_context(http_client(settings, transport=self.transport))
-            self.api = ApiClient(http, settings)
-            self.pacer = self._build_pacer()
+            self._api = ApiClient(http, settings)
+            self._pacer = self._build_pacer()
             if self.store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
                 for owner, users in (await self._db(self.store.release_all)).items():
@@ -257,7 +287,7 @@ class Worker:
             if self.pacer.shared is not None:
                 tg.start_soon(self._settle_shared, self.pacer.shared)
             while True:
-                await anyio.sleep(self.settings.serve.heartbeat.total_seconds())
+                await self.clock.sleep(self.settings.serve.heartbeat.total_seconds())
                 try:
                     await self.heartbeat()
                     await self._refresh_share()
@@ -271,7 +301,7 @@ class Worker:
                 await shared.settle_forever()
             except StorageError as exc:
                 log.warning("error", error=type(exc).__name__, message=str(exc))
-                await anyio.sleep(1.0)
+                await self.clock.sleep(1.0)
 
     async def _refresh_share(self) -> None:
         """This instance's share of the budget: 1 / live instances."""
@@ -337,7 +367,7 @@ class Worker:
             log.warning("service.reload_partial", needs_restart=changed)
             settings = settings.model_copy(update={k: getattr(self.settings, k) for k in fixed})
         register_secret(client_secret)
-        self.vault, self.client_secret, self.settings = vault, client_secret, settings
+        self._vault, self.client_secret, self.settings = vault, client_secret, settings
 
     async def heartbeat(self) -> None:
         """Tell the other instances this one is alive (registering again if pruned)."""

@@ -23,7 +23,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Final
 
 import anyio
@@ -104,7 +104,7 @@ class Service:
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=None,
-                **({"next_run_time": datetime.now(UTC)} if job_id == "pass" else {}),
+                **({"next_run_time": self.worker.clock.now()} if job_id == "pass" else {}),
             )
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             scheduler.start()
@@ -218,7 +218,7 @@ class Service:
     async def _watchdog(self, period: float) -> None:
         while True:
             self.notifier.watchdog()
-            await anyio.sleep(period)
+            await self.worker.clock.sleep(period)
 
     async def _reload(self, scheduler: AsyncIOScheduler) -> None:
         self.notifier.reloading("reloading the configuration and the key file")

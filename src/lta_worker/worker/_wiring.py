@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import httpx
 
 from lta_worker.config import Settings
-from lta_worker.enrollment import utc_now
 from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker._clock import SystemClock
 
 if TYPE_CHECKING:
     from lta_worker.enrollment import Enrollment, Lifecycle
@@ -60,13 +60,13 @@ class Services:
         """An `Enrollment` over these services and the system clock."""
         from lta_worker.enrollment import Enrollment
 
-        return Enrollment(self.settings, self.store, self.vault, self.api, utc_now)
+        return Enrollment(self.settings, self.store, self.vault, self.api, SystemClock().now)
 
     def lifecycle(self) -> Lifecycle:
         """A `Lifecycle` (drop, forget) over these services and the system clock."""
         from lta_worker.enrollment import Lifecycle
 
-        return Lifecycle(self.settings, self.store, self.vault, self.api, utc_now)
+        return Lifecycle(self.settings, self.store, self.vault, self.api, SystemClock().now)
 
 
 @asynccontextmanager
