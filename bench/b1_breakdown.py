@@ -156,7 +156,7 @@ def _log_events(count: int) -> float:
 
 
 async def _pacer(count: int) -> float:
-    from lta_worker.pacing._pacer import Pacer, PacerCore
+    from lta_worker.pacing import Pacer, PacerCore
 
     pacer = Pacer(
         PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5),

@@ -28,7 +28,7 @@ from lta_worker.config import Settings, build_settings
 from lta_worker.domain._classify import ALLOWED_CODES
 from lta_worker.domain._model import Endpoint
 from lta_worker.domain._outcomes import Answer
-from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing import Pacer, PacerCore
 from lta_worker.pacing._ratelimit import parse_ratelimit
 from lta_worker.pacing._shared import Settlement, observation, transact
 from lta_worker.pacing._window import MAX_COUNT

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from lta_worker.domain._model import BudgetSeen
-from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing import Pacer, PacerCore
 from lta_worker.pacing._shared import SharedBudget
 
 from .test_shared_budget import FakeStore

@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 from lta_worker.domain._classify import classify
 from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer
-from lta_worker.pacing._pacer import PacerCore
+from lta_worker.pacing import PacerCore
 from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
-from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT, wait_after_429
 from lta_worker.storage._keyfile import generate_key_line
 
 from .harness import render_toml, write_private
@@ -252,7 +252,8 @@ answers = st.builds(
 def test_classifier_never_raises(iterations: float) -> None:
     """1,000 hostile answers (any status, headers, body; deep nesting, huge numbers, invalid
     UTF-8, echoed credentials): classify never raises, the outcome is a known kind, a 429's
-    wait is bounded, and no `dspa_` text reaches `reason` or `code`."""
+    wait (the pacing layer's `wait_after_429`, which the engine applies) is bounded, and no
+    `dspa_` text reaches `reason` or `code`."""
 
     @_fuzz(_examples(iterations))
     @given(answer=answers, endpoint=st.sampled_from(["latest-change", "stats"]), now=moments)
@@ -260,8 +261,8 @@ def test_classifier_never_raises(iterations: float) -> None:
         outcome = classify(endpoint, answer)
         assert outcome.kind in OUTCOME_KINDS
         if outcome.kind == "rate_limited":
-            assert outcome.wait is not None
-            assert MIN_429_WAIT <= outcome.wait <= DEFAULT_MAX_WAIT
+            wait = wait_after_429(answer.headers, now)
+            assert MIN_429_WAIT <= wait <= DEFAULT_MAX_WAIT
         for text in (outcome.reason, outcome.code):
             assert text is None or "dspa" not in text.lower()
 

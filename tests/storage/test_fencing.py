@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from lta_worker.domain import DROP_START
 from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
-from lta_worker.domain._policy import DROP_START
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
 

@@ -27,7 +27,7 @@ from lta_worker.errors import (
     UsageError,
 )
 from lta_worker.storage._keyfile import load_key_file, parse_key_file
-from lta_worker.upstream import _client as api
+from lta_worker.upstream._refusals import create_reason, exchange_reason
 
 PACKAGE = Path(lta_worker.__file__).parent
 # The operator's own code: the CLI, the narrated demo, and the simulator's stand-in service.
@@ -142,7 +142,7 @@ def test_every_literal_reason_has_an_entry() -> None:
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 429, 500, 502, 503])
 def test_every_token_creation_reason_has_an_entry(status: int) -> None:
     """Each reason a refused token creation can carry has its own row in the table."""
-    assert (EnrollmentError, api._create_reason(status)) in HINTS
+    assert (EnrollmentError, create_reason(status)) in HINTS
 
 
 @pytest.mark.parametrize(
@@ -150,7 +150,7 @@ def test_every_token_creation_reason_has_an_entry(status: int) -> None:
 )
 def test_every_code_exchange_reason_has_an_entry(error: str | None) -> None:
     """Each reason a refused code exchange can carry has its own row in the table."""
-    assert (EnrollmentError, api._exchange_reason(error)) in HINTS
+    assert (EnrollmentError, exchange_reason(error)) in HINTS
 
 
 # (error, the CLI's hint): the rendered advice of today's messages, row by row.

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lta_worker.config._settings import PollSettings
+from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._model import (
     LATEST_CHANGE_SCOPE,
     STATS_SCOPE,
@@ -24,13 +25,10 @@ from lta_worker.domain._model import (
 )
 from lta_worker.domain._outcomes import OUTCOME_KINDS, Outcome, OutcomeKind
 from lta_worker.domain._policy import (
-    DROP_START,
     RULES,
     PolicyConfig,
     authenticated,
     decide_turn,
-    drop_retry_at,
-    drop_verdict,
     endpoints_to_call,
     ends_turn,
     read_again,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lta_worker.pacing._pacer import Pacer, PacerCore
+from lta_worker.pacing import Pacer, PacerCore
 from lta_worker.pacing._ratelimit import RateLimitInfo
 from lta_worker.pacing._shared import observation
 from lta_worker.pacing._window import (

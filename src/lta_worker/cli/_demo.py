@@ -1,5 +1,8 @@
 """`lta-worker demo`: the whole program in under a minute, narrated in plain sentences.
 
+Longer than the ~400-line ceiling on purpose: it is one script read top to bottom, mostly
+the narration's sentences; cutting it would scatter one story over several files.
+
 It serves the bundled simulator on a free loopback port, writes a configuration, the demo
 client secret, a fresh key file and a SQLite database into a directory, enrolls 20 users
 through the real consent flow (consent URL with PKCE, the simulator's consent page, the

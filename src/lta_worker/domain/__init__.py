@@ -4,9 +4,10 @@
   scopes, the user states and the records storage returns (`_model`);
 - `Answer` and `Outcome`, and `classify`, the one parser of an answer and its error body
   (`_outcomes`, `_classify`);
-- the per-user state machine `decide_turn` and its table `RULES`, and the drop rules
-  (`_policy`); the pass's circuit breaker `Breaker`, how a pass ends (`StopReason`) and
-  its exit codes (`_breaker`); exponential backoff (`_backoff`); the capacity plan (`_capacity`);
+- the per-user state machine `decide_turn` and its table `RULES` (`_policy`); the
+  two-phase drop's rules (`_drop`); the pass's circuit breaker `Breaker`, how a pass ends
+  (`StopReason`) and its exit codes (`_breaker`); exponential backoff (`_backoff`); the
+  capacity plan (`_capacity`);
 - durations as operators write them (`_durations`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
@@ -18,6 +19,7 @@ from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
 from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
 from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
+from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._durations import format_duration, parse_duration
 from lta_worker.domain._model import (
     ENDPOINT_SCOPES,
@@ -51,8 +53,6 @@ from lta_worker.domain._policy import (
     PollDurations,
     authenticated,
     decide_turn,
-    drop_retry_at,
-    drop_verdict,
     endpoints_to_call,
     ends_turn,
     read_again,
@@ -60,6 +60,7 @@ from lta_worker.domain._policy import (
 
 __all__ = [
     "ALLOWED_CODES",
+    "DROP_START",
     "ENDPOINTS",
     "ENDPOINT_SCOPES",
     "EXIT_CODES",

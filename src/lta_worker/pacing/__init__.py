@@ -4,8 +4,8 @@
   one plain record (`_ratelimit`, pure);
 - the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
   keep hostile figures bounded: `bound`, `wait_after_429`, `DEFAULT_MAX_WAIT` (`_window`);
-- `PacerCore`, the pacer's arithmetic on plain values, and `Pacer`, its async shell
-  (`_pacer`), with the explicit `Permit` a request is sent with and fed
+- `PacerCore`, the pacer's arithmetic on plain values (`_core`), and `Pacer`, its async
+  shell (`_pacer`), with the explicit `Permit` a request is sent with and fed
   back with; `PacerLike`, what callers rely on (`_protocol`);
 - `SharedBudget`, the budget row several instances settle into on PostgreSQL, with its pure
   rules (`_shared`).
@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from lta_worker.pacing._pacer import Pacer, PacerCore, PacerSnapshot, Permit
+    from lta_worker.pacing._core import PacerCore, PacerSnapshot
+    from lta_worker.pacing._pacer import Pacer, Permit
     from lta_worker.pacing._protocol import PacerLike
     from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
     from lta_worker.pacing._shared import SharedBudget
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 
 _NAMES = {
     "Pacer": "._pacer",
-    "PacerCore": "._pacer",
-    "PacerSnapshot": "._pacer",
+    "PacerCore": "._core",
+    "PacerSnapshot": "._core",
     "Permit": "._pacer",
     "PacerLike": "._protocol",
     "RateLimitInfo": "._ratelimit",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from lta_worker.pacing._pacer import PacerSnapshot, Permit
+from lta_worker.pacing._core import PacerSnapshot
+from lta_worker.pacing._pacer import Permit
 
 
 class PacerLike(Protocol):

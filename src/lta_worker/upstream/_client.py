@@ -35,6 +35,7 @@ from lta_worker.domain import Answer, Endpoint, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
+from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
 
 TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
 READ_PATHS: Final[Mapping[Endpoint, str]] = {
@@ -207,8 +208,8 @@ class ApiClient:
             raise EnrollmentError(
                 f"the service refused to create the long term token (HTTP {answer.status})",
                 code=_service_code(answer),
-                hint=_create_hint(answer.status),
-                reason=_create_reason(answer.status),
+                hint=create_hint(answer.status),
+                reason=create_reason(answer.status),
             )
         data = _json_object(answer.body) or {}
         token, scopes = data.get("token"), data.get("scopes")
@@ -302,8 +303,8 @@ class ApiClient:
             raise EnrollmentError(
                 f"the token endpoint refused the authorization code (HTTP {answer.status})",
                 code=error,
-                hint=_exchange_hint(error),
-                reason=_exchange_reason(error),
+                hint=exchange_hint(error),
+                reason=exchange_reason(error),
             )
         access_token, scope = data.get("access_token"), data.get("scope", "")
         if not isinstance(access_token, str) or not access_token:
@@ -393,49 +394,6 @@ class ApiClient:
 
 def _lower(headers: httpx.Headers) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
-
-
-def _create_reason(status: int) -> str:
-    """The EnrollmentError reason for a refused token creation (HTTP `status`)."""
-    if status == 401:
-        return "token_refused"
-    if status == 403:
-        return "scope_refused"
-    if status >= 500:
-        return "service_failed"
-    return "create_refused"
-
-
-_CREATE_HINTS: Final = {
-    "token_refused": "the user access token was refused (expired, already used, or not from "
-    "a consent)",
-    "scope_refused": "the consent did not include a long term scope, or the mode is not "
-    "opened on this client; check client.scopes, or request the mode from the operator",
-    "service_failed": "the service failed",
-}
-
-
-def _create_hint(status: int) -> str | None:
-    return _CREATE_HINTS.get(_create_reason(status))
-
-
-def _exchange_reason(error: str | None) -> str:
-    """The EnrollmentError reason for a refused code exchange (OAuth `error`)."""
-    if error == "invalid_grant":
-        return "code_rejected"
-    if error in {"invalid_client", "unauthorized_client"}:
-        return "client_rejected"
-    return "exchange_refused"
-
-
-_EXCHANGE_HINTS: Final = {
-    "code_rejected": "the code expired, was already used, or its PKCE verifier does not match",
-    "client_rejected": "check client.id and the client secret in client.secret_file",
-}
-
-
-def _exchange_hint(error: str | None) -> str | None:
-    return _EXCHANGE_HINTS.get(_exchange_reason(error))
 
 
 __all__ = [

@@ -1,0 +1,57 @@
+"""The two-phase drop as data: what `users drop` / `users forget` do to a user by its state,
+what the answer to the DELETE means, and when an unconfirmed drop goes again (DESIGN.md:
+`dropping`). Pure, like the pass's policy table beside it (`_policy`)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Final, Literal
+
+from lta_worker.domain._backoff import backoff_delay
+from lta_worker.domain._model import UserState
+from lta_worker.domain._policy import MIN_RETRY, PolicyConfig
+
+DropCommand = Literal["drop", "forget"]
+DropVerdict = Literal["confirmed", "retry", "refused"]
+
+# What `users drop` / `users forget` do to a user, by its state (DESIGN.md: `dropping`).
+# `dropping` keeps the token only to send the DELETE; `retry` re-sends it now.
+# fmt: off
+DROP_START: Final[Mapping[UserState, Literal["dropping", "unchanged"]]] = {
+    "active":   "dropping",
+    "parked":   "dropping",
+    "unlinked": "dropping",
+    "rejected": "dropping",
+    "dropping": "dropping",   # the DELETE is sent again at once
+    "revoked":  "unchanged",  # no token: nothing to drop; no relabel, no retention restart
+    "dropped":  "unchanged",
+}
+# fmt: on
+
+
+def drop_verdict(status: int | None, code: str | None) -> DropVerdict:
+    """What the answer to a DELETE of the token means for a `dropping` user.
+
+    - 2xx: confirmed (spec 4.3: always 204, whether or not the token existed), so the
+      token is deleted and the user is `dropped`.
+    - 401 `PermanentAccessRevoked`: confirmed; the access is revoked upstream (returned
+      only when both halves of the credential are right), so nothing is left to drop.
+    - plain 401 (or another code): refused. Since a DELETE of an unknown token answers
+      204, a 401 without the revocation code says the credential as a whole was not
+      accepted, most likely a wrong client secret: the grant may still be live upstream,
+      so the token is kept and the drop retried once the configuration is fixed.
+    - anything else (no answer, 5xx, 404, 429...): retry with backoff.
+    """
+    if status is not None and 200 <= status < 300:
+        return "confirmed"
+    if status == 401:
+        return "confirmed" if code == "PermanentAccessRevoked" else "refused"
+    return "retry"
+
+
+def drop_retry_at(failures: int, now: datetime, cfg: PolicyConfig, rng: random.Random) -> datetime:
+    """When an unconfirmed drop is sent again: backoff with jitter, capped at `interval`."""
+    delay = backoff_delay(failures, base=cfg.backoff_base, cap=cfg.interval, rng=rng)
+    return now + min(max(delay, MIN_RETRY), cfg.interval)

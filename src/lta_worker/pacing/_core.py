@@ -1,0 +1,337 @@
+"""The pacer's pure core: arithmetic on plain values, no clock, no sleeping.
+
+`PacerCore` takes monotonic seconds and parsed `RateLimitInfo`; it hands out permits with a
+delay and learns from every answer. Its async shell, `Pacer` (`_pacer`), reads the clocks,
+sleeps and parses headers. The rules (DESIGN.md "Pacing"):
+
+- The allowance of a window is what remains less a reserve (a fraction of the limit) for
+  the client's other traffic, never below zero, times this instance's share (1 / live
+  instances); each instance also keeps to its share of the whole window.
+- The allowance is spread evenly over the time left to the reset: the i-th of A permits goes
+  at start + i * time_left / A, so nothing bursts at a window's start.
+- Once it is spent, the next permit waits for the reset; until a fresh header arrives it goes
+  at a conservative rate. Before any header, the configured `fallback_per_hour` is used.
+- A 429 pauses every request, including those already waiting, until Retry-After (or the
+  reset). The window's length is never assumed; only reported resets and windows are used.
+- No reported figure is trusted beyond the window or `max_wait` (`window.bound`): after a
+  wait that long, a probe goes and the next answer's figures are taken.
+- Permits whose answers are not back yet are counted: an answer's `remaining` may not
+  include requests still in flight, so within one window the lower of the server's figure
+  (less those in flight) and the local count wins. A reset that moves forward, or a
+  remaining that grows with a new reset, starts a new window.
+- A window's end is known only between a request and its answer: the window's permits go
+  before its earliest possible end, blind ones only after its latest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing._window import (
+    DEFAULT_MAX_WAIT,
+    RESET_MARGIN,
+    RESET_TOLERANCE,
+    bound,
+    pause_after_429,
+    tolerance,
+)
+
+WaitReason = Literal["none", "pacing", "exhausted", "retry_after"]
+# A `sent_at` further back than this is not believed (a request never takes that long).
+MAX_LATENCY: Final = 300.0
+_SLOTS_KEPT: Final = 4096
+_EPSILON: Final = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class PacerSnapshot:
+    """What the pacer knows of the budget, for logs and `status`.
+
+    Attributes:
+        limit: The window's limit, when reported.
+        remaining: Requests left in the current window by the local estimate (the
+            server's last figure less permits handed out since), or None when unknown.
+        reset_in: Seconds until the current window resets, or None when unknown or past.
+        window: The window's length in seconds, when reported.
+        paused_for: Seconds every request is still held after a 429.
+        share: This instance's share of the allowance.
+        reported_remaining: The `remaining` of the last answer that had one.
+        observed_ago: Seconds since that answer, or None before any.
+    """
+
+    limit: int | None
+    remaining: int | None
+    reset_in: float | None
+    window: float | None
+    paused_for: float
+    share: float
+    reported_remaining: int | None = None
+    observed_ago: float | None = None
+
+
+class PacerCore:
+    """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
+
+    Args:
+        reserve: Fraction of the limit left for the client's other traffic (0 <= r < 1).
+        fallback_per_hour: The conservative rate used before any header is seen.
+        share: This instance's share of the allowance (0 < share <= 1).
+        initial_burst: Permits that go at once before any header is known (then the
+            fallback rate applies). The runner sets it to `poll.breaker_threshold`.
+        max_wait: No reset, Retry-After or window is trusted beyond these seconds
+            (`ratelimit.max_wait`).
+    """
+
+    def __init__(
+        self,
+        *,
+        reserve: float = 0.1,
+        fallback_per_hour: float = 60.0,
+        share: float = 1.0,
+        initial_burst: int = 1,
+        max_wait: float = DEFAULT_MAX_WAIT,
+    ) -> None:
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError("reserve must be at least 0 and below 1")
+        if not fallback_per_hour > 0.0 or not math.isfinite(fallback_per_hour):
+            raise ValueError("fallback_per_hour must be a positive number")
+        if initial_burst < 1:
+            raise ValueError("initial_burst must be at least 1")
+        self.reserve_fraction = reserve
+        self.max_wait = max_wait
+        self.fallback_per_hour = fallback_per_hour
+        # Before any header is known, this many permits go at once (then the fallback
+        # rate): enough for the breaker to see a wrong client secret in seconds, since
+        # plain 401s carry no budget of the client.
+        self.initial_burst = initial_burst
+        self._unknown_used = 0
+        self._share = 1.0
+        self.share = share
+        self._limit: int | None = None
+        self._window: float | None = None
+        self._remaining: float | None = None  # effective remaining at the last observation
+        # The current window ends between these two (monotonic seconds): permits of the
+        # window go before the earliest end, blind ones only after the latest end.
+        self._spend_until: float | None = None
+        self._reset_at: float | None = None
+        self._ref_limit: float = 0.0  # the limit, or the window's highest remaining
+        self._since_obs = 0  # permits handed out since that observation
+        self._outstanding = 0  # permits handed out whose answer has not been observed
+        self._own_in_window = 0  # permits of this instance in the current window
+        self._after_reset = 0  # permits handed out past the known window (blind)
+        self._last_slot: float | None = None
+        self._pause_until = -math.inf
+        self._slots: deque[float] = deque(maxlen=_SLOTS_KEPT)
+        self._reported: int | None = None
+        self._observed_at: float | None = None
+
+    @property
+    def share(self) -> float:
+        """This instance's share of the allowance: 1 / number of live instances."""
+        return self._share
+
+    @share.setter
+    def share(self, value: float) -> None:
+        if not 0.0 < value <= 1.0:
+            raise ValueError("share must be above 0 and at most 1")
+        self._share = value
+
+    # -- permits -------------------------------------------------------------------------
+
+    def reserve(self, now: float) -> float:
+        """Hand out one permit, accounted at once at its slot.
+
+        Returns:
+            Seconds to wait before using it (0.0: now).
+        """
+        slot, _, in_window = self._plan(now)
+        self._hand_out(slot, in_window=in_window)
+        return slot - now
+
+    def delay(self, now: float) -> tuple[float, WaitReason]:
+        """Seconds until the next permit could be handed out, and why; nothing is accounted.
+
+        The shell waits on this and reserves only when it reaches 0.0, so every permit is
+        accounted with what is known at the moment it is used.
+        """
+        slot, reason, _ = self._plan(now)
+        return slot - now, reason
+
+    def _plan(self, now: float) -> tuple[float, WaitReason, bool]:
+        """Where the next permit goes: (slot, why it waits, inside the known window)."""
+        start = max(now, self._pause_until)
+        paused = self._pause_until > now
+        end = self._spend_until
+        if end is not None and self._remaining is not None and start < end:
+            left = self._left()
+            if left >= 1:
+                slot = start
+                if self._last_slot is not None and self._last_slot < end:
+                    # Even spacing: `left` permits and one gap more fit before the end.
+                    slot = max(slot, self._last_slot + (end - self._last_slot) / (left + 1))
+                if slot < end:
+                    return slot, self._reason(slot - now, paused, "pacing"), True
+        reset_at = self._reset_at
+        # Blind: the known window is spent or over, or none is known yet.
+        if reset_at is not None:
+            slot = max(start, reset_at + RESET_MARGIN)
+            reason: WaitReason = "exhausted" if slot > start else "pacing"
+            if self._after_reset > 0 and self._last_slot is not None:
+                slot = max(slot, self._last_slot + self._conservative_step())
+        else:
+            reason = "pacing"
+            slot = start
+            if self._last_slot is not None and self._unknown_used >= self.initial_burst:
+                slot = max(slot, self._last_slot + self._conservative_step())
+        return slot, self._reason(slot - now, paused, reason), False
+
+    def paused_for(self, now: float) -> float:
+        """Seconds every request is still held after a 429 (0.0 when not paused)."""
+        return max(0.0, self._pause_until - now)
+
+    # -- learning ------------------------------------------------------------------------
+
+    def observe(
+        self,
+        now: float,
+        info: RateLimitInfo | None,
+        status: int | None,
+        *,
+        sent_at: float | None = None,
+    ) -> None:
+        """Learn from one answer (call once per permit: its answer, or its failure).
+
+        Args:
+            now: When the answer arrived, monotonic seconds.
+            info: Its parsed rate limit fields, or None.
+            status: Its HTTP status; None when no answer came (the permit is done anyway).
+            sent_at: When its request was sent, if known. The server's reset was measured
+                somewhere in between: the window ends no earlier than `sent_at` plus the
+                reported reset, and no later than `now` plus it.
+        """
+        info = bound(info, self.max_wait, known_window=self._window)
+        # An answer that never came back (a cancelled request) must not count forever.
+        recent = sum(1 for slot in self._slots if slot >= now - MAX_LATENCY)
+        self._outstanding = max(0, min(self._outstanding, recent) - 1)
+        if info is not None:
+            self._limit = info.limit if info.limit is not None else self._limit
+            self._window = info.window if info.window else self._window
+        if status == 429:
+            self._throttled(now, info)
+            return
+        if info is None or info.remaining is None or info.reset_after is None:
+            return
+        if now < self._pause_until:
+            return  # an answer that overtook the 429 must not reopen the budget
+        self._reported = info.remaining
+        self._observed_at = now
+        new_reset = now + info.reset_after
+        sent = now if sent_at is None else min(max(sent_at, now - MAX_LATENCY), now)
+        # Whole seconds may have been rounded up: the end can be up to a second earlier.
+        rounding = 1.0 if float(info.reset_after).is_integer() else 0.0
+        earliest = min(sent + info.reset_after - rounding, new_reset)
+        threshold = tolerance(self._window)
+        if self._reset_at is not None and new_reset < self._reset_at - threshold:
+            return  # a late answer from a window already over
+        server = max(0.0, float(info.remaining) - self._outstanding)
+        if self._is_new_window(now, new_reset, info.remaining, threshold):
+            self._own_in_window = self._own_since(sent, earliest)
+            self._after_reset = 0
+            self._remaining = server
+            self._ref_limit = float(info.remaining)
+        else:
+            assert self._remaining is not None  # a window is known here
+            self._remaining = min(server, self._remaining - self._since_obs)
+        self._ref_limit = float(self._limit) if self._limit is not None else self._ref_limit
+        self._spend_until = earliest
+        self._reset_at = new_reset
+        self._since_obs = 0
+
+    def snapshot(self, now: float) -> PacerSnapshot:
+        """What the pacer knows at `now`, for logs and `status`."""
+        live = self._reset_at is not None and self._reset_at > now
+        remaining = None
+        if live and self._remaining is not None:
+            remaining = max(0, math.floor(self._remaining - self._since_obs + _EPSILON))
+        return PacerSnapshot(
+            limit=self._limit,
+            remaining=remaining,
+            reset_in=(self._reset_at - now) if live and self._reset_at is not None else None,
+            window=self._window,
+            paused_for=self.paused_for(now),
+            share=self._share,
+            reported_remaining=self._reported,
+            observed_ago=None if self._observed_at is None else max(0.0, now - self._observed_at),
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _left(self) -> float:
+        """Permits still allowed in the current window (fractional)."""
+        assert self._remaining is not None
+        reserve = self.reserve_fraction * self._ref_limit
+        left = max(0.0, self._remaining - reserve) * self._share - self._since_obs
+        if self._limit is not None:
+            mine = self._limit * (1.0 - self.reserve_fraction) * self._share
+            left = min(left, mine - self._own_in_window)
+        return math.floor(left + _EPSILON)
+
+    def _hand_out(self, slot: float, *, in_window: bool) -> None:
+        if self._reset_at is None and not in_window:
+            self._unknown_used += 1
+        self._since_obs += 1
+        self._outstanding += 1
+        if in_window:
+            self._own_in_window += 1
+        else:
+            self._after_reset += 1
+        self._last_slot = slot if self._last_slot is None else max(self._last_slot, slot)
+        self._slots.append(slot)
+
+    def _conservative_step(self) -> float:
+        """Seconds between blind permits: the fallback rate, or the known rate if slower."""
+        step = 3600.0 / (self.fallback_per_hour * self._share)
+        if self._limit and self._window:
+            usable = self._limit * (1.0 - self.reserve_fraction) * self._share
+            step = max(step, self._window / usable) if usable > 0 else step
+        return step
+
+    def _is_new_window(
+        self, now: float, new_reset: float, remaining: int, threshold: float
+    ) -> bool:
+        if self._reset_at is None or self._remaining is None or now >= self._reset_at:
+            return True
+        moved = new_reset - self._reset_at
+        if moved > threshold:
+            return True
+        grew = remaining > self._remaining - self._since_obs + self._outstanding + 1
+        return grew and moved > RESET_TOLERANCE
+
+    def _own_since(self, sent: float, earliest_end: float) -> int:
+        """Permits of this instance already in the window that ends at `earliest_end`."""
+        # Measured from the earliest possible end, the start is early too: a permit near the
+        # window's start is counted rather than missed. Without a reported length the start
+        # is unknown: count from the request on, and let the server's remaining (which sees
+        # everything) bound the rest.
+        start = earliest_end - self._window if self._window else sent
+        return sum(1 for slot in self._slots if slot >= start)
+
+    def _throttled(self, now: float, info: RateLimitInfo | None) -> None:
+        """A 429: hold everything until Retry-After (or the reset); the window is spent."""
+        until = now + pause_after_429(info, self.max_wait)
+        self._pause_until = max(self._pause_until, until)
+        # After the pause, one probe goes out, then the conservative rate until a header.
+        self._spend_until = self._reset_at = self._pause_until
+        self._remaining = 0.0
+        self._since_obs = 0
+        self._after_reset = 0
+
+    @staticmethod
+    def _reason(delay: float, paused: bool, otherwise: WaitReason) -> WaitReason:
+        if delay <= 0:
+            return "none"
+        return "retry_after" if paused else otherwise
