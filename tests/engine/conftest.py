@@ -32,6 +32,7 @@ from lta_worker.upstream._client import ApiClient
 from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._wiring import http_client, load_vault
+from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
@@ -64,7 +65,7 @@ class Harness:
     """The simulator, the config files, and helpers to enroll users and run passes."""
 
     sim: Simulator
-    clock: ManualClock | SystemClock
+    clock: ManualClock | SystemClock | VirtualTime
     tmp: Path
     db_url: str
     overrides: dict[str, dict[str, Any]]
@@ -127,10 +128,17 @@ class Harness:
         worker = Worker(
             self.settings(),
             transport=SimulatorTransport(self.sim),
-            clock=WorkerClock(self.clock),
+            clock=self.worker_clock(),
         )
         async with worker:
             return await worker.run_pass(**kwargs)
+
+    def worker_clock(self) -> Any:
+        """The worker's clock: the harness's own when it is a whole `Clock` (virtual time),
+        else the simulator's wall time with real monotonic time."""
+        if isinstance(self.clock, VirtualTime):
+            return self.clock
+        return WorkerClock(self.clock)
 
     def reads(self, user: str | None = None) -> list[Any]:
         """The simulator's log of reads (both endpoints), optionally of one user."""
@@ -186,6 +194,17 @@ def harness(tmp_path: Path, db_url: str) -> Harness:
     clock = ManualClock()
     sim = Simulator(clock=clock)
     sim.configure(budget=1_000_000, window=3600)
+    secret_file, key_file = _files(tmp_path)
+    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+
+
+@pytest.fixture
+def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
+    """A simulator and a worker on one virtual clock (trio's MockClock): budget windows of
+    seconds or hours pass without waiting. Needs `virtual_backend()` as the module's
+    `anyio_backend` and the test's body inside `async with autojump():`."""
+    clock = VirtualTime()
+    sim = Simulator(clock=clock)
     secret_file, key_file = _files(tmp_path)
     return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
 

@@ -1,0 +1,87 @@
+"""Virtual time for whole passes: trio's `MockClock`, moved by a driver that jumps only when
+nothing can happen any more without time passing.
+
+The worker's `Clock` (wall, monotonic, sleep) and the simulator's clock (its rate-limit
+windows) both read trio's clock, so a pass that paces itself over minutes or hours of budget
+windows runs in well under a second of real time, and the server counts windows on the same
+time line as the pacer plans them.
+
+The driver (`autojump`) differs from MockClock's own autojump in one way that matters here:
+the worker runs database calls in threads (`anyio.to_thread`), and while one runs every task
+looks blocked. Jumping then would skip a timer ahead of work still in progress (a lease
+renewal's thread leaves only the pass's deadline pending, say). So it jumps to the next
+deadline only when every task waits AND no worker thread is busy (anyio's default thread
+limiter counts them).
+
+Use `virtual_backend()` as the module's `anyio_backend`, `VirtualTime` as the clock, and run
+the test's body inside `async with autojump():`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import trio
+import trio.testing
+from trio.testing import MockClock
+
+START = datetime(2025, 1, 1, tzinfo=UTC)
+_THREAD_POLL_S = 0.0002  # real time to let busy worker threads progress
+
+
+def virtual_backend() -> tuple[str, dict[str, Any]]:
+    """The anyio backend (trio) with a mock clock that stands still until `autojump` moves it."""
+    return ("trio", {"clock": MockClock()})
+
+
+@asynccontextmanager
+async def autojump() -> AsyncIterator[None]:
+    """Move the mock clock to the next deadline whenever nothing else can make progress."""
+    clock = trio.lowlevel.current_clock()
+    assert isinstance(clock, MockClock), "use virtual_backend() as the anyio_backend"
+    limiter = anyio.to_thread.current_default_thread_limiter()
+
+    async def drive() -> None:
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            if limiter.borrowed_tokens:
+                time.sleep(_THREAD_POLL_S)  # the loop waits; the threads run
+                await trio.lowlevel.checkpoint()
+                continue
+            jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
+            if 0 < jump < math.inf:
+                clock.jump(jump)
+            await trio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drive)
+        yield
+        tg.cancel_scope.cancel()
+
+
+class VirtualTime:
+    """The worker's `Clock` and the simulator's clock over trio's (mock) clock.
+
+    Only call it from inside the trio run (the simulator's in-process transport is).
+    """
+
+    def __init__(self, start: datetime = START) -> None:
+        self.start = start
+
+    def now(self) -> datetime:
+        """Wall time: the start plus the virtual seconds elapsed."""
+        return self.start + timedelta(seconds=trio.current_time())
+
+    def monotonic(self) -> float:
+        """The virtual seconds elapsed."""
+        return trio.current_time()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the virtual clock."""
+        await anyio.sleep(seconds)
