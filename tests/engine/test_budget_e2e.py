@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from support.virtual_time import autojump, virtual_backend
 
 from .conftest import Harness
