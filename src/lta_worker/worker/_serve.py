@@ -248,4 +248,10 @@ async def serve(
     """Open a worker and serve until a stop signal; return the exit code."""
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
-        return await service.run()
+        if settings.enroll.listen is None:
+            return await service.run()
+        # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+        from lta_worker.worker._enroll_server import enroll_listener
+
+        async with enroll_listener(worker, settings):
+            return await service.run()
