@@ -95,7 +95,8 @@ def link(app: App, user: str, valid: str) -> None:
     except ValueError as exc:
         raise UsageError(f"--valid: {exc}") from None
     settings = app.settings
-    links = EnrollLinks(read_link_keys(settings), start_url(settings))
+    start = start_url(settings)  # a missing public URL is named before the key file
+    links = EnrollLinks(read_link_keys(settings), start)
     click.echo(links.make(user, utc_now(), lifetime))
 
 

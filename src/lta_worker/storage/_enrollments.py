@@ -136,4 +136,5 @@ def spend_link(db: Database, nonce: str, user: str, now: datetime, expires_at: d
 
         stmt = sqlite.insert(Row).values(values).on_conflict_do_nothing()
     with db.write() as conn:
-        return bool(conn.execute(stmt).rowcount == 1)
+        # RETURNING says whether the row went in, on both backends (rowcount did not on PG).
+        return conn.execute(stmt.returning(Row.state_hash)).first() is not None
