@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 NO_STORE = [("Cache-Control", "no-store")]
 PAGE_HEADERS = [
     *NO_STORE,
-    ("Content-Security-Policy", "default-src 'none'; form-action 'self'; frame-ancestors 'none'"),
+    # No form-action: browsers apply it to the redirect that follows the form (to the
+    # client's callback, another origin), as the real consent screen must allow.
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"),
     ("Referrer-Policy", "no-referrer"),
 ]
 MAX_FORM = 16_384
