@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from http.cookies import SimpleCookie
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
@@ -357,3 +358,31 @@ def _verifiers(browser: Browser) -> list[str]:
         ).reveal()
         for r in rows
     ]
+
+
+class _BrokenFlow(BrowserFlow):
+    """A flow with a bug at the start."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def start(self, link: str | None) -> Any:
+        raise RuntimeError("a bug")
+
+
+async def test_a_bug_gets_a_500_page_with_the_headers_and_one_log_event(
+    rendered_logs: io.StringIO,
+) -> None:
+    """An unexpected error in the flow answers the generic failure page (500) with the
+    security headers, and logs one `enroll.page` error with its class and traceback."""
+    app = build_enroll_app(
+        _BrokenFlow(), start_path="/enroll/start", callback_path="/lta/callback", secure=True
+    )
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url=APP) as http:
+        response = await http.get("/enroll/start?link=x")
+    assert response.status_code == 500
+    assert outcome_of(response) == "failed"
+    assert response.headers["cache-control"] == "no-store"
+    logged = rendered_logs.getvalue()
+    assert '"error": "RuntimeError"' in logged and '"status": 500' in logged

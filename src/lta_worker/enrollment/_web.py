@@ -131,11 +131,25 @@ def build_enroll_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         return HTMLResponse(render("not_found"), status_code=404)
 
+    async def bug(request: Request, exc: Exception) -> Response:
+        # A bug: logged here with its traceback (frames without locals, secrets masked);
+        # uvicorn's own records are kept off the log stream.
+        _log().error(
+            "enroll.page",
+            path=request.url.path,
+            outcome="failed",
+            status=500,
+            user=None,
+            error=type(exc).__name__,
+            exc_info=True,
+        )
+        return HTMLResponse(render("failed"), status_code=500)
+
     app = Starlette(
         routes=[
             Route(start_path, start, methods=["GET"]),
             Route(callback_path, callback, methods=["GET"]),
         ],
-        exception_handlers={404: not_found},
+        exception_handlers={404: not_found, Exception: bug},
     )
     return SecurityHeaders(app)
