@@ -386,3 +386,10 @@ async def test_a_bug_gets_a_500_page_with_the_headers_and_one_log_event(
     assert response.headers["cache-control"] == "no-store"
     logged = rendered_logs.getvalue()
     assert '"error": "RuntimeError"' in logged and '"status": 500' in logged
+
+
+async def test_a_state_of_any_text_is_a_mismatch_not_an_error(browser: Browser) -> None:
+    """A callback whose state holds non-ASCII text is a wrong state (400), not a crash."""
+    callback = await browser.consent(await browser.open_link(), "allow")
+    response = await browser.get(callback.replace("state=", "state=%C3%A9"))
+    assert (response.status_code, outcome_of(response)) == (400, "state_mismatch")

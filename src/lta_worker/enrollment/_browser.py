@@ -37,7 +37,6 @@ from lta_worker.errors import (
     EnrollmentError,
     LtaError,
     ModeNotOpenedError,
-    StorageError,
     UsageError,
 )
 from lta_worker.secret import Secret
@@ -151,7 +150,8 @@ class BrowserFlow:
         """Verify and spend the link, start the consent, bind its state to a new cookie.
 
         Raises:
-            FlowStopped: the link is invalid, expired or already used (or storage failed).
+            FlowStopped: the link is invalid, expired or already used (or the database or
+                the key file failed).
         """
         now = self._clock()
         try:
@@ -168,7 +168,7 @@ class BrowserFlow:
             url = await to_thread.run_sync(
                 lambda: self._enrollment.start(claim.user, state=state_for(cookie))
             )
-        except StorageError as exc:
+        except LtaError as exc:  # the database, the key file
             raise FlowStopped(Outcome("failed", claim.user, error=_describe(exc))) from None
         return Started(claim.user, url, Secret(cookie))
 
@@ -180,7 +180,7 @@ class BrowserFlow:
             return Outcome("bad_request")
         if not cookie or not _COOKIE.fullmatch(cookie):
             return Outcome("no_cookie")
-        if not state or not hmac.compare_digest(state_for(cookie), state):
+        if not state or not hmac.compare_digest(state_for(cookie).encode(), state.encode()):
             return Outcome("state_mismatch")
         answer = {k: v for k, v in (("code", code), ("error", error)) if v}
         try:

@@ -322,9 +322,7 @@ def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:
     if state is None:
         return params
     if params.state is not None and params.state != state:
-        raise UsageError(
-            "the redirect URL's state differs from the state given", reason="state_mismatch"
-        )
+        raise UsageError("the redirect URL's state differs from the state given")
     return replace(params, state=state)
 
 
