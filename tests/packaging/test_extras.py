@@ -103,3 +103,40 @@ def test_simulator_commands_without_the_extra(missing: str, command: list[str]) 
     assert len(lines) == 1, done.stderr
     assert "lta-worker[simulator]" in lines[0]
     assert missing in lines[0]
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+def test_serve_with_enroll_listen_without_the_web_extra(
+    world: World, tmp_path: Path, missing: str
+) -> None:
+    """`serve` with `[enroll] listen` set but starlette or uvicorn missing exits 78 with one
+    line naming enroll.listen and the `[web]` extra, before serving anything."""
+    world.write_config(
+        world.config_text().replace(
+            'redirect_uri = "http://127.0.0.1/lta/callback"',
+            'redirect_uri = "http://127.0.0.1:18080/lta/callback"',
+        )
+        + '\n[enroll]\nlisten = "127.0.0.1:18080"\npublic_url = "http://127.0.0.1:18080"\n'
+    )
+    blocked = f"import sys; sys.modules[{missing!r}] = None\n"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            blocked + PROBE.split("atexit.register(_dump)\n")[1],
+            "--config",
+            str(world.config),
+            "serve",
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == EX_CONFIG, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "lta-worker[web]" in lines[0]
+    assert "enroll.listen" in lines[0]
+    assert missing in lines[0]

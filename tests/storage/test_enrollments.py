@@ -88,3 +88,23 @@ def test_concurrent_takes_succeed_once(store_url: str, vault: Vault) -> None:
         thread.join(timeout=60)
     assert len(got) == 8
     assert sum(p is not None for p in got) == 1
+
+
+def test_an_enrollment_link_is_spent_once(store: Store) -> None:
+    """`spend_link` is True the first time a link's nonce is spent, False every time after."""
+    assert store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE) is True
+    assert store.spend_link("nonce-1", "alice", T0 + MINUTE, T0 + 60 * MINUTE) is False
+    assert store.spend_link("nonce-2", "alice", T0, T0 + 60 * MINUTE) is True
+
+
+def test_a_spent_link_is_kept_until_it_expires_and_never_taken(store: Store, vault: Vault) -> None:
+    """A spent link's record outlives the purge of used consents until the link expires (so
+    it cannot be replayed), and no take (by state or a bare code's newest) ever returns it."""
+    store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE)
+    assert store.take_latest_pending("alice", T0) is None
+    assert store.take_pending("link:nonce-1", T0) is None
+    store.save_pending(STATE, pending(vault))
+    assert store.take_pending(STATE, T0) is not None
+    assert store.purge_expired(T0, timedelta(days=30)).pending == 1  # the used consent only
+    assert store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE) is False
+    assert store.purge_expired(T0 + 61 * MINUTE, timedelta(days=30)).pending == 1

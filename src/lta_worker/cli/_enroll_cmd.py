@@ -1,6 +1,7 @@
-"""`lta-worker enroll url|finish|token --user ID`: enroll a user for long term access.
+"""`lta-worker enroll url|finish|token|link --user ID`: enroll a user for long term access.
 
-`url` prints the consent URL (and nothing else) on stdout. `finish` reads the code or the
+`url` prints the consent URL (and nothing else) on stdout; `link` a signed, expiring,
+single-use link to the browser flow `serve` hosts (`[enroll]`). `finish` reads the code or the
 whole redirect URL from stdin, and `token` a user access token: secrets never come from an
 argument, where `ps`, shell history and audit logs would keep them.
 """
@@ -71,6 +72,33 @@ def url(app: App, user: str) -> None:
             return svc.enrollment().start(user)
 
     click.echo(anyio.run(main))
+
+
+@enroll.command("link")
+@_user_option
+@click.option(
+    "--valid",
+    "valid",
+    default="24h",
+    show_default=True,
+    metavar="D",
+    help="How long the link works, 1m to 30d (it works once).",
+)
+@pass_app
+def link(app: App, user: str, valid: str) -> None:
+    """Print a signed link that starts USER's enrollment in the browser (`serve` hosts it)."""
+    from lta_worker.config import parse_duration, read_link_keys, start_url
+    from lta_worker.enrollment import EnrollLinks
+    from lta_worker.worker import SystemClock
+
+    try:
+        lifetime = parse_duration(valid)
+    except ValueError as exc:
+        raise UsageError(f"--valid: {exc}") from None
+    settings = app.settings
+    start = start_url(settings)  # a missing public URL is named before the key file
+    links = EnrollLinks(read_link_keys(settings), start)
+    click.echo(links.make(user, SystemClock().now(), lifetime))
 
 
 def _enroll_from_stdin(

@@ -61,6 +61,8 @@ def simulator() -> None:
               show_default=True, help="Where error codes travel in error answers.")  # fmt: skip
 @click.option("--auto-consent/--no-auto-consent", default=False, show_default=True,
               help="With no consent queued, approve for login_hint or a new user.")  # fmt: skip
+@click.option("--consent-page/--no-consent-page", default=False, show_default=True,
+              help="With no consent queued, show a consent page (Allow / Deny).")  # fmt: skip
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -72,6 +74,7 @@ def serve(
     header_format: str,
     error_style: str,
     auto_consent: bool,
+    consent_page: bool,
 ) -> None:
     """Serve the simulator until Ctrl-C; prints its URLs and the demo clients' secrets."""
     require_simulator_extra()
@@ -88,6 +91,7 @@ def serve(
         header_format=header_format,  # type: ignore[arg-type]  # click.Choice checked it
         error_style=error_style,  # type: ignore[arg-type]  # click.Choice checked it
         auto_consent=auto_consent,
+        consent_page=consent_page,
     )
     sim = Simulator(settings=settings)
     try:

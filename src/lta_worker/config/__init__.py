@@ -5,6 +5,7 @@ Nothing outside this package reads the environment for settings.
 
 from __future__ import annotations
 
+from lta_worker.config._enroll import read_link_keys, start_path, start_url
 from lta_worker.config._loader import (
     build_settings,
     config_path,
@@ -12,7 +13,7 @@ from lta_worker.config._loader import (
     load_settings,
     read_client_secret,
 )
-from lta_worker.config._settings import Settings, is_loopback_host
+from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
 from lta_worker.domain import (
     LATEST_CHANGE_SCOPE,
     LONG_TERM_SCOPES,
@@ -33,5 +34,9 @@ __all__ = [
     "key_file_path",
     "load_settings",
     "parse_duration",
+    "parse_listen",
     "read_client_secret",
+    "read_link_keys",
+    "start_path",
+    "start_url",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
 from lta_worker.config._ranges import check_ranges
 from lta_worker.config._settings import SECTIONS, Settings
 from lta_worker.errors import ConfigError
@@ -113,6 +114,9 @@ def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str,
         client["secret_file"] = str(Path(creds) / SECRET_CREDENTIAL)
     if creds and isinstance(crypto, dict) and "key_file" not in crypto:
         crypto["key_file"] = str(Path(creds) / KEYS_CREDENTIAL)
+    enroll = data.get("enroll")
+    if creds and isinstance(enroll, dict) and "link_key_file" not in enroll:
+        enroll["link_key_file"] = str(Path(creds) / LINK_KEY_CREDENTIAL)
     if state and isinstance(database, dict) and "url" not in database:
         first = state.split(":")[0]
         database["url"] = f"sqlite:///{Path(first) / 'lta.db'}"
@@ -151,6 +155,7 @@ def build_settings(data: Mapping[str, Any]) -> Settings:
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise ConfigError(msg + more, key=key) from None
     check_ranges(settings)
+    check_enroll(settings)
     return settings
 
 

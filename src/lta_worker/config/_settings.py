@@ -201,6 +201,51 @@ class ServeSettings(_Section):
     maintenance_interval: Duration = timedelta(hours=1)
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split a listen address `HOST:PORT` (`[::1]:PORT` for IPv6) into host and port.
+
+    Raises:
+        ValueError: not HOST:PORT with a port from 1 to 65535.
+    """
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]") if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080")
+    return host, int(port)
+
+
+class EnrollSettings(_Section):
+    """Browser enrollment: signed links and the flow `serve` hosts when `listen` is set."""
+
+    listen: str | None = None
+    public_url: str | None = None
+    link_key_file: Path | None = None
+    return_url: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        parse_listen(value)
+        return value.strip()
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        return check_service_url(value) if value else None
+
+    @field_validator("return_url")
+    @classmethod
+    def _return_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
+            raise ValueError(f"{value!r} is not an http(s) URL without a fragment")
+        return value
+
+
 class Settings(_Section):
     """Every setting of lta-worker; built by `config.load_settings`."""
 
@@ -213,6 +258,7 @@ class Settings(_Section):
     retention: RetentionSettings = RetentionSettings()
     log: LogSettings = LogSettings()
     serve: ServeSettings = ServeSettings()
+    enroll: EnrollSettings = EnrollSettings()
 
 
 SECTIONS: tuple[str, ...] = tuple(Settings.model_fields)

@@ -5,7 +5,10 @@
   `parse_redirect`, `check_user_id`;
 - `Lifecycle`: the two-phase drop (`dropping`, then `dropped` once the service confirms),
   forget, and the retries of pending drops (`_lifecycle`); `DropResult`, `DropRetries`;
-- PKCE S256 and the OAuth state (`_pkce`).
+- PKCE S256 and the OAuth state (`_pkce`);
+- enrollment in the browser: signed links (`EnrollLinks`, `_links`), the flow without HTTP
+  (`BrowserFlow`, `_browser`) and its ASGI app (`build_enroll_app`, `_web`: needs the
+  `[web]` extra, imported only when used).
 
 Names are imported on first use (see `lta_worker._lazy`).
 """
@@ -18,6 +21,7 @@ from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from lta_worker.enrollment._base import ClientOperation
+    from lta_worker.enrollment._browser import BrowserFlow, Outcome
     from lta_worker.enrollment._enroll import (
         Enrollment,
         EnrollResult,
@@ -25,9 +29,15 @@ if TYPE_CHECKING:
         parse_redirect,
     )
     from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
+    from lta_worker.enrollment._links import EnrollLinks
     from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
+    from lta_worker.enrollment._web import build_enroll_app
 
 _NAMES = {
+    "BrowserFlow": "._browser",
+    "Outcome": "._browser",
+    "EnrollLinks": "._links",
+    "build_enroll_app": "._web",
     "EnrollResult": "._enroll",
     "Enrollment": "._enroll",
     "check_user_id": "._enroll",
@@ -42,12 +52,16 @@ _NAMES = {
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
+    "BrowserFlow",
     "ClientOperation",
     "DropResult",
     "DropRetries",
+    "EnrollLinks",
     "EnrollResult",
     "Enrollment",
     "Lifecycle",
+    "Outcome",
+    "build_enroll_app",
     "challenge_s256",
     "check_user_id",
     "new_state",

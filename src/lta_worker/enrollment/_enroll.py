@@ -157,15 +157,16 @@ class Enrollment(ClientOperation):
         )
         return f"{join_url(self._settings.service.auth_url, '/oidc/auth')}?{query}"
 
-    def start(self, user: str) -> str:
+    def start(self, user: str, *, state: str | None = None) -> str:
         """Begin enrolling `user`; returns the consent URL to send their browser to.
 
         Saves the pending enrollment (verifier encrypted, state bound to the user) for
-        ten minutes.
+        ten minutes. `state`, when given, must be fresh and unguessable (the browser flow
+        derives it from its cookie, see `BrowserFlow`); a new one is drawn by default.
         """
         check_user_id(user)
         now = self._clock()
-        verifier, state = new_verifier(), new_state()
+        verifier, state = new_verifier(), state or new_state()
         register_secret(verifier)
         pending = PendingEnrollment(
             user=user,
@@ -198,16 +199,26 @@ class Enrollment(ClientOperation):
             EnrollmentError: the consent, the exchange or the token creation failed.
         """
         check_user_id(user)
-        params = parse_redirect(code_or_redirect_url)
-        if state is not None:
-            if params.state is not None and params.state != state:
-                raise UsageError("the redirect URL's state differs from the state given")
-            params = replace(params, state=state)
+        return await self._finish(user, _with_state(parse_redirect(code_or_redirect_url), state))
+
+    async def finish_state(self, code_or_redirect_url: str, state: str) -> EnrollResult:
+        """Complete the consent of `state` for the user it was started for.
+
+        For a caller that holds the state (bound to a cookie, as the browser flow does) but
+        not the user; otherwise as `finish`.
+        """
+        return await self._finish(None, _with_state(parse_redirect(code_or_redirect_url), state))
+
+    async def _finish(self, user: str | None, params: RedirectParams) -> EnrollResult:
         if params.error:
+            pending = None
             if params.state:
-                await to_thread.run_sync(self._store.take_pending, params.state, self._clock())
-            raise self._consent_error(user, params)
+                now = self._clock()
+                pending = await to_thread.run_sync(self._store.take_pending, params.state, now)
+            who = user or (pending.user if pending is not None else None)
+            raise self._consent_error(who, params)
         pending = await self._take_pending(user, params.state)
+        user = pending.user
         assert params.code is not None
         verifier = self._vault.decrypt(pending.verifier, user=pending.user, purpose="verifier")
         register_secret(verifier)
@@ -236,9 +247,10 @@ class Enrollment(ClientOperation):
             raise UsageError("no user access token was given on stdin")
         return await self._create_and_store(user, user_access_token)
 
-    async def _take_pending(self, user: str, state: str | None) -> PendingEnrollment:
+    async def _take_pending(self, user: str | None, state: str | None) -> PendingEnrollment:
         now = self._clock()
         if state is None:
+            assert user is not None  # finish_state always has a state
             # A bare code: the user's newest consent started here. PKCE still binds the
             # code to that consent's verifier, so a code minted elsewhere fails the exchange.
             latest = await to_thread.run_sync(self._store.take_latest_pending, user, now)
@@ -258,7 +270,7 @@ class Enrollment(ClientOperation):
                 f"{int(PENDING_TTL.total_seconds() // 60)} minutes and can be finished once)",
                 reason="unknown_consent",
             )
-        if pending.user != user:
+        if user is not None and pending.user != user:
             _failed(user, "state", "other_user")
             raise UsageError(
                 f"this consent was started for another user, not {user!r}; it is now void",
@@ -266,7 +278,7 @@ class Enrollment(ClientOperation):
             )
         return pending
 
-    def _consent_error(self, user: str, params: RedirectParams) -> Exception:
+    def _consent_error(self, user: str | None, params: RedirectParams) -> Exception:
         _failed(user, "consent", params.error)
         if params.error == "invalid_scope":
             return _mode_not_opened()
@@ -305,6 +317,15 @@ class Enrollment(ClientOperation):
             await self._api.drop_token(long_term_credential(token, self.client_secret))
 
 
+def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:
+    """`params` with the state the caller holds (which the redirect's own must match)."""
+    if state is None:
+        return params
+    if params.state is not None and params.state != state:
+        raise UsageError("the redirect URL's state differs from the state given")
+    return replace(params, state=state)
+
+
 def _safe_error(value: str | None) -> str | None:
     """An OAuth `error` fit for a message and a log: an allowed code (`classify.OAUTH_CODES`),
     else `unrecognised_error`.
@@ -325,5 +346,5 @@ def _mode_not_opened() -> ModeNotOpenedError:
     )
 
 
-def _failed(user: str, stage: str, error_code: str | None) -> None:
+def _failed(user: str | None, stage: str, error_code: str | None) -> None:
     _log().warning("enroll.failed", user=user, stage=stage, error_code=error_code)

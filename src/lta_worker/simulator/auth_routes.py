@@ -1,7 +1,8 @@
 """The account and authorization service, mounted at `{auth_url}` (`/auth` on the one origin).
 
-Consent, code exchange, and creation and drop of long term tokens. None of these count
-against the public API's budget: they are a different service.
+Consent (queued, auto-approved, or on the consent page `/oidc/auth` shows and
+`/oidc/consent` answers), code exchange, and creation and drop of long term tokens. None of
+these count against the public API's budget: they are a different service.
 """
 
 from __future__ import annotations
@@ -10,15 +11,30 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
 
+from lta_worker.simulator.consent_page import render_consent
 from lta_worker.simulator.responses import refusal_response, with_headers
 
 if TYPE_CHECKING:
     from lta_worker.simulator.core import Simulator
 
 NO_STORE = [("Cache-Control", "no-store")]
+PAGE_HEADERS = [
+    *NO_STORE,
+    # No form-action: browsers apply it to the redirect that follows the form (to the
+    # client's callback, another origin), as the real consent screen must allow.
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"),
+    ("Referrer-Policy", "no-referrer"),
+]
+MAX_FORM = 16_384
 
 
 def _form(body: bytes) -> dict[str, str] | None:
@@ -37,9 +53,22 @@ def auth_routes(sim: Simulator) -> list[Route]:
 
     async def authorize(request: Request) -> Response:
         answer = sim.handle_authorize(request.url.path, dict(request.query_params))
+        if answer.page is not None:
+            action = request.url.path.removesuffix("/auth") + "/consent"
+            return with_headers(HTMLResponse(render_consent(answer.page, action)), PAGE_HEADERS)
         if answer.location is None:
             return PlainTextResponse(answer.text or "Bad request", status_code=400)
         return with_headers(RedirectResponse(answer.location, status_code=302), NO_STORE)
+
+    async def consent(request: Request) -> Response:
+        body = (await request.body())[:MAX_FORM].decode("utf-8", "replace")
+        form: dict[str, list[str]] = {}
+        for key, value in parse_qsl(body, keep_blank_values=True):
+            form.setdefault(key, []).append(value)
+        answer = sim.handle_consent(request.url.path, form)
+        if answer.location is None:
+            return PlainTextResponse(answer.text or "Bad request", status_code=400)
+        return with_headers(RedirectResponse(answer.location, status_code=303), NO_STORE)
 
     async def token(request: Request) -> Response:
         form = _form(await request.body())
@@ -58,6 +87,7 @@ def auth_routes(sim: Simulator) -> list[Route]:
 
     return [
         Route("/oidc/auth", authorize, methods=["GET"]),
+        Route("/oidc/consent", consent, methods=["POST"]),
         Route("/oidc/token", token, methods=["POST"]),
         Route("/api/long-term-access/tokens", create, methods=["POST"]),
         Route("/api/long-term-access/tokens", drop, methods=["DELETE"]),

@@ -229,9 +229,19 @@ class Simulator(ControlOps):
         """Decide `GET {auth_url}/oidc/auth` (consent)."""
         with self._lock:
             answer = oauth.authorize(self.world, self.settings, params, self.now())
-            status = 400 if answer.location is None else 302
+            status = 200 if answer.page else 400 if answer.location is None else 302
             self._log(
                 "GET", path, "none", answer.client, answer.user, status=status, code=answer.error
+            )
+            return answer
+
+    def handle_consent(self, path: str, form: Mapping[str, list[str]]) -> oauth.AuthorizeAnswer:
+        """Decide `POST {auth_url}/oidc/consent` (the consent page's Allow or Deny)."""
+        with self._lock:
+            answer = oauth.decide(self.world, self.settings, form, self.now())
+            status = 400 if answer.location is None else 303
+            self._log(
+                "POST", path, "none", answer.client, answer.user, status=status, code=answer.error
             )
             return answer
 

@@ -1,8 +1,11 @@
 """The authorization server's rules: consent (`/oidc/auth`) and code exchange (`/oidc/token`).
 
 Functions of a `World`, the settings and `now`; they return plain answers that the routes
-render. Consent is auto-approved for the user queued with `Simulator.queue_consent`: the
-simulator has no login page. Errors follow RFC 6749: before the client and redirect address
+render. Consent is auto-approved for the user queued with `Simulator.queue_consent`; with
+none queued, the `consent_page` setting shows a real consent page (`consent_page.py`: the
+account, the requested scopes to untick, Allow / Deny) whose form `decide` answers, and
+`auto_consent` approves everything. The simulator has no login page: the consent page asks
+for the account name. Errors follow RFC 6749: before the client and redirect address
 are verified, a plain 400 page (never a redirect to an unverified address); after, a redirect
 carrying `error` and `state`. The token endpoint answers OAuth JSON errors.
 """
@@ -15,7 +18,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote_plus, urlencode
@@ -29,6 +32,7 @@ from lta_worker.simulator.state import (
     AuthKind,
     Client,
     Consent,
+    ConsentRequest,
     SimSettings,
     User,
     UserToken,
@@ -38,6 +42,8 @@ from lta_worker.simulator.state import (
 )
 
 _CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
+CONSENT_PAGE_TTL = timedelta(minutes=10)
+MAX_CONSENT_REQUESTS = 1000
 _VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 
 
@@ -50,6 +56,18 @@ class AuthorizeAnswer:
     client: str | None = None
     user: str | None = None
     error: str | None = None
+    page: ConsentPage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentPage:
+    """What the consent page shows: the request's id, the client, the account proposed, and
+    the scopes the user may untick (`openid` is always granted)."""
+
+    request_id: str
+    client: str
+    account: str
+    scopes: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +137,9 @@ def authorize(
             return refuse("invalid_request", "code_challenge_method must be S256")
         if not _CHALLENGE.match(challenge):
             return refuse("invalid_request", "malformed code_challenge")
+    request = ConsentRequest(client.id, redirect_uri, state, requested, challenge, now)
+    if not world.consents and settings.consent_page:
+        return _show_page(world, request, params.get("login_hint"), now)
     consent = _next_consent(world, settings, params.get("login_hint"))
     if consent is None:
         return AuthorizeAnswer(
@@ -130,27 +151,75 @@ def authorize(
             client=client.id,
             error="no_consent",
         )
+    return _issue(world, settings, request, consent, now)
+
+
+def _issue(
+    world: World, settings: SimSettings, request: ConsentRequest, consent: Consent, now: datetime
+) -> AuthorizeAnswer:
+    """Answer a validated request as `consent` decides: a code for the scopes left ticked,
+    or `access_denied`."""
     user = _ensure_user(world, consent.user, now)
     if consent.deny:
-        answer = refuse("access_denied", "the user denied the request")
-        return AuthorizeAnswer(location=answer.location, client=client.id, user=user.id)
+        params = {
+            "error": "access_denied",
+            "error_description": "the user denied the request",
+            "state": request.state,
+        }
+        location = _redirect(request.redirect_uri, params)
+        return AuthorizeAnswer(location=location, client=request.client, user=user.id)
     granted = tuple(
-        s for s in requested if s == "openid" or consent.scopes is None or s in consent.scopes
+        s for s in request.scopes if s == "openid" or consent.scopes is None or s in consent.scopes
     )
     code = new_secret()
     world.codes[digest(code)] = AuthCode(
-        client=client.id,
+        client=request.client,
         user=user.id,
-        redirect_uri=redirect_uri,
+        redirect_uri=request.redirect_uri,
         scopes=granted,
-        challenge=challenge,
+        challenge=request.challenge,
         expires_at=now + timedelta(seconds=settings.code_ttl),
     )
     return AuthorizeAnswer(
-        location=_redirect(redirect_uri, {"code": code, "state": state}),
-        client=client.id,
+        location=_redirect(request.redirect_uri, {"code": code, "state": request.state}),
+        client=request.client,
         user=user.id,
     )
+
+
+def _show_page(
+    world: World, request: ConsentRequest, login_hint: str | None, now: datetime
+) -> AuthorizeAnswer:
+    """Keep the validated request under a new id and describe the consent page to show."""
+    for key, old in list(world.consent_requests.items()):
+        if old.expires_at <= now or len(world.consent_requests) >= MAX_CONSENT_REQUESTS:
+            del world.consent_requests[key]
+    request_id = new_secret()
+    world.consent_requests[request_id] = replace(request, expires_at=now + CONSENT_PAGE_TTL)
+    account = login_hint or f"demo-user-{world.auto_users + 1}"
+    scopes = tuple(s for s in request.scopes if s != "openid")
+    page = ConsentPage(request_id, request.client, account, scopes)
+    return AuthorizeAnswer(client=request.client, page=page)
+
+
+def decide(
+    world: World, settings: SimSettings, form: Mapping[str, list[str]], now: datetime
+) -> AuthorizeAnswer:
+    """Handle the consent page's form (`POST {auth_url}/oidc/consent`): `request`, `account`,
+    `decision` (`allow` | `deny`) and one `scope` per ticked box. The request is used once."""
+    request_id = (form.get("request") or [""])[0]
+    request = world.consent_requests.pop(request_id, None)
+    if request is None or request.expires_at <= now:
+        return AuthorizeAnswer(text="This consent request is unknown, used or expired.")
+    account = (form.get("account") or [""])[0].strip()
+    decision = (form.get("decision") or [""])[0]
+    if not account or decision not in {"allow", "deny"}:
+        return AuthorizeAnswer(text="The consent form needs an account and a decision.")
+    if account.startswith("demo-user-"):
+        world.auto_users += 1
+    ticked = tuple(s for s in form.get("scope", []) if s in request.scopes)
+    consent = Consent(user=account, scopes=ticked, deny=decision == "deny")
+    return _issue(world, settings, request, consent, now)
 
 
 def _next_consent(world: World, settings: SimSettings, hint: str | None) -> Consent | None:

@@ -75,6 +75,9 @@ class SimSettings:
             401 PermanentAccessRevoked; the spec leaves it open.
         auto_consent: Approve a consent with no queued user for `login_hint`, or a new
             `demo-user-N` (handy for a human demo; tests queue consents instead).
+        consent_page: With no queued consent, show a real consent page (account, the
+            requested scopes to untick, Allow / Deny) instead of auto-approving; what the
+            user leaves ticked is what is granted (browser tests, a human demo).
         code_ttl: Seconds an authorization code lives.
         user_token_ttl: Seconds a regular user access token lives.
         inactive_after_days: Cloud sync silent for more than this gives CloudSyncInactive.
@@ -87,6 +90,7 @@ class SimSettings:
     enroll_status: int = 201
     after_delete: AfterDelete = "plain"
     auto_consent: bool = False
+    consent_page: bool = False
     code_ttl: int = 60
     user_token_ttl: int = 3600
     inactive_after_days: int = 90
@@ -125,6 +129,19 @@ class Consent:
     user: str
     scopes: tuple[str, ...] | None = None
     deny: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentRequest:
+    """A validated consent request shown on the consent page, waiting for the user's answer
+    (kept under a random id that the page's form carries back)."""
+
+    client: str
+    redirect_uri: str
+    state: str | None
+    scopes: tuple[str, ...]
+    challenge: str | None
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +204,7 @@ class World:
     grants: dict[str, Grant] = field(default_factory=dict)
     active: dict[tuple[str, str], str] = field(default_factory=dict)
     consents: deque[Consent] = field(default_factory=deque)
+    consent_requests: dict[str, ConsentRequest] = field(default_factory=dict)
     budgets: dict[str, Window] = field(default_factory=dict)
     # Bounded, so that a long-running demo does not grow without end.
     log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))

@@ -2,19 +2,27 @@
 
 Only the sha256 of the state is stored, so a copy of the database cannot be used to finish
 someone's consent; the PKCE verifier is stored encrypted by the vault (purpose `verifier`).
+
+A spent enrollment link is kept in the same table until the link expires (`spend_link`), so
+that a link starts one consent only: a row keyed by the sha256 of `link:NONCE`, already
+used (no take ever returns it), with no verifier and the empty key id `LINK_MARK` (a key id
+never is empty). The purge keeps it until its expiry, and deletes other used rows at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 from datetime import datetime
+from typing import Any, Final
 
-from sqlalchemy import ColumnElement, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
 
 from lta_worker.domain import EncryptedToken, PendingEnrollment
 from lta_worker.secret import Secret
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import PendingEnrollmentRow as Row
+
+LINK_MARK: Final = ""
 
 
 def state_hash(state: str | Secret) -> str:
@@ -101,7 +109,32 @@ def take_latest_pending(db: Database, user: str, now: datetime) -> PendingEnroll
 
 def purge_pending(db: Database, now: datetime) -> int:
     """Delete pending enrollments that are used or expired; return how many."""
+    spent = or_(Row.used_at.is_not(None), Row.expires_at <= now)
+    link_alive = and_(Row.verifier_key_id == LINK_MARK, Row.expires_at > now)
     with db.write() as conn:
-        return conn.execute(
-            delete(Row).where(or_(Row.used_at.is_not(None), Row.expires_at <= now))
-        ).rowcount
+        return conn.execute(delete(Row).where(spent, ~link_alive)).rowcount
+
+
+def spend_link(db: Database, nonce: str, user: str, now: datetime, expires_at: datetime) -> bool:
+    """Record the enrollment link of `nonce` as used; False when it already was."""
+    values: dict[str, Any] = {
+        "state_hash": state_hash(f"link:{nonce}"),
+        "user": user,
+        "verifier_ciphertext": b"",
+        "verifier_key_id": LINK_MARK,
+        "redirect_uri": "",
+        "created_at": now,
+        "expires_at": expires_at,
+        "used_at": now,
+    }
+    if db.dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+
+        stmt: Any = postgresql.insert(Row).values(values).on_conflict_do_nothing()
+    else:
+        from sqlalchemy.dialects import sqlite
+
+        stmt = sqlite.insert(Row).values(values).on_conflict_do_nothing()
+    with db.write() as conn:
+        # RETURNING says whether the row went in, on both backends (rowcount did not on PG).
+        return conn.execute(stmt.returning(Row.state_hash)).first() is not None

@@ -296,6 +296,10 @@ class Store:
         """Take a started consent once: None when unknown, already used or expired."""
         return enrollments.take_pending(self._db, state, now)
 
+    def spend_link(self, nonce: str, user: str, now: datetime, expires_at: datetime) -> bool:
+        """Mark an enrollment link used (kept until `expires_at`); False if it already was."""
+        return enrollments.spend_link(self._db, nonce, user, now, expires_at)
+
     # -- instances, passes, budget ----------------------------------------------------------
 
     def take_latest_pending(self, user: str, now: datetime) -> PendingEnrollment | None:

@@ -6,7 +6,9 @@ the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a
 sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
-configuration and the key file; a broken new one leaves the old one in force.
+configuration and the key file; a broken new one leaves the old one in force. With
+`enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
+from before READY until the passes have drained.
 
 Two traps of APScheduler 3 shape the stop and the logs: `shutdown()` cancels the asyncio
 tasks of running coroutine jobs at once (so it comes only after the grace period), and the
@@ -248,4 +250,10 @@ async def serve(
     """Open a worker and serve until a stop signal; return the exit code."""
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
-        return await service.run()
+        if settings.enroll.listen is None:
+            return await service.run()
+        # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+        from lta_worker.worker._enroll_server import enroll_listener
+
+        async with enroll_listener(worker, settings):
+            return await service.run()

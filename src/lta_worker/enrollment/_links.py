@@ -1,0 +1,123 @@
+"""Signed, expiring, single-use enrollment links: `{enroll.public_url}/enroll/start?link=...`.
+
+The `link` value is an itsdangerous `URLSafeSerializer` token (HMAC-SHA1 over a salted,
+derived key; the library's own format, not a hand-made one) of a small JSON object: the
+user id, the expiry (epoch seconds) and a random nonce. The keys come from
+`enroll.link_key_file`: the newest signs, every key verifies (itsdangerous key rotation).
+
+A link is signed, not encrypted: whoever holds it can read the user id in it. It carries no
+secret of the service; what it grants is the right to start one consent for that user,
+once (the nonce is spent at the start, see `Store.spend_link`), before it expires.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal
+from urllib.parse import urlencode
+
+from itsdangerous import BadSignature, URLSafeSerializer
+
+from lta_worker.enrollment._enroll import check_user_id
+from lta_worker.errors import UsageError
+from lta_worker.secret import Secret
+
+SALT: Final = "lta-worker.enroll-link.v1"
+START_QUERY: Final = "link"
+MIN_VALID: Final = timedelta(minutes=1)
+MAX_VALID: Final = timedelta(days=30)
+MAX_TOKEN_LEN: Final = 2048
+
+LinkProblem = Literal["link_invalid", "link_expired"]
+
+
+class LinkError(Exception):
+    """A link that cannot start an enrollment: `problem` is `link_invalid` or `link_expired`.
+
+    `user` is the link's user when the signature was good (an expired link).
+    """
+
+    def __init__(self, problem: LinkProblem, user: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem: LinkProblem = problem
+        self.user = user
+
+
+@dataclass(frozen=True, slots=True)
+class LinkClaim:
+    """What a verified link says: for whom, until when, and its nonce (spent once)."""
+
+    user: str
+    expires_at: datetime
+    nonce: str
+
+
+class EnrollLinks:
+    """Makes and verifies enrollment links.
+
+    Args:
+        keys: the link keys, oldest first (the last one signs).
+        start_url: the absolute URL of the flow's start (`{public_url}/enroll/start`).
+    """
+
+    def __init__(self, keys: Sequence[Secret], start_url: str) -> None:
+        if not keys:
+            raise ValueError("at least one link key is needed")
+        self._serializer = URLSafeSerializer([k.reveal() for k in keys], salt=SALT)
+        self.start_url = start_url
+
+    def make(self, user: str, now: datetime, valid: timedelta) -> str:
+        """A link for `user`, valid from `now` for `valid` (1 minute to 30 days).
+
+        Raises:
+            UsageError: a bad user id, or `valid` out of range.
+        """
+        check_user_id(user)
+        if not MIN_VALID <= valid <= MAX_VALID:
+            raise UsageError("a link is valid for 1 minute to 30 days", hint="--valid 24h")
+        payload = {
+            "u": user,
+            "x": int((now + valid).timestamp()),
+            "n": secrets.token_urlsafe(16),
+        }
+        token = self._serializer.dumps(payload)
+        return f"{self.start_url}?{urlencode({START_QUERY: token})}"
+
+    def read(self, token: str | None, now: datetime) -> LinkClaim:
+        """Verify a link's token and its expiry.
+
+        Raises:
+            LinkError: `link_invalid` (missing, malformed, bad signature) or `link_expired`.
+        """
+        if not token or len(token) > MAX_TOKEN_LEN:
+            raise LinkError("link_invalid")
+        try:
+            payload: Any = self._serializer.loads(token)
+        except BadSignature:
+            raise LinkError("link_invalid") from None
+        claim = _claim(payload)
+        if claim is None:
+            raise LinkError("link_invalid")
+        if now >= claim.expires_at:
+            raise LinkError("link_expired", claim.user)
+        return claim
+
+
+def _claim(payload: Any) -> LinkClaim | None:
+    """The claim of a well-formed payload, else None (a validly signed payload of another
+    shape can only come from a key leak or a bug; it is refused all the same)."""
+    if not isinstance(payload, dict):
+        return None
+    user, expiry, nonce = payload.get("u"), payload.get("x"), payload.get("n")
+    if not isinstance(user, str) or not isinstance(nonce, str) or not nonce:
+        return None
+    if not isinstance(expiry, int) or isinstance(expiry, bool) or not 0 < expiry < 2**33:
+        return None
+    try:
+        check_user_id(user)
+    except UsageError:
+        return None
+    return LinkClaim(user, datetime.fromtimestamp(expiry, UTC), nonce)

@@ -1,0 +1,155 @@
+"""The browser enrollment as an ASGI (Starlette) app: `/enroll/start` and the callback.
+
+`serve` mounts it on `enroll.listen` (see `worker`); a web application may mount it too.
+Imported only when the flow is served: starlette is the optional `[web]` extra.
+
+- `GET {start_path}?link=...`: `BrowserFlow.start`; a 303 to the consent screen with the
+  cookie (HttpOnly, SameSite=Lax, Path=/, ten minutes; `Secure` and the `__Host-` name
+  prefix when the public URL is https), or the outcome's page.
+- `GET {callback_path}?code|error&state`: `BrowserFlow.callback`; the outcome's page, or a
+  303 to `enroll.return_url` with the outcome in the query. The cookie is cleared on every
+  answer: it serves one consent.
+
+Every answer carries `SECURITY_HEADERS` (CSP, no-referrer, nosniff, no-store). One log
+event per request, `enroll.page`, with the path (never the query: it holds the code) and
+the outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lta_worker.enrollment._browser import BrowserFlow, FlowStopped, Outcome
+from lta_worker.enrollment._links import START_QUERY
+from lta_worker.enrollment._pages import SECURITY_HEADERS, render
+from lta_worker.logs import get_logger
+
+COOKIE_TTL: Final = 600
+
+
+def _log() -> Any:
+    return get_logger("lta_worker.enroll_web")
+
+
+def cookie_name(secure: bool) -> str:
+    """`__Host-lta-enroll` over https (bound to the exact host, Secure, Path=/), else
+    `lta-enroll`."""
+    return "__Host-lta-enroll" if secure else "lta-enroll"
+
+
+class SecurityHeaders:
+    """ASGI middleware: adds `SECURITY_HEADERS` to every answer, error pages included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; add the headers to the start of the answer."""
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                known = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [
+                    (name.encode(), value.encode())
+                    for name, value in SECURITY_HEADERS.items()
+                    if name.encode() not in known
+                ]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def build_enroll_app(
+    flow: BrowserFlow,
+    *,
+    start_path: str,
+    callback_path: str,
+    secure: bool,
+    return_url: str | None = None,
+) -> ASGIApp:
+    """The ASGI app of the browser enrollment.
+
+    Args:
+        flow: the flow's logic.
+        start_path: the path of the start (`config.start_path`).
+        callback_path: the path of `client.redirect_uri`.
+        secure: the public URL is https (Secure cookie with the `__Host-` prefix).
+        return_url: when set, outcomes redirect there instead of showing a page.
+    """
+    name = cookie_name(secure)
+
+    def answer(outcome: Outcome, path: str) -> Response:
+        logger = _log()
+        emit = logger.info if outcome.kind == "enrolled" else logger.warning
+        emit(
+            "enroll.page",
+            path=path,
+            outcome=outcome.kind,
+            status=outcome.status,
+            user=outcome.user,
+            error=outcome.error,
+        )
+        if return_url is not None:
+            glue = "&" if "?" in return_url else "?"
+            return RedirectResponse(f"{return_url}{glue}{outcome.query()}", status_code=303)
+        return HTMLResponse(render(outcome.kind, outcome.scopes), status_code=outcome.status)
+
+    async def start(request: Request) -> Response:
+        try:
+            started = await flow.start(request.query_params.get(START_QUERY))
+        except FlowStopped as stop:
+            return answer(stop.outcome, start_path)
+        _log().info(
+            "enroll.page", path=start_path, outcome="consent", status=303, user=started.user
+        )
+        response = RedirectResponse(started.consent_url, status_code=303)
+        response.set_cookie(
+            name,
+            started.cookie.reveal(),
+            max_age=COOKIE_TTL,
+            path="/",
+            secure=secure,
+            httponly=True,
+            samesite="lax",
+        )
+        return response
+
+    async def callback(request: Request) -> Response:
+        params = {k: v for k, v in request.query_params.items() if k in {"code", "state", "error"}}
+        outcome = await flow.callback(params, request.cookies.get(name))
+        response = answer(outcome, callback_path)
+        response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="lax")
+        return response
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return HTMLResponse(render("not_found"), status_code=404)
+
+    async def bug(request: Request, exc: Exception) -> Response:
+        # A bug: logged here with its traceback (frames without locals, secrets masked);
+        # uvicorn's own records are kept off the log stream.
+        _log().error(
+            "enroll.page",
+            path=request.url.path,
+            outcome="failed",
+            status=500,
+            user=None,
+            error=type(exc).__name__,
+            exc_info=True,
+        )
+        return HTMLResponse(render("failed"), status_code=500)
+
+    app = Starlette(
+        routes=[
+            Route(start_path, start, methods=["GET"]),
+            Route(callback_path, callback, methods=["GET"]),
+        ],
+        exception_handlers={404: not_found, Exception: bug},
+    )
+    return SecurityHeaders(app)

@@ -1,0 +1,149 @@
+"""Enrollment in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
+driven by Selenium, through `serve` (a child process) and the simulator's consent page, both
+on loopback.
+
+Skipped, with the reason in pytest's summary, where Chromium or its driver is not installed
+(`.ci/run` installs them where it can: `apt-get install chromium chromium-driver`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lta_worker.simulator import DEMO_CLIENT_ID, LATEST_CHANGE_SCOPE, STATS_SCOPE
+
+from .helpers import REDIRECT, World, stop, write_private
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="no Chromium/chromedriver installed (apt-get install chromium chromium-driver)",
+    ),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def driver() -> Iterator[Any]:
+    """A headless Chromium through Debian's chromedriver (Selenium Manager never runs)."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER))
+    browser = webdriver.Chrome(options=options, service=service)
+    browser.set_page_load_timeout(30)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture
+def served(world: World, tmp_path: Path) -> Iterator[World]:
+    """`serve` with `[enroll] listen` on a free loopback port, the simulator showing its
+    consent page, a link key file, and the callback registered for the demo client."""
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    keys = write_private(tmp_path / "enroll-link-key", "k" * 44 + "\n")
+    world.sim.configure(consent_page=True)
+    world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
+    world.write_config(
+        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
+        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f'link_key_file = "{keys}"\n'
+    )
+    proc = world.start_serve()
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        yield world
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, world.log_lines()[-5:]
+    finally:
+        stop(proc)
+
+
+def link_for(world: World, user: str) -> str:
+    done = world.cli("enroll", "link", "--user", user, "--valid", "10m")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def outcome(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    heading = WebDriverWait(driver, 30).until(
+        expected_conditions.presence_of_element_located((By.ID, "outcome"))
+    )
+    return str(heading.get_attribute("data-outcome"))
+
+
+def users(world: World) -> dict[str, dict[str, Any]]:
+    done = world.cli("users", "list", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return {row["user"]: row for row in json.loads(done.stdout)}
+
+
+def test_click_untick_allow_deny_and_replay_in_a_real_browser(served: World, driver: Any) -> None:
+    """Click the link, untick the stats scope, Allow: the success page, and `users list`
+    shows the user active with exactly the scope left ticked. Deny: the denial page, no
+    token. The first link opened again: the "already used" page."""
+    from selenium.webdriver.common.by import By
+
+    link = link_for(served, "ada")
+    driver.get(link)
+    stats = driver.find_element(By.CSS_SELECTOR, f'input[name="scope"][value="{STATS_SCOPE}"]')
+    assert stats.is_selected()
+    stats.click()
+    assert not stats.is_selected()
+    driver.find_element(By.ID, "allow").click()
+    assert outcome(driver) == "enrolled"
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Access granted"
+    assert "code=" in driver.current_url  # the service's redirect: single-use, now spent
+    listed = users(served)
+    assert listed["ada"]["state"] == "active"
+    assert listed["ada"]["has_token"] is True
+    assert listed["ada"]["scopes"] == [LATEST_CHANGE_SCOPE]
+    assert driver.get_cookies() == [] or all(
+        c["name"] != "lta-enroll" for c in driver.get_cookies()
+    )
+
+    driver.get(link_for(served, "bob"))
+    driver.find_element(By.ID, "deny").click()
+    assert outcome(driver) == "denied"
+    assert "bob" not in users(served) or users(served)["bob"]["has_token"] is False
+
+    driver.get(link)
+    assert outcome(driver) == "link_used"
+    assert "already used" in driver.find_element(By.TAG_NAME, "h1").text
+
+    events = [e for e in served.log_events() if e["event"] == "enroll.page"]
+    assert [e["outcome"] for e in events] == [
+        "consent",
+        "enrolled",
+        "consent",
+        "denied",
+        "link_used",
+    ]
+    log_text = "\n".join(served.log_lines())
+    assert "code=" not in log_text and "dspa_" not in log_text

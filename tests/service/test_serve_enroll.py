@@ -1,0 +1,82 @@
+"""`serve` with `[enroll] listen`, without a browser: the listener answers the start and the
+callback over real HTTP, closes at SIGTERM, and an address it cannot bind stops `serve` with
+exit 78 naming enroll.listen."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from pathlib import Path
+
+import httpx
+
+from lta_worker.errors import EX_CONFIG
+from lta_worker.simulator import DEMO_CLIENT_ID
+
+from .helpers import REDIRECT, World, stop, write_private
+
+
+def _configure(world: World, tmp_path: Path, port: int) -> str:
+    public = f"http://127.0.0.1:{port}"
+    keys = write_private(tmp_path / "enroll-link-key", "k" * 44 + "\n")
+    world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
+    world.write_config(
+        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
+        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f'link_key_file = "{keys}"\n'
+    )
+    return public
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: World, tmp_path: Path) -> None:
+    """The link from `enroll link` gets a 303 to the consent screen with the cookie; a queued
+    consent comes back to the callback and enrolls the user; after SIGTERM (exit 0) nothing
+    listens any more."""
+    port = _free_port()
+    public = _configure(world, tmp_path, port)
+    proc = world.start_serve()
+    try:
+        listening = world.wait_for_event("enroll.listening", proc, timeout=60)
+        assert listening["start_url"] == f"{public}/enroll/start"
+        link = world.cli("enroll", "link", "--user", "ada").stdout.strip()
+        with httpx.Client() as browser:
+            start = browser.get(link)
+            assert start.status_code == 303
+            assert "lta-enroll" in start.headers["set-cookie"]
+            world.sim.queue_consent("svc-ada")
+            back = browser.get(start.headers["location"])
+            assert back.status_code == 302
+            done = browser.get(back.headers["location"])
+            assert done.status_code == 200, done.text
+            assert 'data-outcome="enrolled"' in done.text
+            assert done.headers["x-content-type-options"] == "nosniff"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_an_address_it_cannot_bind_stops_serve_with_78(world: World, tmp_path: Path) -> None:
+    """A listen address already taken: `serve` exits 78 with one error line naming
+    enroll.listen, before it serves anything."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        _configure(world, tmp_path, taken.getsockname()[1])
+        proc = world.start_serve()
+        try:
+            assert proc.wait(timeout=60) == EX_CONFIG
+        finally:
+            stop(proc)
+    errors = [e for e in world.log_events() if e["event"] == "error"]
+    assert len(errors) == 1
+    assert errors[0]["key"] == "enroll.listen"
+    assert not any(e["event"] == "service.started" for e in world.log_events())
