@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from lta_worker.worker._check import CheckResult, run_checks
     from lta_worker.worker._clock import Clock, SystemClock
     from lta_worker.worker._engine import (
         EXIT_CODES,
@@ -27,7 +28,14 @@ if TYPE_CHECKING:
     )
     from lta_worker.worker._runtime import Worker, instance_ttl
     from lta_worker.worker._serve import serve
-    from lta_worker.worker._wiring import Services, load_vault, open_store, services
+    from lta_worker.worker._status import assess_health, collect_status
+    from lta_worker.worker._wiring import (
+        Services,
+        load_vault,
+        open_store,
+        open_store_readonly,
+        services,
+    )
 
 _NAMES = {
     "EXIT_CODES": "._engine",
@@ -38,16 +46,22 @@ _NAMES = {
     "Worker": "._runtime",
     "instance_ttl": "._runtime",
     "serve": "._serve",
+    "assess_health": "._status",
+    "collect_status": "._status",
     "Services": "._wiring",
     "load_vault": "._wiring",
     "open_store": "._wiring",
+    "open_store_readonly": "._wiring",
     "services": "._wiring",
     "Clock": "._clock",
+    "CheckResult": "._check",
+    "run_checks": "._check",
     "SystemClock": "._clock",
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "EXIT_CODES",
+    "CheckResult",
     "Clock",
     "PassEngine",
     "PassOptions",
@@ -56,9 +70,13 @@ __all__ = [
     "Services",
     "SystemClock",
     "Worker",
+    "assess_health",
+    "collect_status",
     "instance_ttl",
     "load_vault",
     "open_store",
+    "open_store_readonly",
+    "run_checks",
     "serve",
     "services",
 ]
