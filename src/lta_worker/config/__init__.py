@@ -12,7 +12,7 @@ from lta_worker.config._loader import (
     load_settings,
     read_client_secret,
 )
-from lta_worker.config._settings import Settings, is_loopback_host
+from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
 from lta_worker.domain import (
     LATEST_CHANGE_SCOPE,
     LONG_TERM_SCOPES,
@@ -33,5 +33,6 @@ __all__ = [
     "key_file_path",
     "load_settings",
     "parse_duration",
+    "parse_listen",
     "read_client_secret",
 ]

@@ -187,10 +187,40 @@ class RetentionSettings(_Section):
 
 
 class LogSettings(_Section):
-    """Log level and rendering."""
+    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
+    alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
+    changes)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
+    read_level: Literal["debug", "info"] = "info"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split `HOST:PORT` (`[::1]:9464` for IPv6) into host and port.
+
+    Raises:
+        ValueError: not `HOST:PORT`, or a port outside 1..65535.
+    """
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+    return host, int(port)
+
+
+class MetricsSettings(_Section):
+    """Prometheus metrics: served by `serve` (`listen`) or written by `run` (`textfile`)."""
+
+    listen: str | None = None
+    textfile: Path | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value:
+            parse_listen(value)
+        return value or None
 
 
 class ServeSettings(_Section):
@@ -213,6 +243,7 @@ class Settings(_Section):
     retention: RetentionSettings = RetentionSettings()
     log: LogSettings = LogSettings()
     serve: ServeSettings = ServeSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
 
 SECTIONS: tuple[str, ...] = tuple(Settings.model_fields)

@@ -143,6 +143,8 @@ class PassResult:
 
 
 ProgressFn = Callable[["PassEngine"], None]
+ReadObserver = Callable[[Endpoint, str, float], None]
+"""Told of every read: the endpoint, the outcome's kind, the seconds it took (metrics)."""
 
 
 class PassEngine:
@@ -160,6 +162,7 @@ class PassEngine:
         options: PassOptions,
         rng: random.Random | None = None,
         on_progress: ProgressFn | None = None,
+        on_read: ReadObserver | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -170,6 +173,7 @@ class PassEngine:
         self.options = options
         self.rng = rng or random.Random()
         self.on_progress = on_progress
+        self.on_read = on_read
         self.result = PassResult(stopped="completed", exit_code=EX_OK)
         self.due_at_start = 0
         self._stopping = anyio.Event()
@@ -302,7 +306,10 @@ class PassEngine:
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started
-        log.info("pass.finished", instance=opts.instance, **self.result.summary())
+        # A pass that stopped early (deadline, breaker, service down) is a warning; a
+        # completed one, or one stopped on purpose (SIGTERM), is info.
+        level = "info" if stopped in {"completed", "cancelled"} else "warning"
+        getattr(log, level)("pass.finished", instance=opts.instance, **self.result.summary())
 
     def _log_breaker(self) -> None:
         if self._breaker_cause == "http_404":
@@ -506,6 +513,8 @@ class PassEngine:
     def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
         self.result.reads += 1
         self.result.counts[outcome.kind] += 1
+        if self.on_read is not None:
+            self.on_read(endpoint, outcome.kind, took)
         budget = self.pacer.snapshot()
         log.info(
             "poll.read",
