@@ -119,3 +119,21 @@ def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocke
     assert events[-1]["event"] == "service.stopped"
     assert events[-1]["exit_code"] == 78
     assert names.count("pass.started") == 1
+
+
+def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
+    """`metrics.listen` on a port another socket holds: `serve` stops at start with exit 78
+    and one `error` event naming the key."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        world.extra = f'[metrics]\nlisten = "127.0.0.1:{holder.getsockname()[1]}"\n'
+        world.write_config()
+        world.enroll(["ada"])
+        proc = world.start_serve()
+        try:
+            assert proc.wait(30) == 78
+        finally:
+            stop(proc)
+    error = world.log_events()[-1]
+    assert (error["event"], error["key"]) == ("error", "metrics.listen")
