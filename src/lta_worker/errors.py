@@ -23,6 +23,7 @@ application that imports this package has no such commands.
     │   └── EnrollmentError       consent, code exchange or token creation failed
     └── StorageError              the database refuses; exit 75
         ├── SchemaTooNewError     the database was migrated by a newer lta-worker; exit 78
+        ├── SchemaOutdatedError   a read-only command found no schema or an older one; exit 78
         └── InstanceLockedError   another instance holds this SQLite database; exit 75
 """
 
@@ -134,6 +135,16 @@ class SchemaTooNewError(StorageError):
     """The database schema is newer than this version of lta-worker knows."""
 
     exit_code = EX_CONFIG
+
+
+class SchemaOutdatedError(StorageError):
+    """The database has no lta-worker schema, or an older one, and the command may not
+    migrate it (the read-only commands); reason `schema_outdated`."""
+
+    exit_code = EX_CONFIG
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint, reason="schema_outdated")
 
 
 class InstanceLockedError(StorageError):

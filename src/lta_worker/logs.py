@@ -5,11 +5,19 @@ docs/log-events.md) plus fields. The processor chain ends with `redact`, the las
 defence against a secret reaching a log line: it masks fields whose names say secret, any
 long-term token (`dspa_...`), bearer credentials, and every value registered with
 `register_secret`. Tracebacks are rendered without frame locals.
+
+Two knobs beyond the level: `read_level = "debug"` turns the per-read `poll.read` line down
+alone (it is logged at debug, and dropped unless the level is debug), so `pass.finished` and
+state changes stay at info; and when stderr is the systemd journal (`$JOURNAL_STREAM` names
+stderr's device and inode) each line starts with its syslog priority, `<3>` error, `<4>`
+warning, `<6>` info, `<7>` debug, which journald strips and records, so `journalctl -p
+warning` shows warnings and errors only.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import threading
@@ -108,6 +116,51 @@ def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> Eve
     return event_dict
 
 
+PRIORITIES = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
+"""syslog priorities of the log levels (journald's `PRIORITY`)."""
+
+
+def stderr_is_journal(env: Mapping[str, str], stream: TextIO) -> bool:
+    """True when `stream` is the journal's stream: `$JOURNAL_STREAM` is its `DEV:INODE`."""
+    value = env.get("JOURNAL_STREAM", "")
+    dev, sep, inode = value.partition(":")
+    if not sep or not dev.isdigit() or not inode.isdigit():
+        return False
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind it (a test's buffer)
+        return False
+    return (info.st_dev, info.st_ino) == (int(dev), int(inode))
+
+
+def priority_prefix(level: str | None) -> str:
+    """The `<N>` journald reads a line's priority from (info when the level is unknown)."""
+    return f"<{PRIORITIES.get(str(level).lower(), 6)}>"
+
+
+def _journal_renderer(renderer: Processor) -> Processor:
+    """`renderer`, its line prefixed with the event's syslog priority."""
+
+    def render(logger: WrappedLogger, method: str, event_dict: EventDict) -> Any:
+        level = event_dict.get("level", method)
+        return priority_prefix(level) + str(renderer(logger, method, event_dict))
+
+    return render
+
+
+def _read_level(level: int) -> Processor:
+    """Log `poll.read` at debug: dropped unless the configured level is debug."""
+
+    def demote(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+        if event_dict.get("event") == "poll.read":
+            if level > logging.DEBUG:
+                raise structlog.DropEvent
+            event_dict["level"] = "debug"
+        return event_dict
+
+    return demote
+
+
 def shared_processors() -> list[Processor]:
     """Processors common to both renderings (everything but the renderer)."""
     return [
@@ -122,31 +175,42 @@ def configure_logging(
     level: str = "info",
     fmt: Literal["auto", "json", "console"] = "auto",
     stream: TextIO | None = None,
+    *,
+    read_level: str = "info",
+    journal: bool = False,
 ) -> None:
-    """Configure structlog once for the process: JSON lines unless the stream is a terminal."""
+    """Configure structlog once for the process: JSON lines unless the stream is a terminal.
+
+    Args:
+        level: the lowest level logged.
+        fmt: `json`, `console`, or `auto` (console on a terminal).
+        stream: where lines go (stderr).
+        read_level: `debug` logs `poll.read` at debug (see the module).
+        journal: prefix each line with its syslog priority (`stderr_is_journal`).
+    """
     stream = stream or sys.stderr
+    threshold = logging.getLevelNamesMapping()[level.upper()]
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     processors: list[Processor] = shared_processors()
+    if read_level == "debug":
+        processors.append(_read_level(threshold))
+    renderer: Processor
     if use_console:
-        processors += [
-            structlog.processors.format_exc_info,
-            redact,
-            structlog.dev.ConsoleRenderer(
-                colors=stream.isatty(),
-                exception_formatter=structlog.dev.plain_traceback,
-            ),
-        ]
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=stream.isatty() and not journal,
+            exception_formatter=structlog.dev.plain_traceback,
+        )
+        processors += [structlog.processors.format_exc_info, redact]
     else:
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
         processors += [
             structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
             redact,
-            structlog.processors.JSONRenderer(sort_keys=False),
         ]
+    processors.append(_journal_renderer(renderer) if journal else renderer)
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )

@@ -75,10 +75,19 @@ def _dashboard() -> dict[str, Any]:
     return json.loads((DEPLOY / "grafana-dashboard.json").read_text(encoding="utf-8"))
 
 
+def _panels(datasource: str) -> list[dict[str, Any]]:
+    """The panels that query `datasource` (`${DS_LOKI}` or `${DS_PROMETHEUS}`)."""
+    return [
+        p
+        for p in _dashboard()["panels"]
+        if p.get("type") != "row" and p["datasource"]["uid"] == datasource
+    ]
+
+
 def _targets() -> list[tuple[str, str]]:
-    """(panel title, LogQL expression) for every query of every panel."""
+    """(panel title, LogQL expression) for every query of every Loki panel."""
     out = []
-    for panel in _dashboard()["panels"]:
+    for panel in _panels("${DS_LOKI}"):
         for target in panel.get("targets", []):
             out.append((panel["title"], target["expr"]))
     return out
@@ -120,16 +129,68 @@ def _query_fields(expr: str) -> dict[str, set[str]]:
 
 
 def test_dashboard_has_loki_input_and_panels() -> None:
-    """The dashboard asks for a Loki datasource on import and every panel uses it."""
+    """The dashboard asks for a Loki and a Prometheus datasource on import; every panel uses
+    one of them, each query the panel's own, and Loki queries parse the JSON line."""
     board = _dashboard()
     assert board["schemaVersion"] >= 36
     inputs = {i["name"]: i for i in board["__inputs"]}
     assert inputs["DS_LOKI"]["pluginId"] == "loki"
-    for panel in board["panels"]:
-        assert panel["datasource"]["uid"] == "${DS_LOKI}", panel["title"]
+    assert inputs["DS_PROMETHEUS"]["pluginId"] == "prometheus"
+    loki, prometheus = _panels("${DS_LOKI}"), _panels("${DS_PROMETHEUS}")
+    assert len(loki) + len(prometheus) == len([p for p in board["panels"] if p["type"] != "row"])
+    for panel in loki:
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${DS_LOKI}", panel["title"]
             assert "| json" in target["expr"], panel["title"]
+    for panel in prometheus:
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
+
+
+def _metric_names() -> set[str]:
+    """Every sample name the worker's registry exposes (counters with `_total`, histograms
+    with `_bucket`, `_sum`, `_count`)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lta_worker.worker._metrics import Metrics
+
+    metrics = Metrics()
+    metrics.on_read("stats", "ok", 0.1)
+    metrics.users.labels(state="active").set(1)
+    metrics.pass_duration.observe(1.0)
+    text = generate_latest(metrics.registry).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_dashboard_metric_panels_query_only_real_metrics() -> None:
+    """The Prometheus panels cover reads, users, budget, pass duration, last success, pacer
+    waits, breaker trips and pending drops, and name only metrics the worker exposes."""
+    exposed = _metric_names()
+    queried: set[str] = set()
+    for panel in _panels("${DS_PROMETHEUS}"):
+        for target in panel["targets"]:
+            names = set(re.findall(r"\b(lta_worker_[a-z_]+)", target["expr"]))
+            assert names <= exposed, f"{panel['title']}: {names - exposed}"
+            queried |= names
+    assert {
+        "lta_worker_reads_total",
+        "lta_worker_users",
+        "lta_worker_budget_remaining",
+        "lta_worker_pass_duration_seconds_bucket",
+        "lta_worker_last_pass_success_timestamp_seconds",
+        "lta_worker_pacer_wait_seconds_count",
+        "lta_worker_breaker_trips_total",
+        "lta_worker_pending_drops",
+    } <= queried
+
+
+def test_operations_doc_lists_every_metric() -> None:
+    """docs/operations.md's table names every metric family the worker exposes."""
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for name in _metric_names():
+        family = re.sub(r"_(bucket|sum|count|created)$", "", name)
+        assert family in text, family
 
 
 def test_dashboard_covers_the_operational_questions() -> None:

@@ -146,7 +146,7 @@ def test_installed_copy_without_the_simulator_extra(
 ) -> None:
     """Without dev extras or [simulator]: --version names version and commit, simulator serve
     says which extra to install, deploy-files writes the units, and keys generate, db
-    upgrade, enroll url|finish and run work against a served simulator."""
+    upgrade, enroll url|finish, run and check work against a served simulator."""
     installed.pip_install()
     assert not installed.has("starlette")
     assert not installed.has("uvicorn")
@@ -189,6 +189,8 @@ def test_installed_copy_without_the_simulator_extra(
 
     run = installed("--config", str(config), "run")
     assert run.returncode == 0, run.stderr
+    check = installed("--config", str(config), "check")
+    assert check.returncode == 0, check.stdout + check.stderr
     exported = installed("--config", str(config), "results", "export", "--user", "ada")
     assert exported.returncode == 0, exported.stderr
     rows = [json.loads(line) for line in exported.stdout.splitlines()]

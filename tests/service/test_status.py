@@ -138,3 +138,51 @@ def test_status_before_any_pass(world: World) -> None:
     table = world.cli("status").stdout
     assert "none yet" in table
     assert "(fallback rate)" in table
+
+
+def _record(world: World, stopped: str, exit_code: int, finished: datetime) -> None:
+    from lta_worker.domain._model import PassRecord
+
+    with world.store() as store:
+        store.record_pass(PassRecord("elsewhere", finished, finished, stopped, exit_code, 0, 0, {}))
+
+
+def test_status_json_says_when_what_and_healthy(after_a_pass: World) -> None:
+    """After a completed pass: `generated_at` (now), `version`, `last_success` (the same pass
+    as `last_pass`), `healthy` true with no `problems`; `status --check` exits 0."""
+    from lta_worker import __version__
+
+    data = status(after_a_pass)
+    generated = datetime.fromisoformat(data["generated_at"])
+    assert abs(datetime.now(UTC) - generated) < timedelta(minutes=1)
+    assert data["version"] == __version__
+    assert data["last_success"] == data["last_pass"]
+    assert (data["healthy"], data["problems"]) == (True, [])
+    done = after_a_pass.cli("status", "--check")
+    assert done.returncode == 0, done.stderr
+    assert "healthy" in done.stdout
+
+
+def test_status_after_a_breaker_is_unhealthy(after_a_pass: World) -> None:
+    """A last pass stopped at the breaker: `healthy` false, a problem naming it, the earlier
+    completed pass kept as `last_success`; `status --check` exits 1."""
+    _record(after_a_pass, "breaker", 78, datetime.now(UTC))
+    data = status(after_a_pass)
+    assert data["healthy"] is False
+    assert data["last_pass"]["stopped"] == "breaker"
+    assert data["last_success"]["stopped"] == "completed"
+    assert any("breaker" in problem for problem in data["problems"])
+    done = after_a_pass.cli("status", "--check", "--format", "json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["healthy"] is False
+
+
+def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
+    """The only completed pass ended three intervals ago (1h): a problem says no pass
+    completed since then; `status --check` exits 1."""
+    world.enroll(["ada"])
+    _record(world, "completed", 0, datetime.now(UTC) - timedelta(hours=3))
+    data = status(world)
+    assert data["healthy"] is False
+    assert any("no pass completed since" in problem for problem in data["problems"])
+    assert world.cli("status", "--check").returncode == 1

@@ -54,12 +54,13 @@ def test_migrated_schema_matches_models(empty_url: str) -> None:
 
 def test_check_schema_on_empty_database_says_upgrade(empty_url: str) -> None:
     """check_schema on a database without schema raises reason `schema_outdated`, which the
-    CLI's error line turns into `run lta-worker db upgrade`."""
+    CLI's error line turns into `run lta-worker db upgrade`, exit 78 (a command that may not
+    migrate cannot go on until the operator does)."""
     with Store.open(empty_url) as store, pytest.raises(StorageError) as info:
         store.check_schema()
     assert info.value.reason == "schema_outdated"
     assert "lta-worker db upgrade" in (classify(info.value).hint or "")
-    assert info.value.exit_code == 75
+    assert info.value.exit_code == 78
 
 
 def test_newer_schema_is_refused(store: Store) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +105,63 @@ def test_module_level_loggers_follow_later_configuration() -> None:
     (line,) = lines(stream)
     assert line["event"] == "pass.started"
     assert line["logger"] == "early"
+
+
+@pytest.mark.parametrize(
+    ("level", "shown"),
+    [
+        ("info", ["pass.finished", "user.state_changed"]),
+        ("debug", ["poll.read", "pass.finished", "user.state_changed"]),
+    ],
+)
+def test_read_level_debug_turns_poll_read_down_alone(level: str, shown: list[str]) -> None:
+    """`read_level = "debug"`: `poll.read` is logged at debug (dropped at level info), while
+    `pass.finished` and state changes stay at info."""
+    stream = io.StringIO()
+    configure_logging(level, "json", stream, read_level="debug")
+    try:
+        log = get_logger("t")
+        log.info("poll.read", user="u1")
+        log.info("pass.finished", reads=1)
+        log.info("user.state_changed", user="u1")
+    finally:
+        reset_logging()
+    events = lines(stream)
+    assert [e["event"] for e in events] == shown
+    levels = {e["event"]: e["level"] for e in events}
+    assert levels.get("poll.read", "debug") == "debug"
+    assert levels["pass.finished"] == "info"
+
+
+def test_journal_lines_carry_their_priority() -> None:
+    """With `journal`, each line starts with its syslog priority: `<3>` error, `<4>`
+    warning, `<6>` info, `<7>` debug, then the JSON object."""
+    stream = io.StringIO()
+    configure_logging("debug", "json", stream, journal=True)
+    try:
+        log = get_logger("t")
+        log.error("a")
+        log.warning("b")
+        log.info("c")
+        log.debug("d")
+    finally:
+        reset_logging()
+    out = stream.getvalue().splitlines()
+    assert [line[:3] for line in out] == ["<3>", "<4>", "<6>", "<7>"]
+    assert [json.loads(line[3:])["event"] for line in out] == ["a", "b", "c", "d"]
+
+
+def test_stderr_is_journal_compares_device_and_inode(tmp_path: Path) -> None:
+    """`$JOURNAL_STREAM` naming the stream's own DEV:INODE is the journal; another file, a
+    malformed value, or a stream without a file is not."""
+    from lta_worker.logs import stderr_is_journal
+
+    target, other = tmp_path / "a", tmp_path / "b"
+    with target.open("w") as stream, other.open("w") as elsewhere:
+        info = os.fstat(stream.fileno())
+        env = {"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"}
+        assert stderr_is_journal(env, stream) is True
+        assert stderr_is_journal(env, elsewhere) is False
+        assert stderr_is_journal({"JOURNAL_STREAM": "x:y"}, stream) is False
+        assert stderr_is_journal({}, stream) is False
+        assert stderr_is_journal(env, io.StringIO()) is False

@@ -42,9 +42,17 @@ class App:
         """Configure structlog from the settings, once."""
         if self._logging_ready:
             return
-        from lta_worker.logs import configure_logging
+        import sys
 
-        configure_logging(self.settings.log.level, self.settings.log.format)
+        from lta_worker.logs import configure_logging, stderr_is_journal
+
+        log = self.settings.log
+        configure_logging(
+            log.level,
+            log.format,
+            read_level=log.read_level,
+            journal=stderr_is_journal(os.environ, sys.stderr),
+        )
         self._logging_ready = True
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from lta_worker.cli._check_cmd import check
 from lta_worker.cli._db_cmd import db
 from lta_worker.cli._demo_cmd import demo
 from lta_worker.cli._deploy_cmd import deploy_files
@@ -30,6 +31,7 @@ COMMANDS: tuple[click.Command, ...] = (
     keys,
     db,
     status,
+    check,
     simulator,
     demo,
     deploy_files,

@@ -13,9 +13,10 @@ An LtaError's hint is its own (about the situation) followed by the operator's a
 table of hints (`hints.py`), which names lta-worker's commands.
 
 The line is one JSON `error` event when the log format is JSON, else
-`lta-worker: error: MESSAGE (HINT)`. A traceback is printed before it only with `--debug`
-(or `LTA_WORKER_DEBUG=1`): Python's own rendering, which never shows frame locals, scrubbed
-of every known secret shape.
+`lta-worker: error: MESSAGE (HINT)`; when stderr is the systemd journal it starts with `<3>`
+(priority error, `logs.stderr_is_journal`), so `journalctl -p err` shows it. A traceback is
+printed before it only with `--debug` (or `LTA_WORKER_DEBUG=1`): Python's own rendering,
+which never shows frame locals, scrubbed of every known secret shape.
 """
 
 from __future__ import annotations
@@ -222,12 +223,15 @@ def report(
 ) -> int:
     """Print `exc` as one line on `stream` (stderr), with the traceback first when `debug`;
     return the exit code."""
-    from lta_worker.logs import scrub
+    import os
+
+    from lta_worker.logs import priority_prefix, scrub, stderr_is_journal
 
     stream = stream or sys.stderr
     failure = classify(exc)
     if debug:
         stream.write(scrub("".join(traceback.format_exception(exc))))
-    stream.write(render(failure, as_json=wants_json(fmt, stream)) + "\n")
+    prefix = priority_prefix("error") if stderr_is_journal(os.environ, stream) else ""
+    stream.write(prefix + render(failure, as_json=wants_json(fmt, stream)) + "\n")
     stream.flush()
     return failure.exit_code

@@ -53,9 +53,9 @@ def export(app: App, fmt: str, user: str | None) -> None:
     """Print the latest stored result per user and endpoint."""
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store
+    from lta_worker.worker import open_store_readonly
 
-    store = open_store(settings)
+    store = open_store_readonly(settings)
     try:
         if user is not None and store.get_user(user) is None:
             raise UnknownUserError(user)

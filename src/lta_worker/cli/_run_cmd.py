@@ -49,7 +49,12 @@ def run(app: App, max_duration: str | None) -> None:
     if line is None:
         app.configure_logging()
     else:
-        configure_logging(settings.log.level, settings.log.format, line)  # type: ignore[arg-type]
+        configure_logging(
+            settings.log.level,
+            settings.log.format,
+            line,  # type: ignore[arg-type]
+            read_level=settings.log.read_level,
+        )
 
     import signal
 

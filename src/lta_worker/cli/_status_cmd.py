@@ -1,94 +1,26 @@
-"""`lta-worker status [--format table|json]`: users per state, last pass, budget, capacity."""
+"""`lta-worker status [--format table|json] [--check]`: users per state, last pass, budget,
+capacity, and the health verdict (`healthy`, `problems`).
+
+Read-only: the database is opened read-only and never created or migrated (a missing
+database or an old schema exits 78 naming `lta-worker db upgrade`). `--check` makes the exit
+code the verdict: 0 healthy, 1 unhealthy (75 / 78 when the database cannot be read).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+import sys
+from datetime import timedelta
+from typing import Any
 
 import click
 
 from lta_worker.cli._app import App, pass_app
+from lta_worker.worker import collect_status
 
-if TYPE_CHECKING:
-    from lta_worker.config import Settings
+EX_UNHEALTHY = 1
 
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def collect_status(settings: Settings, now: datetime | None = None) -> dict[str, Any]:
-    """Everything `status` shows, as plain JSON-able data.
-
-    Args:
-        settings: the settings in force (the database, the interval, the reserve).
-        now: the time to count due users at; the system clock by default (the demo, whose
-            clock is moved by hand, passes its own).
-    """
-    from lta_worker.domain import USER_STATES, plan_capacity
-    from lta_worker.worker import SystemClock, instance_ttl, open_store
-
-    now = now or SystemClock().now()
-    store = open_store(settings)
-    try:
-        counts = store.count_by_state()
-        due = store.count_due(now)
-        last = store.last_pass()
-        budget = store.budget_seen(settings.client.id)
-        instances = store.live_instances(now, instance_ttl(settings))
-    finally:
-        store.close()
-    plan = plan_capacity(
-        users_by_state=counts,
-        reads_per_active_user=len(settings.client.scopes),
-        interval=settings.poll.interval,
-        parked_interval=settings.poll.parked_interval,
-        reserve=settings.ratelimit.reserve,
-        budget_limit=budget.limit if budget else None,
-        budget_window_seconds=budget.window_seconds if budget else None,
-        fallback_per_hour=settings.ratelimit.fallback_per_hour,
-        instances=len(instances),
-    )
-    return {
-        "users": {state: counts.get(state, 0) for state in USER_STATES},
-        "due": due,
-        "last_pass": None
-        if last is None
-        else {
-            "instance": last.instance,
-            "started_at": _iso(last.started_at),
-            "finished_at": _iso(last.finished_at),
-            "stopped": last.stopped,
-            "exit_code": last.exit_code,
-            "reads": last.reads,
-            "throttled": last.throttled,
-            "counts": dict(last.counts),
-        },
-        "budget": None
-        if budget is None
-        else {
-            "limit": budget.limit,
-            "remaining": budget.remaining,
-            "reset_at": _iso(budget.reset_at),
-            "window_seconds": budget.window_seconds,
-            "observed_at": _iso(budget.observed_at),
-        },
-        "capacity": {
-            "reads_needed_per_hour": round(plan.reads_needed_per_hour, 1),
-            "available_per_hour": round(plan.available_per_hour, 1),
-            "budget_known": plan.budget_known,
-            "configured_interval_s": plan.configured_interval.total_seconds(),
-            "effective_interval_s": round(plan.effective_interval.total_seconds()),
-            "sustainable": plan.sustainable,
-            "warning": plan.warning,
-        },
-        "instances": [
-            {k: _iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
-            for i in instances
-        ],
-    }
+__all__ = ["EX_UNHEALTHY", "collect_status", "render_table", "status"]
 
 
 def _or_unknown(value: object) -> str:
@@ -131,6 +63,10 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"  each user read every {effective}")
     if cap["warning"]:
         lines.append(f"  WARNING: {cap['warning']}")
+    lines.append("health")
+    if data["healthy"]:
+        lines.append("  healthy")
+    lines += [f"  PROBLEM: {problem}" for problem in data["problems"]]
     if data["instances"]:
         lines.append("instances")
         lines += [
@@ -141,8 +77,15 @@ def render_table(data: dict[str, Any]) -> str:
 
 @click.command("status")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when unhealthy (`problems` not empty), 0 when healthy.",
+)
 @pass_app
-def status(app: App, fmt: str) -> None:
-    """Users per state, the last pass, the budget seen and a capacity plan."""
+def status(app: App, fmt: str, check: bool) -> None:
+    """Users per state, the last pass, the budget seen, a capacity plan and the health."""
     data = collect_status(app.settings)
     click.echo(json.dumps(data, indent=2) if fmt == "json" else render_table(data))
+    if check and not data["healthy"]:
+        sys.exit(EX_UNHEALTHY)

@@ -110,9 +110,9 @@ def list_(app: App, fmt: str) -> None:
     """One row per user: state, token held, scopes, last poll, next due time."""
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store
+    from lta_worker.worker import open_store_readonly
 
-    store = open_store(settings)
+    store = open_store_readonly(settings)
     try:
         rows = list(store.list_users())
     finally:

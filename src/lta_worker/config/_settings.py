@@ -187,18 +187,13 @@ class RetentionSettings(_Section):
 
 
 class LogSettings(_Section):
-    """Log level and rendering."""
+    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
+    alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
+    changes)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
-
-
-class ServeSettings(_Section):
-    """Long-running service mode."""
-
-    grace_period: Duration = timedelta(seconds=10)
-    heartbeat: Duration = timedelta(seconds=30)
-    maintenance_interval: Duration = timedelta(hours=1)
+    read_level: Literal["debug", "info"] = "info"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -212,6 +207,28 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ValueError("expected HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080")
     return host, int(port)
+
+
+class MetricsSettings(_Section):
+    """Prometheus metrics: served by `serve` (`listen`) or written by `run` (`textfile`)."""
+
+    listen: str | None = None
+    textfile: Path | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value:
+            parse_listen(value)
+        return value or None
+
+
+class ServeSettings(_Section):
+    """Long-running service mode."""
+
+    grace_period: Duration = timedelta(seconds=10)
+    heartbeat: Duration = timedelta(seconds=30)
+    maintenance_interval: Duration = timedelta(hours=1)
 
 
 class EnrollSettings(_Section):
@@ -259,6 +276,7 @@ class Settings(_Section):
     log: LogSettings = LogSettings()
     serve: ServeSettings = ServeSettings()
     enroll: EnrollSettings = EnrollSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
 
 SECTIONS: tuple[str, ...] = tuple(Settings.model_fields)

@@ -9,6 +9,11 @@ they never block writers.
 
 PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
 `postgresql+psycopg://`.
+
+Read-only (`Database.open(url, read_only=True)`, for `status`, `users list`, `results export`
+and `check`): SQLite opens the existing file with `mode=ro` (never creating it, its
+directory or its WAL switch), PostgreSQL sets `default_transaction_read_only`, so such a
+command cannot write even by mistake.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from lta_worker.errors import ConfigError
+from lta_worker.errors import ConfigError, SchemaOutdatedError
 from lta_worker.storage._dberrors import map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
@@ -153,6 +159,76 @@ def _enable_wal(cursor: Any) -> None:
             time.sleep(0.05)
 
 
+def _sqlite_on_connect_ro(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+def _existing_sqlite_file(path: Path) -> None:
+    """A read-only open needs the file: a missing one is a database never set up.
+
+    Raises:
+        SchemaOutdatedError: the file does not exist (exit 78, advice `db upgrade`).
+        ConfigError: naming `database.url`, when it cannot be used (as `check_database_mode`).
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise SchemaOutdatedError(
+            f"the SQLite database {str(path)!r} does not exist; this command only reads "
+            "and never creates it"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use the SQLite database {str(path)!r} ({exc.strerror})",
+            key="database.url",
+        ) from None
+    check_database_mode(path, mode)
+
+
+def _create_readonly_engine(url: URL) -> Engine:
+    if url.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        if path is None:  # in-memory: nothing to protect, nothing to read either
+            return create_store_engine(url)
+        _existing_sqlite_file(path)
+        target = f"file:{quote(str(path.resolve()))}?mode=ro"
+        if not Path(f"{path}-wal").exists():
+            # No writer holds the database (the last one checkpointed and removed its WAL):
+            # read the file alone. A read-only connection would otherwise create -wal and
+            # -shm files owned by whoever runs the command (root), which lock the
+            # service's own user out; a writer starting meanwhile appends to its new WAL
+            # and leaves the main file as it is until a checkpoint.
+            target += "&immutable=1"
+        engine = create_engine(
+            url,
+            hide_parameters=True,
+            json_serializer=_STRICT_JSON,
+            creator=lambda: sqlite3.connect(
+                target, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            ),
+        )
+        event.listen(engine, "connect", _sqlite_on_connect_ro)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    try:
+        return create_engine(
+            url,
+            hide_parameters=True,
+            json_serializer=_STRICT_JSON,
+            pool_pre_ping=True,
+            pool_size=2,
+            max_overflow=2,
+            connect_args={"options": "-c default_transaction_read_only=on"},
+        )
+    except ImportError:
+        return create_store_engine(url)  # raises the ConfigError naming the driver
+
+
 def _sqlite_on_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
@@ -196,14 +272,15 @@ class Database:
     engine: Engine
     dialect: Dialect
     path: Path | None
+    read_only: bool = False
 
     @classmethod
-    def open(cls, url: str | URL) -> Database:
-        """Open (lazily connect to) the database at `url`."""
+    def open(cls, url: str | URL, *, read_only: bool = False) -> Database:
+        """Open (lazily connect to) the database at `url`; read-only: see the module."""
         parsed = normalize_url(url)
-        engine = create_store_engine(parsed)
+        engine = _create_readonly_engine(parsed) if read_only else create_store_engine(parsed)
         dialect: Dialect = "sqlite" if parsed.get_backend_name() == "sqlite" else "postgresql"
-        return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed))
+        return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
     def write(self) -> Iterator[Connection]:

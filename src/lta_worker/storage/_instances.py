@@ -143,12 +143,17 @@ def record_pass(db: Database, record: PassRecord) -> None:
         conn.execute(delete(Pass).where(Pass.id <= new_id - PASSES_KEPT))
 
 
-def last_pass(db: Database) -> PassRecord | None:
-    """The summary of the pass that finished last, or None."""
+def last_pass(
+    db: Database, stopped: str | None = None, *, first: bool = False
+) -> PassRecord | None:
+    """The summary of the pass that finished last (`first`: the oldest kept) of those that
+    stopped as `stopped` (any when None), or None."""
+    order = (Pass.finished_at, Pass.id) if first else (Pass.finished_at.desc(), Pass.id.desc())
+    query = select(Pass).order_by(*order).limit(1)
+    if stopped is not None:
+        query = query.where(Pass.stopped == stopped)
     with db.read() as conn:
-        row = conn.execute(
-            select(Pass).order_by(Pass.finished_at.desc(), Pass.id.desc()).limit(1)
-        ).first()
+        row = conn.execute(query).first()
     if row is None:
         return None
     return PassRecord(

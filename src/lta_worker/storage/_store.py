@@ -38,7 +38,7 @@ from lta_worker.domain import (
     UserState,
     UserUpdate,
 )
-from lta_worker.errors import InstanceLockedError, StorageError
+from lta_worker.errors import InstanceLockedError, SchemaOutdatedError
 from lta_worker.secret import Secret
 from lta_worker.storage import _drops as drops
 from lta_worker.storage import _enrollments as enrollments
@@ -65,9 +65,13 @@ class Store:
         by another owner, expired (that owner likely died); the worker logs it."""
 
     @classmethod
-    def open(cls, url: str | URL) -> Store:
-        """Open the database at `url` (SQLite file or PostgreSQL); connects lazily."""
-        return cls(Database.open(url))
+    def open(cls, url: str | URL, *, read_only: bool = False) -> Store:
+        """Open the database at `url` (SQLite file or PostgreSQL); connects lazily.
+
+        `read_only`: never create the SQLite file, and refuse every write at the database
+        (the read-only commands); a missing SQLite file raises SchemaOutdatedError.
+        """
+        return cls(Database.open(url, read_only=read_only))
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -112,17 +116,16 @@ class Store:
 
         Raises:
             SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
-            StorageError: reason `schema_outdated`: the schema is missing or older (migrate
-                it: `upgrade`).
+            SchemaOutdatedError: reason `schema_outdated`: the schema is missing or older
+                (exit 78; migrate it: `upgrade`).
         """
         revision = self.schema_revision()
         status = migrate.classify(revision)
         if status == "current":
             return
         found = "has no lta-worker schema" if status == "empty" else f"is at {revision!r}"
-        raise StorageError(
-            f"the database {found}; this lta-worker needs revision {migrate.HEAD_REVISION!r}",
-            reason="schema_outdated",
+        raise SchemaOutdatedError(
+            f"the database {found}; this lta-worker needs revision {migrate.HEAD_REVISION!r}"
         )
 
     # -- users ------------------------------------------------------------------------------
@@ -338,9 +341,13 @@ class Store:
         """Store a pass summary (the newest 1000 are kept)."""
         instances.record_pass(self._db, record)
 
-    def last_pass(self) -> PassRecord | None:
-        """The pass that finished last, or None."""
-        return instances.last_pass(self._db)
+    def last_pass(self, stopped: str | None = None) -> PassRecord | None:
+        """The pass that finished last (that stopped as `stopped`, e.g. `completed`), or None."""
+        return instances.last_pass(self._db, stopped)
+
+    def first_pass(self) -> PassRecord | None:
+        """The oldest pass summary kept, or None."""
+        return instances.last_pass(self._db, first=True)
 
     def record_budget(self, client_id: str, seen: BudgetSeen) -> None:
         """Store the budget the service reported (ignored when older than the stored one)."""

@@ -19,12 +19,20 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from lta_worker.worker._check import CheckResult, run_checks
     from lta_worker.worker._clock import Clock, SystemClock
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
     from lta_worker.worker._runtime import Worker, instance_ttl
     from lta_worker.worker._serve import serve
-    from lta_worker.worker._wiring import Services, load_vault, open_store, services
+    from lta_worker.worker._status import assess_health, collect_status
+    from lta_worker.worker._wiring import (
+        Services,
+        load_vault,
+        open_store,
+        open_store_readonly,
+        services,
+    )
 
 _NAMES = {
     "PassEngine": "._engine",
@@ -34,15 +42,21 @@ _NAMES = {
     "Worker": "._runtime",
     "instance_ttl": "._runtime",
     "serve": "._serve",
+    "assess_health": "._status",
+    "collect_status": "._status",
     "Services": "._wiring",
     "load_vault": "._wiring",
     "open_store": "._wiring",
+    "open_store_readonly": "._wiring",
     "services": "._wiring",
     "Clock": "._clock",
+    "CheckResult": "._check",
+    "run_checks": "._check",
     "SystemClock": "._clock",
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
+    "CheckResult",
     "Clock",
     "PassEngine",
     "PassOptions",
@@ -51,9 +65,13 @@ __all__ = [
     "Services",
     "SystemClock",
     "Worker",
+    "assess_health",
+    "collect_status",
     "instance_ttl",
     "load_vault",
     "open_store",
+    "open_store_readonly",
+    "run_checks",
     "serve",
     "services",
 ]

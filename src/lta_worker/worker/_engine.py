@@ -63,7 +63,7 @@ from lta_worker.storage import TokenDecryptError
 from lta_worker.upstream import long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
-from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
+from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
 from lta_worker.worker._ports import PassStore, Reader, TokenVault
 
 WRITE_BATCH: Final = 50
@@ -92,6 +92,7 @@ class PassEngine:
         options: PassOptions,
         rng: random.Random | None = None,
         on_progress: ProgressFn | None = None,
+        on_read: ReadObserver | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -102,6 +103,7 @@ class PassEngine:
         self.options = options
         self.rng = rng or random.Random()
         self.on_progress = on_progress
+        self.on_read = on_read
         self.result = PassResult(stopped="completed", exit_code=EX_OK)
         self.due_at_start = 0
         self.breaker: Breaker[Held] = Breaker(
@@ -204,7 +206,10 @@ class PassEngine:
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started
-        log.info("pass.finished", instance=opts.instance, **self.result.summary())
+        # A pass that stopped early (deadline, breaker, service down) is a warning; a
+        # completed one, or one stopped on purpose (SIGTERM), is info.
+        level = "info" if stopped in {"completed", "cancelled"} else "warning"
+        getattr(log, level)("pass.finished", instance=opts.instance, **self.result.summary())
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -376,6 +381,8 @@ class PassEngine:
     def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
         self.result.reads += 1
         self.result.counts[outcome.kind] += 1
+        if self.on_read is not None:
+            self.on_read(endpoint, outcome.kind, took)
         if outcome.kind == "rate_limited":
             self.result.throttled += 1
         events.read(user, endpoint, outcome, took, self.pacer.snapshot())

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lta_worker.domain import OUTCOME_KINDS, PolicyConfig, StopReason
+from lta_worker.domain import OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason
 from lta_worker.pacing import DEFAULT_MAX_WAIT
 
 if TYPE_CHECKING:
@@ -59,3 +59,5 @@ class PassResult:
 
 
 ProgressFn = Callable[["PassEngine"], None]
+ReadObserver = Callable[[Endpoint, str, float], None]
+"""Told of every read: the endpoint, the outcome's kind, the seconds it took (metrics)."""

@@ -34,6 +34,7 @@ from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
+    from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.runner")
 
@@ -91,8 +92,14 @@ class Worker:
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        if metrics is None and (settings.metrics.listen or settings.metrics.textfile):
+            from lta_worker.worker._metrics import Metrics
+
+            metrics = Metrics()
+        self.metrics = metrics
         self.kind = kind
         self.transport = transport
         self.clock: Clock = clock or SystemClock()
@@ -146,6 +153,8 @@ class Worker:
                     _log_lease_expired(owner, users)
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(self.store.unregister, self.instance)
+            if self.metrics is not None:
+                await self._db(self.metrics.on_store, self.store, self.clock.now(), history=True)
         except BaseException:
             await stack.aclose()
             raise
@@ -208,12 +217,13 @@ class Worker:
             store=self.store,
             vault=self.vault,
             api=self.api,
-            pacer=self.pacer,
+            pacer=self.pacer if self.metrics is None else self.metrics.metered(self.pacer),
             clock=self.clock,
             client_secret=self.client_secret,
             options=pass_options(self.settings, self.instance, max_duration),
             rng=self.rng,
             on_progress=on_progress,
+            on_read=None if self.metrics is None else self.metrics.on_read,
         )
         if self._stop_grace is not None:
             engine.request_stop("cancelled", self._stop_grace)
@@ -325,6 +335,27 @@ class Worker:
         if budget is not None and self.pacer.shared is None:  # a shared row is kept live
             await self._db(self.store.record_budget, self.settings.client.id, budget)
         await self.maintenance(checkpoint=False)
+        if self.metrics is not None:
+            await self._update_metrics(result, record.finished_at)
+
+    async def _update_metrics(self, result: PassResult, finished_at: Any) -> None:
+        """Metrics after a pass; with `metrics.textfile`, written out (a failure is logged,
+        never the pass's)."""
+        assert self.metrics is not None
+        self.metrics.on_pass(result, finished_at)
+        await self._db(self.metrics.on_store, self.store, self.clock.now())
+        path = self.settings.metrics.textfile
+        if path is not None:
+            try:
+                await self._db(self.metrics.write_textfile, path)
+            except OSError as exc:
+                log.error(
+                    "metrics.write_failed",
+                    path=str(path),
+                    error=exc.strerror or type(exc).__name__,
+                    hint="make metrics.textfile's directory writable by the user running "
+                    "lta-worker",
+                )
 
     async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
         """The retention purge (and a WAL checkpoint in `serve`)."""

@@ -10,6 +10,14 @@ configuration and the key file; a broken new one leaves the old one in force. Wi
 `enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
 from before READY until the passes have drained.
 
+A pass stopped by the circuit breaker (the service rejects the client: a wrong client
+secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
+stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
+down until the operator fixes the cause. Reading on would trip it again every pass, with
+the unit "active" and nobody told.
+
+`[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
+
 Two traps of APScheduler 3 shape the stop and the logs: `shutdown()` cancels the asyncio
 tasks of running coroutine jobs at once (so it comes only after the grace period), and the
 scheduler logs through the standard library in plain text (a skipped tick during a long
@@ -26,18 +34,21 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from lta_worker.config import Settings, format_duration
-from lta_worker.errors import EX_OK, LtaError
+from lta_worker.errors import EX_CONFIG, EX_OK, LtaError
 from lta_worker.logs import get_logger
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._sdnotify import Notifier
+
+if TYPE_CHECKING:
+    from lta_worker.worker._metrics_http import MetricsServer
 
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
@@ -71,6 +82,8 @@ class Service:
         self.reload_settings = reload_settings
         self.stopping = False
         self.passes = 0
+        self.exit_code = EX_OK
+        self._fatal = anyio.Event()
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -120,6 +133,7 @@ class Service:
             async with anyio.create_task_group() as tg:
                 if self.notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, self.notifier.watchdog_interval)
+                tg.start_soon(self._stop_when_fatal, scheduler, tg.cancel_scope)
                 async for signum in signals:
                     if signum == signal.SIGHUP:
                         await self._reload(scheduler)
@@ -127,14 +141,27 @@ class Service:
                     await self._stop(scheduler, signal.Signals(signum).name)
                     break
                 tg.cancel_scope.cancel()
-        log.info("service.stopped", instance=self.worker.instance, exit_code=EX_OK)
-        return EX_OK
+        level = "info" if self.exit_code == EX_OK else "error"
+        getattr(log, level)(
+            "service.stopped", instance=self.worker.instance, exit_code=self.exit_code
+        )
+        return self.exit_code
 
-    async def _stop(self, scheduler: AsyncIOScheduler, signame: str) -> None:
+    async def _stop_when_fatal(self, scheduler: AsyncIOScheduler, scope: anyio.CancelScope) -> None:
+        """Stop the service once a pass tripped the breaker (see the module)."""
+        await self._fatal.wait()
+        if not self.stopping:
+            await self._stop(scheduler, None)
+        scope.cancel()
+
+    async def _stop(self, scheduler: AsyncIOScheduler, signame: str | None) -> None:
         grace = self.settings.serve.grace_period.total_seconds()
         self.stopping = True
-        self.notifier.stopping(f"stopping on {signame}")
-        log.info("service.stopping", instance=self.worker.instance, signal=signame, grace_s=grace)
+        self.notifier.stopping(f"stopping on {signame}" if signame else "stopping: breaker")
+        if signame is not None:
+            log.info(
+                "service.stopping", instance=self.worker.instance, signal=signame, grace_s=grace
+            )
         # Pause, not shutdown: shutdown would cancel the running pass outright, losing its
         # finished reads and leaving its users leased instead of due.
         scheduler.pause()
@@ -183,6 +210,8 @@ class Service:
             result = await self.worker.run_pass()
             failed = False
             self.passes += 1
+            if result.stopped == "breaker":
+                self._trip()
             self.notifier.status(
                 f"pass {self.passes}: {result.users} users, {result.reads} reads, "
                 f"{result.throttled} throttled, {result.stopped}; "
@@ -190,6 +219,19 @@ class Service:
             )
         if failed and not self.stopping:
             self.notifier.status("last pass failed; see the log")
+
+    def _trip(self) -> None:
+        """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
+        self.exit_code = EX_CONFIG
+        log.error(
+            "service.breaker_stop",
+            instance=self.worker.instance,
+            exit_code=EX_CONFIG,
+            hint="the service rejected the client (see pass.breaker_tripped: client.secret_file "
+            "or service.base_url); serve stops so that the unit fails instead of retrying "
+            "every pass; fix it, then `systemctl restart lta-worker.service`",
+        )
+        self._fatal.set()
 
     async def _maintenance_job(self) -> None:
         if self.stopping:
@@ -250,10 +292,33 @@ async def serve(
     """Open a worker and serve until a stop signal; return the exit code."""
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
-        if settings.enroll.listen is None:
-            return await service.run()
-        # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-        from lta_worker.worker._enroll_server import enroll_listener
+        server = _metrics_server(worker)
+        try:
+            if settings.enroll.listen is None:
+                return await service.run()
+            # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+            from lta_worker.worker._enroll_server import enroll_listener
 
-        async with enroll_listener(worker, settings):
-            return await service.run()
+            async with enroll_listener(worker, settings):
+                return await service.run()
+        finally:
+            if server is not None:
+                server.close()
+
+
+def _metrics_server(worker: Worker) -> MetricsServer | None:
+    """The `/metrics` and `/healthz` server when `metrics.listen` is set, else None."""
+    listen = worker.settings.metrics.listen
+    if not listen or worker.metrics is None:
+        return None
+    from lta_worker.config import parse_listen
+    from lta_worker.worker._metrics_http import MetricsServer
+    from lta_worker.worker._status import collect_status
+
+    host, port = parse_listen(listen)
+    return MetricsServer(
+        host,
+        port,
+        worker.metrics,
+        lambda: collect_status(worker.settings, store=worker.store),
+    )

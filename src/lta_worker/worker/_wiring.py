@@ -40,6 +40,29 @@ def open_store(settings: Settings) -> Store:
     return store
 
 
+def open_store_readonly(settings: Settings) -> Store:
+    """Open the configured database read-only, its schema checked and never migrated.
+
+    For the commands that only read (`status`, `users list`, `results export`, `check`):
+    they never create the SQLite file and never migrate a shared database during a rolling
+    upgrade.
+
+    Raises:
+        SchemaOutdatedError: no database, no schema or an older one (exit 78: `db upgrade`).
+        SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
+        StorageError: the database cannot be reached (exit 75).
+    """
+    from lta_worker.storage import Store
+
+    store = Store.open(settings.database.url, read_only=True)
+    try:
+        store.check_schema()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def load_vault(settings: Settings) -> Vault:
     """The token vault from `crypto.key_file` (KeyFileError, exit 78, when unusable)."""
     from lta_worker.storage import Vault

@@ -1,0 +1,113 @@
+"""`check`: every precondition of `run` and `serve`, verified without writing anything.
+
+Each check runs whatever the others found, so one call lists every problem:
+
+- `client_secret`: `client.secret_file` (the secret file rule, one printable line);
+- `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
+- `database`: reachable, opened read-only, the schema this code knows (never created or
+  migrated), and every key id its tokens are encrypted under listed in the key file;
+- `service`: `service.base_url` and `service.auth_url` answer HTTP at all. A `HEAD` of each
+  URL itself (not of a read endpoint, and without any credential): any status counts,
+  so the read budget is never spent; only a network failure fails it.
+
+The configuration itself is loaded before (a broken one is the command's one error line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from lta_worker.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from lta_worker.config import Settings
+    from lta_worker.storage import Vault
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check: its name, what it found, and the error when it failed."""
+
+    name: str
+    detail: str
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the check passed."""
+        return self.error is None
+
+
+def _client_secret(settings: Settings) -> str:
+    from lta_worker.config import read_client_secret
+
+    read_client_secret(settings)
+    return f"{settings.client.secret_file}: readable, one line"
+
+
+def _database(settings: Settings, vault: Vault | None) -> str:
+    from lta_worker.storage import HEAD_REVISION
+    from lta_worker.worker._clock import SystemClock
+    from lta_worker.worker._wiring import open_store_readonly
+
+    store = open_store_readonly(settings)
+    try:
+        users = sum(store.count_by_state().values())
+        in_use = store.key_ids_in_use(SystemClock().now())
+    finally:
+        store.close()
+    if vault is not None:
+        vault.require_keys(in_use)
+    return f"{store.dialect}, schema at revision {HEAD_REVISION}, {users} user(s)"
+
+
+async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> str:
+    from lta_worker.upstream import http_client
+
+    service = settings.service
+    answers: list[str] = []
+    async with http_client(settings, transport=transport) as http:
+        for url in dict.fromkeys((service.base_url, service.auth_url)):
+            try:
+                response = await http.head(url + "/")
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    f"{url} cannot be reached ({type(exc).__name__})",
+                    hint="check service.base_url / service.auth_url, DNS, the firewall "
+                    "and service.https_proxy",
+                ) from None
+            answers.append(f"{url} answered HTTP {response.status_code}")
+    return "; ".join(answers)
+
+
+async def run_checks(
+    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+) -> list[CheckResult]:
+    """Run every check; none writes anything or spends the read budget."""
+    from lta_worker.worker._wiring import load_vault
+
+    results: list[CheckResult] = []
+    try:
+        results.append(CheckResult("client_secret", _client_secret(settings)))
+    except Exception as exc:
+        results.append(CheckResult("client_secret", "unusable", exc))
+    vault: Vault | None = None
+    try:
+        vault = load_vault(settings)
+        results.append(
+            CheckResult("key_file", f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}")
+        )
+    except Exception as exc:
+        results.append(CheckResult("key_file", "unusable", exc))
+    try:
+        results.append(CheckResult("database", _database(settings, vault)))
+    except Exception as exc:
+        results.append(CheckResult("database", "unusable", exc))
+    try:
+        results.append(CheckResult("service", await _service(settings, transport)))
+    except Exception as exc:
+        results.append(CheckResult("service", "unreachable", exc))
+    return results

@@ -1,0 +1,198 @@
+"""Prometheus metrics of the worker, through `prometheus_client` (its registry, its types and
+its exposition): `serve` answers them over HTTP (`_http`), `run` writes them to a textfile
+for node_exporter after each pass.
+
+Every name starts with `lta_worker_` (docs/operations.md, *Metrics*, lists them with the
+alert rules). The engine reports each read through one observer (`on_read`); everything
+else is set from what a pass returns and from the store after it:
+
+    lta_worker_reads_total{endpoint,outcome}            counter, one per read
+    lta_worker_read_duration_seconds{endpoint}          histogram
+    lta_worker_users{state}                             gauge, after each pass
+    lta_worker_users_due                                gauge, after each pass
+    lta_worker_pending_drops                            gauge: users `dropping`
+    lta_worker_budget_remaining / _limit                gauges, the pacer's last figures
+    lta_worker_pacer_wait_seconds                       histogram, time waiting for a permit
+    lta_worker_pass_duration_seconds                    histogram
+    lta_worker_passes_total{stopped}                    counter
+    lta_worker_last_pass_end_timestamp_seconds          gauge
+    lta_worker_last_pass_success_timestamp_seconds      gauge (a completed pass)
+    lta_worker_breaker_trips_total                      counter
+    lta_worker_build_info{version}                      gauge, always 1
+
+The timestamps start from the database (the last recorded passes), so a restart or a new
+cron run never reports "never succeeded".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
+
+from lta_worker import __version__
+
+if TYPE_CHECKING:
+    from lta_worker.pacing import PacerLike, PacerSnapshot, Permit
+    from lta_worker.storage import Store
+    from lta_worker.worker._pass import PassResult
+
+_PASS_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3000, 3600, float("inf"))
+_WAIT_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, float("inf"))
+
+
+class Metrics:
+    """The worker's metrics in their own registry (never the process-global one)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reads = Counter(
+            "lta_worker_reads",
+            "Reads of an endpoint by outcome.",
+            ["endpoint", "outcome"],
+            registry=r,
+        )
+        self.read_duration = Histogram(
+            "lta_worker_read_duration_seconds",
+            "Duration of one read.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.users = Gauge("lta_worker_users", "Users by state.", ["state"], registry=r)
+        self.due = Gauge("lta_worker_users_due", "Users due for a read.", registry=r)
+        self.pending_drops = Gauge(
+            "lta_worker_pending_drops",
+            "Users whose drop the service has not confirmed.",
+            registry=r,
+        )
+        self.budget_remaining = Gauge(
+            "lta_worker_budget_remaining",
+            "Requests left in the rate limit window (the pacer's estimate).",
+            registry=r,
+        )
+        self.budget_limit = Gauge(
+            "lta_worker_budget_limit", "The rate limit window's limit.", registry=r
+        )
+        self.pacer_wait = Histogram(
+            "lta_worker_pacer_wait_seconds",
+            "Time a read waited for a pacer permit.",
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.pass_duration = Histogram(
+            "lta_worker_pass_duration_seconds",
+            "Wall time of a pass.",
+            buckets=_PASS_BUCKETS,
+            registry=r,
+        )
+        self.passes = Counter(
+            "lta_worker_passes", "Passes by how they stopped.", ["stopped"], registry=r
+        )
+        self.last_pass_end = Gauge(
+            "lta_worker_last_pass_end_timestamp_seconds",
+            "When the last pass ended (Unix time).",
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "lta_worker_last_pass_success_timestamp_seconds",
+            "When the last completed pass ended (Unix time).",
+            registry=r,
+        )
+        self.breaker_trips = Counter(
+            "lta_worker_breaker_trips",
+            "Passes stopped by the circuit breaker.",
+            registry=r,
+        )
+        Gauge("lta_worker_build_info", "The running version.", ["version"], registry=r).labels(
+            version=__version__
+        ).set(1)
+        for stopped in ("completed", "deadline", "breaker", "upstream_down", "cancelled", "config"):
+            self.passes.labels(stopped=stopped)
+
+    # -- observers -----------------------------------------------------------------------
+
+    def on_read(self, endpoint: str, outcome: str, duration_s: float) -> None:
+        """The engine's read observer: one read of `endpoint` ended with `outcome`."""
+        self.reads.labels(endpoint=endpoint, outcome=outcome).inc()
+        self.read_duration.labels(endpoint=endpoint).observe(duration_s)
+
+    def on_budget(self, snapshot: PacerSnapshot) -> None:
+        """The pacer's figures (unknown ones leave the gauge as it was)."""
+        if snapshot.remaining is not None:
+            self.budget_remaining.set(snapshot.remaining)
+        if snapshot.limit is not None:
+            self.budget_limit.set(snapshot.limit)
+
+    def on_pass(self, result: PassResult, finished_at: datetime) -> None:
+        """A pass ended."""
+        self.pass_duration.observe(result.wall_s)
+        self.passes.labels(stopped=result.stopped).inc()
+        self.last_pass_end.set(finished_at.timestamp())
+        if result.stopped == "completed":
+            self.last_success.set(finished_at.timestamp())
+        if result.stopped == "breaker":
+            self.breaker_trips.inc()
+
+    def on_store(self, store: Store, now: datetime, *, history: bool = False) -> None:
+        """Users by state, due users and pending drops from the database; with `history`,
+        the last pass end and success timestamps too (at start)."""
+        counts: Mapping[str, int] = store.count_by_state()
+        for state, count in counts.items():
+            self.users.labels(state=state).set(count)
+        self.pending_drops.set(counts.get("dropping", 0))
+        self.due.set(store.count_due(now))
+        if history:
+            last = store.last_pass()
+            if last is not None:
+                self.last_pass_end.set(last.finished_at.timestamp())
+            success = store.last_pass(stopped="completed")
+            if success is not None:
+                self.last_success.set(success.finished_at.timestamp())
+
+    def write_textfile(self, path: Path) -> None:
+        """Write every metric to `path` atomically (a temporary file renamed over it)."""
+        write_to_textfile(str(path), self.registry)
+
+    def metered(self, pacer: PacerLike) -> MeteredPacer:
+        """`pacer`, with the time each permit took counted."""
+        return MeteredPacer(pacer, self)
+
+
+class MeteredPacer:
+    """A pacer that times each `acquire` into `lta_worker_pacer_wait_seconds`; the rest of
+    its interface is the wrapped pacer's."""
+
+    def __init__(self, pacer: PacerLike, metrics: Metrics) -> None:
+        self._pacer = pacer
+        self._metrics = metrics
+
+    async def acquire(self) -> Permit:
+        """Wait for a permit (see the pacer), timing the wait."""
+        started = time.monotonic()
+        permit = await self._pacer.acquire()
+        self._metrics.pacer_wait.observe(time.monotonic() - started)
+        return permit
+
+    def feed(
+        self,
+        permit: Permit | None,
+        headers: Mapping[str, str],
+        status: int | None,
+        *,
+        elapsed: float | None = None,
+    ) -> None:
+        """Feed an answer to the pacer, then take its budget figures."""
+        self._pacer.feed(permit, headers, status, elapsed=elapsed)
+        self._metrics.on_budget(self._pacer.snapshot())
+
+    def snapshot(self) -> PacerSnapshot:
+        """What the wrapped pacer knows now."""
+        return self._pacer.snapshot()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pacer, name)

@@ -1,0 +1,77 @@
+"""`lta-worker check` through the CLI against the served simulator: every check passes with
+exit 0 and spends no read; a bad secret file is 78; an unreachable service is 75; nothing
+is written."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from .helpers import World, reads
+
+
+def _check(world: World) -> tuple[int, dict[str, Any]]:
+    done = world.cli("check", "--format", "json")
+    return done.returncode, json.loads(done.stdout)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_check_passes_and_spends_no_read(world: World) -> None:
+    """Config, secret, key file, database and service all ok: exit 0, and the simulator saw
+    no read (the budget is untouched); the table form says `ok` per check."""
+    world.enroll(["ada"])
+    before = len(reads(world.sim))
+    code, data = _check(world)
+    assert code == 0, data
+    assert data["ok"] is True
+    assert [c["name"] for c in data["checks"]] == [
+        "config",
+        "client_secret",
+        "key_file",
+        "database",
+        "service",
+    ]
+    assert all(c["ok"] for c in data["checks"])
+    assert len(reads(world.sim)) == before
+    table = world.cli("check")
+    assert table.returncode == 0
+    assert all(line.startswith("ok ") for line in table.stdout.splitlines())
+
+
+def test_check_open_secret_file_is_78(world: World) -> None:
+    """A client secret file readable by others: exit 78, the check names the setting and
+    says what to do; the others still run."""
+    world.enroll(["ada"])
+    world.secret_file.chmod(0o644)
+    code, data = _check(world)
+    assert code == 78
+    failed = {c["name"]: c for c in data["checks"] if not c["ok"]}
+    assert list(failed) == ["client_secret"]
+    assert "client.secret_file" in failed["client_secret"]["message"]
+    assert failed["client_secret"]["exit_code"] == 78
+
+
+def test_check_unreachable_service_is_75(world: World) -> None:
+    """A service URL nobody answers on: exit 75 (temporary), the service check fails."""
+    world.enroll(["ada"])
+    text = world.config_text().replace(world.running.base_url, f"http://127.0.0.1:{_closed_port()}")
+    world.write_config(text)
+    code, data = _check(world)
+    assert code == 75
+    service = data["checks"][-1]
+    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 75)
+
+
+def test_check_writes_nothing(world: World) -> None:
+    """The SQLite file is byte for byte the same after `check`, with no -wal or -shm left."""
+    world.enroll(["ada"])
+    before = world.database.read_bytes()
+    assert _check(world)[0] == 0
+    assert world.database.read_bytes() == before
+    assert not (world.tmp / "lta.db-wal").exists()

@@ -1,0 +1,66 @@
+"""Journald priorities and the per-read log level, through the CLI as a child process
+whose stderr is a file named by `$JOURNAL_STREAM` (as systemd sets it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .helpers import World, child_env
+
+
+def run_journaled(world: World, *args: str) -> tuple[int, list[str]]:
+    """`lta-worker --config CFG ARGS` with stderr a file that `$JOURNAL_STREAM` names."""
+    path = world.tmp / "journal.log"
+    with path.open("wb") as err:
+        info = os.fstat(err.fileno())
+        done = subprocess.run(
+            [sys.executable, "-m", "lta_worker", "--config", str(world.config), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=child_env(JOURNAL_STREAM=f"{info.st_dev}:{info.st_ino}"),
+            timeout=60,
+            check=False,
+        )
+    return done.returncode, Path(path).read_text().splitlines()
+
+
+def test_run_lines_carry_journal_priorities(world: World) -> None:
+    """Under the journal every line of `run` starts with its priority then the JSON event:
+    `<6>` for `poll.read` and a completed `pass.finished`."""
+    world.enroll(["ada"])
+    code, lines = run_journaled(world, "run")
+    assert code == 0, lines
+    events = {json.loads(line[3:])["event"]: line[:3] for line in lines}
+    assert events["poll.read"] == "<6>"
+    assert events["pass.finished"] == "<6>"
+    assert all(line[:3] in {"<3>", "<4>", "<6>", "<7>"} for line in lines)
+
+
+def test_fatal_error_is_one_priority_3_json_line(world: World) -> None:
+    """A bad setting under the journal: exit 78, one line `<3>` + the JSON `error` event with
+    its exit code and the key."""
+    world.poll = {"interval": "0s"}
+    world.write_config()
+    code, lines = run_journaled(world, "run")
+    assert code == 78
+    (line,) = lines
+    assert line.startswith("<3>{")
+    event = json.loads(line[3:])
+    assert (event["event"], event["exit_code"], event["key"]) == ("error", 78, "poll.interval")
+
+
+def test_read_level_debug_keeps_pass_finished(world: World) -> None:
+    """`[log] read_level = "debug"` at level info: no `poll.read` line, `pass.finished`
+    still there."""
+    world.write_config(world.config_text().replace("[log]\n", '[log]\nread_level = "debug"\n', 1))
+    world.enroll(["ada"])
+    done = world.cli("run")
+    assert done.returncode == 0, done.stderr
+    names = [json.loads(line)["event"] for line in done.stderr.splitlines()]
+    assert "poll.read" not in names
+    assert "pass.finished" in names

@@ -1,0 +1,139 @@
+"""Metrics and health: scraped over HTTP from a running `serve` (`[metrics] listen`) and
+parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`); and
+`serve` stopping with exit 78 when the breaker trips."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .helpers import NotifySocket, World, stop
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, keyed by name and sorted labels."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, str]:
+    """GET `url`: (status, body), an HTTP error status included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_answers_metrics_and_healthz(world: World, notify: NotifySocket) -> None:
+    """After the first pass of `serve`: /metrics holds reads by endpoint and outcome, users
+    by state, the budget, the pass duration and the last success timestamp; /healthz
+    answers 200 with the same `healthy` and `problems` as `status --format json`."""
+    port = free_port()
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.write_config()
+    world.enroll(["ada", "bob", "cy"])
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        status, text = get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        got = samples(text)
+        health_status, body = get(f"http://127.0.0.1:{port}/healthz")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    assert got[("lta_worker_reads_total", (("endpoint", "latest-change"), ("outcome", "ok")))] == 3
+    assert got[("lta_worker_reads_total", (("endpoint", "stats"), ("outcome", "ok")))] == 3
+    assert got[("lta_worker_users", (("state", "active"),))] == 3
+    assert got[("lta_worker_users", (("state", "revoked"),))] == 0
+    assert got[("lta_worker_budget_limit", ())] == 100_000
+    assert 0 < got[("lta_worker_budget_remaining", ())] < 100_000
+    assert got[("lta_worker_pass_duration_seconds_count", ())] == 1
+    assert got[("lta_worker_passes_total", (("stopped", "completed"),))] == 1
+    assert got[("lta_worker_last_pass_success_timestamp_seconds", ())] > 0
+    assert got[("lta_worker_pacer_wait_seconds_count", ())] == 6
+    assert got[("lta_worker_breaker_trips_total", ())] == 0
+    assert health_status == 200
+    health: dict[str, Any] = json.loads(body)
+    assert (health["healthy"], health["problems"]) == (True, [])
+    assert json.loads(world.cli("status", "--format", "json").stdout)["healthy"] is True
+    assert all(line.startswith("{") for line in world.log_lines())  # no access log
+
+
+def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
+    """`run` with `[metrics] textfile` leaves a parseable file after its pass (and no
+    temporary file beside it), whose last success timestamp is the pass's end."""
+    path = tmp_path / "prom" / "lta_worker.prom"
+    path.parent.mkdir()
+    world.extra = f'[metrics]\ntextfile = "{path}"\n'
+    world.write_config()
+    world.enroll(["ada", "bob"])
+    done = world.cli("run")
+    assert done.returncode == 0, done.stderr
+    got = samples(path.read_text())
+    assert got[("lta_worker_reads_total", (("endpoint", "latest-change"), ("outcome", "ok")))] == 2
+    assert got[("lta_worker_users", (("state", "active"),))] == 2
+    finished = json.loads(done.stderr.splitlines()[-1])
+    assert finished["event"] == "pass.finished"
+    assert got[("lta_worker_last_pass_success_timestamp_seconds", ())] > 0
+    assert sorted(p.name for p in path.parent.iterdir()) == ["lta_worker.prom"]
+
+
+def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocket) -> None:
+    """A wrong client secret trips the breaker at the first pass: `serve` logs
+    `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down)."""
+    world.enroll([f"user-{n}" for n in range(6)])
+    world.secret_file.write_text("not-the-secret\n")
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        assert proc.wait(30) == 78
+    finally:
+        stop(proc)
+    events = world.log_events()
+    names = [e["event"] for e in events]
+    assert "pass.breaker_tripped" in names
+    trip = next(e for e in events if e["event"] == "service.breaker_stop")
+    assert (trip["level"], trip["exit_code"]) == ("error", 78)
+    finished = next(e for e in events if e["event"] == "pass.finished")
+    assert (finished["level"], finished["stopped"]) == ("warning", "breaker")
+    assert events[-1]["event"] == "service.stopped"
+    assert events[-1]["exit_code"] == 78
+    assert names.count("pass.started") == 1
+
+
+def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
+    """`metrics.listen` on a port another socket holds: `serve` stops at start with exit 78
+    and one `error` event naming the key."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        world.extra = f'[metrics]\nlisten = "127.0.0.1:{holder.getsockname()[1]}"\n'
+        world.write_config()
+        world.enroll(["ada"])
+        proc = world.start_serve()
+        try:
+            assert proc.wait(30) == 78
+        finally:
+            stop(proc)
+    error = world.log_events()[-1]
+    assert (error["event"], error["key"]) == ("error", "metrics.listen")

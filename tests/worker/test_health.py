@@ -1,0 +1,112 @@
+"""The health verdict (`assess_health`, pure) row by row, and `/healthz`'s WSGI answer: 200
+healthy, 503 unhealthy or unknown, a JSON body; other paths 404."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+
+from lta_worker.errors import StorageError
+from lta_worker.worker._metrics import Metrics
+from lta_worker.worker._metrics_http import dispatcher
+from lta_worker.worker._status import assess_health
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def _pass(stopped: str, ago: timedelta) -> dict[str, Any]:
+    finished = (NOW - ago).isoformat()
+    return {"stopped": stopped, "finished_at": finished, "exit_code": 0}
+
+
+def data(
+    *,
+    last: dict[str, Any] | None = None,
+    success: dict[str, Any] | None = None,
+    warning: str | None = None,
+    rejected: int = 0,
+) -> dict[str, Any]:
+    return {
+        "last_pass": last,
+        "last_success": success,
+        "capacity": {"warning": warning},
+        "users": {"active": 3, "rejected": rejected},
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "first_pass_ago", "problem"),
+    [
+        (data(), None, None),
+        (data(last=_pass("completed", HOUR), success=_pass("completed", HOUR)), None, None),
+        (
+            data(success=_pass("completed", 2 * HOUR + timedelta(seconds=1))),
+            None,
+            "no pass completed since",
+        ),
+        (data(success=_pass("completed", 2 * HOUR)), None, None),
+        (data(last=_pass("deadline", HOUR)), 3 * HOUR, "no pass has completed yet"),
+        (data(last=_pass("deadline", HOUR)), HOUR, None),
+        (data(last=_pass("breaker", HOUR), success=_pass("completed", HOUR)), None, "breaker"),
+        (data(last=_pass("config", HOUR), success=_pass("completed", HOUR)), None, "config"),
+        (data(warning="the budget allows about 10 reads/h"), None, "capacity: the budget"),
+        (data(rejected=2), None, "2 user(s) rejected"),
+    ],
+)
+def test_assess_health(
+    given: dict[str, Any], first_pass_ago: timedelta | None, problem: str | None
+) -> None:
+    """Each rule: a stale success (beyond twice poll.interval), no success since the first
+    pass for that long, a breaker or config stop, the capacity warning, rejected users."""
+    first = None if first_pass_ago is None else NOW - first_pass_ago
+    problems = assess_health(given, now=NOW, interval=HOUR, first_pass_at=first)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0], problems
+
+
+def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
+    environ: dict[str, Any] = {"PATH_INFO": path, "wsgi.input": io.BytesIO()}
+    setup_testing_defaults(environ)
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        answer.update(status=status, headers=dict(headers))
+
+    body = b"".join(app(environ, start_response))
+    return answer["status"], answer["headers"], body
+
+
+@pytest.mark.parametrize(
+    ("health", "status", "healthy"),
+    [
+        ({"healthy": True, "problems": []}, "200 OK", True),
+        ({"healthy": False, "problems": ["x"]}, "503 Service Unavailable", False),
+        (StorageError("the database refused"), "503 Service Unavailable", False),
+    ],
+)
+def test_healthz_answers(health: Any, status: str, healthy: bool) -> None:
+    """200 when healthy, 503 when not or when the status cannot be read; JSON either way."""
+
+    def verdict() -> dict[str, Any]:
+        if isinstance(health, Exception):
+            raise health
+        return {**health, "generated_at": "t", "version": "v"}
+
+    got, headers, body = call(dispatcher(Metrics(), verdict), "/healthz")
+    assert got == status
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body)["healthy"] is healthy
+
+
+def test_other_paths_are_404() -> None:
+    """Only /metrics and /healthz answer."""
+    got, _, _ = call(dispatcher(Metrics(), dict), "/")
+    assert got.startswith("404")
