@@ -5,7 +5,9 @@
 - `Answer` and `Outcome`, and `classify`, the one parser of an answer and its error body
   (`_outcomes`, `_classify`);
 - the per-user state machine `decide_turn` and its table `RULES`, and the drop rules
-  (`_policy`); exponential backoff (`_backoff`); the capacity plan (`_capacity`);
+  (`_policy`); the freshness schedule: change-rate estimate, square-root spread of the
+  budget, stats on change (`_freshness`); exponential backoff (`_backoff`); the capacity
+  plan (`_capacity`);
 - durations as operators write them (`_durations`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
@@ -17,6 +19,21 @@ from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
 from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
 from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain._freshness import (
+    RATE_CLASSES,
+    SCHEDULE_MODES,
+    STATS_MODES,
+    ChangeEstimate,
+    FreshnessConfig,
+    ScheduleMode,
+    SchedulePlan,
+    StatsMode,
+    bucket_rates,
+    day_shape,
+    interval_for,
+    plan_scale,
+    rate_class,
+)
 from lta_worker.domain._model import (
     ENDPOINT_SCOPES,
     ENDPOINTS,
@@ -52,6 +69,7 @@ from lta_worker.domain._policy import (
     drop_verdict,
     endpoints_to_call,
     ends_turn,
+    still_wanted,
 )
 
 __all__ = [
@@ -62,15 +80,20 @@ __all__ = [
     "LONG_TERM_SCOPES",
     "OAUTH_CODES",
     "OUTCOME_KINDS",
+    "RATE_CLASSES",
     "RULES",
+    "SCHEDULE_MODES",
+    "STATS_MODES",
     "STATS_SCOPE",
     "TOKENLESS_STATES",
     "USER_STATES",
     "Answer",
     "BudgetSeen",
     "CapacityPlan",
+    "ChangeEstimate",
     "EncryptedToken",
     "Endpoint",
+    "FreshnessConfig",
     "HistoryRow",
     "InstanceKind",
     "InstanceRow",
@@ -84,13 +107,18 @@ __all__ = [
     "ResultRow",
     "ResultStatus",
     "RotationReport",
+    "ScheduleMode",
+    "SchedulePlan",
     "SnapshotWrite",
+    "StatsMode",
     "UserRow",
     "UserState",
     "UserUpdate",
     "backoff_ceiling",
     "backoff_delay",
+    "bucket_rates",
     "classify",
+    "day_shape",
     "decide_turn",
     "drop_retry_at",
     "drop_verdict",
@@ -98,7 +126,11 @@ __all__ = [
     "ends_turn",
     "find_code",
     "format_duration",
+    "interval_for",
     "parse_duration",
     "plan_capacity",
+    "plan_scale",
+    "rate_class",
+    "still_wanted",
     "strict_json",
 ]
