@@ -34,7 +34,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 ScheduleMode = Literal["fixed", "adaptive"]
@@ -136,6 +136,38 @@ class ChangeEstimate:
         """
         return float((sum(r**EXPONENT for r in self.rates()) / BINS) ** (1 / EXPONENT))
 
+    def to_json(self) -> dict[str, Any]:
+        """The estimate as stored (JSON: floats rounded, times as ISO strings)."""
+        return {
+            "c": [round(c, 4) for c in self.changes],
+            "o": [round(o, 1) for o in self.observed],
+            "h": self.content,
+            "s": self.seen_at.isoformat() if self.seen_at else None,
+            "t": self.stats_at.isoformat() if self.stats_at else None,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ChangeEstimate | None:
+        """The estimate back from `to_json`; None for anything else (a fresh start)."""
+        try:
+            changes = tuple(float(c) for c in raw["c"])
+            observed = tuple(float(o) for o in raw["o"])
+            if len(changes) != BINS or len(observed) != BINS:
+                return None
+            return cls(
+                changes=changes,
+                observed=observed,
+                content=str(raw["h"]) if raw.get("h") is not None else None,
+                seen_at=_stamp(raw.get("s")),
+                stats_at=_stamp(raw.get("t")),
+            )
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
+
+    def buckets(self) -> tuple[int, int]:
+        """(planning rate, mean rate) on the log scales `bucket_rates` groups by."""
+        return (round(8 * math.log2(self.rate())), round(4 * math.log2(self.mean_rate())))
+
     def mean_rate(self) -> float:
         """Estimated changes per second, on average over the day."""
         return sum(self.rates()) / BINS
@@ -164,6 +196,13 @@ def content_hash(status: str, payload: Any) -> str:
     """A short hash of an answer's content: status and canonical JSON of the payload."""
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(f"{status}:{body}".encode()).hexdigest()[:32]
+
+
+def _stamp(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    stamp = datetime.fromisoformat(str(value))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
 def _slices(start: datetime, seconds: float) -> list[tuple[int, float]]:
@@ -365,9 +404,16 @@ def bucket_rates(estimates: Iterable[ChangeEstimate]) -> list[tuple[float, float
     """
     buckets: dict[tuple[int, int], float] = {}
     for est in estimates:
-        key = (round(8 * math.log2(est.rate())), round(4 * math.log2(est.mean_rate())))
+        key = est.buckets()
         buckets[key] = buckets.get(key, 0.0) + 1.0
-    return [(2 ** (a / 8), 2 ** (b / 4), n) for (a, b), n in sorted(buckets.items())]
+    return from_buckets(buckets.items())
+
+
+def from_buckets(
+    counts: Iterable[tuple[tuple[int, int], float]],
+) -> list[tuple[float, float, float]]:
+    """(planning rate, mean rate, how many) from counts per `ChangeEstimate.buckets()` key."""
+    return [(2 ** (a / 8), 2 ** (b / 4), n) for (a, b), n in sorted(counts)]
 
 
 def fold_turn(

@@ -13,6 +13,7 @@ import random
 import secrets
 import socket
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
+from lta_worker.worker._plan import plan_for_pass
 from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
@@ -173,6 +175,9 @@ class Worker:
         await self._refresh_share()
         await self.follow_schedule()
         await self.retry_drops()
+        options = pass_options(self.settings, self.instance, max_duration)
+        plan = await self._db(plan_for_pass, self.store, self.settings, options.policy)
+        options = replace(options, policy=replace(options.policy, plan=plan))
         engine = PassEngine(
             store=self.store,
             vault=self.vault,
@@ -180,7 +185,7 @@ class Worker:
             pacer=self.pacer,
             clock=self.clock,
             client_secret=self.client_secret,
-            options=pass_options(self.settings, self.instance, max_duration),
+            options=options,
             rng=self.rng,
             on_progress=on_progress,
         )
