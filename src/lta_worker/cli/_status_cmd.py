@@ -28,7 +28,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
             clock is moved by hand, passes its own).
     """
     from lta_worker.domain import USER_STATES, plan_capacity
-    from lta_worker.worker import SystemClock, instance_ttl, open_store
+    from lta_worker.worker import SystemClock, instance_ttl, open_store, schedule_summary
 
     now = now or SystemClock().now()
     store = open_store(settings)
@@ -38,6 +38,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
         last = store.last_pass()
         budget = store.budget_seen(settings.client.id)
         instances = store.live_instances(now, instance_ttl(settings))
+        schedule = schedule_summary(store, settings)
     finally:
         store.close()
     plan = plan_capacity(
@@ -84,6 +85,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
             "sustainable": plan.sustainable,
             "warning": plan.warning,
         },
+        "schedule": schedule,
         "instances": [
             {k: _iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
             for i in instances
@@ -131,6 +133,13 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"  each user read every {effective}")
     if cap["warning"]:
         lines.append(f"  WARNING: {cap['warning']}")
+    sched = data["schedule"]
+    lines.append(f"schedule: {sched['mode']}, stats {sched['stats']}")
+    lines += [
+        f"  {c['class']:<10} {c['users']:>8}  every "
+        f"{format_duration(timedelta(seconds=c['interval_s']))}"
+        for c in sched["classes"]
+    ]
     if data["instances"]:
         lines.append("instances")
         lines += [

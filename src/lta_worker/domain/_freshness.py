@@ -453,3 +453,24 @@ def stats_still_wanted(
             fresh = changed(est, content_hash(kind, payload))
             return wants_stats(est, fresh, now, cfg)
     return True
+
+
+def class_intervals(
+    rates: Iterable[tuple[float, float, float]], plan: SchedulePlan, cfg: FreshnessConfig
+) -> list[tuple[str, float, float]]:
+    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds).
+
+    `rates` as `bucket_rates` gives them; the interval is the steady one the plan gives
+    (`interval_for`), averaged over the class's users. Classes without users are left out.
+    """
+    users: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for rate, mean, weight in rates:
+        name = rate_class(mean * 24 * HOUR)
+        users[name] = users.get(name, 0.0) + weight
+        seconds[name] = seconds.get(name, 0.0) + weight * interval_for(rate, plan, cfg)
+    return [
+        (name, users[name], seconds[name] / users[name])
+        for name, _ in RATE_CLASSES
+        if users.get(name)
+    ]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         PassResult,
         ProgressFn,
     )
+    from lta_worker.worker._plan import schedule_summary
     from lta_worker.worker._runtime import Worker, instance_ttl
     from lta_worker.worker._serve import serve
     from lta_worker.worker._wiring import Services, load_vault, open_store, services
@@ -35,6 +36,7 @@ _NAMES = {
     "PassOptions": "._engine",
     "PassResult": "._engine",
     "ProgressFn": "._engine",
+    "schedule_summary": "._plan",
     "Worker": "._runtime",
     "instance_ttl": "._runtime",
     "serve": "._serve",
@@ -59,6 +61,7 @@ __all__ = [
     "instance_ttl",
     "load_vault",
     "open_store",
+    "schedule_summary",
     "serve",
     "services",
 ]

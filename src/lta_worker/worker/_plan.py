@@ -9,11 +9,12 @@ their estimates. Everything else is pure, in `domain`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lta_worker.domain import (
     PolicyConfig,
     SchedulePlan,
+    class_intervals,
     day_shape,
     from_buckets,
     plan_capacity,
@@ -40,6 +41,43 @@ def budget_for_active(store: Store, settings: Settings) -> float:
         fallback_per_hour=settings.ratelimit.fallback_per_hour,
     )
     return max(capacity.available_per_hour - capacity.reads_needed_per_hour, 0.0)
+
+
+def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
+    """What `status` shows of the schedule: the mode and, per class of active user, how
+    many and the interval the current plan gives them (plus the parked re-check)."""
+    poll = settings.poll
+    policy = PolicyConfig.from_settings(poll)
+    rates = from_buckets(store.rate_buckets())
+    if policy.schedule == "adaptive":
+        budget = budget_for_active(store, settings)
+        plan = plan_scale(rates, budget, policy.freshness)
+        classes = [
+            {"class": name, "users": int(users), "interval_s": round(seconds)}
+            for name, users, seconds in class_intervals(rates, plan, policy.freshness)
+        ]
+    else:
+        budget, plan = None, SchedulePlan()
+        active = int(sum(weight for _, _, weight in rates))
+        classes = [
+            {"class": "active", "users": active, "interval_s": round(poll.interval.total_seconds())}
+        ]
+    counts = store.count_by_state()
+    rechecked = sum(counts.get(s, 0) for s in ("parked", "unlinked"))
+    classes.append(
+        {
+            "class": "parked",
+            "users": rechecked,
+            "interval_s": round(poll.parked_interval.total_seconds()),
+        }
+    )
+    return {
+        "mode": policy.schedule,
+        "stats": policy.stats,
+        "budget_per_hour": None if budget is None else round(budget, 1),
+        "max_interval_s": round(poll.max_interval.total_seconds()),
+        "classes": classes,
+    }
 
 
 def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> SchedulePlan:
