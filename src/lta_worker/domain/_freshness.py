@@ -49,8 +49,10 @@ BIN_SECONDS: Final = 24 * HOUR / BINS
 # user is read like an ordinary one until its own reads say otherwise; it fades in days.
 PRIOR_CHANGES: Final = 0.25
 PRIOR_SECONDS: Final = 6 * HOUR
-# The share of the budget the schedule plans to spend; the rest drains the queue.
+# The share of the budget the schedule plans to spend (B5: planning less leaves reads
+# unused at quiet hours and costs more than the queue it saves).
 PLAN_SHARE: Final = 1.0
+# Reads go as rate**EXPONENT: 1/2 is the square-root rule (B5: 0.6 and 0.7 do worse).
 EXPONENT: Final = 0.5
 # Users are due at most this share of `max_interval` after a read: the rest is room for
 # the queue of due users, so that nobody goes unread longer than `max_interval`.
@@ -351,8 +353,7 @@ def plan_scale(
     `rates` holds (planning rate, mean rate, how many), as `bucket_rates` gives them.
     When the budget covers every user at `interval`, the scale is 0 (all at `interval`);
     when it does not cover every user at `max_interval`, every user gets `max_interval`
-    and the claim's order (oldest due first) shares what there is. The share left over
-    lets the queue of due users drain, so that nobody waits long past its due time.
+    and the claim's order (oldest due first) shares what there is.
     """
     table = [(r, m, w) for r, m, w in rates if w > 0]
     budget = budget_per_hour * PLAN_SHARE
