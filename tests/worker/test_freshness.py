@@ -11,19 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lta_worker.domain._estimate import BINS, MAX_RATE, ChangeEstimate, content_hash, observe
 from lta_worker.domain._freshness import (
-    BINS,
-    MAX_RATE,
     PLAN_SHARE,
-    ChangeEstimate,
     FreshnessConfig,
     SchedulePlan,
     bucket_rates,
-    content_hash,
     day_shape,
     fold_turn,
     next_due,
-    observe,
     plan_scale,
     rate_class,
     reads_per_hour,

@@ -5,9 +5,9 @@
 - `Answer` and `Outcome`, and `classify`, the one parser of an answer and its error body
   (`_outcomes`, `_classify`);
 - the per-user state machine `decide_turn` and its table `RULES`, and the drop rules
-  (`_policy`); the freshness schedule: change-rate estimate, square-root spread of the
-  budget, stats on change (`_freshness`); exponential backoff (`_backoff`); the capacity
-  plan (`_capacity`);
+  (`_policy`); the freshness schedule: square-root spread of the budget, stats on
+  change (`_freshness`) and the change estimate it learns from the reads (`_estimate`);
+  exponential backoff (`_backoff`); the capacity plan (`_capacity`);
 - durations as operators write them (`_durations`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
@@ -19,11 +19,11 @@ from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
 from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
 from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain._estimate import ChangeEstimate
 from lta_worker.domain._freshness import (
     RATE_CLASSES,
     SCHEDULE_MODES,
     STATS_MODES,
-    ChangeEstimate,
     FreshnessConfig,
     ScheduleMode,
     SchedulePlan,

@@ -6,20 +6,18 @@ The aim is the smallest delay from a change upstream to its arrival in the local
 for the reads the budget allows. Three ideas, after Cho and Garcia-Molina ("Synchronizing a
 database to improve freshness", SIGMOD 2000; "Estimating frequency of change", TOIT 2003):
 
-- **Estimate each user's change rate from what the reads observe.** A read only tells
-  whether latest-change's content differs from the stored one (its content hash), not how
-  many changes happened in between. `observe` folds each such observation into a decayed
-  count of changes and of time observed (an EM step for interval-censored Poisson
-  changes: a changed read over an interval I counts lambda*I / (1 - exp(-lambda*I))
-  expected changes, at least one). Old observations fade with `rate_half_life`, so a user
-  who turns idle, or busy, is followed within days.
+- **Estimate each user's change rate from what the reads observe** (`_estimate`), per
+  slice of the day, from whether latest-change's content moved between two reads.
 - **Spread the reads by expected gain (the square-root rule).** A change waits on average
   half the user's interval I, so the mean delay over all changes is proportional to
   sum(lambda_i * I_i); for a fixed number of reads sum(1 / I_i) it is least when
   I_i = scale / sqrt(lambda_i). Busy users are read more often, but only as the square
   root of their rate: the trap the literature warns of (spending the budget on the
   fastest-changing items, whose copy is stale again at once) is avoided, and idle users
-  drift to the cap `max_interval`. `plan_scale` solves `scale` for the budget.
+  drift to the cap `max_interval`. `plan_scale` solves `scale` for the budget. With a
+  rate that varies over the day, the next read is due when the integral of
+  sqrt(rate(t)) / scale(t) reaches one (`next_due`), `scale(t)` following the users' day
+  (`day_shape`) so that a time zone waking up does not outrun a flat budget.
 - **Read stats only when latest-change changed** (`stats = "on_change"`), and at least
   every `stats_max_age`: a latest-change that did not move says there was nothing new.
 
@@ -29,37 +27,35 @@ the `stats` rule applies.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
+
+from lta_worker.domain._estimate import (
+    BINS,
+    EXPONENT,
+    HOUR,
+    MAX_RATE,
+    ChangeEstimate,
+    changed,
+    content_hash,
+    observe,
+    slices,
+)
 
 ScheduleMode = Literal["fixed", "adaptive"]
 StatsMode = Literal["always", "on_change"]
 SCHEDULE_MODES: Final[tuple[ScheduleMode, ...]] = ("fixed", "adaptive")
 STATS_MODES: Final[tuple[StatsMode, ...]] = ("always", "on_change")
 
-HOUR: Final = 3600.0
-BINS: Final = 6
-BIN_SECONDS: Final = 24 * HOUR / BINS
-# The prior: as if a quarter change had been seen over six hours (one a day), so a new
-# user is read like an ordinary one until its own reads say otherwise; it fades in days.
-PRIOR_CHANGES: Final = 0.25
-PRIOR_SECONDS: Final = 6 * HOUR
 # The share of the budget the schedule plans to spend (B5: planning less leaves reads
 # unused at quiet hours and costs more than the queue it saves).
 PLAN_SHARE: Final = 1.0
-# Reads go as rate**EXPONENT: 1/2 is the square-root rule (B5: 0.6 and 0.7 do worse).
-EXPONENT: Final = 0.5
 # Users are due at most this share of `max_interval` after a read: the rest is room for
 # the queue of due users, so that nobody goes unread longer than `max_interval`.
 CAP_SHARE: Final = 0.9
-# No rate above one change a minute is believed (keeps the EM step finite when every
-# read saw a change).
-MAX_RATE: Final = 1 / 60.0
 
 # Classes of users by estimated changes per day, for `status` (upper bounds, exclusive).
 RATE_CLASSES: Final[tuple[tuple[str, float], ...]] = (
@@ -101,85 +97,6 @@ class FreshnessConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ChangeEstimate:
-    """What the reads of one user have observed, stored with the user.
-
-    The day is cut into `BINS` slices of UTC time, so that a user who changes only in
-    their own waking hours (whatever their time zone) is read then, not at night.
-
-    Attributes:
-        changes: Decayed expected number of changes seen, per slice of the day.
-        observed: Decayed seconds of observation, per slice of the day.
-        content: The content hash of the last latest-change answer (None: never read).
-        seen_at: When that answer was read.
-        stats_at: When stats was last read successfully.
-    """
-
-    changes: tuple[float, ...] = (0.0,) * BINS
-    observed: tuple[float, ...] = (0.0,) * BINS
-    content: str | None = None
-    seen_at: datetime | None = None
-    stats_at: datetime | None = None
-
-    def rates(self) -> tuple[float, ...]:
-        """Estimated changes per second in each slice of the day (the prior until reads say
-        otherwise)."""
-        prior_c, prior_s = PRIOR_CHANGES / BINS, PRIOR_SECONDS / BINS
-        return tuple(
-            min((c + prior_c) / (o + prior_s), MAX_RATE)
-            for c, o in zip(self.changes, self.observed, strict=True)
-        )
-
-    def rate(self) -> float:
-        """The rate the budget plans with: (mean of sqrt(rate) over the day) squared.
-
-        A user read at intensity sqrt(rate(t)) costs this many reads as one read at a
-        steady `scale / sqrt(rate)` interval would.
-        """
-        return float((sum(r**EXPONENT for r in self.rates()) / BINS) ** (1 / EXPONENT))
-
-    def to_json(self) -> dict[str, Any]:
-        """The estimate as stored (JSON: floats rounded, times as ISO strings)."""
-        return {
-            "c": [round(c, 4) for c in self.changes],
-            "o": [round(o, 1) for o in self.observed],
-            "h": self.content,
-            "s": self.seen_at.isoformat() if self.seen_at else None,
-            "t": self.stats_at.isoformat() if self.stats_at else None,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any) -> ChangeEstimate | None:
-        """The estimate back from `to_json`; None for anything else (a fresh start)."""
-        try:
-            changes = tuple(float(c) for c in raw["c"])
-            observed = tuple(float(o) for o in raw["o"])
-            if len(changes) != BINS or len(observed) != BINS:
-                return None
-            return cls(
-                changes=changes,
-                observed=observed,
-                content=str(raw["h"]) if raw.get("h") is not None else None,
-                seen_at=_stamp(raw.get("s")),
-                stats_at=_stamp(raw.get("t")),
-            )
-        except (TypeError, KeyError, ValueError, AttributeError):
-            return None
-
-    def buckets(self) -> tuple[int, int]:
-        """(planning rate, mean rate) on the log scales `bucket_rates` groups by."""
-        return (round(8 * math.log2(self.rate())), round(4 * math.log2(self.mean_rate())))
-
-    def mean_rate(self) -> float:
-        """Estimated changes per second, on average over the day."""
-        return sum(self.rates()) / BINS
-
-    def per_day(self) -> float:
-        """Estimated changes per day."""
-        return self.mean_rate() * 24 * HOUR
-
-
-@dataclass(frozen=True, slots=True)
 class SchedulePlan:
     """The budget's answer for one pass: I_i = scale / sqrt(rate_i), clamped.
 
@@ -192,75 +109,6 @@ class SchedulePlan:
     # summed sqrt(rate) per slice over its mean. Users of a few time zones wake together;
     # without it their reads pile up in their mornings while the budget is flat.
     shape: tuple[float, ...] = (1.0,) * BINS
-
-
-def content_hash(status: str, payload: Any) -> str:
-    """A short hash of an answer's content: status and canonical JSON of the payload."""
-    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{status}:{body}".encode()).hexdigest()[:32]
-
-
-def _stamp(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    stamp = datetime.fromisoformat(str(value))
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
-
-
-def _slices(start: datetime, seconds: float) -> list[tuple[int, float]]:
-    """(slice of the day, seconds) covered by [start, start + seconds)."""
-    out: list[tuple[int, float]] = []
-    at = start.timestamp()
-    left = seconds
-    while left > 0:
-        index = int(at // BIN_SECONDS)
-        take = min(left, (index + 1) * BIN_SECONDS - at)
-        out.append((index % BINS, take))
-        at += take
-        left -= take
-    return out
-
-
-def observe(
-    est: ChangeEstimate, content: str, now: datetime, cfg: FreshnessConfig
-) -> ChangeEstimate:
-    """Fold one latest-change read (its content hash) into the estimate.
-
-    The interval since the previous read is observed time, shared out over the slices of
-    the day it covered; a change seen counts lambda / (1 - exp(-lambda)) expected changes
-    (lambda: the changes the estimate expected in the interval, so at least one), shared
-    over the slices in proportion to what each expected.
-    """
-    if est.content is None or est.seen_at is None:
-        return replace(est, content=content, seen_at=now)
-    seconds = (now - est.seen_at).total_seconds()
-    if seconds <= 0:
-        return replace(est, content=content, seen_at=now)
-    decay = 0.5 ** (seconds / cfg.rate_half_life.total_seconds())
-    changes = [c * decay for c in est.changes]
-    observed = [o * decay for o in est.observed]
-    rates = est.rates()
-    parts = _slices(est.seen_at, seconds)
-    for index, took in parts:
-        observed[index] += took
-    if content != est.content:
-        weights = [(index, rates[index] * took) for index, took in parts]
-        expected = sum(w for _, w in weights)
-        total = expected / -math.expm1(-expected) if expected > 1e-9 else 1.0
-        for index, weight in weights:
-            changes[index] += total * weight / expected if expected > 1e-9 else total / len(parts)
-    return ChangeEstimate(
-        changes=tuple(changes),
-        observed=tuple(observed),
-        content=content,
-        seen_at=now,
-        stats_at=est.stats_at,
-    )
-
-
-def changed(est: ChangeEstimate | None, content: str) -> bool:
-    """True when latest-change's content differs from the last one seen (or none was)."""
-    return est is None or est.content != content
 
 
 def wants_stats(
@@ -323,7 +171,7 @@ def next_due(
         for r, f in zip((est or ChangeEstimate()).rates(), plan.shape, strict=True)
     ]
     need, spent = 1.0, 0.0
-    for index, took in _slices(now, high):
+    for index, took in slices(now, high):
         gain = roots[index] * took
         if gain >= need:
             spent += need / roots[index]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
-from lta_worker.domain._freshness import ChangeEstimate
+from lta_worker.domain._estimate import ChangeEstimate
 
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Final, Literal, Protocol
 
 from lta_worker.domain._backoff import backoff_delay
+from lta_worker.domain._estimate import ChangeEstimate
 from lta_worker.domain._freshness import (
-    ChangeEstimate,
     FreshnessConfig,
     ScheduleMode,
     SchedulePlan,
