@@ -297,3 +297,52 @@ def test_fold_turn_ignores_answers_without_content() -> None:
     """A failed read is no observation: the estimate is left as it was."""
     turn = [("latest-change", "transient", None)]
     assert fold_turn(SEEN, turn, NOW, ADAPTIVE) is SEEN
+
+
+# -- the worker's plan, from what the store holds ------------------------------------------
+
+
+class FakeStore:
+    """What `plan_for_pass` reads of the store, counting the scans of the users table."""
+
+    def __init__(self) -> None:
+        self.scans = 0
+
+    def budget_seen(self, client_id: str) -> None:
+        return None
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 100, "parked": 4}
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        self.scans += 1
+        return [(ChangeEstimate().buckets(), 100.0)]
+
+    def sample_estimates(self) -> list[ChangeEstimate]:
+        return [ChangeEstimate()]
+
+
+def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
+    """Under `adaptive` the plan comes from the stored buckets and the fallback budget, is
+    reused for `REPLAN`, then made again; under `fixed` the store is not read at all."""
+    from lta_worker.config import build_settings
+    from lta_worker.worker._plan import REPLAN, PlanCache
+
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0},
+        }
+    )
+    policy = PolicyConfig.from_settings(settings.poll)
+    store, cache = FakeStore(), PlanCache()
+    plan = cache.get(store, settings, policy, NOW)  # type: ignore[arg-type]
+    assert plan.scale > 0  # 20 reads an hour cannot read 100 users every 15 minutes
+    assert plan.budget_per_hour == pytest.approx(20.0 - 4 / 24)
+    assert cache.get(store, settings, policy, NOW + REPLAN / 2) is plan  # type: ignore[arg-type]
+    cache.get(store, settings, policy, NOW + REPLAN)  # type: ignore[arg-type]
+    assert store.scans == 2
+    fixed = PolicyConfig()
+    assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]

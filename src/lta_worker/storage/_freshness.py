@@ -41,12 +41,13 @@ def rate_buckets(db: Database) -> list[tuple[tuple[int, int], float]]:
 
 
 def sample_estimates(db: Database, limit: int = SAMPLE) -> list[ChangeEstimate]:
-    """Up to `limit` stored estimates of active users (the most recently read)."""
+    """Up to `limit` stored estimates of active users (the newest by id: the primary key's
+    index, never a sort of the whole table)."""
     with db.read() as conn:
         rows = conn.execute(
             select(User.estimate)
             .where(_readable(), User.estimate.is_not(None))
-            .order_by(User.last_polled_at.desc())
+            .order_by(User.id.desc())
             .limit(limit)
         ).scalars()
         found = [ChangeEstimate.from_json(raw) for raw in rows]

@@ -9,7 +9,8 @@ their estimates. Everything else is pure, in `domain`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
 
 from lta_worker.domain import (
     PolicyConfig,
@@ -24,6 +25,9 @@ from lta_worker.domain import (
 if TYPE_CHECKING:
     from lta_worker.config import Settings
     from lta_worker.storage import Store
+
+REPLAN: Final = timedelta(minutes=10)
+"""How long a plan is used before the users are scanned again (estimates move slowly)."""
 
 
 def budget_for_active(store: Store, settings: Settings) -> float:
@@ -78,6 +82,25 @@ def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
         "max_interval_s": round(poll.max_interval.total_seconds()),
         "classes": classes,
     }
+
+
+class PlanCache:
+    """The last plan and when it was made: `serve` passes every `poll.tick`, and the plan
+    (a scan of the users table) needs renewing only every `REPLAN`."""
+
+    def __init__(self) -> None:
+        self.plan: SchedulePlan | None = None
+        self.made_at: datetime | None = None
+
+    def get(
+        self, store: Store, settings: Settings, policy: PolicyConfig, now: datetime
+    ) -> SchedulePlan:
+        """The cached plan while younger than `REPLAN`, else a new one."""
+        if policy.schedule != "adaptive":
+            return SchedulePlan()
+        if self.plan is None or self.made_at is None or now - self.made_at >= REPLAN:
+            self.plan, self.made_at = plan_for_pass(store, settings, policy), now
+        return self.plan
 
 
 def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> SchedulePlan:

@@ -30,7 +30,7 @@ from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
-from lta_worker.worker._plan import plan_for_pass
+from lta_worker.worker._plan import PlanCache
 from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ class Worker:
         self.pacer: Pacer = None  # type: ignore[assignment]
         self.current: PassEngine | None = None
         self._stop_grace: float | None = None
+        self._plans = PlanCache()  # the freshness plan, renewed every few minutes
 
     async def __aenter__(self) -> Worker:
         settings = self.settings
@@ -176,7 +177,9 @@ class Worker:
         await self.follow_schedule()
         await self.retry_drops()
         options = pass_options(self.settings, self.instance, max_duration)
-        plan = await self._db(plan_for_pass, self.store, self.settings, options.policy)
+        plan = await self._db(
+            self._plans.get, self.store, self.settings, options.policy, self.clock.now()
+        )
         options = replace(options, policy=replace(options.policy, plan=plan))
         engine = PassEngine(
             store=self.store,
