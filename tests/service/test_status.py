@@ -186,3 +186,30 @@ def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
     assert data["healthy"] is False
     assert any("no pass completed since" in problem for problem in data["problems"])
     assert world.cli("status", "--check").returncode == 1
+
+
+def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> None:
+    """`status` shows the schedule: under `fixed` one interval for every active user; under
+    `adaptive` the interval the plan gives each class of user (new users count as light),
+    both with the parked re-check, in the JSON and the table."""
+    fixed = status(after_a_pass)["schedule"]
+    assert (fixed["mode"], fixed["stats"]) == ("fixed", "always")
+    assert fixed["classes"] == [
+        {"class": "active", "users": 3, "interval_s": 3600},
+        {"class": "parked", "users": 2, "interval_s": 86400},
+    ]
+    world = after_a_pass
+    world.poll = {"schedule": "adaptive", "interval": "15m", "stats": "on_change"}
+    world.write_config()
+    sched = status(world)["schedule"]
+    assert (sched["mode"], sched["stats"], sched["max_interval_s"]) == (
+        "adaptive",
+        "on_change",
+        86400,
+    )
+    classes = {c["class"]: c for c in sched["classes"]}
+    assert sum(c["users"] for name, c in classes.items() if name != "parked") == 3
+    assert all(900 <= c["interval_s"] <= 86400 for c in classes.values())
+    table = world.cli("status").stdout
+    assert "schedule: adaptive, stats on_change" in table
+    assert re.search(r"parked\s+2\s+every 1d", table)

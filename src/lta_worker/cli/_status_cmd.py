@@ -63,6 +63,13 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"  each user read every {effective}")
     if cap["warning"]:
         lines.append(f"  WARNING: {cap['warning']}")
+    sched = data["schedule"]
+    lines.append(f"schedule: {sched['mode']}, stats {sched['stats']}")
+    lines += [
+        f"  {c['class']:<10} {c['users']:>8}  every "
+        f"{format_duration(timedelta(seconds=c['interval_s']))}"
+        for c in sched["classes"]
+    ]
     lines.append("health")
     if data["healthy"]:
         lines.append("  healthy")

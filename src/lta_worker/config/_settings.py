@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from lta_worker.domain import LONG_TERM_SCOPES, parse_duration
+from lta_worker.domain import LONG_TERM_SCOPES, ScheduleMode, StatsMode, parse_duration
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 TokenAuth = Literal["client_secret_basic", "client_secret_post"]
@@ -155,8 +155,23 @@ class PollSettings(_Section):
     backoff_base: Duration = timedelta(seconds=30)
     breaker_threshold: int = Field(default=5, ge=1)
     lease_duration: Duration = timedelta(minutes=5)
+    # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
+    schedule: ScheduleMode = "fixed"
+    max_interval: Duration = timedelta(hours=24)
+    stats: StatsMode = "always"
+    stats_max_age: Duration = timedelta(hours=24)
+    rate_half_life: Duration = timedelta(days=3)
 
-    @field_validator("interval", "parked_interval", "tick", "lease_duration", "max_pass_duration")
+    @field_validator(
+        "interval",
+        "parked_interval",
+        "tick",
+        "lease_duration",
+        "max_pass_duration",
+        "max_interval",
+        "stats_max_age",
+        "rate_half_life",
+    )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

@@ -7,7 +7,9 @@
 - the per-user state machine `decide_turn` and its table `RULES` (`_policy`); the
   two-phase drop's rules (`_drop`); the pass's circuit breaker `Breaker`, how a pass ends
   (`StopReason`) and its exit codes (`_breaker`); exponential backoff (`_backoff`); the
-  capacity plan (`_capacity`);
+  capacity plan (`_capacity`); the freshness schedule: square-root spread of the budget,
+  stats on change (`_freshness`) and the change estimate it learns from the reads
+  (`_estimate`);
 - durations as operators write them (`_durations`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
@@ -21,6 +23,23 @@ from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
 from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._freshness import (
+    RATE_CLASSES,
+    SCHEDULE_MODES,
+    STATS_MODES,
+    FreshnessConfig,
+    ScheduleMode,
+    SchedulePlan,
+    StatsMode,
+    bucket_rates,
+    class_intervals,
+    day_shape,
+    from_buckets,
+    interval_for,
+    plan_scale,
+    rate_class,
+)
 from lta_worker.domain._model import (
     ENDPOINT_SCOPES,
     ENDPOINTS,
@@ -56,6 +75,7 @@ from lta_worker.domain._policy import (
     endpoints_to_call,
     ends_turn,
     read_again,
+    still_wanted,
 )
 
 __all__ = [
@@ -68,7 +88,10 @@ __all__ = [
     "LONG_TERM_SCOPES",
     "OAUTH_CODES",
     "OUTCOME_KINDS",
+    "RATE_CLASSES",
     "RULES",
+    "SCHEDULE_MODES",
+    "STATS_MODES",
     "STATS_SCOPE",
     "TOKENLESS_STATES",
     "USER_STATES",
@@ -76,8 +99,10 @@ __all__ = [
     "Breaker",
     "BudgetSeen",
     "CapacityPlan",
+    "ChangeEstimate",
     "EncryptedToken",
     "Endpoint",
+    "FreshnessConfig",
     "HistoryRow",
     "InstanceKind",
     "InstanceRow",
@@ -92,8 +117,11 @@ __all__ = [
     "ResultStatus",
     "RotationReport",
     "Routed",
+    "ScheduleMode",
+    "SchedulePlan",
     "Signal",
     "SnapshotWrite",
+    "StatsMode",
     "StopReason",
     "Trip",
     "UserRow",
@@ -102,7 +130,10 @@ __all__ = [
     "authenticated",
     "backoff_ceiling",
     "backoff_delay",
+    "bucket_rates",
+    "class_intervals",
     "classify",
+    "day_shape",
     "decide_turn",
     "drop_retry_at",
     "drop_verdict",
@@ -110,8 +141,13 @@ __all__ = [
     "ends_turn",
     "find_code",
     "format_duration",
+    "from_buckets",
+    "interval_for",
     "parse_duration",
     "plan_capacity",
+    "plan_scale",
+    "rate_class",
     "read_again",
+    "still_wanted",
     "strict_json",
 ]

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
+from lta_worker.domain._estimate import ChangeEstimate
+
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)
 TOKENLESS_STATES: Final[frozenset[UserState]] = frozenset({"revoked", "dropped"})
@@ -60,6 +62,8 @@ class UserRow:
     # forget): a pass's decision is written only while the row still has the generation
     # it claimed (the fencing token).
     generation: int = 0
+    # What the reads observed of the user's changes (`freshness`); None: nothing yet.
+    estimate: ChangeEstimate | None = None
 
     def granted(self, endpoint: Endpoint) -> bool:
         """True when the user granted the scope of this endpoint at enrollment."""
@@ -100,6 +104,8 @@ class UserUpdate:
     # Which setting `next_due_at` derives from (`policy.DUE_CLASSES`), so that a changed
     # interval reschedules the user; None: not derived from a setting.
     due_class: str | None = None
+    # The change estimate after this turn (`freshness`); None: leave the stored one.
+    estimate: ChangeEstimate | None = None
 
 
 @dataclass(frozen=True, slots=True)

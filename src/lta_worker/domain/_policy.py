@@ -6,6 +6,11 @@ turn's outcomes through the table; they do no I/O and take `now` and the jitter 
 
 A turn calls the user's endpoints in order (latest-change first) and stops at the first
 outcome that ends the turn; results after it therefore never exist.
+
+Longer than the ~400-line ceiling on purpose, as h11 keeps every rule of its state machine
+in one file: the table, the fold that applies it and the schedule it sets are read together
+against the spec; the drop rules (`_drop`), the freshness arithmetic (`_freshness`,
+`_estimate`) and the breaker (`_breaker`) are already apart.
 """
 
 from __future__ import annotations
@@ -17,6 +22,16 @@ from datetime import datetime, timedelta
 from typing import Final, Literal, Protocol
 
 from lta_worker.domain._backoff import backoff_delay
+from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._freshness import (
+    FreshnessConfig,
+    ScheduleMode,
+    SchedulePlan,
+    StatsMode,
+    fold_turn,
+    next_due,
+    stats_still_wanted,
+)
 from lta_worker.domain._model import (
     ENDPOINT_SCOPES,
     UNREAD_STATES,
@@ -42,7 +57,8 @@ BackoffCap = Literal["interval", "parked_interval"]
 # `interval` and `parked` are due at last_polled_at + the interval; the backoff classes at
 # the earliest of their backoff and last_polled_at + their cap. None: not derived from a
 # setting (due now, retry soon, never).
-DueClass = Literal["interval", "parked", "backoff", "backoff_parked"]
+# `adaptive`: set by the freshness schedule (estimate and budget), not by one setting.
+DueClass = Literal["interval", "parked", "backoff", "backoff_parked", "adaptive"]
 DUE_CLASSES: Final[Mapping[tuple[Schedule, BackoffCap | None], DueClass | None]] = {
     ("interval", None): "interval",
     ("parked_interval", None): "parked",
@@ -143,6 +159,7 @@ CALL_ORDER: Final[tuple[Endpoint, ...]] = ("latest-change", "stats")
 # A backoff is never shorter than this, so a failing user is not re-read in a tight loop.
 MIN_RETRY: Final = timedelta(seconds=1)
 NOTHING_CALLABLE: Final = "scope_denied"
+NO_PLAN: Final = SchedulePlan()
 
 
 class PollDurations(Protocol):
@@ -177,24 +194,53 @@ class PolicyConfig:
         parked_interval: How often parked, unlinked and denied users are re-checked, and
             the cap of the backoff after a plain 401.
         backoff_base: The backoff ceiling after the first failure.
+        schedule, max_interval, stats, stats_max_age, rate_half_life: the freshness
+            schedule (`freshness.FreshnessConfig`).
+        plan: The budget's scale for this pass (`freshness.plan_scale`).
     """
 
     interval: timedelta = timedelta(hours=1)
     parked_interval: timedelta = timedelta(hours=24)
     backoff_base: timedelta = timedelta(seconds=30)
+    schedule: ScheduleMode = "fixed"
+    max_interval: timedelta = timedelta(hours=24)
+    stats: StatsMode = "always"
+    stats_max_age: timedelta = timedelta(hours=24)
+    rate_half_life: timedelta = timedelta(days=3)
+    plan: SchedulePlan = NO_PLAN
 
     def __post_init__(self) -> None:
         for name in ("interval", "parked_interval", "backoff_base"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"{name} must be longer than 0s")
+        self.freshness  # noqa: B018 -- validates the freshness durations
+
+    @property
+    def freshness(self) -> FreshnessConfig:
+        """The freshness schedule's settings."""
+        return FreshnessConfig(
+            schedule=self.schedule,
+            interval=self.interval,
+            max_interval=max(self.max_interval, self.interval),
+            stats=self.stats,
+            stats_max_age=self.stats_max_age,
+            rate_half_life=self.rate_half_life,
+        )
 
     @classmethod
     def from_settings(cls, poll: PollDurations) -> PolicyConfig:
-        """The policy's durations from the `[poll]` settings (anything that has the three)."""
+        """The policy's settings from `[poll]` (anything with the three durations; the
+        freshness keys, when it has them)."""
+        base = cls()
         return cls(
             interval=poll.interval,
             parked_interval=poll.parked_interval,
             backoff_base=poll.backoff_base,
+            schedule=getattr(poll, "schedule", base.schedule),
+            max_interval=getattr(poll, "max_interval", base.max_interval),
+            stats=getattr(poll, "stats", base.stats),
+            stats_max_age=getattr(poll, "stats_max_age", base.stats_max_age),
+            rate_half_life=getattr(poll, "rate_half_life", base.rate_half_life),
         )
 
 
@@ -234,6 +280,24 @@ def endpoints_to_call(
         and ENDPOINT_SCOPES[endpoint] in client_scopes
         and not _denied_at(user.denied, endpoint, now)
     )
+
+
+def still_wanted(
+    user: UserRow,
+    endpoint: Endpoint,
+    results: Sequence[tuple[Endpoint | None, Outcome]],
+    now: datetime,
+    cfg: PolicyConfig,
+) -> bool:
+    """Whether `endpoint` is still read in this turn after `results` (`poll.stats`).
+
+    Stats is skipped under `on_change` when latest-change's content did not change and
+    stats is younger than `stats_max_age`; latest-change is always read.
+    """
+    if endpoint != "stats":
+        return True
+    turn = [(e, o.kind, o.payload) for e, o in results if e is not None]
+    return stats_still_wanted(user.estimate, turn, now, cfg.freshness)
 
 
 def decide_turn(
@@ -292,10 +356,14 @@ def decide_turn(
         if rule.deny_endpoint and endpoint is not None:
             denied[endpoint] = now + cfg.parked_interval
     worst = max((outcome for _, outcome in turn), key=lambda o: SEVERITY.index(o.kind))
+    # What was read feeds the change estimate; an outcome with nothing sent has nothing.
+    answers = [(e, o.kind, o.payload) for e, o in turn if e is not None]
+    estimate = fold_turn(user.estimate, answers, now, cfg.freshness)
+    due = _next_due(user, turn, failures=failures, now=now, cfg=cfg, rng=rng, estimate=estimate)
     return UserUpdate(
         user_id=user.id,
         state=state,
-        next_due_at=_next_due(user, turn, failures=failures, now=now, cfg=cfg, rng=rng),
+        next_due_at=due,
         consecutive_failures=failures,
         last_outcome=worst.kind,
         last_code=worst.code,
@@ -305,6 +373,7 @@ def decide_turn(
         snapshots=tuple(snapshots),
         generation=user.generation,
         due_class=_due_class(turn, cfg) if read else None,
+        estimate=estimate,
     )
 
 
@@ -321,7 +390,7 @@ def _due_class(
     if "interval" in schedules and (
         "parked_interval" not in schedules or cfg.interval <= cfg.parked_interval
     ):
-        return "interval"
+        return "adaptive" if cfg.schedule == "adaptive" else "interval"
     return "parked"
 
 
@@ -352,13 +421,16 @@ def _next_due(
     now: datetime,
     cfg: PolicyConfig,
     rng: random.Random,
+    estimate: ChangeEstimate | None = None,
 ) -> datetime | None:
     """The ending outcome's schedule; without one, the soonest of the outcomes' schedules."""
     last = RULES[turn[-1][1].kind]
     if last.ends_turn:
         return _schedule(last, user, failures=failures, now=now, cfg=cfg, rng=rng)
     due = [
-        _schedule(RULES[o.kind], user, failures=failures, now=now, cfg=cfg, rng=rng)
+        _schedule(
+            RULES[o.kind], user, failures=failures, now=now, cfg=cfg, rng=rng, estimate=estimate
+        )
         for _, o in turn
     ]
     return min(d for d in due if d is not None)
@@ -372,9 +444,12 @@ def _schedule(
     now: datetime,
     cfg: PolicyConfig,
     rng: random.Random,
+    estimate: ChangeEstimate | None = None,
 ) -> datetime | None:
     if rule.schedule == "interval":
-        return now + cfg.interval
+        if cfg.schedule == "fixed":
+            return now + cfg.interval
+        return next_due(estimate, now, cfg.plan, cfg.freshness)
     if rule.schedule == "parked_interval":
         return now + cfg.parked_interval
     if rule.schedule == "never":

@@ -118,6 +118,10 @@ class User(Base):
     generation: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     # Which setting next_due_at derives from (migration 0003): see `policy.DUE_CLASSES`.
     due_class: Mapped[str | None] = mapped_column(String(16))
+    # The freshness estimate and its log-scale rates (migration 0004): `ChangeEstimate`.
+    estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    plan_bucket: Mapped[int | None] = mapped_column(Integer)
+    rate_bucket: Mapped[int | None] = mapped_column(Integer)
 
 
 class Snapshot(Base):

@@ -25,6 +25,7 @@ from sqlalchemy import URL
 
 from lta_worker.domain import (
     BudgetSeen,
+    ChangeEstimate,
     EncryptedToken,
     Endpoint,
     HistoryRow,
@@ -42,6 +43,7 @@ from lta_worker.errors import InstanceLockedError, SchemaOutdatedError
 from lta_worker.secret import Secret
 from lta_worker.storage import _drops as drops
 from lta_worker.storage import _enrollments as enrollments
+from lta_worker.storage import _freshness as freshness
 from lta_worker.storage import _instances as instances
 from lta_worker.storage import _migrate as migrate
 from lta_worker.storage import _results as results
@@ -141,6 +143,14 @@ class Store:
     def count_by_state(self) -> dict[str, int]:
         """Users per state, every state present."""
         return users.count_by_state(self._db)
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        """Active users counted per (plan_bucket, rate_bucket), for the freshness plan."""
+        return freshness.rate_buckets(self._db)
+
+    def sample_estimates(self, limit: int = freshness.SAMPLE) -> list[ChangeEstimate]:
+        """Up to `limit` stored change estimates of active users (for the day's shape)."""
+        return freshness.sample_estimates(self._db, limit)
 
     def count_due(self, now: datetime) -> int:
         """Users holding a token with `next_due_at <= now`."""

@@ -24,6 +24,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from lta_worker.domain import (
     TOKENLESS_STATES,
     USER_STATES,
+    ChangeEstimate,
     EncryptedToken,
     UserRow,
     UserState,
@@ -49,6 +50,7 @@ USER_COLUMNS = (
     User.last_outcome,
     User.last_code,
     User.generation,
+    User.estimate,
 )
 
 
@@ -90,6 +92,7 @@ def to_user_row(row: Row[Any]) -> UserRow:
         last_outcome=row.last_outcome,
         last_code=row.last_code,
         generation=row.generation,
+        estimate=ChangeEstimate.from_json(row.estimate) if row.estimate else None,
     )
 
 
@@ -328,6 +331,9 @@ def _apply_one(
     }
     if upd.last_polled_at is not None:
         values["last_polled_at"] = upd.last_polled_at
+    if upd.estimate is not None:  # the freshness estimate (migration 0004)
+        values["estimate"] = upd.estimate.to_json()
+        values["plan_bucket"], values["rate_bucket"] = upd.estimate.buckets()
     if upd.delete_token or upd.state in TOKENLESS_STATES:
         when = now or upd.last_polled_at
         if when is None:  # storage never reads the clock: the caller says when

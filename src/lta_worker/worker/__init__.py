@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from lta_worker.worker._clock import Clock, SystemClock
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
+    from lta_worker.worker._plan import schedule_summary
     from lta_worker.worker._runtime import Worker, instance_ttl
     from lta_worker.worker._serve import serve
     from lta_worker.worker._status import assess_health, collect_status
@@ -39,6 +40,7 @@ _NAMES = {
     "PassOptions": "._pass",
     "PassResult": "._pass",
     "ProgressFn": "._pass",
+    "schedule_summary": "._plan",
     "Worker": "._runtime",
     "instance_ttl": "._runtime",
     "serve": "._serve",
@@ -72,6 +74,7 @@ __all__ = [
     "open_store",
     "open_store_readonly",
     "run_checks",
+    "schedule_summary",
     "serve",
     "services",
 ]

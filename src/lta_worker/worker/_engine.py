@@ -54,6 +54,7 @@ from lta_worker.domain import (
     endpoints_to_call,
     ends_turn,
     read_again,
+    still_wanted,
 )
 from lta_worker.errors import EX_OK, UnknownKeyError
 from lta_worker.logs import get_logger
@@ -321,6 +322,8 @@ class PassEngine:
         credential = long_term_credential(token, self.client_secret)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
+            if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
+                continue  # `poll.stats = "on_change"`: latest-change did not move
             try:
                 outcome = await self._read(user, endpoint, credential)
             except _Interrupted:

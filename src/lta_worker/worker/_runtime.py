@@ -13,6 +13,7 @@ import random
 import secrets
 import socket
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,6 +31,7 @@ from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
+from lta_worker.worker._plan import PlanCache
 from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
@@ -112,6 +114,7 @@ class Worker:
         self._pacer: Pacer | None = None
         self.current: PassEngine | None = None
         self._stop_grace: float | None = None
+        self._plans = PlanCache()  # the freshness plan, renewed every few minutes
 
     @property
     def store(self) -> Store:
@@ -213,6 +216,11 @@ class Worker:
         await self._refresh_share()
         await self.follow_schedule()
         await self.retry_drops()
+        options = pass_options(self.settings, self.instance, max_duration)
+        plan = await self._db(
+            self._plans.get, self.store, self.settings, options.policy, self.clock.now()
+        )
+        options = replace(options, policy=replace(options.policy, plan=plan))
         engine = PassEngine(
             store=self.store,
             vault=self.vault,
@@ -220,7 +228,7 @@ class Worker:
             pacer=self.pacer if self.metrics is None else self.metrics.metered(self.pacer),
             clock=self.clock,
             client_secret=self.client_secret,
-            options=pass_options(self.settings, self.instance, max_duration),
+            options=options,
             rng=self.rng,
             on_progress=on_progress,
             on_read=None if self.metrics is None else self.metrics.on_read,

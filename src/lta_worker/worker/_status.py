@@ -63,6 +63,7 @@ def collect_status(
     from lta_worker import __version__
     from lta_worker.domain import USER_STATES, plan_capacity
     from lta_worker.worker._clock import SystemClock
+    from lta_worker.worker._plan import schedule_summary
     from lta_worker.worker._runtime import instance_ttl
     from lta_worker.worker._wiring import open_store_readonly
 
@@ -78,6 +79,7 @@ def collect_status(
         first = None if success is not None else db.first_pass()
         budget = db.budget_seen(settings.client.id)
         instances = db.live_instances(now, instance_ttl(settings))
+        schedule = schedule_summary(db, settings)
     finally:
         if own:
             db.close()
@@ -117,6 +119,7 @@ def collect_status(
             "sustainable": plan.sustainable,
             "warning": plan.warning,
         },
+        "schedule": schedule,
         "instances": [
             {k: iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
             for i in instances

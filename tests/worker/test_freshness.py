@@ -1,0 +1,348 @@
+"""The freshness schedule: the change estimate, the budget's spread, and stats on change."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.domain._estimate import BINS, MAX_RATE, ChangeEstimate, content_hash, observe
+from lta_worker.domain._freshness import (
+    PLAN_SHARE,
+    FreshnessConfig,
+    SchedulePlan,
+    bucket_rates,
+    day_shape,
+    fold_turn,
+    next_due,
+    plan_scale,
+    rate_class,
+    reads_per_hour,
+    stats_still_wanted,
+    wants_stats,
+)
+from lta_worker.domain._model import LATEST_CHANGE_SCOPE, STATS_SCOPE, EncryptedToken, UserRow
+from lta_worker.domain._outcomes import Outcome
+from lta_worker.domain._policy import PolicyConfig, decide_turn, still_wanted
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+ADAPTIVE = FreshnessConfig(
+    schedule="adaptive",
+    interval=timedelta(minutes=15),
+    max_interval=timedelta(hours=24),
+    stats="on_change",
+    stats_max_age=timedelta(hours=24),
+)
+
+durations = st.floats(min_value=1.0, max_value=30 * 86400.0).map(lambda s: timedelta(seconds=s))
+small = st.floats(min_value=0.0, max_value=500.0)
+estimates = st.builds(
+    ChangeEstimate,
+    changes=st.tuples(*[small] * BINS),
+    observed=st.tuples(*[st.floats(min_value=0.0, max_value=1e7)] * BINS),
+    content=st.one_of(st.none(), st.sampled_from(["a", "b"])),
+    seen_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+    stats_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+)
+configs = st.builds(
+    lambda low, extra, sched, stats, age: FreshnessConfig(
+        schedule=sched,
+        interval=low,
+        max_interval=low + extra,
+        stats=stats,
+        stats_max_age=age,
+    ),
+    durations,
+    durations,
+    st.sampled_from(["fixed", "adaptive"]),
+    st.sampled_from(["always", "on_change"]),
+    durations,
+)
+plans = st.builds(
+    SchedulePlan,
+    scale=st.floats(min_value=0.0, max_value=1e6),
+    shape=st.tuples(*[st.floats(min_value=0.05, max_value=6.0)] * BINS),
+)
+
+
+@given(est=st.one_of(st.none(), estimates), plan=plans, cfg=configs)
+def test_next_due_is_never_before_now_nor_after_now_plus_max_interval(
+    est: ChangeEstimate | None, plan: SchedulePlan, cfg: FreshnessConfig
+) -> None:
+    """A user read at `now` is due again no earlier than now and no later than now +
+    max_interval, whatever its estimate and the plan."""
+    due = next_due(est, NOW, plan, cfg)
+    assert NOW < due <= NOW + cfg.max_interval
+    if cfg.schedule == "fixed":
+        assert due == NOW + cfg.interval
+    else:
+        assert due >= NOW + cfg.interval
+
+
+@given(est=estimates, content=st.sampled_from(["a", "b", "c"]), later=durations)
+def test_an_observation_keeps_the_estimate_finite_and_bounded(
+    est: ChangeEstimate, content: str, later: timedelta
+) -> None:
+    """After any read the counts stay non-negative and every rate stays in (0, MAX_RATE]."""
+    after = observe(est, content, NOW + later, ADAPTIVE)
+    assert all(c >= 0 for c in after.changes)
+    assert all(o >= 0 for o in after.observed)
+    assert all(0 < r <= MAX_RATE for r in after.rates())
+    assert after.content == content
+    assert after.seen_at == NOW + later
+    assert after.stats_at == est.stats_at
+
+
+@given(est=estimates, later=durations)
+def test_a_changed_read_never_estimates_less_than_an_unchanged_one(
+    est: ChangeEstimate, later: timedelta
+) -> None:
+    """Seeing a change over an interval gives rates at least those of seeing none."""
+    base = replace(est, content="a", seen_at=NOW)
+    same = observe(base, "a", NOW + later, ADAPTIVE)
+    moved = observe(base, "b", NOW + later, ADAPTIVE)
+    assert all(m >= s for m, s in zip(moved.rates(), same.rates(), strict=True))
+    assert sum(moved.changes) >= sum(same.changes) + 1 - 1e-9
+
+
+@given(est=estimates)
+def test_the_stored_form_round_trips(est: ChangeEstimate) -> None:
+    """`from_json(to_json(e))` gives back the estimate (floats to their stored precision)."""
+    back = ChangeEstimate.from_json(est.to_json())
+    assert back is not None
+    assert back.content == est.content
+    assert back.seen_at == est.seen_at
+    assert back.stats_at == est.stats_at
+    assert back.changes == pytest.approx(est.changes, abs=1e-4)
+    assert back.observed == pytest.approx(est.observed, abs=0.1)
+
+
+@pytest.mark.parametrize("raw", [None, {}, {"c": [1.0], "o": [1.0]}, {"c": "x"}, []])
+def test_a_broken_stored_estimate_starts_afresh(raw: Any) -> None:
+    """Anything but a well-formed stored estimate reads as none (a fresh start)."""
+    assert ChangeEstimate.from_json(raw) is None
+
+
+def test_a_user_changing_every_hour_is_estimated_near_its_rate() -> None:
+    """Reads every 2 h of a user who changes each hour, for two weeks, estimate about 24 a day
+    (the EM step corrects for the changes a read cannot count)."""
+    rng = random.Random(1)
+    est, t, version = ChangeEstimate(), NOW, 0
+    for _ in range(14 * 12):
+        t += 2 * HOUR
+        version += sum(1 for _ in range(200) if rng.random() < 2 / 200)  # about 2 per read
+        est = observe(est, str(version), t, ADAPTIVE)
+    assert 12 < est.per_day() < 48
+
+
+def test_an_idle_user_drifts_to_the_cap_and_a_busy_one_is_read_sooner() -> None:
+    """With the same plan an idle user's interval is the cap and a busy one's is shorter."""
+    idle, busy = ChangeEstimate(), ChangeEstimate()
+    t = NOW
+    for n in range(60):
+        t += 4 * HOUR
+        idle = observe(idle, "same", t, ADAPTIVE)
+        busy = observe(busy, str(n), t, ADAPTIVE)
+    plan = plan_scale(bucket_rates([idle, busy]), 1.0, ADAPTIVE)
+    idle_due, busy_due = next_due(idle, t, plan, ADAPTIVE), next_due(busy, t, plan, ADAPTIVE)
+    assert busy_due < idle_due
+    assert idle_due - t == 0.9 * ADAPTIVE.max_interval
+
+
+@given(
+    rates=st.lists(
+        st.tuples(
+            st.floats(min_value=1e-8, max_value=MAX_RATE),
+            st.floats(min_value=1e-8, max_value=MAX_RATE),
+            st.integers(min_value=1, max_value=1000).map(float),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    budget=st.floats(min_value=1.0, max_value=1e5),
+)
+def test_the_plan_spends_no_more_than_its_share_unless_even_the_cap_is_too_much(
+    rates: list[tuple[float, float, float]], budget: float
+) -> None:
+    """At the planned scale the users cost at most PLAN_SHARE of the budget, unless every
+    user is already at the cap; a larger budget never gives a larger scale."""
+    plan = plan_scale(rates, budget, ADAPTIVE)
+    spent = reads_per_hour(rates, plan.scale, ADAPTIVE)
+    at_cap = reads_per_hour(rates, 1e12, ADAPTIVE)
+    assert spent <= budget * PLAN_SHARE * 1.01 or spent <= at_cap * 1.01
+    assert plan_scale(rates, budget * 2, ADAPTIVE).scale <= plan.scale
+
+
+def test_a_budget_that_covers_everyone_at_interval_reads_everyone_at_interval() -> None:
+    """When the budget covers every user at `interval`, the scale is 0: all at `interval`."""
+    plan = plan_scale([(1e-4, 1e-4, 10.0)], 1e6, ADAPTIVE)
+    assert plan.scale == 0
+    assert next_due(ChangeEstimate(), NOW, plan, ADAPTIVE) == NOW + ADAPTIVE.interval
+
+
+def test_the_day_shape_is_one_on_average() -> None:
+    """The shape's slices average one (a flat day when nobody has been observed)."""
+    assert day_shape([]) == (1.0,) * BINS
+    assert sum(day_shape([ChangeEstimate()])) == pytest.approx(BINS)
+
+
+# -- stats on change: the table ----------------------------------------------------------
+
+SEEN = ChangeEstimate(content=content_hash("ok", {"at": 1}), seen_at=NOW - HOUR)
+
+
+@pytest.mark.parametrize(
+    ("mode", "estimate", "payload", "stats_age", "read_stats"),
+    [
+        ("always", SEEN, {"at": 1}, HOUR, True),
+        ("on_change", SEEN, {"at": 2}, HOUR, True),  # latest-change moved
+        ("on_change", SEEN, {"at": 1}, HOUR, False),  # nothing new, stats young
+        ("on_change", SEEN, {"at": 1}, 24 * HOUR, True),  # stats_max_age reached
+        ("on_change", SEEN, {"at": 1}, None, True),  # stats never read
+        ("on_change", None, {"at": 1}, HOUR, True),  # first read of the user
+    ],
+)
+def test_stats_is_read_per_mode_change_and_age(
+    mode: str,
+    estimate: ChangeEstimate | None,
+    payload: Any,
+    stats_age: timedelta | None,
+    read_stats: bool,
+) -> None:
+    """Stats follows `poll.stats`: always, or only on a change of latest-change or at age."""
+    cfg = replace(ADAPTIVE, stats=mode)  # type: ignore[arg-type]
+    if estimate is not None:
+        estimate = replace(estimate, stats_at=NOW - stats_age if stats_age else None)
+    turn = [("latest-change", "ok", payload)]
+    assert stats_still_wanted(estimate, turn, NOW, cfg) is read_stats
+
+
+def test_without_a_content_answer_from_latest_change_stats_is_read() -> None:
+    """When latest-change was not granted or denied, stats is read (it is all there is)."""
+    est = replace(SEEN, stats_at=NOW)
+    assert stats_still_wanted(est, [], NOW, ADAPTIVE)
+    assert stats_still_wanted(est, [("latest-change", "scope_denied", None)], NOW, ADAPTIVE)
+    assert wants_stats(None, False, NOW, ADAPTIVE)
+
+
+@pytest.mark.parametrize(
+    ("per_day", "name"), [(0.0, "idle"), (0.4, "idle"), (2, "light"), (8, "busy"), (40, "heavy")]
+)
+def test_users_are_classed_by_changes_a_day(per_day: float, name: str) -> None:
+    """`status` classes users by their estimated changes a day."""
+    assert rate_class(per_day) == name
+
+
+# -- through the policy ------------------------------------------------------------------
+
+
+def _user(estimate: ChangeEstimate | None) -> UserRow:
+    return UserRow(
+        7, "u-7", "active", EncryptedToken(b"x", "k"), (LATEST_CHANGE_SCOPE, STATS_SCOPE), {},
+        NOW, NOW - HOUR, NOW, 0, None, None, 0, estimate,
+    )  # fmt: skip
+
+
+POLICY = PolicyConfig(
+    interval=timedelta(minutes=15),
+    schedule="adaptive",
+    stats="on_change",
+    plan=SchedulePlan(scale=300.0),
+)
+
+
+def test_decide_turn_folds_the_read_into_the_estimate_and_schedules_within_bounds() -> None:
+    """An adaptive turn stores the new estimate (content, stats time) and a due time between
+    interval and max_interval, of class `adaptive`."""
+    results = [
+        ("latest-change", Outcome("ok", 200, {"at": 2})),
+        ("stats", Outcome("ok", 200, {"n": 5})),
+    ]
+    update = decide_turn(_user(SEEN), results, NOW, POLICY, random.Random(0))  # type: ignore[arg-type]
+    assert update.estimate is not None
+    assert update.estimate.content == content_hash("ok", {"at": 2})
+    assert update.estimate.stats_at == NOW
+    assert update.due_class == "adaptive"
+    assert update.next_due_at is not None
+    assert NOW + POLICY.interval <= update.next_due_at <= NOW + POLICY.max_interval
+
+
+def test_the_fixed_schedule_keeps_the_interval() -> None:
+    """Under the default `fixed` schedule a read user is due at now + interval, class
+    `interval`, as before the freshness schedule."""
+    cfg = PolicyConfig(interval=HOUR)
+    update = decide_turn(
+        _user(None), [("latest-change", Outcome("ok", 200, {}))], NOW, cfg, random.Random(0)
+    )
+    assert update.next_due_at == NOW + HOUR
+    assert update.due_class == "interval"
+
+
+def test_still_wanted_skips_stats_only() -> None:
+    """`still_wanted` never skips latest-change, and skips stats when nothing moved."""
+    user = _user(replace(SEEN, stats_at=NOW - HOUR))
+    same = [("latest-change", Outcome("ok", 200, {"at": 1}))]
+    assert still_wanted(user, "latest-change", [], NOW, POLICY)
+    assert not still_wanted(user, "stats", same, NOW, POLICY)  # type: ignore[arg-type]
+    assert still_wanted(user, "stats", same, NOW, PolicyConfig())  # type: ignore[arg-type]
+
+
+def test_fold_turn_ignores_answers_without_content() -> None:
+    """A failed read is no observation: the estimate is left as it was."""
+    turn = [("latest-change", "transient", None)]
+    assert fold_turn(SEEN, turn, NOW, ADAPTIVE) is SEEN
+
+
+# -- the worker's plan, from what the store holds ------------------------------------------
+
+
+class FakeStore:
+    """What `plan_for_pass` reads of the store, counting the scans of the users table."""
+
+    def __init__(self) -> None:
+        self.scans = 0
+
+    def budget_seen(self, client_id: str) -> None:
+        return None
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 100, "parked": 4}
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        self.scans += 1
+        return [(ChangeEstimate().buckets(), 100.0)]
+
+    def sample_estimates(self) -> list[ChangeEstimate]:
+        return [ChangeEstimate()]
+
+
+def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
+    """Under `adaptive` the plan comes from the stored buckets and the fallback budget, is
+    reused for `REPLAN`, then made again; under `fixed` the store is not read at all."""
+    from lta_worker.config import build_settings
+    from lta_worker.worker._plan import REPLAN, PlanCache
+
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0},
+        }
+    )
+    policy = PolicyConfig.from_settings(settings.poll)
+    store, cache = FakeStore(), PlanCache()
+    plan = cache.get(store, settings, policy, NOW)  # type: ignore[arg-type]
+    assert plan.scale > 0  # 20 reads an hour cannot read 100 users every 15 minutes
+    assert plan.budget_per_hour == pytest.approx(20.0 - 4 / 24)
+    assert cache.get(store, settings, policy, NOW + REPLAN / 2) is plan  # type: ignore[arg-type]
+    cache.get(store, settings, policy, NOW + REPLAN)  # type: ignore[arg-type]
+    assert store.scans == 2
+    fixed = PolicyConfig()
+    assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]
