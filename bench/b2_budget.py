@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from bench.common import BenchResult, Workspace, log, median, quiet_logs, store_tokens
+from bench.common import BenchResult, Size, Workspace, log, median, quiet_logs, store_tokens
 
 CONCURRENCY = 8
 
@@ -33,12 +33,14 @@ async def _pass(settings: Any, seconds: float) -> Any:
         return await worker.run_pass(max_duration=timedelta(seconds=seconds))
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B2 and return its figures."""
     from bench.simproc import enroll, no_delay, user_ids
     from lta_worker.simulator import Simulator, start_in_thread
 
-    budget, window, measured = (60, 6, 2) if quick else (200, 20, 3)
+    budget, window, measured = {"full": (200, 20, 3), "quick": (60, 6, 2), "smoke": (20, 2, 1)}[
+        size
+    ]
     reserve = 0.1
     allowance = budget - math.floor(reserve * budget)
     result = BenchResult(
