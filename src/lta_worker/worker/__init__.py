@@ -25,9 +25,9 @@ if TYPE_CHECKING:
         PassResult,
         ProgressFn,
     )
-    from lta_worker.worker._runtime import Worker, instance_ttl
+    from lta_worker.worker._runtime import Worker
     from lta_worker.worker._serve import serve
-    from lta_worker.worker._wiring import Services, load_vault, open_store, services
+    from lta_worker.worker._wiring import Services, instance_ttl, load_vault, open_store, services
 
 _NAMES = {
     "EXIT_CODES": "._engine",
@@ -36,7 +36,7 @@ _NAMES = {
     "PassResult": "._engine",
     "ProgressFn": "._engine",
     "Worker": "._runtime",
-    "instance_ttl": "._runtime",
+    "instance_ttl": "._wiring",
     "serve": "._serve",
     "Services": "._wiring",
     "load_vault": "._wiring",
