@@ -46,7 +46,10 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
     with quiet_logs("info"):
         out["log poll.read (JSON, redacted)"] = _per(_log_events(reads), reads)
     out["pacer acquire + feed"] = _per(anyio.run(_pacer, reads), reads)
-    out["httpcore: failed `import sniffio` (x7 per request)"] = _per(_sniffio(reads), reads / 7)
+    label = "sniffio" if sniffio_installed() else "failed `import sniffio`"
+    out[f"httpcore: current_async_library, {label} (x7 per request)"] = _per(
+        anyio.run(_sniffio, reads), reads / 7
+    )
     return out
 
 
@@ -84,19 +87,25 @@ def _turn_costs(users: int) -> dict[str, float]:
             out["policy.decide_turn"] = _per(took, reads)
             took = _timed(lambda: _apply_all(store, updates))[0]
             out["store.apply, first results (inserts)"] = _per(took, reads)
+            # The steady state: the same users claimed again (the first apply released
+            # their leases and moved them an hour ahead), the same content read later.
             later = now + timedelta(hours=1)
-            again = [decide_turn(r, o, later, cfg, rng) for r, o in turns]
+            read = {r.id: o for r, o in turns}
+            again_rows = _claim_all(store, later, users, due_before=later + timedelta(days=1))
+            again = [decide_turn(r, read[r.id], later, cfg, rng) for r in again_rows]
             took = _timed(lambda: _apply_all(store, again))[0]
             out["store.apply, same content (updates)"] = _per(took, reads)
     return out
 
 
-def _claim_all(store: Any, now: datetime, users: int) -> list[Any]:
+def _claim_all(
+    store: Any, now: datetime, users: int, due_before: datetime | None = None
+) -> list[Any]:
     rows: list[Any] = []
     for _ in range(users // 100 + 2):
         batch = store.claim_due(
             now=now,
-            due_before=now,
+            due_before=due_before or now,
             limit=100,
             owner="bench",
             lease_until=now + timedelta(minutes=5),
@@ -172,8 +181,12 @@ async def _pacer(count: int) -> float:
     return time.perf_counter() - t0
 
 
-def _sniffio(count: int) -> float:
-    """What httpcore's `current_async_library()` costs when sniffio is not installed."""
+async def _sniffio(count: int) -> float:
+    """What httpcore's `current_async_library()` costs (a failed import without sniffio).
+
+    Called inside the event loop, as httpcore calls it: with sniffio installed it asks
+    sniffio, which refuses to answer outside an async context.
+    """
     from httpcore._synchronization import current_async_library
 
     t0 = time.perf_counter()

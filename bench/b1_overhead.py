@@ -37,6 +37,7 @@ from bench import b1_breakdown
 from bench.common import (
     BenchResult,
     SimProcess,
+    Size,
     Workspace,
     cpu_seconds,
     log,
@@ -85,10 +86,11 @@ async def worker_pass(settings: Any, _tokens: Sequence[tuple[str, str]]) -> Timi
         waits: list[float] = []
         acquire = worker.pacer.acquire
 
-        async def timed_acquire() -> None:
+        async def timed_acquire() -> Any:
             begun = time.perf_counter()
-            await acquire()
+            permit = await acquire()
             waits.append(time.perf_counter() - begun)
+            return permit
 
         worker.pacer.acquire = timed_acquire  # type: ignore[method-assign]
         # What the pacer itself decided: how many permits it held back, and for how long.
@@ -293,15 +295,15 @@ def _summary(runs: dict[str, list[Timing]]) -> dict[str, Any]:
     return out
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B1 and return its figures."""
-    users = 500 if quick else 2000
-    rounds = 3
+    users = {"full": 2000, "quick": 500, "smoke": 20}[size]
+    rounds = 1 if size == "smoke" else 3
     result = BenchResult("B1", f"overhead: a pass over {users:,} users vs plain httpx")
     process = measure_process(users, rounds)
     main = _summary(process["runs"])
     sniffio = _summary(process["sniffio"])
-    thread = _summary(measure_thread(users, 1 if not quick else 2))
+    thread = _summary(measure_thread(users, {"full": 1, "quick": 2, "smoke": 1}[size]))
     costs = b1_breakdown.engine_costs(users=min(users, 1000))
     worker, api, base = main["worker"], main["api_client"], main["baseline"]
     result.details = {

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from bench.common import BenchResult, Workspace, log, median, quiet_logs, store_tokens
+from bench.common import BenchResult, Size, Workspace, log, median, quiet_logs, store_tokens
 
 CONCURRENCY = 8
 
@@ -34,12 +34,14 @@ async def _pass(settings: Any, seconds: float) -> Any:
         return await worker.run_pass(max_duration=timedelta(seconds=seconds))
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B2 and return its figures."""
     from bench.simproc import enroll, no_delay, user_ids
     from lta_worker.simulator import Simulator, start_in_thread
 
-    budget, window, measured = (60, 6, 2) if quick else (200, 20, 3)
+    budget, window, measured = {"full": (200, 20, 3), "quick": (60, 6, 2), "smoke": (20, 2, 1)}[
+        size
+    ]
     reserve = 0.1
     allowance = budget - math.floor(reserve * budget)
     result = BenchResult(
@@ -109,17 +111,18 @@ def run(quick: bool) -> BenchResult:
         note=f"pacer start-up (of {allowance}); not in the mean",
     )
     result.add("median reads per measured window", median(allowed[w] for w in windows), "reads")
-    _virtual_hours(result, quick)
+    _virtual_hours(result, size)
     return result
 
 
-def _virtual_hours(result: BenchResult, quick: bool) -> None:  # noqa: PLR0915
+def _virtual_hours(result: BenchResult, size: Size) -> None:  # noqa: PLR0915
     """The hour-long variant on virtual time (see the module's docstring)."""
-    from lta_worker.pacing._pacer import RECHECK, PacerCore
+    from lta_worker.pacing import PacerCore
+    from lta_worker.pacing._pacer import RECHECK
     from lta_worker.pacing._ratelimit import RateLimitInfo
 
     limit, window, reserve, latency, concurrency = 120, 3600.0, 0.1, 0.4, CONCURRENCY
-    hours = 6 if quick else 24
+    hours = {"full": 24, "quick": 6, "smoke": 2}[size]
     allowance = limit - math.floor(reserve * limit)
     # No other traffic, as in the real-time windows: the worker alone against the budget.
     others: list[float] = []

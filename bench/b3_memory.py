@@ -26,6 +26,7 @@ from bench.common import (
     PYTHON,
     ROOT,
     SimProcess,
+    Size,
     Workspace,
     bulk_store_tokens,
     cpu_seconds,
@@ -38,9 +39,9 @@ SCOPE = ("cloud-sync.permanent.latest-change",)
 CHILD_TIMEOUT_S = 1200.0
 
 
-def measure(quick: bool) -> dict[str, Any]:
+def measure(size: Size) -> dict[str, Any]:
     """Peak RSS of a pass at a small and a large size (5,000 and 100,000; quick 2,000/10,000)."""
-    sizes = (2_000, 10_000) if quick else (5_000, 100_000)
+    sizes = {"full": (5_000, 100_000), "quick": (2_000, 10_000), "smoke": (100, 200)}[size]
     return {"scopes": list(SCOPE), "sizes": [_one(users) for users in sizes]}
 
 

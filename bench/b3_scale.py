@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench import b3_memory
-from bench.common import LONG_TERM_SCOPES, BenchResult, Workspace, log, median
+from bench.common import LONG_TERM_SCOPES, BenchResult, Size, Workspace, log, median
 
 CLAIM = 1000
 
@@ -118,8 +118,10 @@ def _ms(fn: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
     return times, out
 
 
-def claims(store: Any, db_path: Any, now: datetime, runs: int) -> dict[str, Any]:
-    """Time `runs` claims of CLAIM users; between them, move the claimed users ahead."""
+def claims(
+    store: Any, db_path: Any, now: datetime, runs: int, claim: int = CLAIM
+) -> dict[str, Any]:
+    """Time `runs` claims of `claim` users; between them, move the claimed users ahead."""
     times: list[float] = []
     capture = SqlCapture(store.database.engine)
     for _ in range(runs):
@@ -127,17 +129,18 @@ def claims(store: Any, db_path: Any, now: datetime, runs: int) -> dict[str, Any]
         batch = store.claim_due(
             now=now,
             due_before=now,
-            limit=CLAIM,
+            limit=claim,
             owner="bench",
             lease_until=now + timedelta(minutes=5),
         )
         times.append(1000 * (time.perf_counter() - t0))
-        if len(batch) != CLAIM:
-            raise RuntimeError(f"claimed {len(batch)} users, expected {CLAIM}")
+        if len(batch) != claim:
+            raise RuntimeError(f"claimed {len(batch)} users, expected {claim}")
         capture.close()
         _apply_like(db_path, now + timedelta(hours=1))
     statement, params = capture.statements[0]
-    # The same statement and commit by sqlite3 alone: what the SQL and the fsync cost,
+    # The same statements (the SELECT of candidates, the UPDATE that leases them and
+    # returns the rows) and commit by sqlite3 alone: what the SQL and the commit cost,
     # without SQLAlchemy and the conversion of rows to UserRow.
     con = sqlite3.connect(db_path, isolation_level=None)
     con.execute("PRAGMA synchronous = FULL")  # as the store sets it
@@ -146,24 +149,26 @@ def claims(store: Any, db_path: Any, now: datetime, runs: int) -> dict[str, Any]
         for _ in range(3):
             t0 = time.perf_counter()
             con.execute("BEGIN IMMEDIATE")
-            rows = con.execute(statement, params).fetchall()
+            for replayed, replayed_params in capture.statements:
+                rows = con.execute(replayed, replayed_params).fetchall()
             con.execute("COMMIT")
             sql_times.append(1000 * (time.perf_counter() - t0))
             _apply_like(db_path, now + timedelta(hours=1))
     finally:
         con.close()
     return {
-        "core_statement_what_if": _core_claim(store, db_path, now),
+        "core_statement_what_if": _core_claim(store, db_path, now, claim),
         "claims_ms": [round(t, 2) for t in times],
         "median_ms": median(times[1:] if len(times) > 1 else times),
         "first_ms": times[0],
         "sql_only_median_ms": median(sql_times),
         "sql_rows": len(rows),
+        "sql_statements": len(capture.statements),
         "plan": query_plan(db_path, statement, params),
     }
 
 
-def _core_claim(store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
+def _core_claim(store: Any, db_path: Any, now: datetime, claim: int) -> dict[str, Any]:
     """What-if: the claim's statement on the Core table instead of the ORM entity.
 
     Built from `users.USER_COLUMNS` and converted with `users.to_user_row`, as the store
@@ -185,7 +190,7 @@ def _core_claim(store: Any, db_path: Any, now: datetime) -> dict[str, Any]:
                 or_(table.c.lease_expires_at.is_(None), table.c.lease_expires_at < now),
             )
             .order_by(table.c.next_due_at, table.c.id)
-            .limit(CLAIM)
+            .limit(claim)
         )
         stmt = (
             update(table)
@@ -265,12 +270,13 @@ def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, An
     return out
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B3 and return its figures."""
     from lta_worker.storage import Store, Vault
 
-    users = 100_000 if quick else 1_000_000
-    claim_runs = 5 if quick else 9
+    users = {"full": 1_000_000, "quick": 100_000, "smoke": 2_000}[size]
+    claim_runs = {"full": 9, "quick": 5, "smoke": 2}[size]
+    claim = 100 if size == "smoke" else CLAIM
     result = BenchResult("B3", f"scale: {users:,} users in SQLite; memory of a big pass")
     with Workspace("b3") as ws:
         base = "http://127.0.0.1:9"
@@ -285,8 +291,8 @@ def run(quick: bool) -> BenchResult:
         log(f"B3: {users:,} synthetic users inserted in {took:.1f} s ({size_mb:.0f} MB)")
         with Store.open(settings.database.url) as store:
             status_out = status(config, store, ws.db_path, now)
-            claim_out = claims(store, ws.db_path, now, claim_runs)
-    memory = b3_memory.measure(quick)
+            claim_out = claims(store, ws.db_path, now, claim_runs, claim)
+    memory = b3_memory.measure(size)
     result.details = {
         "users": users,
         "insert_s": round(took, 2),
@@ -296,7 +302,7 @@ def run(quick: bool) -> BenchResult:
         "memory": memory,
     }
     result.add(
-        f"claim_due of {CLAIM:,} users",
+        f"claim_due of {claim:,} users",
         claim_out["median_ms"],
         "ms",
         at_most=20,

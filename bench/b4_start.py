@@ -1,4 +1,4 @@
-"""B4 start: `lta-worker run` with nothing due, as cron or a timer starts it.
+"""B4 start: `lta-worker run` with nothing due, as cron or a timer starts it; and `status`.
 
 A migrated SQLite database holds a few users, none due; config, key file and client secret
 are valid. Each run is a new process (`.venv/bin/lta-worker --config C run`), timed from
@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import PYTHON, BenchResult, Workspace, log, median, store_tokens
+from bench.common import PYTHON, BenchResult, Size, Workspace, log, median, store_tokens
 
 # What a run may spend time on, each timed in a fresh interpreter: (label, setup, statement).
 # A library's time includes the standard modules it is the first to import.
@@ -169,10 +169,10 @@ def fresh(setup: str, statement: str) -> float | None:
     return float(proc.stdout.strip())
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B4 and return its figures."""
-    runs = 5 if quick else 15
-    result = BenchResult("B4", "start: `lta-worker run` with nothing due")
+    runs = {"full": 15, "quick": 5, "smoke": 1}[size]
+    result = BenchResult("B4", "start: `lta-worker run` with nothing due, and `status`")
     with Workspace("b4") as ws:
         base = "http://127.0.0.1:9"  # never contacted: nobody is due
         settings = ws.settings(base, base + "/auth")
@@ -188,6 +188,13 @@ def run(quick: bool) -> BenchResult:
             if proc.returncode != 0:
                 raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr[-1000:]}")
             walls.append(wall)
+        status_cmd = [_script(), "--config", str(config), "status"]
+        status_walls = []
+        for _ in range(runs):
+            wall, proc = _wall(status_cmd)
+            if proc.returncode != 0:
+                raise RuntimeError(f"status exited {proc.returncode}: {proc.stderr[-1000:]}")
+            status_walls.append(wall)
         python_walls = [_wall([PYTHON, "-c", "pass"])[0] for _ in range(runs)]
         cli_code = "import lta_worker.cli, lta_worker.cli._commands"
         import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
@@ -199,6 +206,7 @@ def run(quick: bool) -> BenchResult:
     result.details = {
         "runs": runs,
         "run_s": [round(w, 3) for w in walls],
+        "status_s": [round(w, 3) for w in status_walls],
         "python_startup_median_s": median(python_walls),
         "cli_import_median_s": median(import_walls),
         "split_median_s": {
@@ -216,6 +224,14 @@ def run(quick: bool) -> BenchResult:
         "ms",
         at_most=500,
         note=f"median of {runs}; min {1000 * min(walls):.0f}, max {1000 * max(walls):.0f}",
+    )
+    result.add(
+        "status (wall)",
+        1000 * median(status_walls),
+        "ms",
+        at_most=300,
+        note=f"median of {runs}; min {1000 * min(status_walls):.0f}, "
+        f"max {1000 * max(status_walls):.0f}",
     )
     result.add("python -c pass", 1000 * median(python_walls), "ms", note="interpreter alone")
     result.add("import the CLI and its commands", 1000 * median(import_walls), "ms")

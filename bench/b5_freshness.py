@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.common import BenchResult, log
+from bench.common import BenchResult, Size, log
 from lta_worker.domain import (
     LONG_TERM_SCOPES,
     ChangeEstimate,
@@ -232,9 +232,9 @@ def _measure(users: list[SimUser], end: float) -> dict[str, float]:
     }
 
 
-def run(quick: bool) -> BenchResult:
+def run(size: Size) -> BenchResult:
     """Run B5 and return its figures."""
-    n, days = (300, 14) if quick else (1000, 14)
+    n, days = {"full": (1000, 14), "quick": (300, 14), "smoke": (40, 2)}[size]
     end = days * DAY
     result = BenchResult("B5", f"freshness: {n} users, {days} days on virtual time")
     population = _population(n, days, random.Random(5))

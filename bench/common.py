@@ -21,13 +21,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 # The two long term scopes (as in lta_worker.config; spelled here to keep imports lazy).
 LONG_TERM_SCOPES = ("cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats")
 PYTHON = sys.executable
 SIM_START_TIMEOUT_S = 600.0
+# How big a run is: `full` (the README's figures), `quick` (smaller, a few minutes), or
+# `smoke` (tiny sizes, no targets: CI checks that every benchmark still runs and reports).
+Size = Literal["full", "quick", "smoke"]
+SIZES: tuple[Size, ...] = ("full", "quick", "smoke")
 
 
 # -- figures --------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import b1_breakdown, b1_overhead, b2_budget, b3_scale, b4_start, b5_freshness
-from bench.common import ROOT, BenchResult, log, machine, render_table, write_results
+from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
 
 # B4 first: a start-up time is the most sensitive to what else the machine is doing.
-BENCHMARKS: dict[str, Callable[[bool], BenchResult]] = {
+BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B4": b4_start.run,
     "B1": b1_overhead.run,
     "B2": b2_budget.run,
@@ -46,7 +46,11 @@ def source_state() -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """Run the chosen benchmarks; return 0 when each ran (met targets or not), else 1."""
     parser = argparse.ArgumentParser(prog="bench/run", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes")
+    sizes.add_argument(
+        "--smoke", action="store_true", help="tiny sizes and no targets: does everything run?"
+    )
     parser.add_argument("--only", default="", help="comma-separated subset, e.g. B1,B3")
     parser.add_argument("--out", type=Path, help="where to write the JSON results")
     args = parser.parse_args(argv)
@@ -54,10 +58,21 @@ def main(argv: list[str]) -> int:
     unknown = [b for b in chosen if b not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
-    out = args.out or ROOT / "bench" / ("results-quick.json" if args.quick else "results.json")
+    size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    out = (
+        args.out
+        or ROOT
+        / "bench"
+        / {
+            "full": "results.json",
+            "quick": "results-quick.json",
+            "smoke": "results-smoke.json",
+        }[size]
+    )
 
     info: dict[str, Any] = {
         "quick": args.quick,
+        "size": size,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "source": source_state(),
@@ -65,7 +80,7 @@ def main(argv: list[str]) -> int:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     m = info["machine"]
-    log(f"{'quick' if args.quick else 'full'} run of {', '.join(chosen)} on {m['cpu']}")
+    log(f"{size} run of {', '.join(chosen)} on {m['cpu']}")
     results: list[BenchResult] = []
     failed = False
     t0 = time.perf_counter()
@@ -73,12 +88,15 @@ def main(argv: list[str]) -> int:
         started = time.perf_counter()
         log(f"{name} ...")
         try:
-            result = BENCHMARKS[name](args.quick)
+            result = BENCHMARKS[name](size)
         except Exception as exc:  # one broken benchmark must not lose the others' figures
             failed = True
             traceback.print_exc()
             result = BenchResult(name, "failed")
             result.add("error", f"{type(exc).__name__}: {exc}"[:200])
+        if size == "smoke":  # tiny sizes say nothing about the targets
+            for figure in result.figures:
+                figure.target, figure.met = "", None
         result.seconds = time.perf_counter() - started
         result.details["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         log(f"{name} done in {result.seconds:.0f} s")
@@ -87,7 +105,7 @@ def main(argv: list[str]) -> int:
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     write_results(out, info, results)
 
-    print(f"lta-worker benchmarks ({'quick' if args.quick else 'full'} run, {info['started_at']})")
+    print(f"lta-worker benchmarks ({size} run, {info['started_at']})")
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['python']}; {m['os']}")
     src = info["source"]
     print(

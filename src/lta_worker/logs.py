@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -41,11 +42,18 @@ _PATTERNS = (
     re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
     re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
 )
+# A string none of whose parts could match a pattern above is left as it is without
+# running them: a necessary condition of each, in one scan.
+_MAYBE = re.compile(
+    r"dspa_|(?i:bearer|basic)\s|(?i:code|code_verifier|client_secret|access_token|token)="
+)
 _lock = threading.Lock()
 # Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at
 # start; short-lived ones (a user access token during enrollment) come and go. Long term
 # tokens need no registration: the `dspa_` pattern masks every one of them.
 _registered: dict[str, None] = {}
+# The registered values, longest first: rebuilt on every change, read without the lock.
+_by_length: tuple[str, ...] = ()
 _MIN_REGISTERED = 6
 _MAX_REGISTERED = 64
 
@@ -63,24 +71,37 @@ def register_secret(value: str | Secret) -> None:
                 keys = iter(_registered)
                 next(keys)
                 del _registered[next(keys)]
+            _sort_registered()
+
+
+def _sort_registered() -> None:
+    global _by_length  # noqa: PLW0603 - a snapshot swapped whole, read without the lock
+    _by_length = tuple(sorted(_registered, key=len, reverse=True))
 
 
 def forget_secrets() -> None:
     """Drop every registered value (tests; a key reload)."""
     with _lock:
         _registered.clear()
+        _sort_registered()
 
 
 def scrub(text: str) -> str:
     """Mask every known secret shape and registered value in a string."""
-    with _lock:
-        values = sorted(_registered, key=len, reverse=True)
-    for value in values:
+    for value in _by_length:
         if value in text:
             text = text.replace(value, REDACTED)
+    if _MAYBE.search(text) is None:
+        return text
     text = _PATTERNS[0].sub(REDACTED, text)
     text = _PATTERNS[1].sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _PATTERNS[2].sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+
+
+@lru_cache(maxsize=1024)
+def _secret_key(key: str) -> bool:
+    """True when a field named `key` holds a secret by its name."""
+    return _SECRET_KEYS.search(key) is not None
 
 
 def _scrub_value(key: str | None, value: Any) -> Any:
@@ -88,7 +109,7 @@ def _scrub_value(key: str | None, value: Any) -> Any:
         return REDACTED
     if (
         key is not None
-        and _SECRET_KEYS.search(key)
+        and _secret_key(key)
         and value not in (None, "")
         and not isinstance(value, int | float | bool)
     ):

@@ -7,6 +7,7 @@ every lifecycle change bumps it. One user's failing write never blocks its batch
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -228,3 +229,47 @@ def test_two_instances_starting_together_both_record_the_schedule(store_url: str
             thread.join()
         assert len(results) == 4
         assert one.follow_schedule(HOUR, 24 * HOUR, T0) is None
+
+
+def test_a_stale_decision_in_a_batch_leaves_its_batch_mates_written(
+    store: Store, vault: Vault
+) -> None:
+    """One batch, one user re-enrolled since the claim: only that user's decision is discarded."""
+    for name in ("a", "b", "c"):
+        enroll(store, vault, name, due=T0 - MINUTE)
+    rows = store.claim_due(now=T0, due_before=T0, limit=3, owner="i1", lease_until=T0 + HOUR)
+    by_name = {r.user: r for r in rows}
+    store.store_token("b", vault.encrypt(token_for("b"), user="b"), ["s"], T0, T0)
+    stale = turn(by_name["b"])
+    batch = [turn(by_name["a"]), stale, turn(by_name["c"], state="revoked", delete_token=True)]
+    discarded: list[tuple[UserUpdate, str]] = []
+    assert store.apply(batch, owner="i1", discarded=discarded) == 2
+    assert discarded == [(stale, "changed")]
+    assert {r.user for r in store.export_results()} == {"a", "c"}
+    c = store.get_user("c")
+    assert c is not None and (c.state, c.token) == ("revoked", None)
+
+
+def test_two_turns_of_one_user_in_a_batch_are_written_in_order(store: Store, vault: Vault) -> None:
+    """A batch holding the same user twice writes both, in order: history keeps both contents."""
+    row = enroll(store, vault, "a")
+    first = turn(row, {"v": 1}, generation=None)
+    later = replace(first, snapshots=(SnapshotWrite("stats", "ok", {"v": 2}, T0 + HOUR),))
+    assert store.apply([first, later]) == 2
+    assert [h.payload for h in store.history("a", "stats")] == [{"v": 1}, {"v": 2}]
+    (result,) = store.export_results("a")
+    assert (result.payload, result.fetched_at, result.changed_at) == (
+        {"v": 2},
+        T0 + HOUR,
+        T0 + HOUR,
+    )
+
+
+def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
+    """claim_due's records (read from the driver's values) equal get_user's, field by field."""
+    row = enroll(store, vault, "a", due=T0 - MINUTE)
+    denied = {"stats": T0 + 2 * HOUR}
+    store.apply([turn(row, next_due_at=T0 - MINUTE, denied=denied, last_code="x", generation=None)])
+    claimed = claim_one(store)
+    assert claimed == store.get_user("a")
+    assert (claimed.denied, claimed.last_polled_at, claimed.last_code) == (denied, T0, "x")

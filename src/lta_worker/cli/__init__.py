@@ -8,6 +8,7 @@ see `failure`. `--debug` (or `LTA_WORKER_DEBUG=1`) adds the traceback, without f
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -77,7 +78,21 @@ def _exit_code(exc: BaseException) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the `lta-worker` console script."""
+    """Entry point of the `lta-worker` console script.
+
+    Without `argv` (the console script, `python -m lta_worker`) the process ends with the
+    command: the objects left are frozen out of the garbage collector's reach on the way
+    out, so the interpreter's last collections skip the few hundred thousand objects the
+    imports made (about a tenth of a second of a one-shot command, `run` from cron).
+    """
+    try:
+        _main(argv)
+    finally:
+        if argv is None:
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> None:
     _register()
     app = App(debug=_debug_from_env())
     try:

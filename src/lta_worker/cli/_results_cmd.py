@@ -13,12 +13,9 @@ import click
 from lta_worker.cli._app import App, pass_app
 from lta_worker.cli._users_cmd import iso
 from lta_worker.errors import UnknownUserError
-from lta_worker.logs import get_logger
 
 if TYPE_CHECKING:
     from lta_worker.domain import ResultRow
-
-log = get_logger("lta_worker.results")
 
 
 def result_json(row: ResultRow) -> dict[str, Any]:
@@ -65,6 +62,9 @@ def export(app: App, fmt: str, user: str | None) -> None:
             except ValueError:
                 # Stored by an older version before payloads were strict JSON: every line
                 # printed is valid JSON, so this one is left out, and said so.
+                from lta_worker.logs import get_logger  # structlog: only when needed
+
+                log = get_logger("lta_worker.results")
                 log.warning("results.skipped", user=row.user, endpoint=row.endpoint)
                 continue
             click.echo(line)

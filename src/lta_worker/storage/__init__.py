@@ -2,7 +2,8 @@
 
 - `Store`: every query the engine, the CLI and enrollment need, over SQLAlchemy 2 Core
   (`_store`, with the queries in `_users`, `_results`, `_drops`, `_schedule`,
-  `_instances`, `_enrollments`, `_rotation`);
+  `_instances`, `_enrollments`, `_rotation`; a batch of turns written in a few statements
+  in `_apply`, claimed rows turned into records in `_rows`);
 - `Vault`, `Keyring`, `TokenDecryptError`, `load_key_file`, `generate_key_line`:
   AES-256-GCM encryption of tokens at rest and the key file (`_vault`, `_keyfile`);
 - `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this

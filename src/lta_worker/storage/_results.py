@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, and_, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, and_, delete, or_, select, tuple_
 
 from lta_worker.domain import (
     Endpoint,
@@ -22,9 +22,8 @@ from lta_worker.domain import (
     PurgeCounts,
     ResultRow,
     ResultStatus,
-    SnapshotWrite,
 )
-from lta_worker.storage._db import Database, Dialect
+from lta_worker.storage._db import Database
 from lta_worker.storage._models import History, Snapshot, User
 
 
@@ -36,43 +35,6 @@ def canonical_json(payload: Any) -> bytes:
 def content_hash(payload: Any) -> str:
     """The sha256 (hex) of the payload's canonical JSON form."""
     return hashlib.sha256(canonical_json(payload)).hexdigest()
-
-
-def write_snapshot(conn: Connection, dialect: Dialect, user_id: int, write: SnapshotWrite) -> None:
-    """Upsert the (user, endpoint) snapshot; append history when the content changed."""
-    digest = content_hash(write.payload)
-    key = and_(Snapshot.user_id == user_id, Snapshot.endpoint == write.endpoint)
-    query = select(Snapshot.status, Snapshot.content_hash, Snapshot.fetched_at).where(key)
-    if dialect == "postgresql":
-        query = query.with_for_update()
-    current = conn.execute(query).first()
-    content = {"status": write.status, "payload": write.payload, "content_hash": digest}
-    if current is None:
-        conn.execute(
-            insert(Snapshot).values(
-                user_id=user_id,
-                endpoint=write.endpoint,
-                fetched_at=write.fetched_at,
-                changed_at=write.fetched_at,
-                **content,
-            )
-        )
-    elif write.fetched_at <= current.fetched_at:
-        return
-    elif current.status == write.status and current.content_hash == digest:
-        conn.execute(update(Snapshot).where(key).values(fetched_at=write.fetched_at))
-        return
-    else:
-        conn.execute(
-            update(Snapshot)
-            .where(key)
-            .values(fetched_at=write.fetched_at, changed_at=write.fetched_at, **content)
-        )
-    conn.execute(
-        insert(History).values(
-            user_id=user_id, endpoint=write.endpoint, fetched_at=write.fetched_at, **content
-        )
-    )
 
 
 def export_results(db: Database, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:

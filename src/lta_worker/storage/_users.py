@@ -31,9 +31,10 @@ from lta_worker.domain import (
     UserUpdate,
 )
 from lta_worker.errors import UnknownUserError
-from lta_worker.storage import _results as results
+from lta_worker.storage._apply import USERS, without_repeats, write_batch
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import User, UtcDateTime
+from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
 USER_COLUMNS = (
     User.id,
@@ -59,15 +60,6 @@ def _denied_out(raw: Mapping[str, Any] | None) -> dict[str, datetime]:
     for endpoint, value in (raw or {}).items():
         stamp = datetime.fromisoformat(str(value))
         out[endpoint] = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
-    return out
-
-
-def _denied_in(denied: Mapping[str, datetime]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for endpoint, when in denied.items():
-        if when.tzinfo is None:
-            raise ValueError("storage takes timezone-aware datetimes only (use UTC)")
-        out[endpoint] = when.astimezone(UTC).isoformat()
     return out
 
 
@@ -134,11 +126,12 @@ def count_by_state(db: Database) -> dict[str, int]:
 
 def _due(due_before: datetime) -> ColumnElement[bool]:
     # A `dropping` user keeps its token only to finish the DELETE: never read with it.
+    c = USERS.c
     return and_(
-        User.token_ciphertext.is_not(None),
-        User.state != "dropping",
-        User.next_due_at.is_not(None),
-        User.next_due_at <= due_before,
+        c.token_ciphertext.is_not(None),
+        c.state != "dropping",
+        c.next_due_at.is_not(None),
+        c.next_due_at <= due_before,
     )
 
 
@@ -192,10 +185,13 @@ def lease_due(
     """
     if limit <= 0:
         return [], []
+    # Core table, driver values, one conversion per row (`storage._rows`): a claim of a
+    # thousand users costs little more than its SQL.
+    c = USERS.c
     candidates = (
-        select(User.id, User.lease_owner)
-        .where(condition, or_(User.lease_expires_at.is_(None), User.lease_expires_at < now))
-        .order_by(User.next_due_at, User.id)
+        select(c.id, c.lease_owner)
+        .where(condition, or_(c.lease_expires_at.is_(None), c.lease_expires_at < now))
+        .order_by(c.next_due_at, c.id)
         .limit(limit)
     )
     if db.dialect == "postgresql":
@@ -205,16 +201,16 @@ def lease_due(
         if not found:
             return [], []
         stmt = (
-            update(User)
-            .where(User.id.in_([r.id for r in found]))
+            update(USERS)
+            .where(c.id.in_([r.id for r in found]))
             .values(
                 lease_owner=owner,
                 lease_expires_at=lease_until,
-                generation=User.generation + 1,
+                generation=c.generation + 1,
             )
-            .returning(*USER_COLUMNS)
+            .returning(*RAW_USER_COLUMNS)
         )
-        rows = [to_user_row(r) for r in conn.execute(stmt)]
+        rows = [raw_user_row(r) for r in conn.execute(stmt).all()]
     rows.sort(key=lambda u: (u.next_due_at or now, u.id))
     return rows, [r.lease_owner for r in found]
 
@@ -292,71 +288,42 @@ def apply(
     re-enrolled, dropped or forgotten since the claim is discarded (`changed`). With `owner`
     the lease is released.
 
-    Each user is written under its own SAVEPOINT: a write that fails for one user (a
-    database error on its snapshot, say) is rolled back alone and discarded (`failed`); the
-    user stays due, and the others of the batch are written. When `discarded` is given, it
+    The batch is written with a few `executemany` statements under one SAVEPOINT (see
+    `storage._apply`). When that fails, it is rolled back and written again one user at a
+    time, each under its own SAVEPOINT: a write that fails for one user (a payload that is
+    not JSON, say) is rolled back alone and discarded (`failed`); the user stays due, and
+    the others of the batch are written. When `discarded` is given, it
     receives (update, reason) for every update not applied. Replaying the same updates
     writes nothing new.
     """
     applied = 0
     with db.write() as conn:
-        for upd in updates:
+        for run in without_repeats(updates):
             try:
                 with conn.begin_nested():
-                    hit = _apply_one(conn, db, upd, owner, now)
+                    hits: set[int] | None = write_batch(conn, db.dialect, run, owner, now)
             except (OperationalError, InterfaceError):
                 raise  # the database itself is in trouble: not one user's problem
             except Exception:
-                if discarded is not None:
-                    discarded.append((upd, "failed"))
-                continue
-            if hit:
-                applied += 1
-            elif discarded is not None:
-                discarded.append((upd, "changed"))
+                hits = None  # one user's write failed: find it, one user at a time
+            for upd in run:
+                if hits is None:
+                    try:
+                        with conn.begin_nested():
+                            hit = bool(write_batch(conn, db.dialect, [upd], owner, now))
+                    except (OperationalError, InterfaceError):
+                        raise
+                    except Exception:
+                        if discarded is not None:
+                            discarded.append((upd, "failed"))
+                        continue
+                else:
+                    hit = upd.user_id in hits
+                if hit:
+                    applied += 1
+                elif discarded is not None:
+                    discarded.append((upd, "changed"))
     return applied
-
-
-def _apply_one(
-    conn: Connection, db: Database, upd: UserUpdate, owner: str | None, now: datetime | None
-) -> bool:
-    values: dict[str, Any] = {
-        "state": upd.state,
-        "next_due_at": upd.next_due_at,
-        "consecutive_failures": upd.consecutive_failures,
-        "last_outcome": upd.last_outcome,
-        "last_code": upd.last_code,
-        "denied": _denied_in(upd.denied),
-        "due_class": upd.due_class,
-    }
-    if upd.last_polled_at is not None:
-        values["last_polled_at"] = upd.last_polled_at
-    if upd.estimate is not None:  # the freshness estimate (migration 0004)
-        values["estimate"] = upd.estimate.to_json()
-        values["plan_bucket"], values["rate_bucket"] = upd.estimate.buckets()
-    if upd.delete_token or upd.state in TOKENLESS_STATES:
-        when = now or upd.last_polled_at
-        if when is None:  # storage never reads the clock: the caller says when
-            raise ValueError("deleting a token needs `now` or the update's last_polled_at")
-        stamp = _stamp(when)
-        values["token_ciphertext"] = None
-        values["token_key_id"] = None
-        if upd.state == "revoked":
-            values["revoked_at"] = func.coalesce(User.revoked_at, stamp)
-        elif upd.state == "dropped":
-            values["dropped_at"] = func.coalesce(User.dropped_at, stamp)
-    where = User.id == upd.user_id
-    if upd.generation is not None:
-        where = and_(where, User.generation == upd.generation)
-    if owner is not None:
-        values["lease_owner"] = None
-        values["lease_expires_at"] = None
-        where = and_(where, User.lease_owner == owner)
-    if conn.execute(update(User).where(where).values(values)).rowcount == 0:
-        return False
-    for snapshot in upd.snapshots:
-        results.write_snapshot(conn, db.dialect, upd.user_id, snapshot)
-    return True
 
 
 def _insert_new(db: Database, values: dict[str, Any]) -> Executable:

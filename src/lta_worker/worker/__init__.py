@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
     from lta_worker.worker._plan import schedule_summary
-    from lta_worker.worker._runtime import Worker, instance_ttl
+    from lta_worker.worker._runtime import Worker
     from lta_worker.worker._serve import serve
     from lta_worker.worker._status import assess_health, collect_status
     from lta_worker.worker._wiring import (
         Services,
+        instance_ttl,
         load_vault,
         open_store,
         open_store_readonly,
@@ -42,7 +43,7 @@ _NAMES = {
     "ProgressFn": "._pass",
     "schedule_summary": "._plan",
     "Worker": "._runtime",
-    "instance_ttl": "._runtime",
+    "instance_ttl": "._wiring",
     "serve": "._serve",
     "assess_health": "._status",
     "collect_status": "._status",

@@ -32,18 +32,13 @@ from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
 from lta_worker.worker._plan import PlanCache
-from lta_worker.worker._wiring import load_vault, open_store
+from lta_worker.worker._wiring import instance_ttl, load_vault, open_store
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
     from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.runner")
-
-
-def instance_ttl(settings: Settings) -> timedelta:
-    """How long an instance stays live without a heartbeat: four heartbeats."""
-    return 4 * settings.serve.heartbeat
 
 
 def _log_lease_expired(owner: str, users: int) -> None:

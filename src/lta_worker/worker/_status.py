@@ -64,8 +64,7 @@ def collect_status(
     from lta_worker.domain import USER_STATES, plan_capacity
     from lta_worker.worker._clock import SystemClock
     from lta_worker.worker._plan import schedule_summary
-    from lta_worker.worker._runtime import instance_ttl
-    from lta_worker.worker._wiring import open_store_readonly
+    from lta_worker.worker._wiring import instance_ttl, open_store_readonly
 
     now = now or SystemClock().now()
     own = store is None

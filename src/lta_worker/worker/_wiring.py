@@ -9,17 +9,32 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import httpx
-
+from lta_worker._lazy import lazy_attributes
 from lta_worker.config import Settings
-from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import SystemClock
 
+# httpx, the API client and enrollment are imported where they are used: `status` and a
+# `run` with nothing due open the store through here and never talk to the service.
 if TYPE_CHECKING:
+    import httpx
+
     from lta_worker.enrollment import Enrollment, Lifecycle
     from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient
+
+
+# Still importable from here (tests, the benchmarks), on first use.
+__getattr__ = lazy_attributes(
+    __name__, {"ApiClient": "lta_worker.upstream", "http_client": "lta_worker.upstream"}
+)
+
+
+def instance_ttl(settings: Settings) -> timedelta:
+    """How long an instance stays live without a heartbeat: four heartbeats."""
+    return 4 * settings.serve.heartbeat
 
 
 def open_store(settings: Settings) -> Store:
@@ -101,6 +116,8 @@ async def services(
     The vault comes first, so a missing or unsafe key file (exit 78) is reported before the
     database is touched.
     """
+    from lta_worker.upstream import ApiClient, http_client
+
     vault = load_vault(settings)
     store = open_store(settings)
     try:

@@ -1,0 +1,289 @@
+"""Writing a batch of users' turns with a few statements, whatever the size of the batch.
+
+A pass writes a turn per user; at hundreds of reads a second, one statement per user and
+per snapshot (each built, compiled from the cache and executed alone) cost more than the
+reads. Here a batch of turns takes, whatever its size:
+
+1. one SELECT of the batch's users (`FOR UPDATE` on PostgreSQL; SQLite's write transaction
+   already excludes other writers) to see which still have the generation and the lease
+   the turn was decided under: the fence. The others are not written (`changed`);
+2. one UPDATE of `users` run with `executemany`, one per shape of update (fenced or not,
+   with a poll time or not, what happens to the token): the fence is in its WHERE as well;
+3. one SELECT of the written users' snapshots, compared in Python with what the turns
+   read: a new or changed content is upserted (`INSERT ... ON CONFLICT DO UPDATE`) and
+   appended to history, the same content only moves `fetched_at`, a write not newer than
+   the stored one (a replay) writes nothing. Each is one `executemany`.
+
+The caller runs this under a SAVEPOINT; when it fails (one user's payload that is not JSON,
+a constraint), the batch is rolled back and written again one user at a time to find the
+culprit, so one user's failure never blocks its batch-mates (see `users.apply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, cast
+
+from sqlalchemy import Connection, Table, bindparam, func, select, tuple_, update
+from sqlalchemy.sql.dml import Insert
+
+from lta_worker.domain import TOKENLESS_STATES, UserUpdate
+from lta_worker.storage._db import Dialect
+from lta_worker.storage._models import History, Snapshot, User, UtcDateTime
+from lta_worker.storage._results import content_hash
+
+USERS: Final = cast(Table, User.__table__)
+SNAPSHOTS: Final = cast(Table, Snapshot.__table__)
+HISTORY: Final = cast(Table, History.__table__)
+
+# What an update does to the token: keep it, clear it, clear it and stamp revoked_at or
+# dropped_at once.
+_TokenAction = str | None
+# (fenced by generation, sets last_polled_at, token, sets the freshness estimate)
+_Shape = tuple[bool, bool, _TokenAction, bool]
+
+
+def without_repeats(updates: Sequence[UserUpdate]) -> Iterator[list[UserUpdate]]:
+    """The updates in order, cut into runs in which each user appears once.
+
+    A batch is written as a set; two turns of one user in a batch are written one after
+    the other, as separate runs, as the per-user path would.
+    """
+    run: list[UserUpdate] = []
+    seen: set[int] = set()
+    for upd in updates:
+        if upd.user_id in seen:
+            yield run
+            run, seen = [], set()
+        run.append(upd)
+        seen.add(upd.user_id)
+    if run:
+        yield run
+
+
+def write_batch(
+    conn: Connection,
+    dialect: Dialect,
+    updates: Sequence[UserUpdate],
+    owner: str | None,
+    now: datetime | None,
+) -> set[int]:
+    """Write `updates` (each user at most once); return the ids of the users written."""
+    hits = _fence(conn, dialect, updates, owner)
+    if not hits:
+        return hits
+    written = [upd for upd in updates if upd.user_id in hits]
+    shapes: dict[_Shape, list[dict[str, Any]]] = {}
+    for upd in written:
+        shape, params = _user_params(upd, owner, now)
+        shapes.setdefault(shape, []).append(params)
+    for shape, rows in shapes.items():
+        conn.execute(_user_statement(shape, owner is not None), rows)
+    _write_snapshots(conn, dialect, written)
+    return hits
+
+
+def _fence(
+    conn: Connection, dialect: Dialect, updates: Sequence[UserUpdate], owner: str | None
+) -> set[int]:
+    """The users of `updates` that keep the generation (when given) and the lease (`owner`)."""
+    query = select(USERS.c.id, USERS.c.generation, USERS.c.lease_owner).where(
+        USERS.c.id.in_([upd.user_id for upd in updates])
+    )
+    if dialect == "postgresql":
+        query = query.with_for_update()
+    current = {row.id: row for row in conn.execute(query)}
+    hits: set[int] = set()
+    for upd in updates:
+        row = current.get(upd.user_id)
+        if row is None:
+            continue
+        if upd.generation is not None and row.generation != upd.generation:
+            continue
+        if owner is not None and row.lease_owner != owner:
+            continue
+        hits.add(upd.user_id)
+    return hits
+
+
+def _denied_in(denied: Mapping[str, datetime]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for endpoint, when in denied.items():
+        if when.tzinfo is None:
+            raise ValueError("storage takes timezone-aware datetimes only (use UTC)")
+        out[endpoint] = when.astimezone(UTC).isoformat()
+    return out
+
+
+def _user_params(
+    upd: UserUpdate, owner: str | None, now: datetime | None
+) -> tuple[_Shape, dict[str, Any]]:
+    params: dict[str, Any] = {
+        "b_id": upd.user_id,
+        "b_state": upd.state,
+        "b_next_due_at": upd.next_due_at,
+        "b_consecutive_failures": upd.consecutive_failures,
+        "b_last_outcome": upd.last_outcome,
+        "b_last_code": upd.last_code,
+        "b_denied": _denied_in(upd.denied),
+        "b_due_class": upd.due_class,
+    }
+    fenced = upd.generation is not None
+    if fenced:
+        params["b_generation"] = upd.generation
+    polled = upd.last_polled_at is not None
+    if polled:
+        params["b_last_polled_at"] = upd.last_polled_at
+    erase: _TokenAction = None
+    if upd.delete_token or upd.state in TOKENLESS_STATES:
+        erase = upd.state if upd.state in ("revoked", "dropped") else "clear"
+        if erase != "clear":
+            when = now or upd.last_polled_at
+            if when is None:  # storage never reads the clock: the caller says when
+                raise ValueError("deleting a token needs `now` or the update's last_polled_at")
+            params["b_stamp"] = when
+    estimated = upd.estimate is not None
+    if upd.estimate is not None:  # the freshness estimate (migration 0004)
+        params["b_estimate"] = upd.estimate.to_json()
+        params["b_plan_bucket"], params["b_rate_bucket"] = upd.estimate.buckets()
+    if owner is not None:
+        params["b_owner"] = owner
+    return (fenced, polled, erase, estimated), params
+
+
+_STATEMENTS: dict[tuple[_Shape, bool], Any] = {}
+
+
+def _user_statement(shape: _Shape, leased: bool) -> Any:
+    """The UPDATE of `users` for one shape of update (built once per shape)."""
+    key = (shape, leased)
+    stmt = _STATEMENTS.get(key)
+    if stmt is not None:
+        return stmt
+    fenced, polled, erase, estimated = shape
+    c = USERS.c
+    values: dict[str, Any] = {
+        "state": bindparam("b_state"),
+        "next_due_at": bindparam("b_next_due_at"),
+        "consecutive_failures": bindparam("b_consecutive_failures"),
+        "last_outcome": bindparam("b_last_outcome"),
+        "last_code": bindparam("b_last_code"),
+        "denied": bindparam("b_denied"),
+        "due_class": bindparam("b_due_class"),
+    }
+    if polled:
+        values["last_polled_at"] = bindparam("b_last_polled_at")
+    if estimated:
+        values["estimate"] = bindparam("b_estimate")
+        values["plan_bucket"] = bindparam("b_plan_bucket")
+        values["rate_bucket"] = bindparam("b_rate_bucket")
+    if erase is not None:
+        values["token_ciphertext"] = None
+        values["token_key_id"] = None
+        if erase != "clear":
+            column = c.revoked_at if erase == "revoked" else c.dropped_at
+            values[column.key] = func.coalesce(column, bindparam("b_stamp", type_=UtcDateTime()))
+    where = [c.id == bindparam("b_id")]
+    if fenced:
+        where.append(c.generation == bindparam("b_generation"))
+    if leased:
+        values["lease_owner"] = None
+        values["lease_expires_at"] = None
+        where.append(c.lease_owner == bindparam("b_owner"))
+    stmt = update(USERS).where(*where).values(values)
+    _STATEMENTS[key] = stmt
+    return stmt
+
+
+def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserUpdate]) -> None:
+    """Upsert the written users' snapshots; append history where the content changed."""
+    writes = [(upd.user_id, snap) for upd in written for snap in upd.snapshots]
+    if not writes:
+        return
+    s = SNAPSHOTS.c
+    query = select(s.user_id, s.endpoint, s.status, s.content_hash, s.fetched_at).where(
+        tuple_(s.user_id, s.endpoint).in_(sorted({(uid, snap.endpoint) for uid, snap in writes}))
+    )
+    if dialect == "postgresql":
+        query = query.with_for_update()
+    # (user, endpoint) -> (status, content hash, fetched_at), as it stands after each write.
+    state: dict[tuple[int, str], tuple[str, str, datetime]] = {
+        (row.user_id, row.endpoint): (row.status, row.content_hash, row.fetched_at)
+        for row in conn.execute(query)
+    }
+    changed: dict[tuple[int, str], dict[str, Any]] = {}
+    touched: dict[tuple[int, str], datetime] = {}
+    history: list[dict[str, Any]] = []
+    for user_id, snap in writes:
+        key = (user_id, snap.endpoint)
+        digest = content_hash(snap.payload)
+        current = state.get(key)
+        if current is not None and snap.fetched_at <= current[2]:
+            continue  # a replay, or older than what is stored
+        state[key] = (snap.status, digest, snap.fetched_at)
+        if current is not None and (current[0], current[1]) == (snap.status, digest):
+            if key in changed:
+                changed[key]["fetched_at"] = snap.fetched_at
+            else:
+                touched[key] = snap.fetched_at
+            continue
+        content = {
+            "user_id": user_id,
+            "endpoint": snap.endpoint,
+            "status": snap.status,
+            "payload": snap.payload,
+            "content_hash": digest,
+            "fetched_at": snap.fetched_at,
+        }
+        touched.pop(key, None)
+        changed[key] = {**content, "changed_at": snap.fetched_at}
+        history.append(content)
+    if changed:
+        conn.execute(_upsert(dialect), list(changed.values()))
+    if touched:
+        conn.execute(
+            update(SNAPSHOTS)
+            .where(s.user_id == bindparam("b_user_id"), s.endpoint == bindparam("b_endpoint"))
+            .values(fetched_at=bindparam("b_fetched_at")),
+            [
+                {"b_user_id": uid, "b_endpoint": endpoint, "b_fetched_at": at}
+                for (uid, endpoint), at in touched.items()
+            ],
+        )
+    if history:
+        conn.execute(HISTORY.insert(), history)
+
+
+_UPSERTS: dict[Dialect, Insert] = {}
+
+
+def _upsert(dialect: Dialect) -> Insert:
+    """INSERT a snapshot, or replace the content of the one stored for (user, endpoint)."""
+    stmt = _UPSERTS.get(dialect)
+    if stmt is None:
+        stmt = _UPSERTS[dialect] = _build_upsert(dialect)
+    return stmt
+
+
+def _build_upsert(dialect: Dialect) -> Insert:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        pg = pg_insert(SNAPSHOTS)
+        return pg.on_conflict_do_update(
+            index_elements=["user_id", "endpoint"], set_=_replaced(pg.excluded)
+        )
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    lite = sqlite_insert(SNAPSHOTS)
+    return lite.on_conflict_do_update(
+        index_elements=["user_id", "endpoint"], set_=_replaced(lite.excluded)
+    )
+
+
+def _replaced(excluded: Any) -> dict[str, Any]:
+    return {
+        name: excluded[name]
+        for name in ("status", "payload", "content_hash", "fetched_at", "changed_at")
+    }

@@ -1,0 +1,112 @@
+"""Every benchmark still runs: `bench/run --smoke` (tiny sizes, no targets) reports all figures.
+
+The benchmarks live outside the package and use its internals; this keeps them from rotting
+unnoticed. It checks what each benchmark reported, not the figures' values: those say
+nothing at these sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+# The headline figures of each benchmark (names are stable: the README and results use them).
+EXPECTED = {
+    "B1": (
+        "baseline_time / worker_time",
+        "worker reads/s",
+        "baseline reads/s",
+        "ApiClient-only reads/s",
+        "worker CPU per read",
+        "ratio, simulator on a thread",
+        "ratio with sniffio importable",
+    ),
+    "B2": (
+        "reads per window / (budget - reserve)",
+        "worst window",
+        "429 answers in the pass",
+        "hour windows: worst window",
+        "hour windows: 429 answers",
+    ),
+    "B3": ("claim_due of 100 users", "status (collect_status)", "peak RSS ratio, 2x the users"),
+    "B4": ("run, nothing due (wall)", "status (wall)", "python -c pass"),
+    "B5": tuple(
+        f"{budget}/h per 400: mean delay, {who}"
+        for budget in (100, 200, 400)
+        for who in ("worker / round robin", "round robin", "worker")
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `bench/run --smoke` (about 30 s), its JSON results."""
+    out = tmp_path_factory.mktemp("bench") / "smoke.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run"), "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=220,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["stdout"] = proc.stdout
+    return data
+
+
+def _figures(data: dict[str, Any], bench: str) -> dict[str, Any]:
+    return {f["name"]: f for f in data["benchmarks"][bench]["figures"]}
+
+
+def test_every_benchmark_ran(smoke: dict[str, Any]) -> None:
+    """B1 to B5 each ran to its end (none reported `failed`) in the smoke size."""
+    assert smoke["size"] == "smoke"
+    assert set(smoke["benchmarks"]) == set(EXPECTED)
+    for bench, result in smoke["benchmarks"].items():
+        assert "error" not in _figures(smoke, bench), (bench, result["figures"])
+
+
+@pytest.mark.parametrize("bench", sorted(EXPECTED))
+def test_each_benchmark_reports_its_figures(smoke: dict[str, Any], bench: str) -> None:
+    """Each headline figure is there, as a finite positive number (a ratio, a time, a count)."""
+    figures = _figures(smoke, bench)
+    for name in EXPECTED[bench]:
+        assert name in figures, (bench, name, sorted(figures))
+        value = figures[name]["value"]
+        assert isinstance(value, int | float), (name, value)
+        assert math.isfinite(value) and value >= 0, (name, value)
+        if name != "429 answers in the pass":
+            assert value > 0, (name, value)
+
+
+def test_the_work_was_done(smoke: dict[str, Any]) -> None:
+    """The passes read what they were given: every B1 pass made its 2 reads per user, all ok."""
+    b1 = smoke["benchmarks"]["B1"]["details"]
+    reads = b1["reads_per_pass"]
+    expected = {"worker": {"ok": reads}, "api_client": {"200": reads}, "baseline": {"200": reads}}
+    for variant, statuses in expected.items():
+        for row in b1["simulator_in_child_process"][variant]["rounds"]:
+            assert (row["reads"], row["statuses"]) == (reads, statuses), variant
+    memory = smoke["benchmarks"]["B3"]["details"]["memory"]["sizes"]
+    assert [size["reads"] for size in memory] == [size["users"] for size in memory]
+
+
+def test_a_smoke_run_judges_no_target(smoke: dict[str, Any]) -> None:
+    """Tiny sizes say nothing about the targets: no figure is marked met or missed."""
+    for result in smoke["benchmarks"].values():
+        assert all(f["met"] is None and f["target"] == "" for f in result["figures"])
+    assert "targets: 0 met, 0 missed" in smoke["stdout"]
