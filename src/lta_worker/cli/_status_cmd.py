@@ -1,4 +1,5 @@
-"""`lta-worker status [--format table|json]`: users per state, last pass, budget, capacity."""
+"""`lta-worker status [--format table|json]`: users per state, last pass, budget, capacity,
+and the webhook outbox (events waiting, dead-lettered)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
         last = store.last_pass()
         budget = store.budget_seen(settings.client.id)
         instances = store.live_instances(now, instance_ttl(settings))
+        outbox = store.outbox_counts()
     finally:
         store.close()
     plan = plan_capacity(
@@ -88,6 +90,12 @@ def collect_status(settings: Settings, now: datetime | None = None) -> dict[str,
             {k: _iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
             for i in instances
         ],
+        "webhooks": {
+            "enabled": settings.webhook.url is not None,
+            "backlog": outbox.backlog,
+            "dead_letter": outbox.dead,
+            "oldest_backlog_at": _iso(outbox.oldest_at),
+        },
     }
 
 
@@ -131,6 +139,11 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"  each user read every {effective}")
     if cap["warning"]:
         lines.append(f"  WARNING: {cap['warning']}")
+    hooks = data["webhooks"]
+    lines.append("webhooks" + ("" if hooks["enabled"] else " (off: no webhook.url)"))
+    lines.append(f"  {hooks['backlog']} waiting, {hooks['dead_letter']} dead-lettered")
+    if hooks["oldest_backlog_at"]:
+        lines.append(f"  oldest waiting since {hooks['oldest_backlog_at']}")
     if data["instances"]:
         lines.append("instances")
         lines += [

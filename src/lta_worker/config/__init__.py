@@ -11,6 +11,7 @@ from lta_worker.config._loader import (
     key_file_path,
     load_settings,
     read_client_secret,
+    read_webhook_secret,
 )
 from lta_worker.config._settings import Settings, is_loopback_host
 from lta_worker.domain import (
@@ -34,4 +35,5 @@ __all__ = [
     "load_settings",
     "parse_duration",
     "read_client_secret",
+    "read_webhook_secret",
 ]

@@ -6,7 +6,8 @@
   (`_outcomes`, `_classify`);
 - the per-user state machine `decide_turn` and its table `RULES`, and the drop rules
   (`_policy`); exponential backoff (`_backoff`); the capacity plan (`_capacity`);
-- durations as operators write them (`_durations`).
+- durations as operators write them (`_durations`);
+- user state changes as webhook events, with the spec's client action (`_events`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
 """
@@ -17,6 +18,17 @@ from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
 from lta_worker.domain._capacity import CapacityPlan, plan_capacity
 from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, find_code, strict_json
 from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain._events import (
+    CLIENT_ACTIONS,
+    EVENT_TYPES,
+    EventType,
+    OutboxCounts,
+    PendingEvent,
+    StateEvent,
+    change_event,
+    enrollment_event,
+    turn_events,
+)
 from lta_worker.domain._model import (
     ENDPOINT_SCOPES,
     ENDPOINTS,
@@ -56,8 +68,10 @@ from lta_worker.domain._policy import (
 
 __all__ = [
     "ALLOWED_CODES",
+    "CLIENT_ACTIONS",
     "ENDPOINTS",
     "ENDPOINT_SCOPES",
+    "EVENT_TYPES",
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "OAUTH_CODES",
@@ -71,13 +85,16 @@ __all__ = [
     "CapacityPlan",
     "EncryptedToken",
     "Endpoint",
+    "EventType",
     "HistoryRow",
     "InstanceKind",
     "InstanceRow",
+    "OutboxCounts",
     "Outcome",
     "OutcomeKind",
     "PassRecord",
     "PendingEnrollment",
+    "PendingEvent",
     "PolicyConfig",
     "PollDurations",
     "PurgeCounts",
@@ -85,20 +102,24 @@ __all__ = [
     "ResultStatus",
     "RotationReport",
     "SnapshotWrite",
+    "StateEvent",
     "UserRow",
     "UserState",
     "UserUpdate",
     "backoff_ceiling",
     "backoff_delay",
+    "change_event",
     "classify",
     "decide_turn",
     "drop_retry_at",
     "drop_verdict",
     "endpoints_to_call",
     "ends_turn",
+    "enrollment_event",
     "find_code",
     "format_duration",
     "parse_duration",
     "plan_capacity",
     "strict_json",
+    "turn_events",
 ]

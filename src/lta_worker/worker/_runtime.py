@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
-from lta_worker.config import Settings, read_client_secret
+from lta_worker.config import Settings, read_client_secret, read_webhook_secret
 from lta_worker.domain import PassRecord, PolicyConfig, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import StorageError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
-from lta_worker.upstream import ApiClient, http_client
+from lta_worker.upstream import ApiClient, WebhookSender, http_client, webhook_http_client
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
+from lta_worker.worker._webhooks import Delivery, deliver_due
 from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
@@ -80,8 +81,11 @@ class Worker:
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        webhook_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
+        self.webhook_transport = webhook_transport
+        self.webhooks: WebhookSender | None = None
         self.kind = kind
         self.transport = transport
         self.clock: Clock = clock or SystemClock()
@@ -108,6 +112,12 @@ class Worker:
             register_secret(self.client_secret)
             http = await stack.enter_async_context(http_client(settings, transport=self.transport))
             self.api = ApiClient(http, settings)
+            if settings.webhook.url is not None:
+                secret = read_webhook_secret(settings)
+                register_secret(secret)
+                client = webhook_http_client(settings, transport=self.webhook_transport)
+                hooks = await stack.enter_async_context(client)
+                self.webhooks = WebhookSender(hooks, settings, secret)
             self.pacer = self._build_pacer()
             if self.store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
@@ -206,6 +216,8 @@ class Worker:
             raise error
         with anyio.CancelScope(shield=True):
             await self._after_pass(result, started_at)
+        if self._stop_grace is None:  # not shielded: a stop may cut the delivery short
+            await self.deliver_webhooks()
         return result
 
     async def follow_schedule(self) -> dict[str, int] | None:
@@ -295,18 +307,41 @@ class Worker:
             await self._db(self.store.record_budget, self.settings.client.id, budget)
         await self.maintenance(checkpoint=False)
 
+    async def deliver_webhooks(self) -> Delivery:
+        """One delivery round of the webhook outbox (nothing without `webhook.url`)."""
+        if self.webhooks is None:
+            return Delivery()
+        return await deliver_due(self.store, self.webhooks, self.settings, self.clock.now, self.rng)
+
     async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
-        """The retention purge (and a WAL checkpoint in `serve`)."""
+        """The retention purge, old dead letters (and a WAL checkpoint in `serve`).
+
+        Without `webhook.url` the outbox has no reader: its events are deleted here.
+        """
+        retention = self.settings.retention
         purged: PurgeCounts = await self._db(
-            self.store.purge_expired, self.clock.now(), self.settings.retention.after_revocation
+            self.store.purge_expired,
+            self.clock.now(),
+            retention.after_revocation,
+            retention.history,
         )
-        if purged.users or purged.snapshots or purged.history:
+        if purged.users or purged.snapshots or purged.history or purged.history_pruned:
             log.info(
                 "retention.purged",
                 users=purged.users,
                 snapshots=purged.snapshots,
                 history=purged.history,
+                history_pruned=purged.history_pruned,
             )
+        webhook = self.settings.webhook
+        events = await self._db(
+            self.store.purge_events,
+            self.clock.now(),
+            webhook.keep_dead,
+            live=self.webhooks is None,
+        )
+        if events:
+            log.info("webhook.purged", events=events, delivering=self.webhooks is not None)
         if checkpoint:
             await self._db(self.store.checkpoint)
         return purged
@@ -330,7 +365,7 @@ class Worker:
         """
         vault = load_vault(settings)
         client_secret = read_client_secret(settings)
-        fixed = ("database", "service")
+        fixed = ("database", "service", "webhook")
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
         if changed:
             log.warning("service.reload_partial", needs_restart=changed)
