@@ -98,8 +98,9 @@ def claim_heads(
         .where(inner.user == OutboxEvent.user, inner.dead_at.is_(None))
         .scalar_subquery()
     )
+    table = OutboxEvent.__table__
     query = (
-        select(OutboxEvent)
+        select(table)
         .where(
             OutboxEvent.dead_at.is_(None),
             OutboxEvent.next_attempt_at <= now,
@@ -109,9 +110,9 @@ def claim_heads(
         .limit(limit)
     )
     if db.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=OutboxEvent)
+        query = query.with_for_update(skip_locked=True, of=table)
     with db.write() as conn:
-        rows = conn.execute(query).scalars().all()
+        rows = conn.execute(query).all()
         if not rows:
             return []
         ids = [r.id for r in rows]
