@@ -188,3 +188,13 @@ def test_event_and_state_change_commit_together(store: Store, vault: Vault) -> N
     assert again is not None
     assert again.state == "active"
     assert [t for _, t, _ in queued(store)] == ["user.enrolled"]
+
+
+def test_leases_of_a_dead_delivery_are_released_at_start(store: Store, vault: Vault) -> None:
+    """release_events makes events leased by a killed delivery due at once, same ids."""
+    enroll(store, vault, "u")
+    (head,) = store.claim_events(T0, 10, T0 + HOUR, "dead-instance")
+    assert store.claim_events(T0 + MINUTE, 10, T0 + HOUR) == []
+    assert store.release_events(T0 + MINUTE) == 1
+    (again,) = store.claim_events(T0 + MINUTE, 10, T0 + HOUR)
+    assert (again.event_id, again.attempts) == (head.event_id, 2)

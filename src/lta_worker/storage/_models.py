@@ -250,3 +250,5 @@ class OutboxEvent(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     last_error: Mapped[str | None] = mapped_column(String(200))
     dead_at: Mapped[datetime | None]
+    # The instance delivering it now (until `next_attempt_at`); NULL when none.
+    lease_owner: Mapped[str | None] = mapped_column(String(128))

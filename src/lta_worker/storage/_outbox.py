@@ -84,13 +84,13 @@ def watch_turns(
 
 
 def claim_heads(
-    db: Database, now: datetime, limit: int, lease_until: datetime
+    db: Database, now: datetime, limit: int, lease_until: datetime, owner: str
 ) -> list[PendingEvent]:
-    """Lease the oldest live event of up to `limit` users, when due; oldest first.
+    """Lease the oldest live event of up to `limit` users, when due, to `owner`; oldest first.
 
     A claimed event's `next_attempt_at` moves to `lease_until`, so another instance (or a
     delivery running at the same time) does not send it too; a crash mid-delivery only
-    delays it until then.
+    delays it until then (on SQLite, until the next start: `release_leases`).
     """
     inner = aliased(OutboxEvent)
     head = (
@@ -119,7 +119,9 @@ def claim_heads(
         conn.execute(
             update(OutboxEvent)
             .where(OutboxEvent.id.in_(ids))
-            .values(next_attempt_at=lease_until, attempts=OutboxEvent.attempts + 1)
+            .values(
+                next_attempt_at=lease_until, attempts=OutboxEvent.attempts + 1, lease_owner=owner
+            )
         )
         return [
             PendingEvent(
@@ -149,8 +151,22 @@ def failed(db: Database, event_id: int, retry_at: datetime, error: str) -> None:
         conn.execute(
             update(OutboxEvent)
             .where(OutboxEvent.id == event_id)
-            .values(next_attempt_at=retry_at, last_error=error[:_ERROR_CHARS])
+            .values(next_attempt_at=retry_at, last_error=error[:_ERROR_CHARS], lease_owner=None)
         )
+
+
+def release_leases(db: Database, now: datetime) -> int:
+    """Make every leased event due now; return how many.
+
+    Only for SQLite at start-up, where the single-instance lock proves every owner dead (a
+    delivery killed mid-flight): its events go out at once instead of at the lease's end.
+    """
+    with db.write() as conn:
+        return conn.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.lease_owner.is_not(None), OutboxEvent.dead_at.is_(None))
+            .values(next_attempt_at=now, lease_owner=None)
+        ).rowcount
 
 
 def dead_letter(db: Database, now: datetime, max_age: timedelta) -> int:

@@ -289,9 +289,15 @@ class Store:
 
     # -- webhook outbox (see `outbox`) -------------------------------------------------------
 
-    def claim_events(self, now: datetime, limit: int, lease_until: datetime) -> list[PendingEvent]:
-        """Lease the oldest due event of up to `limit` users (order per user kept)."""
-        return outbox.claim_heads(self._db, now, limit, lease_until)
+    def claim_events(
+        self, now: datetime, limit: int, lease_until: datetime, owner: str = "-"
+    ) -> list[PendingEvent]:
+        """Lease the oldest due event of up to `limit` users to `owner` (order per user kept)."""
+        return outbox.claim_heads(self._db, now, limit, lease_until, owner)
+
+    def release_events(self, now: datetime) -> int:
+        """Make every leased event due now (SQLite at start-up: every owner is dead)."""
+        return outbox.release_leases(self._db, now)
 
     def events_delivered(self, ids: Sequence[int]) -> int:
         """Delete acknowledged events."""

@@ -123,6 +123,7 @@ class Worker:
                 await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
                 for owner, users in (await self._db(self.store.release_all)).items():
                     _log_lease_expired(owner, users)
+                await self._db(self.store.release_events, self.clock.now())
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(self.store.unregister, self.instance)
         except BaseException:
@@ -311,7 +312,14 @@ class Worker:
         """One delivery round of the webhook outbox (nothing without `webhook.url`)."""
         if self.webhooks is None:
             return Delivery()
-        return await deliver_due(self.store, self.webhooks, self.settings, self.clock.now, self.rng)
+        return await deliver_due(
+            self.store,
+            self.webhooks,
+            self.settings,
+            self.clock.now,
+            rng=self.rng,
+            owner=self.instance,
+        )
 
     async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
         """The retention purge, old dead letters (and a WAL checkpoint in `serve`).

@@ -47,7 +47,9 @@ async def deliver_due(
     sender: WebhookSender,
     settings: Settings,
     now: Callable[[], datetime],
+    *,
     rng: random.Random | None = None,
+    owner: str = "-",
 ) -> Delivery:
     """Deliver every due event once (see the module); return the counts."""
     rng = rng or random.Random()
@@ -61,7 +63,9 @@ async def deliver_due(
     lease = 2 * cfg.timeout + timedelta(seconds=5)
     while True:
         start = now()
-        batch = await anyio.to_thread.run_sync(store.claim_events, start, BATCH, start + lease)
+        batch = await anyio.to_thread.run_sync(
+            store.claim_events, start, BATCH, start + lease, owner
+        )
         if not batch:
             return report
         outcomes = await _send_all(sender, batch, now)

@@ -37,6 +37,7 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("last_error", sa.String(200), nullable=True),
         sa.Column("dead_at", UtcDateTime(), nullable=True),
+        sa.Column("lease_owner", sa.String(128), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_webhook_outbox")),
         sa.UniqueConstraint("event_id", name=op.f("uq_webhook_outbox_event_id")),
     )
