@@ -26,7 +26,7 @@ from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import StorageError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
-from lta_worker.upstream import ApiClient, WebhookSender, http_client, webhook_http_client
+from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine, PassOptions, PassResult, ProgressFn
 from lta_worker.worker._webhooks import Delivery, deliver_due
@@ -34,6 +34,7 @@ from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import WebhookSender
 
 log = get_logger("lta_worker.runner")
 
@@ -112,7 +113,9 @@ class Worker:
             register_secret(self.client_secret)
             http = await stack.enter_async_context(http_client(settings, transport=self.transport))
             self.api = ApiClient(http, settings)
-            if settings.webhook.url is not None:
+            if settings.webhook.url is not None:  # imported only when configured
+                from lta_worker.upstream import WebhookSender, webhook_http_client
+
                 secret = read_webhook_secret(settings)
                 register_secret(secret)
                 client = webhook_http_client(settings, transport=self.webhook_transport)

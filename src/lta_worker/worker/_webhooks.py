@@ -14,15 +14,17 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from lta_worker.config import Settings
 from lta_worker.domain import PendingEvent, backoff_delay
 from lta_worker.logs import get_logger
-from lta_worker.storage import Store
-from lta_worker.upstream import WebhookSender
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Store
+    from lta_worker.upstream import WebhookSender
 
 log = get_logger("lta_worker.webhook")
 
