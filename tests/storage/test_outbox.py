@@ -3,10 +3,13 @@ per user, the same id on every attempt, dead letters and purges. Over every back
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from lta_worker.domain._model import UserUpdate
@@ -198,3 +201,50 @@ def test_leases_of_a_dead_delivery_are_released_at_start(store: Store, vault: Va
     assert store.release_events(T0 + MINUTE) == 1
     (again,) = store.claim_events(T0 + MINUTE, 10, T0 + HOUR)
     assert (again.event_id, again.attempts) == (head.event_id, 2)
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["turn", "enroll", "revoke", "drop", "finish"]),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["active", "parked", "unlinked", "rejected", "revoked"]),
+        st.booleans(),
+    ),
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS)
+def test_queued_events_chain_each_users_states(store: Store, vault: Vault, ops: Any) -> None:
+    """Whatever the sequence of turns and lifecycle commands, each user's state events form a
+    chain (each old_state is the previous new_state, the first is None) ending at its state."""
+    run = uuid.uuid4().hex[:8]
+    for step, (op, name, state, deny) in enumerate(ops):
+        user, now = f"{run}-{name}", T0 + step * MINUTE
+        row = store.get_user(user)
+        if op == "enroll" or row is None:
+            enroll(store, vault, user, due=now)
+        elif op == "turn" and row.token is not None and row.state != "dropping":
+            denied = {"stats": now + HOUR} if deny else {}
+            store.apply([turn(row.id, state, last_outcome=state, denied=denied)], now=now)
+        elif op == "revoke":
+            store.delete_token(user, "revoked", now)
+        elif op == "drop":
+            store.begin_drop(user, now)
+        elif op == "finish" and row.state == "dropping":
+            store.finish_drop(row.id, row.generation, now)
+    for name in ("a", "b"):
+        user = f"{run}-{name}"
+        chain = [d for u, t, d in queued(store) if u == user and t != "user.scope_denied"]
+        row = store.get_user(user)
+        if row is None:
+            assert chain == []
+            continue
+        previous = None
+        for data in chain:
+            assert data["old_state"] == previous
+            previous = data["new_state"]
+        assert previous == row.state
