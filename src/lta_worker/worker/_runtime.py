@@ -351,8 +351,9 @@ class Worker:
             webhook.keep_dead,
             live=self.webhooks is None,
         )
-        if events:
-            log.info("webhook.purged", events=events, delivering=self.webhooks is not None)
+        if events:  # without webhook.url, routine housekeeping: at debug only
+            emit = log.info if self.webhooks is not None else log.debug
+            emit("webhook.purged", events=events, delivering=self.webhooks is not None)
         if checkpoint:
             await self._db(self.store.checkpoint)
         return purged
