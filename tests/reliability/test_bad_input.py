@@ -398,6 +398,13 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
         {},
         "retention.after_revocation",
     ),
+    ("webhook max_age zero", _set("webhook", "max_age", "0s"), {}, "webhook.max_age"),
+    (
+        "http to a non-loopback webhook url",
+        _set("webhook", "url", "http://hooks.example/lta"),
+        {},
+        "webhook.url",
+    ),
     ("unknown key", _set("poll", "intervall", "1h"), {}, "poll.intervall"),
     ("unknown section", _set("polling", "interval", "1h"), {}, "polling"),
     (

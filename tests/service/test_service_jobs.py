@@ -45,6 +45,7 @@ class StandInWorker:
     """The few things `Service` uses of a `Worker`; `run_pass` does what the test says."""
 
     instance = "test:1:abcd"
+    webhooks = None  # no [webhook] url: no webhook job
 
     def __init__(self, run_pass: Any) -> None:
         self.run_pass = run_pass

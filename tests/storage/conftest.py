@@ -20,7 +20,10 @@ from lta_worker.storage._migrate import HEAD_REVISION
 from lta_worker.storage._store import Store
 from support.pg import PG_ENV, PG_SKIP, PgDatabases
 
-TABLES = "users, snapshots, history, pending_enrollments, instances, client_budget, passes"
+TABLES = (
+    "users, snapshots, history, pending_enrollments, instances, client_budget, passes, "
+    "webhook_outbox"
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,13 @@
-"""`lta-worker results export [--format jsonl] [--user ID]`: the latest result per user and
-endpoint, one JSON object per line: `user`, `endpoint`, `status` (`ok`|`none`), `payload`,
-`fetched_at`, `changed_at`.
+"""`lta-worker results export [--format jsonl] [--user ID] [--history [--since T]]`: the latest
+result per user and endpoint (or, with `--history`, every stored past content), one JSON object
+per line: `user`, `endpoint`, `status` (`ok`|`none`), `payload`, `fetched_at`, `changed_at`,
+and the user's `state` now (revoked and dropped users' results are recognisable).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,6 +29,7 @@ def result_json(row: ResultRow) -> dict[str, Any]:
         "payload": row.payload,
         "fetched_at": iso(row.fetched_at),
         "changed_at": iso(row.changed_at),
+        "state": row.state,
     }
 
 
@@ -45,9 +48,24 @@ def results() -> None:
     help="One JSON object per line.",
 )
 @click.option("--user", "user", metavar="ID", help="Only this user (default: every user).")
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Every stored past content, oldest first, instead of the latest result.",
+)
+@click.option(
+    "--since",
+    "since",
+    metavar="T",
+    help="With --history: contents fetched at or after T (ISO 8601 time, or a duration "
+    "such as 7d meaning that long ago).",
+)
 @pass_app
-def export(app: App, fmt: str, user: str | None) -> None:
-    """Print the latest stored result per user and endpoint."""
+def export(app: App, fmt: str, user: str | None, history: bool, since: str | None) -> None:
+    """Print the latest stored result per user and endpoint (or the change history)."""
+    if since is not None and not history:
+        raise click.UsageError("--since goes with --history")
+    after = _since(since) if since is not None else None
     settings = app.settings
     app.configure_logging()
     from lta_worker.worker import open_store_readonly
@@ -56,7 +74,8 @@ def export(app: App, fmt: str, user: str | None) -> None:
     try:
         if user is not None and store.get_user(user) is None:
             raise UnknownUserError(user)
-        for row in store.export_results(user):
+        rows = store.export_history(user, after) if history else store.export_results(user)
+        for row in rows:
             try:
                 line = json.dumps(result_json(row), separators=(",", ":"), allow_nan=False)
             except ValueError:
@@ -70,3 +89,20 @@ def export(app: App, fmt: str, user: str | None) -> None:
             click.echo(line)
     finally:
         store.close()
+
+
+def _since(value: str) -> datetime:
+    """`--since`: an ISO 8601 time (UTC when it has no offset) or a duration ago."""
+    from lta_worker.config import parse_duration
+
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            return datetime.now(UTC) - parse_duration(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is neither an ISO 8601 time (2026-11-01T00:00:00Z) nor a duration (7d)",
+                param_hint="--since",
+            ) from None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)

@@ -1,5 +1,6 @@
 """`lta-worker status [--format table|json] [--check]`: users per state, last pass, budget,
-capacity, and the health verdict (`healthy`, `problems`).
+capacity, the webhook outbox (events waiting, dead-lettered), and the health verdict
+(`healthy`, `problems`).
 
 Read-only: the database is opened read-only and never created or migrated (a missing
 database or an old schema exits 78 naming `lta-worker db upgrade`). `--check` makes the exit
@@ -70,6 +71,11 @@ def render_table(data: dict[str, Any]) -> str:
         f"{format_duration(timedelta(seconds=c['interval_s']))}"
         for c in sched["classes"]
     ]
+    hooks = data["webhooks"]
+    lines.append("webhooks" + ("" if hooks["enabled"] else " (off: no webhook.url)"))
+    lines.append(f"  {hooks['backlog']} waiting, {hooks['dead_letter']} dead-lettered")
+    if hooks["oldest_backlog_at"]:
+        lines.append(f"  oldest waiting since {hooks['oldest_backlog_at']}")
     lines.append("health")
     if data["healthy"]:
         lines.append("  healthy")

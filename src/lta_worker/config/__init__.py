@@ -12,6 +12,7 @@ from lta_worker.config._loader import (
     key_file_path,
     load_settings,
     read_client_secret,
+    read_webhook_secret,
 )
 from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
 from lta_worker.domain import (
@@ -37,6 +38,7 @@ __all__ = [
     "parse_listen",
     "read_client_secret",
     "read_link_keys",
+    "read_webhook_secret",
     "start_path",
     "start_url",
 ]

@@ -8,6 +8,7 @@ secret and the token keys are read from files (`client.secret_file`, `crypto.key
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import tomllib
@@ -212,3 +213,39 @@ def key_file_path(settings: Settings) -> Path:
             reason="key_file_unset",
         )
     return settings.crypto.key_file
+
+
+WEBHOOK_SECRET_PREFIX = "whsec_"  # noqa: S105 -- the format's prefix, not a secret
+
+
+def read_webhook_secret(settings: Settings) -> Secret:
+    """Read the webhook signing secret (`whsec_` + base64 of 24 to 64 bytes) from
+    `webhook.secret_file`, under the rule of every secret file.
+
+    Raises:
+        ConfigError: naming `webhook.secret_file`, never quoting the content.
+    """
+    key = "webhook.secret_file"
+    path = settings.webhook.secret_file
+    if path is None:
+        raise ConfigError(
+            "webhook.url is set but no webhook secret file is configured",
+            key=key,
+            hint="write a whsec_... secret to a file (chmod 600) and set webhook.secret_file",
+        )
+    value = read_secret_file(path, key=key).strip(b" \t\r\n")
+    text = value.decode("ascii", errors="replace")
+    body = text.removeprefix(WEBHOOK_SECRET_PREFIX)
+    try:
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except ValueError:
+        raw = b""
+    if not text.startswith(WEBHOOK_SECRET_PREFIX) or not 24 <= len(raw) <= 64:
+        raise ConfigError(
+            f"{str(path)!r} must hold one Standard Webhooks secret: whsec_ then the base64 "
+            "of 24 to 64 random bytes",
+            key=key,
+            hint="e.g. python3 -c \"import base64,os; print('whsec_' + "
+            'base64.b64encode(os.urandom(32)).decode())"',
+        )
+    return Secret(text)

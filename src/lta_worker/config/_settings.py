@@ -196,9 +196,38 @@ class RateLimitSettings(_Section):
 
 
 class RetentionSettings(_Section):
-    """How long results of revoked or dropped users are kept."""
+    """How long results of revoked or dropped users, and past contents, are kept."""
 
     after_revocation: Duration = timedelta(days=30)
+    # Past contents (the history) older than this are pruned, the newest of each kept.
+    history: Duration = timedelta(days=365)
+
+
+class WebhookSettings(_Section):
+    """Where user state changes are POSTed (Standard Webhooks); off without `url`."""
+
+    url: str | None = None
+    secret_file: Path | None = None
+    # Undelivered events older than this are dead-lettered (kept `keep_dead`, then deleted).
+    max_age: Duration = timedelta(days=3)
+    keep_dead: Duration = timedelta(days=30)
+    # The whole of one delivery (connect, send, answer), and how often `serve` delivers.
+    timeout: Duration = timedelta(seconds=10)
+    interval: Duration = timedelta(seconds=5)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+            raise ValueError("plain http is refused for a host that is not loopback; use https")
+        if parts.username or parts.password:
+            raise ValueError("a webhook URL takes no user or password; the signature is the proof")
+        return value
 
 
 class LogSettings(_Section):
@@ -292,6 +321,7 @@ class Settings(_Section):
     serve: ServeSettings = ServeSettings()
     enroll: EnrollSettings = EnrollSettings()
     metrics: MetricsSettings = MetricsSettings()
+    webhook: WebhookSettings = WebhookSettings()
 
 
 SECTIONS: tuple[str, ...] = tuple(Settings.model_fields)

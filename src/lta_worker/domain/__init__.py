@@ -10,7 +10,8 @@
   capacity plan (`_capacity`); the freshness schedule: square-root spread of the budget,
   stats on change (`_freshness`) and the change estimate it learns from the reads
   (`_estimate`);
-- durations as operators write them (`_durations`).
+- durations as operators write them (`_durations`);
+- user state changes as webhook events, with the spec's client action (`_events`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
 """
@@ -24,6 +25,17 @@ from lta_worker.domain._classify import ALLOWED_CODES, OAUTH_CODES, classify, fi
 from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._durations import format_duration, parse_duration
 from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._events import (
+    CLIENT_ACTIONS,
+    EVENT_TYPES,
+    EventType,
+    OutboxCounts,
+    PendingEvent,
+    StateEvent,
+    change_event,
+    enrollment_event,
+    turn_events,
+)
 from lta_worker.domain._freshness import (
     RATE_CLASSES,
     SCHEDULE_MODES,
@@ -80,9 +92,11 @@ from lta_worker.domain._policy import (
 
 __all__ = [
     "ALLOWED_CODES",
+    "CLIENT_ACTIONS",
     "DROP_START",
     "ENDPOINTS",
     "ENDPOINT_SCOPES",
+    "EVENT_TYPES",
     "EXIT_CODES",
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
@@ -102,14 +116,17 @@ __all__ = [
     "ChangeEstimate",
     "EncryptedToken",
     "Endpoint",
+    "EventType",
     "FreshnessConfig",
     "HistoryRow",
     "InstanceKind",
     "InstanceRow",
+    "OutboxCounts",
     "Outcome",
     "OutcomeKind",
     "PassRecord",
     "PendingEnrollment",
+    "PendingEvent",
     "PolicyConfig",
     "PollDurations",
     "PurgeCounts",
@@ -121,6 +138,7 @@ __all__ = [
     "SchedulePlan",
     "Signal",
     "SnapshotWrite",
+    "StateEvent",
     "StatsMode",
     "StopReason",
     "Trip",
@@ -131,6 +149,7 @@ __all__ = [
     "backoff_ceiling",
     "backoff_delay",
     "bucket_rates",
+    "change_event",
     "class_intervals",
     "classify",
     "day_shape",
@@ -139,6 +158,7 @@ __all__ = [
     "drop_verdict",
     "endpoints_to_call",
     "ends_turn",
+    "enrollment_event",
     "find_code",
     "format_duration",
     "from_buckets",
@@ -150,4 +170,5 @@ __all__ = [
     "read_again",
     "still_wanted",
     "strict_json",
+    "turn_events",
 ]

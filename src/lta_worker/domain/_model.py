@@ -118,6 +118,8 @@ class ResultRow:
     payload: Any
     fetched_at: datetime
     changed_at: datetime
+    # The user's state now: revoked and dropped users' results are recognisable.
+    state: UserState = "active"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +166,8 @@ class PurgeCounts:
     snapshots: int = 0
     history: int = 0
     pending: int = 0
+    # Past contents older than `retention.history` (of any user; the newest kept).
+    history_pruned: int = 0
 
 
 @dataclass(frozen=True, slots=True)

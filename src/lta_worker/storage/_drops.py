@@ -13,8 +13,9 @@ from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, select, update
 
-from lta_worker.domain import TOKENLESS_STATES, UserRow
+from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
 from lta_worker.errors import UnknownUserError
+from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import User
 from lta_worker.storage._users import USER_COLUMNS, lease_due, to_user_row
@@ -63,6 +64,7 @@ def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
             .returning(*USER_COLUMNS)
         )
         after = to_user_row(conn.execute(stmt).one())
+        outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
     return DropStart(before, after)
 
 
@@ -90,8 +92,12 @@ def finish_drop(db: Database, user_id: int, generation: int, now: datetime) -> b
                 lease_expires_at=None,
                 generation=User.generation + 1,
             )
+            .returning(User.user)
         )
-    return result.rowcount > 0
+        user = result.scalar_one_or_none()
+        if user is not None:
+            outbox.record(conn, [change_event(user, "dropping", "dropped", now, "drop")])
+    return user is not None
 
 
 def defer_drop(

@@ -229,3 +229,30 @@ class Pass(Base):
     reads: Mapped[int] = mapped_column(Integer)
     throttled: Mapped[int] = mapped_column(Integer)
     counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class OutboxEvent(Base):
+    """A user state change waiting for its webhook delivery (migration 0005).
+
+    Written in the same transaction as the change; deleted once the receiver acknowledged
+    it; kept with `dead_at` set when it grew older than `webhook.max_age` undelivered.
+    """
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (
+        Index("ix_webhook_outbox_user_id", "user", "id"),
+        Index("ix_webhook_outbox_next_attempt_at", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(String(255))
+    type: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+    next_attempt_at: Mapped[datetime]
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    last_error: Mapped[str | None] = mapped_column(String(200))
+    dead_at: Mapped[datetime | None]
+    # The instance delivering it now (until `next_attempt_at`); NULL when none.
+    lease_owner: Mapped[str | None] = mapped_column(String(128))

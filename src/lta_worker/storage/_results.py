@@ -1,5 +1,7 @@
 """Snapshots (latest result per user and endpoint), history, export and retention purge.
 
+Exports carry the user's state now; `retention.history` bounds the history (`prune_history`).
+
 The payload is stored exactly as received (opaque JSON). Its content hash is the sha256 of
 its canonical JSON form (sorted keys, no whitespace), so a payload that differs only in key
 order or spacing is the same content. History gets a row only when (status, hash) changes;
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, and_, delete, or_, select, tuple_
+from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
 
 from lta_worker.domain import (
     Endpoint,
@@ -22,6 +24,7 @@ from lta_worker.domain import (
     PurgeCounts,
     ResultRow,
     ResultStatus,
+    UserState,
 )
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import History, Snapshot, User
@@ -50,6 +53,7 @@ def export_results(db: Database, user: str | None = None, batch: int = 500) -> I
                 Snapshot.payload,
                 Snapshot.fetched_at,
                 Snapshot.changed_at,
+                User.state,
             )
             .join(User, User.id == Snapshot.user_id)
             .where(tuple_(Snapshot.user_id, Snapshot.endpoint) > tuple_(*after))
@@ -70,8 +74,55 @@ def export_results(db: Database, user: str | None = None, batch: int = 500) -> I
                 payload=row.payload,
                 fetched_at=row.fetched_at,
                 changed_at=row.changed_at,
+                state=cast(UserState, row.state),
             )
         after = (rows[-1].user_id, rows[-1].endpoint)
+
+
+def export_history(
+    db: Database, user: str | None = None, since: datetime | None = None, batch: int = 500
+) -> Iterator[ResultRow]:
+    """Every stored past content, in the order it was stored (keyset on the history id).
+
+    Of one user when `user` is given, fetched at or after `since` when given; `changed_at`
+    is the `fetched_at` of the read that stored the content.
+    """
+    after = 0
+    while True:
+        query = (
+            select(
+                History.id,
+                User.user,
+                History.endpoint,
+                History.status,
+                History.payload,
+                History.fetched_at,
+                User.state,
+            )
+            .join(User, User.id == History.user_id)
+            .where(History.id > after)
+            .order_by(History.id)
+            .limit(batch)
+        )
+        if user is not None:
+            query = query.where(User.user == user)
+        if since is not None:
+            query = query.where(History.fetched_at >= since)
+        with db.read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return
+        for row in rows:
+            yield ResultRow(
+                user=row.user,
+                endpoint=cast(Endpoint, row.endpoint),
+                status=cast(ResultStatus, row.status),
+                payload=row.payload,
+                fetched_at=row.fetched_at,
+                changed_at=row.fetched_at,
+                state=cast(UserState, row.state),
+            )
+        after = rows[-1].id
 
 
 def history(db: Database, user: str, endpoint: Endpoint) -> list[HistoryRow]:
@@ -133,3 +184,14 @@ def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> 
     snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id.in_(users))).rowcount
     past = conn.execute(delete(History).where(History.user_id.in_(users))).rowcount
     return PurgeCounts(users=len(users), snapshots=snapshots, history=past)
+
+
+def prune_history(conn: Connection, now: datetime, keep: timedelta) -> int:
+    """Delete past contents fetched more than `keep` ago; return how many.
+
+    The newest history row of each (user, endpoint) is kept whatever its age: it is the
+    content the snapshot still shows, and the start of the next change.
+    """
+    newest = select(func.max(History.id)).group_by(History.user_id, History.endpoint)
+    stmt = delete(History).where(History.fetched_at < now - keep, History.id.not_in(newest))
+    return conn.execute(stmt).rowcount

@@ -31,8 +31,10 @@ from lta_worker.domain import (
     HistoryRow,
     InstanceKind,
     InstanceRow,
+    OutboxCounts,
     PassRecord,
     PendingEnrollment,
+    PendingEvent,
     PurgeCounts,
     ResultRow,
     UserRow,
@@ -46,6 +48,7 @@ from lta_worker.storage import _enrollments as enrollments
 from lta_worker.storage import _freshness as freshness
 from lta_worker.storage import _instances as instances
 from lta_worker.storage import _migrate as migrate
+from lta_worker.storage import _outbox as outbox
 from lta_worker.storage import _results as results
 from lta_worker.storage import _rotation as rotation
 from lta_worker.storage import _schedule as schedule
@@ -276,12 +279,22 @@ class Store:
         """Delete the user's snapshots and history; return the number of rows."""
         return results.purge_results(self._db, user)
 
-    def purge_expired(self, now: datetime, after: timedelta) -> PurgeCounts:
-        """Retention purge: results of users revoked/dropped `after` ago, dead consents."""
+    def purge_expired(
+        self, now: datetime, after: timedelta, history: timedelta | None = None
+    ) -> PurgeCounts:
+        """Retention purge: results of users revoked/dropped `after` ago, dead consents, and
+        (with `history`) past contents older than that, each (user, endpoint)'s newest kept."""
         with self._db.write() as conn:
             counts = results.purge_expired_results(conn, now, after)
+            pruned = results.prune_history(conn, now, history) if history is not None else 0
         pending = enrollments.purge_pending(self._db, now)
-        return dataclasses.replace(counts, pending=pending)
+        return dataclasses.replace(counts, pending=pending, history_pruned=pruned)
+
+    def export_history(
+        self, user: str | None = None, since: datetime | None = None
+    ) -> Iterator[ResultRow]:
+        """Every stored past content (of one user, fetched at or after `since`), in order."""
+        return results.export_history(self._db, user, since)
 
     def export_results(self, user: str | None = None) -> Iterator[ResultRow]:
         """The latest result per user and endpoint (of one user when given)."""
@@ -290,6 +303,39 @@ class Store:
     def history(self, user: str, endpoint: Endpoint) -> list[HistoryRow]:
         """Every distinct content stored for (user, endpoint), oldest first."""
         return results.history(self._db, user, endpoint)
+
+    # -- webhook outbox (see `outbox`) -------------------------------------------------------
+
+    def claim_events(
+        self, now: datetime, limit: int, lease_until: datetime, owner: str = "-"
+    ) -> list[PendingEvent]:
+        """Lease the oldest due event of up to `limit` users to `owner` (order per user kept)."""
+        return outbox.claim_heads(self._db, now, limit, lease_until, owner)
+
+    def release_events(self, now: datetime) -> int:
+        """Make every leased event due now (SQLite at start-up: every owner is dead)."""
+        return outbox.release_leases(self._db, now)
+
+    def events_delivered(self, ids: Sequence[int]) -> int:
+        """Delete acknowledged events."""
+        return outbox.delivered(self._db, ids)
+
+    def event_failed(self, event_id: int, retry_at: datetime, error: str) -> None:
+        """Back a failed event off until `retry_at`."""
+        outbox.failed(self._db, event_id, retry_at, error)
+
+    def dead_letter_events(self, now: datetime, max_age: timedelta) -> int:
+        """Dead-letter events older than `max_age`; return how many."""
+        return outbox.dead_letter(self._db, now, max_age)
+
+    def purge_events(self, now: datetime, keep_dead: timedelta, *, live: bool = False) -> int:
+        """Delete dead events older than `keep_dead` (every live one too when `live`)."""
+        with self._db.write() as conn:
+            return outbox.purge(conn, now, keep_dead, live=live)
+
+    def outbox_counts(self) -> OutboxCounts:
+        """Events waiting and dead-lettered."""
+        return outbox.counts(self._db)
 
     # -- pending enrollments ----------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens."""
+"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens.
+
+Every state change queues its webhook event in its own transaction (`_outbox`).
+"""
 
 from __future__ import annotations
 
@@ -29,8 +32,11 @@ from lta_worker.domain import (
     UserRow,
     UserState,
     UserUpdate,
+    change_event,
+    enrollment_event,
 )
 from lta_worker.errors import UnknownUserError
+from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import USERS, without_repeats, write_batch
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import User, UtcDateTime
@@ -297,7 +303,7 @@ def apply(
     writes nothing new.
     """
     applied = 0
-    with db.write() as conn:
+    with db.write() as conn, outbox.watch_turns(conn, updates, now) as written:
         for run in without_repeats(updates):
             try:
                 with conn.begin_nested():
@@ -321,6 +327,7 @@ def apply(
                     hit = upd.user_id in hits
                 if hit:
                     applied += 1
+                    written.append(upd)  # its state change is queued for the webhook
                 elif discarded is not None:
                     discarded.append((upd, "changed"))
     return applied
@@ -374,8 +381,9 @@ def store_token(
     with db.write() as conn:
         inserted = conn.execute(_insert_new(db, {"user": user, **values})).first()
         if inserted is not None:
+            outbox.record(conn, [enrollment_event(user, None, False, now)])
             return False
-        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        query = select(User.id, User.state, User.token_ciphertext).where(User.user == user)
         if db.dialect == "postgresql":
             query = query.with_for_update()
         current = conn.execute(query).one()
@@ -384,6 +392,8 @@ def store_token(
             .where(User.id == current.id)
             .values({**values, "generation": User.generation + 1})
         )
+        had_token = current.token_ciphertext is not None
+        outbox.record(conn, [enrollment_event(user, current.state, had_token, now)])
     return current.token_ciphertext is not None
 
 
@@ -397,7 +407,7 @@ def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bo
         raise ValueError("delete_token sets state 'revoked' or 'dropped'")
     stamp_column = User.revoked_at if state == "revoked" else User.dropped_at
     with db.write() as conn:
-        query = select(User.id, User.token_ciphertext).where(User.user == user)
+        query = select(User.id, User.state, User.token_ciphertext).where(User.user == user)
         if db.dialect == "postgresql":
             query = query.with_for_update()
         current = conn.execute(query).first()
@@ -422,4 +432,5 @@ def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bo
                 }
             )
         )
+        outbox.record(conn, [change_event(user, current.state, state, now, state)])
     return current.token_ciphertext is not None

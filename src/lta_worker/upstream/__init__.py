@@ -5,7 +5,9 @@
 - `long_term_credential` (`<token>.<client secret>`), `check_secure_url` (plain http only
   to loopback), `join_url`, and the paths of the interface (`_client`);
 - `http_client`, the production client: timeouts, no proxy from the environment but an
-  https one from the settings (`_http`).
+  https one from the settings (`_http`);
+- `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
+  (`_webhook`).
 
 Names are imported on first use (see `lta_worker._lazy`).
 """
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
         long_term_credential,
     )
     from lta_worker.upstream._http import http_client
+    from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
 
 _NAMES = {
     "READ_PATHS": "._client",
@@ -37,6 +40,8 @@ _NAMES = {
     "join_url": "._client",
     "long_term_credential": "._client",
     "http_client": "._http",
+    "WebhookSender": "._webhook",
+    "webhook_http_client": "._webhook",
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
@@ -44,8 +49,10 @@ __all__ = [
     "TOKENS_PATH",
     "TOKEN_PREFIX",
     "ApiClient",
+    "WebhookSender",
     "check_secure_url",
     "http_client",
     "join_url",
     "long_term_credential",
+    "webhook_http_client",
 ]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import httpx
 
-from lta_worker.config import Settings, read_client_secret
+from lta_worker.config import Settings, read_client_secret, read_webhook_secret
 from lta_worker.domain import PassRecord, PolicyConfig, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import StorageError
@@ -32,10 +32,12 @@ from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
 from lta_worker.worker._plan import PlanCache
+from lta_worker.worker._webhooks import Delivery, deliver_due
 from lta_worker.worker._wiring import instance_ttl, load_vault, open_store
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import WebhookSender
     from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.runner")
@@ -90,6 +92,7 @@ class Worker:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
+        webhook_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
         if metrics is None and (settings.metrics.listen or settings.metrics.textfile):
@@ -97,6 +100,8 @@ class Worker:
 
             metrics = Metrics()
         self.metrics = metrics
+        self.webhook_transport = webhook_transport
+        self.webhooks: WebhookSender | None = None
         self.kind = kind
         self.transport = transport
         self.clock: Clock = clock or SystemClock()
@@ -144,11 +149,20 @@ class Worker:
             register_secret(self.client_secret)
             http = await stack.enter_async_context(http_client(settings, transport=self.transport))
             self._api = ApiClient(http, settings)
+            if settings.webhook.url is not None:  # imported only when configured
+                from lta_worker.upstream import WebhookSender, webhook_http_client
+
+                secret = read_webhook_secret(settings)
+                register_secret(secret)
+                client = webhook_http_client(settings, transport=self.webhook_transport)
+                hooks = await stack.enter_async_context(client)
+                self.webhooks = WebhookSender(hooks, settings, secret)
             self._pacer = self._build_pacer()
             if self.store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
                 for owner, users in (await self._db(self.store.release_all)).items():
                     _log_lease_expired(owner, users)
+                await self._db(self.store.release_events, self.clock.now())
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(self.store.unregister, self.instance)
             if self.metrics is not None:
@@ -250,6 +264,8 @@ class Worker:
             raise error
         with anyio.CancelScope(shield=True):
             await self._after_pass(result, started_at)
+        if self._stop_grace is None:  # not shielded: a stop may cut the delivery short
+            await self.deliver_webhooks()
         return result
 
     async def follow_schedule(self) -> dict[str, int] | None:
@@ -360,18 +376,49 @@ class Worker:
                     "lta-worker",
                 )
 
-    async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
-        """The retention purge (and a WAL checkpoint in `serve`)."""
-        purged: PurgeCounts = await self._db(
-            self.store.purge_expired, self.clock.now(), self.settings.retention.after_revocation
+    async def deliver_webhooks(self) -> Delivery:
+        """One delivery round of the webhook outbox (nothing without `webhook.url`)."""
+        if self.webhooks is None:
+            return Delivery()
+        return await deliver_due(
+            self.store,
+            self.webhooks,
+            self.settings,
+            self.clock.now,
+            rng=self.rng,
+            owner=self.instance,
         )
-        if purged.users or purged.snapshots or purged.history:
+
+    async def maintenance(self, *, checkpoint: bool = True) -> PurgeCounts:
+        """The retention purge, old dead letters (and a WAL checkpoint in `serve`).
+
+        Without `webhook.url` the outbox has no reader: its events are deleted here.
+        """
+        retention = self.settings.retention
+        purged: PurgeCounts = await self._db(
+            self.store.purge_expired,
+            self.clock.now(),
+            retention.after_revocation,
+            retention.history,
+        )
+        if purged.users or purged.snapshots or purged.history or purged.history_pruned:
             log.info(
                 "retention.purged",
                 users=purged.users,
                 snapshots=purged.snapshots,
                 history=purged.history,
+                history_pruned=purged.history_pruned,
             )
+        webhook = self.settings.webhook
+        events = await self._db(
+            self.store.purge_events,
+            self.clock.now(),
+            webhook.keep_dead,
+            live=self.webhooks is None,
+        )
+        if events:  # without webhook.url, routine housekeeping: at debug only
+            emit = log.info if self.webhooks is not None else log.debug
+            emit("webhook.purged", events=events, delivering=self.webhooks is not None)
         if checkpoint:
             await self._db(self.store.checkpoint)
         return purged
@@ -395,7 +442,7 @@ class Worker:
         """
         vault = load_vault(settings)
         client_secret = read_client_secret(settings)
-        fixed = ("database", "service")
+        fixed = ("database", "service", "webhook")
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
         if changed:
             log.warning("service.reload_partial", needs_restart=changed)

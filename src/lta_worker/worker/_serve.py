@@ -2,7 +2,8 @@
 
 APScheduler 3.11's `AsyncIOScheduler` (on the asyncio loop anyio runs on) drives three jobs:
 a pass every `poll.tick` (one at a time, coalesced: a pass that overruns its tick delays
-the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a heartbeat.
+the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a heartbeat, and
+(with `webhook.url`) the webhook delivery every `webhook.interval`.
 sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
@@ -99,6 +100,7 @@ class Service:
             "pass": self.settings.poll.tick,
             "maintenance": serve.maintenance_interval,
             "heartbeat": serve.heartbeat,
+            **({"webhooks": self.settings.webhook.interval} if self.worker.webhooks else {}),
         }
 
     async def run(self) -> int:
@@ -109,6 +111,7 @@ class Service:
             "pass": self._pass_job,
             "maintenance": self._maintenance_job,
             "heartbeat": self._heartbeat_job,
+            "webhooks": self._webhooks_job,
         }
         for job_id, every in self._intervals().items():
             scheduler.add_job(
@@ -244,6 +247,12 @@ class Service:
                 purged_users=purged.users,
                 checkpoint=True,
             )
+
+    async def _webhooks_job(self) -> None:
+        if self.stopping:
+            return
+        async with self._job("webhooks"):
+            await self.worker.deliver_webhooks()
 
     async def _heartbeat_job(self) -> None:
         if self.stopping:

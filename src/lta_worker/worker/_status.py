@@ -79,6 +79,7 @@ def collect_status(
         budget = db.budget_seen(settings.client.id)
         instances = db.live_instances(now, instance_ttl(settings))
         schedule = schedule_summary(db, settings)
+        outbox = db.outbox_counts()
     finally:
         if own:
             db.close()
@@ -119,6 +120,12 @@ def collect_status(
             "warning": plan.warning,
         },
         "schedule": schedule,
+        "webhooks": {
+            "enabled": settings.webhook.url is not None,
+            "backlog": outbox.backlog,
+            "dead_letter": outbox.dead,
+            "oldest_backlog_at": iso(outbox.oldest_at),
+        },
         "instances": [
             {k: iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
             for i in instances

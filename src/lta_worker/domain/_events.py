@@ -1,0 +1,141 @@
+"""User state changes as events: which change is which event, and what the client should do.
+
+Pure: storage calls these with the row as it was and the write it makes, in the same
+transaction, and stores what they return in the webhook outbox (docs/webhooks.md). The
+"client action" column is the spec's section 7; an event carries the user's id, states,
+reason and time, and never a token or any other secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from lta_worker.domain._model import UserState, UserUpdate
+
+EventType = Literal[
+    "user.enrolled",
+    "user.rotated",
+    "user.revoked",
+    "user.parked",
+    "user.unlinked",
+    "user.rejected",
+    "user.scope_denied",
+    "user.dropping",
+    "user.dropped",
+    "user.active",
+]
+
+# fmt: off
+# The event a change *into* a state is, and what the client should do about it (spec 7).
+CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
+    "user.enrolled":     "None; the worker reads the user's data from now on",
+    "user.rotated":      "None; the user's new long term token replaced the old one",
+    "user.revoked":      "Access is gone and the token deleted; enroll the user again to read",
+    "user.parked":       "Keep the token; access resumes by itself when cloud sync is used",
+    "user.unlinked":     "Ask the user to link cloud sync in the app",
+    "user.rejected":     "Check configuration; not necessarily a revocation",
+    "user.scope_denied": "Re-enroll asking for that scope",
+    "user.dropping":     "None; the worker finishes the drop with the service",
+    "user.dropped":      "None; the client dropped the user's access",
+    "user.active":       "None; access is back",
+}
+STATE_EVENTS: Final[Mapping[UserState, EventType]] = {
+    "active":   "user.active",
+    "parked":   "user.parked",
+    "unlinked": "user.unlinked",
+    "rejected": "user.rejected",
+    "revoked":  "user.revoked",
+    "dropping": "user.dropping",
+    "dropped":  "user.dropped",
+}
+# fmt: on
+EVENT_TYPES: Final[tuple[EventType, ...]] = tuple(CLIENT_ACTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class StateEvent:
+    """One change of one user, as the webhook receiver gets it."""
+
+    type: EventType
+    user: str
+    old_state: UserState | None
+    new_state: UserState
+    reason: str | None
+    at: datetime
+    endpoint: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body (Standard Webhooks shape: `type`, `timestamp`, `data`)."""
+        return {
+            "type": self.type,
+            "timestamp": self.at.isoformat(),
+            "data": {
+                "user": self.user,
+                "old_state": self.old_state,
+                "new_state": self.new_state,
+                "reason": self.reason,
+                "endpoint": self.endpoint,
+                "client_action": CLIENT_ACTIONS[self.type],
+            },
+        }
+
+
+def change_event(
+    user: str,
+    old: UserState | None,
+    new: UserState,
+    at: datetime,
+    reason: str | None = None,
+) -> StateEvent | None:
+    """The event of a state change, or None when the state stayed the same."""
+    if old == new:
+        return None
+    return StateEvent(STATE_EVENTS[new], user, old, new, reason, at)
+
+
+def turn_events(
+    user: str,
+    old: UserState,
+    old_denied: Mapping[str, datetime],
+    upd: UserUpdate,
+    at: datetime,
+) -> list[StateEvent]:
+    """The events of one applied turn: the state change, then each newly denied endpoint."""
+    reason = upd.last_code or upd.last_outcome
+    events = [e for e in [change_event(user, old, upd.state, at, reason)] if e is not None]
+    for endpoint in sorted(set(upd.denied) - set(old_denied)):
+        events.append(
+            StateEvent("user.scope_denied", user, old, upd.state, "scope_denied", at, endpoint)
+        )
+    return events
+
+
+def enrollment_event(user: str, old: UserState | None, had_token: bool, at: datetime) -> StateEvent:
+    """A token stored for the user: `user.rotated` when it replaced one, else `user.enrolled`."""
+    kind: EventType = "user.rotated" if had_token else "user.enrolled"
+    return StateEvent(kind, user, old, "active", "enrollment", at)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """One queued event as the delivery sends it: the same `event_id` on every attempt."""
+
+    id: int
+    event_id: str
+    user: str
+    type: str
+    payload: Mapping[str, Any]
+    created_at: datetime
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCounts:
+    """The webhook outbox at a glance, for `status`."""
+
+    backlog: int = 0
+    dead: int = 0
+    oldest_at: datetime | None = None

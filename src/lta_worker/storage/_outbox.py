@@ -1,0 +1,208 @@
+"""The webhook outbox: events written with the state change, delivered later, at least once.
+
+Every function that changes a user's state calls `record` (or `watch_turns`) on the very
+connection of its transaction, so an event exists exactly when its change was committed: a
+crash before the commit loses both, a crash after it loses neither. The delivery claims the
+oldest undelivered event of each user (`claim_heads`, so a user's events go out in order),
+then deletes it (`delivered`) or backs it off (`failed`). Events older than
+`webhook.max_age` are dead-lettered (`dead_letter`): kept with `dead_at`, counted by
+`status`, skipped by the delivery, deleted after `webhook.keep_dead`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, and_, delete, func, insert, select, update
+from sqlalchemy.orm import aliased
+
+from lta_worker.domain import (
+    OutboxCounts,
+    PendingEvent,
+    StateEvent,
+    UserState,
+    UserUpdate,
+    turn_events,
+)
+from lta_worker.storage._db import Database
+from lta_worker.storage._models import OutboxEvent, User
+
+_ERROR_CHARS = 200
+
+
+def record(conn: Connection, events: Iterable[StateEvent | None]) -> int:
+    """Queue `events` (None entries skipped) in the caller's transaction; return how many."""
+    rows = [
+        {
+            "event_id": f"msg_{uuid.uuid4().hex}",
+            "user": e.user,
+            "type": e.type,
+            "payload": e.payload(),
+            "created_at": e.at,
+            "next_attempt_at": e.at,
+            "attempts": 0,
+        }
+        for e in events
+        if e is not None
+    ]
+    if rows:
+        conn.execute(insert(OutboxEvent), rows)
+    return len(rows)
+
+
+@contextmanager
+def watch_turns(
+    conn: Connection, updates: Sequence[UserUpdate], now: datetime | None
+) -> Iterator[list[UserUpdate]]:
+    """Around the writes of a batch of turns: queue the events of those appended to the list.
+
+    Reads each user's state and denied endpoints first (in the same transaction), and on a
+    normal exit queues the events of the updates the block appended (the ones written).
+    """
+    before: Mapping[int, Any] = {}
+    if updates:
+        rows = conn.execute(
+            select(User.id, User.user, User.state, User.denied).where(
+                User.id.in_({u.user_id for u in updates})
+            )
+        )
+        before = {r.id: r for r in rows}
+    written: list[UserUpdate] = []
+    yield written
+    events: list[StateEvent] = []
+    # Two turns of one user in a batch: the second's "before" is what the first wrote.
+    current = {uid: (r.user, cast(UserState, r.state), r.denied or {}) for uid, r in before.items()}
+    for upd in written:
+        old = current.get(upd.user_id)
+        if old is None:
+            continue
+        at = now or upd.last_polled_at or upd.next_due_at
+        if at is None:  # storage never reads the clock: the caller says when
+            raise ValueError("a turn's events need `now` or the update's last_polled_at")
+        name, state, denied = old
+        events += turn_events(name, state, denied, upd, at)
+        current[upd.user_id] = (name, upd.state, dict(upd.denied))
+    record(conn, events)
+
+
+def claim_heads(
+    db: Database, now: datetime, limit: int, lease_until: datetime, owner: str
+) -> list[PendingEvent]:
+    """Lease the oldest live event of up to `limit` users, when due, to `owner`; oldest first.
+
+    A claimed event's `next_attempt_at` moves to `lease_until`, so another instance (or a
+    delivery running at the same time) does not send it too; a crash mid-delivery only
+    delays it until then (on SQLite, until the next start: `release_leases`).
+    """
+    inner = aliased(OutboxEvent)
+    head = (
+        select(func.min(inner.id))
+        .where(inner.user == OutboxEvent.user, inner.dead_at.is_(None))
+        .scalar_subquery()
+    )
+    table = OutboxEvent.__table__
+    query = (
+        select(table)
+        .where(
+            OutboxEvent.dead_at.is_(None),
+            OutboxEvent.next_attempt_at <= now,
+            OutboxEvent.id == head,
+        )
+        .order_by(OutboxEvent.id)
+        .limit(limit)
+    )
+    if db.dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=table)
+    with db.write() as conn:
+        rows = conn.execute(query).all()
+        if not rows:
+            return []
+        ids = [r.id for r in rows]
+        conn.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.id.in_(ids))
+            .values(
+                next_attempt_at=lease_until, attempts=OutboxEvent.attempts + 1, lease_owner=owner
+            )
+        )
+        return [
+            PendingEvent(
+                id=r.id,
+                event_id=r.event_id,
+                user=r.user,
+                type=r.type,
+                payload=r.payload,
+                created_at=r.created_at,
+                attempts=r.attempts + 1,
+            )
+            for r in rows
+        ]
+
+
+def delivered(db: Database, ids: Sequence[int]) -> int:
+    """The receiver acknowledged these events: delete them; return how many."""
+    if not ids:
+        return 0
+    with db.write() as conn:
+        return conn.execute(delete(OutboxEvent).where(OutboxEvent.id.in_(ids))).rowcount
+
+
+def failed(db: Database, event_id: int, retry_at: datetime, error: str) -> None:
+    """The delivery failed: try again at `retry_at`; keep a short reason for `status`."""
+    with db.write() as conn:
+        conn.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.id == event_id)
+            .values(next_attempt_at=retry_at, last_error=error[:_ERROR_CHARS], lease_owner=None)
+        )
+
+
+def release_leases(db: Database, now: datetime) -> int:
+    """Make every leased event due now; return how many.
+
+    Only for SQLite at start-up, where the single-instance lock proves every owner dead (a
+    delivery killed mid-flight): its events go out at once instead of at the lease's end.
+    """
+    with db.write() as conn:
+        return conn.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.lease_owner.is_not(None), OutboxEvent.dead_at.is_(None))
+            .values(next_attempt_at=now, lease_owner=None)
+        ).rowcount
+
+
+def dead_letter(db: Database, now: datetime, max_age: timedelta) -> int:
+    """Mark live events created more than `max_age` ago as dead; return how many."""
+    with db.write() as conn:
+        return conn.execute(
+            update(OutboxEvent)
+            .where(OutboxEvent.dead_at.is_(None), OutboxEvent.created_at < now - max_age)
+            .values(dead_at=now)
+        ).rowcount
+
+
+def purge(conn: Connection, now: datetime, keep_dead: timedelta, *, live: bool) -> int:
+    """Delete dead events older than `keep_dead` (and every live one when `live`)."""
+    old_dead = and_(OutboxEvent.dead_at.is_not(None), OutboxEvent.dead_at < now - keep_dead)
+    where = OutboxEvent.dead_at.is_(None) | old_dead if live else old_dead
+    return conn.execute(delete(OutboxEvent).where(where)).rowcount
+
+
+def counts(db: Database) -> OutboxCounts:
+    """Events waiting (backlog) and dead-lettered, and when the oldest waiting one was made."""
+    with db.read() as conn:
+        rows = conn.execute(
+            select(
+                OutboxEvent.dead_at.is_(None).label("live"),
+                func.count(),
+                func.min(OutboxEvent.created_at),
+            ).group_by(OutboxEvent.dead_at.is_(None))
+        ).all()
+    found = {bool(live): (int(n), oldest) for live, n, oldest in rows}
+    backlog, oldest = found.get(True, (0, None))
+    dead, _ = found.get(False, (0, None))
+    return OutboxCounts(backlog=backlog, dead=dead, oldest_at=oldest)

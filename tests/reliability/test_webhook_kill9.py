@@ -1,0 +1,139 @@
+"""kill -9 between a state change and its webhook delivery loses no event.
+
+`lta-worker run` (a child process) reads against the simulator on loopback, revokes a user,
+and starts delivering to a receiver that holds every request without answering. Once the
+receiver holds one, the child is SIGKILLed. The revocation and its event are both committed
+(they share a transaction); the next `run`, with the receiver answering, delivers every
+event, in order per user, under the webhook-ids the killed attempts used.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
+from lta_worker.storage._models import OutboxEvent
+from lta_worker.storage._store import Store
+
+from .harness import Deployment, kill, make_deployment, wait_for, write_private
+
+SECRET = "whsec_" + base64.b64encode(b"kill-nine-webhook-secret-32bytes").decode()
+
+
+@dataclass
+class Receiver:
+    """A loopback receiver: holds each request unanswered while `holding`, else answers 204."""
+
+    holding: bool = True
+    release: threading.Event = field(default_factory=threading.Event)
+    held: list[dict[str, Any]] = field(default_factory=list)
+    acked: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                event_id = self.headers["webhook-id"]
+                with receiver.lock:
+                    holding = receiver.holding
+                    if holding:
+                        receiver.held.append({"id": event_id, **body})
+                if holding:
+                    receiver.release.wait(60)
+                    return  # no answer: the connection closes
+                with receiver.lock:
+                    receiver.acked.append((event_id, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, int]]:
+    """The receiver on a loopback port; released and shut down after the test."""
+    made = Receiver()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), made.handler())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield made, server.server_address[1]
+    finally:
+        made.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
+    """Two users enrolled as demo-client."""
+    running.sim.reset()
+    running.sim.configure(budget=10_000_000, window=3600)
+    made = make_deployment(
+        tmp_path, running, client_id=DEMO_CLIENT_ID, client_secret=DEMO_CLIENT_SECRET
+    )
+    made.enroll(["u1", "u2"])
+    return made
+
+
+def queued(deployment: Deployment) -> list[tuple[str, str]]:
+    """(user, type) of every event in the outbox, in order."""
+    with Store.open(deployment.db_url) as store, store.database.read() as conn:
+        rows = conn.execute(
+            select(OutboxEvent.user, OutboxEvent.type).order_by(OutboxEvent.id)
+        ).all()
+    return [(r.user, r.type) for r in rows]
+
+
+def test_kill9_between_state_change_and_delivery_loses_no_event(
+    deployment: Deployment, receiver: tuple[Receiver, int]
+) -> None:
+    """SIGKILL while the first delivery is in flight: the revocation and its event are both
+    committed, and the next run delivers all of them in order, with the same ids."""
+    hook, port = receiver
+    secret_file = write_private(deployment.tmp / "webhook-secret", SECRET + "\n")
+    deployment.configure(
+        webhook={"url": f"http://127.0.0.1:{port}/hook", "secret_file": str(secret_file)}
+    )
+    deployment.sim.revoke("u1")
+    proc = deployment.spawn("run")
+    assert wait_for(lambda: hook.held, timeout=60), deployment.keep(proc).stderr[-3000:]
+    kill(proc)
+
+    with Store.open(deployment.db_url) as store:
+        row = store.get_user("u1")
+        assert row is not None
+        assert (row.state, row.token) == ("revoked", None)
+    assert queued(deployment) == [
+        ("u1", "user.enrolled"),
+        ("u2", "user.enrolled"),
+        ("u1", "user.revoked"),
+    ]
+
+    with hook.lock:
+        hook.holding = False
+    hook.release.set()
+    out = deployment.cli("run")
+    assert out.returncode == 0, out.stderr[-3000:]
+    by_user: dict[str, list[str]] = {}
+    for _, body in hook.acked:
+        by_user.setdefault(body["data"]["user"], []).append(body["type"])
+    assert by_user == {"u1": ["user.enrolled", "user.revoked"], "u2": ["user.enrolled"]}
+    assert {h["id"] for h in hook.held} <= {event_id for event_id, _ in hook.acked}
+    assert queued(deployment) == []

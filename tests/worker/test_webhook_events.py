@@ -1,0 +1,217 @@
+"""The webhook events as pure rules, the signing sender, and the `[webhook]` settings."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from lta_worker.config import build_settings, read_webhook_secret
+from lta_worker.domain import (
+    CLIENT_ACTIONS,
+    EVENT_TYPES,
+    USER_STATES,
+    PendingEvent,
+    UserUpdate,
+    change_event,
+    enrollment_event,
+    turn_events,
+)
+from lta_worker.errors import ConfigError
+from lta_worker.secret import Secret
+from lta_worker.upstream import WebhookSender, webhook_http_client
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def settings(**webhook: Any) -> Any:
+    """Settings with a `[webhook]` section."""
+    return build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
+            "client": {"id": "c"},
+            "webhook": webhook,
+        }
+    )
+
+
+@pytest.mark.parametrize("state", USER_STATES)
+def test_every_state_change_is_an_event_with_a_client_action(state: str) -> None:
+    """A change into any state is an event named after it, with the spec's client action."""
+    old = "dropping" if state == "active" else "active"
+    event = change_event("u", old, state, NOW, "why")  # type: ignore[arg-type]
+    assert event is not None
+    assert event.type == ("user.active" if state == "active" else f"user.{state}")
+    assert event.payload()["data"]["client_action"] == CLIENT_ACTIONS[event.type]
+    assert change_event("u", state, state, NOW) is None  # type: ignore[arg-type]
+
+
+def test_event_names_cover_the_issue_list() -> None:
+    """Enrolled, rotated, scope denied and back to active are events beside the states."""
+    assert set(EVENT_TYPES) == {
+        "user.enrolled",
+        "user.rotated",
+        "user.revoked",
+        "user.parked",
+        "user.unlinked",
+        "user.rejected",
+        "user.scope_denied",
+        "user.dropping",
+        "user.dropped",
+        "user.active",
+    }
+    assert enrollment_event("u", None, False, NOW).type == "user.enrolled"
+    assert enrollment_event("u", "active", True, NOW).type == "user.rotated"
+
+
+def test_turn_events_state_then_each_newly_denied_endpoint() -> None:
+    """A turn yields its state change first, then one scope_denied per endpoint newly denied."""
+    upd = UserUpdate(
+        user_id=1,
+        state="active",
+        next_due_at=None,
+        consecutive_failures=0,
+        last_outcome="ok",
+        denied={"stats": NOW, "latest-change": NOW},
+    )
+    events = turn_events("u", "parked", {"latest-change": NOW}, upd, NOW)
+    assert [(e.type, e.endpoint) for e in events] == [
+        ("user.active", None),
+        ("user.scope_denied", "stats"),
+    ]
+    payload = events[0].payload()
+    assert set(payload) == {"type", "timestamp", "data"}
+    assert set(payload["data"]) == {
+        "user",
+        "old_state",
+        "new_state",
+        "reason",
+        "endpoint",
+        "client_action",
+    }
+
+
+def pending() -> PendingEvent:
+    event = change_event("u", "active", "revoked", NOW, "PermanentAccessRevoked")
+    assert event is not None
+    return PendingEvent(1, "msg_1", "u", event.type, event.payload(), NOW, 1)
+
+
+async def test_the_library_verifies_what_the_sender_signs() -> None:
+    """A POST verifies with standardwebhooks' Webhook.verify; a wrong secret does not."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    cfg = settings(url="https://hooks.example/x")
+    async with webhook_http_client(cfg, transport=httpx.MockTransport(handler)) as http:
+        sender = WebhookSender(http, cfg, Secret(SECRET))
+        assert await sender.send(pending(), datetime.now(UTC)) is None
+    (request,) = seen
+    headers = dict(request.headers)
+    assert headers["webhook-id"] == "msg_1"
+    assert Webhook(SECRET).verify(request.content, headers) == json.loads(request.content)
+    other = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    with pytest.raises(WebhookVerificationError):
+        Webhook(other).verify(request.content, headers)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [(503, "HTTP 503"), (301, "HTTP 301"), ("drop", "ConnectError"), ("hang", "timeout")],
+)
+async def test_a_failed_delivery_says_why_and_never_raises(answer: Any, expected: str) -> None:
+    """A non-2xx answer, a broken connection or a receiver past the total timeout is a
+    reason string, not an exception."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if answer == "drop":
+            raise httpx.ConnectError("refused", request=request)
+        if answer == "hang":
+            await anyio.sleep_forever()
+        return httpx.Response(answer, headers={"location": "https://elsewhere.example/"})
+
+    cfg = settings(url="https://hooks.example/x", timeout="1s")
+    async with webhook_http_client(cfg, transport=httpx.MockTransport(handler)) as http:
+        sender = WebhookSender(http, cfg, Secret(SECRET))
+        with anyio.fail_after(5):
+            assert await sender.send(pending(), NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "accepted"),
+    [
+        ("https://hooks.example/lta", True),
+        ("http://127.0.0.1:8080/lta", True),
+        ("http://hooks.example/lta", False),
+        ("https://user:pw@hooks.example/lta", False),
+        ("ftp://hooks.example/lta", False),
+    ],
+)
+def test_webhook_url_rules(url: str, accepted: bool) -> None:
+    """https anywhere, http only to loopback, never credentials in the URL."""
+    if accepted:
+        assert settings(url=url).webhook.url == url
+    else:
+        with pytest.raises(ConfigError) as info:
+            settings(url=url)
+        assert "webhook.url" in str(info.value.key)
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "ok"),
+    [
+        (SECRET + "\n", 0o600, True),
+        (SECRET, 0o644, False),
+        ("not-a-whsec-secret", 0o600, False),
+        ("whsec_c2hvcnQ=", 0o600, False),  # 5 bytes: too short
+        ("whsec_!!!notbase64!!!", 0o600, False),
+    ],
+)
+def test_webhook_secret_file_rules(tmp_path: Path, content: str, mode: int, ok: bool) -> None:
+    """The secret file follows the one secret-file rule and holds one whsec_ secret; an error
+    names the setting and never the content."""
+    path = tmp_path / "hook-secret"
+    path.write_text(content)
+    path.chmod(mode)
+    cfg = settings(url="https://hooks.example/x", secret_file=str(path))
+    if ok:
+        assert read_webhook_secret(cfg).reveal() == SECRET
+        return
+    with pytest.raises(ConfigError) as info:
+        read_webhook_secret(cfg)
+    assert info.value.key == "webhook.secret_file"
+    assert content.strip() not in str(info.value)
+
+
+def test_a_webhook_url_without_a_secret_file_is_a_config_error() -> None:
+    """webhook.url set and no secret file: exit 78 naming webhook.secret_file."""
+    with pytest.raises(ConfigError) as info:
+        read_webhook_secret(settings(url="https://hooks.example/x"))
+    assert info.value.key == "webhook.secret_file"
+    assert info.value.exit_code == 78
+
+
+def test_webhook_durations_have_ranges() -> None:
+    """A webhook max_age of 0s is refused at load, naming the key."""
+    with pytest.raises(ConfigError) as info:
+        settings(max_age="0s")
+    assert info.value.key == "webhook.max_age"
+    assert settings().webhook.max_age == timedelta(days=3)
