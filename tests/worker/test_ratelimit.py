@@ -125,11 +125,20 @@ def test_formats(headers: dict[str, str], expected: RateLimitInfo) -> None:
         pytest.param({"RateLimit": "limit=?1"}, id="boolean"),
         pytest.param({"RateLimit": '"p";r=1é'}, id="non-ascii"),
         pytest.param({"X-RateLimit-Remaining": "9" * 40}, id="absurdly-long"),
+        pytest.param({"RateLimit-Limit": "0.0\x1f"}, id="control-character"),
+        pytest.param({"RateLimit-Limit": "5\x0b", "RateLimit-Remaining": "\x1c3"}, id="vt-fs"),
     ],
 )
 def test_malformed_fields_are_ignored(headers: dict[str, str]) -> None:
     """Missing or malformed fields give None, never an exception."""
     assert parse_ratelimit(headers, NOW) is None
+
+
+def test_spaces_and_tabs_around_a_number_are_allowed() -> None:
+    """HTTP's optional whitespace (space, tab) around a plain number is read as usual."""
+    info = parse_ratelimit({"RateLimit-Limit": " 10\t", "RateLimit-Remaining": "\t2.5 "}, NOW)
+    assert info is not None
+    assert (info.limit, info.remaining) == (10, 2)
 
 
 def test_negative_values_are_dropped_but_the_rest_is_kept() -> None:

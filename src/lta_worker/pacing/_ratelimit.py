@@ -35,7 +35,8 @@ from http_sfv.list import List as SFList
 EPOCH_THRESHOLD: Final = 1e9
 # Above this it is a Unix time in milliseconds.
 EPOCH_MS_THRESHOLD: Final = 1e12
-_NUMBER = re.compile(r"\s*(\d{1,15})(?:\.(\d{1,9}))?\s*")
+# HTTP's optional whitespace is spaces and tabs only (`\s` would take control characters).
+_NUMBER = re.compile(r"[ \t]*(\d{1,15})(?:\.(\d{1,9}))?[ \t]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +240,8 @@ def _first_number(raw: str | None) -> object:
         return None
     match = _NUMBER.fullmatch(raw)
     if match:
-        return float(match.group(0)) if match.group(2) else int(match.group(1))
+        whole, fraction = match.group(1), match.group(2)
+        return float(f"{whole}.{fraction}") if fraction else int(whole)
     items = _sf_list(raw)
     return items[0][0] if items else None
 
