@@ -99,3 +99,19 @@ async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -
     assert harness.reads() == []
     with harness.store() as store:
         assert store.count_due(harness.clock.now()) == 1
+
+
+@pytest.mark.timeout(30)
+async def test_a_pacer_that_hands_out_no_permit_fails_the_pass_loudly(harness: Harness) -> None:
+    """A pacer (or a wrapper of it) whose acquire returns nothing is a bug: the pass raises
+    TypeError instead of taking every turn for interrupted and claiming the users again."""
+    await harness.enroll("x")
+    async with _worker(harness) as worker:
+
+        async def no_permit() -> None:
+            return None
+
+        worker.pacer.acquire = no_permit  # type: ignore[method-assign,assignment]
+        with anyio.fail_after(10), pytest.raises(BaseException) as caught:  # noqa: PT011
+            await worker.run_pass()
+    assert caught.group_contains(TypeError, match="returned no Permit")

@@ -350,8 +350,10 @@ class PassEngine:
                 permit = await self.pacer.acquire()  # cancelled while waiting: nothing taken
             finally:
                 self._permit_waits.discard(scope)
-        if permit is None:
+        if scope.cancelled_caught:
             raise _Interrupted
+        if permit is None:  # a broken pacer (or wrapper) must fail loudly, not skip users
+            raise TypeError("the pacer's acquire() returned no Permit")
         return permit
 
     async def _read(self, user: UserRow, endpoint: Endpoint, credential: Secret) -> Outcome:
