@@ -215,18 +215,9 @@ def _create_readonly_engine(url: URL) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect_ro)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    try:
-        return create_engine(
-            url,
-            hide_parameters=True,
-            json_serializer=_STRICT_JSON,
-            pool_pre_ping=True,
-            pool_size=2,
-            max_overflow=2,
-            connect_args={"options": "-c default_transaction_read_only=on"},
-        )
-    except ImportError:
-        return create_store_engine(url)  # raises the ConfigError naming the driver
+    # A read-only command: a small pool, and every transaction read-only on the server.
+    options = {"options": "-c default_transaction_read_only=on"}
+    return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
@@ -248,14 +239,14 @@ def create_store_engine(url: URL) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
+    return _postgresql_engine(url, pool_size=5, max_overflow=10)
+
+
+def _postgresql_engine(url: URL, **pool: Any) -> Engine:
+    """A PostgreSQL engine through psycopg 3 (ConfigError naming the extra without it)."""
     try:
         return create_engine(
-            url,
-            hide_parameters=True,
-            json_serializer=_STRICT_JSON,
-            pool_pre_ping=True,
-            pool_size=5,
-            max_overflow=10,
+            url, hide_parameters=True, json_serializer=_STRICT_JSON, pool_pre_ping=True, **pool
         )
     except ImportError:
         raise ConfigError(

@@ -67,16 +67,21 @@ def export_results(db: Database, user: str | None = None, batch: int = 500) -> I
         if not rows:
             return
         for row in rows:
-            yield ResultRow(
-                user=row.user,
-                endpoint=cast(Endpoint, row.endpoint),
-                status=cast(ResultStatus, row.status),
-                payload=row.payload,
-                fetched_at=row.fetched_at,
-                changed_at=row.changed_at,
-                state=cast(UserState, row.state),
-            )
+            yield _result_row(row, changed_at=row.changed_at)
         after = (rows[-1].user_id, rows[-1].endpoint)
+
+
+def _result_row(row: Any, *, changed_at: datetime) -> ResultRow:
+    """A stored result (a snapshot, or a history row with its own fetch time) as a record."""
+    return ResultRow(
+        user=row.user,
+        endpoint=cast(Endpoint, row.endpoint),
+        status=cast(ResultStatus, row.status),
+        payload=row.payload,
+        fetched_at=row.fetched_at,
+        changed_at=changed_at,
+        state=cast(UserState, row.state),
+    )
 
 
 def export_history(
@@ -113,15 +118,7 @@ def export_history(
         if not rows:
             return
         for row in rows:
-            yield ResultRow(
-                user=row.user,
-                endpoint=cast(Endpoint, row.endpoint),
-                status=cast(ResultStatus, row.status),
-                payload=row.payload,
-                fetched_at=row.fetched_at,
-                changed_at=row.fetched_at,
-                state=cast(UserState, row.state),
-            )
+            yield _result_row(row, changed_at=row.fetched_at)
         after = rows[-1].id
 
 
