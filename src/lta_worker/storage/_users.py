@@ -1,6 +1,9 @@
 """Queries on users: read, claim due users under a lease, apply turns, store and delete tokens.
 
 Every state change queues its webhook event in its own transaction (`_outbox`).
+
+Just over the ~400-line ceiling: every query of the `users` table stays in one module; the
+batched write of a pass's turns is `_apply`, the claim's row mapping `_rows`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@
 the key file and the client secret, builds the HTTP client, API client and pacer, and
 registers the instance. It runs passes and the maintenance that follows them, and closes
 everything on exit. Tests build it with the simulator's transport and their own clock.
+
+Longer than the ~400-line ceiling: the Worker is the one owner of a pass's collaborators,
+and the jobs around passes (heartbeat, maintenance, pending drops, webhook delivery,
+metrics) are short methods on it; the pass itself (`_engine`), its plan (`_plan`), metrics
+(`_metrics`) and webhooks (`_webhooks`) live in their own modules.
 """
 
 from __future__ import annotations
