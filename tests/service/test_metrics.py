@@ -73,6 +73,9 @@ def test_serve_answers_metrics_and_healthz(world: World, notify: NotifySocket) -
     assert got[("lta_worker_last_pass_success_timestamp_seconds", ())] > 0
     assert got[("lta_worker_pacer_wait_seconds_count", ())] == 6
     assert got[("lta_worker_breaker_trips_total", ())] == 0
+    # No webhook.url: enrollment events wait until maintenance clears them; none is dead.
+    assert got[("lta_worker_webhook_backlog", ())] >= 0
+    assert got[("lta_worker_webhook_dead_letters", ())] == 0
     assert health_status == 200
     health: dict[str, Any] = json.loads(body)
     assert (health["healthy"], health["problems"]) == (True, [])

@@ -11,6 +11,7 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 
+from lta_worker.domain import OutboxCounts
 from lta_worker.errors import StorageError
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import dispatcher
@@ -110,3 +111,29 @@ def test_other_paths_are_404() -> None:
     """Only /metrics and /healthz answer."""
     got, _, _ = call(dispatcher(Metrics(), dict), "/")
     assert got.startswith("404")
+
+
+class StoreFigures:
+    """The few store queries `Metrics.on_store` reads, with fixed answers."""
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 4, "dropping": 2}
+
+    def count_due(self, now: datetime) -> int:
+        return 1
+
+    def outbox_counts(self) -> OutboxCounts:
+        return OutboxCounts(backlog=3, dead=1)
+
+
+def test_metrics_carry_the_outbox_and_pending_drops_from_the_store() -> None:
+    """After a pass the gauges say what the database holds: users by state, due users,
+    pending drops, webhook events waiting and dead-lettered."""
+    metrics = Metrics()
+    metrics.on_store(StoreFigures(), datetime(2025, 1, 1, tzinfo=UTC))  # type: ignore[arg-type]
+    value = metrics.registry.get_sample_value
+    assert value("lta_worker_users", {"state": "dropping"}) == 2
+    assert value("lta_worker_users_due") == 1
+    assert value("lta_worker_pending_drops") == 2
+    assert value("lta_worker_webhook_backlog") == 3
+    assert value("lta_worker_webhook_dead_letters") == 1

@@ -11,6 +11,8 @@ else is set from what a pass returns and from the store after it:
     lta_worker_users{state}                             gauge, after each pass
     lta_worker_users_due                                gauge, after each pass
     lta_worker_pending_drops                            gauge: users `dropping`
+    lta_worker_webhook_backlog                          gauge: events waiting for delivery
+    lta_worker_webhook_dead_letters                     gauge: events given up (`webhook.max_age`)
     lta_worker_budget_remaining / _limit                gauges, the pacer's last figures
     lta_worker_pacer_wait_seconds                       histogram, time waiting for a permit
     lta_worker_pass_duration_seconds                    histogram
@@ -68,6 +70,16 @@ class Metrics:
         self.pending_drops = Gauge(
             "lta_worker_pending_drops",
             "Users whose drop the service has not confirmed.",
+            registry=r,
+        )
+        self.webhook_backlog = Gauge(
+            "lta_worker_webhook_backlog",
+            "Webhook events waiting for delivery.",
+            registry=r,
+        )
+        self.webhook_dead = Gauge(
+            "lta_worker_webhook_dead_letters",
+            "Webhook events dead-lettered after webhook.max_age.",
             registry=r,
         )
         self.budget_remaining = Gauge(
@@ -139,13 +151,16 @@ class Metrics:
             self.breaker_trips.inc()
 
     def on_store(self, store: Store, now: datetime, *, history: bool = False) -> None:
-        """Users by state, due users and pending drops from the database; with `history`,
-        the last pass end and success timestamps too (at start)."""
+        """Users by state, due users, pending drops and the webhook outbox from the database;
+        with `history`, the last pass end and success timestamps too (at start)."""
         counts: Mapping[str, int] = store.count_by_state()
         for state, count in counts.items():
             self.users.labels(state=state).set(count)
         self.pending_drops.set(counts.get("dropping", 0))
         self.due.set(store.count_due(now))
+        outbox = store.outbox_counts()
+        self.webhook_backlog.set(outbox.backlog)
+        self.webhook_dead.set(outbox.dead)
         if history:
             last = store.last_pass()
             if last is not None:
