@@ -234,7 +234,7 @@ def _measure(users: list[SimUser], end: float) -> dict[str, float]:
 
 def run(size: Size) -> BenchResult:
     """Run B5 and return its figures."""
-    n, days = {"full": (1000, 14), "quick": (300, 14), "smoke": (40, 2)}[size]
+    n, days = {"full": (1000, 14), "quick": (300, 14), "smoke": (40, 3)}[size]
     end = days * DAY
     result = BenchResult("B5", f"freshness: {n} users, {days} days on virtual time")
     population = _population(n, days, random.Random(5))
