@@ -89,7 +89,7 @@ def test_each_benchmark_reports_its_figures(smoke: dict[str, Any], bench: str) -
         value = figures[name]["value"]
         assert isinstance(value, int | float), (name, value)
         assert math.isfinite(value) and value >= 0, (name, value)
-        if name != "429 answers in the pass":
+        if "429 answers" not in name:  # counts of 429s are rightly zero; the rest is not
             assert value > 0, (name, value)
 
 
