@@ -26,7 +26,7 @@ sleeps and parses headers. The rules (DESIGN.md "Pacing"):
 from __future__ import annotations
 
 import math
-from collections import deque
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -125,7 +125,9 @@ class PacerCore:
         self._after_reset = 0  # permits handed out past the known window (blind)
         self._last_slot: float | None = None
         self._pause_until = -math.inf
-        self._slots: deque[float] = deque(maxlen=_SLOTS_KEPT)
+        # Send times of the permits handed out, kept sorted: how many fall after a moment
+        # is a bisection, not a scan (this runs on every answer).
+        self._slots: list[float] = []
         self._reported: int | None = None
         self._observed_at: float | None = None
 
@@ -215,7 +217,7 @@ class PacerCore:
         """
         info = bound(info, self.max_wait, known_window=self._window)
         # An answer that never came back (a cancelled request) must not count forever.
-        recent = sum(1 for slot in self._slots if slot >= now - MAX_LATENCY)
+        recent = self._slots_since(now - MAX_LATENCY)
         self._outstanding = max(0, min(self._outstanding, recent) - 1)
         if info is not None:
             self._limit = info.limit if info.limit is not None else self._limit
@@ -290,7 +292,9 @@ class PacerCore:
         else:
             self._after_reset += 1
         self._last_slot = slot if self._last_slot is None else max(self._last_slot, slot)
-        self._slots.append(slot)
+        insort(self._slots, slot)
+        if len(self._slots) > 2 * _SLOTS_KEPT:  # trimmed in chunks: the oldest go
+            del self._slots[:-_SLOTS_KEPT]
 
     def _conservative_step(self) -> float:
         """Seconds between blind permits: the fallback rate, or the known rate if slower."""
@@ -318,7 +322,11 @@ class PacerCore:
         # is unknown: count from the request on, and let the server's remaining (which sees
         # everything) bound the rest.
         start = earliest_end - self._window if self._window else sent
-        return sum(1 for slot in self._slots if slot >= start)
+        return self._slots_since(start)
+
+    def _slots_since(self, start: float) -> int:
+        """Permits handed out at or after `start`."""
+        return len(self._slots) - bisect_left(self._slots, start)
 
     def _throttled(self, now: float, info: RateLimitInfo | None) -> None:
         """A 429: hold everything until Retry-After (or the reset); the window is spent."""
