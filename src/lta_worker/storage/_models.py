@@ -85,13 +85,14 @@ class User(Base):
         CheckConstraint(
             "(token_ciphertext IS NULL) = (token_key_id IS NULL)", name="token_and_key"
         ),
-        # Partial: counting and claiming due users both ask for a token (migration 0002).
+        # Partial: counting and claiming due users both ask for a token held by a user who
+        # is not `dropping` (migrations 0002 and 0006).
         Index(
             "ix_users_due",
             "next_due_at",
             "id",
-            sqlite_where=text("token_ciphertext IS NOT NULL"),
-            postgresql_where=text("token_ciphertext IS NOT NULL"),
+            sqlite_where=text("token_ciphertext IS NOT NULL AND state != 'dropping'"),
+            postgresql_where=text("token_ciphertext IS NOT NULL AND state != 'dropping'"),
         ),
         Index("ix_users_lease_owner", "lease_owner"),
         Index("ix_users_state", "state"),
