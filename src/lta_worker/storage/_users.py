@@ -21,6 +21,7 @@ from sqlalchemy import (
     and_,
     func,
     literal,
+    literal_column,
     or_,
     select,
     update,
@@ -135,10 +136,12 @@ def count_by_state(db: Database) -> dict[str, int]:
 
 def _due(due_before: datetime) -> ColumnElement[bool]:
     # A `dropping` user keeps its token only to finish the DELETE: never read with it.
+    # 'dropping' is written into the SQL, not bound: SQLite uses the partial index
+    # ix_users_due only when the query's condition visibly implies the index's (0006).
     c = USERS.c
     return and_(
         c.token_ciphertext.is_not(None),
-        c.state != "dropping",
+        c.state != literal_column("'dropping'"),
         c.next_due_at.is_not(None),
         c.next_due_at <= due_before,
     )
