@@ -18,7 +18,7 @@ from lta_worker.cli._failure import classify
 from lta_worker.errors import ConfigError, SchemaTooNewError, StorageError
 from lta_worker.storage import _migrate as migrate
 from lta_worker.storage._db import normalize_url
-from lta_worker.storage._models import Base
+from lta_worker.storage._models import schema_metadata
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
 
@@ -49,7 +49,7 @@ def test_migrated_schema_matches_models(empty_url: str) -> None:
         store.upgrade()
         with store.database.engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
-            assert compare_metadata(context, Base.metadata) == []
+            assert compare_metadata(context, schema_metadata()) == []
 
 
 def test_check_schema_on_empty_database_says_upgrade(empty_url: str) -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from sqlalchemy import Connection, Table, bindparam, func, select, tuple_, update
+from sqlalchemy import Connection, bindparam, func, select, tuple_, update
 from sqlalchemy.sql.dml import Insert
 
 from lta_worker.domain import TOKENLESS_STATES, UserUpdate
@@ -33,9 +33,9 @@ from lta_worker.storage._db import Dialect
 from lta_worker.storage._models import History, Snapshot, User, UtcDateTime
 from lta_worker.storage._results import content_hash
 
-USERS: Final = cast(Table, User.__table__)
-SNAPSHOTS: Final = cast(Table, Snapshot.__table__)
-HISTORY: Final = cast(Table, History.__table__)
+USERS: Final = User.__table__
+SNAPSHOTS: Final = Snapshot.__table__
+HISTORY: Final = History.__table__
 
 # What an update does to the token: keep it, clear it, clear it and stamp revoked_at or
 # dropped_at once.

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, and_, delete, func, insert, select, update
-from sqlalchemy.orm import aliased
 
 from lta_worker.domain import (
     OutboxCounts,
@@ -98,7 +97,7 @@ def claim_heads(
     delivery running at the same time) does not send it too; a crash mid-delivery only
     delays it until then (on SQLite, until the next start: `release_leases`).
     """
-    inner = aliased(OutboxEvent)
+    inner = OutboxEvent.__table__.alias().c
     head = (
         select(func.min(inner.id))
         .where(inner.user == OutboxEvent.user, inner.dead_at.is_(None))

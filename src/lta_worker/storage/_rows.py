@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Final, cast
 
-from sqlalchemy import ColumnElement, Table, type_coerce
+from sqlalchemy import ColumnElement, type_coerce
 from sqlalchemy.types import NullType
 
 from lta_worker.domain import ChangeEstimate, EncryptedToken, UserRow, UserState
 from lta_worker.storage._models import User
 
-_USERS: Final = cast(Table, User.__table__)
+_USERS: Final = User.__table__
 _RAW: Final = frozenset(
     {"scopes", "denied", "enrolled_at", "last_polled_at", "next_due_at", "estimate"}
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 
 from lta_worker.storage._migrate import pg_upgrade_lock
-from lta_worker.storage._models import Base
+from lta_worker.storage._models import schema_metadata
 
 
 def run_migrations_online() -> None:
@@ -20,7 +20,7 @@ def run_migrations_online() -> None:
             pg_upgrade_lock(conn)
         context.configure(
             connection=conn,
-            target_metadata=Base.metadata,
+            target_metadata=schema_metadata(),
             render_as_batch=db.dialect == "sqlite",
             compare_type=True,
         )
