@@ -16,15 +16,14 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, Literal
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from lta_worker.domain import EncryptedToken
 from lta_worker.errors import ConfigError, UnknownKeyError
 from lta_worker.secret import Secret
 from lta_worker.storage._keyfile import Keyring, load_key_file
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     from lta_worker.config import Settings
 
 FORMAT_VERSION: Final = 1
@@ -56,13 +55,30 @@ def associated_data(*, version: int, purpose: Purpose, user: str, key_id: str) -
 
 
 class Vault:
-    """Encrypts under the key file's newest key; decrypts under any key it lists."""
+    """Encrypts under the key file's newest key; decrypts under any key it lists.
+
+    `cryptography` is imported, and each key's cipher made, on the first use of that key:
+    `status`, or a `run` with nobody due, loads the key file (a broken one still stops
+    them, exit 78) but never encrypts or decrypts anything.
+    """
 
     __slots__ = ("_aead", "_keyring")
 
     def __init__(self, keyring: Keyring) -> None:
         self._keyring = keyring
-        self._aead = {key_id: AESGCM(material) for key_id, material in keyring.keys.items()}
+        self._aead: dict[str, AESGCM] = {}
+
+    def _cipher(self, key_id: str) -> AESGCM:
+        """The AES-GCM cipher of `key_id` (UnknownKeyError when the key file lacks it)."""
+        aead = self._aead.get(key_id)
+        if aead is None:
+            material = self._keyring.keys.get(key_id)
+            if material is None:
+                raise UnknownKeyError(key_id)
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            aead = self._aead[key_id] = AESGCM(material)
+        return aead
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Vault:
@@ -86,7 +102,7 @@ class Vault:
 
     def require_keys(self, key_ids: Iterable[str]) -> None:
         """Raise UnknownKeyError for the first key id (in sorted order) that is not listed."""
-        missing = sorted(set(key_ids) - set(self._aead))
+        missing = sorted(set(key_ids) - set(self._keyring.keys))
         if missing:
             raise UnknownKeyError(missing[0])
 
@@ -99,7 +115,7 @@ class Vault:
         key_id = self.current_key_id
         nonce = os.urandom(NONCE_BYTES)
         aad = associated_data(version=FORMAT_VERSION, purpose=purpose, user=user, key_id=key_id)
-        sealed = self._aead[key_id].encrypt(nonce, secret.reveal().encode("utf-8"), aad)
+        sealed = self._cipher(key_id).encrypt(nonce, secret.reveal().encode("utf-8"), aad)
         return EncryptedToken(ciphertext=bytes([FORMAT_VERSION]) + nonce + sealed, key_id=key_id)
 
     def decrypt(self, token: EncryptedToken, *, user: str, purpose: Purpose = "token") -> Secret:
@@ -109,13 +125,13 @@ class Vault:
             UnknownKeyError: the key id is not in the key file (exit 78; nothing is changed).
             TokenDecryptError: the ciphertext does not authenticate for this row and key.
         """
-        aead = self._aead.get(token.key_id)
-        if aead is None:
-            raise UnknownKeyError(token.key_id)
+        aead = self._cipher(token.key_id)
         data = token.ciphertext
         if len(data) <= _HEADER or data[0] != FORMAT_VERSION:
             raise TokenDecryptError(user=user, key_id=token.key_id, purpose=purpose)
         aad = associated_data(version=data[0], purpose=purpose, user=user, key_id=token.key_id)
+        from cryptography.exceptions import InvalidTag
+
         try:
             plain = aead.decrypt(data[1:_HEADER], data[_HEADER:], aad)
             return Secret(plain.decode("utf-8"))

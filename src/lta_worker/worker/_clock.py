@@ -8,8 +8,6 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol
 
-import anyio
-
 
 class Clock(Protocol):
     """What the I/O shells read the time from; tests pass a fake one."""
@@ -39,5 +37,7 @@ class SystemClock:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
-        """`anyio.sleep`."""
+        """`anyio.sleep` (imported here: `status` reads the clock and never sleeps)."""
+        import anyio
+
         await anyio.sleep(seconds)
