@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from lta_worker.config import Settings, read_client_secret
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
-from lta_worker.upstream import ApiClient
 
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient
 
 
 class ClientOperation:
@@ -22,7 +22,8 @@ class ClientOperation:
         settings: the validated settings (the client secret file among them).
         store: users, tokens, pending enrollments and results.
         vault: encrypts and decrypts tokens and verifiers at rest.
-        api: the service's HTTP interface.
+        api: the service's HTTP interface, or a function returning it, called when a request
+            is first sent (the worker builds its HTTP client only when something is sent).
         clock: returns the current aware UTC datetime (injected: the shell passes the
             system clock, tests a fake one).
         client_secret: the client secret (default: read from `client.secret_file` when
@@ -34,7 +35,7 @@ class ClientOperation:
         settings: Settings,
         store: Store,
         vault: Vault,
-        api: ApiClient,
+        api: ApiClient | Callable[[], ApiClient],
         clock: Callable[[], datetime],
         *,
         client_secret: Secret | None = None,
@@ -42,7 +43,7 @@ class ClientOperation:
         self._settings = settings
         self._store = store
         self._vault = vault
-        self._api = api
+        self._api_source = api
         self._clock = clock
         self._client_secret = client_secret
 
@@ -53,3 +54,11 @@ class ClientOperation:
             self._client_secret = read_client_secret(self._settings)
         register_secret(self._client_secret)
         return self._client_secret
+
+    @property
+    def _api(self) -> ApiClient:
+        """The service's HTTP interface (asked of the given function on first use)."""
+        source = self._api_source
+        if callable(source):
+            source = self._api_source = source()
+        return source

@@ -2,8 +2,9 @@
 
 - `ApiClient` over an injected `httpx.AsyncClient`; `read` returns a raw `Answer` and never
   raises for HTTP or network trouble (`_client`);
-- `long_term_credential` (`<token>.<client secret>`), `check_secure_url` (plain http only
-  to loopback), `join_url`, and the paths of the interface (`_client`);
+- `long_term_credential` (`<token>.<client secret>`), `join_url` and the paths of the
+  interface, without httpx (`_wire`); `check_secure_url` (plain http only to loopback,
+  `_client`);
 - `http_client`, the production client: timeouts, no proxy from the environment but an
   https one from the settings (`_http`);
 - `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
@@ -19,26 +20,25 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from lta_worker.upstream._client import (
+    from lta_worker.upstream._client import ApiClient, check_secure_url
+    from lta_worker.upstream._http import http_client
+    from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
+    from lta_worker.upstream._wire import (
         READ_PATHS,
         TOKEN_PREFIX,
         TOKENS_PATH,
-        ApiClient,
-        check_secure_url,
         join_url,
         long_term_credential,
     )
-    from lta_worker.upstream._http import http_client
-    from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
 
 _NAMES = {
-    "READ_PATHS": "._client",
-    "TOKENS_PATH": "._client",
-    "TOKEN_PREFIX": "._client",
+    "READ_PATHS": "._wire",
+    "TOKENS_PATH": "._wire",
+    "TOKEN_PREFIX": "._wire",
     "ApiClient": "._client",
     "check_secure_url": "._client",
-    "join_url": "._client",
-    "long_term_credential": "._client",
+    "join_url": "._wire",
+    "long_term_credential": "._wire",
     "http_client": "._http",
     "WebhookSender": "._webhook",
     "webhook_http_client": "._webhook",

@@ -24,7 +24,7 @@ import json
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
 import anyio
@@ -36,40 +36,13 @@ from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
 from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
-
-TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
-READ_PATHS: Final[Mapping[Endpoint, str]] = {
-    "latest-change": "/api/v1/history/latest-change",
-    "stats": "/api/v1/history/stats",
-}
-TOKENS_PATH: Final = "/api/long-term-access/tokens"
-
-
-def join_url(base: str, path: str) -> str:
-    """Append `path` to `base`, keeping any path prefix of `base`.
-
-    `https://host/some/prefix` + `/api/v1/history/stats` gives
-    `https://host/some/prefix/api/v1/history/stats` (urljoin would drop the prefix).
-    """
-    return f"{base.rstrip('/')}/{path.lstrip('/')}"
-
-
-def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
-    """The long term credential `<token>.<client secret>`; the client secret is registered.
-
-    Raises:
-        ValueError: the token does not start with `dspa_`, or either half is empty.
-    """
-    raw_token, raw_secret = token.reveal(), client_secret.reveal()
-    if not raw_token.startswith(TOKEN_PREFIX) or len(raw_token) == len(TOKEN_PREFIX):
-        raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
-    if not raw_secret:
-        raise ValueError("the client secret is empty")
-    # The `dspa_` pattern of the log redactor masks the token and the whole credential; the
-    # client secret alone needs registering (registering per-user values would make every
-    # log line scan them all).
-    register_secret(client_secret)
-    return Secret(f"{raw_token}.{raw_secret}")
+from lta_worker.upstream._wire import (
+    READ_PATHS,
+    TOKEN_PREFIX,
+    TOKENS_PATH,
+    join_url,
+    long_term_credential,
+)
 
 
 def check_secure_url(url: str | httpx.URL) -> None:

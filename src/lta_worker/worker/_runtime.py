@@ -24,15 +24,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import httpx
 
 from lta_worker.config import Settings, read_client_secret, read_webhook_secret
-from lta_worker.domain import PassRecord, PolicyConfig, PurgeCounts
+from lta_worker.domain import Answer, Endpoint, PassRecord, PolicyConfig, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import StorageError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
-from lta_worker.upstream import ApiClient, http_client
+from lta_worker.secret import Secret
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
@@ -41,8 +40,10 @@ from lta_worker.worker._webhooks import Delivery, deliver_due
 from lta_worker.worker._wiring import instance_ttl, load_vault, open_store
 
 if TYPE_CHECKING:
+    import httpx
+
     from lta_worker.storage import Store, Vault
-    from lta_worker.upstream import WebhookSender
+    from lta_worker.upstream import ApiClient, WebhookSender
     from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.runner")
@@ -85,6 +86,19 @@ def pass_options(settings: Settings, instance: str, max_duration: timedelta | No
     )
 
 
+class _ApiOnFirstRead:
+    """The pass's reader: the worker's API client, asked for at the first read."""
+
+    __slots__ = ("_worker",)
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+        """`ApiClient.read`."""
+        return await self._worker.api.read(endpoint, credential)
+
+
 class Worker:
     """Everything a pass needs, opened once; `async with Worker(settings) as w: ...`."""
 
@@ -116,6 +130,7 @@ class Worker:
         self._store: Store | None = None
         self._vault: Vault | None = None
         self._api: ApiClient | None = None
+        self._open: AsyncExitStack | None = None  # the stack, while the worker is open
         self._pacer: Pacer | None = None
         self.current: PassEngine | None = None
         self._stop_grace: float | None = None
@@ -133,8 +148,20 @@ class Worker:
 
     @property
     def api(self) -> ApiClient:
-        """The service's API client (inside `async with` only)."""
-        return _opened(self._api)
+        """The service's API client (inside `async with` only), built on first use.
+
+        A pass with nobody due and no drop to retry sends nothing, and never builds it:
+        httpx, httpcore and a TLS context with the CA bundle cost a `run` from cron about
+        0.15 s of its start.
+        """
+        if self._api is None:
+            stack = _opened(self._open)
+            from lta_worker.upstream import ApiClient, http_client
+
+            http = http_client(self.settings, transport=self.transport)
+            stack.push_async_callback(http.aclose)
+            self._api = ApiClient(http, self.settings)
+        return self._api
 
     @property
     def pacer(self) -> Pacer:
@@ -152,8 +179,7 @@ class Worker:
             self._vault = load_vault(settings)
             self.client_secret = read_client_secret(settings)
             register_secret(self.client_secret)
-            http = await stack.enter_async_context(http_client(settings, transport=self.transport))
-            self._api = ApiClient(http, settings)
+            self._open = stack
             if settings.webhook.url is not None:  # imported only when configured
                 from lta_worker.upstream import WebhookSender, webhook_http_client
 
@@ -185,6 +211,7 @@ class Worker:
     ) -> None:
         with anyio.CancelScope(shield=True):
             await self._stack.aclose()
+        self._open = self._api = None
 
     def _build_pacer(self) -> Pacer:
         rl = self.settings.ratelimit
@@ -238,7 +265,7 @@ class Worker:
         engine = PassEngine(
             store=self.store,
             vault=self.vault,
-            api=self.api,
+            api=_ApiOnFirstRead(self),
             pacer=self.pacer if self.metrics is None else self.metrics.metered(self.pacer),
             clock=self.clock,
             client_secret=self.client_secret,
@@ -298,7 +325,7 @@ class Worker:
             self.settings,
             self.store,
             self.vault,
-            self.api,
+            lambda: self.api,  # built only if a drop is due
             self.clock.now,
             client_secret=self.client_secret,
         )
