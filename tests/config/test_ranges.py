@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lta_worker.config import build_settings, parse_duration
+from lta_worker.config._fields import field_types
 from lta_worker.config._ranges import RANGES, Range, render
 from lta_worker.config._settings import Settings
 from lta_worker.errors import ConfigError
@@ -28,10 +29,9 @@ EN_DASH = "\u2013"  # the docs write ranges `100ms<en dash>1h`
 
 def _numeric_keys() -> list[str]:
     keys = []
-    for section, info in Settings.model_fields.items():
-        model: Any = info.annotation
-        for name, field in model.model_fields.items():
-            if field.annotation in (timedelta, int, float):
+    for section, model in field_types(Settings).items():
+        for name, kind in field_types(model).items():
+            if kind in (timedelta, int, float):
                 keys.append(f"{section}.{name}")
     return keys
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -218,9 +219,7 @@ async def test_api_client_refuses_http_to_a_remote_host() -> None:
     """Even when settings were bypassed, no request goes over http to a non-loopback host."""
     rec = Recorder()
     good = make_settings()
-    bad = good.model_copy(
-        update={"service": good.service.model_copy(update={"base_url": "http://api.example"})}
-    )
+    bad = replace(good, service=replace(good.service, base_url="http://api.example"))
     api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad)
     with pytest.raises(ConfigError, match="only https"):
         await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))

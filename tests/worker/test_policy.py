@@ -374,7 +374,11 @@ def test_any_turn_gives_a_consistent_update(
 
 def test_config_from_settings() -> None:
     """PolicyConfig takes its durations from the [poll] settings."""
-    poll = PollSettings(interval="30m", parked_interval="12h", backoff_base="10s")  # type: ignore[arg-type]
+    poll = PollSettings(
+        interval=timedelta(minutes=30),
+        parked_interval=timedelta(hours=12),
+        backoff_base=timedelta(seconds=10),
+    )
     assert PolicyConfig.from_settings(poll) == PolicyConfig(
         timedelta(minutes=30), timedelta(hours=12), timedelta(seconds=10)
     )

@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
+from lta_worker.config._fields import read_section
 from lta_worker.config._ranges import check_ranges
 from lta_worker.config._settings import SECTIONS, Settings
 from lta_worker.errors import ConfigError
@@ -134,27 +133,15 @@ def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, A
     return data
 
 
-def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
-    loc = ".".join(str(p) for p in error.get("loc", ()))
-    kind = error.get("type", "")
-    if kind == "missing":
-        return loc, "is required"
-    if kind == "extra_forbidden":
-        return loc, "is not a known setting (check the spelling against the config reference)"
-    msg = str(error.get("msg", "is invalid")).removeprefix("Value error, ")
-    return loc, msg
-
-
 def build_settings(data: Mapping[str, Any]) -> Settings:
     """Validate a plain mapping into `Settings`, each number and duration within its range
     (`config.ranges`); a problem raises ConfigError naming the key."""
-    try:
-        settings = Settings.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        key, msg = _describe(errors[0])
+    errors: list[tuple[str, str]] = []
+    settings = read_section(Settings, data, "", errors)
+    if settings is None:
+        key, msg = errors[0]
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise ConfigError(msg + more, key=key) from None
+        raise ConfigError(msg + more, key=key)
     check_ranges(settings)
     check_enroll(settings)
     return settings

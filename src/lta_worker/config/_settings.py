@@ -1,21 +1,23 @@
 """The settings model: typed, frozen and validated; one section per TOML table.
 
-Nothing here reads files or the environment: `config.loader` does, and builds a `Settings`.
+Each section is a frozen dataclass; its field types and `rule(...)` metadata say what a value
+may be (`config._fields` reads and checks them). Nothing here reads files or the
+environment: `config.loader` does, and builds a `Settings`.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from lta_worker.config._fields import rule
+from lta_worker.domain import LONG_TERM_SCOPES, ScheduleMode, StatsMode
 
-from lta_worker.domain import LONG_TERM_SCOPES, ScheduleMode, StatsMode, parse_duration
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Duration = timedelta  # written as operators do (`90s`, `1h30m`): `domain.parse_duration`
 TokenAuth = Literal["client_secret_basic", "client_secret_post"]
 
 
@@ -42,47 +44,43 @@ def check_service_url(value: str) -> str:
     return value.rstrip("/")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def _request_timeout(value: timedelta) -> timedelta:
+    if not timedelta(seconds=1) <= value <= timedelta(hours=1):
+        raise ValueError("must be between 1s and 1h")
+    return value
 
 
-class ServiceSettings(_Section):
+def _proxy(value: str) -> str | None:
+    if not value:
+        return None
+    parts = urlsplit(value if "://" in value else f"http://{value}")
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError("expected a proxy URL such as http://proxy.example:3128")
+    return parts.geturl()
+
+
+_SERVICE_URL = rule(check=check_service_url)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
     """Where the service lives, and how long to wait for it."""
 
-    base_url: str
-    auth_url: str
-    token_url: str | None = None
+    base_url: str = field(metadata=_SERVICE_URL)
+    auth_url: str = field(metadata=_SERVICE_URL)
+    token_url: str | None = field(default=None, metadata=_SERVICE_URL)
     connect_timeout: Duration = timedelta(seconds=5)
     read_timeout: Duration = timedelta(seconds=20)
-    max_response_bytes: int = Field(default=1_048_576, ge=1024)
+    max_response_bytes: int = field(default=1_048_576, metadata=rule(ge=1024))
     # The whole of one request (connect, send, every chunk of the body): a body dripping a
     # byte at a time resets `read_timeout` at each chunk, this deadline it does not.
-    request_timeout: Duration = timedelta(seconds=60)
+    request_timeout: Duration = field(
+        default=timedelta(seconds=60), metadata=rule(check=_request_timeout)
+    )
     # Proxy for https requests only (a CONNECT tunnel keeps TLS end to end); the loader
     # fills both from HTTPS_PROXY / ALL_PROXY and NO_PROXY when the file does not set them.
-    https_proxy: str | None = None
+    https_proxy: str | None = field(default=None, metadata=rule(check=_proxy))
     no_proxy: str | None = None
-
-    _urls = field_validator("base_url", "auth_url", "token_url")(
-        lambda v: None if v is None else check_service_url(v)
-    )
-
-    @field_validator("request_timeout")
-    @classmethod
-    def _request_timeout(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=1) <= value <= timedelta(hours=1):
-            raise ValueError("must be between 1s and 1h")
-        return value
-
-    @field_validator("https_proxy")
-    @classmethod
-    def _proxy(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        parts = urlsplit(value if "://" in value else f"http://{value}")
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError("expected a proxy URL such as http://proxy.example:3128")
-        return parts.geturl()
 
     @property
     def token_endpoint(self) -> str:
@@ -90,112 +88,110 @@ class ServiceSettings(_Section):
         return self.token_url or f"{self.auth_url}/oidc/token"
 
 
-class ClientSettings(_Section):
+def _split_scopes(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(s for s in value.replace(",", " ").split() if s)
+    return value
+
+
+def _known_scopes(value: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [s for s in value if s not in LONG_TERM_SCOPES]
+    if unknown or not value:
+        raise ValueError(f"expected one or both of {', '.join(LONG_TERM_SCOPES)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _redirect(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
     """The confidential client this worker acts for."""
 
-    id: str = Field(min_length=1)
+    id: str = field(metadata=rule(min_length=1))
     secret_file: Path | None = None
-    redirect_uri: str = "http://127.0.0.1/lta/callback"
-    scopes: tuple[str, ...] = LONG_TERM_SCOPES
+    redirect_uri: str = field(
+        default="http://127.0.0.1/lta/callback", metadata=rule(check=_redirect)
+    )
+    scopes: tuple[str, ...] = field(
+        default=LONG_TERM_SCOPES, metadata=rule(before=_split_scopes, check=_known_scopes)
+    )
     # How the client authenticates at the token endpoint (a method name, not a secret).
     token_auth: TokenAuth = "client_secret_basic"  # noqa: S105
 
-    @field_validator("scopes", mode="before")
-    @classmethod
-    def _split_scopes(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(s for s in value.replace(",", " ").split() if s)
-        return value
 
-    @field_validator("scopes")
-    @classmethod
-    def _known_scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [s for s in value if s not in LONG_TERM_SCOPES]
-        if unknown or not value:
-            raise ValueError(f"expected one or both of {', '.join(LONG_TERM_SCOPES)}")
-        return tuple(dict.fromkeys(value))
-
-    @field_validator("redirect_uri")
-    @classmethod
-    def _redirect(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL")
-        return value
+def _dialect(value: str) -> str:
+    if not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:")):
+        raise ValueError("expected a sqlite:/// or postgresql:// URL")
+    return value
 
 
-class DatabaseSettings(_Section):
+@dataclass(frozen=True, slots=True)
+class DatabaseSettings:
     """Where results and tokens are stored; any SQLAlchemy URL."""
 
-    url: str = "sqlite:////var/lib/lta-worker/lta.db"
-
-    @field_validator("url")
-    @classmethod
-    def _dialect(cls, value: str) -> str:
-        if not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:")):
-            raise ValueError("expected a sqlite:/// or postgresql:// URL")
-        return value
+    url: str = field(default="sqlite:////var/lib/lta-worker/lta.db", metadata=rule(check=_dialect))
 
 
-class CryptoSettings(_Section):
+@dataclass(frozen=True, slots=True)
+class CryptoSettings:
     """The key file that encrypts tokens at rest."""
 
     key_file: Path | None = None
 
 
-class PollSettings(_Section):
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than 0s")
+    return value
+
+
+_POSITIVE = rule(check=_positive)
+
+
+@dataclass(frozen=True, slots=True)
+class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
-    interval: Duration = timedelta(hours=1)
-    parked_interval: Duration = timedelta(hours=24)
-    concurrency: int = Field(default=8, ge=1, le=256)
-    max_pass_duration: Duration = timedelta(minutes=50)
-    batch_size: int = Field(default=100, ge=1, le=10_000)
-    tick: Duration = timedelta(minutes=1)
+    interval: Duration = field(default=timedelta(hours=1), metadata=_POSITIVE)
+    parked_interval: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
+    concurrency: int = field(default=8, metadata=rule(ge=1, le=256))
+    max_pass_duration: Duration = field(default=timedelta(minutes=50), metadata=_POSITIVE)
+    batch_size: int = field(default=100, metadata=rule(ge=1, le=10_000))
+    tick: Duration = field(default=timedelta(minutes=1), metadata=_POSITIVE)
     backoff_base: Duration = timedelta(seconds=30)
-    breaker_threshold: int = Field(default=5, ge=1)
-    lease_duration: Duration = timedelta(minutes=5)
+    breaker_threshold: int = field(default=5, metadata=rule(ge=1))
+    lease_duration: Duration = field(default=timedelta(minutes=5), metadata=_POSITIVE)
     # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
     schedule: ScheduleMode = "fixed"
-    max_interval: Duration = timedelta(hours=24)
+    max_interval: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
     stats: StatsMode = "always"
-    stats_max_age: Duration = timedelta(hours=24)
-    rate_half_life: Duration = timedelta(days=3)
-
-    @field_validator(
-        "interval",
-        "parked_interval",
-        "tick",
-        "lease_duration",
-        "max_pass_duration",
-        "max_interval",
-        "stats_max_age",
-        "rate_half_life",
-    )
-    @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("must be longer than 0s")
-        return value
+    stats_max_age: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
+    rate_half_life: Duration = field(default=timedelta(days=3), metadata=_POSITIVE)
 
 
-class RateLimitSettings(_Section):
+def _max_wait(value: timedelta) -> timedelta:
+    if not timedelta(seconds=1) <= value <= timedelta(hours=24):
+        raise ValueError("must be between 1s and 24h")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
     """How the shared hourly budget is used."""
 
-    reserve: float = Field(default=0.1, ge=0.0, lt=1.0)
-    fallback_per_hour: float = Field(default=60.0, gt=0.0)
+    reserve: float = field(default=0.1, metadata=rule(ge=0.0, lt=1.0))
+    fallback_per_hour: float = field(default=60.0, metadata=rule(gt=0.0))
     # No reset, Retry-After or window of the service is trusted beyond this.
-    max_wait: Duration = timedelta(hours=1)
-
-    @field_validator("max_wait")
-    @classmethod
-    def _max_wait(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=1) <= value <= timedelta(hours=24):
-            raise ValueError("must be between 1s and 24h")
-        return value
+    max_wait: Duration = field(default=timedelta(hours=1), metadata=rule(check=_max_wait))
 
 
-class RetentionSettings(_Section):
+@dataclass(frozen=True, slots=True)
+class RetentionSettings:
     """How long results of revoked or dropped users, and past contents, are kept."""
 
     after_revocation: Duration = timedelta(days=30)
@@ -203,10 +199,24 @@ class RetentionSettings(_Section):
     history: Duration = timedelta(days=365)
 
 
-class WebhookSettings(_Section):
+def _webhook_url(value: str) -> str | None:
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ValueError("plain http is refused for a host that is not loopback; use https")
+    if parts.username or parts.password:
+        raise ValueError("a webhook URL takes no user or password; the signature is the proof")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
     """Where user state changes are POSTed (Standard Webhooks); off without `url`."""
 
-    url: str | None = None
+    url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
     # Undelivered events older than this are dead-lettered (kept `keep_dead`, then deleted).
     max_age: Duration = timedelta(days=3)
@@ -215,22 +225,9 @@ class WebhookSettings(_Section):
     timeout: Duration = timedelta(seconds=10)
     interval: Duration = timedelta(seconds=5)
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL")
-        if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-            raise ValueError("plain http is refused for a host that is not loopback; use https")
-        if parts.username or parts.password:
-            raise ValueError("a webhook URL takes no user or password; the signature is the proof")
-        return value
 
-
-class LogSettings(_Section):
+@dataclass(frozen=True, slots=True)
+class LogSettings:
     """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
     alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
     changes)."""
@@ -253,21 +250,22 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class MetricsSettings(_Section):
+def _metrics_listen(value: str) -> str | None:
+    if value:
+        parse_listen(value)
+    return value or None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
     """Prometheus metrics: served by `serve` (`listen`) or written by `run` (`textfile`)."""
 
-    listen: str | None = None
+    listen: str | None = field(default=None, metadata=rule(check=_metrics_listen))
     textfile: Path | None = None
 
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str | None) -> str | None:
-        if value:
-            parse_listen(value)
-        return value or None
 
-
-class ServeSettings(_Section):
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
     """Long-running service mode."""
 
     grace_period: Duration = timedelta(seconds=10)
@@ -275,39 +273,38 @@ class ServeSettings(_Section):
     maintenance_interval: Duration = timedelta(hours=1)
 
 
-class EnrollSettings(_Section):
+def _enroll_listen(value: str) -> str | None:
+    if not value:
+        return None
+    parse_listen(value)
+    return value.strip()
+
+
+def _public_url(value: str) -> str | None:
+    return check_service_url(value) if value else None
+
+
+def _return_url(value: str) -> str | None:
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
+        raise ValueError(f"{value!r} is not an http(s) URL without a fragment")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EnrollSettings:
     """Browser enrollment: signed links and the flow `serve` hosts when `listen` is set."""
 
-    listen: str | None = None
-    public_url: str | None = None
+    listen: str | None = field(default=None, metadata=rule(check=_enroll_listen))
+    public_url: str | None = field(default=None, metadata=rule(check=_public_url))
     link_key_file: Path | None = None
-    return_url: str | None = None
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        parse_listen(value)
-        return value.strip()
-
-    @field_validator("public_url")
-    @classmethod
-    def _public_url(cls, value: str | None) -> str | None:
-        return check_service_url(value) if value else None
-
-    @field_validator("return_url")
-    @classmethod
-    def _return_url(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
-            raise ValueError(f"{value!r} is not an http(s) URL without a fragment")
-        return value
+    return_url: str | None = field(default=None, metadata=rule(check=_return_url))
 
 
-class Settings(_Section):
+@dataclass(frozen=True, slots=True)
+class Settings:
     """Every setting of lta-worker; built by `config.load_settings`."""
 
     service: ServiceSettings
@@ -324,4 +321,4 @@ class Settings(_Section):
     webhook: WebhookSettings = WebhookSettings()
 
 
-SECTIONS: tuple[str, ...] = tuple(Settings.model_fields)
+SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(Settings))

@@ -478,7 +478,7 @@ class Worker:
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
         if changed:
             log.warning("service.reload_partial", needs_restart=changed)
-            settings = settings.model_copy(update={k: getattr(self.settings, k) for k in fixed})
+            settings = replace(settings, **{k: getattr(self.settings, k) for k in fixed})
         register_secret(client_secret)
         self._vault, self.client_secret, self.settings = vault, client_secret, settings
 
