@@ -1,6 +1,6 @@
 """`lta-worker [--config PATH] COMMAND`: the command line interface.
 
-Each command group lives in its own module and is registered on `cli` below. Every error
+Each command group lives in its own module, imported when it is invoked (`_commands`). Every error
 that reaches `main`, wrapped in an exception group or not, is printed as one line saying
 what to do and exits with its code (2 usage, 75 temporary, 78 configuration, 1 a bug):
 see `failure`. `--debug` (or `LTA_WORKER_DEBUG=1`) adds the traceback, without frame locals.
@@ -15,11 +15,12 @@ import sys
 import click
 
 from lta_worker.cli._app import App
+from lta_worker.cli._commands import LazyGroup
 
 _EX_INTERRUPTED = 130
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -60,17 +61,14 @@ def _print_version(ctx: click.Context, *, value: bool) -> None:
     ctx.exit()
 
 
-def _register() -> None:
-    from lta_worker.cli import _commands as commands
-
-    commands.register(cli)
-
-
 def _exit_code(exc: BaseException) -> int | None:
     """The code of a SystemExit, alone or as the only kind of leaf of an exception group."""
-    from lta_worker.cli._failure import leaves
+    if isinstance(exc, SystemExit):  # every command's way out: no need for `_failure`
+        found: list[BaseException] = [exc]
+    else:
+        from lta_worker.cli._failure import leaves
 
-    found = list(leaves(exc))
+        found = list(leaves(exc))
     if found and all(isinstance(e, SystemExit) for e in found):
         code = found[0].code  # type: ignore[attr-defined]
         return code if isinstance(code, int) else (0 if code is None else 1)
@@ -93,7 +91,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    _register()
     app = App(debug=_debug_from_env())
     try:
         code = cli.main(args=argv, prog_name="lta-worker", standalone_mode=False, obj=app)
