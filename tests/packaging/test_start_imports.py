@@ -1,0 +1,122 @@
+"""A command imports only what it uses: `status`, and a `run` with nobody due, as started by
+cron, leave out the libraries they do not need (the start-up budget of bench B4).
+
+Each command runs as a child process whose exit dumps `sys.modules`; the test names what
+must not be there. It measures nothing: the figures are B4's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lta_worker.secret import Secret
+from lta_worker.storage import Store, Vault, generate_key_line, load_key_file
+
+# Never needed by these two commands on SQLite: the ORM (the queries are Core), the
+# PostgreSQL dialect, migrations, the HTTP stack (nobody is due), encryption (nothing is
+# decrypted), the scheduler of `serve`, the web stack, metrics (not configured), pydantic.
+NEVER = (
+    "sqlalchemy.orm",
+    "sqlalchemy.dialects.postgresql",
+    "alembic",
+    "httpx",
+    "httpcore",
+    "cryptography",
+    "apscheduler",
+    "starlette",
+    "uvicorn",
+    "prometheus_client",
+    "pydantic",
+    "lta_worker.simulator",
+    "lta_worker.cli._demo",
+)
+NOT_IN_STATUS = (*NEVER, "anyio", "structlog", "lta_worker.worker._engine")
+
+CHILD = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from lta_worker.cli import main
+main()
+"""
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A valid config over a migrated SQLite database holding users none of whom is due."""
+    tmp = tmp_path_factory.mktemp("start")
+    keys = tmp / "keys"
+    keys.write_text(generate_key_line(datetime.now(UTC)) + "\n")
+    keys.chmod(0o600)
+    secret = tmp / "secret"
+    secret.write_text("s3cr3t-value\n")
+    secret.chmod(0o600)
+    database = f"sqlite:///{tmp / 'lta.db'}"
+    vault = Vault(load_key_file(keys))
+    later = datetime.now(UTC) + timedelta(days=1)
+    with Store.open(database) as store:
+        store.upgrade()
+        for user in ("alice", "bob"):
+            sealed = vault.encrypt(Secret(f"dspa_{user}_token"), user=user)
+            store.store_token(user, sealed, ("cloud-sync.permanent.stats",), later, later)
+    path = tmp / "config.toml"
+    path.write_text(
+        '[service]\nbase_url = "http://127.0.0.1:9"\nauth_url = "http://127.0.0.1:9"\n'
+        f'[client]\nid = "client"\nsecret_file = "{secret}"\n'
+        f'[database]\nurl = "{database}"\n[crypto]\nkey_file = "{keys}"\n'
+        '[log]\nformat = "json"\n'
+    )
+    return path
+
+
+def imported(tmp_path: Path, config: Path, *args: str) -> set[str]:
+    """The modules loaded by `lta-worker --config CONFIG ARGS` in a fresh interpreter."""
+    out = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_")}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(out), "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = set(json.loads(out.read_text()))
+    assert {"sqlalchemy", "lta_worker.storage._store"} <= modules  # the dump saw the work
+    return modules
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """The names (packages with their submodules) found among `modules`."""
+    return sorted(n for n in names if any(m == n or m.startswith(n + ".") for m in modules))
+
+
+def test_status_imports_only_what_it_reads_with(tmp_path: Path, config: Path) -> None:
+    """`status` reads the database with Core queries: no ORM, migrations, HTTP, encryption,
+    async runtime, logging library or settings library is imported."""
+    assert loaded(imported(tmp_path, config, "status"), NOT_IN_STATUS) == []
+
+
+def test_run_with_nobody_due_builds_no_http_client(tmp_path: Path, config: Path) -> None:
+    """A `run` with nobody due records its pass but imports neither httpx nor httpcore (no
+    HTTP client is built), nor the ORM, migrations or encryption."""
+    modules = imported(tmp_path, config, "run")
+    assert loaded(modules, NEVER) == []
+    assert "lta_worker.worker._engine" in modules
+    with Store.open(json_url(config), read_only=True) as store:
+        last = store.last_pass()
+    assert last is not None and last.stopped == "completed"
+
+
+def json_url(config: Path) -> str:
+    """The database URL written in `config`."""
+    line = next(x for x in config.read_text().splitlines() if x.startswith("url = "))
+    return str(json.loads(line.removeprefix("url = ")))
