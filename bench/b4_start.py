@@ -92,6 +92,7 @@ def importtime(cmd: list[str]) -> dict[str, Any]:
         "lta_worker_self_ms": round(own_code / 1000, 1),
         "top_packages_ms": [[name, round(us / 1000, 1)] for name, us in top[:12]],
         "not_needed_but_imported": sorted(name for name in HEAVY_ROOTS if name in by_root),
+        "roots": sorted(by_root),
     }
 
 
@@ -157,6 +158,79 @@ def what_ifs(config: Path, runs: int) -> dict[str, float]:
     return {name: median(values) for name, values in walls.items()}
 
 
+def dev_only_modules() -> list[str]:
+    """Top-level modules of the installed distributions that a production install lacks.
+
+    The venv holds the development tools too, and some libraries import what they find:
+    structlog imports rich (brought by import-linter), httpcore imports trio (brought by
+    the tests). A production install (`pip install lta-worker`) has only the dependency
+    closure of the project without extras; everything else is listed here.
+    """
+    from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted: set[str] = set()
+    todo = ["lta-worker"]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in wanted:
+            continue
+        wanted.add(name)
+        try:
+            texts = requires(name) or []
+        except PackageNotFoundError:
+            continue
+        for text in texts:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return sorted(
+        module
+        for module, dists in packages_distributions().items()
+        if not module.startswith("_") and not any(canonicalize_name(d) in wanted for d in dists)
+    )
+
+
+def _hiding(hidden: list[str]) -> str:
+    """Code that makes `hidden` top-level modules unimportable, as if not installed."""
+    return (
+        "import sys\n"
+        f"HIDDEN = frozenset({hidden!r})\n"
+        "class _Hidden:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in HIDDEN:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Hidden())\n"
+    )
+
+
+_COMMAND = (
+    "import sys\nfrom lta_worker.cli import main\nmain(['--config', sys.argv[1], *sys.argv[2:]])\n"
+)
+
+
+def production_set(config: Path, runs: int, hidden: list[str]) -> dict[str, dict[str, float]]:
+    """Median wall seconds of `run` and `status` through `python -c`, as is and with the
+    development-only packages hidden (interleaved)."""
+    variants = {"as is": _COMMAND, "production packages": _hiding(hidden) + _COMMAND}
+    walls: dict[str, dict[str, list[float]]] = {
+        cmd: {name: [] for name in variants} for cmd in ("run", "status")
+    }
+    for _ in range(runs):
+        for cmd, by_variant in walls.items():
+            for name, code in variants.items():
+                wall, proc = _wall([PYTHON, "-c", code, str(config), cmd])
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{cmd} ({name}): exit {proc.returncode}: {proc.stderr}")
+                by_variant[name].append(wall)
+    return {
+        cmd: {name: median(values) for name, values in by_variant.items()}
+        for cmd, by_variant in walls.items()
+    }
+
+
 def fresh(setup: str, statement: str) -> float | None:
     """Milliseconds `statement` takes after `setup` in a fresh interpreter (None: it failed)."""
     code = (
@@ -201,6 +275,8 @@ def run(size: Size) -> BenchResult:
         times = importtime(cmd)
         splits = [split(config) for _ in range(runs)]
         tweaks = what_ifs(config, runs)
+        hidden = dev_only_modules()
+        production = production_set(config, runs, hidden)
     alone = {label: fresh(setup, stmt) for label, setup, stmt in FRESH}
     log(f"B4: run median {1000 * median(walls):.0f} ms over {runs} runs")
     result.details = {
@@ -214,6 +290,8 @@ def run(size: Size) -> BenchResult:
             for key in ("cli_import_s", "run_imports_s", "work_s")
         },
         "what_if_median_s": tweaks,
+        "production_packages_median_s": production,
+        "dev_only_modules": hidden,
         "importtime": times,
         "fresh_interpreter_ms": {k: None if v is None else round(v, 1) for k, v in alone.items()},
         "python": sys.version.split()[0],
@@ -241,7 +319,7 @@ def run(size: Size) -> BenchResult:
         f"{1000 * parts['cli_import_s']:.0f} / {1000 * parts['run_imports_s']:.0f} / "
         f"{1000 * parts['work_s']:.0f}",
         "ms",
-        note="work: settings, store, lock, vault, httpx client, pass, bookkeeping",
+        note="work: settings, store, lock, vault, pass, bookkeeping (no HTTP client: nobody due)",
     )
     result.add(
         "imports under -X importtime",
@@ -256,6 +334,16 @@ def run(size: Size) -> BenchResult:
             1000 * tweaks[name],
             "ms",
             note=f"vs {1000 * plain:.0f} ms as is through python -c (interleaved)",
+        )
+    dev_imported = sorted(set(hidden) & set(times["roots"]))
+    for cmd in ("run", "status"):
+        result.add(
+            f"  what-if: {cmd}, production packages only",
+            1000 * production[cmd]["production packages"],
+            "ms",
+            note=f"vs {1000 * production[cmd]['as is']:.0f} ms as is through python -c "
+            f"(interleaved); hides what `run` imports of the dev tools: "
+            f"{', '.join(dev_imported) or 'nothing'}",
         )
     for name, ms in times["top_packages_ms"][:5]:
         result.add(f"  import {name}", ms, "ms", note="cumulative, -X importtime")
