@@ -1,8 +1,10 @@
 """The settings model: typed, frozen and validated; one section per TOML table.
 
 Each section is a frozen dataclass; its field types and `rule(...)` metadata say what a value
-may be (`config._fields` reads and checks them). Nothing here reads files or the
-environment: `config.loader` does, and builds a `Settings`.
+may be (`config._fields` reads and checks them). Not slotted: a slotted frozen dataclass
+costs twice as much to create, and every command creates these thirteen at start.
+
+Nothing here reads files or the environment: `config.loader` does, and builds a `Settings`.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _proxy(value: str) -> str | None:
 _SERVICE_URL = rule(check=check_service_url)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServiceSettings:
     """Where the service lives, and how long to wait for it."""
 
@@ -108,7 +110,7 @@ def _redirect(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ClientSettings:
     """The confidential client this worker acts for."""
 
@@ -130,14 +132,14 @@ def _dialect(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DatabaseSettings:
     """Where results and tokens are stored; any SQLAlchemy URL."""
 
     url: str = field(default="sqlite:////var/lib/lta-worker/lta.db", metadata=rule(check=_dialect))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CryptoSettings:
     """The key file that encrypts tokens at rest."""
 
@@ -153,7 +155,7 @@ def _positive(value: timedelta) -> timedelta:
 _POSITIVE = rule(check=_positive)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
@@ -180,7 +182,7 @@ def _max_wait(value: timedelta) -> timedelta:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RateLimitSettings:
     """How the shared hourly budget is used."""
 
@@ -190,7 +192,7 @@ class RateLimitSettings:
     max_wait: Duration = field(default=timedelta(hours=1), metadata=rule(check=_max_wait))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RetentionSettings:
     """How long results of revoked or dropped users, and past contents, are kept."""
 
@@ -212,7 +214,7 @@ def _webhook_url(value: str) -> str | None:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WebhookSettings:
     """Where user state changes are POSTed (Standard Webhooks); off without `url`."""
 
@@ -226,7 +228,7 @@ class WebhookSettings:
     interval: Duration = timedelta(seconds=5)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LogSettings:
     """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
     alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
@@ -256,7 +258,7 @@ def _metrics_listen(value: str) -> str | None:
     return value or None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class MetricsSettings:
     """Prometheus metrics: served by `serve` (`listen`) or written by `run` (`textfile`)."""
 
@@ -264,7 +266,7 @@ class MetricsSettings:
     textfile: Path | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServeSettings:
     """Long-running service mode."""
 
@@ -293,7 +295,7 @@ def _return_url(value: str) -> str | None:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EnrollSettings:
     """Browser enrollment: signed links and the flow `serve` hosts when `listen` is set."""
 
@@ -303,7 +305,7 @@ class EnrollSettings:
     return_url: str | None = field(default=None, metadata=rule(check=_return_url))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Settings:
     """Every setting of lta-worker; built by `config.load_settings`."""
 
