@@ -200,6 +200,7 @@ class Worker:
                 await self._db(self.metrics.on_store, self.store, self.clock.now(), history=True)
         except BaseException:
             await stack.aclose()
+            self._open = None
             raise
         return self
 
