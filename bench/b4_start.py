@@ -12,6 +12,7 @@ its own in a fresh interpreter, to see what trimming one of them would save.
 from __future__ import annotations
 
 import json
+import resource
 import secrets
 import subprocess
 import sys
@@ -66,6 +67,15 @@ def compile_package() -> str:
     package = Path(lta_worker.__file__).parent
     compileall.compile_dir(package, quiet=1)
     return str(package)
+
+
+def _cpu_wall(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall seconds and CPU seconds (user + system) of `cmd` as a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, proc = _wall(cmd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, proc
 
 
 def _wall(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -274,19 +284,23 @@ def run(size: Size) -> BenchResult:
         cmd = [_script(), "--config", str(config), "run"]
         compiled = compile_package()
         _wall(cmd)  # warm the page cache: cron runs a warm machine too
-        walls = []
-        for _ in range(runs):
-            wall, proc = _wall(cmd)
-            if proc.returncode != 0:
-                raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr[-1000:]}")
-            walls.append(wall)
         status_cmd = [_script(), "--config", str(config), "status"]
-        status_walls = []
-        for _ in range(runs):
-            wall, proc = _wall(status_cmd)
-            if proc.returncode != 0:
-                raise RuntimeError(f"status exited {proc.returncode}: {proc.stderr[-1000:]}")
-            status_walls.append(wall)
+        walls: list[float] = []
+        cpus: list[float] = []
+        status_walls: list[float] = []
+        status_cpus: list[float] = []
+        for _ in range(runs):  # alternated, so that both see the same load
+            for command, wall_list, cpu_list in (
+                (cmd, walls, cpus),
+                (status_cmd, status_walls, status_cpus),
+            ):
+                wall, cpu, proc = _cpu_wall(command)
+                if proc.returncode != 0:
+                    raise RuntimeError(
+                        f"{command[-1]} exited {proc.returncode}: {proc.stderr[-1000:]}"
+                    )
+                wall_list.append(wall)
+                cpu_list.append(cpu)
         python_walls = [_wall([PYTHON, "-c", "pass"])[0] for _ in range(runs)]
         cli_code = "import lta_worker.cli, lta_worker.cli._commands"
         import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
@@ -301,6 +315,8 @@ def run(size: Size) -> BenchResult:
         "runs": runs,
         "run_s": [round(w, 3) for w in walls],
         "status_s": [round(w, 3) for w in status_walls],
+        "run_cpu_s": [round(c, 3) for c in cpus],
+        "status_cpu_s": [round(c, 3) for c in status_cpus],
         "python_startup_median_s": median(python_walls),
         "cli_import_median_s": median(import_walls),
         "split_median_s": {
@@ -320,7 +336,8 @@ def run(size: Size) -> BenchResult:
         1000 * median(walls),
         "ms",
         at_most=500,
-        note=f"median of {runs}; min {1000 * min(walls):.0f}, max {1000 * max(walls):.0f}",
+        note=f"median of {runs}; min {1000 * min(walls):.0f}, max {1000 * max(walls):.0f}; "
+        f"CPU (user + sys) median {1000 * median(cpus):.0f}",
     )
     result.add(
         "status (wall)",
@@ -328,7 +345,8 @@ def run(size: Size) -> BenchResult:
         "ms",
         at_most=300,
         note=f"median of {runs}; min {1000 * min(status_walls):.0f}, "
-        f"max {1000 * max(status_walls):.0f}",
+        f"max {1000 * max(status_walls):.0f}; "
+        f"CPU (user + sys) median {1000 * median(status_cpus):.0f}",
     )
     result.add("python -c pass", 1000 * median(python_walls), "ms", note="interpreter alone")
     result.add("import the CLI and its commands", 1000 * median(import_walls), "ms")
