@@ -77,7 +77,7 @@ class Base(DeclarativeBase):
 
 
 class User(Base):
-    """One enrolled user: state, encrypted token, schedule, lease."""
+    """One enrolled user: state, encrypted token, schedule (its lease: `UserLease`)."""
 
     __tablename__ = "users"
     __table_args__ = (
@@ -94,7 +94,6 @@ class User(Base):
             sqlite_where=text("token_ciphertext IS NOT NULL AND state != 'dropping'"),
             postgresql_where=text("token_ciphertext IS NOT NULL AND state != 'dropping'"),
         ),
-        Index("ix_users_lease_owner", "lease_owner"),
         Index("ix_users_state", "state"),
     )
 
@@ -113,9 +112,8 @@ class User(Base):
     last_code: Mapped[str | None] = mapped_column(String(64))
     revoked_at: Mapped[datetime | None]
     dropped_at: Mapped[datetime | None]
-    lease_owner: Mapped[str | None] = mapped_column(String(128))
-    lease_expires_at: Mapped[datetime | None]
-    # The fencing token (migration 0003): see `records.UserRow.generation`.
+    # The fencing token (migration 0003): see `records.UserRow.generation`. While the user
+    # is leased, its lease's generation is the current one (`UserLease`, migration 0007).
     generation: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     # Which setting next_due_at derives from (migration 0003): see `policy.DUE_CLASSES`.
     due_class: Mapped[str | None] = mapped_column(String(16))
@@ -123,6 +121,25 @@ class User(Base):
     estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     plan_bucket: Mapped[int | None] = mapped_column(Integer)
     rate_bucket: Mapped[int | None] = mapped_column(Integer)
+
+
+class UserLease(Base):
+    """A pass's lease on a user (migration 0007): no row, no lease.
+
+    Apart from `users`, so that claiming a batch inserts a few small rows instead of
+    rewriting every page of the big table that holds a claimed user. `generation` is the
+    fencing token of the claim; it goes back into `users.generation` when the lease ends.
+    """
+
+    __tablename__ = "user_leases"
+    __table_args__ = (Index("ix_user_leases_owner", "owner"),)
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    owner: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime]
+    generation: Mapped[int] = mapped_column(Integer)
 
 
 class Snapshot(Base):
