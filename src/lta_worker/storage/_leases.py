@@ -49,6 +49,13 @@ USERS: Final = cast(Table, User.__table__)
 LEASES: Final = cast(Table, UserLease.__table__)
 
 
+# Where a candidate's row holds the user's generation, its lease's owner and generation
+# (read by index: cheaper than by name, a thousand times per claim).
+_GEN: Final = [column.name for column in RAW_USER_COLUMNS].index("generation")
+_LEASE_OWNER: Final = len(RAW_USER_COLUMNS)
+_LEASE_GEN: Final = _LEASE_OWNER + 1
+
+
 def current_generation() -> ColumnElement[int]:
     """The user's generation: its lease's while it is leased, else its row's."""
     lease = select(LEASES.c.generation).where(LEASES.c.user_id == USERS.c.id)
@@ -93,9 +100,9 @@ def lease_due(
         if db.dialect == "postgresql":
             won = {row[0]: row[1] for row in result}
         else:  # the write lock held since the candidates were read: all won, as computed
-            won = {row[0]: max(row.generation, row.lease_gen or 0) + 1 for row in found}
+            won = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
     rows = [raw_user_row(row, won[row[0]]) for row in found if row[0] in won]
-    return rows, [row.lease_owner for row in found if row[0] in won]
+    return rows, [row[_LEASE_OWNER] for row in found if row[0] in won]
 
 
 _UPSERTS: dict[Dialect, Any] = {}
