@@ -7,7 +7,9 @@ token); holders of a token are due spread over the hour before and after now, so
 half are due. Tokens are random bytes: nothing is decrypted here.
 
 - `Store.claim_due` of 1,000 users, median of several claims; between claims (untimed) the
-  claimed users move an hour ahead with no lease, as `apply` would do.
+  claimed users move an hour ahead with no lease, as `apply` would do, and the WAL is
+  checkpointed, so its size after a claim is the pages the claim wrote (2,023 when the
+  lease was written into each claimed user's row, before migration 0007).
 - `status`: `collect_status` as the command runs it (opens the store, counts per state and
   due, last pass, budget, instances, capacity plan), median of 3; each count on its own,
   with SQLite's query plan (migration 0002's indexes came from this: before them, status
@@ -22,10 +24,19 @@ import sqlite3
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from bench import b3_memory
-from bench.common import LONG_TERM_SCOPES, BenchResult, Size, Workspace, log, median
+from bench.common import (
+    LONG_TERM_SCOPES,
+    BenchResult,
+    Size,
+    Workspace,
+    drop_leases,
+    log,
+    median,
+)
 
 CLAIM = 1000
 
@@ -121,9 +132,16 @@ def _ms(fn: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
 def claims(
     store: Any, db_path: Any, now: datetime, runs: int, claim: int = CLAIM
 ) -> dict[str, Any]:
-    """Time `runs` claims of `claim` users; between them, move the claimed users ahead."""
+    """Time `runs` claims of `claim` users; between them, move the claimed users ahead.
+
+    Each claim starts on an empty WAL (checkpointed between claims, untimed), so the WAL's
+    size after it is what the claim wrote: its pages.
+    """
     times: list[float] = []
+    wal_pages: list[int] = []
+    wal = Path(f"{db_path}-wal")
     capture = SqlCapture(store.database.engine)
+    _apply_like(db_path, now + timedelta(hours=1), owner=None)
     for _ in range(runs):
         t0 = time.perf_counter()
         batch = store.claim_due(
@@ -134,33 +152,34 @@ def claims(
             lease_until=now + timedelta(minutes=5),
         )
         times.append(1000 * (time.perf_counter() - t0))
+        wal_pages.append(wal.stat().st_size // _page_size(db_path) if wal.exists() else 0)
         if len(batch) != claim:
             raise RuntimeError(f"claimed {len(batch)} users, expected {claim}")
         capture.close()
         _apply_like(db_path, now + timedelta(hours=1))
     statement, params = capture.statements[0]
-    # The same statements (the SELECT of candidates, the UPDATE that leases them and
-    # returns the rows) and commit by sqlite3 alone: what the SQL and the commit cost,
-    # without SQLAlchemy and the conversion of rows to UserRow.
+    # The same statements (the SELECT of candidates, the write of the leases) and commit
+    # by sqlite3 alone: what the SQL and the commit cost, without SQLAlchemy and the
+    # conversion of rows to UserRow. The commit is synced as the store's claim syncs it.
     con = sqlite3.connect(db_path, isolation_level=None)
-    con.execute("PRAGMA synchronous = FULL")  # as the store sets it
+    con.execute(f"PRAGMA synchronous = {_claim_synchronous(db_path)}")
     sql_times, rows = [], []
     try:
         for _ in range(3):
             t0 = time.perf_counter()
             con.execute("BEGIN IMMEDIATE")
             for replayed, replayed_params in capture.statements:
-                rows = con.execute(replayed, replayed_params).fetchall()
+                rows = con.execute(replayed, replayed_params).fetchall() or rows
             con.execute("COMMIT")
             sql_times.append(1000 * (time.perf_counter() - t0))
             _apply_like(db_path, now + timedelta(hours=1))
     finally:
         con.close()
     return {
-        "core_statement_what_if": _core_claim(store, db_path, now, claim),
         "claims_ms": [round(t, 2) for t in times],
         "median_ms": median(times[1:] if len(times) > 1 else times),
         "first_ms": times[0],
+        "wal_pages": wal_pages,
         "sql_only_median_ms": median(sql_times),
         "sql_rows": len(rows),
         "sql_statements": len(capture.statements),
@@ -168,65 +187,41 @@ def claims(
     }
 
 
-def _core_claim(store: Any, db_path: Any, now: datetime, claim: int) -> dict[str, Any]:
-    """What-if: the claim's statement on the Core table instead of the ORM entity.
-
-    Built from `users.USER_COLUMNS` and converted with `users.to_user_row`, as the store
-    does; internal names, so a failure is reported, not raised.
-    """
+def _page_size(db_path: Any) -> int:
+    con = sqlite3.connect(db_path)
     try:
-        from sqlalchemy import or_, select, update
-
-        from lta_worker.storage import _users as users
-        from lta_worker.storage._models import User
-
-        table = User.__table__
-        candidates = (
-            select(table.c.id)
-            .where(
-                table.c.token_ciphertext.is_not(None),
-                table.c.next_due_at.is_not(None),
-                table.c.next_due_at <= now,
-                or_(table.c.lease_expires_at.is_(None), table.c.lease_expires_at < now),
-            )
-            .order_by(table.c.next_due_at, table.c.id)
-            .limit(claim)
-        )
-        stmt = (
-            update(table)
-            .where(table.c.id.in_(candidates))
-            .values(lease_owner="bench", lease_expires_at=now + timedelta(minutes=5))
-            .returning(*(table.c[column.key] for column in users.USER_COLUMNS))
-        )
-        fetch, convert = [], []
-        for _ in range(3):
-            with store.database.write() as conn:
-                t0 = time.perf_counter()
-                rows = conn.execute(stmt).all()
-                t1 = time.perf_counter()
-                converted = [users.to_user_row(row) for row in rows]
-                t2 = time.perf_counter()
-            fetch.append(1000 * (t1 - t0))
-            convert.append(1000 * (t2 - t1))
-            _apply_like(db_path, now + timedelta(hours=1))
-        return {
-            "rows": len(converted),
-            "execute_and_result_types_ms": median(fetch),
-            "to_user_row_ms": median(convert),
-        }
-    except Exception as exc:  # internal names may move: report, do not fail the benchmark
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return int(con.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        con.close()
 
 
-def _apply_like(db_path: Any, due: datetime) -> None:
+def _claim_synchronous(db_path: Any) -> str:
+    """How the store commits a claim: NORMAL since leases have their own table (0007)."""
+    con = sqlite3.connect(db_path)
+    try:
+        names = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+    finally:
+        con.close()
+    return "NORMAL" if "user_leases" in names else "FULL"
+
+
+def _apply_like(db_path: Any, due: datetime, owner: str | None = "bench") -> None:
+    """What `apply` does to the claimed users' schedule: due an hour later, not leased;
+    then a checkpoint, so that the next claim starts on an empty WAL."""
     stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
     con = sqlite3.connect(db_path, isolation_level=None)
     try:
-        con.execute(
-            "UPDATE users SET next_due_at = ?, lease_owner = NULL, lease_expires_at = NULL "
-            "WHERE lease_owner = 'bench'",
-            (stamp,),
+        names = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+        held = (
+            "id IN (SELECT user_id FROM user_leases WHERE owner = 'bench')"
+            if "user_leases" in names
+            else "lease_owner = 'bench'"
         )
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(f"UPDATE users SET next_due_at = ? WHERE {held}", (stamp,))  # noqa: S608
+        drop_leases(con, owner)
+        con.execute("COMMIT")
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         con.close()
 
@@ -307,7 +302,8 @@ def run(size: Size) -> BenchResult:
         "ms",
         at_most=20,
         note=f"median of {claim_runs - 1} after the first ({claim_out['first_ms']:.0f} ms); "
-        f"SQL + commit alone {claim_out['sql_only_median_ms']:.1f} ms",
+        f"SQL + commit alone {claim_out['sql_only_median_ms']:.1f} ms; "
+        f"{median(claim_out['wal_pages']):.0f} pages written",
     )
     result.add(
         "status (collect_status)",

@@ -373,12 +373,28 @@ def make_all_due(db_path: Path) -> None:
     try:
         with con:
             con.execute(
-                "UPDATE users SET next_due_at = ?, lease_owner = NULL, lease_expires_at = NULL "
-                "WHERE token_ciphertext IS NOT NULL",
+                "UPDATE users SET next_due_at = ? WHERE token_ciphertext IS NOT NULL",
                 (due.isoformat(sep=" ", timespec="microseconds"),),
             )
+            drop_leases(con)
     finally:
         con.close()
+
+
+def drop_leases(con: Any, owner: str | None = None) -> None:
+    """Delete the leases (of `owner` only, when given) with a sqlite3 connection, whatever
+    the schema: `user_leases` since migration 0007, columns of `users` before it (so that
+    this bench code can measure an older version too)."""
+    tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+    where, params = ("WHERE owner = ?", (owner,)) if owner else ("", ())
+    if "user_leases" in tables:
+        con.execute(f"DELETE FROM user_leases {where}", params)  # noqa: S608 - constants
+    else:
+        where = where.replace("owner", "lease_owner") or "WHERE lease_owner IS NOT NULL"
+        con.execute(
+            f"UPDATE users SET lease_owner = NULL, lease_expires_at = NULL {where}",  # noqa: S608
+            params,
+        )
 
 
 # -- the simulator in a child process -------------------------------------------------------

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from lta_worker.storage._models import User
+from lta_worker.storage._models import User, UserLease
 
 from .conftest import READ_PATH, Fleet, Worker, per_window
 
@@ -84,7 +84,7 @@ def _check_stored(fleet: Fleet) -> None:
         assert stored == {(u, e, "ok") for u in USERS for e in ENDPOINTS}
         assert store.count_due(datetime.now(UTC)) == 0
         with store.database.read() as conn:
-            assert conn.execute(select(User.id).where(User.lease_owner.is_not(None))).all() == []
+            assert conn.execute(select(UserLease.user_id)).all() == []
 
 
 @pytest.mark.timeout(90)
@@ -144,7 +144,9 @@ def test_a_killed_worker_leaves_no_user_behind(fleet: Fleet) -> None:
         leased = {
             row.user: row.lease_expires_at
             for row in conn.execute(
-                select(User.user, User.lease_expires_at).where(User.lease_owner == instance)
+                select(User.user, UserLease.expires_at.label("lease_expires_at"))
+                .join(UserLease, UserLease.user_id == User.id)
+                .where(UserLease.owner == instance)
             )
         }
     assert leased, "the killed worker held no lease: nothing was tested"

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from lta_worker.simulator import RunningSimulator
 from lta_worker.storage import Store
-from lta_worker.storage._models import User
+from lta_worker.storage._models import User, UserLease
 
 from .conftest import Fleet
 
@@ -83,6 +83,8 @@ def test_the_next_run_reads_what_a_killed_run_had_leased(
 def _lease_owner(store: Store, user: str) -> str | None:
     with store.database.read() as conn:
         owner: str | None = conn.execute(
-            select(User.lease_owner).where(User.user == user)
-        ).scalar_one()
+            select(UserLease.owner)
+            .join(User, User.id == UserLease.user_id)
+            .where(User.user == user)
+        ).scalar_one_or_none()
     return owner

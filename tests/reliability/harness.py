@@ -444,7 +444,7 @@ def inspect(path: Path, *, integrity: bool = True) -> Seen:
             r[0]: UserSeen(r[0], r[1], r[2], r[3], _stamp(r[4]), _stamp(r[5]), r[6])
             for r in conn.execute(
                 "SELECT user, state, token_ciphertext, token_key_id, next_due_at, "
-                "last_polled_at, lease_owner FROM users"
+                "last_polled_at, l.owner FROM users LEFT JOIN user_leases l ON l.user_id = id"
             )
         }
         snapshots = {

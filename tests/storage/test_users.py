@@ -234,8 +234,7 @@ def test_apply_writes_columns_and_releases_lease(store: Store, vault: Vault) -> 
     assert after.token == row.token
     assert claim(store, owner="i2") == []  # not due any more, and not leased
     with store.database.read() as conn:
-        lease = conn.execute(text("SELECT lease_owner, lease_expires_at FROM users")).one()
-    assert tuple(lease) == (None, None)
+        assert conn.execute(text("SELECT count(*) FROM user_leases")).scalar_one() == 0
 
 
 def test_apply_skips_users_leased_by_another_owner(store: Store, vault: Vault) -> None:

@@ -4,11 +4,13 @@ A pass writes a turn per user; at hundreds of reads a second, one statement per 
 per snapshot (each built, compiled from the cache and executed alone) cost more than the
 reads. Here a batch of turns takes, whatever its size:
 
-1. one SELECT of the batch's users (`FOR UPDATE` on PostgreSQL; SQLite's write transaction
-   already excludes other writers) to see which still have the generation and the lease
-   the turn was decided under: the fence. The others are not written (`changed`);
-2. one UPDATE of `users` run with `executemany`, one per shape of update (fenced or not,
-   with a poll time or not, what happens to the token): the fence is in its WHERE as well;
+1. one SELECT of the batch's users and their leases (`FOR UPDATE` of the users on
+   PostgreSQL, which every change of a lease but its renewal takes first; SQLite's write
+   transaction already excludes other writers) to see which still have the generation and
+   the lease the turn was decided under: the fence. The others are not written (`changed`);
+2. one UPDATE of `users` run with `executemany`, one per shape of update (with a poll
+   time or not, what happens to the token), which also writes the lease's generation back
+   into the row; then one DELETE of the written users' leases;
 3. one SELECT of the written users' snapshots, compared in Python with what the turns
    read: a new or changed content is upserted (`INSERT ... ON CONFLICT DO UPDATE`) and
    appended to history, the same content only moves `fetched_at`, a write not newer than
@@ -25,23 +27,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, bindparam, func, select, tuple_, update
+from sqlalchemy import Connection, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.sql.dml import Insert
 
 from lta_worker.domain import TOKENLESS_STATES, UserUpdate
 from lta_worker.storage._db import Dialect
-from lta_worker.storage._models import History, Snapshot, User, UtcDateTime
+from lta_worker.storage._models import History, Snapshot, User, UserLease, UtcDateTime
 from lta_worker.storage._results import content_hash
 
 USERS: Final = User.__table__
+LEASES: Final = UserLease.__table__
 SNAPSHOTS: Final = Snapshot.__table__
 HISTORY: Final = History.__table__
 
 # What an update does to the token: keep it, clear it, clear it and stamp revoked_at or
 # dropped_at once.
 _TokenAction = str | None
-# (fenced by generation, sets last_polled_at, token, sets the freshness estimate)
-_Shape = tuple[bool, bool, _TokenAction, bool]
+# (sets last_polled_at, token, sets the freshness estimate)
+_Shape = tuple[bool, _TokenAction, bool]
 
 
 def without_repeats(updates: Sequence[UserUpdate]) -> Iterator[list[UserUpdate]]:
@@ -69,41 +72,55 @@ def write_batch(
     owner: str | None,
     now: datetime | None,
 ) -> set[int]:
-    """Write `updates` (each user at most once); return the ids of the users written."""
+    """Write `updates` (each user at most once); return the ids of the users written.
+
+    Each user's row takes its current generation (a lease's goes back into `users`); with
+    `owner`, the written users' leases end.
+    """
     hits = _fence(conn, dialect, updates, owner)
     if not hits:
-        return hits
+        return set()
     written = [upd for upd in updates if upd.user_id in hits]
     shapes: dict[_Shape, list[dict[str, Any]]] = {}
     for upd in written:
-        shape, params = _user_params(upd, owner, now)
+        shape, params = _user_params(upd, now)
+        params["b_generation"] = hits[upd.user_id]
         shapes.setdefault(shape, []).append(params)
     for shape, rows in shapes.items():
-        conn.execute(_user_statement(shape, owner is not None), rows)
+        conn.execute(_user_statement(shape), rows)
+    if owner is not None:
+        conn.execute(
+            delete(LEASES).where(LEASES.c.owner == owner, LEASES.c.user_id.in_(list(hits)))
+        )
     _write_snapshots(conn, dialect, written)
-    return hits
+    return set(hits)
 
 
 def _fence(
     conn: Connection, dialect: Dialect, updates: Sequence[UserUpdate], owner: str | None
-) -> set[int]:
-    """The users of `updates` that keep the generation (when given) and the lease (`owner`)."""
-    query = select(USERS.c.id, USERS.c.generation, USERS.c.lease_owner).where(
-        USERS.c.id.in_([upd.user_id for upd in updates])
+) -> dict[int, int]:
+    """The users of `updates` that keep the generation (when given) and the lease (`owner`),
+    each with its current generation (its lease's while leased)."""
+    u, le = USERS.c, LEASES.c
+    query = (
+        select(u.id, u.generation, le.owner, le.generation.label("lease_generation"))
+        .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
+        .where(u.id.in_([upd.user_id for upd in updates]))
     )
     if dialect == "postgresql":
-        query = query.with_for_update()
+        query = query.with_for_update(of=USERS)
     current = {row.id: row for row in conn.execute(query)}
-    hits: set[int] = set()
+    hits: dict[int, int] = {}
     for upd in updates:
         row = current.get(upd.user_id)
         if row is None:
             continue
-        if upd.generation is not None and row.generation != upd.generation:
+        generation = row.generation if row.owner is None else row.lease_generation
+        if upd.generation is not None and generation != upd.generation:
             continue
-        if owner is not None and row.lease_owner != owner:
+        if owner is not None and row.owner != owner:
             continue
-        hits.add(upd.user_id)
+        hits[upd.user_id] = generation
     return hits
 
 
@@ -116,9 +133,7 @@ def _denied_in(denied: Mapping[str, datetime]) -> dict[str, str]:
     return out
 
 
-def _user_params(
-    upd: UserUpdate, owner: str | None, now: datetime | None
-) -> tuple[_Shape, dict[str, Any]]:
+def _user_params(upd: UserUpdate, now: datetime | None) -> tuple[_Shape, dict[str, Any]]:
     params: dict[str, Any] = {
         "b_id": upd.user_id,
         "b_state": upd.state,
@@ -129,9 +144,6 @@ def _user_params(
         "b_denied": _denied_in(upd.denied),
         "b_due_class": upd.due_class,
     }
-    fenced = upd.generation is not None
-    if fenced:
-        params["b_generation"] = upd.generation
     polled = upd.last_polled_at is not None
     if polled:
         params["b_last_polled_at"] = upd.last_polled_at
@@ -147,21 +159,18 @@ def _user_params(
     if upd.estimate is not None:  # the freshness estimate (migration 0004)
         params["b_estimate"] = upd.estimate.to_json()
         params["b_plan_bucket"], params["b_rate_bucket"] = upd.estimate.buckets()
-    if owner is not None:
-        params["b_owner"] = owner
-    return (fenced, polled, erase, estimated), params
+    return (polled, erase, estimated), params
 
 
-_STATEMENTS: dict[tuple[_Shape, bool], Any] = {}
+_STATEMENTS: dict[_Shape, Any] = {}
 
 
-def _user_statement(shape: _Shape, leased: bool) -> Any:
+def _user_statement(shape: _Shape) -> Any:
     """The UPDATE of `users` for one shape of update (built once per shape)."""
-    key = (shape, leased)
-    stmt = _STATEMENTS.get(key)
+    stmt = _STATEMENTS.get(shape)
     if stmt is not None:
         return stmt
-    fenced, polled, erase, estimated = shape
+    polled, erase, estimated = shape
     c = USERS.c
     values: dict[str, Any] = {
         "state": bindparam("b_state"),
@@ -171,6 +180,7 @@ def _user_statement(shape: _Shape, leased: bool) -> Any:
         "last_code": bindparam("b_last_code"),
         "denied": bindparam("b_denied"),
         "due_class": bindparam("b_due_class"),
+        "generation": bindparam("b_generation"),
     }
     if polled:
         values["last_polled_at"] = bindparam("b_last_polled_at")
@@ -184,15 +194,8 @@ def _user_statement(shape: _Shape, leased: bool) -> Any:
         if erase != "clear":
             column = c.revoked_at if erase == "revoked" else c.dropped_at
             values[column.key] = func.coalesce(column, bindparam("b_stamp", type_=UtcDateTime()))
-    where = [c.id == bindparam("b_id")]
-    if fenced:
-        where.append(c.generation == bindparam("b_generation"))
-    if leased:
-        values["lease_owner"] = None
-        values["lease_expires_at"] = None
-        where.append(c.lease_owner == bindparam("b_owner"))
-    stmt = update(USERS).where(*where).values(values)
-    _STATEMENTS[key] = stmt
+    stmt = update(USERS).where(c.id == bindparam("b_id")).values(values)
+    _STATEMENTS[shape] = stmt
     return stmt
 
 

@@ -1,7 +1,8 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
-SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on. The sqlite3 module's own
-transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
+SQLite: WAL, a busy timeout, `synchronous=FULL` (NORMAL for leases: `Database.write`),
+foreign keys on. The sqlite3 module's own transaction handling is switched off and
+SQLAlchemy emits BEGIN itself, so that write
 transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
 (busy timeout) instead of failing with "database is locked" when a deferred read transaction
 tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
@@ -220,6 +221,23 @@ def _create_readonly_engine(url: URL) -> Engine:
     return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
 
 
+def _synchronous(conn: Connection, level: str) -> None:
+    """Set SQLite's `synchronous` on the connection, outside any transaction."""
+    cursor = conn.connection.cursor()  # the driver's own: SQLAlchemy would BEGIN first
+    try:
+        cursor.execute(f"PRAGMA synchronous = {level}")
+    finally:
+        cursor.close()
+
+
+def _restore_synchronous(conn: Connection) -> None:
+    """Back to `synchronous = FULL`; a connection that cannot be is never used again."""
+    try:
+        _synchronous(conn, "FULL")
+    except Exception:
+        conn.invalidate()
+
+
 def _sqlite_on_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
@@ -274,13 +292,26 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
+    def write(self, *, durable: bool = True) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends.
+
+        `durable=False`, for writes a power loss may undo without harm (leases: the
+        instance that took them is gone too): on SQLite the commit is not synced to disk
+        (`synchronous = NORMAL` for this transaction; WAL keeps the order, so a later
+        synced commit syncs it too).
+        """
         with self._mapped_errors(), self.engine.connect() as conn:
+            relaxed = self.dialect == "sqlite" and not durable
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                yield conn
+            if relaxed:
+                _synchronous(conn, "NORMAL")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if relaxed:
+                    _restore_synchronous(conn)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -11,14 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy import ColumnElement, and_, delete, select, update
 
 from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
 from lta_worker.errors import UnknownUserError
+from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._db import Database
+from lta_worker.storage._leases import LEASES, USERS
 from lta_worker.storage._models import User
-from lta_worker.storage._users import USER_COLUMNS, lease_due, to_user_row
+from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
         before = to_user_row(found)
         if before.token is None or before.state in TOKENLESS_STATES:
             return DropStart(before, before)
+        leases.end_leases(conn, leases.lease_of(before.id))
         stmt = (
             update(User)
             .where(User.id == before.id)
@@ -57,8 +60,6 @@ def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
                 next_due_at=now,
                 due_class=None,
                 consecutive_failures=0,
-                lease_owner=None,
-                lease_expires_at=None,
                 generation=User.generation + 1,
             )
             .returning(*USER_COLUMNS)
@@ -88,14 +89,13 @@ def finish_drop(db: Database, user_id: int, generation: int, now: datetime) -> b
                 last_outcome="dropped",
                 last_code=None,
                 dropped_at=now,
-                lease_owner=None,
-                lease_expires_at=None,
-                generation=User.generation + 1,
+                generation=leases.current_generation() + 1,
             )
             .returning(User.user)
         )
         user = result.scalar_one_or_none()
         if user is not None:
+            conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
             outbox.record(conn, [change_event(user, "dropping", "dropped", now, "drop")])
     return user is not None
 
@@ -112,26 +112,34 @@ def defer_drop(
                 next_due_at=retry_at,
                 consecutive_failures=User.consecutive_failures + 1,
                 last_outcome=reason,
-                lease_owner=None,
-                lease_expires_at=None,
+                generation=leases.current_generation(),
             )
         )
+        if result.rowcount > 0:
+            conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
     return result.rowcount > 0
 
 
 def claim_drops(
     db: Database, *, now: datetime, limit: int, owner: str, lease_until: datetime
 ) -> list[UserRow]:
-    """Lease up to `limit` `dropping` users due for a DELETE retry (generation bumped)."""
+    """Lease up to `limit` `dropping` users due for a DELETE retry (a new generation each)."""
     due = and_(
         User.state == "dropping",
         User.token_ciphertext.is_not(None),
         User.next_due_at.is_not(None),
         User.next_due_at <= now,
     )
-    rows, _ = lease_due(db, due, now=now, limit=limit, owner=owner, lease_until=lease_until)
+    order = (USERS.c.next_due_at, USERS.c.id)
+    rows, _ = leases.lease_due(
+        db, due, order, now=now, limit=limit, owner=owner, lease_until=lease_until
+    )
     return rows
 
 
 def _still(user_id: int, generation: int) -> ColumnElement[bool]:
-    return and_(User.id == user_id, User.state == "dropping", User.generation == generation)
+    return and_(
+        User.id == user_id,
+        User.state == "dropping",
+        leases.current_generation() == generation,
+    )

@@ -11,8 +11,9 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import ColumnElement, Executable, Row, delete, insert, select, update
 
 from lta_worker.domain import BudgetSeen, InstanceKind, InstanceRow, PassRecord
+from lta_worker.storage import _leases as leases
 from lta_worker.storage._db import Database
-from lta_worker.storage._models import ClientBudget, Instance, Pass, User
+from lta_worker.storage._models import ClientBudget, Instance, Pass
 
 PASSES_KEPT = 1000
 """How many pass summaries are kept; older ones are deleted as new ones are recorded."""
@@ -110,11 +111,7 @@ def unregister(db: Database, instance: str) -> None:
     """Forget the instance and drop the leases it holds (owner = instance id)."""
     with db.write() as conn:
         conn.execute(delete(Instance).where(Instance.instance_id == instance))
-        conn.execute(
-            update(User)
-            .where(User.lease_owner == instance)
-            .values(lease_owner=None, lease_expires_at=None)
-        )
+        leases.end_leases(conn, leases.owned_by(instance))
 
 
 def prune_instances(db: Database, now: datetime, ttl: timedelta) -> int:

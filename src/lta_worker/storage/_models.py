@@ -118,7 +118,7 @@ class Base:
 
 
 class User(Base):
-    """One enrolled user: state, encrypted token, schedule, lease."""
+    """One enrolled user: state, encrypted token, schedule (its lease: `UserLease`)."""
 
     __tablename__ = "users"
     __table_args__ = (
@@ -127,7 +127,6 @@ class User(Base):
             "(token_ciphertext IS NULL) = (token_key_id IS NULL)", name="token_and_key"
         ),
         # The partial due index is added by `schema_metadata` (see there).
-        Index("ix_users_lease_owner", "lease_owner"),
         Index("ix_users_state", "state"),
     )
 
@@ -146,9 +145,8 @@ class User(Base):
     last_code = column(String(64))
     revoked_at = _when(nullable=True)
     dropped_at = _when(nullable=True)
-    lease_owner = column(String(128))
-    lease_expires_at = _when(nullable=True)
-    # The fencing token (migration 0003): see `records.UserRow.generation`.
+    # The fencing token (migration 0003): see `records.UserRow.generation`. While the user
+    # is leased, its lease's generation is the current one (`UserLease`, migration 0007).
     generation = column(Integer, nullable=False, default=0, server_default=text("0"))
     # Which setting next_due_at derives from (migration 0003): see `policy.DUE_CLASSES`.
     due_class = column(String(16))
@@ -156,6 +154,28 @@ class User(Base):
     estimate = column(JSON)
     plan_bucket = column(Integer)
     rate_bucket = column(Integer)
+
+
+class UserLease(Base):
+    """A pass's lease on a user (migration 0007): no row, no lease.
+
+    Apart from `users`, so that claiming a batch inserts a few small rows instead of
+    rewriting every page of the big table that holds a claimed user. `generation` is the
+    fencing token of the claim; it goes back into `users.generation` when the lease ends.
+    """
+
+    __tablename__ = "user_leases"
+    __table_args__ = (Index("ix_user_leases_owner", "owner"),)
+
+    user_id = column(
+        Integer,
+        ForeignKey("users.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
+    owner = column(String(128), nullable=False)
+    expires_at = _when()
+    generation = column(Integer, nullable=False)
 
 
 class Snapshot(Base):

@@ -54,6 +54,8 @@ def _stamp(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if value[-6] not in "+-" and value[-1] != "Z":  # naive UTC, as `UtcDateTime` writes
+            return datetime.fromisoformat(value + "+00:00")  # 3x faster than .replace()
         value = datetime.fromisoformat(value)
     if value.tzinfo is None:
         return cast(datetime, value.replace(tzinfo=UTC))
@@ -80,8 +82,11 @@ def _estimate(raw: Any) -> ChangeEstimate | None:
     return ChangeEstimate.from_json(json.loads(raw) if isinstance(raw, str) else raw)
 
 
-def raw_user_row(row: Any) -> UserRow:
-    """A row of `RAW_USER_COLUMNS` (either backend) as a UserRow."""
+def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
+    """A row starting with `RAW_USER_COLUMNS` (either backend) as a UserRow.
+
+    `generation`, when given, is the user's instead of the row's (a new lease's).
+    """
     (
         id_,
         user,
@@ -96,8 +101,9 @@ def raw_user_row(row: Any) -> UserRow:
         failures,
         last_outcome,
         last_code,
-        generation,
+        stored_generation,
         estimate,
+        *_,
     ) = row
     return UserRow(
         id_,
@@ -112,6 +118,6 @@ def raw_user_row(row: Any) -> UserRow:
         failures,
         last_outcome,
         last_code,
-        generation,
+        stored_generation if generation is None else generation,
         estimate=_estimate(estimate),
     )

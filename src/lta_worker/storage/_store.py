@@ -47,6 +47,7 @@ from lta_worker.storage import _drops as drops
 from lta_worker.storage import _enrollments as enrollments
 from lta_worker.storage import _freshness as freshness
 from lta_worker.storage import _instances as instances
+from lta_worker.storage import _leases as leases
 from lta_worker.storage import _migrate as migrate
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage import _results as results
@@ -190,16 +191,16 @@ class Store:
 
     def renew_leases(self, owner: str, lease_until: datetime) -> int:
         """Extend the leases `owner` holds; return how many."""
-        return users.renew_leases(self._db, owner, lease_until)
+        return leases.renew_leases(self._db, owner, lease_until)
 
     def release(self, owner: str, user_ids: Iterable[int] | None = None) -> int:
         """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
-        return users.release(self._db, owner, user_ids)
+        return leases.release(self._db, owner, None if user_ids is None else list(user_ids))
 
     def release_all(self) -> dict[str, int]:
         """Drop every lease; return how many users each owner held (SQLite at start-up:
         the single-instance lock proves every owner dead)."""
-        return users.release_all(self._db)
+        return leases.release_all(self._db)
 
     def apply(
         self,

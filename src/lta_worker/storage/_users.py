@@ -9,7 +9,7 @@ batched write of a pass's turns is `_apply`, the claim's row mapping `_rows`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -22,7 +22,6 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -40,11 +39,11 @@ from lta_worker.domain import (
     enrollment_event,
 )
 from lta_worker.errors import UnknownUserError
+from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import USERS, without_repeats, write_batch
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import User, UtcDateTime
-from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
 USER_COLUMNS = (
     User.id,
@@ -60,7 +59,7 @@ USER_COLUMNS = (
     User.consecutive_failures,
     User.last_outcome,
     User.last_code,
-    User.generation,
+    leases.current_generation().label("generation"),
     User.estimate,
 )
 
@@ -147,6 +146,11 @@ def _due(due_before: datetime) -> ColumnElement[bool]:
     )
 
 
+def due_order() -> tuple[ColumnElement[Any], ...]:
+    """The order users are claimed in: oldest `next_due_at` first, then id."""
+    return (USERS.c.next_due_at, USERS.c.id)
+
+
 def count_due(db: Database, now: datetime) -> int:
     """Users to read (a token, not dropping) with `next_due_at` at or before `now`."""
     with db.read() as conn:
@@ -163,118 +167,29 @@ def claim_due(
     lease_until: datetime,
     expired: Counter[str] | None = None,
 ) -> list[UserRow]:
-    """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
+    """Lease up to `limit` due users to `owner`, in `due_order`.
 
     A user is claimable when it holds a token, is not `dropping`, `next_due_at <=
-    due_before`, and no live lease covers it (`lease_expires_at` NULL or before `now`).
+    due_before`, and no live lease covers it (none, or one that expired before `now`).
     On PostgreSQL the candidate rows are locked with `FOR UPDATE SKIP LOCKED`, so
     concurrent instances claim disjoint sets; on SQLite the write transaction (BEGIN
-    IMMEDIATE) serializes claims. When `expired` is given, it counts the users taken over
-    from another owner's expired lease, per owner. Each claimed row's `generation` is
-    bumped (and returned): a decision made under an earlier claim can no longer be written.
+    IMMEDIATE) serializes claims (`storage._leases`). When `expired` is given, it counts
+    the users taken over from another owner's expired lease, per owner. Each claimed
+    user gets a new generation (its lease's): a decision made under an earlier claim can
+    no longer be written.
     """
-    rows, previous = lease_due(
-        db, _due(due_before), now=now, limit=limit, owner=owner, lease_until=lease_until
+    rows, previous = leases.lease_due(
+        db,
+        _due(due_before),
+        due_order(),
+        now=now,
+        limit=limit,
+        owner=owner,
+        lease_until=lease_until,
     )
     if expired is not None:
         expired.update(p for p in previous if p not in (None, owner))
     return rows
-
-
-def lease_due(
-    db: Database,
-    condition: ColumnElement[bool],
-    *,
-    now: datetime,
-    limit: int,
-    owner: str,
-    lease_until: datetime,
-) -> tuple[list[UserRow], list[str | None]]:
-    """Lease up to `limit` users matching `condition` and no live lease, oldest due first.
-
-    Returns the leased rows (generation bumped) and the previous lease owner of each.
-    On PostgreSQL candidates are locked `FOR UPDATE SKIP LOCKED`.
-    """
-    if limit <= 0:
-        return [], []
-    # Core table, driver values, one conversion per row (`storage._rows`): a claim of a
-    # thousand users costs little more than its SQL.
-    c = USERS.c
-    candidates = (
-        select(c.id, c.lease_owner)
-        .where(condition, or_(c.lease_expires_at.is_(None), c.lease_expires_at < now))
-        .order_by(c.next_due_at, c.id)
-        .limit(limit)
-    )
-    if db.dialect == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    with db.write() as conn:
-        found = conn.execute(candidates).all()
-        if not found:
-            return [], []
-        stmt = (
-            update(USERS)
-            .where(c.id.in_([r.id for r in found]))
-            .values(
-                lease_owner=owner,
-                lease_expires_at=lease_until,
-                generation=c.generation + 1,
-            )
-            .returning(*RAW_USER_COLUMNS)
-        )
-        rows = [raw_user_row(r) for r in conn.execute(stmt).all()]
-    rows.sort(key=lambda u: (u.next_due_at or now, u.id))
-    return rows, [r.lease_owner for r in found]
-
-
-def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
-    """Extend every lease `owner` holds to `lease_until`; return how many.
-
-    On PostgreSQL rows locked by another transaction are skipped: that is this owner's
-    writer applying (and so releasing) them, or another instance taking over an expired
-    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
-    """
-    held = select(User.id).where(User.lease_owner == owner)
-    if db.dialect == "postgresql":
-        held = held.with_for_update(skip_locked=True)
-    with db.write() as conn:
-        result = conn.execute(
-            update(User).where(User.id.in_(held)).values(lease_expires_at=lease_until)
-        )
-    return result.rowcount
-
-
-def release(db: Database, owner: str, user_ids: Iterable[int] | None = None) -> int:
-    """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
-    stmt = update(User).where(User.lease_owner == owner)
-    if user_ids is not None:
-        ids = list(user_ids)
-        if not ids:
-            return 0
-        stmt = stmt.where(User.id.in_(ids))
-    with db.write() as conn:
-        result = conn.execute(stmt.values(lease_owner=None, lease_expires_at=None))
-    return result.rowcount
-
-
-def release_all(db: Database) -> dict[str, int]:
-    """Drop every lease; return how many users each owner held.
-
-    Only for SQLite at start-up, where the single-instance lock proves every owner dead.
-    """
-    with db.write() as conn:
-        held = conn.execute(
-            select(User.lease_owner, func.count())
-            .where(User.lease_owner.is_not(None))
-            .group_by(User.lease_owner)
-        ).all()
-        if held:
-            conn.execute(
-                update(User)
-                .where(User.lease_owner.is_not(None))
-                .values(lease_owner=None, lease_expires_at=None)
-            )
-    return {str(owner): int(count) for owner, count in held}
 
 
 def _stamp(value: datetime) -> ColumnElement[datetime]:
@@ -294,11 +209,11 @@ def apply(
     `delete_token` is set or the new state is revoked/dropped, with `revoked_at`/`dropped_at`
     stamped once; the snapshots (history appended when the content changed).
 
-    Fencing: an update carrying a `generation` is written only while the row still has it,
-    and with `owner` only while `owner` holds the lease, both checked in the UPDATE itself;
-    the snapshots are written only when that UPDATE hit the row. So a decision about a user
-    re-enrolled, dropped or forgotten since the claim is discarded (`changed`). With `owner`
-    the lease is released.
+    Fencing: an update carrying a `generation` is written only while the user still has it
+    (its lease's while leased), and with `owner` only while `owner` holds the lease, both
+    checked under the write lock (`storage._apply`); the snapshots are written only then.
+    So a decision about a user re-enrolled, dropped or forgotten since the claim, or taken
+    over by another claim, is discarded (`changed`). With `owner` the lease is released.
 
     The batch is written with a few `executemany` statements under one SAVEPOINT (see
     `storage._apply`). When that fails, it is rolled back and written again one user at a
@@ -380,8 +295,6 @@ def store_token(
         "last_code": None,
         "revoked_at": None,
         "dropped_at": None,
-        "lease_owner": None,
-        "lease_expires_at": None,
         "due_class": None,
     }
     with db.write() as conn:
@@ -393,6 +306,7 @@ def store_token(
         if db.dialect == "postgresql":
             query = query.with_for_update()
         current = conn.execute(query).one()
+        leases.end_leases(conn, leases.lease_of(current.id))
         conn.execute(
             update(User)
             .where(User.id == current.id)
@@ -419,6 +333,7 @@ def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bo
         current = conn.execute(query).first()
         if current is None:
             raise UnknownUserError(user)
+        leases.end_leases(conn, leases.lease_of(current.id))
         conn.execute(
             update(User)
             .where(User.id == current.id)
@@ -429,8 +344,6 @@ def delete_token(db: Database, user: str, state: UserState, now: datetime) -> bo
                     "token_key_id": None,
                     "next_due_at": None,
                     "due_class": None,
-                    "lease_owner": None,
-                    "lease_expires_at": None,
                     "generation": User.generation + 1,
                     stamp_column.key: func.coalesce(stamp_column, _stamp(now))
                     if current.token_ciphertext is None

@@ -1,0 +1,231 @@
+"""Leases on users: claim a batch, renew, release; the generation a leased user has.
+
+A lease is a row of `user_leases` (migration 0007), not columns of `users`: a claim of a
+thousand users out of a million inserts a thousand small rows (about 20 pages) instead of
+rewriting the thousand pages of `users` that hold them (due order is not id order).
+
+The lease's `generation` is the claim's fencing token: one more than the user's generation
+(the row's, or the expired lease's it takes over). While the lease exists it is the user's
+current generation (`current_generation`); when the lease ends without a write of the
+user (`end_leases`: release, an instance forgotten, a lifecycle change), it is written back
+into `users.generation`, so that the next claim's token is always a new one. A write of a
+turn (`_apply`) sets `users.generation` to it as part of the user's own UPDATE.
+
+Lock order on PostgreSQL, everywhere: the `users` rows first, then their leases. The claim
+locks its candidates `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint sets;
+the upsert of the leases decides in the end (`ON CONFLICT ... WHERE expired`, RETURNING
+what was won), so a user whose lease another instance committed meanwhile is not taken.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    String,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
+
+from lta_worker.domain import UserRow
+from lta_worker.storage._db import Database, Dialect
+from lta_worker.storage._models import User, UserLease, UtcDateTime
+from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
+
+USERS: Final = User.__table__
+LEASES: Final = UserLease.__table__
+
+
+# Where a candidate's row holds the user's generation, its lease's owner and generation
+# (read by index: cheaper than by name, a thousand times per claim).
+_GEN: Final = [column.name for column in RAW_USER_COLUMNS].index("generation")
+_LEASE_OWNER: Final = len(RAW_USER_COLUMNS)
+_LEASE_GEN: Final = _LEASE_OWNER + 1
+
+
+def current_generation() -> ColumnElement[int]:
+    """The user's generation: its lease's while it is leased, else its row's."""
+    lease = select(LEASES.c.generation).where(LEASES.c.user_id == USERS.c.id)
+    return func.coalesce(lease.scalar_subquery(), USERS.c.generation)
+
+
+def lease_due(
+    db: Database,
+    condition: ColumnElement[bool],
+    order: Sequence[ColumnElement[Any]],
+    *,
+    now: datetime,
+    limit: int,
+    owner: str,
+    lease_until: datetime,
+) -> tuple[list[UserRow], list[str | None]]:
+    """Lease up to `limit` users matching `condition` and no live lease, in `order`.
+
+    Returns the leased rows (their generation is the lease's, a new one) and the previous
+    lease owner of each (None when it was not leased).
+    """
+    if limit <= 0:
+        return [], []
+    u, le = USERS.c, LEASES.c
+    candidates = (
+        select(*RAW_USER_COLUMNS, le.owner.label("lease_owner"), le.generation.label("lease_gen"))
+        .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
+        .where(condition, or_(le.expires_at.is_(None), le.expires_at < now))
+        .order_by(*order)
+        .limit(limit)
+    )
+    if db.dialect == "postgresql":
+        candidates = candidates.with_for_update(of=USERS, skip_locked=True)
+    with db.write(durable=False) as conn:
+        found = conn.execute(candidates).all()
+        if not found:
+            return [], []
+        ids = [row[0] for row in found]
+        params = {"b_ids": _ids_param(db.dialect, ids), "b_owner": owner}
+        params.update(b_until=lease_until, b_now=now)
+        result = conn.execute(_upsert(db.dialect), params)
+        if db.dialect == "postgresql":
+            won = {row[0]: row[1] for row in result}
+        else:  # the write lock held since the candidates were read: all won, as computed
+            won = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
+    rows = [raw_user_row(row, won[row[0]]) for row in found if row[0] in won]
+    return rows, [row[_LEASE_OWNER] for row in found if row[0] in won]
+
+
+_UPSERTS: dict[Dialect, Any] = {}
+
+
+def _upsert(dialect: Dialect) -> Any:
+    """Lease the users `b_ids`: insert their leases, or take over expired ones.
+
+    A new lease's generation is one more than the row's; a taken-over one's, one more
+    than the lease's. On PostgreSQL, RETURNING (user id, generation) of each lease won: a
+    user whose live lease another instance committed since the candidates were read is
+    not returned. SQLite needs no RETURNING (it would double the statement's cost).
+    """
+    stmt = _UPSERTS.get(dialect)
+    if stmt is None:
+        stmt = _UPSERTS[dialect] = _build_upsert(dialect)
+    return stmt
+
+
+def _ids_param(dialect: Dialect, ids: list[int]) -> Any:
+    """The ids as one parameter: an array on PostgreSQL, JSON text on SQLite (`json_each`);
+    a thousand separate parameters cost SQLAlchemy more than the statement costs SQLite."""
+    return ids if dialect == "postgresql" else json.dumps(ids)
+
+
+def _build_upsert(dialect: Dialect) -> Any:
+    u, mine = USERS.c, LEASES.c
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import ARRAY, insert
+
+        chosen = u.id == any_(bindparam("b_ids", type_=ARRAY(Integer())))
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+
+        each = func.json_each(bindparam("b_ids", type_=String())).table_valued("value")
+        chosen = u.id.in_(select(each.c.value))
+    claimed = select(
+        u.id,
+        bindparam("b_owner", type_=String()),
+        bindparam("b_until", type_=UtcDateTime()),
+        u.generation + 1,
+    ).where(chosen)
+    stmt = insert(LEASES).from_select(["user_id", "owner", "expires_at", "generation"], claimed)
+    taken_over = {
+        "owner": stmt.excluded.owner,
+        "expires_at": stmt.excluded.expires_at,
+        "generation": case(
+            (mine.generation >= stmt.excluded.generation, mine.generation + 1),
+            else_=stmt.excluded.generation,
+        ),
+    }
+    upsert = stmt.on_conflict_do_update(
+        index_elements=[mine.user_id],
+        set_=taken_over,
+        where=mine.expires_at < bindparam("b_now", type_=UtcDateTime()),
+    )
+    return upsert.returning(mine.user_id, mine.generation) if dialect == "postgresql" else upsert
+
+
+def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
+    """Extend every lease `owner` holds to `lease_until`; return how many.
+
+    On PostgreSQL leases locked by another transaction are skipped: that is this owner's
+    writer applying (and so releasing) them, or another instance taking over an expired
+    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+    """
+    held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
+    if db.dialect == "postgresql":
+        held = held.with_for_update(skip_locked=True)
+    with db.write(durable=False) as conn:
+        result = conn.execute(
+            update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
+        )
+    return result.rowcount
+
+
+def end_leases(conn: Connection, condition: ColumnElement[bool]) -> int:
+    """End the leases matching `condition`, their generation kept in `users`; how many."""
+    le = LEASES.c
+    held = select(le.user_id).where(condition)
+    generation = select(le.generation).where(le.user_id == USERS.c.id).scalar_subquery()
+    ended = (
+        conn.execute(
+            update(USERS)
+            .where(USERS.c.id.in_(held))
+            .values(generation=generation)
+            .returning(USERS.c.id)
+        )
+        .scalars()
+        .all()
+    )
+    if not ended:
+        return 0
+    conn.execute(delete(LEASES).where(condition, le.user_id.in_(ended)))
+    return len(ended)
+
+
+def owned_by(owner: str, user_ids: Sequence[int] | None = None) -> ColumnElement[bool]:
+    """The leases `owner` holds (only on `user_ids` when given)."""
+    if user_ids is None:
+        return LEASES.c.owner == owner
+    return (LEASES.c.owner == owner) & LEASES.c.user_id.in_(user_ids)
+
+
+def lease_of(user_id: int) -> ColumnElement[bool]:
+    """The lease on one user."""
+    return LEASES.c.user_id == user_id
+
+
+def release(db: Database, owner: str, user_ids: Sequence[int] | None = None) -> int:
+    """End the leases `owner` holds (only on `user_ids` when given); return how many."""
+    if user_ids is not None and not user_ids:
+        return 0
+    with db.write() as conn:
+        return end_leases(conn, owned_by(owner, user_ids))
+
+
+def release_all(db: Database) -> dict[str, int]:
+    """End every lease; return how many users each owner held.
+
+    Only for SQLite at start-up, where the single-instance lock proves every owner dead.
+    """
+    with db.write() as conn:
+        held = conn.execute(select(LEASES.c.owner, func.count()).group_by(LEASES.c.owner)).all()
+        if held:
+            end_leases(conn, LEASES.c.user_id.is_not(None))
+    return {str(owner): int(count) for owner, count in held}

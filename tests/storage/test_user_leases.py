@@ -1,0 +1,158 @@
+"""Leases in their own table (migration 0007), on SQLite and PostgreSQL: a claim leaves the
+users' rows alone, fencing still holds across take-overs and releases, the lease upsert never
+takes a live lease, and existing databases keep their leases through the migration."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import inspect, text
+
+from lta_worker.domain._model import UserRow, UserUpdate
+from lta_worker.storage import _leases as leases
+from lta_worker.storage._migrate import alembic_config
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
+
+from .helpers import MINUTE, T0, enroll, keyring
+
+LEASE = 5 * MINUTE
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
+
+
+def _claim(store: Store, owner: str, at: timedelta = timedelta(0)) -> list[UserRow]:
+    now = T0 + at
+    return store.claim_due(now=now, due_before=now, limit=9, owner=owner, lease_until=now + LEASE)
+
+
+def _turn(row: UserRow) -> UserUpdate:
+    return UserUpdate(
+        user_id=row.id,
+        state="active",
+        next_due_at=T0 + timedelta(hours=1),
+        consecutive_failures=0,
+        last_outcome="ok",
+        last_polled_at=T0,
+        generation=row.generation,
+    )
+
+
+def _at(store: Store, when: datetime | None) -> datetime | None:
+    """A timestamp as a raw statement takes it: naive UTC for SQLite."""
+    if when is None or store.database.dialect == "postgresql":
+        return when
+    return when.replace(tzinfo=None)
+
+
+def test_a_claim_leaves_the_users_rows_as_they_were(store: Store, vault: Vault) -> None:
+    """Claiming writes only leases: every column of every user's row is unchanged."""
+    for name in ("a", "b", "c"):
+        enroll(store, vault, name, due=T0 - MINUTE)
+    with store.database.read() as conn:
+        before = conn.execute(text("SELECT * FROM users ORDER BY id")).all()
+    assert len(_claim(store, "i1")) == 3
+    with store.database.read() as conn:
+        assert conn.execute(text("SELECT * FROM users ORDER BY id")).all() == before
+        held = conn.execute(text("SELECT owner, count(*) FROM user_leases GROUP BY owner")).all()
+    assert [tuple(row) for row in held] == [("i1", 3)]
+
+
+def test_a_stale_decision_stays_stale_after_take_over_release_and_reclaim(
+    store: Store, vault: Vault
+) -> None:
+    """i1's lease expires, i2 takes the user over and releases it, i1 claims it again: the
+    decision i1 made under its first claim is discarded, the one under the last is written."""
+    enroll(store, vault, "a", due=T0 - MINUTE)
+    (first,) = _claim(store, "i1")
+    (taken,) = _claim(store, "i2", at=2 * LEASE)
+    assert store.release("i2") == 1
+    (again,) = _claim(store, "i1", at=2 * LEASE)
+    assert first.generation < taken.generation < again.generation
+    assert store.get_user("a") == again  # a leased user's generation is its lease's
+    assert store.apply([_turn(first)], owner="i1") == 0
+    assert store.apply([_turn(again)], owner="i1") == 1
+    after = store.get_user("a")
+    assert after is not None and after.generation == again.generation  # kept in the row
+
+
+def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -> None:
+    """When two claims race for a user, the second write of its lease (the upsert) leaves
+    the first owner's live lease as it is; an expired lease is taken over."""
+    live = enroll(store, vault, "live", due=T0 - MINUTE)
+    gone = enroll(store, vault, "gone", due=T0 - MINUTE)
+    assert len(_claim(store, "first")) == 2
+    with store.database.write() as conn:
+        conn.execute(
+            text("UPDATE user_leases SET expires_at = :t WHERE user_id = :id"),
+            {"t": _at(store, T0 - MINUTE), "id": gone.id},
+        )
+        dialect = store.database.dialect
+        params = {"b_ids": leases._ids_param(dialect, [live.id, gone.id]), "b_owner": "second"}
+        params.update(b_until=T0 + LEASE, b_now=T0)
+        conn.execute(leases._upsert(dialect), params)
+        held = conn.execute(text("SELECT user_id, owner FROM user_leases ORDER BY user_id"))
+        assert sorted(tuple(row) for row in held) == [(live.id, "first"), (gone.id, "second")]
+
+
+def test_a_claim_leaves_its_connection_synced(tmp_path: Path, vault: Vault) -> None:
+    """The claim commits with synchronous=NORMAL; the connection goes back to FULL after."""
+    with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as store:
+        store.upgrade()
+        enroll(store, vault, "a", due=T0 - MINUTE)
+        assert len(_claim(store, "i1")) == 1
+        with store.database.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL
+
+
+def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
+    empty_url: str, vault: Vault
+) -> None:
+    """A database of revision 0006 with a user leased in its row: after the upgrade the
+    lease is in user_leases (owner, expiry, generation), the columns are gone, and the
+    owner's decision fenced with the claimed generation is written; a downgrade puts the
+    lease back into the row."""
+    if empty_url.startswith("sqlite"):
+        Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
+    with Store.open(empty_url) as store:
+        command.upgrade(alembic_config(store.database), "0006")
+        with store.database.write() as conn:
+            for name, owner in (("leased", "i1"), ("free", None)):
+                conn.execute(
+                    text(
+                        'INSERT INTO users ("user", state, token_ciphertext, token_key_id, scopes,'
+                        " denied, next_due_at, consecutive_failures, generation, lease_owner,"
+                        " lease_expires_at) VALUES (:user, 'active', :ct, 'k1', '[]', '{}',"
+                        " :due, 0, 7, :owner, :until)"
+                    ),
+                    {
+                        "user": name,
+                        "ct": b"x",
+                        "due": _at(store, T0),
+                        "owner": owner,
+                        "until": _at(store, T0 + LEASE) if owner else None,
+                    },
+                )
+        store.upgrade()
+        with store.database.read() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("users")}
+            moved = conn.execute(text("SELECT owner, generation FROM user_leases")).all()
+        assert not columns & {"lease_owner", "lease_expires_at"}
+        assert [tuple(row) for row in moved] == [("i1", 7)]
+        leased = store.get_user("leased")
+        assert leased is not None and leased.generation == 7
+        assert _claim(store, "i2") == [store.get_user("free")]  # the live lease is kept
+        assert store.apply([_turn(leased)], owner="i1") == 1
+        command.downgrade(alembic_config(store.database), "0006")
+        with store.database.read() as conn:
+            rows = conn.execute(
+                text('SELECT "user", lease_owner, generation FROM users ORDER BY id')
+            ).all()
+        assert [tuple(row) for row in rows] == [("leased", None, 7), ("free", "i2", 8)]
