@@ -4,6 +4,18 @@ No network: the same functions the engine calls, on realistic inputs (tokens enc
 the vault, the simulator's payloads and RateLimit headers, a SQLite store of the same
 users). Figures are microseconds per read (a user's turn has two reads), so they can be
 set against the CPU per read that B1 measures end to end.
+
+Two figures look at the whole rather than a step:
+
+- **engine alone**: a real `Worker.run_pass` whose reader answers from memory (the
+  simulator's payloads and headers), so everything but the network and the HTTP client:
+  claim, decrypt, pace, classify, decide, log, store, and the tasks and streams between
+  them. B1's worker CPU per read is roughly this plus the ApiClient-only CPU per read.
+- **pool idle check**: httpcore's pool asks every idle connection whether the server
+  closed it (`is_readable`) each time a request starts or ends, about 25-35 times per read
+  at concurrency 8 on 9 connections. Through httpcore's anyio stream each check rebuilds
+  anyio's typed attributes (a dict, `getpeername()`); the worker's pool keeps the socket
+  (`upstream._http`). Measured per check on a loopback connection.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from bench.common import Workspace, bulk_store_tokens, quiet_logs
+from bench.common import Workspace, bulk_store_tokens, cpu_seconds, make_all_due, quiet_logs
 
 HEADERS = {
     "content-type": "application/json",
@@ -46,6 +58,10 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
     with quiet_logs("info"):
         out["log poll.read (JSON, redacted)"] = _per(_log_events(reads), reads)
     out["pacer acquire + feed"] = _per(anyio.run(_pacer, reads), reads)
+    ours, httpcore_s = anyio.run(_idle_checks, reads)
+    out["pool idle check, worker's stream (per check; ~25-35 checks per read)"] = ours
+    out["pool idle check, httpcore's anyio stream (per check, plain httpx)"] = httpcore_s
+    out["engine alone: a whole pass, answers from memory (CPU per read)"] = _engine_alone(users)
     label = "sniffio" if sniffio_installed() else "failed `import sniffio`"
     out[f"httpcore: current_async_library, {label} (x7 per request)"] = _per(
         anyio.run(_sniffio, reads), reads / 7
@@ -140,6 +156,76 @@ def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
 def _apply_all(store: Any, updates: list[Any]) -> None:
     for start in range(0, len(updates), 50):
         store.apply(updates[start : start + 50], owner="bench")
+
+
+async def _idle_checks(count: int) -> tuple[float, float]:
+    """Microseconds per idle check: the worker's stream, then httpcore's, on loopback."""
+    import socket
+
+    import httpcore
+
+    from lta_worker.upstream._http import _Stream
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        stream = await httpcore.AnyIOBackend().connect_tcp("127.0.0.1", port)
+        peer, _ = server.accept()
+        try:
+            ours = _Stream(stream)
+            figures = []
+            for checked in (ours, stream):
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    checked.get_extra_info("is_readable")
+                figures.append(_per(time.perf_counter() - t0, count))
+        finally:
+            await stream.aclose()
+            peer.close()
+    return figures[0], figures[1]
+
+
+def _engine_alone(users: int) -> float:
+    """Microseconds of CPU per read of a whole pass whose reads are answered from memory."""
+    from lta_worker.domain._outcomes import Answer
+    from lta_worker.simulator.payloads import latest_change, stats
+
+    with Workspace("b1-engine") as ws:
+        settings = ws.settings("http://127.0.0.1:9", "http://127.0.0.1:9/auth")
+        tokens = [(f"c-{i:07d}", "dspa_" + secrets.token_urlsafe(32)) for i in range(users)]
+        bulk_store_tokens(settings, tokens)
+        bodies = {
+            token: {
+                "latest-change": json.dumps(latest_change(user)).encode(),
+                "stats": json.dumps(stats(user)).encode(),
+            }
+            for user, token in tokens
+        }
+
+        class Memory:
+            """The `Reader` the engine needs, answering every read at once."""
+
+            async def read(self, endpoint: str, credential: Any) -> Any:
+                await anyio.lowlevel.checkpoint()
+                body = bodies[credential.reveal().split(".", 1)[0]][endpoint]
+                return Answer(200, HEADERS, body, elapsed=0.001)
+
+        async def one_pass() -> float:
+            from lta_worker.worker._runtime import Worker
+
+            async with Worker(settings, kind="run") as worker:
+                worker._api = Memory()  # type: ignore[assignment]
+                cpu0 = cpu_seconds()
+                result = await worker.run_pass()
+                return (cpu_seconds() - cpu0) / max(result.reads, 1)
+
+        per_read = []
+        with quiet_logs("info"):
+            for i in range(3):  # the first pass inserts the first results: not counted
+                make_all_due(ws.db_path)
+                cost = anyio.run(one_pass)
+                if i:
+                    per_read.append(cost)
+    return round(1e6 * min(per_read), 1)
 
 
 def _log_events(count: int) -> float:

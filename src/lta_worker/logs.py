@@ -104,7 +104,13 @@ def _secret_key(key: str) -> bool:
     return _SECRET_KEYS.search(key) is not None
 
 
+# Values kept as they are whatever their field's name (most of a `poll.read` line).
+_PLAIN: frozenset[type] = frozenset({int, float, bool, type(None)})
+
+
 def _scrub_value(key: str | None, value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, Secret):
         return REDACTED
     if (

@@ -24,6 +24,7 @@ import json
 import ssl
 import time
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
@@ -51,18 +52,27 @@ def check_secure_url(url: str | httpx.URL) -> None:
     Raises:
         ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
     """
-    parts = urlsplit(str(url))
-    host = parts.hostname or ""
-    if parts.scheme == "https" and host:
-        return
-    if parts.scheme == "http" and host and is_loopback_host(host):
+    scheme, host = _scheme_and_host(str(url))
+    if _may_carry_credentials(scheme, host):
         return
     raise ConfigError(
-        f"refusing to send a request to {parts.scheme}://{host}: only https, or http to a "
+        f"refusing to send a request to {scheme}://{host}: only https, or http to a "
         "loopback host, may carry credentials",
         key="service",
         hint="use https:// in service.base_url, service.auth_url and service.token_url",
     )
+
+
+@lru_cache(maxsize=64)
+def _scheme_and_host(url: str) -> tuple[str, str]:
+    """The scheme and host of a URL (a pass reads the same two URLs over and over)."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname or ""
+
+
+@lru_cache(maxsize=64)
+def _may_carry_credentials(scheme: str, host: str) -> bool:
+    return bool(host) and (scheme == "https" or (scheme == "http" and is_loopback_host(host)))
 
 
 def _error_kind(exc: BaseException) -> str:

@@ -3,6 +3,12 @@ environment, an https proxy from the settings, and plain http refused for remote
 
 from __future__ import annotations
 
+import select
+import socket
+import ssl
+from typing import Any
+
+import httpcore
 import httpx
 
 from lta_worker import __version__
@@ -15,6 +21,75 @@ USER_AGENT = f"lta-worker/{__version__}"
 async def _refuse_insecure(request: httpx.Request) -> None:
     """Request hook: a last check that no request goes over plain http to a remote host."""
     check_secure_url(request.url)
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """True when a read on `sock` would not block (data, or the peer's close), as httpcore's
+    `is_socket_readable` decides it; a socket gone counts as readable (closed)."""
+    fd = -1 if sock is None else sock.fileno()
+    if fd < 0:
+        return True
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class _Stream(httpcore.AsyncNetworkStream):
+    """httpcore's stream, with the raw socket looked up once instead of on every check.
+
+    The pool asks every idle connection `is_readable` (did the server close it?) each
+    time a request starts or ends: several times per read. httpcore's anyio stream finds
+    the socket through anyio's typed attributes, which rebuild a dict and call
+    `getpeername()` on each lookup; here it is one `poll()`.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+    ) -> httpcore.AsyncNetworkStream:
+        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return _readable(self._socket)
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.AnyIOBackend):
+    """httpcore's anyio backend, its TCP streams wrapped in `_Stream`."""
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _Stream(await super().connect_tcp(*args, **kwargs))
+
+
+def _transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """httpx's transport (TLS verified, no environment), its pool on `_Backend`.
+
+    The backend is swapped in only where httpx built the pool this module knows
+    (httpcore's `AsyncConnectionPool`); otherwise the transport stays as httpx made it.
+    """
+    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+    pool = getattr(transport, "_pool", None)
+    if isinstance(pool, httpcore.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
+        pool._network_backend = _Backend()
+    return transport
 
 
 def _proxy_mounts(
@@ -70,7 +145,7 @@ def http_client(
         max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
     )
     return httpx.AsyncClient(
-        transport=transport,
+        transport=transport or _transport(limits),
         mounts=_proxy_mounts(settings, limits) if transport is None else None,
         trust_env=False,
         timeout=httpx.Timeout(
