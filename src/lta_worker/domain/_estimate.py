@@ -243,6 +243,9 @@ def span_seconds(index: int) -> float:
     return float(SPAN_BASE * 2 ** (index / 2))
 
 
+SPAN_SECONDS: Final = tuple(span_seconds(k) for k in range(SPANS))
+
+
 def solve_level(moved: Sequence[float], quiet: float, guess: float | None = None) -> float:
     """The most probable mean rate given the reads: `moved[k]` reads that saw a change over
     `span_seconds(k)` each, `quiet` seconds of reads that saw none, and the prior (a gamma
@@ -254,7 +257,7 @@ def solve_level(moved: Sequence[float], quiet: float, guess: float | None = None
     lambda grows: Newton's method from `guess` (the last level), kept within a bracket
     that bisection narrows when a step leaves it; a few steps per read.
     """
-    terms = [(m, span_seconds(k)) for k, m in enumerate(moved) if m > 0]
+    terms = [(m, t) for m, t in zip(moved, SPAN_SECONDS, strict=True) if m > 0]
     target = quiet + PRIOR_SECONDS
 
     def excess(rate: float) -> tuple[float, float]:
