@@ -62,6 +62,9 @@ estimates = st.builds(
     content=st.one_of(st.none(), st.sampled_from(["a", "b"])),
     seen_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
     stats_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+    quiet=st.floats(min_value=0.0, max_value=1e8),
+    moved=st.tuples(*[small] * SPANS),
+    level=st.one_of(st.none(), st.floats(min_value=1e-12, max_value=MAX_RATE)),
 )
 configs = st.builds(
     lambda low, extra, sched, stats, age: FreshnessConfig(
@@ -180,6 +183,10 @@ def test_the_stored_form_round_trips(est: ChangeEstimate) -> None:
     assert back.stats_at == est.stats_at
     assert back.changes == pytest.approx(est.changes, abs=1e-4)
     assert back.observed == pytest.approx(est.observed, abs=0.1)
+    if est.level is not None:  # without one it is rebuilt from the counts (see below)
+        assert back.level == est.level
+        assert back.quiet == pytest.approx(est.quiet, abs=0.1)
+        assert back.moved == pytest.approx(est.moved, abs=1e-4)
 
 
 @pytest.mark.parametrize("raw", [None, {}, {"c": [1.0], "o": [1.0]}, {"c": "x"}, []])

@@ -106,7 +106,7 @@ class ChangeEstimate:
             "s": self.seen_at.isoformat() if self.seen_at else None,
             "t": self.stats_at.isoformat() if self.stats_at else None,
             "q": round(self.quiet, 1),
-            "m": [round(m, 4) for m in self.moved],
+            "m": {str(k): round(m, 4) for k, m in enumerate(self.moved) if m >= 5e-5},
             "l": self.level,
         }
 
@@ -119,8 +119,9 @@ class ChangeEstimate:
             if len(changes) != BINS or len(observed) != BINS:
                 return None
             quiet, level = float(raw.get("q") or 0.0), raw.get("l")
-            moved = tuple(float(m) for m in raw.get("m") or (0.0,) * SPANS)
-            if len(moved) != SPANS or level is None:
+            steps = {int(k): float(m) for k, m in (raw.get("m") or {}).items()}
+            moved = tuple(steps.get(k, 0.0) for k in range(SPANS))
+            if level is None or not all(0 <= k < SPANS for k in steps):
                 # Stored before the level: its evidence starts from the counts, as if
                 # each change had been seen alone (the level then equals their mean).
                 moved = (sum(changes),) + (0.0,) * (SPANS - 1)
