@@ -11,17 +11,30 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._estimate import BINS, MAX_RATE, ChangeEstimate, content_hash, observe
+from lta_worker.domain._estimate import (
+    BINS,
+    MAX_RATE,
+    SPANS,
+    ChangeEstimate,
+    content_hash,
+    observe,
+    solve_level,
+)
 from lta_worker.domain._freshness import (
+    CAP_SHARE,
     PLAN_SHARE,
+    RESOLUTION,
     FreshnessConfig,
     SchedulePlan,
     bucket_rates,
+    cap_seconds,
     day_shape,
     fold_turn,
+    interval_for,
     next_due,
     plan_scale,
     rate_class,
+    read_cost,
     reads_per_hour,
     stats_still_wanted,
     wants_stats,
@@ -49,6 +62,9 @@ estimates = st.builds(
     content=st.one_of(st.none(), st.sampled_from(["a", "b"])),
     seen_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
     stats_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+    quiet=st.floats(min_value=0.0, max_value=1e8),
+    moved=st.tuples(*[small] * SPANS),
+    level=st.one_of(st.none(), st.floats(min_value=1e-12, max_value=MAX_RATE)),
 )
 configs = st.builds(
     lambda low, extra, sched, stats, age: FreshnessConfig(
@@ -103,12 +119,58 @@ def test_an_observation_keeps_the_estimate_finite_and_bounded(
 def test_a_changed_read_never_estimates_less_than_an_unchanged_one(
     est: ChangeEstimate, later: timedelta
 ) -> None:
-    """Seeing a change over an interval gives rates at least those of seeing none."""
+    """Seeing a change over an interval gives a level (mean rate) at least that of seeing
+    none, and counts at least one change more."""
     base = replace(est, content="a", seen_at=NOW)
     same = observe(base, "a", NOW + later, ADAPTIVE)
     moved = observe(base, "b", NOW + later, ADAPTIVE)
-    assert all(m >= s for m, s in zip(moved.rates(), same.rates(), strict=True))
+    assert same.level is not None and moved.level is not None
+    assert moved.level >= same.level
     assert sum(moved.changes) >= sum(same.changes) + 1 - 1e-9
+
+
+spans = st.lists(st.floats(min_value=0.0, max_value=200.0), min_size=SPANS, max_size=SPANS)
+quiet_seconds = st.floats(min_value=0.0, max_value=1e8)
+
+
+@given(moved=spans, quiet=quiet_seconds, step=st.integers(0, SPANS - 1), extra=st.floats(0, 1e6))
+def test_the_level_rises_with_changed_reads_and_falls_with_quiet_ones(
+    moved: list[float], quiet: float, step: int, extra: float
+) -> None:
+    """The level is a rate in (0, MAX_RATE]; one more read that saw a change never lowers
+    it, more time without a change never raises it (up to the solver's precision)."""
+    level = solve_level(moved, quiet)
+    assert 0 < level <= MAX_RATE
+    more = list(moved)
+    more[step] += 1
+    assert solve_level(more, quiet) >= level * 0.999
+    assert solve_level(moved, quiet + extra) <= level * 1.001
+
+
+def test_a_busy_user_seen_changed_at_every_read_is_estimated_above_the_em_step_alone() -> None:
+    """Reads every 4 h of a user changing 2 times an hour (about 8 changes a read, so almost
+    every read sees one) estimate a higher rate than the shape's EM counts on their own,
+    which learn only slowly when every read says "changed"."""
+    rng = random.Random(1)
+    est, t, version = ChangeEstimate(), NOW, 0
+    for _ in range(14 * 6):
+        t += 4 * HOUR
+        version += sum(1 for _ in range(800) if rng.random() < 8 / 800)
+        est = observe(est, str(version), t, ADAPTIVE)
+    shape_per_day = sum(est.shape_rates()) / BINS * 86400
+    assert est.per_day() > 1.3 * shape_per_day
+
+
+def test_an_estimate_stored_before_the_level_keeps_its_rate() -> None:
+    """An estimate stored without a level (an older version) reads back at the mean rate of
+    its counts (with the prior, about 22 a day here), and its next read folds into that."""
+    raw = {"c": [10.0] * BINS, "o": [36000.0] * BINS, "h": "a", "s": NOW.isoformat(), "t": None}
+    est = ChangeEstimate.from_json(raw)
+    assert est is not None and est.level is not None
+    assert est.per_day() == pytest.approx(sum(est.shape_rates()) / BINS * 86400, rel=0.01)
+    assert est.per_day() == pytest.approx(21.9, rel=0.01)
+    after = observe(est, "b", NOW + HOUR, ADAPTIVE)
+    assert 20.0 < after.per_day() < 30.0
 
 
 @given(est=estimates)
@@ -121,6 +183,10 @@ def test_the_stored_form_round_trips(est: ChangeEstimate) -> None:
     assert back.stats_at == est.stats_at
     assert back.changes == pytest.approx(est.changes, abs=1e-4)
     assert back.observed == pytest.approx(est.observed, abs=0.1)
+    if est.level is not None:  # without one it is rebuilt from the counts (see below)
+        assert back.level == est.level
+        assert back.quiet == pytest.approx(est.quiet, abs=0.1)
+        assert back.moved == pytest.approx(est.moved, abs=1e-4)
 
 
 @pytest.mark.parametrize("raw", [None, {}, {"c": [1.0], "o": [1.0]}, {"c": "x"}, []])
@@ -152,7 +218,71 @@ def test_an_idle_user_drifts_to_the_cap_and_a_busy_one_is_read_sooner() -> None:
     plan = plan_scale(bucket_rates([idle, busy]), 1.0, ADAPTIVE)
     idle_due, busy_due = next_due(idle, t, plan, ADAPTIVE), next_due(busy, t, plan, ADAPTIVE)
     assert busy_due < idle_due
-    assert idle_due - t == 0.9 * ADAPTIVE.max_interval
+    assert idle_due - t == CAP_SHARE * ADAPTIVE.max_interval
+
+
+@given(
+    rate=st.floats(min_value=1e-9, max_value=MAX_RATE),
+    factor=st.floats(min_value=1.0, max_value=100.0),
+    scale=st.floats(min_value=1.0, max_value=1e4),
+    cfg=configs,
+)
+def test_the_steady_interval_stays_in_bounds_and_is_no_longer_for_a_busier_user(
+    rate: float, factor: float, scale: float, cfg: FreshnessConfig
+) -> None:
+    """The plan's interval lies in [interval, cap], and a busier user's is never longer."""
+    adaptive = replace(cfg, schedule="adaptive")
+    plan = SchedulePlan(scale)
+    one, busier = interval_for(rate, plan, adaptive), interval_for(rate * factor, plan, adaptive)
+    assert adaptive.interval.total_seconds() <= one <= cap_seconds(adaptive)
+    assert busier <= one + 1.0
+
+
+@given(
+    est=estimates,
+    factor=st.floats(min_value=1.0, max_value=100.0),
+    plan=plans.filter(lambda p: p.scale > 0),
+    cfg=configs,
+)
+def test_a_busier_user_is_never_due_later(
+    est: ChangeEstimate, factor: float, plan: SchedulePlan, cfg: FreshnessConfig
+) -> None:
+    """The same estimate with every slice's rate multiplied is due no later (with stats
+    read every time, when the price of a read does not depend on the rate)."""
+    adaptive = replace(cfg, schedule="adaptive", stats="always")
+    busier = replace(est, level=est.rate() and est.mean_rate() * factor)
+    assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + timedelta(
+        seconds=RESOLUTION
+    )
+
+
+@given(x=st.floats(min_value=0.0, max_value=1e3), y=st.floats(min_value=0.0, max_value=1e3))
+def test_a_read_costs_between_half_and_a_whole_turn_and_more_the_likelier_a_change(
+    x: float, y: float
+) -> None:
+    """A read's price is in [1/2, 1] of a two-read turn, grows with the changes expected
+    since the last read, and is a whole turn when stats will be read anyway."""
+    low, high = sorted((x, y))
+    assert 0.5 <= read_cost(low, False, ADAPTIVE) <= read_cost(high, False, ADAPTIVE) <= 1.0
+    assert read_cost(low, True, ADAPTIVE) == 1.0
+    assert read_cost(low, False, replace(ADAPTIVE, stats="always")) == 1.0
+
+
+def test_changes_pending_when_a_user_goes_quiet_are_read_that_night() -> None:
+    """A user changing only from 08:00 to 12:00 UTC, read at 11:00, is due again before its
+    next active hours: the changes of its last hour keep waiting through the quiet ones."""
+    busy = 4 / HOUR.total_seconds()
+    quiet = 1e-9
+    shape = [quiet] * BINS
+    shape[2] = busy  # 08:00-12:00 UTC
+    est = ChangeEstimate(
+        changes=tuple(r * 1e6 for r in shape), observed=(1e6,) * BINS, level=busy / BINS
+    )
+    plan = SchedulePlan(scale=240.0)  # 2 h between reads at a steady 4 changes an hour
+    read_at = datetime(2025, 3, 1, 11, 0, tzinfo=UTC)
+    due = next_due(est, read_at, plan, replace(ADAPTIVE, stats="always"))
+    # 4 changes pending at 12:00 after 2 h of delay: the rest of the price 1.5 h later.
+    assert due == pytest.approx(datetime(2025, 3, 1, 13, 30, tzinfo=UTC), abs=timedelta(minutes=2))
 
 
 @given(

@@ -7,8 +7,9 @@
 - the per-user state machine `decide_turn` and its table `RULES` (`_policy`); the
   two-phase drop's rules (`_drop`); the pass's circuit breaker `Breaker`, how a pass ends
   (`StopReason`) and its exit codes (`_breaker`); exponential backoff (`_backoff`); the
-  capacity plan (`_capacity`); the freshness schedule: square-root spread of the budget,
-  stats on change (`_freshness`) and the change estimate it learns from the reads
+  capacity plan (`_capacity`); the freshness schedule: a read is due when the delay a
+  user's changes accrued reaches the price of a read (the square-root rule for a steady
+  rate), stats on change (`_freshness`), and the change estimate it learns from the reads
   (`_estimate`);
 - durations as operators write them (`_durations`);
 - user state changes as webhook events, with the spec's client action (`_events`).
