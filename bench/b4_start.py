@@ -29,7 +29,6 @@ from bench.common import PYTHON, BenchResult, Size, Workspace, log, median, stor
 FRESH = (
     ("import sqlalchemy", "", "import sqlalchemy"),
     ("import sqlalchemy.orm (after sqlalchemy)", "import sqlalchemy", "import sqlalchemy.orm"),
-    ("import pydantic", "", "import pydantic"),
     ("import httpx", "", "import httpx"),
     ("httpx client: import httpcore, CA bundle", "import httpx", "httpx.AsyncClient()"),
     ("import anyio", "", "import anyio"),
