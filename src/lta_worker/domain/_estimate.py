@@ -31,7 +31,9 @@ HOUR: Final = 3600.0
 BINS: Final = 6
 BIN_SECONDS: Final = 24 * HOUR / BINS
 # The prior: as if a quarter change had been seen over six hours (one a day), so a new
-# user is read like an ordinary one until its own reads say otherwise; it fades in days.
+# user is read like an ordinary one until its own reads say otherwise. Its weight is fixed:
+# the user's own evidence grows past it within days (only that evidence fades, with
+# `rate_half_life`); a prior that fades as well measured no better (bench/README.md, B5).
 PRIOR_CHANGES: Final = 0.25
 PRIOR_SECONDS: Final = 6 * HOUR
 # Reads go as rate**EXPONENT: 1/2 is the square-root rule (B5: 0.6 and 0.7 do worse).
