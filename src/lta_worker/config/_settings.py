@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from lta_worker.config._fields import rule
 from lta_worker.domain import LONG_TERM_SCOPES, ScheduleMode, StatsMode
@@ -34,13 +34,19 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def check_service_url(value: str) -> str:
-    """Accept https URLs, and http only for loopback hosts; strip a trailing slash."""
+def _secure_http_url(value: str) -> SplitResult:
+    """The parts of an https URL, or of an http one to a loopback host; ValueError else."""
     parts = urlsplit(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL")
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise ValueError("plain http is refused for a host that is not loopback; use https")
+    return parts
+
+
+def check_service_url(value: str) -> str:
+    """Accept https URLs, and http only for loopback hosts; strip a trailing slash."""
+    parts = _secure_http_url(value)
     if parts.query or parts.fragment:
         raise ValueError("a service URL takes no query or fragment")
     return value.rstrip("/")
@@ -204,11 +210,7 @@ class RetentionSettings:
 def _webhook_url(value: str) -> str | None:
     if not value:
         return None
-    parts = urlsplit(value)
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise ValueError(f"{value!r} is not an http(s) URL")
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        raise ValueError("plain http is refused for a host that is not loopback; use https")
+    parts = _secure_http_url(value)
     if parts.username or parts.password:
         raise ValueError("a webhook URL takes no user or password; the signature is the proof")
     return value

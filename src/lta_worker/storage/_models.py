@@ -16,6 +16,7 @@ PostgreSQL and as naive UTC on SQLite, and refuses a naive datetime on the way i
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
@@ -310,9 +311,7 @@ class OutboxEvent(Base):
     lease_owner = column(String(128))
 
 
-_DUE_INDEX: list[Index] = []
-
-
+@cache
 def schema_metadata() -> MetaData:
     """The whole schema, for the migrations' environment and the schema test.
 
@@ -322,15 +321,6 @@ def schema_metadata() -> MetaData:
     declaring it loads every dialect named, PostgreSQL's among them (about 45 ms), which a
     command on SQLite would otherwise pay at each start.
     """
-    if not _DUE_INDEX:
-        due = text("token_ciphertext IS NOT NULL AND state != 'dropping'")
-        _DUE_INDEX.append(
-            Index(
-                "ix_users_due",
-                User.next_due_at,
-                User.id,
-                sqlite_where=due,
-                postgresql_where=due,
-            )
-        )
+    due = text("token_ciphertext IS NOT NULL AND state != 'dropping'")
+    Index("ix_users_due", User.next_due_at, User.id, sqlite_where=due, postgresql_where=due)
     return METADATA
