@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain import DROP_START
+from lta_worker.domain import DROP_START, ChangeEstimate
 from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
@@ -266,10 +266,14 @@ def test_two_turns_of_one_user_in_a_batch_are_written_in_order(store: Store, vau
 
 
 def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
-    """claim_due's records (read from the driver's values) equal get_user's, field by field."""
+    """claim_due's records (read from the driver's values) equal get_user's, field by field,
+    with a denial and an estimate stored too."""
     row = enroll(store, vault, "a", due=T0 - MINUTE)
     denied = {"stats": T0 + 2 * HOUR}
-    store.apply([turn(row, next_due_at=T0 - MINUTE, denied=denied, last_code="x", generation=None)])
+    estimate = ChangeEstimate(content="h1", seen_at=T0, quiet=60.0, level=0.5)
+    changes = {"denied": denied, "last_code": "x", "estimate": estimate, "generation": None}
+    store.apply([turn(row, next_due_at=T0 - MINUTE, **changes)])
     claimed = claim_one(store)
     assert claimed == store.get_user("a")
     assert (claimed.denied, claimed.last_polled_at, claimed.last_code) == (denied, T0, "x")
+    assert claimed.estimate == estimate

@@ -95,21 +95,24 @@ def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -
             {"t": _at(store, T0 - MINUTE), "id": gone.id},
         )
         dialect = store.database.dialect
-        params = {"b_ids": leases._ids_param(dialect, [live.id, gone.id]), "b_owner": "second"}
+        claimed = {user.id: user.generation + 1 for user in (live, gone)}
+        params = {"b_ids": leases._ids_param(dialect, claimed), "b_owner": "second"}
         params.update(b_until=T0 + LEASE, b_now=T0)
         conn.execute(leases._upsert(dialect), params)
         held = conn.execute(text("SELECT user_id, owner FROM user_leases ORDER BY user_id"))
         assert sorted(tuple(row) for row in held) == [(live.id, "first"), (gone.id, "second")]
 
 
-def test_a_claim_leaves_its_connection_synced(tmp_path: Path, vault: Vault) -> None:
-    """The claim commits with synchronous=NORMAL; the connection goes back to FULL after."""
+def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault: Vault) -> None:
+    """The claim commits with synchronous=NORMAL and foreign keys unchecked; the connection
+    goes back to FULL and checked foreign keys after."""
     with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as store:
         store.upgrade()
         enroll(store, vault, "a", due=T0 - MINUTE)
         assert len(_claim(store, "i1")) == 1
         with store.database.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
 
 
 def test_upgrade_from_0006_keeps_live_leases_and_their_generation(

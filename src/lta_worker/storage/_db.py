@@ -1,8 +1,8 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
 SQLite: WAL, a busy timeout, `synchronous=FULL` (NORMAL for leases: `Database.write`),
-foreign keys on. The sqlite3 module's own transaction handling is switched off and
-SQLAlchemy emits BEGIN itself, so that write
+foreign keys on (a claim's leases are not checked: `Database.write`). The sqlite3 module's
+own transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
 transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
 (busy timeout) instead of failing with "database is locked" when a deferred read transaction
 tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
@@ -221,19 +221,20 @@ def _create_readonly_engine(url: URL) -> Engine:
     return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
 
 
-def _synchronous(conn: Connection, level: str) -> None:
-    """Set SQLite's `synchronous` on the connection, outside any transaction."""
+def _pragmas(conn: Connection, values: dict[str, str]) -> None:
+    """Set SQLite pragmas on the connection, outside any transaction."""
     cursor = conn.connection.cursor()  # the driver's own: SQLAlchemy would BEGIN first
     try:
-        cursor.execute(f"PRAGMA synchronous = {level}")
+        for name, value in values.items():
+            cursor.execute(f"PRAGMA {name} = {value}")
     finally:
         cursor.close()
 
 
-def _restore_synchronous(conn: Connection) -> None:
-    """Back to `synchronous = FULL`; a connection that cannot be is never used again."""
+def _restore_pragmas(conn: Connection, values: dict[str, str]) -> None:
+    """Back to the connection's usual pragmas; one that cannot be is never used again."""
     try:
-        _synchronous(conn, "FULL")
+        _pragmas(conn, values)
     except Exception:
         conn.invalidate()
 
@@ -292,26 +293,36 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Connection]:
+    def write(self, *, durable: bool = True, checked: bool = True) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends.
 
         `durable=False`, for writes a power loss may undo without harm (leases: the
         instance that took them is gone too): on SQLite the commit is not synced to disk
         (`synchronous = NORMAL` for this transaction; WAL keeps the order, so a later
         synced commit syncs it too).
+
+        `checked=False`, for writes that only reference rows the same transaction read under
+        its write lock (a claim's leases, of the users it just read): on SQLite foreign keys
+        are not checked in this transaction (each check reads the user's page again, a
+        thousand pages per claim on a big database).
         """
+        relaxed: dict[str, str] = {}
+        usual: dict[str, str] = {}
+        if self.dialect == "sqlite" and not durable:
+            relaxed["synchronous"], usual["synchronous"] = "NORMAL", "FULL"
+        if self.dialect == "sqlite" and not checked:
+            relaxed["foreign_keys"], usual["foreign_keys"] = "OFF", "ON"
         with self._mapped_errors(), self.engine.connect() as conn:
-            relaxed = self.dialect == "sqlite" and not durable
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             if relaxed:
-                _synchronous(conn, "NORMAL")
+                _pragmas(conn, relaxed)
             try:
                 with conn.begin():
                     yield conn
             finally:
                 if relaxed:
-                    _restore_synchronous(conn)
+                    _restore_pragmas(conn, usual)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

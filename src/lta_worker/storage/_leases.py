@@ -32,6 +32,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    cast,
     delete,
     func,
     or_,
@@ -88,18 +89,18 @@ def lease_due(
     )
     if db.dialect == "postgresql":
         candidates = candidates.with_for_update(of=USERS, skip_locked=True)
-    with db.write(durable=False) as conn:
+    sqlite = db.dialect == "sqlite"
+    with db.write(durable=False, checked=not sqlite) as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
-        ids = [row[0] for row in found]
-        params = {"b_ids": _ids_param(db.dialect, ids), "b_owner": owner}
+        # The lease's generation: one more than the row's, or the expired lease's it takes.
+        claimed = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
+        params = {"b_ids": _ids_param(db.dialect, claimed), "b_owner": owner}
         params.update(b_until=lease_until, b_now=now)
         result = conn.execute(_upsert(db.dialect), params)
-        if db.dialect == "postgresql":
-            won = {row[0]: row[1] for row in result}
-        else:  # the write lock held since the candidates were read: all won, as computed
-            won = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
+        # SQLite: the write lock held since the candidates were read, all won as computed.
+        won = claimed if sqlite else {row[0]: row[1] for row in result}
     rows = [raw_user_row(row, won[row[0]]) for row in found if row[0] in won]
     return rows, [row[_LEASE_OWNER] for row in found if row[0] in won]
 
@@ -111,9 +112,10 @@ def _upsert(dialect: Dialect) -> Any:
     """Lease the users `b_ids`: insert their leases, or take over expired ones.
 
     A new lease's generation is one more than the row's; a taken-over one's, one more
-    than the lease's. On PostgreSQL, RETURNING (user id, generation) of each lease won: a
-    user whose live lease another instance committed since the candidates were read is
-    not returned. SQLite needs no RETURNING (it would double the statement's cost).
+    than the lease's (on SQLite as `_ids_param` gives it). On PostgreSQL, RETURNING (user
+    id, generation) of each lease won: a user whose live lease another instance committed
+    since the candidates were read is not returned. SQLite needs no RETURNING (it would
+    double the statement's cost).
     """
     stmt = _UPSERTS.get(dialect)
     if stmt is None:
@@ -121,29 +123,33 @@ def _upsert(dialect: Dialect) -> Any:
     return stmt
 
 
-def _ids_param(dialect: Dialect, ids: list[int]) -> Any:
-    """The ids as one parameter: an array on PostgreSQL, JSON text on SQLite (`json_each`);
-    a thousand separate parameters cost SQLAlchemy more than the statement costs SQLite."""
-    return ids if dialect == "postgresql" else json.dumps(ids)
+def _ids_param(dialect: Dialect, claimed: dict[int, int]) -> Any:
+    """The users to lease as one parameter (a thousand separate parameters cost SQLAlchemy
+    more than the statement costs SQLite): on PostgreSQL an array of their ids; on SQLite a
+    JSON object of each id's new generation (`json_each`), in id order. SQLite, under the
+    write lock, takes the generation as computed from the candidates: reading it from
+    `users` again would read a thousand of its pages again."""
+    if dialect == "postgresql":
+        return list(claimed)
+    return json.dumps(dict(sorted(claimed.items())))
 
 
 def _build_upsert(dialect: Dialect) -> Any:
     u, mine = USERS.c, LEASES.c
+    owner, until = bindparam("b_owner", type_=String()), bindparam("b_until", type_=UtcDateTime())
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import ARRAY, insert
 
         chosen = u.id == any_(bindparam("b_ids", type_=ARRAY(Integer())))
+        claimed = select(u.id, owner, until, u.generation + 1).where(chosen)
     else:
         from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
 
-        each = func.json_each(bindparam("b_ids", type_=String())).table_valued("value")
-        chosen = u.id.in_(select(each.c.value))
-    claimed = select(
-        u.id,
-        bindparam("b_owner", type_=String()),
-        bindparam("b_until", type_=UtcDateTime()),
-        u.generation + 1,
-    ).where(chosen)
+        each = func.json_each(bindparam("b_ids", type_=String())).table_valued("key", "value")
+        # SQLite's parser needs a WHERE in an upsert's SELECT (it would read ON as a join's).
+        claimed = select(cast(each.c.key, Integer), owner, until, each.c.value).where(
+            each.c.value.is_not(None)
+        )
     stmt = insert(LEASES).from_select(["user_id", "owner", "expires_at", "generation"], claimed)
     taken_over = {
         "owner": stmt.excluded.owner,

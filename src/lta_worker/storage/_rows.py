@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 from sqlalchemy import ColumnElement, type_coerce
 from sqlalchemy.types import NullType
 
-from lta_worker.domain import ChangeEstimate, EncryptedToken, UserRow, UserState
+from lta_worker.domain import ChangeEstimate, EncryptedToken, UserRow
 from lta_worker.storage._models import User
 
 _USERS: Final = User.__table__
@@ -50,13 +50,16 @@ RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
 """The columns `raw_user_row` takes, in its order."""
 
 
+_FROM_ISO: Final = datetime.fromisoformat
+
+
 def _stamp(value: Any) -> datetime | None:
     if value is None:
         return None
-    if isinstance(value, str):
+    if type(value) is str:
         if value[-6] not in "+-" and value[-1] != "Z":  # naive UTC, as `UtcDateTime` writes
-            return datetime.fromisoformat(value + "+00:00")  # 3x faster than .replace()
-        value = datetime.fromisoformat(value)
+            return _FROM_ISO(value + "+00:00")  # 3x faster than .replace()
+        value = _FROM_ISO(value)
     if value.tzinfo is None:
         return cast(datetime, value.replace(tzinfo=UTC))
     return cast(datetime, value.astimezone(UTC))
@@ -68,24 +71,22 @@ def _scopes(text: str) -> tuple[str, ...]:
 
 
 def _denied(raw: Any) -> dict[str, datetime]:
-    if raw is None or raw == "{}":
-        return {}
     if isinstance(raw, str):
         raw = json.loads(raw)
     return {endpoint: cast(datetime, _stamp(str(value))) for endpoint, value in raw.items()}
 
 
 def _estimate(raw: Any) -> ChangeEstimate | None:
-    """The freshness estimate (JSON text on SQLite, a dict on PostgreSQL), or None."""
-    if raw is None:
-        return None
+    """The freshness estimate: JSON text on SQLite, a dict on PostgreSQL."""
     return ChangeEstimate.from_json(json.loads(raw) if isinstance(raw, str) else raw)
 
 
 def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
     """A row starting with `RAW_USER_COLUMNS` (either backend) as a UserRow.
 
-    `generation`, when given, is the user's instead of the row's (a new lease's).
+    `generation`, when given, is the user's instead of the row's (a new lease's). A claim
+    converts a thousand rows: the common values (no denial, no estimate, SQLite's text) are
+    taken without a call.
     """
     (
         id_,
@@ -103,15 +104,14 @@ def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
         last_code,
         stored_generation,
         estimate,
-        *_,
-    ) = row
+    ) = row[:15]
     return UserRow(
         id_,
         user,
-        cast(UserState, state),
-        EncryptedToken(bytes(ciphertext), key_id) if ciphertext is not None else None,
-        _scopes(scopes) if isinstance(scopes, str) else tuple(scopes or ()),
-        _denied(denied),
+        state,
+        None if ciphertext is None else EncryptedToken(bytes(ciphertext), key_id),
+        _scopes(scopes) if type(scopes) is str else tuple(scopes or ()),
+        {} if not denied or denied == "{}" else _denied(denied),
         _stamp(enrolled_at),
         _stamp(last_polled_at),
         _stamp(next_due_at),
@@ -119,5 +119,5 @@ def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
         last_outcome,
         last_code,
         stored_generation if generation is None else generation,
-        estimate=_estimate(estimate),
+        None if estimate is None else _estimate(estimate),
     )
