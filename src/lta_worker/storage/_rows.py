@@ -48,6 +48,7 @@ RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
     for name in _NAMES
 )
 """The columns `raw_user_row` takes, in its order."""
+_WIDTH: Final = len(RAW_USER_COLUMNS)
 
 
 _FROM_ISO: Final = datetime.fromisoformat
@@ -104,7 +105,7 @@ def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
         last_code,
         stored_generation,
         estimate,
-    ) = row[:15]
+    ) = row[:_WIDTH]
     return UserRow(
         id_,
         user,
