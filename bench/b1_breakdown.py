@@ -12,8 +12,10 @@ Two figures look at the whole rather than a step:
   claim, decrypt, pace, classify, decide, log, store, and the tasks and streams between
   them. B1's worker CPU per read is roughly this plus the ApiClient-only CPU per read.
 - **pool idle check**: httpcore's pool asks every idle connection whether the server
-  closed it (`is_readable`) each time a request starts or ends, about 25-35 times per read
-  at concurrency 8 on 9 connections. Through httpcore's anyio stream each check rebuilds
+  closed it (`is_readable`) each time a request starts or ends: 15-20 times per read at
+  concurrency 8 on 9 connections with httpcore's pool (its requests race for the same
+  idle connection and go round again), 3-4 with the worker's (`upstream._http._Pool`,
+  one request per idle connection). Through httpcore's anyio stream each check rebuilds
   anyio's typed attributes (a dict, `getpeername()`); the worker's pool keeps the socket
   (`upstream._http`). Measured per check on a loopback connection.
 """
@@ -59,8 +61,10 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
         out["log poll.read (JSON, redacted)"] = _per(_log_events(reads), reads)
     out["pacer acquire + feed"] = _per(anyio.run(_pacer, reads), reads)
     ours, httpcore_s = anyio.run(_idle_checks, reads)
-    out["pool idle check, worker's stream (per check; ~25-35 checks per read)"] = ours
-    out["pool idle check, httpcore's anyio stream (per check, plain httpx)"] = httpcore_s
+    out["pool idle check, worker's stream (per check; 3-4 checks per read)"] = ours
+    out["pool idle check, httpcore's anyio stream (per check; plain httpx: 15-20/read)"] = (
+        httpcore_s
+    )
     out["engine alone: a whole pass, answers from memory (CPU per read)"] = _engine_alone(users)
     label = "sniffio" if sniffio_installed() else "failed `import sniffio`"
     out[f"httpcore: current_async_library, {label} (x7 per request)"] = _per(

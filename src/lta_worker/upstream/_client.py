@@ -143,6 +143,8 @@ class ApiClient:
         self._cap = self._service.max_response_bytes
         self._deadline = self._service.request_timeout.total_seconds()
         self._token_auth = settings.client.token_auth
+        # Each read endpoint's URL, parsed once: httpx parses a str URL on every request.
+        self._read_urls: dict[Endpoint, httpx.URL] = {}
 
     def url_for(self, endpoint: Endpoint) -> str:
         """The full URL of a read endpoint under `service.base_url`."""
@@ -163,9 +165,10 @@ class ApiClient:
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
         """
-        return await self._send(
-            "GET", self.url_for(endpoint), {"Authorization": f"Bearer {credential.reveal()}"}
-        )
+        url = self._read_urls.get(endpoint)
+        if url is None:
+            url = self._read_urls[endpoint] = httpx.URL(self.url_for(endpoint))
+        return await self._send("GET", url, {"Authorization": f"Bearer {credential.reveal()}"})
 
     async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
         """Create (or rotate) the long term token of the user who owns `user_access_token`.
@@ -316,7 +319,7 @@ class ApiClient:
     async def _send(
         self,
         method: str,
-        url: str,
+        url: str | httpx.URL,
         headers: Mapping[str, str],
         form: Mapping[str, str] | None = None,
     ) -> Answer:

@@ -79,16 +79,73 @@ class _Backend(httpcore.AnyIOBackend):
         return _Stream(await super().connect_tcp(*args, **kwargs))
 
 
-def _transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's transport (TLS verified, no environment), its pool on `_Backend`.
+class _Pool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, handing each idle connection to one waiting request at a time.
 
-    The backend is swapped in only where httpx built the pool this module knows
-    (httpcore's `AsyncConnectionPool`); otherwise the transport stays as httpx made it.
+    httpcore 1.0 gives the first idle connection to every request waiting at that moment,
+    and again at later passes until one of them has started on it: the others fail with
+    `ConnectionNotAvailable` and go round again, each round a new pass that asks every idle
+    connection whether the server closed it. With 8 readers that was two extra rounds per
+    read, about a quarter of the worker's CPU (bench B1). Here a connection handed to a
+    request is the request's until it is done: no other request gets it, and no pass
+    closes it (as expired or surplus) before the request has started on it.
+
+    Only for HTTP/1.1 (one request per connection); the pool is built with `http2=False`.
+    The same fix is proposed upstream (encode/httpcore#1035, #1111).
     """
-    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    pool = getattr(transport, "_pool", None)
-    if isinstance(pool, httpcore.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
-        pool._network_backend = _Backend()
+
+    def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
+        closing: list[httpcore.AsyncConnectionInterface] = []
+        taken = {r.connection for r in self._requests if r.connection is not None}
+        for connection in list(self._connections):
+            if connection.is_closed():
+                self._connections.remove(connection)
+            elif connection in taken:
+                continue
+            elif connection.has_expired() or (
+                connection.is_idle() and len(self._connections) > self._max_keepalive_connections
+            ):
+                self._connections.remove(connection)
+                closing.append(connection)
+        for waiting in [r for r in self._requests if r.is_queued()]:
+            origin = waiting.request.url.origin
+            free = [c for c in self._connections if c not in taken]
+            reusable = [c for c in free if c.can_handle_request(origin) and c.is_available()]
+            if reusable:
+                connection = reusable[0]
+            else:
+                if len(self._connections) >= self._max_connections:
+                    idle = [c for c in free if c.is_idle()]
+                    if not idle:
+                        continue  # waits until a connection is done
+                    self._connections.remove(idle[0])  # another origin's: make room
+                    closing.append(idle[0])
+                connection = self.create_connection(origin)
+                self._connections.append(connection)
+            waiting.assign_to_connection(connection)
+            taken.add(connection)
+        return closing
+
+
+def _transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """httpx's transport (TLS verified, no environment) over `_Pool` on `_Backend`.
+
+    The pool is built as httpx builds it (same TLS context, limits, HTTP/1.1 only), then
+    put in the place of httpx's own; if httpx no longer keeps its pool there, the
+    transport stays as httpx made it.
+    """
+    ssl_context = httpx.create_ssl_context(trust_env=False)
+    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, trust_env=False)
+    if isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
+        transport._pool = _Pool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=_Backend(),
+        )
     return transport
 
 
