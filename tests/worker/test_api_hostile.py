@@ -4,6 +4,7 @@ plain http."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -162,3 +163,23 @@ async def test_no_proxy_hosts_are_reached_directly(tmp_path: Path) -> None:
         answer = await read_through_env(tls_server.url, env)
     assert answer.error == "tls"  # it reached the server itself (whose certificate is bad)
     assert probe.first_lines == []
+
+
+@pytest.mark.parametrize("operation", [_read, _create, _drop, _exchange])
+async def test_a_cookie_the_service_sets_is_never_sent_back(
+    server: HostileServer, operation: Callable[[ApiClient], Awaitable[Any]]
+) -> None:
+    """A Set-Cookie in one user's answer is not kept: no later request (another user's read,
+    an enrollment) carries it, so the service cannot tie users together or echo one's data
+    to another through the worker."""
+    cookie = ("Set-Cookie", "session=user-a-0123456789; Path=/")
+    server.default = Step(200, [cookie, ("Content-Type", "application/json")], json_body({}))
+    settings = settings_for(server.url)
+    async with http_client(settings) as http:
+        api = ApiClient(http, settings)
+        await _read(api)
+        with contextlib.suppress(EnrollmentError, UpstreamError):  # `{}` is no token: fine
+            await operation(api)
+    later = server.requests()[1:]
+    assert later
+    assert all("cookie" not in {k.lower() for k in seen.headers} for seen in later)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+from http.cookiejar import Cookie, CookieJar
 from typing import Any
 
 import httpcore
@@ -16,6 +17,21 @@ from lta_worker.config import Settings
 from lta_worker.upstream._client import check_secure_url
 
 USER_AGENT = f"lta-worker/{__version__}"
+
+
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing.
+
+    One client reads for every user: a cookie the service set in one user's answer would
+    otherwise go out with every later request, whoever it is for, and let the service
+    tie users together or hand one user's state to another. Nothing here needs a cookie.
+    """
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        """Keep nothing."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        """Read nothing from answers."""
 
 
 async def _refuse_insecure(request: httpx.Request) -> None:
@@ -183,8 +199,9 @@ def http_client(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for the service: timeouts from settings, a pool sized to
-    `poll.concurrency`, no redirects followed, an `lta-worker/<version>` User-Agent, and
-    plain http refused for non-loopback hosts at request time.
+    `poll.concurrency`, no redirects followed, no cookies kept (`_NoCookies`), an
+    `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
+    request time.
 
     The environment is not read here (`trust_env=False`): proxies come from
     `service.https_proxy` and `service.no_proxy` only (the loader fills them from
@@ -211,6 +228,7 @@ def http_client(
         ),
         limits=limits,
         follow_redirects=False,
+        cookies=_NoCookies(),
         headers={"User-Agent": USER_AGENT},
         event_hooks={"request": [_refuse_insecure]},
     )
