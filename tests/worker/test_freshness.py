@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lta_worker.domain._estimate import (
@@ -244,13 +244,22 @@ def test_the_steady_interval_stays_in_bounds_and_is_no_longer_for_a_busier_user(
     plan=plans.filter(lambda p: p.scale > 0),
     cfg=configs,
 )
+@example(  # a slice clamped at MAX_RATE: mean_rate() is below the level
+    est=ChangeEstimate(changes=(0.0,) * (BINS - 1) + (1.0,), level=0.015625),
+    factor=1.0,
+    plan=SchedulePlan(scale=1.0),
+    cfg=FreshnessConfig(interval=timedelta(seconds=1), max_interval=timedelta(seconds=29)),
+)
 def test_a_busier_user_is_never_due_later(
     est: ChangeEstimate, factor: float, plan: SchedulePlan, cfg: FreshnessConfig
 ) -> None:
     """The same estimate with every slice's rate multiplied is due no later (with stats
     read every time, when the price of a read does not depend on the rate)."""
     adaptive = replace(cfg, schedule="adaptive", stats="always")
-    busier = replace(est, level=est.rate() and est.mean_rate() * factor)
+    # Every slice's rate times `factor`: the level scales them all (the level itself, not
+    # `mean_rate()`, which is below it when a slice is clamped at MAX_RATE).
+    level = est.level if est.level is not None else sum(est.shape_rates()) / BINS
+    busier = replace(est, level=level * factor)
     assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + timedelta(
         seconds=RESOLUTION
     )
