@@ -259,6 +259,9 @@ class PassEngine:
                     continue  # stopped while waiting for a permit: the user stays due
                 if update is not None:
                     await self._route(user, update, updates)
+                else:  # its token went meanwhile: nothing to write
+                    self._names.pop(user.id, None)
+                self._saw_404.discard(user.id)  # routed: a pass keeps nothing per user read
                 self.result.users += 1
                 if self.on_progress is not None:
                     self.on_progress(self)
