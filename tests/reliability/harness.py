@@ -554,9 +554,17 @@ def reads_seen(sim: Simulator) -> int:
     return sum(1 for e in sim.requests() if "/api/v1/history/" in e.path)
 
 
-def wait_for_reads(sim: Simulator, more_than: int, *, timeout: float = 30.0) -> bool:
-    """Wait until the simulator has logged more than `more_than` reads."""
-    return wait_for(lambda: reads_seen(sim) > more_than, timeout=timeout)
+def wait_for_reads(
+    sim: Simulator, more_than: int, *, timeout: float = 30.0, run: Spawned | None = None
+) -> bool:
+    """Wait until the simulator has logged more than `more_than` reads (or, given `run`,
+    until that process has ended: a run that found nobody due reads nothing); return
+    whether reads came."""
+    wait_for(
+        lambda: reads_seen(sim) > more_than or (run is not None and run.process.poll() is not None),
+        timeout=timeout,
+    )
+    return reads_seen(sim) > more_than
 
 
 def kill(spawned: Spawned) -> int:

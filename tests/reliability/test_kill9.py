@@ -119,7 +119,7 @@ def test_kill9_at_random_moments_loses_nothing(deployment: Deployment, iteration
         delay = chance.uniform(0.0, STARTUP_WINDOW_S if during_startup else KILL_WINDOW_S)
         proc = deployment.spawn("run")
         origin = proc.started
-        if not during_startup and wait_for_reads(sim, before, timeout=30):
+        if not during_startup and wait_for_reads(sim, before, timeout=30, run=proc):
             origin = time.monotonic()
         time.sleep(max(0.0, origin + delay - time.monotonic()))
         # What a reader sees committed now must survive the kill that follows at once.
@@ -127,6 +127,7 @@ def test_kill9_at_random_moments_loses_nothing(deployment: Deployment, iteration
         if proc.process.poll() is not None:
             finished_first += 1
             assert proc.process.returncode in (0, 75), deployment.keep(proc).stderr[-3000:]
+            time.sleep(1.1)  # everyone it read is due again (poll.interval = 1s)
             continue
         kill(proc)
         kills += 1
