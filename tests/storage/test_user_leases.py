@@ -11,13 +11,14 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
-from lta_worker.domain._model import UserRow, UserUpdate
+from lta_worker.domain._model import UserRow
 from lta_worker.storage import _leases as leases
 from lta_worker.storage._migrate import alembic_config
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring
+from .test_fencing import turn
 
 LEASE = 5 * MINUTE
 
@@ -31,18 +32,6 @@ def vault() -> Vault:
 def _claim(store: Store, owner: str, at: timedelta = timedelta(0)) -> list[UserRow]:
     now = T0 + at
     return store.claim_due(now=now, due_before=now, limit=9, owner=owner, lease_until=now + LEASE)
-
-
-def _turn(row: UserRow) -> UserUpdate:
-    return UserUpdate(
-        user_id=row.id,
-        state="active",
-        next_due_at=T0 + timedelta(hours=1),
-        consecutive_failures=0,
-        last_outcome="ok",
-        last_polled_at=T0,
-        generation=row.generation,
-    )
 
 
 def _at(store: Store, when: datetime | None) -> datetime | None:
@@ -77,8 +66,8 @@ def test_a_stale_decision_stays_stale_after_take_over_release_and_reclaim(
     (again,) = _claim(store, "i1", at=2 * LEASE)
     assert first.generation < taken.generation < again.generation
     assert store.get_user("a") == again  # a leased user's generation is its lease's
-    assert store.apply([_turn(first)], owner="i1") == 0
-    assert store.apply([_turn(again)], owner="i1") == 1
+    assert store.apply([turn(first, snapshots=())], owner="i1") == 0
+    assert store.apply([turn(again, snapshots=())], owner="i1") == 1
     after = store.get_user("a")
     assert after is not None and after.generation == again.generation  # kept in the row
 
@@ -152,7 +141,7 @@ def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
         leased = store.get_user("leased")
         assert leased is not None and leased.generation == 7
         assert _claim(store, "i2") == [store.get_user("free")]  # the live lease is kept
-        assert store.apply([_turn(leased)], owner="i1") == 1
+        assert store.apply([turn(leased, snapshots=())], owner="i1") == 1
         command.downgrade(alembic_config(store.database), "0006")
         with store.database.read() as conn:
             rows = conn.execute(

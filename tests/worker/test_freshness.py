@@ -258,7 +258,7 @@ def test_a_busier_user_is_never_due_later(
     adaptive = replace(cfg, schedule="adaptive", stats="always")
     # Every slice's rate times `factor`: the level scales them all (the level itself, not
     # `mean_rate()`, which is below it when a slice is clamped at MAX_RATE).
-    level = est.level if est.level is not None else sum(est.shape_rates()) / BINS
+    level = est.level if est.level is not None else est.mean_rate()
     busier = replace(est, level=level * factor)
     assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + timedelta(
         seconds=RESOLUTION

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
@@ -129,14 +129,19 @@ def check_database_mode(path: Path, mode: int) -> None:
         )
 
 
+# The pragmas every connection keeps between transactions (`Database.write` relaxes some
+# for one transaction and puts these back).
+_USUAL_PRAGMAS: Final = {"synchronous": "FULL", "foreign_keys": "ON"}
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (see `_sqlite_on_begin`)
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _enable_wal(cursor)
-        cursor.execute("PRAGMA synchronous = FULL")
-        cursor.execute("PRAGMA foreign_keys = ON")
+        for name, value in _USUAL_PRAGMAS.items():
+            cursor.execute(f"PRAGMA {name} = {value}")
     finally:
         cursor.close()
 
@@ -307,11 +312,10 @@ class Database:
         thousand pages per claim on a big database).
         """
         relaxed: dict[str, str] = {}
-        usual: dict[str, str] = {}
         if self.dialect == "sqlite" and not durable:
-            relaxed["synchronous"], usual["synchronous"] = "NORMAL", "FULL"
+            relaxed["synchronous"] = "NORMAL"
         if self.dialect == "sqlite" and not checked:
-            relaxed["foreign_keys"], usual["foreign_keys"] = "OFF", "ON"
+            relaxed["foreign_keys"] = "OFF"
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
@@ -322,7 +326,7 @@ class Database:
                     yield conn
             finally:
                 if relaxed:
-                    _restore_pragmas(conn, usual)
+                    _restore_pragmas(conn, {name: _USUAL_PRAGMAS[name] for name in relaxed})
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
