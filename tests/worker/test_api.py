@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
@@ -469,3 +470,93 @@ def test_long_term_credential_refuses_a_non_dspa_token(token: Secret) -> None:
     """Only a `dspa_` token makes a long term credential."""
     with pytest.raises(ValueError, match="dspa_"):
         long_term_credential(token, CLIENT_SECRET)
+
+
+# -- the direct path: requests handed to the transport, not through httpx's send -------------
+
+
+async def _every_request(api: ApiClient) -> None:
+    credential = long_term_credential(TOKEN, CLIENT_SECRET)
+    await api.read("latest-change", credential)
+    await api.read("stats", credential)
+    await api.drop_token(credential)
+    with pytest.raises(EnrollmentError):  # the recorder's answer is not a token
+        await api.create_token(USER_TOKEN)
+    with pytest.raises(EnrollmentError):
+        await exchange(api)
+
+
+def _wire(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]], bytes]:
+    return request.method, str(request.url), request.headers.multi_items(), request.content
+
+
+async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
+    """Handed straight to the transport, every request is the one httpx's send would send."""
+    reply = lambda: httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "s=1"})  # noqa: E731
+    direct, sent = Recorder(reply), Recorder(reply)
+    settings = make_settings()
+    fast = http_client(settings, transport=httpx.MockTransport(direct))
+    slow = http_client(settings, transport=httpx.MockTransport(sent))
+    assert fast.direct is not None
+    slow.direct = None  # the same client, through `send`
+    async with fast, slow:
+        await _every_request(ApiClient(fast, settings))
+        await _every_request(ApiClient(slow, settings))
+    assert len(direct.requests) == len(sent.requests) == 5
+    assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
+
+
+async def test_direct_path_answers_like_httpx_send() -> None:
+    """Status, headers, body and the size cap come back the same either way."""
+    body = b'{"k": "' + b"x" * (CAP * 2) + b'"}'
+    reply = lambda: httpx.Response(418, content=body, headers={"X-A": "1", "RateLimit": "r=1"})  # noqa: E731
+    settings = make_settings()
+    answers = []
+    for direct in (True, False):
+        client = http_client(settings, transport=httpx.MockTransport(Recorder(reply)))
+        if not direct:
+            client.direct = None
+        async with client:
+            answer = await ApiClient(client, settings).read(
+                "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+            )
+        answers.append((answer.status, answer.headers, answer.body, answer.truncated))
+    assert answers[0] == answers[1]
+    assert answers[0][3] is True and len(answers[0][2]) == CAP
+
+
+async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -> None:
+    """A closed client sends nothing, on the direct path as through httpx's send."""
+    rec = Recorder()
+    settings = make_settings()
+    client = http_client(settings, transport=httpx.MockTransport(rec))
+    async with client:
+        pass
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        await ApiClient(client, settings).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert rec.requests == []
+
+
+async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
+    """With `service.https_proxy`, a read opens a CONNECT tunnel at the proxy (httpx's send
+    picks the proxy transport); nothing goes to the service directly."""
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
+    async with server, http_client(settings) as client:
+        assert client.direct is None
+        answer = await ApiClient(client, settings).read(
+            "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+        )
+    assert answer.status is None  # the tunnel was refused: an error answer, no crash
+    assert len(seen) == 1
+    assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
+    assert TOKEN.reveal().encode() not in seen[0]  # the credential stays inside the tunnel

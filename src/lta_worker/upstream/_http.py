@@ -14,7 +14,7 @@ import httpx
 
 from lta_worker import __version__
 from lta_worker.config import Settings
-from lta_worker.upstream._client import check_secure_url
+from lta_worker.upstream._client import ServiceClient, check_secure_url
 
 USER_AGENT = f"lta-worker/{__version__}"
 
@@ -197,7 +197,7 @@ def _proxy_mounts(
 
 def http_client(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
+) -> ServiceClient:
     """An `httpx.AsyncClient` for the service: timeouts from settings, a pool sized to
     `poll.concurrency`, no redirects followed, no cookies kept (`_NoCookies`), an
     `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
@@ -205,7 +205,9 @@ def http_client(
 
     The environment is not read here (`trust_env=False`): proxies come from
     `service.https_proxy` and `service.no_proxy` only (the loader fills them from
-    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only.
+    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only. Without
+    one, every request goes to one transport, which the `ServiceClient` names so that
+    `ApiClient` sends to it directly.
 
     Args:
         settings: the validated settings.
@@ -218,9 +220,12 @@ def http_client(
     limits = httpx.Limits(
         max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
     )
-    return httpx.AsyncClient(
-        transport=transport or _transport(limits),
-        mounts=_proxy_mounts(settings, limits) if transport is None else None,
+    mounts = _proxy_mounts(settings, limits) if transport is None else {}
+    transport = transport or _transport(limits)
+    return ServiceClient(
+        direct=None if mounts else transport,  # several transports: `send` picks
+        transport=transport,
+        mounts=mounts,
         trust_env=False,
         timeout=httpx.Timeout(
             service.read_timeout.total_seconds(),
