@@ -492,7 +492,10 @@ def _wire(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]], byte
 
 async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
     """Handed straight to the transport, every request is the one httpx's send would send."""
-    reply = lambda: httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "s=1"})  # noqa: E731
+
+    def reply() -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "s=1"})
+
     direct, sent = Recorder(reply), Recorder(reply)
     settings = make_settings()
     fast = http_client(settings, transport=httpx.MockTransport(direct))
@@ -509,7 +512,10 @@ async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
 async def test_direct_path_answers_like_httpx_send() -> None:
     """Status, headers, body and the size cap come back the same either way."""
     body = b'{"k": "' + b"x" * (CAP * 2) + b'"}'
-    reply = lambda: httpx.Response(418, content=body, headers={"X-A": "1", "RateLimit": "r=1"})  # noqa: E731
+
+    def reply() -> httpx.Response:
+        return httpx.Response(418, content=body, headers={"X-A": "1", "RateLimit": "r=1"})
+
     settings = make_settings()
     answers = []
     for direct in (True, False):
