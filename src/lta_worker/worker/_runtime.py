@@ -470,12 +470,15 @@ class Worker:
         """Re-read the key file and the client secret and take the new settings (SIGHUP).
 
         Everything is loaded before anything is replaced, so a broken new config or key
-        file leaves the running worker as it was. The database URL and the service URLs
-        need a restart; a change to them is reported, not applied.
+        file leaves the running worker as it was. What was set up at start from the
+        `database`, `service`, `webhook`, `enroll` and `metrics` sections (the store, the
+        HTTP client, the webhook sender, the enrollment and metrics listeners) needs a
+        restart; a change to them is reported (`service.reload_partial`), not applied, so
+        that the settings the worker shows are the ones in force.
         """
         vault = load_vault(settings)
         client_secret = read_client_secret(settings)
-        fixed = ("database", "service", "webhook")
+        fixed = ("database", "service", "webhook", "enroll", "metrics")
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
         if changed:
             log.warning("service.reload_partial", needs_restart=changed)

@@ -1,0 +1,80 @@
+"""SIGHUP's reload (`Worker.reload`): what it applies, and what it reports as needing a restart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from lta_worker.config import Settings, build_settings
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker._runtime import Worker
+
+from .conftest import Harness, WorkerClock
+
+pytestmark = pytest.mark.anyio
+
+# A change to each section set up at start: the store, the HTTP client, the webhook
+# sender, the enrollment listener and the metrics.
+RESTART_ONLY: list[tuple[str, dict[str, Any]]] = [
+    ("service", {"request_timeout": "7s"}),
+    ("webhook", {"url": "https://hook.example/x"}),
+    ("enroll", {"return_url": "https://app.example/done"}),
+    ("metrics", {"textfile": "/tmp/lta-metrics.prom"}),
+]
+
+
+def _with(settings: Settings, section: str, values: dict[str, Any]) -> Settings:
+    """`settings` with one section's keys changed, validated as the loader does."""
+    data = {
+        "service": {"base_url": settings.service.base_url, "auth_url": settings.service.auth_url},
+        "client": {
+            "id": settings.client.id,
+            "redirect_uri": settings.client.redirect_uri,
+            "secret_file": str(settings.client.secret_file),
+        },
+        "database": {"url": settings.database.url},
+        "crypto": {"key_file": str(settings.crypto.key_file)},
+    }
+    data[section] = {**data.get(section, {}), **values}
+    fresh = build_settings(data)
+    return replace(settings, **{section: getattr(fresh, section)})
+
+
+@pytest.mark.parametrize(("section", "values"), RESTART_ONLY, ids=[s for s, _ in RESTART_ONLY])
+async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
+    harness: Harness, section: str, values: dict[str, Any]
+) -> None:
+    """A reload that changes a section only a restart applies keeps the running value (the
+    settings shown are the ones in force) and warns naming the section; `poll` applies."""
+    settings = harness.settings()
+    worker = Worker(
+        settings, transport=SimulatorTransport(harness.sim), clock=WorkerClock(harness.clock)
+    )
+    async with worker:
+        new = _with(settings, section, values)
+        assert getattr(new, section) != getattr(settings, section)
+        new = replace(new, poll=replace(new.poll, tick=timedelta(seconds=42)))
+        with capture_logs() as logs:
+            worker.reload(new)
+        assert getattr(worker.settings, section) == getattr(settings, section)
+        assert worker.settings.poll.tick == timedelta(seconds=42)
+    warnings = [e for e in logs if e["event"] == "service.reload_partial"]
+    assert [e["needs_restart"] for e in warnings] == [[section]]
+
+
+async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness: Harness) -> None:
+    """Changing only `poll` applies it, with no restart warning."""
+    settings = harness.settings()
+    worker = Worker(
+        settings, transport=SimulatorTransport(harness.sim), clock=WorkerClock(harness.clock)
+    )
+    async with worker:
+        new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
+        with capture_logs() as logs:
+            worker.reload(new)
+        assert worker.settings == new
+    assert not [e for e in logs if e["event"] == "service.reload_partial"]
