@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from lta_worker.config import Settings, build_settings
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker._runtime import Worker
 
@@ -27,21 +26,12 @@ RESTART_ONLY: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def _with(settings: Settings, section: str, values: dict[str, Any]) -> Settings:
-    """`settings` with one section's keys changed, validated as the loader does."""
-    data = {
-        "service": {"base_url": settings.service.base_url, "auth_url": settings.service.auth_url},
-        "client": {
-            "id": settings.client.id,
-            "redirect_uri": settings.client.redirect_uri,
-            "secret_file": str(settings.client.secret_file),
-        },
-        "database": {"url": settings.database.url},
-        "crypto": {"key_file": str(settings.crypto.key_file)},
-    }
-    data[section] = {**data.get(section, {}), **values}
-    fresh = build_settings(data)
-    return replace(settings, **{section: getattr(fresh, section)})
+def _worker(harness: Harness) -> Worker:
+    return Worker(
+        harness.settings(),
+        transport=SimulatorTransport(harness.sim),
+        clock=WorkerClock(harness.clock),
+    )
 
 
 @pytest.mark.parametrize(("section", "values"), RESTART_ONLY, ids=[s for s, _ in RESTART_ONLY])
@@ -51,11 +41,9 @@ async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
     """A reload that changes a section only a restart applies keeps the running value (the
     settings shown are the ones in force) and warns naming the section; `poll` applies."""
     settings = harness.settings()
-    worker = Worker(
-        settings, transport=SimulatorTransport(harness.sim), clock=WorkerClock(harness.clock)
-    )
-    async with worker:
-        new = _with(settings, section, values)
+    async with _worker(harness) as worker:
+        harness.configure(section, **values)  # validated as the loader does
+        new = harness.settings()
         assert getattr(new, section) != getattr(settings, section)
         new = replace(new, poll=replace(new.poll, tick=timedelta(seconds=42)))
         with capture_logs() as logs:
@@ -69,10 +57,7 @@ async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
 async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness: Harness) -> None:
     """Changing only `poll` applies it, with no restart warning."""
     settings = harness.settings()
-    worker = Worker(
-        settings, transport=SimulatorTransport(harness.sim), clock=WorkerClock(harness.clock)
-    )
-    async with worker:
+    async with _worker(harness) as worker:
         new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
         with capture_logs() as logs:
             worker.reload(new)
