@@ -13,6 +13,7 @@ from lta_worker.pacing._ratelimit import (
     RateLimitInfo,
     _sf_list,
     _sf_parse,
+    parse_answer,
     parse_ratelimit,
     response_time,
 )
@@ -224,6 +225,18 @@ def test_arbitrary_values_never_raise(headers: dict[str, str], now: datetime | N
     if info is not None:
         for value in (info.limit, info.remaining, info.reset_after, info.window, info.retry_after):
             assert value is None or value >= 0
+
+
+@given(
+    headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
+    fallback=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
+)
+def test_parse_answer_is_parse_against_the_answers_date(
+    headers: dict[str, str], fallback: datetime | None
+) -> None:
+    """`parse_answer` reads exactly what `parse_ratelimit` reads at the answer's own Date."""
+    expected = parse_ratelimit(headers, response_time(headers) or fallback)
+    assert parse_answer(headers, fallback) == expected
 
 
 counts = st.integers(min_value=0, max_value=10**6)

@@ -9,6 +9,7 @@ record and the shared-budget observation.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -91,6 +92,28 @@ def anyio_backend() -> str:
 def test_bound(given_info: RateLimitInfo, max_wait: float, expected: RateLimitInfo) -> None:
     """A reset is never trusted beyond the window (+1 s of rounding) nor max_wait."""
     assert bound(given_info, max_wait) == expected
+
+
+def test_bound_uses_the_known_window() -> None:
+    """An answer without a window is trusted up to the window reported before (+1 s)."""
+    assert bound(RateLimitInfo(reset_after=5000.0), known_window=60.0) == RateLimitInfo(
+        reset_after=61.0
+    )
+    own = RateLimitInfo(reset_after=5000.0, window=10.0)
+    assert bound(own, known_window=60.0) == RateLimitInfo(reset_after=11.0, window=10.0)
+    assert bound(RateLimitInfo(retry_after=90.0), known_window=math.nan) == RateLimitInfo(
+        retry_after=90.0
+    )
+
+
+def test_bound_keeps_every_field() -> None:
+    """A sane answer comes out of `bound` whole, every field of RateLimitInfo included."""
+    info = RateLimitInfo(
+        limit=100, remaining=7, reset_after=30.0, window=60.0, retry_after=5.0, source="draft-08"
+    )
+    unset = [f.name for f in fields(RateLimitInfo) if getattr(info, f.name) == f.default]
+    assert unset == []  # a new field must be set here, and kept by `bound`
+    assert bound(info) == info
 
 
 @pytest.mark.parametrize(

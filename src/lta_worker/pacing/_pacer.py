@@ -18,7 +18,7 @@ import anyio
 from lta_worker.domain import BudgetSeen
 from lta_worker.logs import get_logger
 from lta_worker.pacing._core import PacerCore, PacerSnapshot, WaitReason
-from lta_worker.pacing._ratelimit import parse_ratelimit, response_time
+from lta_worker.pacing._ratelimit import parse_answer
 from lta_worker.pacing._shared import SharedBudget, Tag, observation
 from lta_worker.pacing._window import bound
 
@@ -160,7 +160,7 @@ class Pacer:
             sent_at = permit.sent_at
         wall = self._wall()
         max_wait = self.core.max_wait
-        info = bound(parse_ratelimit(headers, response_time(headers) or wall), max_wait)
+        info = bound(parse_answer(headers, wall), max_wait)
         self.core.observe(now, info, status, sent_at=sent_at)
         if self._fed is not None:
             self._fed.set()

@@ -79,7 +79,17 @@ def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLim
     Returns:
         The figures found, or None when no rate limit field was usable.
     """
+    return _parse(_normalise(headers), now)
+
+
+def parse_answer(headers: Mapping[str, str], fallback_now: datetime | None) -> RateLimitInfo | None:
+    """`parse_ratelimit` against the answer's own `Date` (`response_time`), else
+    `fallback_now`: what the pacer reads from every answer, its headers read once."""
     fields = _normalise(headers)
+    return _parse(fields, _http_date(fields.get("date")) or fallback_now)
+
+
+def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
     now_ts = None if now is None else _aware(now).timestamp()
     retry_after = _retry_after(fields.get("retry-after"), now)
     for reader in (_draft08, _draft07, _triple, _x_ratelimit):
