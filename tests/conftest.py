@@ -6,8 +6,14 @@ import io
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+
+# Time is measured in bench/, never in tests: Hypothesis' default deadline (200 ms an
+# example) fails a property on a slow or busy machine with nothing wrong in the code.
+settings.register_profile("lta", deadline=None)
+settings.load_profile("lta")
 
 
 @pytest.fixture(autouse=True)
