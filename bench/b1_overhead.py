@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 import httpx
 
-from bench import b1_breakdown
+from bench import b1_breakdown, b1_inplace
 from bench.common import (
     BenchResult,
     SimProcess,
@@ -250,7 +250,8 @@ def measure_process(users: int, rounds: int) -> dict[str, Any]:
                     label="sniffio",
                     variants=["worker", "baseline"],
                 )
-    return {"runs": runs, "sniffio": what_if}
+            in_place = b1_inplace.measure(settings, tokens, ws.db_path, rounds)
+    return {"runs": runs, "sniffio": what_if, "in_place": in_place}
 
 
 def measure_thread(users: int, rounds: int) -> dict[str, list[Timing]]:
@@ -317,6 +318,7 @@ def run(size: Size) -> BenchResult:
         "with_sniffio_stand_in": sniffio,
         "simulator_on_thread": thread,
         "turn_costs_us_per_read": costs,
+        "in_place": process["in_place"],
     }
     result.add(
         "baseline_time / worker_time",
@@ -344,14 +346,22 @@ def run(size: Size) -> BenchResult:
         note=f"what-if; worker {sniffio['worker']['reads_per_s']:.0f} reads/s, "
         f"baseline {sniffio['baseline']['reads_per_s']:.0f} reads/s",
     )
-    rounds = worker["rounds"]
-    longest = median(r["pacer_wait_max_ms"] for r in rounds)
+    worker_rounds = worker["rounds"]
+    longest = median(r["pacer_wait_max_ms"] for r in worker_rounds)
     result.add(
         "permits the pacer held back in a pass",
-        median(r["pacer_held_back"] for r in rounds),
+        median(r["pacer_held_back"] for r in worker_rounds),
         "",
         note=f"of {2 * users:,} reads at 10**9/h; longest wait for a permit {longest:.0f} ms",
     )
     for name, value in sorted(costs.items(), key=lambda kv: -kv[1])[:5]:
         result.add(f"  turn cost: {name}", value, "us/read")
+    in_place = process["in_place"]["cost_in_place_ms_per_read"]
+    for name, value in in_place.items():
+        result.add(
+            f"  in place: {name}",
+            1000 * value,
+            "us/read",
+            note=f"the pass as is less the pass without it, medians of {rounds} rounds",
+        )
     return result

@@ -1,0 +1,118 @@
+"""B1's worker pass with one part taken out at a time: what each part costs in place.
+
+The turn costs (`b1_breakdown`) time each step alone, on a quiet core with warm caches. In a
+real pass the same steps cost several times more: the HTTP client, the event loop and the
+store's thread take turns on the core and evict each other from its caches. So here the
+real pass of B1 (`b1_overhead.worker_pass`, same simulator process, same users) runs as it
+is and with one part removed, the rounds interleaved:
+
+- **the store's thread trips**: the store's calls run on the event loop's thread instead
+  of a worker thread: the same SQL, without the trips to the thread;
+- **store writes**: `Store.apply` writes nothing (the claims still lease the users);
+- **the `poll.read` line**: the per-read log line is not rendered;
+- **the pacer**: every permit at once, nothing learned from the answers;
+- **all four** at once.
+
+A part's cost in place is the CPU per read of the pass as it is, less that of the pass
+without the part. These are what-ifs on the package's internals, patched for the run and
+restored after it; none of them is a setting, and the passes they run are not correct
+passes (no results are kept, the budget is not respected).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.common import log, make_all_due, median, quiet_logs
+
+Patch = Callable[[], Any]  # a context manager factory
+
+
+@contextmanager
+def _attr(owner: Any, name: str, value: Any) -> Iterator[None]:
+    previous = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, previous)
+
+
+def _store_on_loop() -> Any:
+    from lta_worker.worker._engine import PassEngine
+
+    async def inline(self: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        return partial(fn, *args)()
+
+    return _attr(PassEngine, "_db", inline)
+
+
+def _no_store_writes() -> Any:
+    from lta_worker.storage import Store
+
+    def apply(self: Any, updates: Sequence[Any], **_: Any) -> int:
+        return 0
+
+    return _attr(Store, "apply", apply)
+
+
+def _no_read_line() -> Any:
+    from lta_worker.worker import _pass_log
+
+    return _attr(_pass_log, "read", lambda *args, **kwargs: None)
+
+
+def _no_pacer() -> Any:
+    from lta_worker.pacing import Pacer, Permit
+
+    async def acquire(self: Any) -> Any:
+        return Permit(sent_at=time.monotonic())
+
+    stack = ExitStack()
+    stack.enter_context(_attr(Pacer, "acquire", acquire))
+    stack.enter_context(_attr(Pacer, "feed", lambda self, *args, **kwargs: None))
+    return stack
+
+
+# What each part costs, and how it is taken out (see the module's docstring).
+PARTS: dict[str, tuple[Patch, ...]] = {
+    "the store's thread trips": (_store_on_loop,),
+    "store writes (apply)": (_no_store_writes,),
+    "the poll.read line": (_no_read_line,),
+    "the pacer": (_no_pacer,),
+    "all four": (_store_on_loop, _no_store_writes, _no_read_line, _no_pacer),
+}
+
+
+def measure(
+    settings: Any, tokens: Sequence[tuple[str, str]], db_path: Path, rounds: int
+) -> dict[str, Any]:
+    """CPU per read of the pass as is and without each part (medians of `rounds`)."""
+    from bench.b1_overhead import worker_pass
+
+    cpu: dict[str, list[float]] = {name: [] for name in ("as is", *PARTS)}
+    for i in range(rounds):
+        for name, values in cpu.items():
+            make_all_due(db_path)
+            with ExitStack() as stack:
+                for patch in PARTS.get(name, ()):
+                    stack.enter_context(patch())
+                with quiet_logs("info"):
+                    timing = anyio.run(worker_pass, settings, tokens)
+            values.append(1000 * timing.cpu_s / timing.reads)
+        log(f"B1 in place round {i + 1}/{rounds}: as is {cpu['as is'][-1]:.3f} ms per read")
+    as_is = median(cpu["as is"])
+    return {
+        "cpu_ms_per_read": {name: round(median(values), 3) for name, values in cpu.items()},
+        "rounds_ms_per_read": {name: [round(v, 3) for v in values] for name, values in cpu.items()},
+        "cost_in_place_ms_per_read": {
+            name: round(as_is - median(values), 3) for name, values in cpu.items() if name in PARTS
+        },
+    }
