@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from lta_worker.errors import UnknownKeyError
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker._runtime import Worker
 
@@ -63,3 +64,18 @@ async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness:
             worker.reload(new)
         assert worker.settings == new
     assert not [e for e in logs if e["event"] == "service.reload_partial"]
+
+
+async def test_a_key_file_without_a_key_in_use_is_refused_whole(harness: Harness) -> None:
+    """A reload whose key file lacks a key id stored tokens use raises UnknownKeyError and
+    changes nothing: the vault, the client secret and the settings stay those in force."""
+    settings = harness.settings()
+    async with _worker(harness) as worker:
+        vault, secret = worker.vault, worker.client_secret
+        new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
+        with pytest.raises(UnknownKeyError) as raised:
+            worker.reload(new, key_ids_in_use=[*vault.key_ids, "gone-2024"])
+        assert raised.value.key_id == "gone-2024"
+        assert (worker.vault, worker.client_secret, worker.settings) == (vault, secret, settings)
+        worker.reload(new, key_ids_in_use=vault.key_ids)  # every id listed: taken
+        assert worker.settings == new

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from lta_worker.simulator import DEMO_CLIENT_SECRET
+from lta_worker.storage._keyfile import generate_key_line
 
 from .helpers import NotifySocket, World, reads, stop, wait_for_reads
 
@@ -169,3 +170,63 @@ def test_serve_without_notify_socket_runs_and_stops(world: World) -> None:
     finally:
         stop(proc)
     assert world.log_events()[-1]["event"] == "service.stopped"
+
+
+def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
+    world: World, notify: NotifySocket
+) -> None:
+    """A key line removed too early: the first pass meets a token it cannot decrypt, and
+    `serve` stops with 78 (`service.config_stop`) instead of failing every pass; no token
+    is deleted or changed."""
+    world.enroll(["alice", "bob", "carol"])
+    with world.store() as store:
+        before = {u.user: u.token for u in store.list_users()}
+    world.key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")  # old line gone
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        assert proc.wait(30) == 78
+    finally:
+        stop(proc)
+    events = world.log_events()
+    names = [e["event"] for e in events]
+    assert names.count("pass.started") == 1
+    error = next(e for e in events if e["event"] == "error")
+    assert (error["error"], error["exit_code"], error["job"]) == ("UnknownKeyError", 78, "pass")
+    halt = next(e for e in events if e["event"] == "service.config_stop")
+    assert (halt["level"], halt["exit_code"], halt["key"]) == ("error", 78, "crypto.key_file")
+    assert (events[-1]["event"], events[-1]["exit_code"]) == ("service.stopped", 78)
+    notify.drain()
+    assert any(m.get("STATUS") == "stopping: configuration error" for m in notify.messages)
+    with world.store() as store:
+        after = {u.user: u.token for u in store.list_users()}
+    assert after == before and all(token is not None for token in after.values())
+
+
+def test_sighup_refuses_a_key_file_without_a_key_in_use(world: World, notify: NotifySocket) -> None:
+    """SIGHUP with a key file that lost a key line stored tokens still use: the reload is
+    refused (service.reloaded ok=false naming crypto.key_file), the old keys stay in force
+    and the passes go on reading every user."""
+    world.enroll(["alice", "bob"])
+    world.poll = {"tick": "0.5s", "interval": "1s"}  # both read again within a second or two
+    world.write_config()
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        world.key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")  # old line gone
+        mark = len(notify.messages)
+        proc.send_signal(signal.SIGHUP)
+        done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
+        assert "previous configuration" in done["STATUS"]
+        later = len(notify.messages)
+        notify.wait_for(
+            lambda m: "2 users, 4 reads, 0 throttled, completed" in m.get("STATUS", ""), since=later
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    events = world.log_events()
+    reloaded = [e for e in events if e["event"] == "service.reloaded"]
+    assert [(e["ok"], e["level"]) for e in reloaded] == [(False, "error")]
+    assert not any(e["event"] in {"error", "token.undecryptable"} for e in events)
+    assert reloaded[0]["error"].startswith("crypto.key_file: a stored token is encrypted")

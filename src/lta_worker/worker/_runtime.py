@@ -17,6 +17,7 @@ import os
 import random
 import secrets
 import socket
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import timedelta
@@ -466,17 +467,20 @@ class Worker:
         if self.current is not None:
             self.current.request_stop("cancelled", grace)
 
-    def reload(self, settings: Settings) -> None:
+    def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
         """Re-read the key file and the client secret and take the new settings (SIGHUP).
 
         Everything is loaded before anything is replaced, so a broken new config or key
-        file leaves the running worker as it was. What was set up at start from the
+        file leaves the running worker as it was; so does a key file that lacks one of
+        `key_ids_in_use` (`UnknownKeyError`: stored tokens would no longer decrypt, and
+        the next pass would stop at the first of them). What was set up at start from the
         `database`, `service`, `webhook`, `enroll` and `metrics` sections (the store, the
         HTTP client, the webhook sender, the enrollment and metrics listeners) needs a
         restart; a change to them is reported (`service.reload_partial`), not applied, so
         that the settings the worker shows are the ones in force.
         """
         vault = load_vault(settings)
+        vault.require_keys(key_ids_in_use)
         client_secret = read_client_secret(settings)
         fixed = ("database", "service", "webhook", "enroll", "metrics")
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]

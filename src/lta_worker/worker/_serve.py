@@ -7,7 +7,8 @@ the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a
 sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
-configuration and the key file; a broken new one leaves the old one in force. With
+configuration and the key file; a broken new one leaves the old one in force, and so does
+a key file without a key id that stored tokens use. With
 `enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
 from before READY until the passes have drained.
 
@@ -15,7 +16,10 @@ A pass stopped by the circuit breaker (the service rejects the client: a wrong c
 secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
 stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
 down until the operator fixes the cause. Reading on would trip it again every pass, with
-the unit "active" and nobody told.
+the unit "active" and nobody told. A pass that fails on a configuration problem (exit code
+78: a stored token under a key id the key file no longer lists) stops it the same way,
+with `service.config_stop`: the token is kept, and the next pass would claim the same
+user first and stop again, reading almost nobody.
 
 `[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
 
@@ -85,6 +89,7 @@ class Service:
         self.passes = 0
         self.exit_code = EX_OK
         self._fatal = anyio.Event()
+        self._fatal_cause = "breaker"  # what `_fatal` stops for, for sd_notify's STATUS
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -151,7 +156,7 @@ class Service:
         return self.exit_code
 
     async def _stop_when_fatal(self, scheduler: AsyncIOScheduler, scope: anyio.CancelScope) -> None:
-        """Stop the service once a pass tripped the breaker (see the module)."""
+        """Stop the service once a pass tripped the breaker or met a configuration problem."""
         await self._fatal.wait()
         if not self.stopping:
             await self._stop(scheduler, None)
@@ -160,7 +165,9 @@ class Service:
     async def _stop(self, scheduler: AsyncIOScheduler, signame: str | None) -> None:
         grace = self.settings.serve.grace_period.total_seconds()
         self.stopping = True
-        self.notifier.stopping(f"stopping on {signame}" if signame else "stopping: breaker")
+        self.notifier.stopping(
+            f"stopping on {signame}" if signame else f"stopping: {self._fatal_cause}"
+        )
         if signame is not None:
             log.info(
                 "service.stopping", instance=self.worker.instance, signal=signame, grace_s=grace
@@ -210,7 +217,12 @@ class Service:
             return
         failed = True
         async with self._job("pass"):
-            result = await self.worker.run_pass()
+            try:
+                result = await self.worker.run_pass()
+            except LtaError as exc:
+                if exc.exit_code == EX_CONFIG:
+                    self._config_stop(exc)
+                raise  # the `error` line, from `_job`
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
@@ -233,6 +245,21 @@ class Service:
             hint="the service rejected the client (see pass.breaker_tripped: client.secret_file "
             "or service.base_url); serve stops so that the unit fails instead of retrying "
             "every pass; fix it, then `systemctl restart lta-worker.service`",
+        )
+        self._fatal.set()
+
+    def _config_stop(self, exc: LtaError) -> None:
+        """A pass failed on a configuration problem: stop reading, and exit 78."""
+        self.exit_code = EX_CONFIG
+        self._fatal_cause = "configuration error"
+        log.error(
+            "service.config_stop",
+            instance=self.worker.instance,
+            exit_code=EX_CONFIG,
+            error=type(exc).__name__,
+            key=getattr(exc, "key", None),
+            hint="serve stops so that the unit fails instead of failing every pass; fix what "
+            "the error line says, then `systemctl restart lta-worker.service`",
         )
         self._fatal.set()
 
@@ -278,7 +305,10 @@ class Service:
         before = self._intervals()
         try:
             settings = self.reload_settings() if self.reload_settings else self.settings
-            self.worker.reload(settings)
+            in_use = await anyio.to_thread.run_sync(
+                self.worker.store.key_ids_in_use, self.worker.clock.now()
+            )
+            self.worker.reload(settings, key_ids_in_use=in_use)
         except LtaError as exc:
             log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
             self.notifier.ready("reload failed, the previous configuration stays in force")
