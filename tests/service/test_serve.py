@@ -190,9 +190,10 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
     events = world.log_events()
     names = [e["event"] for e in events]
     assert names.count("pass.started") == 1
-    error = next(e for e in events if e["event"] == "error")
+    at = names.index("error")  # the error line first, then why the service stops
+    error, halt = events[at], events[at + 1]
     assert (error["error"], error["exit_code"], error["job"]) == ("UnknownKeyError", 78, "pass")
-    halt = next(e for e in events if e["event"] == "service.config_stop")
+    assert halt["event"] == "service.config_stop"
     assert (halt["level"], halt["exit_code"], halt["key"]) == ("error", 78, "crypto.key_file")
     assert (events[-1]["event"], events[-1]["exit_code"]) == ("service.stopped", 78)
     notify.drain()

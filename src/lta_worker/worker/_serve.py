@@ -89,7 +89,7 @@ class Service:
         self.passes = 0
         self.exit_code = EX_OK
         self._fatal = anyio.Event()
-        self._fatal_cause = "breaker"  # what `_fatal` stops for, for sd_notify's STATUS
+        self._fatal_cause = ""  # what `_fatal` stops for, for sd_notify's STATUS
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -216,13 +216,14 @@ class Service:
         if self.stopping:
             return
         failed = True
+        config_error: LtaError | None = None
         async with self._job("pass"):
             try:
                 result = await self.worker.run_pass()
             except LtaError as exc:
                 if exc.exit_code == EX_CONFIG:
-                    self._config_stop(exc)
-                raise  # the `error` line, from `_job`
+                    config_error = exc
+                raise  # `_job` logs the `error` line
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
@@ -232,12 +233,15 @@ class Service:
                 f"{result.throttled} throttled, {result.stopped}; "
                 f"next within {format_duration(self.settings.poll.tick)}"
             )
+        if config_error is not None:
+            self._config_stop(config_error)
         if failed and not self.stopping:
             self.notifier.status("last pass failed; see the log")
 
     def _trip(self) -> None:
         """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
         self.exit_code = EX_CONFIG
+        self._fatal_cause = "breaker"
         log.error(
             "service.breaker_stop",
             instance=self.worker.instance,
