@@ -39,7 +39,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import httpx
@@ -240,31 +240,30 @@ class Service:
 
     def _trip(self) -> None:
         """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
-        self.exit_code = EX_CONFIG
-        self._fatal_cause = "breaker"
-        log.error(
+        self._halt(
+            "breaker",
             "service.breaker_stop",
-            instance=self.worker.instance,
-            exit_code=EX_CONFIG,
             hint="the service rejected the client (see pass.breaker_tripped: client.secret_file "
             "or service.base_url); serve stops so that the unit fails instead of retrying "
             "every pass; fix it, then `systemctl restart lta-worker.service`",
         )
-        self._fatal.set()
 
     def _config_stop(self, exc: LtaError) -> None:
         """A pass failed on a configuration problem: stop reading, and exit 78."""
-        self.exit_code = EX_CONFIG
-        self._fatal_cause = "configuration error"
-        log.error(
+        self._halt(
+            "configuration error",
             "service.config_stop",
-            instance=self.worker.instance,
-            exit_code=EX_CONFIG,
             error=type(exc).__name__,
             key=getattr(exc, "key", None),
             hint="serve stops so that the unit fails instead of failing every pass; fix what "
             "the error line says, then `systemctl restart lta-worker.service`",
         )
+
+    def _halt(self, cause: str, event: str, **fields: Any) -> None:
+        """Log why, then stop reading and exit 78, so that the unit stays down (the module)."""
+        self.exit_code = EX_CONFIG
+        self._fatal_cause = cause
+        log.error(event, instance=self.worker.instance, exit_code=EX_CONFIG, **fields)
         self._fatal.set()
 
     async def _maintenance_job(self) -> None:
