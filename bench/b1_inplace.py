@@ -1,8 +1,8 @@
 """B1's worker pass with one part taken out at a time: what each part costs in place.
 
 The turn costs (`b1_breakdown`) time each step alone, on a quiet core with warm caches. In a
-real pass the same steps cost several times more: the HTTP client, the event loop and the
-store's thread take turns on the core and evict each other from its caches. So here the
+real pass the same steps cost two to five times more: they share the core's caches with the
+HTTP client and the event loop, and the store's thread runs on the other core. So here the
 real pass of B1 (`b1_overhead.worker_pass`, same simulator process, same users) runs as it
 is and with one part removed, the rounds interleaved:
 
