@@ -26,6 +26,7 @@ from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, b
 from lta_worker.domain._model import EncryptedToken
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
 from lta_worker.enrollment._browser import state_for
+from lta_worker.enrollment._pages import SECURITY_HEADERS
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -393,3 +394,23 @@ async def test_a_state_of_any_text_is_a_mismatch_not_an_error(browser: Browser) 
     callback = await browser.consent(await browser.open_link(), "allow")
     response = await browser.get(callback.replace("state=", "state=%C3%A9"))
     assert (response.status_code, outcome_of(response)) == (400, "state_mismatch")
+
+
+async def test_a_head_request_uses_up_neither_the_link_nor_the_code(browser: Browser) -> None:
+    """A HEAD of a fresh link (what link checkers and mail scanners send first) or of the
+    callback gets 200 with no cookie, no redirect and no effect: the person's GETs then
+    start the consent and finish the enrollment."""
+    link = browser.links.make("alice", browser.clock.now(), timedelta(hours=1))
+    for _ in range(2):
+        head = await browser.http.head(link)
+        assert head.status_code == 200
+        assert "set-cookie" not in head.headers and "location" not in head.headers
+        assert head.headers["cache-control"] == SECURITY_HEADERS["cache-control"]
+    started = await browser.get(link)
+    assert started.status_code == 303
+    callback = await browser.consent(started.headers["location"], "allow")
+    head = await browser.http.head(callback)
+    assert (head.status_code, "set-cookie" in head.headers) == (200, False)
+    assert browser.store.get_user("alice") is None  # the code is not exchanged by a HEAD
+    page = await browser.get(callback)
+    assert (page.status_code, outcome_of(page)) == (200, "enrolled")

@@ -9,6 +9,8 @@ Imported only when the flow is served: starlette is the optional `[web]` extra.
 - `GET {callback_path}?code|error&state`: `BrowserFlow.callback`; the outcome's page, or a
   303 to `enroll.return_url` with the outcome in the query. The cookie is cleared on every
   answer: it serves one consent.
+- `HEAD` of either: 200 and nothing else. Link checkers and mail scanners send it first;
+  it must not use a link up or a code.
 
 Every answer carries `SECURITY_HEADERS` (CSP, no-referrer, nosniff, no-store). One log
 event per request, `enroll.page`, with the path (never the query: it holds the code) and
@@ -101,7 +103,16 @@ def build_enroll_app(
             return RedirectResponse(f"{return_url}{glue}{outcome.query()}", status_code=303)
         return HTMLResponse(render(outcome.kind, outcome.scopes), status_code=outcome.status)
 
+    def head(path: str) -> Response:
+        # Link checkers and mail scanners send HEAD before, or instead of, a GET. Both routes
+        # act on a GET (the start uses its link up, the callback its code), so a HEAD is
+        # answered without looking at the query: it neither uses nor tests anything.
+        _log().info("enroll.page", path=path, outcome="head", status=200, user=None)
+        return Response(status_code=200, media_type="text/html")
+
     async def start(request: Request) -> Response:
+        if request.method == "HEAD":
+            return head(start_path)
         try:
             started = await flow.start(request.query_params.get(START_QUERY))
         except FlowStopped as stop:
@@ -122,6 +133,8 @@ def build_enroll_app(
         return response
 
     async def callback(request: Request) -> Response:
+        if request.method == "HEAD":
+            return head(callback_path)
         params = {k: v for k, v in request.query_params.items() if k in {"code", "state", "error"}}
         outcome = await flow.callback(params, request.cookies.get(name))
         response = answer(outcome, callback_path)
