@@ -69,16 +69,15 @@ def _no_read_line() -> Any:
     return _attr(_pass_log, "read", lambda *args, **kwargs: None)
 
 
-def _no_pacer() -> Any:
+@contextmanager
+def _no_pacer() -> Iterator[None]:
     from lta_worker.pacing import Pacer, Permit
 
     async def acquire(self: Any) -> Any:
         return Permit(sent_at=time.monotonic())
 
-    stack = ExitStack()
-    stack.enter_context(_attr(Pacer, "acquire", acquire))
-    stack.enter_context(_attr(Pacer, "feed", lambda self, *args, **kwargs: None))
-    return stack
+    with _attr(Pacer, "acquire", acquire), _attr(Pacer, "feed", lambda *args, **kw: None):
+        yield
 
 
 # What each part costs, and how it is taken out (see the module's docstring).

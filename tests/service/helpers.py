@@ -167,6 +167,15 @@ format = "json"
                 env=child_env(**env),
             )
 
+    def serve_until_exit(self, timeout: float = 30.0, **env: str) -> int:
+        """Start `serve`, wait for it to exit by itself and return its exit code (a child
+        still running after `timeout` fails the test and is killed)."""
+        proc = self.start_serve(**env)
+        try:
+            return proc.wait(timeout)
+        finally:
+            stop(proc)
+
     def log_lines(self) -> list[str]:
         return self.log_file.read_text(encoding="utf-8").splitlines()
 

@@ -117,11 +117,7 @@ def serve_until_first_pass(world: World) -> int:
 
 def serve_locked(world: World) -> int:
     with world.store() as store, store.single_instance_lock():
-        proc = world.start_serve()
-        try:
-            return proc.wait(30)
-        finally:
-            stop(proc)
+        return world.serve_until_exit()
 
 
 def enroll_finish_ok(world: World) -> int:

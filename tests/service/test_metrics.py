@@ -107,11 +107,7 @@ def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocke
     `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down)."""
     world.enroll([f"user-{n}" for n in range(6)])
     world.secret_file.write_text("not-the-secret\n")
-    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
-    try:
-        assert proc.wait(30) == 78
-    finally:
-        stop(proc)
+    assert world.serve_until_exit(NOTIFY_SOCKET=str(notify.path)) == 78
     events = world.log_events()
     names = [e["event"] for e in events]
     assert "pass.breaker_tripped" in names
@@ -133,10 +129,6 @@ def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
         world.extra = f'[metrics]\nlisten = "127.0.0.1:{holder.getsockname()[1]}"\n'
         world.write_config()
         world.enroll(["ada"])
-        proc = world.start_serve()
-        try:
-            assert proc.wait(30) == 78
-        finally:
-            stop(proc)
+        assert world.serve_until_exit() == 78
     error = world.log_events()[-1]
     assert (error["event"], error["key"]) == ("error", "metrics.listen")

@@ -183,11 +183,7 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
     with world.store() as store:
         before = {u.user: u.token for u in store.list_users()}
     world.key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")  # old line gone
-    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
-    try:
-        assert proc.wait(30) == 78
-    finally:
-        stop(proc)
+    assert world.serve_until_exit(NOTIFY_SOCKET=str(notify.path)) == 78
     events = world.log_events()
     names = [e["event"] for e in events]
     assert names.count("pass.started") == 1
