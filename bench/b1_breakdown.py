@@ -43,7 +43,7 @@ HEADERS = {
 }
 
 
-def _per(total_s: float, count: int) -> float:
+def _per(total_s: float, count: float) -> float:
     return round(1e6 * total_s / count, 1)
 
 

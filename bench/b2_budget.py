@@ -18,7 +18,7 @@ import math
 import time
 from collections import Counter, deque
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -165,8 +165,8 @@ def _virtual_hours(result: BenchResult, size: Size) -> None:  # noqa: PLR0915
             push(t + latency, "answer", 200 if ok else 429, info, t)
             push(t, "check")
         else:
-            status, info, sent = data
-            core.observe(t, info, status, sent_at=sent)  # type: ignore[arg-type]
+            status, info, sent = cast(tuple[int, RateLimitInfo, float], data)
+            core.observe(t, info, status, sent_at=sent)
             queue.append(0)
             if len(queue) == 1:
                 push(t, "check")

@@ -166,7 +166,8 @@ def claims(
     # conversion of rows to UserRow. The commit is synced as the store's claim syncs it.
     con = sqlite3.connect(db_path, isolation_level=None)
     con.execute(f"PRAGMA synchronous = {_claim_synchronous(db_path)}")
-    sql_times, rows = [], []
+    sql_times: list[float] = []
+    rows: list[Any] = []
     try:
         for _ in range(3):
             t0 = time.perf_counter()
@@ -233,15 +234,10 @@ def _apply_like(db_path: Any, due: datetime, owner: str | None = "bench") -> Non
 
 def status_of(config: Any) -> dict[str, Any]:
     """`collect_status` as the `status` command calls it, from the config file."""
-    import inspect
-
     from lta_worker.cli._app import App
     from lta_worker.cli._status_cmd import collect_status
 
-    app = App(config_path=str(config))
-    first = next(iter(inspect.signature(collect_status).parameters))
-    # It took the App at first, and the settings later: accept both.
-    return collect_status(app if first == "app" else app.settings)
+    return collect_status(App(config_path=str(config)).settings)
 
 
 def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, Any]:

@@ -98,13 +98,13 @@ def importtime(cmd: list[str]) -> dict[str, Any]:
     # A package's cost is the cumulative time of its outermost imports: an entry counts
     # unless an enclosing entry of the same package already holds it.
     stack: list[tuple[int, str]] = []
-    for _own, cumulative, name, depth in reversed(rows):
+    for _own, cumulative_us, module, depth in reversed(rows):
         # -X importtime prints a module after its children: walk backwards to see parents first.
         while stack and stack[-1][0] >= depth:
             stack.pop()
-        root = name.split(".")[0]
+        root = module.split(".")[0]
         if not any(parent_root == root for _, parent_root in stack):
-            by_root[root] += cumulative
+            by_root[root] += cumulative_us
         stack.append((depth, root))
     own_code = sum(own for own, _, name, _ in rows if name.split(".")[0] == "lta_worker")
     top = sorted(
@@ -372,12 +372,12 @@ def run(size: Size) -> BenchResult:
             note=f"vs {1000 * plain:.0f} ms as is through python -c (interleaved)",
         )
     dev_imported = sorted(set(hidden) & set(times["roots"]))
-    for cmd in ("run", "status"):
+    for verb in ("run", "status"):
         result.add(
-            f"  what-if: {cmd}, production packages only",
-            1000 * production[cmd]["production packages"],
+            f"  what-if: {verb}, production packages only",
+            1000 * production[verb]["production packages"],
             "ms",
-            note=f"vs {1000 * production[cmd]['as is']:.0f} ms as is through python -c "
+            note=f"vs {1000 * production[verb]['as is']:.0f} ms as is through python -c "
             f"(interleaved); hides what `run` imports of the dev tools: "
             f"{', '.join(dev_imported) or 'nothing'}",
         )

@@ -153,7 +153,7 @@ def _wait_for_eof(limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
     while (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([sys.stdin], [], [], min(left, 5.0))
-        if ready and not sys.stdin.buffer.read1(4096):
+        if ready and not os.read(sys.stdin.fileno(), 4096):
             return
 
 
