@@ -22,26 +22,28 @@ from lta_worker.domain._estimate import (
 )
 from lta_worker.domain._freshness import (
     CAP_SHARE,
-    PLAN_SHARE,
     RESOLUTION,
     FreshnessConfig,
     SchedulePlan,
-    bucket_rates,
     cap_seconds,
-    day_shape,
     fold_turn,
     interval_for,
     next_due,
-    plan_scale,
-    rate_class,
     read_cost,
-    reads_per_hour,
     stats_still_wanted,
     wants_stats,
 )
 from lta_worker.domain._model import LATEST_CHANGE_SCOPE, STATS_SCOPE, EncryptedToken, UserRow
 from lta_worker.domain._outcomes import Outcome
 from lta_worker.domain._policy import PolicyConfig, decide_turn, still_wanted
+from lta_worker.domain._spread import (
+    PLAN_SHARE,
+    bucket_rates,
+    day_shape,
+    plan_scale,
+    rate_class,
+    reads_per_hour,
+)
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

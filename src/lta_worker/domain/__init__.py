@@ -9,8 +9,8 @@
   (`StopReason`) and its exit codes (`_breaker`); exponential backoff (`_backoff`); the
   capacity plan (`_capacity`); the freshness schedule: a read is due when the delay a
   user's changes accrued reaches the price of a read (the square-root rule for a steady
-  rate), stats on change (`_freshness`), and the change estimate it learns from the reads
-  (`_estimate`);
+  rate), stats on change (`_freshness`), the budget's spread over users that sets the price
+  (`_spread`), and the change estimate it learns from the reads (`_estimate`);
 - durations as operators write them (`_durations`);
 - user state changes as webhook events, with the spec's client action (`_events`).
 
@@ -51,20 +51,13 @@ if TYPE_CHECKING:
         turn_events,
     )
     from lta_worker.domain._freshness import (
-        RATE_CLASSES,
         SCHEDULE_MODES,
         STATS_MODES,
         FreshnessConfig,
         ScheduleMode,
         SchedulePlan,
         StatsMode,
-        bucket_rates,
-        class_intervals,
-        day_shape,
-        from_buckets,
         interval_for,
-        plan_scale,
-        rate_class,
     )
     from lta_worker.domain._model import (
         ENDPOINT_SCOPES,
@@ -103,6 +96,15 @@ if TYPE_CHECKING:
         read_again,
         still_wanted,
     )
+    from lta_worker.domain._spread import (
+        RATE_CLASSES,
+        bucket_rates,
+        class_intervals,
+        day_shape,
+        from_buckets,
+        plan_scale,
+        rate_class,
+    )
 
 _NAMES = {
     "backoff_ceiling": "._backoff",
@@ -135,20 +137,20 @@ _NAMES = {
     "change_event": "._events",
     "enrollment_event": "._events",
     "turn_events": "._events",
-    "RATE_CLASSES": "._freshness",
+    "RATE_CLASSES": "._spread",
     "SCHEDULE_MODES": "._freshness",
     "STATS_MODES": "._freshness",
     "FreshnessConfig": "._freshness",
     "ScheduleMode": "._freshness",
     "SchedulePlan": "._freshness",
     "StatsMode": "._freshness",
-    "bucket_rates": "._freshness",
-    "class_intervals": "._freshness",
-    "day_shape": "._freshness",
-    "from_buckets": "._freshness",
+    "bucket_rates": "._spread",
+    "class_intervals": "._spread",
+    "day_shape": "._spread",
+    "from_buckets": "._spread",
     "interval_for": "._freshness",
-    "plan_scale": "._freshness",
-    "rate_class": "._freshness",
+    "plan_scale": "._spread",
+    "rate_class": "._spread",
     "ENDPOINT_SCOPES": "._model",
     "ENDPOINTS": "._model",
     "LATEST_CHANGE_SCOPE": "._model",

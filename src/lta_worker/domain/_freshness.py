@@ -11,17 +11,18 @@ database to improve freshness", SIGMOD 2000; "Estimating frequency of change", T
 - **Spread the reads by expected gain.** A change waits until the next read; the delay a
   user's changes have accrued t after a read is D(t), the integral of the changes expected
   to be pending. A read is due when D reaches the price of a read (`next_due`): the
-  budget's price (scale^2 / 2, `plan_scale` solves `scale` for the budget) times what the
-  read costs (`read_cost`: a turn that will probably skip stats costs about half). With a
-  steady rate lambda, D = lambda I^2 / 2 and the interval is I = scale / sqrt(lambda): the
-  square-root rule, which minimises the mean delay over all changes for the reads
-  sum(1 / I_i). Busy users are read more often, but only as the square root of their
+  budget's price (scale^2 / 2, `_spread.plan_scale` solves `scale` for the budget) times
+  what the read costs (`read_cost`: a turn that will probably skip stats costs about half).
+  With a steady rate lambda, D = lambda I^2 / 2 and the interval is I = scale /
+  sqrt(lambda): the square-root rule, which minimises the mean delay over all changes for
+  the reads sum(1 / I_i). Busy users are read more often, but only as the square root of their
   rate: the trap the literature warns of (spending the budget on the fastest-changing
   items, whose copy is stale again at once) is avoided, and idle users drift to the cap
   `max_interval`. With a rate that varies over the day, a user is read more often in the
   hours it changes in; changes pending when its active hours end keep accruing delay at
   night, so they are read that night rather than the next morning. The price follows the
-  users' day (`day_shape`) so that a time zone waking up does not outrun a flat budget.
+  users' day (`_spread.day_shape`) so that a time zone waking up does not outrun a flat
+  budget.
 - **Read stats only when latest-change changed** (`stats = "on_change"`), and at least
   every `stats_max_age`: a latest-change that did not move says there was nothing new.
 
@@ -39,9 +40,6 @@ from typing import Any, Final, Literal
 
 from lta_worker.domain._estimate import (
     BINS,
-    EXPONENT,
-    HOUR,
-    MAX_RATE,
     ChangeEstimate,
     changed,
     content_hash,
@@ -54,24 +52,11 @@ StatsMode = Literal["always", "on_change"]
 SCHEDULE_MODES: Final[tuple[ScheduleMode, ...]] = ("fixed", "adaptive")
 STATS_MODES: Final[tuple[StatsMode, ...]] = ("always", "on_change")
 
-# The share of the budget the schedule plans to spend. More than all of it: the plan
-# counts steady intervals, and users waking and sleeping by time zone leave reads unused
-# at quiet hours unless a small queue of due users is always waiting (B5 at 100/h per
-# 400: 1.0 leaves 7 % of the reads unused, 1.2 under 1 %; 1.35 queues too long).
-PLAN_SHARE: Final = 1.2
 # Users are due at most this share of `max_interval` after a read: the rest is room for
 # the queue of due users, so that nobody goes unread longer than `max_interval`.
 CAP_SHARE: Final = 0.85
 # Due times are found to within this many seconds.
 RESOLUTION: Final = 5.0
-
-# Classes of users by estimated changes per day, for `status` (upper bounds, exclusive).
-RATE_CLASSES: Final[tuple[tuple[str, float], ...]] = (
-    ("idle", 0.5),
-    ("light", 4.0),
-    ("busy", 16.0),
-    ("heavy", math.inf),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,91 +249,6 @@ class Waiting:
         self.spent += took
 
 
-def reads_per_hour(
-    rates: Iterable[tuple[float, float, float]], scale: float, cfg: FreshnessConfig
-) -> float:
-    """Reads an hour the users (planning rate, mean rate, how many) cost at `scale`."""
-    total = 0.0
-    plan = SchedulePlan(scale)
-    for rate, mean, weight in rates:
-        interval = interval_for(rate, plan, cfg)
-        total += weight * turn_cost(mean, interval, cfg) / interval
-    return total * HOUR
-
-
-def plan_scale(
-    rates: Iterable[tuple[float, float, float]], budget_per_hour: float, cfg: FreshnessConfig
-) -> SchedulePlan:
-    """The scale at which the users spend `PLAN_SHARE` of `budget_per_hour`.
-
-    `rates` holds (planning rate, mean rate, how many), as `bucket_rates` gives them.
-    When the budget covers every user at `interval`, the scale is 0 (all at `interval`);
-    when it does not cover every user at `max_interval`, every user gets `max_interval`
-    and the claim's order (oldest due first) shares what there is.
-    """
-    table = [(r, m, w) for r, m, w in rates if w > 0]
-    budget = budget_per_hour * PLAN_SHARE
-    if cfg.schedule == "fixed" or not table or budget <= 0:
-        return SchedulePlan(0.0, budget_per_hour)
-    if reads_per_hour(table, 0.0, cfg) <= budget:
-        return SchedulePlan(0.0, budget_per_hour)
-    positive = [r for r, _, _ in table if r > 0] or [MAX_RATE]
-    # Every user at the cap: scale^2 * read_cost >= rate * cap^2, read_cost >= 1/2.
-    high = cap_seconds(cfg) * math.sqrt(2 * max(positive))
-    if reads_per_hour(table, high, cfg) >= budget:
-        return SchedulePlan(high, budget_per_hour)
-    low = cfg.interval.total_seconds() * min(positive) ** EXPONENT
-    for _ in range(60):  # bisection in log space: the reads fall as the scale grows
-        mid = math.sqrt(low * high)
-        if reads_per_hour(table, mid, cfg) > budget:
-            low = mid
-        else:
-            high = mid
-        if high / low < 1.001:
-            break
-    return SchedulePlan(high, budget_per_hour)
-
-
-def day_shape(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
-    """The users' summed sqrt(rate) per slice of the day, over its mean (`SchedulePlan`)."""
-    sums = [0.0] * BINS
-    for est in estimates:
-        for index, rate in enumerate(est.rates()):
-            sums[index] += rate**EXPONENT
-    mean = sum(sums) / BINS
-    if mean <= 0:
-        return (1.0,) * BINS
-    return tuple(max(s / mean, 0.05) for s in sums)
-
-
-def rate_class(per_day: float) -> str:
-    """The `status` class of a user changing `per_day` times a day."""
-    for name, upper in RATE_CLASSES:
-        if per_day < upper:
-            return name
-    return RATE_CLASSES[-1][0]
-
-
-def bucket_rates(estimates: Iterable[ChangeEstimate]) -> list[tuple[float, float, float]]:
-    """Group users into log-spaced buckets of (planning rate, mean rate, how many).
-
-    About 9 % wide in the planning rate and 19 % in the mean rate: enough for the plan,
-    and a few hundred buckets however many users.
-    """
-    buckets: dict[tuple[int, int], float] = {}
-    for est in estimates:
-        key = est.buckets()
-        buckets[key] = buckets.get(key, 0.0) + 1.0
-    return from_buckets(buckets.items())
-
-
-def from_buckets(
-    counts: Iterable[tuple[tuple[int, int], float]],
-) -> list[tuple[float, float, float]]:
-    """(planning rate, mean rate, how many) from counts per `ChangeEstimate.buckets()` key."""
-    return [(2 ** (a / 8), 2 ** (b / 4), n) for (a, b), n in sorted(counts)]
-
-
 def fold_turn(
     est: ChangeEstimate | None,
     turn: Iterable[tuple[str, str, Any]],
@@ -386,24 +286,3 @@ def stats_still_wanted(
             fresh = changed(est, content_hash(kind, payload))
             return wants_stats(est, fresh, now, cfg)
     return True
-
-
-def class_intervals(
-    rates: Iterable[tuple[float, float, float]], plan: SchedulePlan, cfg: FreshnessConfig
-) -> list[tuple[str, float, float]]:
-    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds).
-
-    `rates` as `bucket_rates` gives them; the interval is the steady one the plan gives
-    (`interval_for`), averaged over the class's users. Classes without users are left out.
-    """
-    users: dict[str, float] = {}
-    seconds: dict[str, float] = {}
-    for rate, mean, weight in rates:
-        name = rate_class(mean * 24 * HOUR)
-        users[name] = users.get(name, 0.0) + weight
-        seconds[name] = seconds.get(name, 0.0) + weight * interval_for(rate, plan, cfg)
-    return [
-        (name, users[name], seconds[name] / users[name])
-        for name, _ in RATE_CLASSES
-        if users.get(name)
-    ]

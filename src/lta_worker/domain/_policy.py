@@ -196,7 +196,7 @@ class PolicyConfig:
         backoff_base: The backoff ceiling after the first failure.
         schedule, max_interval, stats, stats_max_age, rate_half_life: the freshness
             schedule (`freshness.FreshnessConfig`).
-        plan: The budget's scale for this pass (`freshness.plan_scale`).
+        plan: The budget's scale for this pass (`_spread.plan_scale`).
     """
 
     interval: timedelta = timedelta(hours=1)
