@@ -192,12 +192,43 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
     assert (error["error"], error["exit_code"], error["job"]) == ("UnknownKeyError", 78, "pass")
     assert halt["event"] == "service.config_stop"
     assert (halt["level"], halt["exit_code"], halt["key"]) == ("error", 78, "crypto.key_file")
+    assert "read again, still lacks key id" in halt["hint"]
     assert (events[-1]["event"], events[-1]["exit_code"]) == ("service.stopped", 78)
     notify.drain()
     assert any(m.get("STATUS") == "stopping: configuration error" for m in notify.messages)
     with world.store() as store:
         after = {u.user: u.token for u in store.list_users()}
     assert after == before and all(token is not None for token in after.values())
+
+
+def test_serve_takes_a_key_added_after_it_started_instead_of_stopping(
+    world: World, notify: NotifySocket
+) -> None:
+    """Step 1 of key rotation with `serve` running: a user enrolled under the key line just
+    added makes `serve` read the key file again (`service.keys_reloaded`) and read that
+    user, not stop with 78 saying a line was removed."""
+    world.enroll(["alice"])
+    world.poll = {"tick": "0.5s", "interval": "1s"}
+    world.write_config()
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        new_line = generate_key_line(datetime.now(UTC))
+        with world.key_file.open("a", encoding="utf-8") as keys:
+            keys.write(new_line + "\n")  # step 1: the new key as the last line
+        world.enroll(["bob"])  # written under the new key, which serve has not read
+        reloaded = world.wait_for_event("service.keys_reloaded", proc)
+        deadline = time.monotonic() + 20
+        while "bob" not in _read_ok(_complete_lines(world)):
+            assert proc.poll() is None, f"serve exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "bob was not read after the key reload"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    assert reloaded["key_id"] == new_line.split(":", 1)[0]
+    assert not any(e["event"] in {"error", "service.config_stop"} for e in world.log_events())
 
 
 def _complete_lines(world: World) -> list[str]:

@@ -490,6 +490,15 @@ class Worker:
         register_secret(client_secret)
         self._vault, self.client_secret, self.settings = vault, client_secret, settings
 
+    def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
+        """Re-read the key file alone, under the settings in force (`serve`, when a pass
+        met a token under a key id the keys in force lack). Loaded before it replaces them:
+        a file that still lacks one of `key_ids_in_use` (`UnknownKeyError`) or is broken
+        leaves the keys in force as they were."""
+        vault = load_vault(self.settings)
+        vault.require_keys(key_ids_in_use)
+        self._vault = vault
+
     async def heartbeat(self) -> None:
         """Tell the other instances this one is alive (registering again if pruned)."""
         if not await self._db(self.store.heartbeat, self.instance, self.clock.now()):

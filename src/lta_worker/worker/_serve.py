@@ -17,9 +17,11 @@ secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (
 stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
 down until the operator fixes the cause. Reading on would trip it again every pass, with
 the unit "active" and nobody told. A pass that fails on a configuration problem (exit code
-78: a stored token under a key id the key file no longer lists) stops it the same way,
-with `service.config_stop`: the token is kept, and the next pass would claim the same
-user first and stop again, reading almost nobody.
+78: a stored token under a key id the key file lacks) stops it the same way, with
+`service.config_stop`: the token is kept, and the next pass would claim the same user first
+and stop again, reading almost nobody. For a key id, the key file is read again first: a
+key added after the start (step 1 of key rotation) and a user enrolled under it is no
+configuration problem, and the service goes on with the new keys (`service.keys_reloaded`).
 
 `[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
 
@@ -46,7 +48,7 @@ import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from lta_worker.config import Settings, format_duration
-from lta_worker.errors import EX_CONFIG, EX_OK, LtaError
+from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._runtime import Worker
@@ -220,10 +222,15 @@ class Service:
         async with self._job("pass"):
             try:
                 result = await self.worker.run_pass()
+            except UnknownKeyError as exc:
+                if await self._take_new_keys(exc):
+                    return  # the next pass reads that user with them
+                config_error = exc
+                raise  # `_job` logs the `error` line
             except LtaError as exc:
                 if exc.exit_code == EX_CONFIG:
                     config_error = exc
-                raise  # `_job` logs the `error` line
+                raise
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
@@ -248,15 +255,39 @@ class Service:
             "every pass; fix it, then `systemctl restart lta-worker.service`",
         )
 
+    async def _take_new_keys(self, exc: UnknownKeyError) -> bool:
+        """A pass met a token under a key id the keys in force lack: read the key file
+        again, as a SIGHUP would. A key added after the start (step 1 of key rotation, then
+        an enrollment under it) is there, and the service goes on with it; True then."""
+        try:
+            in_use = await anyio.to_thread.run_sync(
+                self.worker.store.key_ids_in_use, self.worker.clock.now()
+            )
+            self.worker.reload_keys(key_ids_in_use=in_use)
+        except LtaError:
+            return False
+        log.info("service.keys_reloaded", instance=self.worker.instance, key_id=exc.key_id)
+        return True
+
     def _config_stop(self, exc: LtaError) -> None:
         """A pass failed on a configuration problem: stop reading, and exit 78."""
+        hint = (
+            "serve stops so that the unit fails instead of failing every pass; fix what the "
+            "error line says, then `systemctl restart lta-worker.service`"
+        )
+        if isinstance(exc, UnknownKeyError):
+            hint = (
+                f"the key file, read again, still lacks key id {exc.key_id!r}: a line removed "
+                "before `keys rotate` reported failed = 0 (restore it), or a key added after "
+                "the start to a file the unit copies at start (LoadCredential: restart the "
+                "unit, step 2 of key rotation); serve stops instead of failing every pass"
+            )
         self._halt(
             "configuration error",
             "service.config_stop",
             error=type(exc).__name__,
             key=getattr(exc, "key", None),
-            hint="serve stops so that the unit fails instead of failing every pass; fix what "
-            "the error line says, then `systemctl restart lta-worker.service`",
+            hint=hint,
         )
 
     def _halt(self, cause: str, event: str, **fields: Any) -> None:
