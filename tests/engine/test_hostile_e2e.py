@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,7 +51,7 @@ class Deployment:
 
     server: HostileServer
     settings: Settings
-    reads: dict[str, Step]
+    reads: dict[str, Step | Callable[[Seen], Step]]
 
     def respond(self, seen: Seen) -> Step | None:
         if seen.path == TOKENS_PATH and seen.method == "POST":
@@ -61,7 +61,7 @@ class Deployment:
             auth = seen.headers.get("authorization", "")
             for user, step in self.reads.items():
                 if auth.startswith(f"Bearer {token_of(user)}."):
-                    return step
+                    return step(seen) if callable(step) else step
         return None
 
     def store(self) -> Store:
@@ -110,7 +110,7 @@ def deployment(tmp_path: Path, db_url: str) -> Iterator[Deployment]:
     key_file = tmp_path / "token-keys"
     key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")
     os.chmod(key_file, 0o600)
-    reads: dict[str, Step] = {}
+    reads: dict[str, Step | Callable[[Seen], Step]] = {}
     holder: list[Deployment] = []
     server = HostileServer(
         default=Step(500), respond=lambda seen: holder[0].respond(seen) if holder else None
@@ -221,3 +221,45 @@ async def test_free_text_of_an_error_body_is_never_stored_or_shown(
     shown = json.dumps(user)
     assert CLIENT_SECRET not in shown and "EchoedSecretValue" not in shown
     assert "Leak42" not in shown
+
+
+def _escaped(text: str) -> str:
+    """`text` with its first letter as a JSON \\u escape (the same string once parsed)."""
+    return f"\\u{ord(text[0]):04x}{text[1:]}"
+
+
+ECHOES: Mapping[str, Callable[[str], bytes]] = {
+    "the-header": lambda auth: json_body({"echo": auth}),
+    "the-token": lambda auth: json_body({"t": auth.removeprefix("Bearer ").split(".")[0]}),
+    "the-secret": lambda auth: json_body({"nested": [{"s": auth.rsplit(".", 1)[1]}]}),
+    "the-token-escaped": lambda auth: (
+        '{"t": "' + _escaped(auth.removeprefix("Bearer ").split(".")[0]) + '"}'
+    ).encode(),
+    "the-secret-escaped": lambda auth: ('{"s": "' + _escaped(CLIENT_SECRET) + '"}').encode(),
+}
+
+
+@pytest.mark.parametrize("case", list(ECHOES))
+async def test_a_success_body_echoing_the_credential_is_never_stored(
+    deployment: Deployment, case: str, db_url: str
+) -> None:
+    """A 200 whose payload holds the token or client secret (escaped or not) is not stored."""
+    echo = ECHOES[case]
+    deployment.reads["u1"] = lambda seen: Step(200, body=echo(seen.headers["authorization"]))
+    deployment.reads["u2"] = OK
+    await deployment.enroll("u1", "u2")
+    result, _ = await deployment.run_pass()
+    assert result.exit_code == 0
+    users = {u["user"]: u for u in deployment.users()}
+    assert users["u1"]["last_outcome"] == "transient"
+    assert users["u1"]["has_token"] and users["u1"]["state"] == "active"
+    assert users["u2"]["last_outcome"] == "ok"
+    lines = deployment.export()
+    assert [json.loads(line)["user"] for line in lines] == ["u2", "u2"]
+    for secret in (token_of("u1"), CLIENT_SECRET):
+        assert all(secret not in line for line in lines)
+    if db_url.startswith("sqlite"):
+        path = Path(db_url.removeprefix("sqlite:///"))
+        for part in path.parent.glob(path.name + "*"):  # the file, its WAL and journal
+            raw = part.read_bytes()
+            assert token_of("u1").encode() not in raw and CLIENT_SECRET.encode() not in raw

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ALLOWED_CODES,
         OAUTH_CODES,
         classify,
+        echoes,
         find_code,
         strict_json,
     )
@@ -121,6 +122,7 @@ _NAMES = {
     "OAUTH_CODES": "._classify",
     "classify": "._classify",
     "find_code": "._classify",
+    "echoes": "._classify",
     "strict_json": "._classify",
     "DROP_START": "._drop",
     "drop_retry_at": "._drop",
@@ -256,6 +258,7 @@ __all__ = [
     "decide_turn",
     "drop_retry_at",
     "drop_verdict",
+    "echoes",
     "endpoints_to_call",
     "ends_turn",
     "enrollment_event",

@@ -35,7 +35,7 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from lta_worker.domain._model import Endpoint
@@ -167,6 +167,21 @@ def _success(answer: Answer) -> Outcome:
 
 
 _BROKEN: Final = object()
+
+
+def echoes(body: bytes, payload: Any, secrets: Iterable[bytes]) -> bool:
+    """True when a success body holds one of `secrets` (the token, the client secret).
+
+    A payload is stored as parsed, so a secret written with JSON escapes (`\\u0064spa_...`)
+    counts too: a body with a backslash is also checked in its parsed form. A service that
+    echoes the credential it was sent must not put it in the database in clear.
+    """
+    if any(secret in body for secret in secrets):
+        return True
+    if b"\\" not in body:
+        return False
+    parsed = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    return any(secret in parsed for secret in secrets)
 
 
 def strict_json(body: bytes) -> Any:

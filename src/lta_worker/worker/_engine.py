@@ -52,6 +52,7 @@ from lta_worker.domain import (
     UserUpdate,
     classify,
     decide_turn,
+    echoes,
     endpoints_to_call,
     ends_turn,
     read_again,
@@ -107,6 +108,10 @@ class PassEngine:
         self.pacer = pacer
         self.clock = clock
         self.client_secret = client_secret
+        # What a success body must not hold (`echoes`); a secret too short to be told from
+        # data (the log redactor's bound) is not looked for.
+        raw_secret = client_secret.reveal().encode()
+        self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         self.options = options
         self.rng = rng or random.Random()
         self.on_progress = on_progress
@@ -329,12 +334,13 @@ class PassEngine:
                 user, [(None, undecryptable)], self.clock.now(), opts.policy, self.rng
             )
         credential = long_term_credential(token, self.client_secret)
+        secrets = (token.reveal().encode(), *self._secret_bytes)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
             if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
                 continue  # `poll.stats = "on_change"`: latest-change did not move
             try:
-                outcome = await self._read(user, endpoint, credential)
+                outcome = await self._read(user, endpoint, credential, secrets)
             except _Interrupted:
                 if not results:
                     raise
@@ -365,7 +371,9 @@ class PassEngine:
             raise TypeError("the pacer's acquire() returned no Permit")
         return permit
 
-    async def _read(self, user: UserRow, endpoint: Endpoint, credential: Secret) -> Outcome:
+    async def _read(
+        self, user: UserRow, endpoint: Endpoint, credential: Secret, secrets: tuple[bytes, ...]
+    ) -> Outcome:
         attempt = 0
         while True:
             attempt += 1
@@ -379,6 +387,8 @@ class PassEngine:
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
+            if outcome.kind == "ok" and echoes(answer.body, outcome.payload, secrets):
+                outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
                 outcome = replace(outcome, wait=wait)
