@@ -40,6 +40,17 @@ def test_rejected_forms_say_what_is_expected(bad: object) -> None:
         parse_duration(bad)
 
 
+@pytest.mark.parametrize(
+    "huge",
+    [10**400, 10**300, 1e308, float("inf"), "1" + "0" * 400, "1" + "0" * 400 + "s"],
+    ids=["int-beyond-float", "int", "float", "inf", "digits-beyond-float", "seconds-beyond-float"],
+)
+def test_huge_durations_are_too_long(huge: object) -> None:
+    """A number or string too big for a timedelta (or a float) raises ValueError: too long."""
+    with pytest.raises(ValueError, match="too long to represent"):
+        parse_duration(huge)
+
+
 @given(st.integers(min_value=0, max_value=10**8))
 def test_format_then_parse_round_trips(seconds: int) -> None:
     """format_duration's output parses back to the same whole number of seconds."""

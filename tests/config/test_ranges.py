@@ -123,6 +123,28 @@ def test_huge_durations_are_refused_not_overflowing(digits: int, unit: str) -> N
     assert info.value.key == "poll.interval"
 
 
+HUGE = 10**400  # a TOML integer no float holds
+HUGER = 16**5000 - 1  # `0xfff...`: TOML hex has no digit limit, its decimal form has
+
+
+@pytest.mark.parametrize("huge", [HUGE, -HUGE, HUGER], ids=["huge", "negative", "hex"])
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_a_huge_integer_is_refused_naming_the_key(key: str, huge: int) -> None:
+    """An integer too big for a float, for any number or duration, is refused naming the key."""
+    with pytest.raises(ConfigError) as info:
+        build_settings(_with(key, huge))
+    assert info.value.key == key
+    assert "digits" not in str(info.value)  # not Python's own int-to-str limit message
+
+
+def test_a_huge_integer_duration_is_too_long() -> None:
+    """A huge integer duration gets the message of an over-long duration string."""
+    with pytest.raises(
+        ConfigError, match=r"^poll\.interval: invalid duration.*: too long to represent$"
+    ):
+        build_settings(_with("poll.interval", HUGE))
+
+
 def test_range_message_reads_well() -> None:
     """The message names the bounds as the docs write them (100ms, 1h) and the value given."""
     with pytest.raises(ConfigError, match=re.escape("between 100ms and 1h (got 0s)")):

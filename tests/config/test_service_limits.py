@@ -87,3 +87,25 @@ def test_proxies_come_from_the_usual_variables(
     """Only https proxies are taken from the environment, once, into settings."""
     s = load_settings(None, {**REQUIRED, **env})
     assert (s.service.https_proxy, s.service.no_proxy) == (proxy, no_proxy)
+
+
+@pytest.mark.parametrize("name", ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"])
+def test_a_bad_proxy_from_the_environment_names_the_variable(name: str) -> None:
+    """A proxy refused from HTTPS_PROXY & co. names that variable and how to fix it (exit 78)."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {**REQUIRED, name: "socks5://127.0.0.1:1080"})
+    assert info.value.exit_code == 78
+    assert info.value.key == "service.https_proxy"
+    assert str(info.value).startswith(
+        f"service.https_proxy (from the environment variable {name}): expected a proxy URL"
+    )
+    assert f"unset {name}" in str(info.value.hint)
+    assert "set service.https_proxy" in str(info.value.hint)
+
+
+def test_a_bad_proxy_of_the_worker_own_setting_names_only_the_key() -> None:
+    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names the key, no other variable."""
+    env = {**REQUIRED, "HTTPS_PROXY": "http://p:1", "LTA_WORKER_SERVICE_HTTPS_PROXY": "socks5://q"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env)
+    assert str(info.value).startswith("service.https_proxy: expected a proxy URL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lta_worker.config import build_settings, load_settings, read_client_secret
@@ -144,3 +145,62 @@ def test_missing_secret_file_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         read_client_secret(s)
     assert info.value.key == "client.secret_file"
+
+
+def test_an_integer_too_long_for_python_is_a_config_error(tmp_path: Path) -> None:
+    """A TOML integer beyond Python's digit limit is a ConfigError naming the file."""
+    path = write(tmp_path, MINIMAL + "[poll]\ninterval = 1" + "0" * 5000 + "\n")
+    with pytest.raises(ConfigError, match="not valid TOML: a number has too many digits"):
+        load_settings(path, env={})
+
+
+URL_KEYS = [
+    "service.base_url",
+    "service.auth_url",
+    "service.token_url",
+    "service.https_proxy",
+    "client.redirect_uri",
+    "enroll.public_url",
+    "enroll.return_url",
+    "webhook.url",
+]
+
+
+def _with_url(key: str, url: str) -> dict[str, dict[str, object]]:
+    section, _, name = key.partition(".")
+    data: dict[str, dict[str, object]] = {
+        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+        "client": {"id": "c"},
+    }
+    data.setdefault(section, {})[name] = url
+    return data
+
+
+@pytest.mark.parametrize("key", URL_KEYS)
+@pytest.mark.parametrize("port", ["99999", "65536", "0", "abc", "-1", "+1", "1_0", "1:2", "\uff18"])
+def test_a_url_with_a_bad_port_is_refused_naming_the_key(key: str, port: str) -> None:
+    """A URL setting whose port is not a number from 1 to 65535 is refused at load."""
+    with pytest.raises(ConfigError) as info:
+        build_settings(_with_url(key, f"https://h.example:{port}/x"))
+    assert info.value.key == key
+    assert str(info.value) == f"{key}: the port must be a number from 1 to 65535 (got {port!r})"
+
+
+@pytest.mark.parametrize("key", URL_KEYS)
+@pytest.mark.parametrize("url", ["https://h.exa\tmple", "https://h.example/\x00", "https://h\x7f"])
+def test_a_url_with_a_control_character_is_refused(key: str, url: str) -> None:
+    """A URL setting holding a control character (which httpx refuses) is refused at load."""
+    with pytest.raises(ConfigError, match="control character") as info:
+        build_settings(_with_url(key, url))
+    assert info.value.key == key
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://h.example:1", "https://h.example:65535/x", "http://[::1]:8080", "http://127.0.0.1:"],
+)
+def test_a_url_with_a_valid_port_is_taken(url: str) -> None:
+    """Ports 1 and 65535, an IPv6 host with a port and an empty port are accepted."""
+    s = build_settings({"service": {"base_url": url, "auth_url": url}, "client": {"id": "c"}})
+    assert s.service.base_url == url
+    assert httpx.URL(url).port in (None, 1, 65535, 8080)  # httpx takes it too

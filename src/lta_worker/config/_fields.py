@@ -172,8 +172,13 @@ def _string(raw: Any) -> str:
     return raw
 
 
+_INT64 = range(-(2**63), 2**63)  # TOML's integers; beyond, str() of one may even fail
+
+
 def _integer(raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw not in _INT64:
+            raise ValueError("is too large a number")
         return raw
     if isinstance(raw, float) and raw.is_integer():
         return int(raw)
@@ -184,7 +189,10 @@ def _integer(raw: Any) -> int:
 
 def _number(raw: Any) -> float:
     if isinstance(raw, int | float) and not isinstance(raw, bool):
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:  # an int beyond any float
+            raise ValueError("is too large a number") from None
     if isinstance(raw, str):
         try:
             return float(raw.strip())

@@ -81,6 +81,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source} is not valid TOML: {exc}") from None
+    except ValueError:  # int() refuses over 4300 decimal digits; tomllib lets that through
+        raise ConfigError(f"{source} is not valid TOML: a number has too many digits") from None
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -123,25 +125,37 @@ def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str,
     return data
 
 
-def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """`service.https_proxy` and `service.no_proxy` from the usual variables, when unset."""
+def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """Fill `service.https_proxy` and `service.no_proxy` from the usual variables, when
+    unset; return the variable each filled key came from (`service.https_proxy` -> name)."""
+    origins = {}
     for key, names in (("https_proxy", HTTPS_PROXY_ENV), ("no_proxy", NO_PROXY_ENV)):
-        value = next((env[n].strip() for n in names if env.get(n, "").strip()), None)
+        name = next((n for n in names if env.get(n, "").strip()), None)
         service = data.get("service")
-        if value and isinstance(service, dict) and key not in service:
-            service[key] = value
-    return data
+        if name and isinstance(service, dict) and key not in service:
+            service[key] = env[name].strip()
+            origins[f"service.{key}"] = name
+    return origins
 
 
-def build_settings(data: Mapping[str, Any]) -> Settings:
+def build_settings(data: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> Settings:
     """Validate a plain mapping into `Settings`, each number and duration within its range
-    (`config.ranges`); a problem raises ConfigError naming the key."""
+    (`config.ranges`); a problem raises ConfigError naming the key, and the environment
+    variable its value came from when `origins` (key -> variable) names one."""
     errors: list[tuple[str, str]] = []
     settings = read_section(Settings, data, "", errors)
     if settings is None:
         key, msg = errors[0]
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise ConfigError(msg + more, key=key)
+        name = (origins or {}).get(key)
+        if name is None:
+            raise ConfigError(msg + more, key=key)
+        error = ConfigError(
+            f"{key} (from the environment variable {name}): {msg}{more}",
+            hint=f'unset {name} for lta-worker, or set {key} ("" for none)',
+        )
+        error.key = key  # the plain key, as for any other setting
+        raise error
     check_ranges(settings)
     check_enroll(settings)
     return settings
@@ -156,8 +170,7 @@ def load_settings(
     data = _read_toml(file) if file else {}
     data = _merge(data, _env_overrides(env))
     data = _systemd_defaults(data, env)
-    data = _proxy_defaults(data, env)
-    return build_settings(data)
+    return build_settings(data, _proxy_defaults(data, env))
 
 
 def read_client_secret(settings: Settings) -> Secret:

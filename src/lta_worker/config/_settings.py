@@ -34,9 +34,28 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _split_url(value: str) -> SplitResult:
+    """The parts of a URL that httpx can connect to; ValueError naming what is wrong else.
+
+    `urlsplit` drops tabs and newlines and reads a port only when asked; httpx refuses
+    control characters, and a port it does not refuse (`99999`) fails only at connect.
+    """
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("a URL must not hold a control character (tab, newline, ...)")
+    parts = urlsplit(value)
+    try:
+        number = parts.port  # None when absent; 0 to 65535, else ValueError
+    except ValueError:
+        number = None
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port and not (port.isdigit() and number):
+        raise ValueError(f"the port must be a number from 1 to 65535 (got {port!r})")
+    return parts
+
+
 def _secure_http_url(value: str) -> SplitResult:
     """The parts of an https URL, or of an http one to a loopback host; ValueError else."""
-    parts = urlsplit(value)
+    parts = _split_url(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL")
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
@@ -61,7 +80,7 @@ def _request_timeout(value: timedelta) -> timedelta:
 def _proxy(value: str) -> str | None:
     if not value:
         return None
-    parts = urlsplit(value if "://" in value else f"http://{value}")
+    parts = _split_url(value if "://" in value else f"http://{value}")
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("expected a proxy URL such as http://proxy.example:3128")
     return parts.geturl()
@@ -110,7 +129,7 @@ def _known_scopes(value: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _redirect(value: str) -> str:
-    parts = urlsplit(value)
+    parts = _split_url(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL")
     return value
@@ -291,7 +310,7 @@ def _public_url(value: str) -> str | None:
 def _return_url(value: str) -> str | None:
     if not value:
         return None
-    parts = urlsplit(value)
+    parts = _split_url(value)
     if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
         raise ValueError(f"{value!r} is not an http(s) URL without a fragment")
     return value

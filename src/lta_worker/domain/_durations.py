@@ -22,7 +22,10 @@ def parse_duration(value: object) -> timedelta:
     elif isinstance(value, bool):
         raise ValueError("expected a duration such as '30s', '5m', '1h' or '1h30m'")
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float; not quoted: it may not fit in str()
+            raise ValueError("invalid duration: too long to represent") from None
     elif isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
@@ -35,11 +38,11 @@ def parse_duration(value: object) -> timedelta:
             )
     else:
         raise ValueError("expected a duration such as '30s', '5m', '1h' or '1h30m'")
-    if seconds < 0 or not math.isfinite(seconds):
+    if seconds < 0 or math.isnan(seconds):
         raise ValueError(f"invalid duration {value!r}: must be finite and not negative")
     try:
         return timedelta(seconds=seconds)
-    except OverflowError:
+    except OverflowError:  # beyond timedelta's range, or infinite (`inf`, too many digits)
         raise ValueError(f"invalid duration {value!r}: too long to represent") from None
 
 
