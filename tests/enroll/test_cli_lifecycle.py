@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -137,3 +137,33 @@ def test_drop_report_exit_codes(
     out, err = capsys.readouterr()
     lines = (out + err).splitlines()
     assert len(lines) == 1 and says in lines[0]
+
+
+def _secret_as_directory(secret_file: Path) -> None:
+    secret_file.unlink()
+    secret_file.mkdir(mode=0o700)
+
+
+def _secret_on_two_lines(secret_file: Path) -> None:
+    secret_file.write_text(DEMO_CLIENT_SECRET + "\nsecond line\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("verb", ["drop", "forget"])
+@pytest.mark.parametrize(
+    "breakage", [_secret_as_directory, _secret_on_two_lines], ids=["directory", "two lines"]
+)
+def test_unusable_secret_file_changes_nothing(
+    tmp_path: Path, verb: str, breakage: Callable[[Path], None]
+) -> None:
+    """An unusable client secret file stops `users drop`/`forget` with 78 before any change:
+    the user stays `active` with its token, and no DELETE is sent."""
+    with start_in_thread(Simulator()) as served:
+        cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+        cli.enroll("x", "svc-x")
+        breakage(tmp_path / "client-secret")
+        done = cli("users", verb, "--user", "x")
+        assert done.returncode == 78, done.stderr
+        assert "client.secret_file" in done.stderr
+        listed = json.loads(cli("users", "list", "--format", "json").stdout)
+        assert (listed[0]["state"], listed[0]["has_token"]) == ("active", True)
+        assert [r for r in served.sim.requests() if r.method == "DELETE"] == []

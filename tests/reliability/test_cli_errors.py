@@ -156,6 +156,13 @@ def _fifo_key_file(tmp: Path, data: dict[str, Any]) -> None:
     data["crypto"]["key_file"] = str(fifo)
 
 
+def _garbage_database(tmp: Path, data: dict[str, Any]) -> None:
+    """database.url names a 0600 file of random bytes, not a SQLite database."""
+    database = tmp / "lta.db"
+    database.write_bytes(os.urandom(65536))
+    database.chmod(0o600)
+
+
 def _pg(role: str, rest: str) -> Callable[[Path, dict[str, Any]], None]:
     """database.url on the test server, as `role` with a password, then `rest` (/db?query)."""
 
@@ -213,6 +220,19 @@ CASES = [
         "new SQLite database in a read-only directory", 78, "database.url", arrange=_read_only_dir
     ),
     Case("key file is a FIFO", 78, "crypto.key_file", arrange=_fifo_key_file),
+    Case(
+        "database file is not SQLite (run)",
+        78,
+        "is not a SQLite database",
+        arrange=_garbage_database,
+    ),
+    Case(
+        "database file is not SQLite (status)",
+        78,
+        "is not a SQLite database",
+        args=("status",),
+        arrange=_garbage_database,
+    ),
     Case("unknown command", 2, "No such command", args=("frobnicate",)),
     Case("bad --max-duration", 2, "--max-duration", args=("run", "--max-duration", "soon")),
     Case(
@@ -415,3 +435,43 @@ def test_every_command_applies_the_secret_file_rule(
     assert done.returncode == 78, (done.returncode, done.stderr[-2000:])
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert setting in done.stderr and "chmod" in done.stderr, done.stderr
+
+
+def test_check_names_a_database_file_that_is_not_sqlite(tmp_path: Path) -> None:
+    """`check` on a database file of random bytes: exit 78, its database check names
+    database.url and says to restore the file, not a temporary failure."""
+    case = Case("check", 78, "", args=("check", "--format", "json"), arrange=_garbage_database)
+    done = _run(tmp_path, case, {})
+    assert done.returncode == 78, (done.returncode, done.stdout, done.stderr[-2000:])
+    failed = {c["name"]: c for c in json.loads(done.stdout)["checks"] if not c["ok"]}
+    assert failed["database"]["exit_code"] == 78
+    assert "database.url" in failed["database"]["message"]
+    assert "is not a SQLite database" in failed["database"]["message"]
+    assert "backup" in failed["database"]["hint"]
+
+
+def test_check_fails_on_a_database_run_cannot_write(tmp_path: Path) -> None:
+    """A migrated SQLite database on a read-only filesystem: `run` exits 78, and `check`
+    fails its database check with 78 naming database.url and run's hint, not `ok`."""
+    if not MOUNTABLE:
+        pytest.skip("a read-only tmpfs needs root; tests/worker/test_check_database.py covers it")
+    where = tmp_path / "ro"
+    _mount(where, "size=1m")
+    url = f"sqlite:///{where / 'lta.db'}"
+
+    def on_read_only_disk(tmp: Path, data: dict[str, Any]) -> None:
+        data["database"]["url"] = url
+        if not (where / "lta.db").exists():
+            _due_user(tmp, data)
+            subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+
+    run = _run(tmp_path, Case("run", 78, "", arrange=on_read_only_disk), {})
+    assert run.returncode == 78, run.stderr[-2000:]
+    (run_error,) = _error_lines(run.stderr)
+    check = Case("check", 78, "", args=("check", "--format", "json"), arrange=on_read_only_disk)
+    done = _run(tmp_path, check, {})
+    assert done.returncode == 78, (done.stdout, done.stderr[-2000:])
+    database = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["database"]
+    assert not database["ok"] and database["exit_code"] == 78, database
+    assert database["message"].startswith("database.url: ")
+    assert database["hint"] == run_error["hint"]

@@ -3,6 +3,7 @@ against the real PostgreSQL server and real SQLite files; no message holds the p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -122,3 +123,40 @@ def test_disk_full_is_temporary_with_the_disk_hint() -> None:
     exc = OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
     mapped = map_driver_error(exc)
     assert type(mapped) is StorageError and "free disk space" in str(mapped)
+
+
+def test_sqlite_file_that_is_not_a_database_is_configuration(tmp_path: Path) -> None:
+    """A database.url file of random bytes (SQLITE_NOTADB) is a ConfigError (78) naming
+    database.url and the file, with the advice to restore it; never a temporary error."""
+    path = tmp_path / "lta.db"
+    path.write_bytes(os.urandom(65536))
+    path.chmod(0o600)
+    error = _failure(f"sqlite:///{path}")
+    assert isinstance(error, ConfigError) and error.key == "database.url", error
+    assert f"{str(path)!r} is not a SQLite database" in str(error)
+    assert error.hint is not None and "restore it from a backup" in error.hint
+
+
+def test_corrupt_sqlite_database_is_configuration(tmp_path: Path) -> None:
+    """A SQLite file with damaged pages (SQLITE_CORRUPT, "malformed") is a ConfigError (78)
+    naming database.url, with the advice to check it and restore it from a backup."""
+    import sqlite3
+
+    path = tmp_path / "lta.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,)] * 1000)
+    damaged = bytearray(path.read_bytes())
+    damaged[4096:8192] = os.urandom(4096)
+    path.write_bytes(bytes(damaged))
+    path.chmod(0o600)
+    db = Database.open(f"sqlite:///{path}")
+    try:
+        with pytest.raises(LtaError) as info, db.read() as conn:
+            conn.execute(text("SELECT count(*), max(x) FROM t")).all()
+    finally:
+        db.dispose()
+    error = info.value
+    assert isinstance(error, ConfigError) and error.key == "database.url", error
+    assert "malformed" in str(error)
+    assert error.hint is not None and "PRAGMA integrity_check" in error.hint

@@ -106,7 +106,8 @@ class Lifecycle(ClientOperation):
 
         Raises:
             UnknownUserError: no such user (exit 2).
-            ConfigError: the stored token cannot be decrypted (nothing is changed).
+            ConfigError: the stored token cannot be decrypted, or `client.secret_file`
+                cannot be used (nothing is changed).
         """
         result = await self._drop(user, reason="dropped", purge=False)
         _dropped_event(result)
@@ -120,6 +121,7 @@ class Lifecycle(ClientOperation):
 
         Raises:
             UnknownUserError: no such user (exit 2).
+            ConfigError: as `drop` (nothing is changed, no result purged).
         """
         result = await self._drop(user, reason="forgotten", purge=True)
         _dropped_event(result)
@@ -129,8 +131,9 @@ class Lifecycle(ClientOperation):
         row = await to_thread.run_sync(self._store.get_user, user)
         if row is None:
             raise UnknownUserError(user)
-        if row.token is not None:  # a key problem is found before anything changes
+        if row.token is not None:  # a key or secret file problem: found before any change
             register_secret(self._vault.decrypt(row.token, user=user))
+            _ = self.client_secret
         start = await to_thread.run_sync(self._store.begin_drop, user, self._clock())
         purged: int | None = None
         if purge:

@@ -8,7 +8,8 @@
   AES-256-GCM encryption of tokens at rest and the key file (`_vault`, `_keyfile`);
 - `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this
   code knows (`_migrate`); `map_driver_error`: a driver error as a configuration (78) or
-  temporary (75) error (`_dberrors`).
+  temporary (75) error (`_dberrors`); `require_sqlite_writable`: what `check` asks of a
+  SQLite file and its directory, without writing (`_db`).
 
 The records it takes and returns are the domain's (`lta_worker.domain`).
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from lta_worker._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from lta_worker.storage._db import require_sqlite_writable
     from lta_worker.storage._dberrors import map_driver_error
     from lta_worker.storage._keyfile import Keyring, generate_key_line, load_key_file
     from lta_worker.storage._migrate import HEAD_REVISION
@@ -39,6 +41,7 @@ _NAMES = {
     "rotate_keys": "._rotation",
     "HEAD_REVISION": "._migrate",
     "map_driver_error": "._dberrors",
+    "require_sqlite_writable": "._db",
 }
 __getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
@@ -50,5 +53,6 @@ __all__ = [
     "generate_key_line",
     "load_key_file",
     "map_driver_error",
+    "require_sqlite_writable",
     "rotate_keys",
 ]

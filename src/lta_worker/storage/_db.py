@@ -37,7 +37,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from lta_worker.errors import ConfigError, SchemaOutdatedError
-from lta_worker.storage._dberrors import map_driver_error
+from lta_worker.storage._dberrors import SQLITE_WRITABLE_HINT, map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -127,6 +127,26 @@ def check_database_mode(path: Path, mode: int) -> None:
             key="database.url",
             hint=f"chmod o-rwx {path}",
         )
+
+
+def require_sqlite_writable(path: Path) -> None:
+    """Refuse a SQLite database this user could not write: the file (when it exists) or its
+    directory, where the WAL and journal files go. Judged with `os.access`: writes nothing.
+
+    Raises:
+        ConfigError: naming `database.url`, with the hint a failed write would give.
+    """
+    if path.exists() and not os.access(path, os.W_OK):
+        where = f"the SQLite database {str(path)!r}"
+    elif not os.access(path.parent, os.W_OK | os.X_OK):
+        where = f"the directory {str(path.parent)!r} of the SQLite database (WAL and journal)"
+    else:
+        return
+    raise ConfigError(
+        f"{where} is not writable by this user: run and serve would fail",
+        key="database.url",
+        hint=SQLITE_WRITABLE_HINT,
+    )
 
 
 # The pragmas every connection keeps between transactions (`Database.write` relaxes some
@@ -340,7 +360,7 @@ class Database:
         try:
             yield
         except DBAPIError as exc:
-            raise map_driver_error(exc, self.engine.url.password) from exc
+            raise map_driver_error(exc, self.engine.url.password, self.path) from exc
 
     def dispose(self) -> None:
         """Close every pooled connection."""

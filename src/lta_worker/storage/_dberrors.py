@@ -2,10 +2,11 @@
 
 A database that does not exist, a role that does not exist or is refused, a bad `sslmode`
 or connection option, a server without the TLS the URL asks for, a SQLite file that cannot
-be opened or written: the operator fixes `database.url` (or the file's directory), so it is
-a `ConfigError` naming `database.url`. A server that is down or starting, too many
-connections, a full disk, a lock, a serialization failure: a rerun later can succeed, so it
-is a `StorageError` (75). Anything not recognised is temporary.
+be opened or written, a SQLite file that is not a database (SQLITE_NOTADB) or is corrupt
+(SQLITE_CORRUPT): the operator fixes `database.url` (or the file's directory, or restores
+the file), so it is a `ConfigError` naming `database.url`. A server that is down or
+starting, too many connections, a full disk, a lock, a serialization failure: a rerun later
+can succeed, so it is a `StorageError` (75). Anything not recognised is temporary.
 
 PostgreSQL reports no SQLSTATE for a failed connection (libpq's message is all there is),
 so connection errors are matched on libpq's English messages; a server whose
@@ -16,6 +17,7 @@ their SQLSTATE, which decides first. No message ever holds the URL's password.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Final
 
 from sqlalchemy.exc import DBAPIError
@@ -52,9 +54,19 @@ _CONFIG_HINT: Final = (
     "check database.url (host, database name, role, sslmode) and the database's permissions; "
     "keep a password in ~/.pgpass, not in the URL"
 )
-_SQLITE_CONFIG_HINT: Final = (
+SQLITE_WRITABLE_HINT: Final = (
     "make the SQLite file and its directory writable by the user running lta-worker, "
     "or set database.url"
+)
+# SQLite's primary result codes (the low byte of an extended code) for a damaged file.
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
+_NOTADB_HINT: Final = (
+    "restore it from a backup or point database.url at the right file; nothing was changed"
+)
+_CORRUPT_HINT: Final = (
+    "stop lta-worker and restore the file from a backup "
+    "(`sqlite3 FILE 'PRAGMA integrity_check'` shows the damage)"
 )
 _TEMPORARY_HINT: Final = "check that the database is reachable; the pass can be rerun"
 _DISK = re.compile(r"disk is full|disk I/O error|no space left|could not extend", re.IGNORECASE)
@@ -83,15 +95,34 @@ def is_configuration(exc: DBAPIError) -> bool:
     return bool(_CONFIG_MESSAGES.search(str(orig) if orig is not None else str(exc)))
 
 
-def map_driver_error(exc: DBAPIError, password: str | None = None) -> LtaError:
-    """The lta-worker error for a driver error: ConfigError (78) or StorageError (75)."""
+def _damaged_sqlite(exc: DBAPIError, path: Path | None) -> ConfigError | None:
+    """A ConfigError for a SQLite file that is not a database or is corrupt, else None."""
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF not in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
+        return None
+    name = repr(str(path)) if path is not None else "the SQLite database"
+    if code & 0xFF == _SQLITE_NOTADB:
+        message = f"{name} is not a SQLite database (or is encrypted or corrupt)"
+        return ConfigError(message, key=_SETTING, hint=_NOTADB_HINT)
+    message = f"{name} is corrupt ({describe(exc)})"
+    return ConfigError(message, key=_SETTING, hint=_CORRUPT_HINT)
+
+
+def map_driver_error(
+    exc: DBAPIError, password: str | None = None, path: Path | None = None
+) -> LtaError:
+    """The lta-worker error for a driver error: ConfigError (78) or StorageError (75);
+    `path` is the SQLite file, named in the message when the file itself is damaged."""
+    damaged = _damaged_sqlite(exc, path)
+    if damaged is not None:
+        return damaged
     what = describe(exc, password)
     if is_configuration(exc):
         sqlite = exc.orig is not None and type(exc.orig).__module__.startswith("sqlite3")
         return ConfigError(
             f"the database cannot be used as configured ({what})",
             key=_SETTING,
-            hint=_SQLITE_CONFIG_HINT if sqlite else _CONFIG_HINT,
+            hint=SQLITE_WRITABLE_HINT if sqlite else _CONFIG_HINT,
         )
     hint = _DISK_HINT if _DISK.search(what) else _TEMPORARY_HINT
     return StorageError(f"the database refused the operation ({what})", hint=hint)

@@ -5,7 +5,8 @@ Each check runs whatever the others found, so one call lists every problem:
 - `client_secret`: `client.secret_file` (the secret file rule, one printable line);
 - `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
 - `database`: reachable, opened read-only, the schema this code knows (never created or
-  migrated), and every key id its tokens are encrypted under listed in the key file;
+  migrated), every key id its tokens are encrypted under listed in the key file, and a
+  SQLite file and its directory writable by this user (`os.access`: nothing is written);
 - `service`: `service.base_url` and `service.auth_url` answer HTTP at all. A `HEAD` of each
   URL itself (not of a read endpoint, and without any credential): any status counts,
   so the read budget is never spent; only a network failure fails it.
@@ -49,7 +50,7 @@ def _client_secret(settings: Settings) -> str:
 
 
 def _database(settings: Settings, vault: Vault | None) -> str:
-    from lta_worker.storage import HEAD_REVISION
+    from lta_worker.storage import HEAD_REVISION, require_sqlite_writable
     from lta_worker.worker._clock import SystemClock
     from lta_worker.worker._wiring import open_store_readonly
 
@@ -59,6 +60,8 @@ def _database(settings: Settings, vault: Vault | None) -> str:
         in_use = store.key_ids_in_use(SystemClock().now())
     finally:
         store.close()
+    if store.database.path is not None:
+        require_sqlite_writable(store.database.path)
     if vault is not None:
         vault.require_keys(in_use)
     return f"{store.dialect}, schema at revision {HEAD_REVISION}, {users} user(s)"
