@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from functools import cache
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -15,6 +18,7 @@ import pytest
 
 from lta_worker import __version__
 from lta_worker.config import Settings, build_settings
+from lta_worker.domain._classify import classify
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import scrub
 from lta_worker.secret import Secret
@@ -566,3 +570,197 @@ async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
     assert len(seen) == 1
     assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
     assert TOKEN.reveal().encode() not in seen[0]  # the credential stays inside the tunnel
+
+
+# -- Content-Encoding: decoded within the cap, whatever the body inflates to -----------------
+
+BOMB_CAP = 64 * 1024
+BOMB_SIZE = 64 * 1024 * 1024
+# The read may hold the cap, a chunk or two and a zlib window per layer: far less than this
+# (before the decoder was bounded: 47 MB for one layer, 148 MB for two).
+PEAK_BOUND = 2 * 1024 * 1024
+
+
+def _compress(chunks: Any, wbits: int) -> bytes:
+    squeezer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return b"".join(squeezer.compress(chunk) for chunk in chunks) + squeezer.flush()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    return _compress([data], 16 + zlib.MAX_WBITS)
+
+
+@cache
+def gzip_bomb() -> bytes:
+    """64 MiB of zeros, gzip-compressed (about 64 KB), built without holding the 64 MiB."""
+    zeros = bytes(1024 * 1024)
+    return _compress((zeros for _ in range(BOMB_SIZE // len(zeros))), 16 + zlib.MAX_WBITS)
+
+
+async def _streamed(body: bytes, size: int = 16 * 1024) -> AsyncIterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def encoded_api(body: bytes, encoding: str | None, cap: int = CAP) -> ApiClient:
+    """An API client whose every answer is `body`, streamed as a server sends it."""
+    headers = {"Content-Encoding": encoding} if encoding is not None else {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, content=_streamed(body))
+
+    return make_api(handler, make_settings(max_response_bytes=cap))
+
+
+async def _peak_of_read(api: ApiClient) -> tuple[Any, int]:
+    """The answer of one read and the peak of memory allocated during it."""
+    # A first read imports and caches what every later read reuses: not the read's memory.
+    await make_api(Recorder()).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    tracemalloc.start()
+    try:
+        answer = await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+        return answer, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("encoding", "layers"), [("gzip", 1), ("gzip, gzip", 2)])
+async def test_a_gzip_bomb_is_cut_at_the_cap_in_bounded_memory(encoding: str, layers: int) -> None:
+    """64 MiB behind one or two gzip layers reads as `cap` bytes, truncated, in a few MB."""
+    body = gzip_bomb()
+    for _ in range(layers - 1):
+        body = gzip_bytes(body)
+    answer, peak = await _peak_of_read(encoded_api(body, encoding, cap=BOMB_CAP))
+    assert answer.status == 200
+    assert answer.truncated
+    assert answer.body == bytes(BOMB_CAP)
+    assert peak < PEAK_BOUND, f"peak {peak:,} bytes"
+
+
+ORIGINAL = json.dumps({"items": [{"id": n, "name": f"item {n}"} for n in range(40)]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        ("gzip", gzip_bytes(ORIGINAL)),
+        ("x-gzip", gzip_bytes(ORIGINAL)),
+        ("deflate", _compress([ORIGINAL], zlib.MAX_WBITS)),  # zlib-wrapped, as the RFC says
+        ("deflate", _compress([ORIGINAL], -zlib.MAX_WBITS)),  # raw, as some servers send it
+        ("identity", ORIGINAL),
+        ("gzip, identity", gzip_bytes(ORIGINAL)),
+        ("deflate, gzip", gzip_bytes(_compress([ORIGINAL], zlib.MAX_WBITS))),
+        ("GZIP", gzip_bytes(ORIGINAL)),
+    ],
+)
+async def test_an_encoded_body_within_the_cap_decodes_whole(encoding: str, body: bytes) -> None:
+    """gzip, x-gzip, deflate (zlib or raw), identity and stacks decode whole, untruncated."""
+    assert len(ORIGINAL) < CAP < len(ORIGINAL) * 2
+    answer = await encoded_api(body, encoding).read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert (answer.status, answer.body, answer.truncated) == (200, ORIGINAL, False)
+
+
+async def test_a_decoded_body_of_exactly_the_cap_is_whole() -> None:
+    """A compressed body inflating to exactly the cap is read whole and not truncated."""
+    answer = await encoded_api(gzip_bytes(b"q" * CAP), "gzip").read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert (answer.body, answer.truncated) == (b"q" * CAP, False)
+
+
+async def test_an_unsupported_encoding_leaves_the_body_as_sent() -> None:
+    """A coding the client does not decode (br, zstd, junk) leaves the bytes as they came."""
+    answer = await encoded_api(b"\x8b\x01not-really-brotli", "br, zstd, junk").read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert (answer.status, answer.body, answer.truncated) == (
+        200,
+        b"\x8b\x01not-really-brotli",
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        ("gzip", b"this is not gzip at all"),
+        ("gzip", gzip_bytes(ORIGINAL)[:10] + b"\xff" * 64),
+        ("deflate", b"\xff\xff neither zlib nor raw deflate"),
+        ("gzip, gzip", gzip_bytes(b"one layer only")),
+    ],
+)
+async def test_corrupt_compressed_data_is_a_network_decoding_error(
+    encoding: str, body: bytes
+) -> None:
+    """Compressed data that does not decode is `network decoding`, as with httpx's decoder."""
+    answer = await encoded_api(body, encoding).read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert (answer.status, answer.error, answer.body) == (None, "decoding", b"")
+    assert classify("stats", answer).reason == "network decoding"
+
+
+async def test_more_than_the_cap_on_the_wire_is_cut_even_if_it_decodes_to_less() -> None:
+    """Compressed data past the cap is not read: trailing bytes cannot hold a read for long."""
+    body = gzip_bytes(ORIGINAL) + bytes(CAP * 4)  # junk after the end of the gzip stream
+    answer = await encoded_api(body, "gzip").read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    assert (answer.status, answer.body, answer.truncated) == (200, ORIGINAL, True)
+
+
+@pytest.mark.parametrize(("layers", "decodes"), [(5, True), (6, False)])
+async def test_more_than_five_stacked_encodings_are_a_decoding_error(
+    layers: int, decodes: bool
+) -> None:
+    """Five stacked gzip layers decode; six are refused as `decoding` (each layer costs memory)."""
+    body = ORIGINAL
+    for _ in range(layers):
+        body = gzip_bytes(body)
+    answer = await encoded_api(body, ", ".join(["gzip"] * layers)).read(
+        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+    )
+    if decodes:
+        assert (answer.status, answer.body, answer.truncated) == (200, ORIGINAL, False)
+    else:
+        assert (answer.status, answer.error) == (None, "decoding")
+
+
+@pytest.mark.parametrize("size", [CAP - 1, CAP, CAP + 1, CAP * 5])
+async def test_a_body_without_content_encoding_is_unchanged(size: int) -> None:
+    """Without Content-Encoding, a streamed body is read as sent, cut at the cap."""
+    body = bytes(range(256)) * (size // 256) + b"e" * (size % 256)
+    answer = await encoded_api(body, None).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert (answer.body, answer.truncated) == (body[:CAP], size > CAP)
+
+
+async def test_the_client_asks_only_for_encodings_it_can_bound() -> None:
+    """Requests advertise `Accept-Encoding: gzip, deflate`, whatever decoders are installed."""
+    rec = Recorder()
+    await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    assert rec.requests[0].headers["accept-encoding"] == "gzip, deflate"
+
+
+async def test_direct_path_decodes_like_httpx_send() -> None:
+    """A gzip answer (normal or a bomb) comes back the same on the direct path and through send."""
+    settings = make_settings(max_response_bytes=BOMB_CAP)
+    for body in (gzip_bytes(ORIGINAL), gzip_bomb()):
+        answers = []
+        for direct in (True, False):
+
+            def handler(request: httpx.Request, body: bytes = body) -> httpx.Response:
+                return httpx.Response(
+                    200, headers={"Content-Encoding": "gzip"}, content=_streamed(body)
+                )
+
+            client = http_client(settings, transport=httpx.MockTransport(handler))
+            if not direct:
+                client.direct = None
+            async with client:
+                answer = await ApiClient(client, settings).read(
+                    "stats", long_term_credential(TOKEN, CLIENT_SECRET)
+                )
+            answers.append((answer.status, answer.body, answer.truncated))
+        assert answers[0] == answers[1]

@@ -36,6 +36,7 @@ from lta_worker.domain import Answer, Endpoint, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
+from lta_worker.upstream._decode import CappedDecoder
 from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
 from lta_worker.upstream._wire import (
     READ_PATHS,
@@ -178,7 +179,8 @@ class ApiClient:
 
         Timeouts, refused connections, resets and protocol errors give
         `Answer(status=None, error=...)`. The body is read up to `service.max_response_bytes`
-        (`truncated=True` when the response was larger).
+        (`truncated=True` when the response was larger), after undoing its Content-Encoding
+        within that cap; data that does not decode is `Answer(status=None, error="decoding")`.
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
@@ -394,9 +396,22 @@ class ApiClient:
         return response
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
+        """The body, at most `max_response_bytes` of it, and True when there was more.
+
+        The raw bytes are read and Content-Encoding is undone here (`CappedDecoder`), not by
+        httpx, whose decoders inflate a chunk whole: a few KB of gzip can be gigabytes.
+        """
+        if response.is_stream_consumed:  # built with its body (a MockTransport's answer)
+            content = response.content
+            return content[: self._cap], len(content) > self._cap
+        if "content-encoding" in response.headers:
+            codings = response.headers.get_list("content-encoding", split_commas=True)
+            decoder = CappedDecoder(codings, self._cap)
+            if decoder.decodes:
+                return await self._read_decoded(response, decoder)
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.aiter_raw():
             room = self._cap - size
             if len(chunk) > room:
                 chunks.append(chunk[:room])
@@ -404,6 +419,18 @@ class ApiClient:
             chunks.append(chunk)
             size += len(chunk)
         return b"".join(chunks), False
+
+    async def _read_decoded(
+        self, response: httpx.Response, decoder: CappedDecoder
+    ) -> tuple[bytes, bool]:
+        """Decode the raw body within the cap; more than the cap on the wire is cut too."""
+        size = 0
+        async for chunk in response.aiter_raw():
+            size += len(chunk)
+            if decoder.feed(chunk) or size > self._cap:
+                return decoder.result()[0], True
+        decoder.finish()
+        return decoder.result()
 
 
 def _lower(headers: httpx.Headers) -> dict[str, str]:

@@ -234,6 +234,8 @@ def http_client(
         limits=limits,
         follow_redirects=False,
         cookies=_NoCookies(),
-        headers={"User-Agent": USER_AGENT},
+        # Only the codings `ApiClient` decodes within its cap (`upstream._decode`), even
+        # when httpx could decode br or zstd (optional packages installed).
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"},
         event_hooks={"request": [_refuse_insecure]},
     )
