@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -285,6 +286,34 @@ def test_spent_allowance_waits_for_the_reset() -> None:
     assert core.reserve(0.0) == pytest.approx(15.25)
     delay, reason = core.delay(16.0)
     assert (delay, reason) == (pytest.approx(30.5 + 1.0 - 16.0), "exhausted")
+
+
+@given(
+    fallback=st.sampled_from([30.0, 60.0, 360.0]),
+    reserve=reserves,
+    left=st.floats(min_value=0.0, max_value=1.0),
+    latency=st.floats(min_value=0.0, max_value=5.0),
+)
+def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
+    fallback: float, reserve: float, left: float, latency: float
+) -> None:
+    """Answers with nothing left and a reset already past never make permits go faster
+    than the fallback rate: each such answer is not a fresh window to probe again."""
+    core = PacerCore(reserve=reserve, fallback_per_hour=fallback)
+    remaining = math.floor(left * reserve * 100)  # within the reserve: nothing for the worker
+    sends: list[float] = []
+    t = 0.0
+    while t < 2 * 3600.0 and len(sends) <= 3 * fallback:
+        delay, _ = core.delay(t)
+        if delay > 0:
+            t += delay
+            continue
+        core.reserve(t)
+        sends.append(t)
+        t += latency
+        core.observe(t, info(remaining, 0.0, limit=100), 200, sent_at=sends[-1])
+    for i, s in enumerate(sends):
+        assert bisect_left(sends, s + 3600) - i <= fallback + 1, len(sends)
 
 
 def test_a_short_window_is_not_taken_for_an_hour() -> None:

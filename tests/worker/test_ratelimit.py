@@ -10,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lta_worker.pacing._ratelimit import (
+    MAX_CLOCK_SKEW,
     RateLimitInfo,
     _sf_list,
     _sf_parse,
+    answer_time,
     parse_answer,
     parse_ratelimit,
     response_time,
@@ -231,12 +233,88 @@ def test_arbitrary_values_never_raise(headers: dict[str, str], now: datetime | N
     headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
     fallback=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
 )
-def test_parse_answer_is_parse_against_the_answers_date(
+def test_parse_answer_is_parse_against_the_answer_time(
     headers: dict[str, str], fallback: datetime | None
 ) -> None:
-    """`parse_answer` reads exactly what `parse_ratelimit` reads at the answer's own Date."""
-    expected = parse_ratelimit(headers, response_time(headers) or fallback)
+    """`parse_answer` reads exactly what `parse_ratelimit` reads at `answer_time`."""
+    expected = parse_ratelimit(headers, answer_time(headers, fallback))
     assert parse_answer(headers, fallback) == expected
+
+
+def http_date(when: datetime) -> str:
+    return format_datetime(when, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        pytest.param("Fri, 31 Dec 9999 23:59:59 GMT", id="year-9999"),
+        pytest.param("Thu, 01 Jan 1970 00:00:00 GMT", id="year-1970"),
+        pytest.param(http_date(NOW + timedelta(seconds=MAX_CLOCK_SKEW + 1)), id="just-ahead"),
+        pytest.param(http_date(NOW - timedelta(seconds=MAX_CLOCK_SKEW + 1)), id="just-behind"),
+        pytest.param("yesterday", id="garbage"),
+    ],
+)
+def test_a_date_far_from_the_local_clock_is_ignored(date: str) -> None:
+    """A Date more than MAX_CLOCK_SKEW off: an epoch reset is measured from the local clock."""
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(EPOCH + 30),
+        "Retry-After": http_date(NOW + timedelta(seconds=30)),
+        "Date": date,
+    }
+    assert parse_answer(headers, NOW) == RateLimitInfo(None, 0, 30.0, None, 30.0, "x-ratelimit")
+
+
+def test_a_date_behind_the_local_clock_by_a_plausible_skew_is_the_servers_clock() -> None:
+    """A server clock 2 minutes behind ours: its epoch reset is measured from its Date."""
+    server_now = NOW - timedelta(minutes=2)
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(int(server_now.timestamp()) + 30),
+        "Date": http_date(server_now),
+    }
+    info = parse_answer(headers, NOW)
+    assert info is not None and info.reset_after == 30.0
+
+
+def test_without_a_local_clock_the_date_is_not_used() -> None:
+    """With no local time to check it against, a Date is not trusted for epochs or dates."""
+    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(EPOCH + 30)}
+    headers["Date"] = http_date(NOW)
+    assert parse_answer(headers, None) == RateLimitInfo(None, 0, None, None, None, "x-ratelimit")
+
+
+# Any Date: arbitrary datetimes (mostly far off), ones near the local clock, and garbage.
+any_date = st.one_of(
+    st.datetimes(timezones=st.just(UTC)).map(http_date),
+    st.floats(min_value=-2 * MAX_CLOCK_SKEW, max_value=2 * MAX_CLOCK_SKEW).map(
+        lambda s: http_date(NOW + timedelta(seconds=s))
+    ),
+    st.text(max_size=40),
+)
+
+
+@given(date=any_date, ahead=st.integers(min_value=1, max_value=10**6))
+def test_a_date_never_shortens_a_reset_and_lengthens_it_at_most_by_the_skew(
+    date: str, ahead: int
+) -> None:
+    """A reset (epoch or HTTP-date) `ahead` s after the local clock reads as at least that,
+    whatever the Date; as exactly that unless the Date is behind by at most MAX_CLOCK_SKEW."""
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(EPOCH + ahead),
+        "Retry-After": http_date(NOW + timedelta(seconds=ahead)),
+        "Date": date,
+    }
+    info = parse_answer(headers, NOW)
+    assert info is not None and info.reset_after is not None and info.retry_after is not None
+    server = response_time(headers)
+    lag = 0.0 if server is None else (NOW - server).total_seconds()
+    expected = ahead + (lag if 0 < lag <= MAX_CLOCK_SKEW else 0.0)
+    assert info.reset_after == pytest.approx(expected)
+    assert info.retry_after == pytest.approx(expected)
+    assert ahead <= info.reset_after <= ahead + MAX_CLOCK_SKEW
 
 
 counts = st.integers(min_value=0, max_value=10**6)

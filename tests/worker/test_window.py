@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import anyio
 import pytest
@@ -18,13 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lta_worker.pacing import Pacer, PacerCore
-from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, RateLimitInfo, response_time
 from lta_worker.pacing._shared import observation
 from lta_worker.pacing._window import (
     DEFAULT_MAX_WAIT,
     FALLBACK_429_WAIT,
     MAX_COUNT,
     MIN_429_WAIT,
+    RESET_MARGIN,
     bound,
     pause_after_429,
 )
@@ -229,3 +231,90 @@ def test_no_header_value_raises_or_escapes_the_bounds(
     shared = observation(parse_ratelimit(headers, WALL), status, WALL, max_wait=max_wait)
     if shared is not None and shared.reset_at is not None:
         assert shared.reset_at <= WALL + timedelta(seconds=max_wait + 1)
+
+
+# -- the answer's Date ------------------------------------------------------------------------
+
+EPOCH = int(WALL.timestamp())
+YEAR_9999 = "Fri, 31 Dec 9999 23:59:59 GMT"
+YEAR_1970 = "Thu, 01 Jan 1970 00:00:00 GMT"
+SPENT_FORMS = ["x-ratelimit", "triple", "draft-07", "draft-08"]
+
+
+def spent(form: str, reset_epoch: int, date: str | None) -> dict[str, str]:
+    """An answer with nothing remaining and an epoch reset, in one of the header forms."""
+    headers = {
+        "x-ratelimit": {
+            "X-RateLimit-Limit": "100",
+            "X-RateLimit-Remaining": "0",
+            "X-RateLimit-Reset": str(reset_epoch),
+        },
+        "triple": {
+            "RateLimit-Limit": "100",
+            "RateLimit-Remaining": "0",
+            "RateLimit-Reset": str(reset_epoch),
+        },
+        "draft-07": {"RateLimit": f"limit=100, remaining=0, reset={reset_epoch}"},
+        "draft-08": {"RateLimit": f'"p";r=0;t={reset_epoch}', "RateLimit-Policy": '"p";q=100'},
+    }[form]
+    return headers if date is None else {**headers, "Date": date}
+
+
+@pytest.mark.parametrize("form", SPENT_FORMS)
+@pytest.mark.parametrize("date", [YEAR_9999, YEAR_1970, None])
+def test_a_spent_window_waits_for_its_reset_whatever_the_date(form: str, date: str | None) -> None:
+    """Remaining 0, epoch reset 30 s ahead: the wait is ~30 s with a Date in 9999 or 1970."""
+    pacer, clock = make_pacer()
+    pacer.feed(None, spent(form, EPOCH + 30, date), 200)
+    delay, reason = pacer.core.delay(clock.now)
+    assert reason == "exhausted"
+    assert delay == pytest.approx(30.0 + RESET_MARGIN)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("date", [YEAR_9999, YEAR_1970])
+async def test_a_hostile_date_does_not_let_requests_past_a_spent_window(date: str) -> None:
+    """A service answering remaining 0, reset 30 s ahead, Date absurd: no request before it."""
+    clock = VirtualClock()
+    core = PacerCore(reserve=0.0)
+    pacer = Pacer(
+        core, clock, clock.sleep, wall_clock=lambda: WALL + timedelta(seconds=clock.now - 1000)
+    )
+    reset = EPOCH + 30
+    sends: list[float] = []
+    while clock.now < 1000 + 29 and len(sends) < 50:
+        permit = await pacer.acquire()
+        sends.append(clock.now - 1000)
+        pacer.feed(permit, spent("x-ratelimit", reset, date), 200)
+    assert sends[:1] == [0.0]  # the first request, before any header was known
+    assert all(t >= 30.0 for t in sends[1:]), sends
+
+
+# Any Date: arbitrary datetimes (mostly far off), ones near the local clock, and garbage.
+any_date = st.one_of(
+    st.datetimes(timezones=st.just(UTC)).map(lambda d: format_datetime(d, usegmt=True)),
+    st.floats(min_value=-2 * MAX_CLOCK_SKEW, max_value=2 * MAX_CLOCK_SKEW).map(
+        lambda s: format_datetime(WALL + timedelta(seconds=s), usegmt=True)
+    ),
+    st.text(max_size=40),
+)
+
+
+@given(
+    date=any_date, ahead=st.integers(min_value=1, max_value=3600), form=st.sampled_from(SPENT_FORMS)
+)
+def test_no_date_makes_a_spent_window_wait_less_than_its_reset(
+    date: str, ahead: int, form: str
+) -> None:
+    """Remaining 0, reset `ahead` s away: the wait is `ahead` s whatever the Date (a server
+    clock behind ours by a plausible skew, at most MAX_CLOCK_SKEW, adds that lag)."""
+    pacer, clock = make_pacer()
+    headers = spent(form, EPOCH + ahead, date)
+    pacer.feed(None, headers, 200)
+    delay, reason = pacer.core.delay(clock.now)
+    server = response_time(headers)
+    lag = 0.0 if server is None else (WALL - server).total_seconds()
+    lag = lag if 0.0 < lag <= MAX_CLOCK_SKEW else 0.0
+    assert reason == "exhausted"
+    assert delay >= ahead
+    assert delay == pytest.approx(min(ahead + lag, DEFAULT_MAX_WAIT) + RESET_MARGIN)

@@ -1,7 +1,7 @@
 """Pacing: spend the client's shared hourly budget evenly, never beyond what the service allows.
 
-- `parse_ratelimit`, `RateLimitInfo`, `response_time`: every RateLimit header format, as
-  one plain record (`_ratelimit`, pure);
+- `parse_ratelimit`, `RateLimitInfo`, `response_time`, `answer_time`: every RateLimit header
+  format, as one plain record, and the time its epochs are read at (`_ratelimit`, pure);
 - the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
   keep hostile figures bounded: `bound`, `wait_after_429`, `DEFAULT_MAX_WAIT` (`_window`);
 - `PacerCore`, the pacer's arithmetic on plain values (`_core`), and `Pacer`, its async
@@ -23,7 +23,12 @@ if TYPE_CHECKING:
     from lta_worker.pacing._core import PacerCore, PacerSnapshot
     from lta_worker.pacing._pacer import Pacer, Permit
     from lta_worker.pacing._protocol import PacerLike
-    from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
+    from lta_worker.pacing._ratelimit import (
+        RateLimitInfo,
+        answer_time,
+        parse_ratelimit,
+        response_time,
+    )
     from lta_worker.pacing._shared import SharedBudget
     from lta_worker.pacing._window import DEFAULT_MAX_WAIT, bound, wait_after_429
 
@@ -34,6 +39,7 @@ _NAMES = {
     "Permit": "._pacer",
     "PacerLike": "._protocol",
     "RateLimitInfo": "._ratelimit",
+    "answer_time": "._ratelimit",
     "parse_ratelimit": "._ratelimit",
     "response_time": "._ratelimit",
     "SharedBudget": "._shared",
@@ -51,6 +57,7 @@ __all__ = [
     "Permit",
     "RateLimitInfo",
     "SharedBudget",
+    "answer_time",
     "bound",
     "parse_ratelimit",
     "response_time",

@@ -10,7 +10,8 @@ sleeps and parses headers. The rules (DESIGN.md "Pacing"):
 - The allowance is spread evenly over the time left to the reset: the i-th of A permits goes
   at start + i * time_left / A, so nothing bursts at a window's start.
 - Once it is spent, the next permit waits for the reset; until a fresh header arrives it goes
-  at a conservative rate. Before any header, the configured `fallback_per_hour` is used.
+  at a conservative rate. Before any header, the configured `fallback_per_hour` is used. An
+  answer with nothing left and a reset already past is not fresh: the rate stays conservative.
 - A 429 pauses every request, including those already waiting, until Retry-After (or the
   reset). The window's length is never assumed; only reported resets and windows are used.
 - No reported figure is trusted beyond the window or `max_wait` (`window.bound`): after a
@@ -240,9 +241,9 @@ class PacerCore:
         if self._reset_at is not None and new_reset < self._reset_at - threshold:
             return  # a late answer from a window already over
         server = max(0.0, float(info.remaining) - self._outstanding)
-        if self._is_new_window(now, new_reset, info.remaining, threshold):
+        new_window = self._is_new_window(now, new_reset, info.remaining, threshold)
+        if new_window:
             self._own_in_window = self._own_since(sent, earliest)
-            self._after_reset = 0
             self._remaining = server
             self._ref_limit = float(info.remaining)
         else:
@@ -252,6 +253,10 @@ class PacerCore:
         self._spend_until = earliest
         self._reset_at = new_reset
         self._since_obs = 0
+        # A window reported spent and already over (its reset past) tells nothing of the
+        # next one: blind permits keep the conservative rate, not one probe per such answer.
+        if new_window and (info.reset_after > 0 or self._left() >= 1):
+            self._after_reset = 0
 
     def snapshot(self, now: float) -> PacerSnapshot:
         """What the pacer knows at `now`, for logs and `status`."""

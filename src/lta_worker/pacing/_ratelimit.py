@@ -38,6 +38,9 @@ EPOCH_THRESHOLD: Final = 1e9
 EPOCH_MS_THRESHOLD: Final = 1e12
 # HTTP's optional whitespace is spaces and tabs only (`\s` would take control characters).
 _NUMBER = re.compile(r"[ \t]*(\d{1,15})(?:\.(\d{1,9}))?[ \t]*")
+# A `Date` further than this from the local clock is a broken or hostile clock, not skew
+# (AWS SigV4 refuses requests 15 minutes off): it is ignored (see `answer_time`).
+MAX_CLOCK_SKEW: Final = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +75,7 @@ def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLim
 
     Args:
         headers: The response headers; names are matched case-insensitively.
-        now: When the response was produced (preferably its `Date`, see `response_time`);
+        now: When the response was produced (`answer_time`: its `Date` where believable);
             needed to turn an epoch reset or an HTTP-date `Retry-After` into seconds. With
             None those two are ignored.
 
@@ -82,11 +85,32 @@ def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLim
     return _parse(_normalise(headers), now)
 
 
-def parse_answer(headers: Mapping[str, str], fallback_now: datetime | None) -> RateLimitInfo | None:
-    """`parse_ratelimit` against the answer's own `Date` (`response_time`), else
-    `fallback_now`: what the pacer reads from every answer, its headers read once."""
+def parse_answer(headers: Mapping[str, str], local_now: datetime | None) -> RateLimitInfo | None:
+    """`parse_ratelimit` at `answer_time` (the answer's `Date` where it can be believed, else
+    `local_now`): what the pacer reads from every answer, its headers read once."""
     fields = _normalise(headers)
-    return _parse(fields, _http_date(fields.get("date")) or fallback_now)
+    return _parse(fields, _answer_time(_http_date(fields.get("date")), local_now))
+
+
+def answer_time(headers: Mapping[str, str], local_now: datetime | None) -> datetime | None:
+    """The time an answer's epoch reset and HTTP-date `Retry-After` are measured from.
+
+    The answer's `Date` corrects for skew between the two clocks, but only towards waiting
+    longer: the earlier of `Date` and `local_now`, so no `Date` can make a reset look nearer
+    than the local clock says (nor a spent window look reset). A `Date` more than
+    `MAX_CLOCK_SKEW` away from `local_now` is ignored, so a broken one cannot stretch waits
+    either. Without `local_now` the `Date` cannot be checked, and None is returned.
+    """
+    return _answer_time(response_time(headers), local_now)
+
+
+def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime | None:
+    if local_now is None:
+        return None
+    local = _aware(local_now)
+    if date is None or abs((date - local).total_seconds()) > MAX_CLOCK_SKEW:
+        return local
+    return min(date, local)
 
 
 def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
@@ -105,8 +129,7 @@ def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | N
 def response_time(headers: Mapping[str, str]) -> datetime | None:
     """The response's own `Date` (the server's clock), or None when absent or malformed.
 
-    Epoch resets and HTTP-date `Retry-After` values are best measured against the server's
-    clock, which makes them immune to skew between the two machines.
+    Untrusted: `answer_time` decides whether epoch resets and HTTP-dates are measured from it.
     """
     return _http_date(_normalise(headers).get("date"))
 

@@ -126,8 +126,8 @@ def wait_after_429(
 
     Args:
         headers: The 429's headers (lower-case names).
-        now: When it arrived; used only to read an HTTP-date `Retry-After` or an epoch
-            reset when the answer carries no `Date` of its own.
+        now: When it arrived (the local clock); an HTTP-date `Retry-After` or an epoch
+            reset is measured from it, or from the answer's `Date` (`answer_time`).
         max_wait: `ratelimit.max_wait` in seconds: the wait is never longer.
     """
     try:
