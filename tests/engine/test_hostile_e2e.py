@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
 from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.errors import EnrollmentError
 from lta_worker.secret import Secret
 from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
@@ -52,11 +53,13 @@ class Deployment:
     server: HostileServer
     settings: Settings
     reads: dict[str, Step | Callable[[Seen], Step]]
+    tokens: dict[str, str] = field(default_factory=dict)  # a token other than `token_of`
 
     def respond(self, seen: Seen) -> Step | None:
         if seen.path == TOKENS_PATH and seen.method == "POST":
             user = seen.headers["authorization"].removeprefix("Bearer uat-")
-            return Step(200, body=json_body({"token": token_of(user), "scopes": SCOPES}))
+            token = self.tokens.get(user, token_of(user))
+            return Step(200, body=json_body({"token": token, "scopes": SCOPES}))
         if seen.path.startswith(READ_PREFIX):
             auth = seen.headers.get("authorization", "")
             for user, step in self.reads.items():
@@ -263,3 +266,45 @@ async def test_a_success_body_echoing_the_credential_is_never_stored(
         for part in path.parent.glob(path.name + "*"):  # the file, its WAL and journal
             raw = part.read_bytes()
             assert token_of("u1").encode() not in raw and CLIENT_SECRET.encode() not in raw
+
+
+UNSENDABLE = {
+    "non-ascii": "dspa_caf\u00e9_t0ken",
+    "space": "dspa_two words",
+    "crlf": "dspa_a\r\nX-Injected: 1",
+    "nul": "dspa_a\u0000b",
+}
+
+
+@pytest.mark.parametrize("case", list(UNSENDABLE))
+async def test_a_token_no_header_can_carry_is_refused_at_enrollment(
+    deployment: Deployment, case: str
+) -> None:
+    """A created token an Authorization header cannot carry is refused; nothing is stored."""
+    deployment.tokens["u1"] = UNSENDABLE[case]
+    with pytest.raises(EnrollmentError, match="cannot be sent"):
+        await deployment.enroll("u1")
+    assert deployment.users() == []
+
+
+@pytest.mark.parametrize("case", list(UNSENDABLE))
+async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
+    deployment: Deployment, case: str
+) -> None:
+    """A stored token (from before the check) that cannot be sent fails its user alone:
+    the pass ends normally, the others are read, the token is kept and nothing is sent."""
+    deployment.reads["good"] = OK
+    await deployment.enroll("good")
+    with deployment.store() as store:
+        vault = load_vault(deployment.settings)
+        now = datetime.now(UTC)
+        bad = vault.encrypt(Secret(UNSENDABLE[case]), user="bad")
+        store.store_token("bad", bad, SCOPES, now, now)
+    result, _ = await deployment.run_pass()
+    assert result.exit_code == 0, result
+    assert result.counts["ok"] == 2 and result.counts["undecryptable"] == 1
+    users = {u["user"]: u for u in deployment.users()}
+    assert users["bad"]["has_token"] and users["bad"]["state"] == "active"
+    assert users["bad"]["last_outcome"] == "undecryptable"
+    sent = [seen.headers.get("authorization", "") for seen in deployment.server.requests()]
+    assert not any(UNSENDABLE[case][:8] in auth for auth in sent)

@@ -164,6 +164,10 @@ CASES: list[tuple[LtaError, str | None]] = [
      "the service failed; " + RESTART + " in a while"),
     (EnrollmentError("x", reason="no_token", hint="check"), "check; " + RESTART),
     (EnrollmentError("x", reason="no_scopes", hint="check"), "check; " + RESTART),
+    (
+        EnrollmentError("x", reason="unsendable_token"),
+        "the service's tokens cannot be sent in a header: report it to the service's operator",
+    ),
     (EnrollmentError("x", reason="code_rejected", hint="expired"), "expired; " + RESTART),
     (EnrollmentError("x", reason="exchange_refused"), RESTART),
     (EnrollmentError("x", reason="no_access_token", hint="check"), "check; " + RESTART),

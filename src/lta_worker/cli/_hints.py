@@ -41,6 +41,9 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (EnrollmentError, "service_failed"): RESTART + " in a while",
     (EnrollmentError, "no_token"): RESTART,
     (EnrollmentError, "no_scopes"): RESTART,
+    (EnrollmentError, "unsendable_token"): (
+        "the service's tokens cannot be sent in a header: report it to the service's operator"
+    ),
     (EnrollmentError, "code_rejected"): RESTART,
     (EnrollmentError, "exchange_refused"): RESTART,
     (EnrollmentError, "no_access_token"): RESTART,

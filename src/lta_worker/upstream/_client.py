@@ -44,6 +44,7 @@ from lta_worker.upstream._wire import (
     TOKENS_PATH,
     join_url,
     long_term_credential,
+    sendable,
 )
 
 
@@ -227,6 +228,13 @@ class ApiClient:
                 f"with {TOKEN_PREFIX!r})",
                 hint="check service.auth_url points at the account service",
                 reason="no_token",
+            )
+        if not sendable(token):
+            raise EnrollmentError(
+                "the service answered with a long term token that cannot be sent back: it "
+                "holds a space, a control character or a character beyond ASCII, which an "
+                "Authorization header cannot carry; nothing was stored",
+                reason="unsendable_token",
             )
         if not (isinstance(scopes, list) and all(isinstance(s, str) for s in scopes)):
             raise EnrollmentError(

@@ -13,7 +13,14 @@ from lta_worker.domain import Endpoint
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
 
-__all__ = ["READ_PATHS", "TOKENS_PATH", "TOKEN_PREFIX", "join_url", "long_term_credential"]
+__all__ = [
+    "READ_PATHS",
+    "TOKENS_PATH",
+    "TOKEN_PREFIX",
+    "join_url",
+    "long_term_credential",
+    "sendable",
+]
 
 TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
 READ_PATHS: Final[Mapping[Endpoint, str]] = {
@@ -32,15 +39,28 @@ def join_url(base: str, path: str) -> str:
     return f"{base.rstrip('/')}/{path.lstrip('/')}"
 
 
+def sendable(value: str) -> bool:
+    """True when `value` can travel in an Authorization header as it is: visible ASCII only.
+
+    The spec does not show the token's character set; a space, a control character (a CR
+    or LF would end the header) or a character beyond ASCII cannot be sent as is.
+    """
+    return value.isascii() and value.isprintable() and " " not in value
+
+
 def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
     """The long term credential `<token>.<client secret>`; the client secret is registered.
 
     Raises:
-        ValueError: the token does not start with `dspa_`, or either half is empty.
+        ValueError: the token does not start with `dspa_`, is empty after it, or holds a
+            character an Authorization header cannot carry (`sendable`); or the client
+            secret is empty.
     """
     raw_token, raw_secret = token.reveal(), client_secret.reveal()
     if not raw_token.startswith(TOKEN_PREFIX) or len(raw_token) == len(TOKEN_PREFIX):
         raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
+    if not sendable(raw_token):
+        raise ValueError("the long term token holds a character a header cannot carry")
     if not raw_secret:
         raise ValueError("the client secret is empty")
     # The `dspa_` pattern of the log redactor masks the token and the whole credential; the

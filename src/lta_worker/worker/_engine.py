@@ -328,12 +328,12 @@ class PassEngine:
             return None
         except TokenDecryptError:
             events.undecryptable(user)
-            undecryptable = Outcome(kind="undecryptable")
-            self.result.counts[undecryptable.kind] += 1
-            return decide_turn(
-                user, [(None, undecryptable)], self.clock.now(), opts.policy, self.rng
-            )
-        credential = long_term_credential(token, self.client_secret)
+            return self._unusable(user)
+        try:
+            credential = long_term_credential(token, self.client_secret)
+        except ValueError:  # stored before enrollment checked what a header can carry
+            events.unsendable(user)
+            return self._unusable(user)
         secrets = (token.reveal().encode(), *self._secret_bytes)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
@@ -353,6 +353,15 @@ class PassEngine:
             if ends_turn(outcome):
                 break
         return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
+
+    def _unusable(self, user: UserRow) -> UserUpdate:
+        """The turn of a user whose stored token cannot be used: nothing is sent, the
+        token is kept, and the user is tried again rarely (`undecryptable`)."""
+        unusable = Outcome(kind="undecryptable")
+        self.result.counts[unusable.kind] += 1
+        return decide_turn(
+            user, [(None, unusable)], self.clock.now(), self.options.policy, self.rng
+        )
 
     async def _permit(self) -> Permit:
         """Wait for a pacer permit; raise `_Interrupted` when the pass stops meanwhile."""

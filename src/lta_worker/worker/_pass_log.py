@@ -68,6 +68,16 @@ def undecryptable(user: UserRow) -> None:
     )
 
 
+def unsendable(user: UserRow) -> None:
+    """`token.unsendable`: a stored token an Authorization header cannot carry."""
+    log.error(
+        "token.unsendable",
+        user=user.user,
+        hint="the token holds a space, a control character or a character beyond ASCII "
+        "(stored before enrollment refused such tokens); enroll the user again",
+    )
+
+
 def discarded(user: str, reason: str, outcome: str) -> None:
     """`poll.discarded`: a decision not written (`changed` since the claim, or `failed`)."""
     log.warning("poll.discarded", user=user, reason=reason, outcome=outcome)
