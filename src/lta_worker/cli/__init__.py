@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from lta_worker.cli import _stdio
 from lta_worker.cli._app import App
 from lta_worker.cli._commands import LazyGroup
 
@@ -92,12 +93,17 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str] | None) -> None:
     app = App(debug=_debug_from_env())
+    _stdio.prepare()
     try:
-        code = cli.main(args=argv, prog_name="lta-worker", standalone_mode=False, obj=app)
+        args = _stdio.arguments(argv)
+        code = cli.main(args=args, prog_name="lta-worker", standalone_mode=False, obj=app)
+        _stdio.flush()
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `lta-worker`: the help
         exc.show()
         sys.exit(exc.exit_code)
     except BaseException as exc:  # the boundary: every error becomes one line
+        if _stdio.reader_gone(exc):
+            _stdio.end_quietly()
         exit_code = _exit_code(exc)
         if exit_code is not None:
             sys.exit(exit_code)

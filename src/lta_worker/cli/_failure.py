@@ -196,7 +196,7 @@ def render(failure: Failure, *, as_json: bool) -> str:
     if as_json:
         event = redact(None, "error", failure.as_event())
         event["message"] = one_line(str(event["message"]))
-        return json.dumps(event, ensure_ascii=False)
+        return json.dumps(event)  # ASCII, as the log lines: valid JSON on any stream
     text = f"{failure.message} ({failure.hint})" if failure.hint else failure.message
     return "lta-worker: error: " + one_line(scrub(text))
 
