@@ -308,3 +308,19 @@ async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
     assert users["bad"]["last_outcome"] == "undecryptable"
     sent = [seen.headers.get("authorization", "") for seen in deployment.server.requests()]
     assert not any(UNSENDABLE[case][:8] in auth for auth in sent)
+
+
+async def test_a_pass_whose_every_answer_is_a_429_is_throttled_not_completed(
+    deployment: Deployment,
+) -> None:
+    """Every read throttled with a Retry-After of 0: the pass ends `throttled` (75), the
+    users stay due and unchanged, instead of `completed` (0) as if all were well."""
+    storm = Step(429, headers=[("Retry-After", "0")])
+    deployment.reads["u1"] = storm
+    deployment.reads["u2"] = storm
+    await deployment.enroll("u1", "u2")
+    result, _ = await deployment.run_pass()
+    assert (result.stopped, result.exit_code) == ("throttled", 75), result
+    assert result.counts["rate_limited"] == result.reads > 0
+    users = {u["user"]: u for u in deployment.users()}
+    assert all(u["state"] == "active" and u["has_token"] for u in users.values())

@@ -123,6 +123,14 @@ END_ROWS = [
         "deadline", "deadline", [0]),
     End("a configuration stop drops everything held", [(PLAIN_401, False, True)], "config",
         "config", []),
+    End("every answer a 429: throttled, written", [(R429, False, False), (R429, False, False)],
+        "completed", "throttled", [0, 1]),
+    End("429s and no answer otherwise: throttled", [(R429, False, False), (DOWN, False, False)],
+        "completed", "throttled", [0, 1]),
+    End("429s and one read answered: completed", [(R429, False, False), (OK, False, False)],
+        "completed", "completed", [0, 1]),
+    End("429s up to a deadline: the deadline", [(R429, False, False)], "deadline", "deadline",
+        [0]),
 ]  # fmt: skip
 
 

@@ -18,7 +18,9 @@ to are *held* until the pass knows more:
 - At the end of a pass that completed, what is still held decides: only 404s and nothing
   proving the URLs, or only plain 401s and nothing authenticated, trip the breaker; reads
   without a single answer (every one a network failure) end the pass as `upstream_down`,
-  whatever the number of users.
+  whatever the number of users; reads whose every answer was a 429 end it as `throttled`
+  (75: nobody was read, the users stay due), however short the service's Retry-After, so
+  that a throttled service does not look like a pass that completed.
 - The run of failures that means "the service is down" is `threshold` long before any
   authenticated answer (a cron run would otherwise wait out the slow fallback rate) and
   `down_after` long once the service has accepted the client.
@@ -36,13 +38,16 @@ from lta_worker.domain._policy import authenticated
 from lta_worker.errors import EX_CONFIG, EX_OK, EX_TEMPFAIL
 
 T = TypeVar("T")
-StopReason = Literal["completed", "deadline", "breaker", "upstream_down", "cancelled", "config"]
+StopReason = Literal[
+    "completed", "deadline", "breaker", "upstream_down", "throttled", "cancelled", "config"
+]
 Trip = Literal["plain_401", "http_404"]
 Signal = Literal["trip", "down"]
 EXIT_CODES: Final[dict[StopReason, int]] = {
     "completed": EX_OK,
     "deadline": EX_TEMPFAIL,
     "upstream_down": EX_TEMPFAIL,
+    "throttled": EX_TEMPFAIL,
     "cancelled": EX_TEMPFAIL,
     "breaker": EX_CONFIG,
     "config": EX_CONFIG,
@@ -79,6 +84,7 @@ class Breaker(Generic[T]):
         self.cause: Trip = "plain_401"
         self.reads = 0
         self.answered = 0
+        self.throttled = 0
         self.authenticated = 0
         self.url_proven = False
         self._answers_404 = 0
@@ -92,6 +98,7 @@ class Breaker(Generic[T]):
         status = outcome.status
         if status is not None:
             self.answered += 1
+            self.throttled += outcome.kind == "rate_limited"
             if status == 404:
                 self._answers_404 += 1
             elif 200 <= status < 300 or status in (401, 403):
@@ -137,6 +144,8 @@ class Breaker(Generic[T]):
                 stopped, self.cause = "breaker", "plain_401"
             elif self.reads and not self.answered:
                 stopped = "upstream_down"
+            elif self.answered and self.throttled == self.answered:
+                stopped = "throttled"
         if stopped in ("breaker", "config"):
             self._held_rejected.clear()
             self._held_404.clear()

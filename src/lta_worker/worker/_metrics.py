@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
 
 from lta_worker import __version__
+from lta_worker.domain import EXIT_CODES
 
 if TYPE_CHECKING:
     from lta_worker.pacing import PacerLike, PacerSnapshot, Permit
@@ -123,7 +124,7 @@ class Metrics:
         Gauge("lta_worker_build_info", "The running version.", ["version"], registry=r).labels(
             version=__version__
         ).set(1)
-        for stopped in ("completed", "deadline", "breaker", "upstream_down", "cancelled", "config"):
+        for stopped in EXIT_CODES:  # every stop reason, so each series exists from the start
             self.passes.labels(stopped=stopped)
 
     # -- observers -----------------------------------------------------------------------
