@@ -218,12 +218,13 @@ def test_rate_limited_wait(headers: dict[str, str], wait: float) -> None:
 
 
 def test_rate_limited_wait_measured_against_the_answers_date() -> None:
-    """An HTTP-date Retry-After is measured against the answer's own Date when it has one."""
+    """An HTTP-date Retry-After is measured against the answer's own Date when it has one
+    within the believable skew (here: the local clock runs 3 s ahead of the server's)."""
     headers = {
         "date": format_datetime(NOW, usegmt=True),
         "retry-after": format_datetime(NOW + timedelta(seconds=25), usegmt=True),
     }
-    assert wait_after_429(headers, None) == 25.0
+    assert wait_after_429(headers, NOW + timedelta(seconds=3)) == 25.0
 
 
 def test_raw_code_kept_only_when_on_the_allowlist() -> None:
@@ -265,12 +266,23 @@ def test_free_text_of_a_body_is_never_a_code(status: int, body: Any, headers: An
         pytest.param(b"[-Infinity]", id="minus-infinity"),
         pytest.param(b'{"s": "\\ud800"}', id="lone-surrogate"),
         pytest.param(b"[" * 5000 + b"]" * 5000, id="too-deep"),
+        pytest.param('{"n": 1}'.encode("utf-16"), id="utf-16"),
+        pytest.param('{"n": 1}'.encode("utf-16-be"), id="utf-16-be-no-bom"),
+        pytest.param('{"n": 1}'.encode("utf-32"), id="utf-32"),
+        pytest.param(b'{"s": "\xed\xa0\x80"}', id="utf-8-encoded-surrogate"),
     ],
 )
 def test_payload_that_is_not_strict_json_is_a_broken_body(body: bytes) -> None:
-    """RFC 8259: NaN, Infinity, 1e999 and unencodable strings make a broken body (transient)."""
+    """RFC 8259: NaN, Infinity, 1e999, unencodable strings and a text that is not UTF-8
+    (UTF-16, UTF-32) make a broken body (transient)."""
     outcome = classify(LATEST, Answer(status=200, body=body))
     assert (outcome.kind, outcome.reason, outcome.payload) == ("transient", "broken body", None)
+
+
+def test_a_utf8_byte_order_mark_is_ignored() -> None:
+    """RFC 8259 lets a parser ignore a UTF-8 byte order mark: the payload is read as is."""
+    outcome = classify(LATEST, Answer(status=200, body=b'\xef\xbb\xbf{"n": 1}'))
+    assert (outcome.kind, outcome.payload) == ("ok", {"n": 1})
 
 
 def test_tls_failure_has_its_own_reason() -> None:

@@ -187,11 +187,14 @@ def echoes(body: bytes, payload: Any, secrets: Iterable[bytes]) -> bool:
 def strict_json(body: bytes) -> Any:
     """`body` parsed as strict JSON (RFC 8259), or `_BROKEN` when it is not.
 
-    Refused: `NaN`, `Infinity`, numbers beyond a float (`1e999`), and anything that cannot
-    be written back as JSON in UTF-8 (a lone surrogate, nesting too deep to serialise).
+    Refused: `NaN`, `Infinity`, numbers beyond a float (`1e999`), a text that is not UTF-8
+    (`json.loads` would take UTF-16 and UTF-32 from bytes), and anything that cannot be
+    written back as JSON in UTF-8 (a lone surrogate, nesting too deep to serialise). A UTF-8
+    byte order mark is ignored, as the RFC allows.
     """
     try:
-        payload = json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
+        text = body.decode("utf-8").removeprefix("\ufeff")
+        payload = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         json.dumps(payload, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (ValueError, RecursionError, UnicodeError):
         return _BROKEN
