@@ -54,12 +54,14 @@ class Deployment:
     settings: Settings
     reads: dict[str, Step | Callable[[Seen], Step]]
     tokens: dict[str, str] = field(default_factory=dict)  # a token other than `token_of`
+    scopes: dict[str, list[str]] = field(default_factory=dict)  # scopes other than SCOPES
 
     def respond(self, seen: Seen) -> Step | None:
         if seen.path == TOKENS_PATH and seen.method == "POST":
             user = seen.headers["authorization"].removeprefix("Bearer uat-")
             token = self.tokens.get(user, token_of(user))
-            return Step(200, body=json_body({"token": token, "scopes": SCOPES}))
+            scopes = self.scopes.get(user, SCOPES)
+            return Step(200, body=json_body({"token": token, "scopes": scopes}))
         if seen.path.startswith(READ_PREFIX):
             auth = seen.headers.get("authorization", "")
             for user, step in self.reads.items():
@@ -324,3 +326,28 @@ async def test_a_pass_whose_every_answer_is_a_429_is_throttled_not_completed(
     assert result.counts["rate_limited"] == result.reads > 0
     users = {u["user"]: u for u in deployment.users()}
     assert all(u["state"] == "active" and u["has_token"] for u in users.values())
+
+
+async def test_scopes_granted_beyond_the_long_term_ones_are_not_stored(
+    deployment: Deployment,
+) -> None:
+    """A grant listing junk or regular scopes beside a long term one stores that one alone."""
+    deployment.scopes["u1"] = ["admin", SCOPES[0], "cloud-sync.history", "\u0000", "x" * 300]
+    await deployment.enroll("u1")
+    (user,) = deployment.users()
+    assert user["scopes"] == [SCOPES[0]]
+
+
+async def test_a_grant_without_a_long_term_scope_is_refused_and_its_token_dropped(
+    deployment: Deployment,
+) -> None:
+    """No long term scope in the grant: nothing is stored, and the token the service made
+    is dropped (a DELETE with it) rather than left live and unknown."""
+    deployment.scopes["u1"] = ["admin", "\u0000"]
+    with pytest.raises(EnrollmentError, match="none of the long term scopes"):
+        await deployment.enroll("u1")
+    assert deployment.users() == []
+    deletes = [s for s in deployment.server.requests(TOKENS_PATH) if s.method == "DELETE"]
+    assert [d.headers["authorization"] for d in deletes] == [
+        f"Bearer {token_of('u1')}.{CLIENT_SECRET}"
+    ]

@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
 
-from lta_worker.domain import OAUTH_CODES, PendingEnrollment
+from lta_worker.domain import LONG_TERM_SCOPES, OAUTH_CODES, PendingEnrollment
 from lta_worker.enrollment._base import ClientOperation
 from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.errors import (
@@ -297,6 +297,16 @@ class Enrollment(ClientOperation):
                 raise _mode_not_opened() from None
             raise
         register_secret(token)
+        # The spec's grant holds long term scopes only; anything else is not stored.
+        scopes = tuple(s for s in scopes if s in LONG_TERM_SCOPES)
+        if not scopes:
+            await self._drop_orphan(token)  # live upstream, but it can read nothing
+            _failed(user, "create", None)
+            raise EnrollmentError(
+                "the service granted none of the long term scopes "
+                f"({', '.join(LONG_TERM_SCOPES)}); its token was dropped, nothing was stored",
+                reason="no_scopes",
+            )
         now = self._clock()
         try:
             encrypted = self._vault.encrypt(token, user=user)

@@ -224,8 +224,10 @@ class ApiClient:
             register_secret(token)
         if not (isinstance(token, str) and token.startswith(TOKEN_PREFIX)):
             raise EnrollmentError(
-                "the service answered without a long term token (expected `token` starting "
-                f"with {TOKEN_PREFIX!r})",
+                # The prefix is not named: the log redactor masks `dspa_` wherever it
+                # appears, so the message would read "starting with '[redacted]'".
+                "the service answered without a long term token (expected a `token` string "
+                "with the long term prefix)",
                 hint="check service.auth_url points at the account service",
                 reason="no_token",
             )
