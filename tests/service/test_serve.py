@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from datetime import UTC, datetime
 
@@ -218,11 +219,7 @@ def test_serve_takes_a_key_added_after_it_started_instead_of_stopping(
             keys.write(new_line + "\n")  # step 1: the new key as the last line
         world.enroll(["bob"])  # written under the new key, which serve has not read
         reloaded = world.wait_for_event("service.keys_reloaded", proc)
-        deadline = time.monotonic() + 20
-        while "bob" not in _read_ok(_complete_lines(world)):
-            assert proc.poll() is None, f"serve exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "bob was not read after the key reload"
-            time.sleep(0.1)
+        _wait_until_read(world, proc, {"bob"})
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
@@ -235,6 +232,18 @@ def _complete_lines(world: World) -> list[str]:
     """The child's log lines written whole so far (a line being written is left out)."""
     text = world.log_file.read_text(encoding="utf-8")
     return text[: text.rfind("\n") + 1].splitlines()
+
+
+def _wait_until_read(
+    world: World, proc: subprocess.Popen[bytes], users: set[str], *, since: int = 0
+) -> None:
+    """Wait (20 s at most, the child alive) until each of `users` has a `poll.read` line
+    with outcome ok among the complete log lines after the first `since`."""
+    deadline = time.monotonic() + 20
+    while missing := users - _read_ok(_complete_lines(world)[since:]):
+        assert proc.poll() is None, f"serve exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"not read within 20 s: {sorted(missing)}"
+        time.sleep(0.1)
 
 
 def _read_ok(lines: list[str]) -> set[str]:
@@ -257,11 +266,7 @@ def test_sighup_refuses_a_key_file_without_a_key_in_use(world: World, notify: No
         proc.send_signal(signal.SIGHUP)
         done = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
         assert "previous configuration" in done["STATUS"]
-        after = len(_complete_lines(world))
-        deadline = time.monotonic() + 20
-        while {"alice", "bob"} - _read_ok(_complete_lines(world)[after:]):
-            assert time.monotonic() < deadline, "the users were not read again after the reload"
-            time.sleep(0.1)
+        _wait_until_read(world, proc, {"alice", "bob"}, since=len(_complete_lines(world)))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
