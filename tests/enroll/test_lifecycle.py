@@ -12,6 +12,7 @@ from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.enrollment._lifecycle import Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
+from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
 from lta_worker.upstream._client import ApiClient, long_term_credential
 from lta_worker.worker._wiring import http_client
@@ -231,7 +232,7 @@ async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
     assert (early.confirmed, early.pending) == (0, 0)  # not due yet
     world.clock.advance((first.retry_at - world.clock.now()).total_seconds() + 1)
     done = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
-    assert (done.confirmed, done.pending, pacer.fed) == (1, 0, [204])
+    assert (done.confirmed, done.pending, pacer.fed) == (1, 0, [200, 204])  # read, DELETE
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token) == ("dropped", None)
@@ -273,7 +274,7 @@ async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> 
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
     assert (result.upstream, result.previous_state, result.state) == ("ok", "dropping", "dropped")
-    assert [r.method for r in world.sim.requests()] == ["DELETE"]
+    assert [r.method for r in world.sim.requests()] == ["GET", "DELETE"]
 
 
 async def test_reenrolling_a_dropping_user_keeps_the_new_token(world: World) -> None:
@@ -310,3 +311,88 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
     assert (alice.state, alice.last_outcome) == ("dropping", "undecryptable")
     assert alice.next_due_at == world.clock.now() + world.settings.poll.parked_interval
     assert (bob.state, bob.token) == ("dropped", None)
+
+
+def with_secret(world: World, secret: str) -> Lifecycle:
+    """The world's Lifecycle, but sending `secret` as the client secret."""
+    return Lifecycle(
+        world.settings,
+        world.store,
+        world.vault,
+        world.api,
+        world.clock.now,
+        client_secret=Secret(secret),
+    )
+
+
+async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
+    world: World,
+) -> None:
+    """With a wrong client secret the service would answer the DELETE 204 and drop nothing:
+    the read before it gets a plain 401, so no DELETE is sent, the drop is refused and the
+    token kept; once the secret is right again the retry drops the grant upstream."""
+    await enroll(world, "alice")
+    token = world.token_of("alice")
+    world.sim.clear_requests()
+    refused = await with_secret(world, "not-the-client-secret").drop("alice")
+    assert (refused.upstream, refused.state) == ("refused", "dropping")
+    assert refused.error is not None and "client secret" in refused.error
+    assert [r.method for r in world.sim.requests()] == ["GET"]
+    row = world.store.get_user("alice")
+    assert row is not None and row.token is not None
+    alive = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    assert alive.status == 200  # the grant is still live upstream
+    assert refused.retry_at is not None
+    world.clock.advance((refused.retry_at - world.clock.now()).total_seconds() + 1)
+    done = await world.lifecycle().retry_pending(
+        FreePermits(), owner="i1", lease=timedelta(minutes=5)
+    )
+    assert (done.confirmed, done.pending) == (1, 0)
+    gone = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    assert gone.status == 401
+
+
+async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: World) -> None:
+    """The DELETE went through but its answer was lost: the retry's read gets a 401 for a
+    token that is gone, and that confirms the drop (not a wrong secret, since the read
+    before the lost DELETE was accepted)."""
+    await enroll(world, "alice")
+    inner = SimulatorTransport(world.sim)
+
+    async def answer_lost(request: httpx.Request) -> httpx.Response:
+        response = await inner.handle_async_request(request)
+        if request.method == "DELETE":  # done upstream, the answer never arrives
+            raise httpx.ReadError("connection reset")
+        return response
+
+    async with http_client(world.settings, transport=httpx.MockTransport(answer_lost)) as http:
+        first = await failing_lifecycle(world, http).drop("alice")
+    assert (first.upstream, first.state) == ("failed", "dropping")
+    world.sim.clear_requests()
+    again = await world.lifecycle().drop("alice")
+    assert (again.upstream, again.state) == ("ok", "dropped")
+    sent = [r.method for r in world.sim.requests()]
+    assert sent == ["GET"], sent  # the read's plain 401 confirmed it: no DELETE again
+
+
+async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -> None:
+    """A user the service already refused alone (state rejected) has no live token: the
+    read's plain 401 confirms the drop, no wrong secret is suspected."""
+    await enroll(world, "alice")
+    row = world.store.get_user("alice")
+    assert row is not None
+    world.store.apply(
+        [
+            UserUpdate(
+                user_id=row.id,
+                state="rejected",
+                next_due_at=world.clock.now() + timedelta(hours=1),
+                consecutive_failures=1,
+                last_outcome="rejected",
+                last_polled_at=world.clock.now(),
+            )
+        ]
+    )
+    async with http_client(world.settings, transport=answering(401)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == ("ok", "dropped")

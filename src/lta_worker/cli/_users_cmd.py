@@ -142,8 +142,8 @@ def _report(result: DropResult, verb: str) -> int:
         return EX_OK
     retry = iso(result.retry_at) or "soon"
     click.echo(
-        f"{verb} {result.user!r} pending: {result.error}; the user is `dropping` (never read "
-        f"again, token kept only to finish the drop) and `run`/`serve` retry the drop "
+        f"{verb} {result.user!r} pending: {result.error}; the user is `dropping` (no pass "
+        f"reads it, token kept only to finish the drop) and `run`/`serve` retry the drop "
         f"(next at {retry}){purged}",
         err=True,
     )

@@ -5,11 +5,19 @@ A drop has two phases (DESIGN.md, state `dropping`):
 1. The user is marked `dropping` and its generation bumped, in one transaction: from then
    on no pass reads with its token, and a decision a running pass makes about it is
    discarded (`poll.discarded`). Lifecycle commands always win.
-2. The DELETE is sent with the user's credential. When the service confirms it
-   (`policy.drop_verdict`), the token is deleted and the user is `dropped`. When it does
-   not (unreachable, 5xx, a plain 401), the token is kept only to send the DELETE again:
-   the user stays `dropping`, due for a retry with backoff, and `run` / `serve` retry it
-   (`retry_pending`) within the budget until it is confirmed.
+2. One read with the user's credential, then the DELETE. The spec's DELETE answers 204
+   "whether or not the token existed", so a 204 alone proves nothing: with a wrong client
+   secret it drops nothing while the grant stays live upstream. The read tells: a plain
+   401 means the credential as a whole is not accepted (most likely the client secret), so
+   no DELETE is sent and the drop is `refused`; unless the token is known not to be live:
+   an earlier DELETE of this drop went out after an accepted read and got no answer
+   (`drop_unanswered`), or the user was `rejected` alone (plain 401s while the others were
+   read); then the 401 confirms the drop. Any other answer to the read (even
+   none) lets the DELETE go. When the service confirms it (`policy.drop_verdict`), the
+   token is deleted and the user is `dropped`. When it does not (unreachable, 5xx, a plain
+   401), the token is kept only to send the DELETE again: the user stays `dropping`, due
+   for a retry with backoff, and `run` / `serve` retry it (`retry_pending`) within the
+   budget until it is confirmed.
 
 A user with no token (revoked or already dropped) is left exactly as it is. `forget` also
 purges every stored result of the user (snapshots and history) at once, right after phase
@@ -27,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from anyio import to_thread
 
-from lta_worker.domain import PolicyConfig, drop_retry_at, drop_verdict, find_code
+from lta_worker.domain import (
+    ENDPOINTS,
+    PolicyConfig,
+    authenticated,
+    classify,
+    drop_retry_at,
+    drop_verdict,
+    find_code,
+)
 from lta_worker.enrollment._base import ClientOperation
 from lta_worker.errors import UnknownUserError
 from lta_worker.logs import get_logger, register_secret
@@ -35,11 +51,25 @@ from lta_worker.storage import TokenDecryptError
 from lta_worker.upstream import long_term_credential
 
 if TYPE_CHECKING:
-    from lta_worker.domain import UserRow
+    from collections.abc import Awaitable, Callable
+
+    from lta_worker.domain import Answer, UserRow
     from lta_worker.pacing import PacerLike
 
 UpstreamResult = Literal["ok", "failed", "refused", "skipped"]
 DROP_BATCH = 20
+# `last_outcome` of a pending drop whose DELETE went out after an accepted read and got no
+# answer: a plain 401 on the next read is then that DELETE's doing, not a wrong secret.
+UNANSWERED = "drop_unanswered"
+# Last outcomes after which a plain 401 on the read means the token is not live upstream:
+# an unanswered DELETE (above), or a user refused alone (`rejected`: plain 401s while
+# other users' reads were accepted, so the client secret was right).
+NOT_LIVE = frozenset({UNANSWERED, "rejected"})
+REFUSED_READ = (
+    "the service refused the credential on a read before the DELETE (plain 401): the client "
+    "secret is likely wrong (`lta-worker check`, client.secret_file); no DELETE was sent, "
+    "since its 204 would prove nothing, and the token is kept until the drop can be confirmed"
+)
 
 
 def _log() -> Any:
@@ -100,6 +130,22 @@ class Lifecycle(ClientOperation):
     """
 
     rng: random.Random = random.Random()
+
+    @staticmethod
+    async def _paced(
+        pacer: PacerLike | None, call: Callable[..., Awaitable[Answer]], *args: Any
+    ) -> Answer:
+        """`call(*args)`, one request, with a permit of `pacer` when one is given (its
+        status is fed back; the headers are not, as for every drop answer)."""
+        if pacer is None:
+            return await call(*args)
+        permit = await pacer.acquire()
+        answer: Answer | None = None
+        try:
+            answer = await call(*args)
+        finally:
+            pacer.feed(permit, {}, None if answer is None else answer.status)
+        return answer
 
     async def drop(self, user: str) -> DropResult:
         """Mark the user `dropping`, DELETE the token upstream, and on confirmation drop it.
@@ -169,25 +215,41 @@ class Lifecycle(ClientOperation):
             purged=purged,
         )
 
-    async def _send_drop(self, row: UserRow, *, reason: str) -> DropResult:
-        """Send the DELETE of a `dropping` user and record what the answer means."""
+    async def _send_drop(
+        self, row: UserRow, *, reason: str, pacer: PacerLike | None = None
+    ) -> DropResult:
+        """Read once, send the DELETE of a `dropping` user (the module), and record what
+        the answers mean; each request takes a permit of `pacer` when one is given."""
         assert row.token is not None  # a dropping user holds its token until confirmed
         status: int | None = None
         code: str | None = None
+        accepted = False
         try:
             token = self._vault.decrypt(row.token, user=row.user)
             register_secret(token)
-            answer = await self._api.drop(long_term_credential(token, self.client_secret))
+            credential = long_term_credential(token, self.client_secret)
         except ValueError:
             error: str | None = "the stored token is not a long term token"
+            verdict = drop_verdict(None, None)
         else:
-            status = answer.status
-            if status is None:
-                error = f"could not reach the service ({answer.error or 'network error'})"
+            endpoint = next((e for e in ENDPOINTS if row.granted(e)), ENDPOINTS[0])
+            answered = await self._paced(pacer, self._api.read, endpoint, credential)
+            read = classify(endpoint, answered)
+            if read.kind == "rejected":
+                status, verdict = read.status, "refused"
+                if row.last_outcome in NOT_LIVE:  # the 401 says the token is gone, not the secret
+                    verdict = "confirmed"
+                error = None if verdict == "confirmed" else REFUSED_READ
             else:
-                code = find_code(answer.headers, answer.body)[0]
-                error = None if 200 <= status < 300 else f"the service answered HTTP {status}"
-        verdict = drop_verdict(status, code)
+                accepted = authenticated(read)
+                answer = await self._paced(pacer, self._api.drop, credential)
+                status = answer.status
+                if status is None:
+                    error = f"could not reach the service ({answer.error or 'network error'})"
+                else:
+                    code = find_code(answer.headers, answer.body)[0]
+                    error = None if 200 <= status < 300 else f"the service answered HTTP {status}"
+                verdict = drop_verdict(status, code)
         now = self._clock()
         if verdict == "confirmed":
             if await to_thread.run_sync(self._store.finish_drop, row.id, row.generation, now):
@@ -206,20 +268,17 @@ class Lifecycle(ClientOperation):
                 state = current.state if current is not None else "dropped"
             return DropResult(row.user, "ok", status, None, "dropping", state=state)
         upstream: UpstreamResult = "refused" if verdict == "refused" else "failed"
-        if verdict == "refused":
+        if verdict == "refused" and error != REFUSED_READ:
             error = (
                 "the service refused the credential (HTTP 401): check client.secret_file; "
                 "the token may still be live upstream"
             )
         retry_at = drop_retry_at(row.consecutive_failures + 1, now, self._policy(), self.rng)
+        # A DELETE sent after an accepted read may have dropped the token though no answer
+        # came: remembered, so that the next read's plain 401 confirms the drop.
+        mark = UNANSWERED if accepted and status is None else f"drop_{upstream}"
         await to_thread.run_sync(
-            partial(
-                self._store.defer_drop,
-                row.id,
-                row.generation,
-                retry_at=retry_at,
-                reason=f"drop_{upstream}",
-            )
+            partial(self._store.defer_drop, row.id, row.generation, retry_at=retry_at, reason=mark)
         )
         _log().warning(
             "drop.pending",
@@ -270,14 +329,12 @@ class Lifecycle(ClientOperation):
                     done.interrupted += 1
                     given_back.append(row.id)
                     continue
-                permit = await pacer.acquire()
                 _log().info("drop.retried", user=row.user, attempt=row.consecutive_failures + 1)
                 try:
-                    result = await self._send_drop(row, reason="dropped")
+                    result = await self._send_drop(row, reason="dropped", pacer=pacer)
                 except TokenDecryptError:
                     # A tampered or copied row: nothing can be sent for it. It stays
                     # `dropping` (never read) and is tried again a parked interval later.
-                    pacer.feed(permit, {}, None)  # the permit is given back unused
                     _log().error(
                         "token.undecryptable",
                         user=row.user,
@@ -295,7 +352,6 @@ class Lifecycle(ClientOperation):
                     )
                     done.pending += 1
                     continue
-                pacer.feed(permit, {}, result.status)
                 done.users.append(row.user)
                 if result.upstream == "ok":
                     done.confirmed += 1

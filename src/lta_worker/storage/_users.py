@@ -134,7 +134,7 @@ def count_by_state(db: Database) -> dict[str, int]:
 
 
 def _due(due_before: datetime) -> ColumnElement[bool]:
-    # A `dropping` user keeps its token only to finish the DELETE: never read with it.
+    # A `dropping` user keeps its token only to finish the drop: no pass reads with it.
     # 'dropping' is written into the SQL, not bound: SQLite uses the partial index
     # ix_users_due only when the query's condition visibly implies the index's (0006).
     c = USERS.c
