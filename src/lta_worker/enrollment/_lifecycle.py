@@ -67,8 +67,8 @@ UNANSWERED = "drop_unanswered"
 NOT_LIVE = frozenset({UNANSWERED, "rejected"})
 REFUSED_READ = (
     "the service refused the credential on a read before the DELETE (plain 401): the client "
-    "secret is likely wrong (`lta-worker check`, client.secret_file); no DELETE was sent, "
-    "since its 204 would prove nothing, and the token is kept until the drop can be confirmed"
+    "secret is likely wrong (client.secret_file); no DELETE was sent, since its 204 would "
+    "prove nothing, and the token is kept until the drop can be confirmed"
 )
 
 
