@@ -181,7 +181,8 @@ class ApiClient:
         Timeouts, refused connections, resets and protocol errors give
         `Answer(status=None, error=...)`. The body is read up to `service.max_response_bytes`
         (`truncated=True` when the response was larger), after undoing its Content-Encoding
-        within that cap; data that does not decode is `Answer(status=None, error="decoding")`.
+        within that cap; a body that does not decode is an empty body with `error="decoding"`
+        (a 2xx of it is a broken body).
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
@@ -370,6 +371,15 @@ class ApiClient:
                 response = await self._start(request)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
+                if response is not None and isinstance(exc, httpx.DecodingError):
+                    # The service answered; its body does not decode (corrupt compressed
+                    # data): a broken body of that answer, not a network failure.
+                    return Answer(
+                        status=response.status_code,
+                        headers=_lower(response.headers),
+                        error="decoding",
+                        elapsed=time.perf_counter() - started,
+                    )
                 return Answer(
                     status=None,
                     headers=_lower(response.headers) if response is not None else {},
