@@ -255,3 +255,22 @@ async def test_payloads_headers_and_logs_hold_no_secret(
             assert secret not in text
     assert "webhook.delivered" in buffer.getvalue()
     assert "webhook.failed" in buffer.getvalue()
+
+
+async def test_a_serve_pass_leaves_delivery_to_its_own_job(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """`serve`'s pass sends nothing to the receiver (its webhooks job does, so a slow
+    receiver never holds the next pass); `run`'s pass delivers before it ends."""
+    await harness.enroll("alice")
+    async with Worker(
+        harness.settings(),
+        kind="serve",
+        transport=SimulatorTransport(harness.sim),
+        clock=WorkerClock(harness.clock),
+        webhook_transport=httpx.MockTransport(receiver),
+    ) as served:
+        await served.run_pass()
+        assert receiver.kinds("alice") == []
+        await served.deliver_webhooks()  # what the webhooks job does
+    assert receiver.kinds("alice") == ["user.enrolled"]

@@ -298,7 +298,10 @@ class Worker:
             raise error
         with anyio.CancelScope(shield=True):
             await self._after_pass(result, started_at)
-        if self._stop_grace is None:  # not shielded: a stop may cut the delivery short
+        # `run`: the pass's events go out before it exits (not shielded: a stop may cut the
+        # delivery short). `serve` delivers from its own job: a slow receiver must never hold
+        # the next pass, nor share the sender's connections with a second delivery.
+        if self._stop_grace is None and self.kind != "serve":
             await self.deliver_webhooks()
         return result
 
