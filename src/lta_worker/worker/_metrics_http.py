@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
@@ -32,9 +33,34 @@ log = get_logger("lta_worker.metrics")
 HealthFn = Callable[[], dict[str, Any]]
 
 
+# At most this many connections are served at once; more are closed at once. Each one has
+# `_QuietHandler.timeout` seconds per read: a client that trickles its request (slowloris)
+# neither holds a thread for long nor piles threads and descriptors up.
+MAX_CONNECTIONS = 32
+# `/healthz` reads the database: one status at a time, reused this long, so that a flood
+# of health checks costs the passes' database pool one status a second, not one a request.
+HEALTH_FRESH_S = 1.0
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # over the limit: closed, nothing served
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Server6(_Server):
@@ -42,8 +68,27 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 10.0  # seconds for each read of the request: an idle client is let go
+
     def log_message(self, format: str, *args: Any) -> None:
         """No plain-text access log on stderr."""
+
+
+def shared(health: HealthFn, fresh_for: float = HEALTH_FRESH_S) -> HealthFn:
+    """`health` computed by one caller at a time, its result reused for `fresh_for` seconds
+    (a failure is not kept: the next caller tries again)."""
+    lock = threading.Lock()
+    last: list[tuple[float, dict[str, Any]]] = []
+
+    def once() -> dict[str, Any]:
+        with lock:
+            if last and time.monotonic() - last[0][0] < fresh_for:
+                return last[0][1]
+            data = health()
+            last[:] = [(time.monotonic(), data)]
+            return data
+
+    return once
 
 
 def health_app(health: HealthFn) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
@@ -98,7 +143,7 @@ class MetricsServer:
             self.server = make_server(
                 host,
                 port,
-                dispatcher(metrics, health),
+                dispatcher(metrics, shared(health)),
                 server_class=server_class,
                 handler_class=_QuietHandler,
             )
