@@ -16,12 +16,14 @@ A pass stopped by the circuit breaker (the service rejects the client: a wrong c
 secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
 stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
 down until the operator fixes the cause. Reading on would trip it again every pass, with
-the unit "active" and nobody told. A pass that fails on a configuration problem (exit code
-78: a stored token under a key id the key file lacks) stops it the same way, with
-`service.config_stop`: the token is kept, and the next pass would claim the same user first
-and stop again, reading almost nobody. For a key id, the key file is read again first: a
-key added after the start (step 1 of key rotation) and a user enrolled under it is no
-configuration problem, and the service goes on with the new keys (`service.keys_reloaded`).
+the unit "active" and nobody told. A pass that meets a stored token under a key id the key
+file lacks stops it the same way, with `service.config_stop` (other exit-78 failures of a
+pass are logged and the service goes on: a database file that cannot be opened is also what
+a machine out of file descriptors says, which passes): the token is kept, and the next
+pass would claim the same user first and stop again, reading almost nobody. The key file is
+read again first: a key added after the start (step 1 of key rotation) and a user enrolled
+under it is no configuration problem, and the service goes on with the new keys
+(`service.keys_reloaded`).
 
 `[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
 
@@ -220,6 +222,10 @@ class Service:
         failed = True
         config_error: LtaError | None = None
         async with self._job("pass"):
+            # Only a key id the key file lacks stops the service. Other exit-78 errors of a
+            # pass (a database file that cannot be opened) are logged and the service goes
+            # on: the same words come from a machine out of file descriptors, which passes,
+            # and a unit kept down by 78 would not come back.
             try:
                 result = await self.worker.run_pass()
             except UnknownKeyError as exc:
@@ -227,10 +233,6 @@ class Service:
                     return  # the next pass reads that user with them
                 config_error = exc
                 raise  # `_job` logs the `error` line
-            except LtaError as exc:
-                if exc.exit_code == EX_CONFIG:
-                    config_error = exc
-                raise
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
