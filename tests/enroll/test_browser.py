@@ -316,6 +316,19 @@ async def test_every_answer_carries_the_security_headers(browser: Browser) -> No
         assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
 
 
+@pytest.mark.parametrize("path", ["/enroll/start/?link=L", "/lta/callback/?code=C&state=S"])
+async def test_a_trailing_slash_is_not_redirected_with_its_query(
+    browser: Browser, path: str
+) -> None:
+    """`/path/` is a 404 page, not a redirect built from the Host header that would carry
+    the link or the code to another host (Starlette's default)."""
+    response = await browser.http.get(f"{APP}{path}", headers={"host": "attacker.example"})
+    assert response.status_code == 404
+    assert "location" not in response.headers
+    for name, value in SECURITY.items():
+        assert response.headers[name] == value
+
+
 async def test_no_token_code_or_verifier_reaches_the_browser_or_the_log(
     browser: Browser, rendered_logs: io.StringIO
 ) -> None:

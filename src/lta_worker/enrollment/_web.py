@@ -165,4 +165,7 @@ def build_enroll_app(
         ],
         exception_handlers={404: not_found, Exception: bug},
     )
+    # Starlette answers `/path/` with a redirect to `/path` built from the request's Host
+    # header, over the listener's own scheme, query (link, code) included: a 404 instead.
+    app.router.redirect_slashes = False
     return SecurityHeaders(app)
