@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -80,3 +81,38 @@ def test_an_address_it_cannot_bind_stops_serve_with_78(world: World, tmp_path: P
     assert len(errors) == 1
     assert errors[0]["key"] == "enroll.listen"
     assert not any(e["event"] == "service.started" for e in world.log_events())
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path: Path) -> None:
+    """An idle connection, and one that trickles a request's head (slowloris), are closed
+    by the listener within its request deadline: they cannot pile up and take the
+    descriptors the passes need; a real request still gets its answer."""
+    port = _free_port()
+    _configure(world, tmp_path, port)
+    proc = world.start_serve()
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        idle = socket.create_connection(("127.0.0.1", port))
+        trickle = socket.create_connection(("127.0.0.1", port))
+        trickle.sendall(b"GET /enroll/start HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):  # a header line now and then, never the end of the head
+            time.sleep(2)
+            trickle.sendall(b"X-Slow: 1\r\n")
+        assert _closed_within(idle, 15.0)
+        assert _closed_within(trickle, 15.0)
+        idle.close()
+        trickle.close()
+        answer = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+        assert answer.status_code == 400  # no link: the page, served as usual
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)

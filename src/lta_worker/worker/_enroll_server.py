@@ -14,6 +14,7 @@ The flow uses the worker's store, vault, API client and client secret; the link 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lta_worker.config import Settings, parse_listen, read_link_keys, start_path, start_url
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
@@ -37,6 +39,44 @@ if TYPE_CHECKING:
 
 log = get_logger("lta_worker.service")
 STOP_TIMEOUT: Final = 5.0
+# Seconds a client has to send a whole request head, after it connects or after an answer.
+# uvicorn times a connection out only after an answer, and only while no byte comes: an
+# idle or trickling client (slowloris) would hold its descriptor for good, and about 1,100
+# of them took the passes' database and HTTP connections.
+REQUEST_DEADLINE: Final = 10.0
+
+
+class _DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection that has not sent a whole request head
+    within `REQUEST_DEADLINE` (a request being answered is never cut)."""
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(REQUEST_DEADLINE, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if busy:  # a request came and is being answered; the next one gets its own time
+            return
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -128,6 +168,7 @@ async def enroll_listener(worker: Worker, settings: Settings) -> AsyncIterator[N
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=int(STOP_TIMEOUT),
+        http=_DeadlineProtocol,
     )
     server = _Server(config)
 
