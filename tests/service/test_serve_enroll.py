@@ -13,6 +13,7 @@ import httpx
 
 from lta_worker.errors import EX_CONFIG
 from lta_worker.simulator import DEMO_CLIENT_ID
+from support.sockets import closed_within
 
 from .helpers import REDIRECT, World, stop, write_private
 
@@ -83,14 +84,6 @@ def test_an_address_it_cannot_bind_stops_serve_with_78(world: World, tmp_path: P
     assert not any(e["event"] == "service.started" for e in world.log_events())
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-
-
 def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path: Path) -> None:
     """An idle connection, and one that trickles a request's head (slowloris), are closed
     by the listener within its request deadline: they cannot pile up and take the
@@ -106,8 +99,8 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path
         for _ in range(3):  # a header line now and then, never the end of the head
             time.sleep(2)
             trickle.sendall(b"X-Slow: 1\r\n")
-        assert _closed_within(idle, 15.0)
-        assert _closed_within(trickle, 15.0)
+        assert closed_within(idle, 15.0)
+        assert closed_within(trickle, 15.0)
         idle.close()
         trickle.close()
         answer = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)

@@ -14,6 +14,7 @@ import pytest
 from lta_worker.worker import _metrics_http
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import MetricsServer, shared
+from support.sockets import closed_within
 
 
 def test_a_flood_of_health_checks_computes_the_status_once() -> None:
@@ -58,20 +59,12 @@ def _server(monkeypatch: pytest.MonkeyPatch, *, cap: int, timeout: float) -> Met
     return MetricsServer("127.0.0.1", 0, Metrics(), lambda: {"healthy": True})
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-
-
 def test_an_idle_client_is_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """A connection that sends nothing is closed after the handler's timeout (slowloris)."""
     server = _server(monkeypatch, cap=4, timeout=0.5)
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as idle:
-            assert _closed_within(idle, 5.0)
+            assert closed_within(idle, 5.0)
     finally:
         server.close()
 
@@ -86,9 +79,9 @@ def test_connections_past_the_cap_are_closed_and_the_server_stays_up(
         held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
         time.sleep(0.2)  # both accepted and waiting for a request
         with socket.create_connection(("127.0.0.1", server.port)) as extra:
-            assert _closed_within(extra, 0.5)
+            assert closed_within(extra, 0.5)
         for sock in held:
-            assert _closed_within(sock, 5.0)
+            assert closed_within(sock, 5.0)
             sock.close()
         url = f"http://127.0.0.1:{server.port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:
