@@ -70,7 +70,7 @@ def arguments(argv: list[str] | None) -> list[str]:
     return out
 
 
-def reader_gone(exc: BaseException | None = None) -> bool:
+def reader_gone(exc: BaseException) -> bool:
     """True when the command failed because standard output's reader went away: a
     BrokenPipeError, or the exit 1 click makes of one (after wrapping the streams)."""
     if isinstance(exc, BrokenPipeError):
@@ -83,9 +83,9 @@ def reader_gone(exc: BaseException | None = None) -> bool:
 
 def flush() -> None:
     """Write out what standard output still buffers, so that a reader gone is noticed here
-    (`reader_gone`) and not by the interpreter on its way out."""
-    if sys.stdout is not None:
-        sys.stdout.flush()
+    (`reader_gone`) and not by the interpreter on its way out (after `prepare`, there is
+    always a `sys.stdout`)."""
+    sys.stdout.flush()
 
 
 def end_quietly() -> None:

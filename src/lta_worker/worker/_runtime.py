@@ -482,8 +482,7 @@ class Worker:
         restart; a change to them is reported (`service.reload_partial`), not applied, so
         that the settings the worker shows are the ones in force.
         """
-        vault = load_vault(settings)
-        vault.require_keys(key_ids_in_use)
+        vault = _vault_with(settings, key_ids_in_use)
         client_secret = read_client_secret(settings)
         fixed = ("database", "service", "webhook", "enroll", "metrics")
         changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
@@ -498,11 +497,16 @@ class Worker:
         met a token under a key id the keys in force lack). Loaded before it replaces them:
         a file that still lacks one of `key_ids_in_use` (`UnknownKeyError`) or is broken
         leaves the keys in force as they were."""
-        vault = load_vault(self.settings)
-        vault.require_keys(key_ids_in_use)
-        self._vault = vault
+        self._vault = _vault_with(self.settings, key_ids_in_use)
 
     async def heartbeat(self) -> None:
         """Tell the other instances this one is alive (registering again if pruned)."""
         if not await self._db(self.store.heartbeat, self.instance, self.clock.now()):
             await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
+
+
+def _vault_with(settings: Settings, key_ids_in_use: Iterable[str]) -> Vault:
+    """The key file of `settings`, loaded; `UnknownKeyError` when it lacks a key id in use."""
+    vault = load_vault(settings)
+    vault.require_keys(key_ids_in_use)
+    return vault

@@ -220,7 +220,7 @@ class Service:
         if self.stopping:
             return
         failed = True
-        config_error: LtaError | None = None
+        config_error: UnknownKeyError | None = None
         async with self._job("pass"):
             # Only a key id the key file lacks stops the service. Other exit-78 errors of a
             # pass (a database file that cannot be opened) are logged and the service goes
@@ -271,25 +271,17 @@ class Service:
         log.info("service.keys_reloaded", instance=self.worker.instance, key_id=exc.key_id)
         return True
 
-    def _config_stop(self, exc: LtaError) -> None:
-        """A pass failed on a configuration problem: stop reading, and exit 78."""
-        hint = (
-            "serve stops so that the unit fails instead of failing every pass; fix what the "
-            "error line says, then `systemctl restart lta-worker.service`"
-        )
-        if isinstance(exc, UnknownKeyError):
-            hint = (
-                f"the key file, read again, still lacks key id {exc.key_id!r}: a line removed "
-                "before `keys rotate` reported failed = 0 (restore it), or a key added after "
-                "the start to a file the unit copies at start (LoadCredential: restart the "
-                "unit, step 2 of key rotation); serve stops instead of failing every pass"
-            )
+    def _config_stop(self, exc: UnknownKeyError) -> None:
+        """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
         self._halt(
             "configuration error",
             "service.config_stop",
             error=type(exc).__name__,
-            key=getattr(exc, "key", None),
-            hint=hint,
+            key=exc.key,
+            hint=f"the key file, read again, still lacks key id {exc.key_id!r}: a line removed "
+            "before `keys rotate` reported failed = 0 (restore it), or a key added after the "
+            "start to a file the unit copies at start (LoadCredential: restart the unit, step "
+            "2 of key rotation); serve stops instead of failing every pass",
         )
 
     def _halt(self, cause: str, event: str, **fields: Any) -> None:
