@@ -224,6 +224,9 @@ def apply(
     writes nothing new.
     """
     applied = 0
+    # Reported only once the transaction committed: a caller that makes the call again
+    # after a failure (`StoreBusy`) hears of each update once.
+    not_applied: list[tuple[UserUpdate, str]] = []
     with db.write() as conn, outbox.watch_turns(conn, updates, now) as written:
         for run in without_repeats(updates):
             try:
@@ -241,16 +244,17 @@ def apply(
                     except (OperationalError, InterfaceError):
                         raise
                     except Exception:
-                        if discarded is not None:
-                            discarded.append((upd, "failed"))
+                        not_applied.append((upd, "failed"))
                         continue
                 else:
                     hit = upd.user_id in hits
                 if hit:
                     applied += 1
                     written.append(upd)  # its state change is queued for the webhook
-                elif discarded is not None:
-                    discarded.append((upd, "changed"))
+                else:
+                    not_applied.append((upd, "changed"))
+    if discarded is not None:
+        discarded += not_applied
     return applied
 
 

@@ -1,0 +1,113 @@
+"""On SQLite a pass makes its store calls on the event loop's thread, and hands a call to a
+worker thread when another connection holds the database's lock: the pass completes, loses
+nothing, and the loop keeps running while the call waits."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.storage._store import Store
+from lta_worker.worker._runtime import Worker
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+USERS = 30
+HOLD_S = 1.0
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """SQLite only: on PostgreSQL every store call goes to a worker thread."""
+    return f"sqlite:///{tmp_path / 'lta.db'}"
+
+
+class LockOnFirstRead(httpx.AsyncBaseTransport):
+    """Passes requests on; at the first read another connection (an operator's command)
+    takes the database's write lock and keeps it for HOLD_S seconds."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, path: Path) -> None:
+        self.inner = inner
+        self.path = path
+        self.locked_at: float | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.locked_at is None and "/api/v1/history/" in request.url.path:
+            other = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            other.execute("BEGIN IMMEDIATE")
+            self.locked_at = time.monotonic()
+
+            def release() -> None:
+                other.execute("COMMIT")
+                other.close()
+
+            threading.Timer(HOLD_S, release).start()
+        return await self.inner.handle_async_request(request)
+
+
+def record_threads(monkeypatch: pytest.MonkeyPatch, name: str, seen: list[int]) -> None:
+    """Record the thread each call of `Store.<name>` runs on."""
+    original: Callable[..., Any] = getattr(Store, name)
+
+    def recorded(self: Store, *args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, name, recorded)
+
+
+async def test_a_locked_database_sends_calls_to_a_thread_and_the_loop_goes_on(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock held a second mid-pass: calls wait on a thread, the loop goes on, all is written."""
+    for n in range(USERS):
+        await harness.enroll(f"u{n:02d}")
+    path = Path(harness.db_url.removeprefix("sqlite:///"))
+    transport = LockOnFirstRead(SimulatorTransport(harness.sim), path)
+    loop_thread = threading.get_ident()
+    claims: list[int] = []
+    applies: list[int] = []
+    record_threads(monkeypatch, "claim_due", claims)
+    record_threads(monkeypatch, "apply", applies)
+    longest_gap = 0.0
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal longest_gap
+        last = time.monotonic()
+        while not done.is_set():
+            await anyio.sleep(0.01)
+            now = time.monotonic()
+            longest_gap = max(longest_gap, now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        worker = Worker(harness.settings(), transport=transport, clock=harness.worker_clock())
+        async with worker:
+            result = await worker.run_pass()
+        finished = time.monotonic()
+        done.set()
+
+    assert (result.stopped, result.users, result.reads) == ("completed", USERS, 2 * USERS)
+    assert transport.locked_at is not None
+    assert finished - transport.locked_at >= HOLD_S * 0.9  # the pass waited for the lock
+    assert longest_gap < HOLD_S / 2  # ... off the loop, which went on meanwhile
+    assert loop_thread in claims and loop_thread in applies  # calls made on the loop ...
+    assert any(t != loop_thread for t in claims + applies)  # ... and on a thread when locked
+    with harness.store() as store:
+        rows = list(store.export_results())
+        users = list(store.list_users())
+    assert len(rows) == 2 * USERS
+    assert {(u.state, u.last_outcome) for u in users} == {("active", "ok")}
