@@ -133,7 +133,12 @@ def _scrub_value(key: str | None, value: Any) -> Any:
 
 def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """structlog processor: mask secrets in every field, nested ones included."""
-    return {k: _scrub_value(k if k != "event" else None, v) for k, v in event_dict.items()}
+    return {
+        key: value
+        if type(value) in _PLAIN
+        else _scrub_value(key if key != "event" else None, value)
+        for key, value in event_dict.items()
+    }
 
 
 def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
@@ -188,13 +193,11 @@ def _read_level(level: int) -> Processor:
     return demote
 
 
-def shared_processors() -> list[Processor]:
-    """Processors common to both renderings (everything but the renderer)."""
+def _stamped() -> list[Processor]:
+    """The level and the time: after `redact`, which has nothing to look for in them."""
     return [
-        structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-        _drop_color_message,
     ]
 
 
@@ -218,22 +221,23 @@ def configure_logging(
     stream = stream or sys.stderr
     threshold = logging.getLevelNamesMapping()[level.upper()]
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
-    processors: list[Processor] = shared_processors()
-    if read_level == "debug":
-        processors.append(_read_level(threshold))
+    processors: list[Processor] = [structlog.contextvars.merge_contextvars, _drop_color_message]
     renderer: Processor
     if use_console:
         renderer = structlog.dev.ConsoleRenderer(
             colors=stream.isatty() and not journal,
             exception_formatter=structlog.dev.plain_traceback,
         )
-        processors += [structlog.processors.format_exc_info, redact]
+        processors += [structlog.processors.format_exc_info, redact, *_stamped()]
     else:
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
         processors += [
             structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
             redact,
+            *_stamped(),
         ]
+    if read_level == "debug":
+        processors.append(_read_level(threshold))
     processors.append(_journal_renderer(renderer) if journal else renderer)
     structlog.configure(
         processors=processors,

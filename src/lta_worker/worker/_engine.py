@@ -138,6 +138,7 @@ class PassEngine:
         self._saw_404: set[int] = set()
         self._names: dict[int, str] = {}
         self._pending: list[UserUpdate] = []
+        self._read_log: Any = events.pass_logger()
 
     # -- control -------------------------------------------------------------------------
 
@@ -183,6 +184,7 @@ class PassEngine:
         opts = self.options
         started = self.clock.monotonic()
         started_at = self.clock.now()
+        self._read_log = events.pass_logger()
         self.due_at_start = await self._db(self.store.count_due, started_at)
         log.info(
             "pass.started",
@@ -426,7 +428,7 @@ class PassEngine:
             self.on_read(endpoint, outcome.kind, took)
         if outcome.kind == "rate_limited":
             self.result.throttled += 1
-        events.read(user, endpoint, outcome, took, self.pacer.snapshot())
+        events.read(self._read_log, user, endpoint, outcome, took, budget=self.pacer.snapshot())
         signal = self.breaker.observe(outcome)
         if signal == "trip":
             self._abort("breaker")
