@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from lta_worker.domain._model import PendingEnrollment, SnapshotWrite, UserUpdate
+from lta_worker.domain._outcomes import canonical_json
 from lta_worker.secret import Secret
 from lta_worker.storage import _results as results
 from lta_worker.storage._store import Store
@@ -136,6 +137,15 @@ def test_canonical_hash_ignores_key_order_and_spacing() -> None:
     )
     assert results.canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'.encode()
     assert results.content_hash(None) != results.content_hash({})
+
+
+def test_a_snapshot_hash_given_its_canonical_content_is_the_stored_one() -> None:
+    """A snapshot's hash is the one earlier versions stored, with or without the canonical
+    content the read already made (value computed by the code before it was shared)."""
+    payload = {"b": 1, "a": {"é": [1.5, None, "x"]}}
+    stored = "9ddb11156cab4fdce2973998052f7fb23fdd5958af16b7b39ee8902dd911ae60"
+    assert results.content_hash(payload) == stored
+    assert results.content_hash(payload, canonical_json(payload)) == stored
 
 
 def test_export_in_batches_and_per_user(store: Store, vault: Vault) -> None:

@@ -34,7 +34,7 @@ from lta_worker.domain._freshness import (
     wants_stats,
 )
 from lta_worker.domain._model import LATEST_CHANGE_SCOPE, STATS_SCOPE, EncryptedToken, UserRow
-from lta_worker.domain._outcomes import Outcome
+from lta_worker.domain._outcomes import Outcome, canonical_json
 from lta_worker.domain._policy import PolicyConfig, decide_turn, still_wanted
 from lta_worker.domain._spread import (
     PLAN_SHARE,
@@ -335,7 +335,7 @@ def test_the_day_shape_is_one_on_average() -> None:
 
 # -- stats on change: the table ----------------------------------------------------------
 
-SEEN = ChangeEstimate(content=content_hash("ok", {"at": 1}), seen_at=NOW - HOUR)
+SEEN = ChangeEstimate(content=content_hash("ok", canonical_json({"at": 1})), seen_at=NOW - HOUR)
 
 
 @pytest.mark.parametrize(
@@ -360,7 +360,7 @@ def test_stats_is_read_per_mode_change_and_age(
     cfg = replace(ADAPTIVE, stats=mode)  # type: ignore[arg-type]
     if estimate is not None:
         estimate = replace(estimate, stats_at=NOW - stats_age if stats_age else None)
-    turn = [("latest-change", "ok", payload)]
+    turn = [("latest-change", "ok", canonical_json(payload))]
     assert stats_still_wanted(estimate, turn, NOW, cfg) is read_stats
 
 
@@ -368,7 +368,7 @@ def test_without_a_content_answer_from_latest_change_stats_is_read() -> None:
     """When latest-change was not granted or denied, stats is read (it is all there is)."""
     est = replace(SEEN, stats_at=NOW)
     assert stats_still_wanted(est, [], NOW, ADAPTIVE)
-    assert stats_still_wanted(est, [("latest-change", "scope_denied", None)], NOW, ADAPTIVE)
+    assert stats_still_wanted(est, [("latest-change", "scope_denied", b"null")], NOW, ADAPTIVE)
     assert wants_stats(None, False, NOW, ADAPTIVE)
 
 
@@ -407,7 +407,7 @@ def test_decide_turn_folds_the_read_into_the_estimate_and_schedules_within_bound
     ]
     update = decide_turn(_user(SEEN), results, NOW, POLICY, random.Random(0))  # type: ignore[arg-type]
     assert update.estimate is not None
-    assert update.estimate.content == content_hash("ok", {"at": 2})
+    assert update.estimate.content == content_hash("ok", canonical_json({"at": 2}))
     assert update.estimate.stats_at == NOW
     assert update.due_class == "adaptive"
     assert update.next_due_at is not None
@@ -436,8 +436,16 @@ def test_still_wanted_skips_stats_only() -> None:
 
 def test_fold_turn_ignores_answers_without_content() -> None:
     """A failed read is no observation: the estimate is left as it was."""
-    turn = [("latest-change", "transient", None)]
+    turn = [("latest-change", "transient", b"null")]
     assert fold_turn(SEEN, turn, NOW, ADAPTIVE) is SEEN
+
+
+def test_content_hashes_are_those_stored_by_earlier_versions() -> None:
+    """The hash of a content is the one earlier versions stored: no user looks changed
+    after an upgrade (values computed by the code before the canonical form was shared)."""
+    payload = {"b": 1, "a": {"é": [1.5, None, "x"]}}
+    assert content_hash("ok", canonical_json(payload)) == "88318a3c81ef2446ffe1bf467abfbc9a"
+    assert content_hash("none", canonical_json(None)) == "a0375d4b33c8e17425194d21ee3a7e06"
 
 
 # -- the worker's plan, from what the store holds ------------------------------------------

@@ -85,7 +85,13 @@ if TYPE_CHECKING:
         UserState,
         UserUpdate,
     )
-    from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer, Outcome, OutcomeKind
+    from lta_worker.domain._outcomes import (
+        OUTCOME_KINDS,
+        Answer,
+        Outcome,
+        OutcomeKind,
+        canonical_json,
+    )
     from lta_worker.domain._policy import (
         RULES,
         PolicyConfig,
@@ -124,6 +130,7 @@ _NAMES = {
     "find_code": "._classify",
     "echoes": "._classify",
     "strict_json": "._classify",
+    "canonical_json": "._outcomes",
     "DROP_START": "._drop",
     "drop_retry_at": "._drop",
     "drop_verdict": "._drop",
@@ -251,6 +258,7 @@ __all__ = [
     "backoff_ceiling",
     "backoff_delay",
     "bucket_rates",
+    "canonical_json",
     "change_event",
     "class_intervals",
     "classify",

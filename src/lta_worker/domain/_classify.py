@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from lta_worker.domain._model import Endpoint
-from lta_worker.domain._outcomes import Answer, Outcome
+from lta_worker.domain._outcomes import Answer, Outcome, canonical_json
 
 REVOKED: Final = "PermanentAccessRevoked"
 NOT_LINKED: Final = "NoCloudSyncLinked"
@@ -160,45 +160,43 @@ def find_code(headers: Mapping[str, str], body: bytes) -> tuple[str | None, str 
 def _success(answer: Answer) -> Outcome:
     if answer.truncated:
         return Outcome("transient", status=answer.status, reason="oversized body")
-    payload = strict_json(answer.body)
-    if payload is _BROKEN:
+    parsed = strict_json(answer.body)
+    if parsed is None:
         return Outcome("transient", status=answer.status, reason="broken body")
-    return Outcome("ok", status=answer.status, payload=payload)
+    payload, content = parsed
+    return Outcome("ok", status=answer.status, payload=payload, content=content)
 
 
-_BROKEN: Final = object()
-
-
-def echoes(body: bytes, payload: Any, secrets: Iterable[bytes]) -> bool:
+def echoes(body: bytes, content: bytes | None, secrets: Iterable[bytes]) -> bool:
     """True when a success body holds one of `secrets` (the token, the client secret).
 
     A payload is stored as parsed, so a secret written with JSON escapes (`\\u0064spa_...`)
-    counts too: a body with a backslash is also checked in its parsed form. A service that
-    echoes the credential it was sent must not put it in the database in clear.
+    counts too: a body with a backslash is also checked in its parsed form (`content`, the
+    payload's canonical JSON, escapes undone). A service that echoes the credential it was
+    sent must not put it in the database in clear.
     """
     if any(secret in body for secret in secrets):
         return True
-    if b"\\" not in body:
+    if b"\\" not in body or content is None:
         return False
-    parsed = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    return any(secret in parsed for secret in secrets)
+    return any(secret in content for secret in secrets)
 
 
-def strict_json(body: bytes) -> Any:
-    """`body` parsed as strict JSON (RFC 8259), or `_BROKEN` when it is not.
+def strict_json(body: bytes) -> tuple[Any, bytes] | None:
+    """`body` parsed as strict JSON (RFC 8259), with its canonical form (`canonical_json`);
+    None when it is not.
 
     Refused: `NaN`, `Infinity`, numbers beyond a float (`1e999`), a text that is not UTF-8
     (`json.loads` would take UTF-16 and UTF-32 from bytes), and anything that cannot be
-    written back as JSON in UTF-8 (a lone surrogate, nesting too deep to serialise). A UTF-8
-    byte order mark is ignored, as the RFC allows.
+    written back as JSON in UTF-8 (a lone surrogate, nesting too deep to serialise): the
+    canonical form is that check. A UTF-8 byte order mark is ignored, as the RFC allows.
     """
     try:
         text = body.decode("utf-8").removeprefix("\ufeff")
         payload = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        json.dumps(payload, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        return payload, canonical_json(payload)
     except (ValueError, RecursionError, UnicodeError):
-        return _BROKEN
-    return payload
+        return None
 
 
 def _refuse_constant(name: str) -> Any:

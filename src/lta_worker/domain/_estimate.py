@@ -17,7 +17,6 @@ turns idle, or busy, is followed within days.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -155,10 +154,9 @@ class ChangeEstimate:
         return self.mean_rate() * 24 * HOUR
 
 
-def content_hash(status: str, payload: Any) -> str:
-    """A short hash of an answer's content: status and canonical JSON of the payload."""
-    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{status}:{body}".encode()).hexdigest()[:32]
+def content_hash(status: str, content: bytes) -> str:
+    """A short hash of an answer's content: its status and the payload's canonical JSON."""
+    return hashlib.sha256(status.encode() + b":" + content).hexdigest()[:32]
 
 
 def _stamp(value: Any) -> datetime | None:

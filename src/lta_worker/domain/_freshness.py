@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from lta_worker.domain._estimate import (
     BINS,
@@ -251,21 +251,21 @@ class Waiting:
 
 def fold_turn(
     est: ChangeEstimate | None,
-    turn: Iterable[tuple[str, str, Any]],
+    turn: Iterable[tuple[str, str, bytes]],
     now: datetime,
     cfg: FreshnessConfig,
 ) -> ChangeEstimate | None:
-    """The estimate after a turn's answers (endpoint, outcome kind, payload).
+    """The estimate after a turn's answers (endpoint, outcome kind, canonical content).
 
     Only a content answer (`ok`, `none`) is an observation: latest-change's content is
     folded by `observe`, stats' marks `stats_at`. A turn without one leaves it unchanged.
     """
     out = est
-    for endpoint, kind, payload in turn:
+    for endpoint, kind, content in turn:
         if kind not in ("ok", "none"):
             continue
         if endpoint == "latest-change":
-            out = observe(out or ChangeEstimate(), content_hash(kind, payload), now, cfg)
+            out = observe(out or ChangeEstimate(), content_hash(kind, content), now, cfg)
         elif endpoint == "stats":
             out = replace(out or ChangeEstimate(), stats_at=now)
     return out
@@ -273,7 +273,7 @@ def fold_turn(
 
 def stats_still_wanted(
     est: ChangeEstimate | None,
-    turn: Iterable[tuple[str, str, Any]],
+    turn: Iterable[tuple[str, str, bytes]],
     now: datetime,
     cfg: FreshnessConfig,
 ) -> bool:
@@ -281,8 +281,8 @@ def stats_still_wanted(
 
     Without a content answer from latest-change (not granted, denied) stats is read.
     """
-    for endpoint, kind, payload in turn:
+    for endpoint, kind, content in turn:
         if endpoint == "latest-change" and kind in ("ok", "none"):
-            fresh = changed(est, content_hash(kind, payload))
+            fresh = changed(est, content_hash(kind, content))
             return wants_stats(est, fresh, now, cfg)
     return True

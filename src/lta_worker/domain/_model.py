@@ -78,6 +78,9 @@ class SnapshotWrite:
     status: ResultStatus
     payload: Any
     fetched_at: datetime
+    # The payload's canonical JSON when the caller has it (`Outcome.content`), so that
+    # storage does not serialise it again to hash it.
+    content: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ decisions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -49,7 +50,8 @@ class Answer:
 class Outcome:
     """A classified answer.
 
-    `payload` is set for `ok`; `code` is the service's error code when it gave one;
+    `payload` is set for `ok`, and `content`, its canonical JSON (`canonical_json`): what
+    its hashes are taken of, serialised once; `code` is the service's error code when it gave one;
     `wait` is seconds to wait for `rate_limited`; `reason` explains `transient` and
     `rejected` in words fit for a log (never a secret).
     """
@@ -60,3 +62,16 @@ class Outcome:
     code: str | None = None
     wait: float | None = None
     reason: str | None = None
+    content: bytes | None = None
+
+    def canonical(self) -> bytes:
+        """`content`, or the payload's canonical JSON when the outcome was built without it."""
+        return self.content if self.content is not None else canonical_json(self.payload)
+
+
+def canonical_json(payload: Any) -> bytes:
+    """The canonical JSON form of a payload: sorted keys, no whitespace, UTF-8."""
+    text = json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return text.encode("utf-8")

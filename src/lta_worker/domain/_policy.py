@@ -296,7 +296,7 @@ def still_wanted(
     """
     if endpoint != "stats":
         return True
-    turn = [(e, o.kind, o.payload) for e, o in results if e is not None]
+    turn = [(e, o.kind, o.canonical()) for e, o in results if e is not None]
     return stats_still_wanted(user.estimate, turn, now, cfg.freshness)
 
 
@@ -350,14 +350,17 @@ def decide_turn(
         failures = _failures(rule.failures, failures)
         delete_token = delete_token or rule.token_action == DELETE
         if rule.snapshot is not None and endpoint is not None:
-            payload = outcome.payload if rule.snapshot == "ok" else None
-            snapshots.append(SnapshotWrite(endpoint, rule.snapshot, payload, now))
+            if rule.snapshot == "ok":
+                snapshot = SnapshotWrite(endpoint, "ok", outcome.payload, now, outcome.content)
+            else:
+                snapshot = SnapshotWrite(endpoint, rule.snapshot, None, now)
+            snapshots.append(snapshot)
             denied.pop(endpoint, None)  # it answered: it is granted after all
         if rule.deny_endpoint and endpoint is not None:
             denied[endpoint] = now + cfg.parked_interval
     worst = max((outcome for _, outcome in turn), key=lambda o: SEVERITY.index(o.kind))
     # What was read feeds the change estimate; an outcome with nothing sent has nothing.
-    answers = [(e, o.kind, o.payload) for e, o in turn if e is not None]
+    answers = [(e, o.kind, o.canonical()) for e, o in turn if e is not None]
     estimate = fold_turn(user.estimate, answers, now, cfg.freshness)
     due = _next_due(user, turn, failures=failures, now=now, cfg=cfg, rng=rng, estimate=estimate)
     return UserUpdate(

@@ -220,7 +220,7 @@ def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserU
     history: list[dict[str, Any]] = []
     for user_id, snap in writes:
         key = (user_id, snap.endpoint)
-        digest = content_hash(snap.payload)
+        digest = content_hash(snap.payload, snap.content)
         current = state.get(key)
         if current is not None and snap.fetched_at <= current[2]:
             continue  # a replay, or older than what is stored

@@ -11,7 +11,6 @@ a write whose `fetched_at` is not newer than the stored one is a replay and writ
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -25,19 +24,15 @@ from lta_worker.domain import (
     ResultRow,
     ResultStatus,
     UserState,
+    canonical_json,
 )
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import History, Snapshot, User
 
 
-def canonical_json(payload: Any) -> bytes:
-    """The canonical JSON form of a payload: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def content_hash(payload: Any) -> str:
-    """The sha256 (hex) of the payload's canonical JSON form."""
-    return hashlib.sha256(canonical_json(payload)).hexdigest()
+def content_hash(payload: Any, content: bytes | None = None) -> str:
+    """The sha256 (hex) of the payload's canonical JSON form (`content` when known)."""
+    return hashlib.sha256(content if content is not None else canonical_json(payload)).hexdigest()
 
 
 def export_results(db: Database, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
