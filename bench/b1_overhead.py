@@ -364,4 +364,11 @@ def run(size: Size) -> BenchResult:
             "us/read",
             note=f"the pass as is less the pass without it, medians of {rounds} rounds",
         )
+    for name, value in process["in_place"]["what_if_more_ms_per_read"].items():
+        result.add(
+            f"  what-if: {name}",
+            1000 * value,
+            "us/read",
+            note=f"more than the pass as is, medians of {rounds} rounds",
+        )
     return result
