@@ -25,7 +25,7 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
 - Store calls (claims, lease renewals, the writer's commits) are made on the loop's thread
   when the store is local (SQLite): each takes milliseconds, and a trip to a worker thread
   cost more than the call (the thread runs on another core and contends for the GIL: B1's
-  worker spent 8-13 % more CPU per read). Such a call does not wait for the database's
+  worker spent about a tenth more CPU per read). Such a call does not wait for the database's
   lock: when another connection holds it (an operator's command, `serve`'s other jobs),
   the call is made again on a worker thread, which waits, and the loop goes on reading.
   On PostgreSQL every call goes to a worker thread (it crosses the network).
