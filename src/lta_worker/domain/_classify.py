@@ -167,7 +167,7 @@ def _success(answer: Answer) -> Outcome:
     return Outcome("ok", status=answer.status, payload=payload, content=content)
 
 
-def echoes(body: bytes, content: bytes | None, secrets: Iterable[bytes]) -> bool:
+def echoes(body: bytes, content: bytes, secrets: Iterable[bytes]) -> bool:
     """True when a success body holds one of `secrets` (the token, the client secret).
 
     A payload is stored as parsed, so a secret written with JSON escapes (`\\u0064spa_...`)
@@ -177,7 +177,7 @@ def echoes(body: bytes, content: bytes | None, secrets: Iterable[bytes]) -> bool
     """
     if any(secret in body for secret in secrets):
         return True
-    if b"\\" not in body or content is None:
+    if b"\\" not in body:
         return False
     return any(secret in content for secret in secrets)
 

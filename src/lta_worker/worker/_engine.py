@@ -406,7 +406,7 @@ class PassEngine:
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
-            if outcome.kind == "ok" and echoes(answer.body, outcome.content, secrets):
+            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
                 outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
