@@ -60,6 +60,16 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def sqlite_store(tmp_path: Path, sqlite_template: Path) -> Iterator[Store]:
+    """A migrated SQLite store in tmp_path (a copy of the template), closed after the test."""
+    path = tmp_path / "lta.db"
+    path.write_bytes(sqlite_template.read_bytes())
+    path.chmod(0o600)
+    with Store.open(f"sqlite:///{path}") as store:
+        yield store
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend under test; PostgreSQL is skipped (with the reason) when not configured."""

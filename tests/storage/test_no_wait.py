@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +18,6 @@ from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
 
 from .helpers import MINUTE, T0, enroll, keyring
-
-
-@pytest.fixture
-def sqlite_store(tmp_path: Path, sqlite_template: Path) -> Iterator[Store]:
-    path = tmp_path / "lta.db"
-    path.write_bytes(sqlite_template.read_bytes())
-    path.chmod(0o600)
-    with Store.open(f"sqlite:///{path}") as store:
-        yield store
 
 
 @contextmanager

@@ -25,15 +25,6 @@ WRITERS = 4
 WRITES = 500
 
 
-@pytest.fixture
-def sqlite_store(tmp_path: Path, sqlite_template: Path) -> Store:
-    """A migrated SQLite store in tmp_path."""
-    path = tmp_path / "lta.db"
-    path.write_bytes(sqlite_template.read_bytes())
-    path.chmod(0o600)
-    return Store.open(f"sqlite:///{path}")
-
-
 def test_pragmas(sqlite_store: Store) -> None:
     """Connections use WAL, a busy timeout, synchronous=FULL and foreign keys."""
     raw = sqlite_store.database.engine.raw_connection()

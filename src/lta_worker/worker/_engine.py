@@ -141,7 +141,7 @@ class PassEngine:
         self._saw_404: set[int] = set()
         self._names: dict[int, str] = {}
         self._pending: list[UserUpdate] = []
-        self._read_log: Any = events.pass_logger()
+        self._read_log: Any = events.pass_logger()  # an engine runs one pass
 
     # -- control -------------------------------------------------------------------------
 
@@ -187,7 +187,6 @@ class PassEngine:
         opts = self.options
         started = self.clock.monotonic()
         started_at = self.clock.now()
-        self._read_log = events.pass_logger()
         self.due_at_start = await self._db(self.store.count_due, started_at)
         log.info(
             "pass.started",
