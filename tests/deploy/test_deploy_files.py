@@ -8,7 +8,6 @@ systemd-analyze exists) the service unit's sandbox stays at an exposure of 1.5 o
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import shutil
 import subprocess
@@ -22,6 +21,16 @@ import pytest
 from lta_worker.config import load_settings
 from lta_worker.config._fields import field_types, read_section
 from lta_worker.config._settings import Settings
+from support.queries import (
+    LOKI,
+    PROMETHEUS,
+    dashboard,
+    logql_queries,
+    panels,
+    query_events,
+    query_fields,
+    targets,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -36,8 +45,6 @@ MAX_EXPOSURE = 1.5
 COMMON_FIELDS = frozenset({"event", "level", "ts", "logger"})
 # Stream labels set by deploy/promtail.yml and deploy/vector.toml (not JSON fields).
 STREAM_LABELS = frozenset({"unit", "host", "job"})
-# LogQL words that follow `|` but are not label filters.
-LOGQL_STAGES = frozenset({"json", "logfmt", "unwrap", "line_format", "label_format", "drop"})
 
 
 # --- docs/log-events.md ------------------------------------------------------------------
@@ -71,72 +78,23 @@ def test_event_table_parses() -> None:
 # --- deploy/grafana-dashboard.json -------------------------------------------------------
 
 
-def _dashboard() -> dict[str, Any]:
-    return json.loads((DEPLOY / "grafana-dashboard.json").read_text(encoding="utf-8"))
-
-
-def _panels(datasource: str) -> list[dict[str, Any]]:
-    """The panels that query `datasource` (`${DS_LOKI}` or `${DS_PROMETHEUS}`)."""
-    return [
-        p
-        for p in _dashboard()["panels"]
-        if p.get("type") != "row" and p["datasource"]["uid"] == datasource
-    ]
-
-
-def _targets() -> list[tuple[str, str]]:
-    """(panel title, LogQL expression) for every query of every Loki panel."""
-    out = []
-    for panel in _panels("${DS_LOKI}"):
-        for target in panel.get("targets", []):
-            out.append((panel["title"], target["expr"]))
-    return out
-
-
 def _target_params() -> list[Any]:
+    """Every LogQL query shipped: the dashboard's and the Loki rules'."""
     return [
-        pytest.param(title, expr, id=f"{title}-{n}") for n, (title, expr) in enumerate(_targets())
+        pytest.param(title, expr, id=f"{title}-{n}")
+        for n, (title, expr) in enumerate(logql_queries())
     ]
 
 
-def _pipeline(expr: str) -> str:
-    """The expression without its stream selectors (`{unit=~"..."}`)."""
-    return re.sub(r"\{[^{}]*\}", "", expr)
-
-
-def _query_events(expr: str) -> set[str]:
-    return set(re.findall(r'\|\s*event\s*=\s*"([^"]+)"', expr))
-
-
-def _query_fields(expr: str) -> dict[str, set[str]]:
-    """JSON fields a query filters on, unwraps or groups by -> equality values it compares."""
-    body = _pipeline(expr)
-    fields: dict[str, set[str]] = {}
-    for name, op, value in re.findall(
-        r'\|\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|==|>=|<=|=|>|<)\s*("[^"]*"|[\w.]+)', body
-    ):
-        if name in LOGQL_STAGES or name.startswith("__"):
-            continue
-        values = fields.setdefault(name, set())
-        if op in {"=", "=="} and value.startswith('"'):
-            values.add(value.strip('"'))
-    for name in re.findall(r"\bunwrap\s+(?:[a-z_]+\()?([A-Za-z_][A-Za-z0-9_]*)", body):
-        fields.setdefault(name, set())
-    for group in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", body):
-        for name in filter(None, (n.strip() for n in group.split(","))):
-            fields.setdefault(name, set())
-    return fields
-
-
-def test_dashboard_has_loki_input_and_panels() -> None:
+def test_dashboard_has_loki_input_andpanels() -> None:
     """The dashboard asks for a Loki and a Prometheus datasource on import; every panel uses
     one of them, each query the panel's own, and Loki queries parse the JSON line."""
-    board = _dashboard()
+    board = dashboard()
     assert board["schemaVersion"] >= 36
     inputs = {i["name"]: i for i in board["__inputs"]}
     assert inputs["DS_LOKI"]["pluginId"] == "loki"
     assert inputs["DS_PROMETHEUS"]["pluginId"] == "prometheus"
-    loki, prometheus = _panels("${DS_LOKI}"), _panels("${DS_PROMETHEUS}")
+    loki, prometheus = panels(LOKI), panels(PROMETHEUS)
     assert len(loki) + len(prometheus) == len([p for p in board["panels"] if p["type"] != "row"])
     for panel in loki:
         for target in panel["targets"]:
@@ -168,7 +126,7 @@ def test_dashboard_metric_panels_query_only_real_metrics() -> None:
     waits, breaker trips and pending drops, and name only metrics the worker exposes."""
     exposed = _metric_names()
     queried: set[str] = set()
-    for panel in _panels("${DS_PROMETHEUS}"):
+    for panel in panels(PROMETHEUS):
         for target in panel["targets"]:
             names = set(re.findall(r"\b(lta_worker_[a-z_]+)", target["expr"]))
             assert names <= exposed, f"{panel['title']}: {names - exposed}"
@@ -195,7 +153,7 @@ def test_operations_doc_lists_every_metric() -> None:
 
 def test_dashboard_covers_the_operational_questions() -> None:
     """Reads, 429s, budget, pass duration, user states, revocations, breaker, pass outcomes."""
-    queried = {event for _, expr in _targets() for event in _query_events(expr)}
+    queried = {event for _, expr in targets(LOKI) for event in query_events(expr)}
     assert {
         "poll.read",
         "ratelimit.throttled",
@@ -205,14 +163,15 @@ def test_dashboard_covers_the_operational_questions() -> None:
         "user.state_changed",
         "pass.breaker_tripped",
     } <= queried
-    unwrapped = {f for _, e in _targets() for f in re.findall(r"unwrap\s+(\w+)", e)}
+    unwrapped = {f for _, e in targets(LOKI) for f in re.findall(r"unwrap\s+(\w+)", e)}
     assert {"budget_remaining", "wall_s", "active", "parked", "unlinked", "rejected"} <= unwrapped
 
 
 @pytest.mark.parametrize(("title", "expr"), _target_params())
 def test_dashboard_queries_only_documented_events_and_fields(title: str, expr: str) -> None:
-    """Each panel query names documented events, and only their documented fields and values."""
-    events = _query_events(expr)
+    """Each query (dashboard panel or Loki rule) names documented events, and only their
+    documented fields and values."""
+    events = query_events(expr)
     unknown = events - set(EVENTS)
     assert not unknown, f"{title}: events not in docs/log-events.md: {unknown}"
     if events:
@@ -222,7 +181,7 @@ def test_dashboard_queries_only_documented_events_and_fields(title: str, expr: s
                 allowed.setdefault(field, set()).update(values)
     else:
         allowed = {f: set() for e in EVENTS.values() for f in e}
-    for field, values in _query_fields(expr).items():
+    for field, values in query_fields(expr).items():
         if field in COMMON_FIELDS or field in STREAM_LABELS:
             continue
         assert field in allowed, f"{title}: field {field!r} is not documented for {events}"

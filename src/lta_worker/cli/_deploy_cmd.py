@@ -1,7 +1,8 @@
 """`lta-worker deploy-files --dest DIR`: write out the operations files shipped in the package.
 
 The wheel carries the repository's deploy/ directory (systemd units and timer, cron example,
-example config, admin script, Grafana dashboard, Promtail and Vector configs) as
+example config, admin script, Grafana dashboard, Promtail and Vector configs, Prometheus
+and Loki alert rules) as
 `lta_worker/deploy`; an editable install reads the checkout's deploy/ instead. An operator
 who installed with pip or pipx gets them with this command, matching the installed version.
 """
@@ -45,8 +46,8 @@ def _write(target: Path, data: bytes) -> None:
               help="Directory to write the files into (created when missing).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite files that differ from this version's.")
 def deploy_files(dest: Path, force: bool) -> None:
-    """Write the systemd units, timer, cron example, example config, admin script, dashboard
-    and log shipping configs of this version into DEST; one line per file."""
+    """Write the systemd units, timer, cron example, example config, admin script, dashboard,
+    log shipping configs and alert rules of this version into DEST; one line per file."""
     files = sorted((f for f in deploy_source().iterdir() if f.is_file()), key=lambda f: f.name)
     contents = {f.name: f.read_bytes() for f in files}
     differ = [

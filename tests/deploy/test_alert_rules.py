@@ -1,0 +1,88 @@
+"""The Prometheus alert rules of deploy/prometheus-rules.yml parse (`promtool check rules`),
+fire when they should and not otherwise (`promtool test rules` on
+tests/deploy/prometheus-rules.test.yml), each has such a test, and each names only metrics
+the worker exposes. The promtool checks skip, saying why, where promtool is not installed
+(Debian: `apt-get install prometheus`; .ci/run installs it as root)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lta_worker.worker._metrics import Metrics
+from support.queries import PROMETHEUS_RULES, rules
+
+UNIT_TESTS = Path(__file__).with_name("prometheus-rules.test.yml")
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None,
+    reason="promtool is not installed (Debian: apt-get install prometheus; .ci/run does it)",
+)
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@needs_promtool
+def test_promtool_checks_the_rules() -> None:
+    """`promtool check rules` accepts the shipped rules file and finds every rule."""
+    done = _promtool("check", "rules", str(PROMETHEUS_RULES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules(PROMETHEUS_RULES))} rules found" in done.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    """`promtool test rules`: every alert fires on the series that should fire it, at the
+    time it should, with its labels and summary, and stays quiet on the others."""
+    done = _promtool("test", "rules", str(UNIT_TESTS))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def _unit_test_outcomes() -> dict[str, set[bool]]:
+    """alert -> the outcomes its unit tests expect (True: fires, False: stays quiet)."""
+    outcomes: dict[str, set[bool]] = {}
+    lines = UNIT_TESTS.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        named = re.fullmatch(r"\s+alertname: (\S+)", line)
+        if named:
+            expected = lines[i + 1].strip()
+            assert expected.startswith("exp_alerts:"), expected
+            outcomes.setdefault(named.group(1), set()).add(expected != "exp_alerts: []")
+    return outcomes
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
+    """Each alert of the rules file has a unit test where it fires and one where it does not."""
+    outcomes = _unit_test_outcomes()
+    for alert, _ in rules(PROMETHEUS_RULES):
+        assert outcomes.get(alert) == {True, False}, alert
+    assert set(outcomes) == {alert for alert, _ in rules(PROMETHEUS_RULES)}
+
+
+def _exposed() -> set[str]:
+    """Every sample name the worker's registry exposes."""
+    metrics = Metrics()
+    metrics.on_read("stats", "ok", 0.1)
+    text = generate_latest(metrics.registry).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_rules_name_only_exposed_metrics() -> None:
+    """The rules query only metrics the worker exposes (and Prometheus's own `up`)."""
+    exposed = _exposed()
+    for alert, expr in rules(PROMETHEUS_RULES):
+        names = set(re.findall(r"\b(lta_worker_[a-z_]+)", expr))
+        assert names or re.fullmatch(r'up\{job="lta-worker"\} == 0', expr), alert
+        assert names <= exposed, f"{alert}: {names - exposed}"
