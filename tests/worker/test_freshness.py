@@ -40,6 +40,7 @@ from lta_worker.domain._spread import (
     PLAN_SHARE,
     bucket_rates,
     day_shape,
+    expected_delay,
     plan_scale,
     rate_class,
     reads_per_hour,
@@ -327,6 +328,41 @@ def test_a_budget_that_covers_everyone_at_interval_reads_everyone_at_interval() 
     assert next_due(ChangeEstimate(), NOW, plan, ADAPTIVE) == NOW + ADAPTIVE.interval
 
 
+@pytest.mark.parametrize(
+    ("budget", "low", "high"),
+    [
+        (1e6, 450.0, 450.0),  # every user at interval (15 min): a change waits 7.5 min
+        (10.0, 450.0, 0.85 * 86400 / 2),  # a short budget: longer, never past half the cap
+    ],
+)
+def test_the_expected_delay_is_half_the_interval_weighted_by_changes(
+    budget: float, low: float, high: float
+) -> None:
+    """The plan's expected delay from a change to its arrival is half each user's interval,
+    weighted by how often it changes: half `interval` when the budget covers everyone,
+    longer (within half the cap) when it does not."""
+    rates = [(1e-4, 1e-4, 50.0), (1e-6, 1e-6, 500.0)]
+    plan = plan_scale(rates, budget, ADAPTIVE)
+    delay = expected_delay(rates, plan, ADAPTIVE)
+    assert delay is not None
+    assert low - 1e-6 <= delay <= high + 1e-6
+    if budget < 1e6:
+        assert delay > 450.0
+
+
+def test_the_expected_delay_weights_busy_users_more() -> None:
+    """A busy user's changes count more than an idle one's: with the idle user at the cap
+    and the busy one at `interval`, the delay stays near the busy one's."""
+    plan = SchedulePlan(scale=60.0)
+    busy, idle = (1e-3, 1e-3, 1.0), (1e-7, 1e-7, 1.0)
+    delay = expected_delay([busy, idle], plan, ADAPTIVE)
+    assert delay is not None
+    busy_alone = expected_delay([busy], plan, ADAPTIVE)
+    assert busy_alone is not None
+    assert delay == pytest.approx(busy_alone, rel=0.01)
+    assert expected_delay([], plan, ADAPTIVE) is None
+
+
 def test_the_day_shape_is_one_on_average() -> None:
     """The shape's slices average one (a flat day when nobody has been observed)."""
     assert day_shape([]) == (1.0,) * BINS
@@ -493,5 +529,7 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     assert cache.get(store, settings, policy, NOW + REPLAN / 2) is plan  # type: ignore[arg-type]
     cache.get(store, settings, policy, NOW + REPLAN)  # type: ignore[arg-type]
     assert store.scans == 2
+    assert plan.expected_delay_s is not None
+    assert plan.expected_delay_s > ADAPTIVE.interval.total_seconds() / 2
     fixed = PolicyConfig()
     assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]

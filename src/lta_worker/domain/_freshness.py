@@ -102,6 +102,9 @@ class SchedulePlan:
     # summed sqrt(rate) per slice over its mean. Users of a few time zones wake together;
     # without it their reads pile up in their mornings while the budget is flat.
     shape: tuple[float, ...] = (1.0,) * BINS
+    # The mean delay from a change to its arrival this plan expects (`_spread.expected_delay`),
+    # in seconds; None without active users, or when no plan was made (`fixed`).
+    expected_delay_s: float | None = None
 
 
 def wants_stats(

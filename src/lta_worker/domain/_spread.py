@@ -3,7 +3,8 @@
 Pure arithmetic on plain values; no I/O. A pass plans once (`plan_scale` over the users'
 estimates grouped by `bucket_rates`, and `day_shape` for the hours they change in); each
 user's next read then follows from the plan (`_freshness.next_due`). `status` shows the
-effective interval per class of user from the same plan (`class_intervals`).
+effective interval per class of user from the same plan (`class_intervals`), the metrics
+the mean delay it expects (`expected_delay`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,22 @@ def plan_scale(
         if high / low < 1.001:
             break
     return SchedulePlan(high, budget_per_hour)
+
+
+def expected_delay(
+    rates: Iterable[tuple[float, float, float]], plan: SchedulePlan, cfg: FreshnessConfig
+) -> float | None:
+    """The mean delay in seconds from a change upstream to its arrival that `plan` gives
+    the users `rates` (as `bucket_rates` gives them), at their steady intervals.
+
+    A change waits half its user's interval on average, and a user's changes count by its
+    mean rate: sum(n m I / 2) / sum(n m). None when there are no users.
+    """
+    changes = delay = 0.0
+    for rate, mean, weight in rates:
+        changes += weight * mean
+        delay += weight * mean * interval_for(rate, plan, cfg) / 2
+    return delay / changes if changes > 0 else None
 
 
 def day_shape(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:

@@ -20,6 +20,7 @@ else is set from what a pass returns and from the store after it:
     lta_worker_last_pass_end_timestamp_seconds          gauge
     lta_worker_last_pass_success_timestamp_seconds      gauge (a completed pass)
     lta_worker_breaker_trips_total                      counter
+    lta_worker_schedule_expected_delay_seconds          gauge, the adaptive plan's (else NaN)
     lta_worker_build_info{version}                      gauge, always 1
 
 The timestamps start from the database (the last recorded passes), so a restart or a new
@@ -28,6 +29,7 @@ cron run never reports "never succeeded".
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -40,6 +42,7 @@ from lta_worker import __version__
 from lta_worker.domain import EXIT_CODES
 
 if TYPE_CHECKING:
+    from lta_worker.domain import SchedulePlan
     from lta_worker.pacing import PacerLike, PacerSnapshot, Permit
     from lta_worker.storage import Store
     from lta_worker.worker._pass import PassResult
@@ -121,6 +124,12 @@ class Metrics:
             "Passes stopped by the circuit breaker.",
             registry=r,
         )
+        self.expected_delay = Gauge(
+            "lta_worker_schedule_expected_delay_seconds",
+            "Adaptive schedule: the mean delay the plan expects from a change to its arrival.",
+            registry=r,
+        )
+        self.expected_delay.set(math.nan)  # unknown (NaN) until an adaptive plan says
         Gauge("lta_worker_build_info", "The running version.", ["version"], registry=r).labels(
             version=__version__
         ).set(1)
@@ -140,6 +149,12 @@ class Metrics:
             self.budget_remaining.set(snapshot.remaining)
         if snapshot.limit is not None:
             self.budget_limit.set(snapshot.limit)
+
+    def on_plan(self, plan: SchedulePlan) -> None:
+        """The plan a pass schedules with: its expected delay, or NaN when it has none
+        (`poll.schedule = "fixed"`, no active users)."""
+        delay = plan.expected_delay_s
+        self.expected_delay.set(math.nan if delay is None else delay)
 
     def on_pass(self, result: PassResult, finished_at: datetime) -> None:
         """A pass ended."""

@@ -17,6 +17,7 @@ from lta_worker.domain import (
     SchedulePlan,
     class_intervals,
     day_shape,
+    expected_delay,
     from_buckets,
     plan_capacity,
     plan_scale,
@@ -108,5 +109,11 @@ def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> Sch
     if policy.schedule != "adaptive":
         return SchedulePlan()
     budget = budget_for_active(store, settings)
-    plan = plan_scale(from_buckets(store.rate_buckets()), budget, policy.freshness)
-    return SchedulePlan(plan.scale, plan.budget_per_hour, day_shape(store.sample_estimates()))
+    rates = from_buckets(store.rate_buckets())
+    plan = plan_scale(rates, budget, policy.freshness)
+    return SchedulePlan(
+        plan.scale,
+        plan.budget_per_hour,
+        day_shape(store.sample_estimates()),
+        expected_delay(rates, plan, policy.freshness),
+    )

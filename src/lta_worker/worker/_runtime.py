@@ -264,6 +264,8 @@ class Worker:
             self._plans.get, self.store, self.settings, options.policy, self.clock.now()
         )
         options = replace(options, policy=replace(options.policy, plan=plan))
+        if self.metrics is not None:
+            self.metrics.on_plan(plan)
         engine = PassEngine(
             store=self.store,
             vault=self.vault,
