@@ -421,3 +421,33 @@ def test_units_verify(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze verify cannot run here: " + result.stderr.strip())
     assert result.returncode == 0, result.stdout + result.stderr
     assert "lta-worker" not in result.stderr, result.stderr
+
+
+# What an operator reads first, from metrics alone.
+FIRST_READ = {
+    "lta_worker_budget_remaining",  # budget left
+    "lta_worker_reads_total",  # reads by outcome
+    "lta_worker_users",  # users by state
+    "lta_worker_last_pass_success_timestamp_seconds",  # last successful pass
+    "lta_worker_webhook_backlog",
+    "lta_worker_pending_drops",
+    "lta_worker_schedule_expected_delay_seconds",  # adaptive schedule
+}
+
+
+def test_dashboard_reads_first_from_metrics() -> None:
+    """The panels above every log panel query Prometheus alone and answer the first
+    questions (budget left, reads by outcome, users by state, last success, webhook backlog,
+    pending drops, expected delay), so the dashboard works without Loki."""
+    board = dashboard()["panels"]
+    first_log = min(p["gridPos"]["y"] for p in panels(LOKI))
+    above = [p for p in board if p["type"] != "row" and p["gridPos"]["y"] < first_log]
+    assert above
+    assert all(p["datasource"]["uid"] == PROMETHEUS for p in above)
+    queried = {
+        name
+        for p in above
+        for t in p["targets"]
+        for name in re.findall(r"\b(lta_worker_[a-z_]+)", t["expr"])
+    }
+    assert queried >= FIRST_READ, FIRST_READ - queried

@@ -9,6 +9,7 @@ writes. Skipped, with the reason, where the binaries are not installed."""
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import time
@@ -81,8 +82,15 @@ def promql_queries() -> list[tuple[str, str]]:
 @pytest.fixture
 def served_world(world: World) -> World:
     """Three users: one active, one revoked upstream and one parked (no sync for 100 days);
-    passes every 200 ms, active users read every second, a heartbeat every second."""
-    world.poll = {"tick": "200ms", "interval": "1s", "parked_interval": "1s"}
+    passes every 200 ms, the adaptive schedule (its expected delay is a panel) reading
+    active users every second or two, a heartbeat every second."""
+    world.poll = {
+        "tick": "200ms",
+        "schedule": "adaptive",
+        "interval": "1s",
+        "max_interval": "2s",
+        "parked_interval": "1s",
+    }
     world.serve = {"heartbeat": "1s"}
     world.enroll({"ada": {}, "gone": {}, "sleepy": {"last_sync_age_days": 100}})
     world.sim.revoke("gone")
@@ -221,15 +229,18 @@ def test_node_exporter_reads_the_textfile_run_writes(world: World, tmp_path: Pat
     assert ours == written
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float | str]:
     """Every sample by name and sorted labels; bucket bounds as numbers (node_exporter
-    writes `le="1"` where prometheus_client writes `le="1.0"`)."""
+    writes `le="1"` where prometheus_client writes `le="1.0"`), NaN as "NaN" (so that it
+    equals itself)."""
 
     def label(name: str, value: str) -> tuple[str, str]:
         return (name, repr(float(value))) if name == "le" else (name, value)
 
     return {
-        (s.name, tuple(sorted(label(*item) for item in s.labels.items()))): s.value
+        (s.name, tuple(sorted(label(*item) for item in s.labels.items()))): (
+            "NaN" if math.isnan(s.value) else s.value
+        )
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
