@@ -158,7 +158,8 @@ def _check_instance_variable(prom: Prometheus) -> None:
 
 
 def _check_rules_evaluate(prom: Prometheus) -> None:
-    """Prometheus loaded every shipped rule and evaluates each without error."""
+    """Prometheus loaded every shipped rule and evaluates each without error, and none is
+    pending or firing for this healthy worker."""
     wait_until(
         lambda: all(
             r.get("lastEvaluation", "").startswith("20")
@@ -172,6 +173,7 @@ def _check_rules_evaluate(prom: Prometheus) -> None:
     assert sorted(r["name"] for r in loaded) == sorted(name for name, _ in rules(PROMETHEUS_RULES))
     for rule in loaded:
         assert (rule["health"], rule.get("lastError", "")) == ("ok", ""), rule
+    assert prom.query("ALERTS") == []
 
 
 def _check_logql_against(events: list[dict[str, Any]]) -> None:
