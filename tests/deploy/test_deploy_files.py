@@ -22,8 +22,8 @@ from lta_worker.config import load_settings
 from lta_worker.config._fields import field_types, read_section
 from lta_worker.config._settings import Settings
 from support.queries import (
-    LOKI,
-    PROMETHEUS,
+    DS_LOKI,
+    DS_PROMETHEUS,
     dashboard,
     logql_queries,
     panels,
@@ -94,7 +94,7 @@ def test_dashboard_has_loki_input_andpanels() -> None:
     inputs = {i["name"]: i for i in board["__inputs"]}
     assert inputs["DS_LOKI"]["pluginId"] == "loki"
     assert inputs["DS_PROMETHEUS"]["pluginId"] == "prometheus"
-    loki, prometheus = panels(LOKI), panels(PROMETHEUS)
+    loki, prometheus = panels(DS_LOKI), panels(DS_PROMETHEUS)
     assert len(loki) + len(prometheus) == len([p for p in board["panels"] if p["type"] != "row"])
     for panel in loki:
         for target in panel["targets"]:
@@ -126,7 +126,7 @@ def test_dashboard_metric_panels_query_only_real_metrics() -> None:
     waits, breaker trips and pending drops, and name only metrics the worker exposes."""
     exposed = _metric_names()
     queried: set[str] = set()
-    for panel in panels(PROMETHEUS):
+    for panel in panels(DS_PROMETHEUS):
         for target in panel["targets"]:
             names = set(re.findall(r"\b(lta_worker_[a-z_]+)", target["expr"]))
             assert names <= exposed, f"{panel['title']}: {names - exposed}"
@@ -153,7 +153,7 @@ def test_operations_doc_lists_every_metric() -> None:
 
 def test_dashboard_covers_the_operational_questions() -> None:
     """Reads, 429s, budget, pass duration, user states, revocations, breaker, pass outcomes."""
-    queried = {event for _, expr in targets(LOKI) for event in query_events(expr)}
+    queried = {event for _, expr in targets(DS_LOKI) for event in query_events(expr)}
     assert {
         "poll.read",
         "ratelimit.throttled",
@@ -163,7 +163,7 @@ def test_dashboard_covers_the_operational_questions() -> None:
         "user.state_changed",
         "pass.breaker_tripped",
     } <= queried
-    unwrapped = {f for _, e in targets(LOKI) for f in re.findall(r"unwrap\s+(\w+)", e)}
+    unwrapped = {f for _, e in targets(DS_LOKI) for f in re.findall(r"unwrap\s+(\w+)", e)}
     assert {"budget_remaining", "wall_s", "active", "parked", "unlinked", "rejected"} <= unwrapped
 
 
@@ -440,10 +440,10 @@ def test_dashboard_reads_first_from_metrics() -> None:
     questions (budget left, reads by outcome, users by state, last success, webhook backlog,
     pending drops, expected delay), so the dashboard works without Loki."""
     board = dashboard()["panels"]
-    first_log = min(p["gridPos"]["y"] for p in panels(LOKI))
+    first_log = min(p["gridPos"]["y"] for p in panels(DS_LOKI))
     above = [p for p in board if p["type"] != "row" and p["gridPos"]["y"] < first_log]
     assert above
-    assert all(p["datasource"]["uid"] == PROMETHEUS for p in above)
+    assert all(p["datasource"]["uid"] == DS_PROMETHEUS for p in above)
     queried = {
         name
         for p in above

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support.queries import DEPLOY, LOKI, logql_queries, stream_selectors, variable
+from support.queries import DEPLOY, DS_LOKI, logql_queries, stream_selectors, variable
 
 CRON_LABEL = "lta-worker-cron"
 
@@ -155,7 +155,7 @@ def _selected(selector: str, unit: str) -> bool:
 def _selectors() -> list[tuple[str, str]]:
     out = [(title, s) for title, expr in logql_queries() for s in stream_selectors(expr)]
     host = variable("host")
-    assert host["datasource"]["uid"] == LOKI
+    assert host["datasource"]["uid"] == DS_LOKI
     out.append(("variable host", host["query"]["stream"]))
     return out
 

@@ -1,6 +1,6 @@
 """The dashboard and the alert rules against the tools they are for: Debian's Prometheus
 scrapes a real `serve` (a child process, metrics on a free loopback port) against the served
-simulator through a pass, a revocation and a parked user; every PromQL query of
+simulator through a pass, a revocation and a parked user (then a 429); every PromQL query of
 deploy/grafana-dashboard.json, its template variables substituted, goes through
 Prometheus's HTTP API and must parse and return data; the Prometheus rules load and
 evaluate. The LogQL queries of the dashboard and of deploy/loki-rules.yml are checked
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lta_worker.simulator import DEMO_CLIENT_ID
 from support.prometheus import (
     MISSING_NODE_EXPORTER,
     MISSING_PROMETHEUS,
@@ -32,9 +33,7 @@ from support.prometheus import (
     running_prometheus,
 )
 from support.queries import (
-    PROMETHEUS as DS_PROMETHEUS,
-)
-from support.queries import (
+    DS_PROMETHEUS,
     PROMETHEUS_RULES,
     dashboard,
     logql_queries,
@@ -51,8 +50,15 @@ BUILTIN = {"$__rate_interval": "15s", "$__interval": "15s", "$__range": "1m"}
 # Fields every line has, and stream labels the shippers add (not JSON fields of an event).
 NOT_EVENT_FIELDS = frozenset({"event", "level", "ts", "logger", "unit", "host", "job"})
 # The events this run makes the worker emit (a pass, a revocation, a parked user, serve's
-# heartbeat): the LogQL check below is not vacuous.
-EXERCISED = {"poll.read", "pass.finished", "service.heartbeat", "token.deleted"}
+# heartbeat, a 429): the LogQL check below is not vacuous.
+EXERCISED = {
+    "poll.read",
+    "pass.finished",
+    "service.heartbeat",
+    "token.deleted",
+    "user.state_changed",
+    "ratelimit.throttled",
+}
 
 
 def substitute(expr: str) -> str:
@@ -131,6 +137,10 @@ def test_dashboard_queries_return_data_from_a_real_prometheus(
             _check_facts(prom)
             _check_instance_variable(prom)
             _check_rules_evaluate(prom)
+        # Last, the client's other traffic spends the budget: a 429, for the LogQL check.
+        remaining = world.sim.consume_budget(DEMO_CLIENT_ID, 0)
+        world.sim.consume_budget(DEMO_CLIENT_ID, remaining)
+        world.wait_for_event("ratelimit.throttled", proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

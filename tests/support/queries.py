@@ -20,8 +20,8 @@ DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana-dashboard.json"
 PROMETHEUS_RULES = DEPLOY / "prometheus-rules.yml"
 LOKI_RULES = DEPLOY / "loki-rules.yml"
-LOKI = "${DS_LOKI}"
-PROMETHEUS = "${DS_PROMETHEUS}"
+DS_LOKI = "${DS_LOKI}"
+DS_PROMETHEUS = "${DS_PROMETHEUS}"
 
 # LogQL words that follow `|` but are not label filters.
 LOGQL_STAGES = frozenset({"json", "logfmt", "unwrap", "line_format", "label_format", "drop"})
@@ -34,7 +34,7 @@ def dashboard() -> dict[str, Any]:
 
 
 def panels(datasource: str) -> list[dict[str, Any]]:
-    """The panels that query `datasource` (`LOKI` or `PROMETHEUS`), in dashboard order."""
+    """The panels that query `datasource` (`DS_LOKI` or `DS_PROMETHEUS`), in dashboard order."""
     return [
         p
         for p in dashboard()["panels"]
@@ -68,7 +68,7 @@ def rules(path: Path) -> list[tuple[str, str]]:
 
 def logql_queries() -> list[tuple[str, str]]:
     """Every LogQL query shipped: the dashboard's Loki panels, then the Loki rules."""
-    return targets(LOKI) + [(f"rule {name}", expr) for name, expr in rules(LOKI_RULES)]
+    return targets(DS_LOKI) + [(f"rule {name}", expr) for name, expr in rules(LOKI_RULES)]
 
 
 def stream_selectors(expr: str) -> list[str]:
