@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lta_worker.worker._metrics import Metrics
-from support.queries import PROMETHEUS_RULES, rules
+from support.queries import LOKI_RULES, PROMETHEUS_RULES, ROOT, rules
 
 UNIT_TESTS = Path(__file__).with_name("prometheus-rules.test.yml")
 PROMTOOL = shutil.which("promtool")
@@ -86,3 +86,15 @@ def test_rules_name_only_exposed_metrics() -> None:
         names = set(re.findall(r"\b(lta_worker_[a-z_]+)", expr))
         assert names or re.fullmatch(r'up\{job="lta-worker"\} == 0', expr), alert
         assert names <= exposed, f"{alert}: {names - exposed}"
+
+
+def test_the_rules_have_one_home() -> None:
+    """No document repeats a rule's expression; docs/operations.md points at both files."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in (PROMETHEUS_RULES, LOKI_RULES):
+        for alert, expr in rules(path):
+            for doc in docs:
+                assert expr not in doc.read_text(encoding="utf-8"), f"{doc.name}: {alert}"
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert "deploy/prometheus-rules.yml" in operations
+    assert "deploy/loki-rules.yml" in operations

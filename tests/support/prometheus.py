@@ -166,11 +166,3 @@ def running_node_exporter(textfile_dir: Path, log: Path, timeout: float = 30.0) 
         yield url
     finally:
         _stop(proc)
-
-
-def version(binary: str) -> str:
-    """The first line of `binary --version` (for a test's report)."""
-    done = subprocess.run(
-        [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
-    )
-    return (done.stdout or done.stderr).splitlines()[0]
