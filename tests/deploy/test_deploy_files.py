@@ -86,7 +86,7 @@ def _target_params() -> list[Any]:
     ]
 
 
-def test_dashboard_has_loki_input_andpanels() -> None:
+def test_dashboard_has_loki_input_and_panels() -> None:
     """The dashboard asks for a Loki and a Prometheus datasource on import; every panel uses
     one of them, each query the panel's own, and Loki queries parse the JSON line."""
     board = dashboard()
