@@ -122,12 +122,6 @@ def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
         store.close()
 
 
-@pytest.fixture
-def log_stream(_quiet_json_logs: io.StringIO) -> io.StringIO:
-    """The rendered JSON log lines (the autouse fixture's stream)."""
-    return _quiet_json_logs
-
-
 _strict = st.recursive(
     st.none()
     | st.booleans()
