@@ -142,10 +142,43 @@ async def test_reenrollment_during_a_pass_keeps_the_new_token(harness: Harness) 
     grants = harness.sim.user_info("x")["connected_services"]
     assert sorted(g["state"] for g in grants) == ["active", "revoked"]
     assert any(e["event"] == "poll.discarded" and e["user"] == "x" for e in logs)
+    # The discarded decision (revoked, token deleted) is not logged as if it happened.
+    told = [e["event"] for e in logs if e.get("user") == "x"]
+    assert "user.state_changed" not in told and "token.deleted" not in told, told
     # The new token still reads.
     harness.advance(timedelta(seconds=1))
     again = await harness.run_pass()
     assert again.counts["ok"] == 2
+
+
+def stored_when_logged(harness: Harness, user: str) -> Any:
+    """A log processor that notes, in each state or token event, the row stored by then."""
+
+    def probe(_logger: Any, _method: str, event: Any) -> Any:
+        if event["event"] in {"user.state_changed", "token.deleted"}:
+            row = harness.user(user)
+            event["stored"] = (row.state, row.token is not None)
+        return event
+
+    return probe
+
+
+async def test_state_and_token_events_of_an_applied_decision_follow_its_commit(
+    harness: Harness,
+) -> None:
+    """`user.state_changed` and `token.deleted` are logged once the revocation is stored."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.sim.revoke("x")
+    with capture_logs(processors=[stored_when_logged(harness, "x")]) as logs:
+        result = await harness.run_pass()
+    assert result.counts == {"revoked": 1}
+    told = [(e["event"], e["stored"]) for e in logs if "stored" in e]
+    assert told == [
+        ("user.state_changed", ("revoked", False)),
+        ("token.deleted", ("revoked", False)),
+    ]
 
 
 async def test_a_pass_of_only_404s_changes_nothing_and_exits_78(harness: Harness) -> None:
