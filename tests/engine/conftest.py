@@ -3,6 +3,7 @@ simulator in-process, on SQLite and, when LTA_TEST_DATABASE_URL is set, PostgreS
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -186,6 +187,12 @@ def _files(tmp: Path) -> tuple[Path, Path]:
     key_file.write_text(generate_key_line(SystemClock().now()) + "\n")
     os.chmod(key_file, 0o600)
     return secret_file, key_file
+
+
+@pytest.fixture
+def log_stream(_quiet_json_logs: io.StringIO) -> io.StringIO:
+    """The rendered JSON log lines (the autouse fixture's stream)."""
+    return _quiet_json_logs
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ every figure, write every user of the batch, and keep free text of a body out of
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -268,6 +269,42 @@ async def test_a_success_body_echoing_the_credential_is_never_stored(
         for part in path.parent.glob(path.name + "*"):  # the file, its WAL and journal
             raw = part.read_bytes()
             assert token_of("u1").encode() not in raw and CLIENT_SECRET.encode() not in raw
+
+
+FOREIGN: Mapping[str, Callable[[str], bytes]] = {
+    "plain": lambda token: json_body({"owner": {"note": token}}),
+    "in-free-text": lambda token: json_body({"n": 1, "msg": f"see {token} for c1"}),
+    "escaped": lambda token: ('{"t": "' + _escaped(token) + '"}').encode(),
+    "prefix-escaped": lambda token: ('{"t": "dspa\\u005f' + token[5:] + '"}').encode(),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN))
+async def test_another_users_token_in_a_success_body_is_never_stored(
+    deployment: Deployment, case: str, log_stream: io.StringIO
+) -> None:
+    """A 200 for e1 holding c1's `dspa_` token (no secret) is a broken answer: nothing of it
+    in snapshots, history or the export, and no `dspa_` value in the rendered log."""
+    foreign = token_of("c1")
+    deployment.reads["e1"] = Step(200, body=FOREIGN[case](foreign))
+    deployment.reads["c1"] = OK
+    await deployment.enroll("c1", "e1")
+    result, _ = await deployment.run_pass()
+    assert result.exit_code == 0
+    users = {u["user"]: u for u in deployment.users()}
+    assert users["e1"]["last_outcome"] == "transient"
+    assert users["e1"]["has_token"] and users["e1"]["state"] == "active"
+    with deployment.store() as store:
+        history = [json.dumps(result_json(row)) for row in store.export_history()]
+        assert [row.user for row in store.export_history("e1")] == []
+    lines = deployment.export()
+    assert [json.loads(line)["user"] for line in lines] == ["c1", "c1"]
+    assert all(foreign not in line for line in [*lines, *history])
+    rendered = log_stream.getvalue()
+    reads = [json.loads(line) for line in rendered.splitlines()]
+    broken = [e for e in reads if e["event"] == "poll.read" and e["user"] == "e1"]
+    assert broken and all(e["reason"] == "credential echoed" for e in broken)
+    assert "dspa_" not in rendered and foreign not in rendered
 
 
 UNSENDABLE = {

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.cli._users_cmd import _report
+from lta_worker.enrollment._lifecycle import DropResult, Lifecycle
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.upstream._client import ApiClient
@@ -51,12 +52,34 @@ class GateTransport(httpx.AsyncBaseTransport):
         return response
 
 
+class DeleteGate(httpx.AsyncBaseTransport):
+    """Passes requests to `inner`; holds the first DELETE before the service sees it, until
+    `release` is set (a DELETE that takes as long as the test needs)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.reached = anyio.Event()
+        self.release = anyio.Event()
+        self._armed = True
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._armed and request.method == "DELETE":
+            self._armed = False
+            self.reached.set()
+            await self.release.wait()
+        return await self.inner.handle_async_request(request)
+
+
 @asynccontextmanager
-async def lifecycle(harness: Harness) -> AsyncIterator[Lifecycle]:
+async def lifecycle(
+    harness: Harness, transport: httpx.AsyncBaseTransport | None = None
+) -> AsyncIterator[Lifecycle]:
     """A Lifecycle on its own store and HTTP client (another process would have its own)."""
     settings = harness.settings()
     with harness.store() as store:
-        async with http_client(settings, transport=SimulatorTransport(harness.sim)) as http:
+        async with http_client(
+            settings, transport=transport or SimulatorTransport(harness.sim)
+        ) as http:
             yield Lifecycle(
                 settings,
                 store,
@@ -142,10 +165,43 @@ async def test_reenrollment_during_a_pass_keeps_the_new_token(harness: Harness) 
     grants = harness.sim.user_info("x")["connected_services"]
     assert sorted(g["state"] for g in grants) == ["active", "revoked"]
     assert any(e["event"] == "poll.discarded" and e["user"] == "x" for e in logs)
+    # The discarded decision (revoked, token deleted) is not logged as if it happened.
+    told = [e["event"] for e in logs if e.get("user") == "x"]
+    assert "user.state_changed" not in told and "token.deleted" not in told, told
     # The new token still reads.
     harness.advance(timedelta(seconds=1))
     again = await harness.run_pass()
     assert again.counts["ok"] == 2
+
+
+def stored_when_logged(harness: Harness, user: str) -> Any:
+    """A log processor that notes, in each state or token event, the row stored by then."""
+
+    def probe(_logger: Any, _method: str, event: Any) -> Any:
+        if event["event"] in {"user.state_changed", "token.deleted"}:
+            row = harness.user(user)
+            event["stored"] = (row.state, row.token is not None)
+        return event
+
+    return probe
+
+
+async def test_state_and_token_events_of_an_applied_decision_follow_its_commit(
+    harness: Harness,
+) -> None:
+    """`user.state_changed` and `token.deleted` are logged once the revocation is stored."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    harness.advance(HOUR + timedelta(seconds=1))
+    harness.sim.revoke("x")
+    with capture_logs(processors=[stored_when_logged(harness, "x")]) as logs:
+        result = await harness.run_pass()
+    assert result.counts == {"revoked": 1}
+    told = [(e["event"], e["stored"]) for e in logs if "stored" in e]
+    assert told == [
+        ("user.state_changed", ("revoked", False)),
+        ("token.deleted", ("revoked", False)),
+    ]
 
 
 async def test_a_pass_of_only_404s_changes_nothing_and_exits_78(harness: Harness) -> None:
@@ -257,3 +313,115 @@ async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> N
         "drop.retried",
         "drop.confirmed",
     ]
+
+
+def deletes(harness: Harness) -> list[Any]:
+    """The DELETEs of long term tokens the simulator received."""
+    return [e for e in harness.sim.requests() if e.method == "DELETE"]
+
+
+async def held_drop(
+    harness: Harness, during: Any, inner: httpx.AsyncBaseTransport | None = None
+) -> DropResult:
+    """`users drop x` whose DELETE is held while `await during()` runs, then let through."""
+    gate = DeleteGate(inner or SimulatorTransport(harness.sim))
+    box: dict[str, DropResult] = {}
+    async with lifecycle(harness, gate) as lc:
+
+        async def drop() -> None:
+            box["result"] = await lc.drop("x")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drop)
+            await gate.reached.wait()
+            await during()
+            gate.release.set()
+    return box["result"]
+
+
+def reported(result: DropResult, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """What `users drop` prints for `result`, and its exit code."""
+    code = _report(result, "dropped")
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+async def test_a_pass_during_a_drop_sends_no_second_delete(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While `users drop` waits for its DELETE, a pass (and its drop retries) sends none of
+    its own: one DELETE in all, and what the command prints is what was stored."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    assert harness.user("x").last_outcome == "ok"
+    passes: list[PassResult] = []
+
+    async def during() -> None:
+        passes.append(await harness.run_pass())
+
+    result = await held_drop(harness, during)
+    assert passes[0].reads == 0
+    assert len(deletes(harness)) == 1
+    row = harness.user("x")
+    assert (row.state, row.token, row.last_outcome) == ("dropped", None, "dropped")
+    code, said = reported(result, capsys)
+    assert code == 0 and "dropped 'x'" in said and "local token deleted" in said
+
+
+async def test_a_drop_while_a_retry_sends_its_delete_sends_none(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`users drop` of a user whose pending drop a pass is retrying sends no DELETE beside
+    it, says so, and the retry's outcome is what is stored."""
+    await harness.enroll("x")
+
+    async def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    async with lifecycle(harness, httpx.MockTransport(down)) as lc:
+        pending = await lc.drop("x")
+    assert pending.retry_at is not None
+    harness.advance(pending.retry_at - harness.clock.now() + timedelta(seconds=1))
+    gate = DeleteGate(SimulatorTransport(harness.sim))
+    worker = Worker(harness.settings(), transport=gate, clock=WorkerClock(harness.clock))
+    box: dict[str, DropResult] = {}
+    async with worker, anyio.create_task_group() as tg:
+        tg.start_soon(worker.run_pass)
+        await gate.reached.wait()
+        async with lifecycle(harness) as lc:
+            box["result"] = await lc.drop("x")
+        gate.release.set()
+    assert len(deletes(harness)) == 1
+    row = harness.user("x")
+    assert (row.state, row.token) == ("dropped", None)
+    code, said = reported(box["result"], capsys)
+    assert code == 75 and "already" in said, said
+
+
+@pytest.mark.parametrize("answer", [204, 503])
+async def test_a_reenrollment_during_a_drop_is_reported_as_overtaking_it(
+    harness: Harness, capsys: pytest.CaptureFixture[str], answer: int
+) -> None:
+    """A new consent while the DELETE is out wins: the user stays active with the new token,
+    and `users drop` says the drop was overtaken (exit 75), whatever the DELETE answered."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    real = SimulatorTransport(harness.sim)
+
+    async def answering(request: httpx.Request) -> httpx.Response:
+        response = await real.handle_async_request(request)
+        if request.method == "DELETE" and answer != 204:
+            return httpx.Response(answer)  # the service saw it, then failed
+        return response
+
+    async def during() -> None:
+        harness.advance(timedelta(seconds=1))
+        await harness.enroll("x", create=False)
+
+    result = await held_drop(harness, during, httpx.MockTransport(answering))
+    row = harness.user("x")
+    assert (row.state, row.token is not None) == ("active", True)
+    code, said = reported(result, capsys)
+    assert code == 75, said
+    assert "overtaken by a new consent" in said and "active" in said
+    assert "local token deleted" not in said and "next at" not in said

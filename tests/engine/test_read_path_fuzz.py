@@ -122,12 +122,6 @@ def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
         store.close()
 
 
-@pytest.fixture
-def log_stream(_quiet_json_logs: io.StringIO) -> io.StringIO:
-    """The rendered JSON log lines (the autouse fixture's stream)."""
-    return _quiet_json_logs
-
-
 _strict = st.recursive(
     st.none()
     | st.booleans()
@@ -201,7 +195,7 @@ def test_any_answer_goes_through_the_whole_read_path(
     # Nothing per user outlives its turn (a pass over a million users must not grow with
     # them); only the names of decisions a stopped pass dropped are left.
     assert not engine._saw_404
-    assert not engine._names or engine.result.stopped != "completed"
+    assert not engine._claimed or engine.result.stopped != "completed"
 
     # The rendered log lines: strict JSON, bounded budget fields, allowed codes only.
     log_stream.seek(logs_from)

@@ -121,12 +121,19 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
         ("skipped", "revoked", 0, "'x' is revoked: no token is held"),
         ("failed", "dropping", 75, "retry the drop"),
         ("refused", "dropping", 78, "retry the drop"),
+        ("in_flight", "dropping", 75, "a DELETE of its token is already out"),
+        ("ok+overtaken", "active", 75, "overtaken by a new consent"),
+        ("failed+overtaken", "active", 75, "overtaken by a new consent"),
+        ("ok+overtaken", "dropped", 0, "another drop of it was confirmed"),
+        ("ok+overtaken", "dropping", 75, "retry the drop"),
     ],
 )
 def test_drop_report_exit_codes(
     capsys: pytest.CaptureFixture[str], upstream: str, state: str, code: int, says: str
 ) -> None:
-    """Confirmed or nothing to drop: 0; not confirmed: 75; credential refused: 78; one line."""
+    """Confirmed or nothing to drop: 0; not confirmed, a DELETE already out, or overtaken by
+    a new consent: 75; credential refused: 78; one line, saying what is stored."""
+    upstream, _, overtaken = upstream.partition("+")
     result = DropResult(
         user="x",
         upstream=upstream,  # type: ignore[arg-type]
@@ -134,6 +141,7 @@ def test_drop_report_exit_codes(
         error="could not reach the service (connect)",
         previous_state="active",
         state=state,
+        overtaken=bool(overtaken),
     )
     assert _report(result, "dropped") == code
     out, err = capsys.readouterr()

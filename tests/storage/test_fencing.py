@@ -277,3 +277,29 @@ def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
     assert claimed == store.get_user("a")
     assert (claimed.denied, claimed.last_polled_at, claimed.last_code) == (denied, T0, "x")
     assert claimed.estimate == estimate
+
+
+def test_a_drop_command_holds_its_user_until_its_write(store: Store, vault: Vault) -> None:
+    """begin_drop with a lease keeps `run`/`serve` from retrying the drop while the command's
+    DELETE is out; a second command finds it in flight; the command's write ends the lease."""
+    enroll(store, vault, "a")
+    start = store.begin_drop("a", T0, lease_until=T0 + 5 * MINUTE)
+    assert start.owner is not None and not start.in_flight
+    assert store.claim_drops(now=T0, limit=5, owner="i1", lease_until=T0 + MINUTE) == []
+    assert store.release_all() == {}, "SQLite's start-up release leaves a command's lease"
+    again = store.begin_drop("a", T0 + MINUTE, lease_until=T0 + 6 * MINUTE)
+    assert again.in_flight and again.after == again.before == store.get_user("a")
+    assert store.defer_drop(start.after.id, start.after.generation, retry_at=T0, reason="x")
+    (retried,) = store.claim_drops(now=T0, limit=5, owner="i1", lease_until=T0 + MINUTE)
+    assert retried.generation > start.after.generation
+
+
+def test_a_drop_commands_lease_that_expired_is_taken_over(store: Store, vault: Vault) -> None:
+    """A command that died with its DELETE out: once its lease expires the drop is retried
+    (by `run`/`serve`, or by the next command), and its late write is fenced off."""
+    enroll(store, vault, "a")
+    start = store.begin_drop("a", T0, lease_until=T0 + MINUTE)
+    later = T0 + 2 * MINUTE
+    (retried,) = store.claim_drops(now=later, limit=5, owner="i1", lease_until=later + MINUTE)
+    assert not store.finish_drop(start.after.id, start.after.generation, later)
+    assert store.finish_drop(retried.id, retried.generation, later)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._classify import ALLOWED_CODES, classify, find_code
+from lta_worker.domain._classify import ALLOWED_CODES, classify, echoes, find_code, strict_json
 from lta_worker.domain._model import Endpoint
 from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer, Outcome
 from lta_worker.pacing._window import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT, wait_after_429
@@ -360,3 +360,25 @@ def test_secret_in_a_body_never_reaches_reason_or_code(
     outcome = classify(STATS, answer(status, body, headers=headers))
     for field in (outcome.reason, outcome.code):
         assert field is None or filler not in field
+
+
+@pytest.mark.parametrize(
+    ("body", "echoed"),
+    [
+        pytest.param(b'{"t": "dspa_other.user"}', True, id="another-users-token"),
+        pytest.param(b'{"m": "token dspa_x9 leaked"}', True, id="in-free-text"),
+        pytest.param(b'{"t": "\\u0064spa_x9"}', True, id="prefix-escaped"),
+        pytest.param(b'{"t": "dspa_\\u0078"}', True, id="first-character-escaped"),
+        pytest.param(b'{"t": "dspa_"}', False, id="the-prefix-alone"),
+        pytest.param(b'{"t": "the dspa_ prefix"}', False, id="the-prefix-as-a-word"),
+        pytest.param(b'{"t": "DSPA_x9"}', False, id="another-case"),
+        pytest.param(b'{"n": 1}', False, id="plain-payload"),
+    ],
+)
+def test_any_credential_shaped_token_in_a_success_body_is_an_echo(
+    body: bytes, echoed: bool
+) -> None:
+    """A `dspa_` token of anyone (the prefix then a token character) counts as an echo."""
+    parsed = strict_json(body)
+    assert parsed is not None
+    assert echoes(body, parsed[1], (), prefix=b"dspa_") is echoed

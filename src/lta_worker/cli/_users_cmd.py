@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lta_worker.enrollment import DropResult
 
 _SCOPE_FAMILY = "cloud-sync.permanent."
+_COMMAND = {"dropped": "drop", "forgot": "forget"}
 _user_option = click.option(
     "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
 )
@@ -126,9 +127,35 @@ def list_(app: App, fmt: str) -> None:
 
 
 def _report(result: DropResult, verb: str) -> int:
-    """Print one line saying what happened; return the exit code (0, 75 pending, 78 refused)."""
+    """Print one line saying what happened, as stored; return the exit code (0; 75 pending,
+    in flight elsewhere or overtaken by a new consent; 78 refused)."""
     purged = f"; {result.purged} stored result(s) purged" if result.purged is not None else ""
-    if result.upstream == "ok":
+    if result.upstream == "in_flight":
+        click.echo(
+            f"{_COMMAND[verb]} of {result.user!r} not sent: a DELETE of its token is already "
+            f"out (a retry "
+            f"of `run`/`serve` or another `users drop`); no second one is sent, and its "
+            f"outcome is stored (see `users list`){purged}",
+            err=True,
+        )
+        return EX_TEMPFAIL
+    if result.overtaken and result.state not in {"dropped", "dropping"}:
+        click.echo(
+            f"the {_COMMAND[verb]} of {result.user!r} was overtaken by a new consent: the user "
+            f"enrolled again "
+            f"while the drop was under way and is {result.state} with the new token, which "
+            f"is kept (the drop named the old one); run `users {_COMMAND[verb]}` again if the "
+            f"new consent must go too{purged}",
+            err=True,
+        )
+        return EX_TEMPFAIL
+    if result.overtaken and result.state == "dropped":
+        click.echo(
+            f"{verb} {result.user!r}: another drop of it was confirmed meanwhile; "
+            f"local token deleted{purged}"
+        )
+        return EX_OK
+    if result.upstream == "ok" and not result.overtaken:
         click.echo(
             f"{verb} {result.user!r}: the service dropped the token (HTTP {result.status}); "
             f"local token deleted{purged}"
@@ -141,8 +168,9 @@ def _report(result: DropResult, verb: str) -> int:
         )
         return EX_OK
     retry = iso(result.retry_at) or "soon"
+    why = result.error or "another sender retries the drop"
     click.echo(
-        f"{verb} {result.user!r} pending: {result.error}; the user is `dropping` (no pass "
+        f"{verb} {result.user!r} pending: {why}; the user is `dropping` (no pass "
         f"reads it, token kept only to finish the drop) and `run`/`serve` retry the drop "
         f"(next at {retry}){purged}",
         err=True,
@@ -173,7 +201,9 @@ def drop(app: App, user: str) -> None:
     """DELETE the token upstream; once confirmed, delete it locally, set the user `dropped`.
 
     Exit 75 when the service could not confirm (the drop is retried by `run`/`serve`),
-    78 when it refused the credential (check `client.secret_file`).
+    when a DELETE of the token is already out (none is sent beside it), or when a new
+    consent overtook the drop (the user is active with the new token); 78 when the service
+    refused the credential (check `client.secret_file`).
     """
     sys.exit(_report(_run_lifecycle(app, user, forget=False), "dropped"))
 

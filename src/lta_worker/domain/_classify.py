@@ -32,6 +32,7 @@ body is a broken body (transient).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -167,19 +168,30 @@ def _success(answer: Answer) -> Outcome:
     return Outcome("ok", status=answer.status, payload=payload, content=content)
 
 
-def echoes(body: bytes, content: bytes, secrets: Iterable[bytes]) -> bool:
-    """True when a success body holds one of `secrets` (the token, the client secret).
+def echoes(body: bytes, content: bytes, secrets: Iterable[bytes], *, prefix: bytes) -> bool:
+    """True when a success body holds a credential: one of `secrets` (the user's token, the
+    client secret) or any credential-shaped string, `prefix` (the long term tokens' `dspa_`)
+    followed by a character a token may hold, whoever's token it is (another user's).
 
-    A payload is stored as parsed, so a secret written with JSON escapes (`\\u0064spa_...`)
-    counts too: a body with a backslash is also checked in its parsed form (`content`, the
-    payload's canonical JSON, escapes undone). A service that echoes the credential it was
-    sent must not put it in the database in clear.
+    A payload is stored as parsed, so a credential written with JSON escapes
+    (`\\u0064spa_...`) counts too: a body with a backslash is also checked in its parsed
+    form (`content`, the payload's canonical JSON, escapes undone). A service that echoes a
+    credential must not put it in the database in clear.
     """
-    if any(secret in body for secret in secrets):
+    shaped = _credential_shape(prefix)
+    if shaped.search(body) or any(secret in body for secret in secrets):
         return True
     if b"\\" not in body:
         return False
-    return any(secret in content for secret in secrets)
+    return bool(shaped.search(content)) or any(secret in content for secret in secrets)
+
+
+@functools.lru_cache(maxsize=4)
+def _credential_shape(prefix: bytes) -> re.Pattern[bytes]:
+    # After the prefix, a visible ASCII character (what a header can carry) other than a
+    # quote or a backslash: the prefix alone, as a word in a text, is no credential, and an
+    # escaped character is looked for in the parsed form.
+    return re.compile(re.escape(prefix) + rb"[!#-\[\]-~]")
 
 
 def strict_json(body: bytes) -> tuple[Any, bytes] | None:

@@ -19,6 +19,12 @@ A drop has two phases (DESIGN.md, state `dropping`):
    for a retry with backoff, and `run` / `serve` retry it (`retry_pending`) within the
    budget until it is confirmed.
 
+One DELETE at a time per user: phase 1 also leases the user to this command for the
+DELETE (`storage` drops), so `run` / `serve` do not retry the drop while it is out, and a
+command finds a DELETE already out (a retry, another command) `in_flight` and sends none.
+What a drop reports is what it stored: when its write finds the row changed meanwhile (a
+new consent, another sender), it reports the row as it is (`overtaken`).
+
 A user with no token (revoked or already dropped) is left exactly as it is. `forget` also
 purges every stored result of the user (snapshots and history) at once, right after phase
 1, whatever happens to the DELETE: what the client does when one of its users deletes their
@@ -27,13 +33,14 @@ account (spec section 5, rule 7).
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from anyio import to_thread
+from anyio import CancelScope, to_thread
 
 from lta_worker.domain import (
     ENDPOINTS,
@@ -56,7 +63,7 @@ if TYPE_CHECKING:
     from lta_worker.domain import Answer, UserRow
     from lta_worker.pacing import PacerLike
 
-UpstreamResult = Literal["ok", "failed", "refused", "skipped"]
+UpstreamResult = Literal["ok", "failed", "refused", "skipped", "in_flight"]
 DROP_BATCH = 20
 # `last_outcome` of a pending drop whose DELETE went out after an accepted read and got no
 # answer: a plain 401 on the next read is then that DELETE's doing, not a wrong secret.
@@ -86,7 +93,8 @@ class DropResult:
         user: the client's user id.
         upstream: `ok` (the service confirmed the DELETE), `failed` (unreachable or an
             unexpected answer: the drop will be retried), `refused` (a plain 401: the
-            credential was not accepted; retried too), or `skipped` (no token was held).
+            credential was not accepted; retried too), `skipped` (no token was held), or
+            `in_flight` (another sender's DELETE of the token is out: none was sent).
         status: the service's HTTP status, when it answered.
         error: why the upstream call failed, in words (never a secret).
         previous_state: the user's state before.
@@ -94,6 +102,9 @@ class DropResult:
         retry_at: when `run` / `serve` send the DELETE again, for a pending drop.
         purged: how many stored results (snapshots and history rows) `forget` removed;
             None for a plain drop.
+        overtaken: the drop's own write found the user changed meanwhile (re-enrolled:
+            a new consent wins; or dropped or retried by another sender): `state` and
+            `retry_at` are the row's as stored, not this drop's.
     """
 
     user: str
@@ -104,6 +115,7 @@ class DropResult:
     state: str = "dropped"
     retry_at: datetime | None = None
     purged: int | None = None
+    overtaken: bool = False
 
 
 @dataclass(slots=True)
@@ -180,11 +192,26 @@ class Lifecycle(ClientOperation):
         if row.token is not None:  # a key or secret file problem: found before any change
             register_secret(self._vault.decrypt(row.token, user=user))
             _ = self.client_secret
-        start = await to_thread.run_sync(self._store.begin_drop, user, self._clock())
+        now = self._clock()
+        lease_until = now + self._settings.poll.lease_duration
+        start = await to_thread.run_sync(
+            partial(self._store.begin_drop, user, now, lease_until=lease_until)
+        )
         purged: int | None = None
         if purge:
             purged = await to_thread.run_sync(self._store.purge_results, user)
         before, after = start.before, start.after
+        if start.in_flight:
+            return DropResult(
+                user=user,
+                upstream="in_flight",
+                status=None,
+                error=None,
+                previous_state=before.state,
+                state=before.state,
+                retry_at=before.next_due_at,
+                purged=purged,
+            )
         if after.state != "dropping":
             return DropResult(
                 user=user,
@@ -203,7 +230,15 @@ class Lifecycle(ClientOperation):
                 to="dropping",
                 reason=reason,
             )
-        outcome = await self._send_drop(after, reason=reason)
+        try:
+            outcome = await self._send_drop(after, reason=reason)
+        except BaseException:
+            # Interrupted before its write: give the DELETE back to `run` / `serve` now
+            # rather than when the lease expires.
+            with CancelScope(shield=True), contextlib.suppress(Exception):
+                if start.owner is not None:
+                    await to_thread.run_sync(self._store.release, start.owner, [after.id])
+            raise
         return DropResult(
             user=user,
             upstream=outcome.upstream,
@@ -213,6 +248,7 @@ class Lifecycle(ClientOperation):
             state=outcome.state,
             retry_at=outcome.retry_at,
             purged=purged,
+            overtaken=outcome.overtaken,
         )
 
     async def _send_drop(
@@ -262,11 +298,8 @@ class Lifecycle(ClientOperation):
                     reason=reason,
                 )
                 _log().info("drop.confirmed", user=row.user, status=status, code=code)
-                state = "dropped"
-            else:  # re-enrolled (or dropped by another command) meanwhile: its row now
-                current = await to_thread.run_sync(self._store.get_user, row.user)
-                state = current.state if current is not None else "dropped"
-            return DropResult(row.user, "ok", status, None, "dropping", state=state)
+                return DropResult(row.user, "ok", status, None, "dropping", state="dropped")
+            return await self._as_stored(row, "ok", status, None)
         upstream: UpstreamResult = "refused" if verdict == "refused" else "failed"
         if verdict == "refused" and error != REFUSED_READ:
             error = (
@@ -277,9 +310,11 @@ class Lifecycle(ClientOperation):
         # A DELETE sent after an accepted read may have dropped the token though no answer
         # came: remembered, so that the next read's plain 401 confirms the drop.
         mark = UNANSWERED if accepted and status is None else f"drop_{upstream}"
-        await to_thread.run_sync(
+        deferred = await to_thread.run_sync(
             partial(self._store.defer_drop, row.id, row.generation, retry_at=retry_at, reason=mark)
         )
+        if not deferred:
+            return await self._as_stored(row, upstream, status, error)
         _log().warning(
             "drop.pending",
             user=row.user,
@@ -290,6 +325,25 @@ class Lifecycle(ClientOperation):
         )
         return DropResult(
             row.user, upstream, status, error, "dropping", state="dropping", retry_at=retry_at
+        )
+
+    async def _as_stored(
+        self, row: UserRow, upstream: UpstreamResult, status: int | None, error: str | None
+    ) -> DropResult:
+        """The result of a drop whose write found the user changed since it began (a new
+        consent; another sender's drop): the row as it is stored, marked `overtaken`."""
+        current = await to_thread.run_sync(self._store.get_user, row.user)
+        state = current.state if current is not None else "dropped"
+        retry_at = current.next_due_at if current is not None and state == "dropping" else None
+        return DropResult(
+            row.user,
+            upstream,
+            status,
+            error,
+            "dropping",
+            state=state,
+            retry_at=retry_at,
+            overtaken=True,
         )
 
     def _policy(self) -> PolicyConfig:
@@ -353,7 +407,7 @@ class Lifecycle(ClientOperation):
                     done.pending += 1
                     continue
                 done.users.append(row.user)
-                if result.upstream == "ok":
+                if result.state == "dropped":
                     done.confirmed += 1
                 else:
                     done.pending += 1
@@ -372,4 +426,5 @@ def _dropped_event(result: DropResult) -> None:
         state=result.state,
         purged=result.purged is not None,
         purged_rows=result.purged,
+        overtaken=result.overtaken,
     )

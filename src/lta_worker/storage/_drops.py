@@ -4,14 +4,24 @@
 running pass's decision about it is discarded), keep the token only to send the DELETE,
 and delete it only once the service confirmed. A drop the service did not confirm stays
 `dropping`, due for a retry at `next_due_at`, and `run` / `serve` retry it.
+
+One DELETE at a time per user, whoever sends it: the sender holds the user's lease (the
+same `user_leases` row a pass's claim is) while its read and DELETE are out. `begin_drop`
+takes it for the command, `claim_drops` for a retry of `run` / `serve`, and neither takes
+a live one, so no instance retries a drop a command is sending (nor the other way round),
+on SQLite as on PostgreSQL. `finish_drop` and `defer_drop` end it with their write; one
+left by a sender that died expires, and the drop is retried then.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, delete, select, update
+from sqlalchemy import ColumnElement, and_, delete, insert, select, update
 
 from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
 from lta_worker.errors import UnknownUserError
@@ -25,18 +35,35 @@ from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
 @dataclass(frozen=True, slots=True)
 class DropStart:
-    """The user before `begin_drop` and after it (the same row when nothing changed)."""
+    """The user before `begin_drop` and after it (the same row when nothing changed).
+
+    `in_flight`: the user is `dropping` and another sender's DELETE is out (its lease is
+    live): nothing was changed, and no second DELETE may be sent. `owner`: the lease the
+    command holds for its DELETE (to `release` it if the command stops before its write).
+    """
 
     before: UserRow
     after: UserRow
+    in_flight: bool = False
+    owner: str | None = None
 
 
-def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
-    """Mark the user `dropping` (due for a DELETE now) and bump its generation.
+def begin_drop(
+    db: Database,
+    user: str,
+    now: datetime,
+    *,
+    lease_until: datetime | None = None,
+) -> DropStart:
+    """Mark the user `dropping` (due for a DELETE now) and bump its generation; with
+    `lease_until`, lease the user to the command until then, for the DELETE it is about to
+    send (`DropStart.owner`).
 
     A user without a token (revoked, dropped) is left exactly as it is: no relabel, no
     retention clock restart. A user already `dropping` gets a new generation and is due
-    now (the command retries the DELETE itself).
+    now (the command retries the DELETE itself), unless another sender holds a live lease
+    on it (`in_flight`: left as it is). A pass's lease on a user being read is ended: a
+    lifecycle command wins over a pass.
 
     Raises:
         UnknownUserError: no such user.
@@ -51,6 +78,12 @@ def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
         before = to_user_row(found)
         if before.token is None or before.state in TOKENLESS_STATES:
             return DropStart(before, before)
+        if before.state == "dropping":
+            held_until = conn.execute(
+                select(LEASES.c.expires_at).where(leases.lease_of(before.id))
+            ).scalar_one_or_none()
+            if held_until is not None and held_until >= now:
+                return DropStart(before, before, in_flight=True)
         leases.end_leases(conn, leases.lease_of(before.id))
         stmt = (
             update(User)
@@ -65,8 +98,27 @@ def begin_drop(db: Database, user: str, now: datetime) -> DropStart:
             .returning(*USER_COLUMNS)
         )
         after = to_user_row(conn.execute(stmt).one())
+        owner = None
+        if lease_until is not None:
+            owner = drop_owner()
+            # The lease's generation is the row's new one: the drop's fencing token as is.
+            conn.execute(
+                insert(LEASES).values(
+                    user_id=after.id,
+                    owner=owner,
+                    expires_at=lease_until,
+                    generation=after.generation,
+                )
+            )
         outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
-    return DropStart(before, after)
+    return DropStart(before, after, owner=owner)
+
+
+def drop_owner() -> str:
+    """The lease owner of one drop command: its host and process, and a random part (two
+    commands of one process, a pid reused); `DROP_OWNER_PREFIX` marks it as no instance's."""
+    host = socket.gethostname()[:64]
+    return f"{leases.DROP_OWNER_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def finish_drop(db: Database, user_id: int, generation: int, now: datetime) -> bool:

@@ -47,6 +47,9 @@ from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
 USERS: Final = User.__table__
 LEASES: Final = UserLease.__table__
+# The owners of the leases `users drop` / `users forget` hold for their DELETE: commands,
+# not instances, so no instance's end (nor SQLite's single-instance lock) ends them.
+DROP_OWNER_PREFIX: Final = "drop:"
 
 
 # Where a candidate's row holds the user's generation, its lease's owner and generation
@@ -226,12 +229,17 @@ def release(db: Database, owner: str, user_ids: Sequence[int] | None = None) -> 
 
 
 def release_all(db: Database) -> dict[str, int]:
-    """End every lease; return how many users each owner held.
+    """End every lease of an instance; return how many users each owner held.
 
-    Only for SQLite at start-up, where the single-instance lock proves every owner dead.
+    Only for SQLite at start-up, where the single-instance lock proves every instance dead.
+    A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
+    of commands, and its DELETE may be out now.
     """
+    of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
     with db.write() as conn:
-        held = conn.execute(select(LEASES.c.owner, func.count()).group_by(LEASES.c.owner)).all()
+        held = conn.execute(
+            select(LEASES.c.owner, func.count()).where(of_instances).group_by(LEASES.c.owner)
+        ).all()
         if held:
-            end_leases(conn, LEASES.c.user_id.is_not(None))
+            end_leases(conn, of_instances)
     return {str(owner): int(count) for owner, count in held}

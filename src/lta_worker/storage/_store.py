@@ -262,13 +262,21 @@ class Store:
 
     # -- two-phase drop ---------------------------------------------------------------------
 
-    def begin_drop(self, user: str, now: datetime) -> drops.DropStart:
-        """Mark the user `dropping` (generation bumped), unless it holds no token.
+    def begin_drop(
+        self,
+        user: str,
+        now: datetime,
+        *,
+        lease_until: datetime | None = None,
+    ) -> drops.DropStart:
+        """Mark the user `dropping` (generation bumped), unless it holds no token or another
+        sender's DELETE is out (`in_flight`); with `lease_until`, lease it to the command
+        for its DELETE (`DropStart.owner`).
 
         Raises:
             UnknownUserError: no such user.
         """
-        return drops.begin_drop(self._db, user, now)
+        return drops.begin_drop(self._db, user, now, lease_until=lease_until)
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
         """The DELETE was confirmed: token deleted, state `dropped` (if still that drop)."""

@@ -73,7 +73,7 @@ from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike, Permit, wait_after_429
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import long_term_credential
+from lta_worker.upstream import TOKEN_PREFIX, long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
@@ -87,6 +87,8 @@ from lta_worker.worker._ports import PassStore, Reader, TokenVault
 WRITE_BATCH: Final = 250
 WRITE_LINGER_S: Final = 0.5
 Held = tuple[UserRow, UserUpdate]
+# Any `dspa_` token in a success body, whoever's, is a credential echoed (`echoes`).
+_PREFIX: Final = TOKEN_PREFIX.encode()
 
 log = get_logger("lta_worker.engine")
 
@@ -139,7 +141,9 @@ class PassEngine:
         self._permit_waits: set[anyio.CancelScope] = set()
         self._tg: TaskGroup | None = None
         self._saw_404: set[int] = set()
-        self._names: dict[int, str] = {}
+        # The rows of the users whose turn is not written yet: the name for
+        # `poll.discarded`, the state before for the events of a decision written.
+        self._claimed: dict[int, UserRow] = {}
         self._pending: list[UserUpdate] = []
         self._read_log: Any = events.pass_logger()  # an engine runs one pass
 
@@ -218,8 +222,7 @@ class PassEngine:
         opts = self.options
         stopped, released = self.breaker.finish(self._stop_reason or "completed")
         with anyio.CancelScope(shield=True):
-            for user, update in released:
-                events.changes(user, update)
+            for _user, update in released:
                 self._pending.append(update)
             await self._flush()
             await self._db(self.store.release, opts.instance)
@@ -275,7 +278,7 @@ class PassEngine:
             async for user in users:
                 if self._stopping.is_set():
                     continue  # claimed but not started: its lease is released at the end
-                self._names[user.id] = user.user
+                self._claimed[user.id] = user
                 try:
                     update = await self._turn(user)
                 except _Interrupted:
@@ -283,7 +286,7 @@ class PassEngine:
                 if update is not None:
                     await self._route(user, update, updates)
                 else:  # its token went meanwhile: nothing to write
-                    self._names.pop(user.id, None)
+                    self._claimed.pop(user.id, None)
                 self._saw_404.discard(user.id)  # routed: a pass keeps nothing per user read
                 self.result.users += 1
                 if self.on_progress is not None:
@@ -317,14 +320,21 @@ class PassEngine:
                     discarded=discarded,
                 )
             )
-        for update, reason in discarded:
-            # `changed`: a lifecycle command (enrollment, drop, forget) or another instance
-            # changed the user since the claim, and wins. `failed`: the database refused
-            # this user's write alone; it stays due. Neither says more (no payload).
-            user = self._names.get(update.user_id, str(update.user_id))
-            events.discarded(user, reason, update.last_outcome)
-        for update in batch:  # a pass over a million users keeps only the unwritten names
-            self._names.pop(update.user_id, None)
+        not_written = {id(update): reason for update, reason in discarded}
+        for update in batch:  # a pass over a million users keeps only the unwritten rows
+            user = self._claimed.pop(update.user_id, None)
+            reason = not_written.get(id(update))
+            if reason is not None:
+                # `changed`: a lifecycle command (enrollment, drop, forget) or another
+                # instance changed the user since the claim, and wins. `failed`: the
+                # database refused this user's write alone; it stays due. Neither says more
+                # (no payload), nor logs the decision's state or token changes: they did
+                # not happen.
+                name = user.user if user is not None else str(update.user_id)
+                events.discarded(name, reason, update.last_outcome)
+            elif user is not None:
+                # Only now that the write is committed are its changes true.
+                events.changes(user, update)
 
     # -- one user's turn -----------------------------------------------------------------
 
@@ -408,7 +418,9 @@ class PassEngine:
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
-            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
+            if outcome.kind == "ok" and echoes(
+                answer.body, outcome.canonical(), secrets, prefix=_PREFIX
+            ):
                 outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
@@ -448,8 +460,7 @@ class PassEngine:
         )
         if routed.trip:
             self._abort("breaker")
-        for held_user, held_update in routed.release:
-            events.changes(held_user, held_update)
+        for _held_user, held_update in routed.release:
             await updates.send(held_update)
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
