@@ -103,6 +103,37 @@ def test_an_answer_lowers_remaining_and_settles_its_permit() -> None:
     assert (row.remaining, row.reset_at, row.observed_at, reserved) == (45, at(59.5), at(1), 1)
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "granted"),
+    [
+        ((5000, 4999), (50000, 49998), 44998),  # raised within the window
+        ((5000, 10), (50000, 49990), 44990),  # raised after the old one was spent
+        ((50000, 49999), (5000, 4998), 4498),  # lowered within the window
+    ],
+)
+def test_a_changed_limit_is_followed_at_once(
+    before: tuple[int, int], after: tuple[int, int], granted: int
+) -> None:
+    """A quota raised or lowered within a window: the grant follows the new figures at once
+    (the new remaining less the reserve of the new limit), never the old remaining."""
+    limit, remaining = before
+    row = seen(remaining, 3600, limit=limit)
+    limit, remaining = after
+    obs = replace_seen(seen(remaining, 3600, limit=limit), observed_at=at(10))
+    row2, reserved = back(row, 1, Settlement(at(3600), True, obs), now=10)
+    assert row2 is not None and (row2.limit, row2.remaining) == (limit, remaining)
+    _, _, got = take(row2, reserved, 10, 10**6)
+    assert got.granted == granted
+
+
+def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
+    """An answer sent before the figure in the row cannot restore the limit it reported."""
+    row = replace_seen(seen(400, 3600, limit=500), observed_at=at(9))
+    late = replace_seen(seen(4990, 3600, limit=5000), observed_at=at(5))
+    row2, _ = back(row, 0, Settlement(at(3600), True, late), now=11)
+    assert row2 is not None and (row2.limit, row2.remaining) == (500, 400)
+
+
 def test_an_answer_without_figures_keeps_its_permit_reserved() -> None:
     """A failed request may have been counted: its permit stays reserved until the reset."""
     row, reserved = back(seen(50, 60), 3, Settlement(at(60), True, None))
