@@ -363,6 +363,14 @@ def test_reserve_and_share_shrink_the_allowance() -> None:
     assert len(in_window) == 40  # (100 - 20) * 0.5
 
 
+def test_the_reserve_is_a_share_of_the_limit() -> None:
+    """docs/config.md's example: limit 120, remaining 50, reserve 0.1 allow 38 reads (the
+    last 12 of the window stay the client's other traffic's), not 45."""
+    core = PacerCore(reserve=0.1)
+    core.observe(0.0, info(remaining=50, reset=1000.5, limit=120), 200)
+    assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == 38
+
+
 def test_spent_allowance_waits_for_the_reset() -> None:
     """Once the allowance is spent the next permit waits for the reset (plus a margin)."""
     core = PacerCore(reserve=0.0)
