@@ -270,16 +270,26 @@ class Model:
     window: int
     counts: Counter[int] = field(default_factory=Counter)
     refused: int = 0
+    # (time, new limit): the service changes the quota then, within a window or at its start.
+    changes: tuple[tuple[float, int], ...] = ()
+
+    def limit_at(self, t: float) -> int:
+        """The limit in force at `t`."""
+        limit = self.limit
+        for at, new in sorted(self.changes):
+            limit = new if at <= t else limit
+        return limit
 
     def request(self, t: float) -> tuple[int, RateLimitInfo]:
         index = math.floor(t / self.window)
         reset = max(1, math.ceil((index + 1) * self.window - t))
-        if self.counts[index] >= self.limit:
+        limit = self.limit_at(t)
+        if self.counts[index] >= limit:
             self.refused += 1
-            return 429, RateLimitInfo(self.limit, 0, float(reset), float(self.window), float(reset))
+            return 429, RateLimitInfo(limit, 0, float(reset), float(self.window), float(reset))
         self.counts[index] += 1
-        left = self.limit - self.counts[index]
-        return 200, RateLimitInfo(self.limit, left, float(reset), float(self.window))
+        left = limit - self.counts[index]
+        return 200, RateLimitInfo(limit, left, float(reset), float(self.window))
 
 
 Step = tuple[str, int, float]
@@ -346,6 +356,50 @@ def test_instances_together_stay_within_every_window(
     assert server.refused == 0
     allowed = math.floor(limit - 0.1 * limit + 1e-9)
     assert max(server.counts.values(), default=0) <= allowed
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    limit=st.integers(min_value=2, max_value=400),
+    window=st.integers(min_value=3, max_value=60),
+    changes=st.lists(
+        st.tuples(st.floats(min_value=0.0, max_value=120.0), st.integers(2, 400)), max_size=4
+    ),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=3.0), min_size=1, max_size=300),
+)
+def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
+    limit: int, window: int, changes: list[tuple[float, int]], gaps: list[float]
+) -> None:
+    """One instance against a service whose limit changes: right after an answer whose
+    remaining is above the reserve of its limit, a permit is granted at once (never a wait to
+    the reset) while the window has more than the last second left; and no window counts more
+    than its highest limit less the reserve."""
+    server = Model(limit, window, changes=tuple(changes))
+    row: BudgetSeen | None = None
+    reserved = 0
+    t = 0.0
+    for gap in gaps:
+        t += gap
+        row, reserved, got = grant(
+            row, reserved, now=at(t), want=1, reserve=0.1, probe_timeout=PROBE
+        )
+        if not got.granted:
+            continue
+        status, info = server.request(t)
+        obs = observation(info, status, at(t))
+        row, reserved = settle(
+            row, reserved, Settlement(got.tag, True, obs), now=at(t), reserve=0.1
+        )
+        assert info.limit is not None and info.remaining is not None
+        assert info.reset_after is not None
+        spare = info.remaining - 0.1 * info.limit - reserved
+        if status == 200 and spare >= 1 and info.reset_after > 1.0:
+            _, _, again = grant(row, reserved, now=at(t), want=1, reserve=0.1, probe_timeout=PROBE)
+            assert again.granted == 1, (t, info, row, reserved)
+
+    for index, count in server.counts.items():  # (a lowered limit may refuse one: unseen)
+        limits = [server.limit_at(index * window), *(n for a, n in changes if a // window == index)]
+        assert count <= max(math.floor(n * 0.9 + 1e-9) for n in limits)
 
 
 # -- the shell ------------------------------------------------------------------------------
