@@ -103,6 +103,37 @@ def test_an_answer_lowers_remaining_and_settles_its_permit() -> None:
     assert (row.remaining, row.reset_at, row.observed_at, reserved) == (45, at(59.5), at(1), 1)
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "granted"),
+    [
+        ((5000, 4999), (50000, 49998), 44998),  # raised within the window
+        ((5000, 10), (50000, 49990), 44990),  # raised after the old one was spent
+        ((50000, 49999), (5000, 4998), 4498),  # lowered within the window
+    ],
+)
+def test_a_changed_limit_is_followed_at_once(
+    before: tuple[int, int], after: tuple[int, int], granted: int
+) -> None:
+    """A quota raised or lowered within a window: the grant follows the new figures at once
+    (the new remaining less the reserve of the new limit), never the old remaining."""
+    limit, remaining = before
+    row = seen(remaining, 3600, limit=limit)
+    limit, remaining = after
+    obs = replace_seen(seen(remaining, 3600, limit=limit), observed_at=at(10))
+    row2, reserved = back(row, 1, Settlement(at(3600), True, obs), now=10)
+    assert row2 is not None and (row2.limit, row2.remaining) == (limit, remaining)
+    _, _, got = take(row2, reserved, 10, 10**6)
+    assert got.granted == granted
+
+
+def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
+    """An answer sent before the figure in the row cannot restore the limit it reported."""
+    row = replace_seen(seen(400, 3600, limit=500), observed_at=at(9))
+    late = replace_seen(seen(4990, 3600, limit=5000), observed_at=at(5))
+    row2, _ = back(row, 0, Settlement(at(3600), True, late), now=11)
+    assert row2 is not None and (row2.limit, row2.remaining) == (500, 400)
+
+
 def test_an_answer_without_figures_keeps_its_permit_reserved() -> None:
     """A failed request may have been counted: its permit stays reserved until the reset."""
     row, reserved = back(seen(50, 60), 3, Settlement(at(60), True, None))
@@ -239,16 +270,26 @@ class Model:
     window: int
     counts: Counter[int] = field(default_factory=Counter)
     refused: int = 0
+    # (time, new limit): the service changes the quota then, within a window or at its start.
+    changes: tuple[tuple[float, int], ...] = ()
+
+    def limit_at(self, t: float) -> int:
+        """The limit in force at `t`."""
+        limit = self.limit
+        for at, new in sorted(self.changes):
+            limit = new if at <= t else limit
+        return limit
 
     def request(self, t: float) -> tuple[int, RateLimitInfo]:
         index = math.floor(t / self.window)
         reset = max(1, math.ceil((index + 1) * self.window - t))
-        if self.counts[index] >= self.limit:
+        limit = self.limit_at(t)
+        if self.counts[index] >= limit:
             self.refused += 1
-            return 429, RateLimitInfo(self.limit, 0, float(reset), float(self.window), float(reset))
+            return 429, RateLimitInfo(limit, 0, float(reset), float(self.window), float(reset))
         self.counts[index] += 1
-        left = self.limit - self.counts[index]
-        return 200, RateLimitInfo(self.limit, left, float(reset), float(self.window))
+        left = limit - self.counts[index]
+        return 200, RateLimitInfo(limit, left, float(reset), float(self.window))
 
 
 Step = tuple[str, int, float]
@@ -315,6 +356,50 @@ def test_instances_together_stay_within_every_window(
     assert server.refused == 0
     allowed = math.floor(limit - 0.1 * limit + 1e-9)
     assert max(server.counts.values(), default=0) <= allowed
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    limit=st.integers(min_value=2, max_value=400),
+    window=st.integers(min_value=3, max_value=60),
+    changes=st.lists(
+        st.tuples(st.floats(min_value=0.0, max_value=120.0), st.integers(2, 400)), max_size=4
+    ),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=3.0), min_size=1, max_size=300),
+)
+def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
+    limit: int, window: int, changes: list[tuple[float, int]], gaps: list[float]
+) -> None:
+    """One instance against a service whose limit changes: right after an answer whose
+    remaining is above the reserve of its limit, a permit is granted at once (never a wait to
+    the reset) while the window has more than the last second left; and no window counts more
+    than its highest limit less the reserve."""
+    server = Model(limit, window, changes=tuple(changes))
+    row: BudgetSeen | None = None
+    reserved = 0
+    t = 0.0
+    for gap in gaps:
+        t += gap
+        row, reserved, got = grant(
+            row, reserved, now=at(t), want=1, reserve=0.1, probe_timeout=PROBE
+        )
+        if not got.granted:
+            continue
+        status, info = server.request(t)
+        obs = observation(info, status, at(t))
+        row, reserved = settle(
+            row, reserved, Settlement(got.tag, True, obs), now=at(t), reserve=0.1
+        )
+        assert info.limit is not None and info.remaining is not None
+        assert info.reset_after is not None
+        spare = info.remaining - 0.1 * info.limit - reserved
+        if status == 200 and spare >= 1 and info.reset_after > 1.0:
+            _, _, again = grant(row, reserved, now=at(t), want=1, reserve=0.1, probe_timeout=PROBE)
+            assert again.granted == 1, (t, info, row, reserved)
+
+    for index, count in server.counts.items():  # (a lowered limit may refuse one: unseen)
+        limits = [server.limit_at(index * window), *(n for a, n in changes if a // window == index)]
+        assert count <= max(math.floor(n * 0.9 + 1e-9) for n in limits)
 
 
 # -- the shell ------------------------------------------------------------------------------

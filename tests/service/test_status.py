@@ -140,11 +140,15 @@ def test_status_before_any_pass(world: World) -> None:
     assert "(fallback rate)" in table
 
 
-def _record(world: World, stopped: str, exit_code: int, finished: datetime) -> None:
+def _record(
+    world: World, stopped: str, exit_code: int, finished: datetime, answered: int = 0
+) -> None:
     from lta_worker.domain._model import PassRecord
 
+    counts = {"ok": answered}
+    record = PassRecord("elsewhere", finished, finished, stopped, exit_code, answered, 0, counts)
     with world.store() as store:
-        store.record_pass(PassRecord("elsewhere", finished, finished, stopped, exit_code, 0, 0, {}))
+        store.record_pass(record)
 
 
 def test_status_json_says_when_what_and_healthy(after_a_pass: World) -> None:
@@ -178,13 +182,13 @@ def test_status_after_a_breaker_is_unhealthy(after_a_pass: World) -> None:
 
 
 def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
-    """The only completed pass ended three intervals ago (1h): a problem says no pass
-    completed since then; `status --check` exits 1."""
+    """The only pass with an answered read ended three intervals ago (1h) and a user is due:
+    a problem says no read was answered since then; `status --check` exits 1."""
     world.enroll(["ada"])
-    _record(world, "completed", 0, datetime.now(UTC) - timedelta(hours=3))
+    _record(world, "completed", 0, datetime.now(UTC) - timedelta(hours=3), answered=2)
     data = status(world)
     assert data["healthy"] is False
-    assert any("no pass completed since" in problem for problem in data["problems"])
+    assert any("no read answered since" in problem for problem in data["problems"])
     assert world.cli("status", "--check").returncode == 1
 
 

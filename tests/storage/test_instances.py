@@ -85,6 +85,37 @@ def test_passes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         assert conn.execute(text("SELECT count(*) FROM passes")).scalar_one() == 3
 
 
+def test_last_pass_that_read_and_that_had_an_answered_read(store: Store) -> None:
+    """`read` skips passes that read nobody; `answered` also those whose reads all failed."""
+    store.record_pass(record(1))
+    failed = PassRecord("i1", T0, T0 + 2 * MINUTE, "completed", 0, 4, 0, {"transient": 4})
+    empty = PassRecord("i1", T0, T0 + 3 * MINUTE, "completed", 0, 0, 0, {})
+    store.record_pass(failed)
+    store.record_pass(empty)
+    assert store.last_pass() == empty
+    assert store.last_pass(read=True) == failed
+    assert store.last_pass(answered=True) == record(1)
+
+
+def test_read_health_from_the_users_last_reads(store: Store) -> None:
+    """The latest answered read, and the users whose last read failed after it."""
+    from lta_worker.domain import UserUpdate
+
+    vault = Vault(keyring())
+    assert store.read_health().last_answered_at is None
+    ids = {u: enroll(store, vault, u, due=T0).id for u in ("a", "b", "c")}
+
+    def read(user: str, outcome: str, minute: int, failures: int) -> None:
+        when = T0 + minute * MINUTE
+        store.apply([UserUpdate(ids[user], "active", when, failures, outcome, last_polled_at=when)])
+
+    read("a", "ok", 1, 0)
+    read("b", "transient", 0, 1)  # failed before the answered read: not counted
+    read("c", "transient", 2, 2)
+    health = store.read_health()
+    assert (health.last_answered_at, health.failing) == (T0 + MINUTE, 1)
+
+
 def seen(remaining: int, at: int = 0) -> BudgetSeen:
     """A budget observation `at` minutes after T0."""
     return BudgetSeen(

@@ -21,24 +21,37 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
 
-def _pass(stopped: str, ago: timedelta) -> dict[str, Any]:
+def _pass(stopped: str, ago: timedelta, answered: int = 2) -> dict[str, Any]:
     finished = (NOW - ago).isoformat()
-    return {"stopped": stopped, "finished_at": finished, "exit_code": 0}
+    counts = {"ok": answered, "transient": 2 - answered if answered < 2 else 0}
+    return {"stopped": stopped, "finished_at": finished, "exit_code": 0, "counts": counts}
 
 
 def data(
     *,
     last: dict[str, Any] | None = None,
     success: dict[str, Any] | None = None,
+    last_reads: dict[str, Any] | None = None,
     warning: str | None = None,
     rejected: int = 0,
+    due: int = 1,
+    active: int = 3,
+    failing: int = 0,
+    answered_ago: timedelta | None = None,
 ) -> dict[str, Any]:
+    answered = None if answered_ago is None else (NOW - answered_ago).isoformat()
     return {
         "last_pass": last,
         "last_success": success,
+        "last_reads": last_reads,
+        "reads": {"last_answered_at": answered, "failing": failing},
+        "due": due,
         "capacity": {"warning": warning},
-        "users": {"active": 3, "rejected": rejected},
+        "users": {"active": active, "rejected": rejected},
     }
+
+
+STALE = 2 * HOUR + timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(
@@ -46,16 +59,29 @@ def data(
     [
         (data(), None, None),
         (data(last=_pass("completed", HOUR), success=_pass("completed", HOUR)), None, None),
-        (
-            data(success=_pass("completed", 2 * HOUR + timedelta(seconds=1))),
-            None,
-            "no pass completed since",
-        ),
+        # No answered read for twice the interval: a problem only while users are due.
+        (data(success=_pass("completed", STALE)), None, "no read answered since"),
+        (data(success=_pass("completed", STALE), due=0), None, None),
         (data(success=_pass("completed", 2 * HOUR)), None, None),
-        (data(last=_pass("deadline", HOUR)), 3 * HOUR, "no pass has completed yet"),
+        (data(answered_ago=STALE), None, "no read answered since"),
+        (data(success=_pass("completed", STALE), answered_ago=HOUR), None, None),
+        (data(last=_pass("deadline", HOUR)), 3 * HOUR, "no read has been answered yet"),
+        (data(last=_pass("deadline", HOUR), due=0), 3 * HOUR, None),
         (data(last=_pass("deadline", HOUR)), HOUR, None),
+        # Reads failing after the last answered one: breaker_threshold users, or every
+        # active user when fewer; however recent the last success.
+        (data(failing=5, answered_ago=HOUR / 6, due=0), None, "reads are failing"),
+        (data(failing=4, answered_ago=HOUR / 6, active=10), None, None),
+        (data(failing=2, active=2), None, "reads are failing"),
+        (data(failing=1, active=0), None, "reads are failing"),
+        # A breaker or config stop, also behind passes that read nobody since.
         (data(last=_pass("breaker", HOUR), success=_pass("completed", HOUR)), None, "breaker"),
         (data(last=_pass("config", HOUR), success=_pass("completed", HOUR)), None, "config"),
+        (
+            data(last=_pass("completed", HOUR, 0), last_reads=_pass("breaker", 2 * HOUR)),
+            None,
+            "breaker",
+        ),
         (data(warning="the budget allows about 10 reads/h"), None, "capacity: the budget"),
         (data(rejected=2), None, "2 user(s) rejected"),
     ],
@@ -63,14 +89,22 @@ def data(
 def test_assess_health(
     given: dict[str, Any], first_pass_ago: timedelta | None, problem: str | None
 ) -> None:
-    """Each rule: a stale success (beyond twice poll.interval), no success since the first
-    pass for that long, a breaker or config stop, the capacity warning, rejected users."""
+    """Each rule: reads failing after the last answered one, users due with no answered read
+    for twice poll.interval (or none since the first pass for that long), a breaker or config
+    stop (of the last pass or the last that made reads), the capacity warning, rejected users."""
     first = None if first_pass_ago is None else NOW - first_pass_ago
-    problems = assess_health(given, now=NOW, interval=HOUR, first_pass_at=first)
+    problems = assess_health(given, now=NOW, interval=HOUR, first_pass_at=first, failing_after=5)
     if problem is None:
         assert problems == []
     else:
         assert len(problems) == 1 and problem in problems[0], problems
+
+
+def test_answered_kinds_are_the_policys_authenticated_rows() -> None:
+    """What health counts as an answered read is what the policy counts as authenticated."""
+    from lta_worker.domain import ANSWERED_KINDS, RULES
+
+    assert {kind for kind, rule in RULES.items() if rule.authenticated} == ANSWERED_KINDS
 
 
 def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
@@ -137,3 +171,30 @@ def test_metrics_carry_the_outbox_and_pending_drops_from_the_store() -> None:
     assert value("lta_worker_pending_drops") == 2
     assert value("lta_worker_webhook_backlog") == 3
     assert value("lta_worker_webhook_dead_letters") == 1
+
+
+@pytest.mark.parametrize(
+    ("stopped", "counts", "moves"),
+    [
+        ("completed", {}, False),
+        ("completed", {"transient": 6}, False),
+        ("upstream_down", {"transient": 20}, False),
+        ("completed", {"ok": 1, "transient": 5}, True),
+        ("deadline", {"none": 2}, True),
+    ],
+)
+def test_last_success_is_the_last_pass_with_an_answered_read(
+    stopped: str, counts: dict[str, int], moves: bool
+) -> None:
+    """`lta_worker_last_pass_success_timestamp_seconds` moves only for a pass with a read the
+    service answered, whatever it stopped as: a pass that read nobody proves nothing."""
+    from collections import Counter
+
+    from lta_worker.worker._pass import PassResult
+
+    metrics = Metrics()
+    metrics.last_success.set(1.0)
+    result = PassResult(stopped=stopped, exit_code=0, counts=Counter(counts))  # type: ignore[arg-type]
+    metrics.on_pass(result, NOW)
+    value = metrics.registry.get_sample_value("lta_worker_last_pass_success_timestamp_seconds")
+    assert value == (NOW.timestamp() if moves else 1.0)

@@ -30,6 +30,19 @@ class Window:
     length: float
     limit: int
     others: tuple[float, ...] = ()  # fractions of the window at which other requests arrive
+    # (fraction of the window, new limit): the service changes the quota within the window.
+    changes: tuple[tuple[float, int], ...] = ()
+
+    def limit_at(self, fraction: float) -> int:
+        """The limit in force at `fraction` of the window."""
+        limit = self.limit
+        for at, new in sorted(self.changes):
+            limit = new if at <= fraction else limit
+        return limit
+
+    def limits(self) -> list[int]:
+        """Every limit this window has."""
+        return [self.limit, *(new for _, new in self.changes)]
 
 
 @dataclass
@@ -64,14 +77,15 @@ class Server:
             self.used[i] += 1
         self.worker[i] += 1
         self.sends.append(t)
-        allowed = self.used[i] < window.limit
+        limit = window.limit_at((t - start) / window.length)
+        allowed = self.used[i] < limit
         self.used[i] += 1 if allowed else 0
         self.refused[i] += 0 if allowed else 1
         left = start + window.length - t
         reset = float(math.ceil(left)) if self.rounding else left
         info = RateLimitInfo(
-            limit=window.limit,
-            remaining=max(0, window.limit - self.used[i]),
+            limit=limit,
+            remaining=max(0, limit - self.used[i]),
             reset_after=reset,
             window=window.length,
             retry_after=None if allowed else reset,
@@ -130,6 +144,19 @@ window_strategy = st.builds(
     limit=st.integers(min_value=2, max_value=300),
     others=st.lists(st.floats(min_value=0, max_value=1), max_size=25).map(tuple),
 )
+changing_window_strategy = st.builds(
+    Window,
+    length=st.sampled_from([5.0, 60.0, 600.0, 3600.0]),
+    limit=st.integers(min_value=2, max_value=300),
+    others=st.lists(st.floats(min_value=0, max_value=1), max_size=10).map(tuple),
+    changes=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1) | st.just(0.0),
+            st.integers(min_value=2, max_value=300),
+        ),
+        max_size=3,
+    ).map(tuple),
+)
 reserves = st.sampled_from([0.0, 0.1, 0.25, 0.5])
 latencies = st.sampled_from([0.0, 0.05, 0.5, 2.0])
 SIM = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -156,6 +183,64 @@ def test_never_more_than_allowed_in_any_window(
         # max(1, ...): a window's first request is a blind probe, sent before its figures
         # can be known; the generated limits always allow at least one anyway.
         assert server.worker[i] <= max(1, allowed(window, reserve)), (i, server.worker)
+
+
+@SIM
+@given(
+    windows=st.lists(changing_window_strategy, min_size=1, max_size=4),
+    reserve=reserves,
+    latency=latencies,
+    concurrency=st.integers(min_value=1, max_value=8),
+)
+def test_never_more_than_allowed_when_the_limit_changes(
+    windows: list[Window], reserve: float, latency: float, concurrency: int
+) -> None:
+    """With the quota raised or lowered within windows, no window gets more than its highest
+    limit less the reserve."""
+    server = Server(windows, rounding=True)
+    run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
+    for i, window in enumerate(windows):
+        most = max(allowed(Window(window.length, limit), reserve) for limit in window.limits())
+        assert server.worker[i] <= max(1, most), (i, server.worker)
+
+
+@SIM
+@given(
+    windows=st.lists(changing_window_strategy, min_size=1, max_size=4),
+    reserve=reserves,
+    rounding=st.booleans(),
+)
+def test_never_stalls_while_remaining_is_above_the_reserve(
+    windows: list[Window], reserve: float, rounding: bool
+) -> None:
+    """Whenever the last answer's remaining is above the reserve of its limit, the next permit
+    goes before that answer's reset and is never 'exhausted', whatever the limit did.
+
+    Whole-second resets may be rounded: a window's end (and so its start) is known only to a
+    second, so the last second of a window and the permits of the second before its start
+    are left out of the claim.
+    """
+    server = Server(windows, rounding=rounding)
+    core = PacerCore(reserve=reserve, fallback_per_hour=60)
+    t, sends = 0.0, 0
+    while t < server.end and sends < 3000:
+        delay, _ = core.delay(t)
+        if delay > 0:
+            t += min(delay, RECHECK)
+            continue
+        core.reserve(t)
+        sends += 1
+        status, answer = server.request(t)
+        core.observe(t, answer, status, sent_at=t)
+        assert answer.limit is not None and answer.remaining is not None
+        assert answer.reset_after is not None
+        start = max(s for s in server.starts if s <= t)
+        unsure = sum(1 for u in server.sends if start - 1.0 <= u < start)
+        spare = answer.remaining - reserve * answer.limit - unsure
+        if status == 200 and spare >= 1 and answer.reset_after > 1.0:
+            delay, reason = core.delay(t)
+            assert reason != "exhausted", (t, answer)
+            assert delay < answer.reset_after, (t, delay, answer)
 
 
 @SIM
@@ -278,6 +363,14 @@ def test_reserve_and_share_shrink_the_allowance() -> None:
     assert len(in_window) == 40  # (100 - 20) * 0.5
 
 
+def test_the_reserve_is_a_share_of_the_limit() -> None:
+    """docs/config.md's example: limit 120, remaining 50, reserve 0.1 allow 38 reads (the
+    last 12 of the window stay the client's other traffic's), not 45."""
+    core = PacerCore(reserve=0.1)
+    core.observe(0.0, info(remaining=50, reset=1000.5, limit=120), 200)
+    assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == 38
+
+
 def test_spent_allowance_waits_for_the_reset() -> None:
     """Once the allowance is spent the next permit waits for the reset (plus a margin)."""
     core = PacerCore(reserve=0.0)
@@ -351,6 +444,41 @@ def test_reset_moving_forward_starts_a_new_window() -> None:
     core.observe(61.0, info(remaining=9, reset=59.0, limit=10, window=60.0), 200)
     snap = core.snapshot(61.0)
     assert (snap.remaining, snap.reset_in) == (9, pytest.approx(59.0))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ((5000, 4999, 3600.0), (50000, 49998, 3590.0)),  # raised within the window
+        ((5000, 4999, 3600.0), (50000, 49998, 3600.0)),  # raised at the same reset
+        ((5000, 10, 3600.0), (50000, 49990, 3590.0)),  # raised after the old one was spent
+        ((50000, 49999, 3600.0), (5000, 4998, 3590.0)),  # lowered within the window
+    ],
+)
+def test_a_changed_limit_is_followed_at_once(
+    before: tuple[int, int, float], after: tuple[int, int, float]
+) -> None:
+    """A quota raised or lowered within a window: the next permit follows the new figures
+    at once (the allowance is the new remaining less the reserve of the new limit)."""
+    core = PacerCore(reserve=0.1)
+    limit, remaining, reset = before
+    core.observe(0.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=0.0)
+    limit, remaining, reset = after
+    core.observe(10.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=10.0)
+    assert core.delay(10.0) == (0.0, "none")
+    assert core.snapshot(10.0).remaining == remaining
+    delays = [core.reserve(10.0) for _ in range(remaining + 1)]
+    assert sum(1 for d in delays if d < reset) == math.floor(remaining - 0.1 * limit)
+
+
+def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
+    """An answer sent before the one that reported a new limit cannot restore the old one."""
+    core = PacerCore(reserve=0.1)
+    core.observe(0.0, info(remaining=4999, reset=3600.0, limit=5000), 200, sent_at=0.0)
+    core.observe(10.0, info(remaining=400, reset=3590.0, limit=500), 200, sent_at=9.0)
+    core.observe(11.0, info(remaining=4990, reset=3589.0, limit=5000), 200, sent_at=5.0)
+    assert core.snapshot(11.0).limit == 500
+    assert core.snapshot(11.0).remaining == 400
 
 
 def test_a_late_answer_from_an_old_window_is_ignored() -> None:

@@ -29,6 +29,7 @@ from lta_worker.pacing._window import (
     RESET_MARGIN,
     bound,
     pause_after_429,
+    wait_after_429,
 )
 from support.hostile import hostile_ratelimit_headers
 
@@ -69,10 +70,16 @@ def anyio_backend() -> str:
             id="counts-fit-a-column",
         ),
         pytest.param(
-            RateLimitInfo(remaining=-1, reset_after=-5.0, window=math.nan, retry_after=math.inf),
+            RateLimitInfo(remaining=-1, reset_after=-5.0, window=math.nan, retry_after=math.nan),
             DEFAULT_MAX_WAIT,
             RateLimitInfo(),
-            id="negative-nan-inf-dropped",
+            id="negative-nan-dropped",
+        ),
+        pytest.param(
+            RateLimitInfo(retry_after=math.inf, window=60.0),
+            DEFAULT_MAX_WAIT,
+            RateLimitInfo(retry_after=61.0, window=60.0),
+            id="infinitely-far-is-the-longest",
         ),
         pytest.param(
             RateLimitInfo(retry_after=7200.0, window=60.0),
@@ -192,6 +199,34 @@ async def test_pacer_relearns_after_a_bounded_wait(headers: dict[str, str]) -> N
     assert clock.now - before < 60.0
     snap = pacer.snapshot()
     assert snap.limit == 50 and snap.reset_in is not None and snap.reset_in <= 61
+
+
+def _in(seconds: float) -> str:
+    return format_datetime(WALL + timedelta(seconds=seconds), usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "wait"),
+    [
+        pytest.param("120", 120.0, id="seconds"),
+        pytest.param(_in(120), 120.0, id="date-two-minutes-ahead"),
+        pytest.param("999999999999999", 600.0, id="15-digits"),
+        pytest.param("9999999999999999", 600.0, id="16-digits"),
+        pytest.param("9" * 400, 600.0, id="400-digits"),
+        pytest.param(" 99999999999999999999 ", 600.0, id="20-digits-spaced"),
+        pytest.param(_in(10**8), 600.0, id="date-years-ahead"),
+        pytest.param("Fri, 31 Dec 9999 23:59:59 GMT", 600.0, id="date-year-9999"),
+        pytest.param("0", MIN_429_WAIT, id="zero"),
+        pytest.param(_in(-60), MIN_429_WAIT, id="date-past"),
+        pytest.param("-5", FALLBACK_429_WAIT, id="negative"),
+        pytest.param("soon", FALLBACK_429_WAIT, id="not-a-number"),
+        pytest.param("", FALLBACK_429_WAIT, id="empty"),
+    ],
+)
+def test_retry_after_far_ahead_waits_max_wait_in_either_form(retry_after: str, wait: float) -> None:
+    """A Retry-After too far ahead, as an integer of any length or as an HTTP date, holds the
+    requests for `ratelimit.max_wait`; only an unusable one falls back to a minute."""
+    assert wait_after_429({"retry-after": retry_after}, WALL, 600.0) == wait
 
 
 @pytest.mark.anyio

@@ -211,7 +211,8 @@ def _max_wait(value: timedelta) -> timedelta:
 class RateLimitSettings:
     """How the shared hourly budget is used."""
 
-    reserve: float = field(default=0.1, metadata=rule(ge=0.0, lt=1.0))
+    # Its bounds are `_ranges.RANGES` (the one table of ranges, compared with the docs).
+    reserve: float = 0.1
     fallback_per_hour: float = field(default=60.0, metadata=rule(gt=0.0))
     # No reset, Retry-After or window of the service is trusted beyond this.
     max_wait: Duration = field(default=timedelta(hours=1), metadata=rule(check=_max_wait))

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
 from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._outcomes import answered_reads
 
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)
@@ -148,6 +149,30 @@ class PassRecord:
     reads: int
     throttled: int
     counts: Mapping[str, int]
+
+    @property
+    def answered(self) -> int:
+        """Its reads the service answered (`ANSWERED_KINDS`): a pass with none proves
+        nothing of the service, whatever it stopped as."""
+        return answered_reads(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHealth:
+    """What the users' last reads say of the service, for the health verdict.
+
+    Read from the users' rows, not from pass summaries: a pass that finds nobody due (all
+    backed off) changes neither figure, and both outlive a restart.
+
+    Attributes:
+        last_answered_at: When the latest read the service answered was made (any user),
+            or None when no user's last read was answered.
+        failing: Users whose last read failed (5xx, network, broken body; backed off)
+            after that.
+    """
+
+    last_answered_at: datetime | None
+    failing: int
 
 
 @dataclass(frozen=True, slots=True)

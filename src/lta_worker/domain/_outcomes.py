@@ -26,6 +26,19 @@ OutcomeKind = Literal[
     "undecryptable",
 ]
 OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
+# The reads the service answered for the client, whatever it said of the user: what health
+# and the last success count as reads that succeeded (the policy's `authenticated` rows;
+# a test checks they agree).
+ANSWERED_KINDS: frozenset[OutcomeKind] = frozenset(
+    {"ok", "none", "scope_denied", "revoked", "unlinked", "inactive"}
+)
+# The reads that failed: 5xx, network, broken body (the user is backed off).
+FAILED_KINDS: frozenset[OutcomeKind] = frozenset({"transient"})
+
+
+def answered_reads(counts: Mapping[str, int]) -> int:
+    """How many of the reads counted by outcome kind the service answered."""
+    return sum(counts.get(kind, 0) for kind in ANSWERED_KINDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ sleeps and parses headers. The rules (DESIGN.md "Pacing"):
 - Permits whose answers are not back yet are counted: an answer's `remaining` may not
   include requests still in flight, so within one window the lower of the server's figure
   (less those in flight) and the local count wins. A reset that moves forward, or a
-  remaining that grows with a new reset, starts a new window.
+  remaining that grows with a new reset, starts a new window. A changed limit (raised or
+  lowered, at a window's start or within it) is followed at once: the server's figure
+  replaces the local count, unless the answer was sent before the one that set the limit.
 - A window's end is known only between a request and its answer: the window's permits go
   before its earliest possible end, blind ones only after its latest.
 """
@@ -131,6 +133,9 @@ class PacerCore:
         self._slots: list[float] = []
         self._reported: int | None = None
         self._observed_at: float | None = None
+        # When the request whose answer set `_limit` was sent: an answer sent earlier that
+        # arrives later must not bring back a limit the service has changed since.
+        self._limit_sent = -math.inf
 
     @property
     def share(self) -> float:
@@ -220,8 +225,12 @@ class PacerCore:
         # An answer that never came back (a cancelled request) must not count forever.
         recent = self._slots_since(now - MAX_LATENCY)
         self._outstanding = max(0, min(self._outstanding, recent) - 1)
+        sent = now if sent_at is None else min(max(sent_at, now - MAX_LATENCY), now)
+        limit_changed = False
         if info is not None:
-            self._limit = info.limit if info.limit is not None else self._limit
+            if info.limit is not None and sent >= self._limit_sent:
+                limit_changed = self._limit is not None and info.limit != self._limit
+                self._limit, self._limit_sent = info.limit, sent
             self._window = info.window if info.window else self._window
         if status == 429:
             self._throttled(now, info)
@@ -233,7 +242,6 @@ class PacerCore:
         self._reported = info.remaining
         self._observed_at = now
         new_reset = now + info.reset_after
-        sent = now if sent_at is None else min(max(sent_at, now - MAX_LATENCY), now)
         # Whole seconds may have been rounded up: the end can be up to a second earlier.
         rounding = 1.0 if float(info.reset_after).is_integer() else 0.0
         earliest = min(sent + info.reset_after - rounding, new_reset)
@@ -246,6 +254,11 @@ class PacerCore:
             self._own_in_window = self._own_since(sent, earliest)
             self._remaining = server
             self._ref_limit = float(info.remaining)
+        elif limit_changed:
+            # The service changed the quota within the window: its figure is the only one
+            # that knows the new limit (a local estimate from the old one would stall the
+            # worker until the reset while the reserve is taken from the new limit).
+            self._remaining = server
         else:
             assert self._remaining is not None  # a window is known here
             self._remaining = min(server, self._remaining - self._since_obs)

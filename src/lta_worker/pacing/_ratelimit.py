@@ -38,6 +38,8 @@ EPOCH_THRESHOLD: Final = 1e9
 EPOCH_MS_THRESHOLD: Final = 1e12
 # HTTP's optional whitespace is spaces and tabs only (`\s` would take control characters).
 _NUMBER = re.compile(r"[ \t]*(\d{1,15})(?:\.(\d{1,9}))?[ \t]*")
+# Digits beyond `_NUMBER`'s fifteen: a `Retry-After` that far ahead (see `_retry_after`).
+_DIGITS = re.compile(r"[ \t]*\d+[ \t]*")
 # A `Date` further than this from the local clock is a broken or hostile clock, not skew
 # (AWS SigV4 refuses requests 15 minutes off): it is ignored (see `answer_time`).
 MAX_CLOCK_SKEW: Final = 900.0
@@ -227,11 +229,18 @@ def _window_for(items: list[tuple[object, dict[str, object]]], limit: int | None
 
 
 def _retry_after(raw: str | None, now: datetime | None) -> float | None:
+    """Seconds to wait from a `Retry-After`: delay-seconds, or an HTTP-date from `now`.
+
+    Delay-seconds too long to be a number of seconds (more than 15 digits) are infinite:
+    far ahead, like an HTTP-date centuries away, and bounded alike (`window.bound`).
+    """
     if raw is None:
         return None
     seconds = _seconds(_first_number(raw)) if _NUMBER.fullmatch(raw) else None
     if seconds is not None:
         return seconds
+    if _DIGITS.fullmatch(raw):
+        return math.inf
     when = _http_date(raw)
     if when is None or now is None:
         return None

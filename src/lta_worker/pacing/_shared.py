@@ -15,7 +15,9 @@ shared between hosts):
   from when the request was sent (`observation`): never later than the window's real end
   by a second (whole seconds), nor earlier than it by more than the request's latency.
 - An answer with figures of the same window lowers `remaining` to the server's (it only
-  falls within a window; the earliest reported reset is kept) and settles its permit
+  falls within a window; the earliest reported reset is kept), or sets it to the server's
+  when it reports a new limit (the quota raised or lowered: followed at once; an answer
+  sent before the figure in the row cannot bring an old limit back), and settles its permit
   (`reserved - 1`): every request counted after the lowest figure was measured is then
   still in `reserved`. An answer without figures (a failure, a plain 401) leaves its permit
   reserved until the window ends, since the service may have counted it. Unused permits
@@ -139,9 +141,13 @@ def settle(
         return _filled(obs, seen), 0  # a new window: the old one's permits are over
     if obs_reset_at < reset_at - tolerance:
         return seen, reserved  # a late answer from a window already over
+    # The newer figure's limit is in force; a changed limit is followed at once: the local
+    # figure of the old limit would hold the budget until the reset (or overspend it).
+    newer = obs.observed_at >= seen.observed_at
+    changed = newer and None not in (obs.limit, seen.limit) and obs.limit != seen.limit
     merged = BudgetSeen(
-        limit=obs.limit if obs.limit is not None else seen.limit,
-        remaining=min(remaining, obs_remaining),
+        limit=obs.limit if obs.limit is not None and (newer or seen.limit is None) else seen.limit,
+        remaining=obs_remaining if changed else min(remaining, obs_remaining),
         reset_at=min(reset_at, obs_reset_at),
         window_seconds=obs.window_seconds or seen.window_seconds,
         observed_at=max(seen.observed_at, obs.observed_at),

@@ -5,9 +5,11 @@ thousand centuries or a count beyond any integer column must neither stall the w
 nor raise on the way to a log line or the database. Everything that waits on, or stores,
 a figure of the service goes through here:
 
-- `bound` clamps one parsed answer: a reset (and `Retry-After`) is never trusted beyond
-  the reported window (`w=`, plus a second of rounding), when given, nor beyond the
-  configured maximum wait (`ratelimit.max_wait`); a window is never longer than that
+- `bound` clamps one parsed answer: a reset (and `Retry-After`, in seconds or as a date)
+  is never trusted beyond the reported window (`w=`, plus a second of rounding), when
+  given, nor beyond the configured maximum wait (`ratelimit.max_wait`); one too far ahead
+  to be a number (`Retry-After` of more than 15 digits) waits exactly that long, as a
+  date centuries ahead does (`trusted_wait`); a window is never longer than that
   maximum either; counts are capped to what a 32-bit column holds. After such a wait the
   pacer sends again and takes the next answer's figures, so it re-learns as soon as the
   service is sane again.
@@ -97,16 +99,24 @@ def bound(
     cap = _max_wait(max_wait)
     window = window_length(info.window, cap)
     longest = longest_wait(window or known_window, cap)
-    reset = finite_seconds(info.reset_after)
-    retry = finite_seconds(info.retry_after)
     return RateLimitInfo(  # built whole: `dataclasses.replace` costs 4x more, per answer
         limit=clamp_count(info.limit),
         remaining=clamp_count(info.remaining),
-        reset_after=None if reset is None else min(reset, longest),
+        reset_after=trusted_wait(info.reset_after, longest),
         window=window,
-        retry_after=None if retry is None else min(retry, longest),
+        retry_after=trusted_wait(info.retry_after, longest),
         source=info.source,
     )
+
+
+def trusted_wait(value: float | None, longest: float) -> float | None:
+    """A reported wait (a reset or `Retry-After`, from seconds or a date) as trusted: at most
+    `longest`, and `longest` when it is infinitely far ahead (more digits than any number of
+    seconds); None when unusable (absent, negative, NaN)."""
+    if value == math.inf:
+        return longest
+    seconds = finite_seconds(value)
+    return None if seconds is None else min(seconds, longest)
 
 
 def pause_after_429(info: RateLimitInfo | None, max_wait: float = DEFAULT_MAX_WAIT) -> float:

@@ -141,18 +141,36 @@ def record_pass(db: Database, record: PassRecord) -> None:
 
 
 def last_pass(
-    db: Database, stopped: str | None = None, *, first: bool = False
+    db: Database,
+    stopped: str | None = None,
+    *,
+    first: bool = False,
+    read: bool = False,
+    answered: bool = False,
 ) -> PassRecord | None:
     """The summary of the pass that finished last (`first`: the oldest kept) of those that
-    stopped as `stopped` (any when None), or None."""
+    stopped as `stopped` (any when None), made reads (`read`), or had reads the service
+    answered (`answered`: `PassRecord.answered`), or None."""
     order = (Pass.finished_at, Pass.id) if first else (Pass.finished_at.desc(), Pass.id.desc())
-    query = select(Pass).order_by(*order).limit(1)
+    query = select(Pass).order_by(*order)
     if stopped is not None:
         query = query.where(Pass.stopped == stopped)
+    if read or answered:
+        query = query.where(Pass.reads > 0)
     with db.read() as conn:
-        row = conn.execute(query).first()
-    if row is None:
-        return None
+        if not answered:
+            row = conn.execute(query.limit(1)).first()
+            return None if row is None else _pass_record(row)
+        # The outcome counts are JSON, read alike on every backend: the newest passes with
+        # reads are looked at in turn (usually the first one answers; at most those kept).
+        for row in conn.execute(query.limit(PASSES_KEPT)):
+            record = _pass_record(row)
+            if record.answered:
+                return record
+    return None
+
+
+def _pass_record(row: Row[Any]) -> PassRecord:
     return PassRecord(
         instance=row.instance,
         started_at=row.started_at,

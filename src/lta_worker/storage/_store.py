@@ -36,6 +36,7 @@ from lta_worker.domain import (
     PendingEnrollment,
     PendingEvent,
     PurgeCounts,
+    ReadHealth,
     ResultRow,
     UserRow,
     UserState,
@@ -167,6 +168,10 @@ class Store:
     def sample_estimates(self, limit: int = freshness.SAMPLE) -> list[ChangeEstimate]:
         """Up to `limit` stored change estimates of active users (for the day's shape)."""
         return freshness.sample_estimates(self._db, limit)
+
+    def read_health(self) -> ReadHealth:
+        """The latest answered read, and the users whose last read failed after it."""
+        return users.read_health(self._db)
 
     def count_due(self, now: datetime) -> int:
         """Users holding a token with `next_due_at <= now`."""
@@ -418,9 +423,12 @@ class Store:
         """Store a pass summary (the newest 1000 are kept)."""
         instances.record_pass(self._db, record)
 
-    def last_pass(self, stopped: str | None = None) -> PassRecord | None:
-        """The pass that finished last (that stopped as `stopped`, e.g. `completed`), or None."""
-        return instances.last_pass(self._db, stopped)
+    def last_pass(
+        self, stopped: str | None = None, *, read: bool = False, answered: bool = False
+    ) -> PassRecord | None:
+        """The pass that finished last (that stopped as `stopped`, e.g. `completed`; that made
+        reads; that had reads the service answered), or None."""
+        return instances.last_pass(self._db, stopped, read=read, answered=answered)
 
     def first_pass(self) -> PassRecord | None:
         """The oldest pass summary kept, or None."""

@@ -28,10 +28,13 @@ from sqlalchemy import (
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from lta_worker.domain import (
+    ANSWERED_KINDS,
+    FAILED_KINDS,
     TOKENLESS_STATES,
     USER_STATES,
     ChangeEstimate,
     EncryptedToken,
+    ReadHealth,
     UserRow,
     UserState,
     UserUpdate,
@@ -131,6 +134,25 @@ def count_by_state(db: Database) -> dict[str, int]:
         for state, count in conn.execute(select(User.state, func.count()).group_by(User.state)):
             counts[state] = count
     return counts
+
+
+def read_health(db: Database) -> ReadHealth:
+    """The latest answered read of any user, and the users whose last read failed after it."""
+    c = USERS.c
+    with db.read() as conn:
+        last = conn.execute(
+            select(func.max(c.last_polled_at)).where(c.last_outcome.in_(sorted(ANSWERED_KINDS)))
+        ).scalar_one()
+        if last is not None and last.tzinfo is None:
+            last = last.replace(tzinfo=UTC)
+        failing = select(func.count()).where(
+            c.token_ciphertext.is_not(None),
+            c.consecutive_failures > 0,
+            c.last_outcome.in_(sorted(FAILED_KINDS)),
+        )
+        if last is not None:
+            failing = failing.where(c.last_polled_at > last)
+        return ReadHealth(last_answered_at=last, failing=conn.execute(failing).scalar_one())
 
 
 def _due(due_before: datetime) -> ColumnElement[bool]:

@@ -18,7 +18,7 @@ else is set from what a pass returns and from the store after it:
     lta_worker_pass_duration_seconds                    histogram
     lta_worker_passes_total{stopped}                    counter
     lta_worker_last_pass_end_timestamp_seconds          gauge
-    lta_worker_last_pass_success_timestamp_seconds      gauge (a completed pass)
+    lta_worker_last_pass_success_timestamp_seconds      gauge (a pass with answered reads)
     lta_worker_breaker_trips_total                      counter
     lta_worker_schedule_expected_delay_seconds          gauge, the adaptive plan's (else NaN)
     lta_worker_build_info{version}                      gauge, always 1
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
 
 from lta_worker import __version__
-from lta_worker.domain import EXIT_CODES
+from lta_worker.domain import EXIT_CODES, answered_reads
 
 if TYPE_CHECKING:
     from lta_worker.domain import SchedulePlan
@@ -116,7 +116,7 @@ class Metrics:
         )
         self.last_success = Gauge(
             "lta_worker_last_pass_success_timestamp_seconds",
-            "When the last completed pass ended (Unix time).",
+            "When the last pass with a read the service answered ended (Unix time).",
             registry=r,
         )
         self.breaker_trips = Counter(
@@ -161,7 +161,7 @@ class Metrics:
         self.pass_duration.observe(result.wall_s)
         self.passes.labels(stopped=result.stopped).inc()
         self.last_pass_end.set(finished_at.timestamp())
-        if result.stopped == "completed":
+        if answered_reads(result.counts):  # a pass that read nobody proves nothing
             self.last_success.set(finished_at.timestamp())
         if result.stopped == "breaker":
             self.breaker_trips.inc()
@@ -181,7 +181,7 @@ class Metrics:
             last = store.last_pass()
             if last is not None:
                 self.last_pass_end.set(last.finished_at.timestamp())
-            success = store.last_pass(stopped="completed")
+            success = store.last_pass(answered=True)
             if success is not None:
                 self.last_success.set(success.finished_at.timestamp())
 

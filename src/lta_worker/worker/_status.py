@@ -3,13 +3,22 @@ and a health verdict.
 
 `collect_status` reads the database read-only (`open_store_readonly`: it never creates or
 migrates it). `assess_health` is pure: it turns the collected data and `now` into
-`healthy` and a list of `problems`, each one line saying what is wrong:
+`healthy` and a list of `problems`, each one line saying what is wrong. Health means
+"reads succeed": a pass that read nobody proves nothing, so the verdict comes from facts
+that stay true under faults (the users' last reads, the passes that made reads):
 
-- no pass completed (`stopped` = `completed`) within twice `poll.interval` (a fresh install
-  has a grace of the same length from its first pass);
-- the last pass stopped at the circuit breaker or on a configuration error (exit 78);
+- reads are failing: at least `poll.breaker_threshold` users (or every active user, when
+  fewer) had their last read fail (5xx, network, broken body; backed off) after the
+  latest read the service answered;
+- users are due and no read was answered for twice `poll.interval` (a new installation has
+  a grace of the same length from its first pass);
+- the last pass, or the last one that made reads, stopped at the circuit breaker or on a
+  configuration error (exit 78);
 - the budget cannot read every user each `poll.interval` (the capacity warning);
 - users are `rejected` (a plain 401 for them while others succeed).
+
+`last_success` is the last pass with at least one read the service answered
+(`PassRecord.answered`), whatever it stopped as.
 """
 
 from __future__ import annotations
@@ -73,8 +82,10 @@ def collect_status(
         counts = db.count_by_state()
         due = db.count_due(now)
         last = db.last_pass()
-        success = last if last is not None and last.stopped == "completed" else None
-        success = success or db.last_pass(stopped="completed")
+        success = last if last is not None and last.answered else None
+        success = success or db.last_pass(answered=True)
+        last_reads = last if last is not None and last.reads else db.last_pass(read=True)
+        reads = db.read_health()
         first = None if success is not None else db.first_pass()
         budget = db.budget_seen(settings.client.id)
         instances = db.live_instances(now, instance_ttl(settings))
@@ -101,6 +112,11 @@ def collect_status(
         "due": due,
         "last_pass": _pass_json(last),
         "last_success": _pass_json(success),
+        "last_reads": _pass_json(last_reads),
+        "reads": {
+            "last_answered_at": iso(reads.last_answered_at),
+            "failing": reads.failing,
+        },
         "budget": None
         if budget is None
         else {
@@ -136,6 +152,7 @@ def collect_status(
         now=now,
         interval=settings.poll.interval,
         first_pass_at=first.finished_at if first is not None else None,
+        failing_after=settings.poll.breaker_threshold,
     )
     data["healthy"] = not problems
     data["problems"] = problems
@@ -148,38 +165,65 @@ def assess_health(
     now: datetime,
     interval: timedelta,
     first_pass_at: datetime | None = None,
+    failing_after: int,
 ) -> list[str]:
     """The problems in `collect_status`'s data (empty: healthy); pure, takes `now`.
 
+    The one verdict of `status --check`, `status --format json` and `/healthz`: a new kind
+    of problem is added here, from a fact `collect_status` puts in `data`.
+
     Args:
-        data: what `collect_status` collected (`last_pass`, `last_success`, `capacity`,
-            `users`).
+        data: what `collect_status` collected (`last_pass`, `last_reads`, `last_success`,
+            `reads`, `due`, `capacity`, `users`).
         now: the time of the verdict.
-        interval: `poll.interval`; a success older than twice it is a problem.
+        interval: `poll.interval`; with users due, no answered read for twice it is a
+            problem.
         first_pass_at: when the oldest recorded pass finished (only needed when no pass
-            completed): a new installation gets twice the interval from its first pass.
+            had an answered read): a new installation gets twice the interval from it.
+        failing_after: `poll.breaker_threshold`: this many users (or every active user,
+            when fewer) whose last read failed after the last answered one is a problem.
     """
     problems: list[str] = []
-    stale_after = 2 * interval
-    success = data.get("last_success")
-    if success is not None:
-        finished = datetime.fromisoformat(success["finished_at"])
-        if now - finished > stale_after:
-            problems.append(
-                f"no pass completed since {success['finished_at']} (more than twice poll.interval)"
-            )
-    elif first_pass_at is not None and now - first_pass_at > stale_after:
-        problems.append("no pass has completed yet (passes ran for more than twice poll.interval)")
-    last = data.get("last_pass")
-    if last is not None and last["stopped"] in {"breaker", "config"}:
+    reads = data.get("reads") or {}
+    users = data.get("users", {})
+    failing = reads.get("failing", 0)
+    if failing and failing >= max(1, min(failing_after, users.get("active", 0))):
+        since = reads.get("last_answered_at")
         problems.append(
-            f"the last pass stopped at {last['finished_at']}: {last['stopped']} "
-            f"(exit {last['exit_code']}); see the pass.breaker_tripped or error event"
+            f"reads are failing: the last read of {failing} user(s) failed (5xx, network or "
+            f"broken answer) and no read was answered since {since or 'ever'}; "
+            "see the poll.read events"
         )
+    stale_after = 2 * interval
+    due = data.get("due", 0)
+    success = data.get("last_success")
+    # The later of the users' latest answered read and the last pass that had one: a user
+    # answered then failed later still counts, and pass summaries are kept only so long.
+    known = [reads.get("last_answered_at"), (success or {}).get("finished_at")]
+    answered = max((a for a in known if a), key=datetime.fromisoformat, default=None)
+    if due and answered is not None:
+        if now - datetime.fromisoformat(answered) > stale_after:
+            problems.append(
+                f"no read answered since {answered} (more than twice poll.interval) while "
+                f"{due} user(s) are due"
+            )
+    elif due and first_pass_at is not None and now - first_pass_at > stale_after:
+        problems.append(
+            f"no read has been answered yet (passes ran for more than twice poll.interval) "
+            f"while {due} user(s) are due"
+        )
+    # The last pass that made reads too: passes that found nobody due do not hide a breaker.
+    for stop in (data.get("last_pass"), data.get("last_reads")):
+        if stop and stop["stopped"] in {"breaker", "config"}:
+            problems.append(
+                f"the last pass stopped at {stop['finished_at']}: {stop['stopped']} "
+                f"(exit {stop['exit_code']}); see the pass.breaker_tripped or error event"
+            )
+            break
     warning = data.get("capacity", {}).get("warning")
     if warning:
         problems.append(f"capacity: {warning}")
-    rejected = data.get("users", {}).get("rejected", 0)
+    rejected = users.get("rejected", 0)
     if rejected:
         problems.append(f"{rejected} user(s) rejected (plain 401 while others succeed)")
     return problems
