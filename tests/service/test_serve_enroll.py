@@ -109,3 +109,35 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
+
+
+def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
+    world: World, tmp_path: Path
+) -> None:
+    """A request carrying both Content-Length and Transfer-Encoding: chunked (request
+    smuggling, RFC 9112 section 6.1) is answered 400 and its connection closed: the request
+    smuggled behind it is never answered."""
+    port = _free_port()
+    _configure(world, tmp_path, port)
+    proc = world.start_serve()
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        smuggled = b"GET /enroll/start?smuggled=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = (
+            b"POST /enroll/start HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % len(smuggled)
+        )
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(head + smuggled)
+            conn.settimeout(15.0)
+            received = b""
+            while chunk := conn.recv(65536):  # until the listener closes the connection
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 400 "), received[:80]
+        assert received.count(b"HTTP/1.1 ") == 1  # the smuggled GET got no answer
+        answer = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+        assert answer.status_code == 400  # no link: the page, served as usual
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)

@@ -33,7 +33,7 @@ from lta_worker.errors import ConfigError
 from lta_worker.logs import get_logger
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from lta_worker.worker._runtime import Worker
 
@@ -130,8 +130,44 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
+class _RefuseAmbiguousFraming:
+    """ASGI middleware: a request with both `Content-Length` and `Transfer-Encoding` gets a
+    400 with `Connection: close` and never reaches the app.
+
+    Its body's end is ambiguous, and a proxy in front may have framed it the other way: what
+    h11 reads as the next request may be one smuggled in the body (RFC 9112 section 6.1 says
+    to close the connection after such a request). h11 frames by `Transfer-Encoding`, and on
+    `Connection: close` in the answer it closes the connection, so the bytes after the body
+    are never read as a request.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = {name.lower() for name, _ in scope["headers"]}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                body = b"Bad Request: both Content-Length and Transfer-Encoding\n"
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [
+                            (b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
-    """The enrollment app over the worker's collaborators (the link keys read now)."""
+    """The enrollment app over the worker's collaborators (the link keys read now), behind
+    `_RefuseAmbiguousFraming`."""
     enrollment = Enrollment(
         settings,
         worker.store,
@@ -142,13 +178,14 @@ def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
     )
     links = EnrollLinks(read_link_keys(settings), start_url(settings))
     flow = BrowserFlow(enrollment, worker.store, links, worker.clock.now)
-    return build_enroll_app(
+    app = build_enroll_app(
         flow,
         start_path=start_path(settings),
         callback_path=urlsplit(settings.client.redirect_uri).path,
         secure=urlsplit(start_url(settings)).scheme == "https",
         return_url=settings.enroll.return_url,
     )
+    return _RefuseAmbiguousFraming(app)
 
 
 @asynccontextmanager
