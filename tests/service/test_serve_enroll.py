@@ -4,6 +4,8 @@ exit 78 naming enroll.listen."""
 
 from __future__ import annotations
 
+import contextlib
+import selectors
 import signal
 import socket
 import time
@@ -141,3 +143,67 @@ def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
+
+
+def _half_sent(port: int, count: int) -> list[socket.socket]:
+    """`count` connections that each send a request line and one header, never the rest
+    (connected without blocking: a listener that stops accepting cannot stall the test)."""
+    socks = []
+    with selectors.DefaultSelector() as selector:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            socks.append(sock)
+            selector.register(sock, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + 10
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=1):
+                selector.unregister(key.fileobj)
+                with contextlib.suppress(OSError):
+                    key.fileobj.send(b"GET /enroll/start HTTP/1.1\r\nHost: x\r\n")  # type: ignore[union-attr]
+    return socks
+
+
+def _still_open_after(socks: list[socket.socket], seconds: float) -> int:
+    """How many of `socks` the peer has not closed (nor reset) within `seconds`."""
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + seconds
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.5):
+                with contextlib.suppress(OSError):
+                    if key.fileobj.recv(4096):  # type: ignore[union-attr]
+                        continue  # an answer: wait for the close
+                selector.unregister(key.fileobj)
+        return len(selector.get_map())
+
+
+def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(
+    world: World, tmp_path: Path
+) -> None:
+    """Under RLIMIT_NOFILE 256, 400 connections that never finish their request head: a
+    well-formed request is answered during the flood and after it, the listener lets every
+    one of them go, and stderr stays small and JSON only (no accept() tracebacks)."""
+    port = _free_port()
+    _configure(world, tmp_path, port)
+    proc = world.start_serve(nofile=256)
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        flood = _half_sent(port, 400)
+        try:
+            during = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+            assert during.status_code == 400  # no link: the page, served as usual
+            assert _still_open_after(flood, 30.0) == 0
+        finally:
+            for sock in flood:
+                sock.close()
+        after = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+        assert after.status_code == 400
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    assert world.log_file.stat().st_size < 64_000
+    world.log_events()  # every line is JSON

@@ -5,7 +5,8 @@ for `/healthz`, and the standard library's `wsgiref` server, one thread per requ
 daemon thread beside the event loop (a scrape never waits for a pass, nor a pass for a
 scrape). `/healthz` answers 200 when healthy, 503 when not, with a JSON body holding the
 same `healthy` and `problems` as `status --format json` (and `generated_at`, `version`).
-The server writes no access log (stderr carries JSON events only).
+The server writes no access log (stderr carries JSON events only). Slow clients cannot
+lock a scrape or a probe out: see `MAX_CONNECTIONS`, `HEAD_DEADLINE` and `Admission`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import make_wsgi_app
 
 from lta_worker.errors import ConfigError, LtaError
 from lta_worker.logs import get_logger
+from lta_worker.worker._admission import Admission
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -46,53 +48,6 @@ HEAD_DEADLINE = 10.0
 # `/healthz` reads the database: one status at a time, reused this long, so that a flood
 # of health checks costs the passes' database pool one status a second, not one a request.
 HEALTH_FRESH_S = 1.0
-
-
-class Admission:
-    """Which connections the server keeps: pure bookkeeping, no I/O, `now` passed in.
-
-    A connection is *waiting* from its connect until its request head is complete, then
-    *answering* until it is released. At most `cap` are kept; a new one past the cap takes
-    the place of the oldest waiting one, and is refused only when all are answering. A
-    waiting one past `deadline` seconds is expired.
-    """
-
-    def __init__(self, cap: int, deadline: float) -> None:
-        self.cap = cap
-        self.deadline = deadline
-        self.waiting: dict[object, float] = {}  # connection -> its deadline; oldest first
-        self.answering: set[object] = set()
-
-    def admit(self, conn: object, now: float) -> tuple[bool, list[object]]:
-        """Take `conn` in; returns whether it was, and the connections to close for it."""
-        evicted: list[object] = []
-        while self.waiting and len(self.waiting) + len(self.answering) >= self.cap:
-            oldest = next(iter(self.waiting))
-            del self.waiting[oldest]
-            evicted.append(oldest)
-        if len(self.waiting) + len(self.answering) >= self.cap:
-            return False, evicted
-        self.waiting[conn] = now + self.deadline
-        return True, evicted
-
-    def head_done(self, conn: object) -> bool:
-        """`conn` sent its whole head: answer it (False when it was closed meanwhile)."""
-        if self.waiting.pop(conn, None) is None:
-            return False
-        self.answering.add(conn)
-        return True
-
-    def expired(self, now: float) -> list[object]:
-        """The waiting connections past their deadline, which are no longer kept."""
-        late = [conn for conn, deadline in self.waiting.items() if deadline <= now]
-        for conn in late:
-            del self.waiting[conn]
-        return late
-
-    def release(self, conn: object) -> None:
-        """`conn` is closed: forget it."""
-        self.waiting.pop(conn, None)
-        self.answering.discard(conn)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
