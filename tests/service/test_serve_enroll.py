@@ -1,6 +1,7 @@
 """`serve` with `[enroll] listen`, without a browser: the listener answers the start and the
 callback over real HTTP, closes at SIGTERM, and an address it cannot bind stops `serve` with
-exit 78 naming enroll.listen."""
+exit 78 naming enroll.listen; slow clients are let go, a smuggling request closes its
+connection, and a flood under a low descriptor limit stays quiet and is served through."""
 
 from __future__ import annotations
 
