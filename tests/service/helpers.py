@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import socket
 import sqlite3
@@ -156,16 +157,21 @@ format = "json"
             check=False,
         )
 
-    def start_serve(self, **env: str) -> subprocess.Popen[bytes]:
-        """Start `lta-worker --config CFG serve`; its stderr (the JSON log) goes to a file."""
+    def start_serve(self, nofile: int | None = None, **env: str) -> subprocess.Popen[bytes]:
+        """Start `lta-worker --config CFG serve`; its stderr (the JSON log) goes to a file.
+        `nofile` lowers the child's descriptor limit (RLIMIT_NOFILE, soft and hard) as it
+        starts, long before it opens its listeners (Linux: prlimit)."""
         with self.log_file.open("wb") as err:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "lta_worker", "--config", str(self.config), "serve"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 env=child_env(**env),
             )
+        if nofile is not None:
+            resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (nofile, nofile))
+        return proc
 
     def serve_until_exit(self, timeout: float = 30.0, **env: str) -> int:
         """Start `serve`, wait for it to exit by itself and return its exit code (a child

@@ -1,9 +1,12 @@
 """`serve` with `[enroll] listen`, without a browser: the listener answers the start and the
 callback over real HTTP, closes at SIGTERM, and an address it cannot bind stops `serve` with
-exit 78 naming enroll.listen."""
+exit 78 naming enroll.listen; slow clients are let go, a smuggling request closes its
+connection, and a flood under a low descriptor limit stays quiet and is served through."""
 
 from __future__ import annotations
 
+import contextlib
+import selectors
 import signal
 import socket
 import time
@@ -109,3 +112,99 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
+
+
+def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
+    world: World, tmp_path: Path
+) -> None:
+    """A request carrying both Content-Length and Transfer-Encoding: chunked (request
+    smuggling, RFC 9112 section 6.1) is answered 400 and its connection closed: the request
+    smuggled behind it is never answered."""
+    port = _free_port()
+    _configure(world, tmp_path, port)
+    proc = world.start_serve()
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        smuggled = b"GET /enroll/start?smuggled=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = (
+            b"POST /enroll/start HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % len(smuggled)
+        )
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(head + smuggled)
+            conn.settimeout(15.0)
+            received = b""
+            while chunk := conn.recv(65536):  # until the listener closes the connection
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 400 "), received[:80]
+        assert received.count(b"HTTP/1.1 ") == 1  # the smuggled GET got no answer
+        answer = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+        assert answer.status_code == 400  # no link: the page, served as usual
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
+def _half_sent(port: int, count: int) -> list[socket.socket]:
+    """`count` connections that each send a request line and one header, never the rest
+    (connected without blocking: a listener that stops accepting cannot stall the test)."""
+    socks = []
+    with selectors.DefaultSelector() as selector:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            socks.append(sock)
+            selector.register(sock, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + 10
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=1):
+                selector.unregister(key.fileobj)
+                with contextlib.suppress(OSError):
+                    key.fileobj.send(b"GET /enroll/start HTTP/1.1\r\nHost: x\r\n")  # type: ignore[union-attr]
+    return socks
+
+
+def _still_open_after(socks: list[socket.socket], seconds: float) -> int:
+    """How many of `socks` the peer has not closed (nor reset) within `seconds`."""
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + seconds
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=0.5):
+                with contextlib.suppress(OSError):
+                    if key.fileobj.recv(4096):  # type: ignore[union-attr]
+                        continue  # an answer: wait for the close
+                selector.unregister(key.fileobj)
+        return len(selector.get_map())
+
+
+def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(
+    world: World, tmp_path: Path
+) -> None:
+    """Under RLIMIT_NOFILE 256, 400 connections that never finish their request head: a
+    well-formed request is answered during the flood and after it, the listener lets every
+    one of them go, and stderr stays small and JSON only (no accept() tracebacks)."""
+    port = _free_port()
+    _configure(world, tmp_path, port)
+    proc = world.start_serve(nofile=256)
+    try:
+        world.wait_for_event("enroll.listening", proc, timeout=60)
+        flood = _half_sent(port, 400)
+        try:
+            during = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+            assert during.status_code == 400  # no link: the page, served as usual
+            assert _still_open_after(flood, 30.0) == 0
+        finally:
+            for sock in flood:
+                sock.close()
+        after = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
+        assert after.status_code == 400
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    assert world.log_file.stat().st_size < 64_000
+    world.log_events()  # every line is JSON

@@ -1,8 +1,10 @@
 """The metrics and health server under load: a flood of `/healthz` costs the database one
-status a second, an idle client is let go, and connections past the cap are closed."""
+status a second, an idle client is let go, a client that trickles its request head is cut
+at the head deadline, and slow clients never lock a scrape or a probe out."""
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -11,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from lta_worker.worker import _metrics_http
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import MetricsServer, shared
 from support.sockets import closed_within
@@ -53,15 +54,20 @@ def test_a_failed_status_is_not_kept() -> None:
     assert health() == {"healthy": True}
 
 
-def _server(monkeypatch: pytest.MonkeyPatch, *, cap: int, timeout: float) -> MetricsServer:
-    monkeypatch.setattr(_metrics_http, "MAX_CONNECTIONS", cap)
-    monkeypatch.setattr(_metrics_http._QuietHandler, "timeout", timeout)
-    return MetricsServer("127.0.0.1", 0, Metrics(), lambda: {"healthy": True})
+def _server(*, cap: int, deadline: float) -> MetricsServer:
+    return MetricsServer(
+        "127.0.0.1",
+        0,
+        Metrics(),
+        lambda: {"healthy": True, "problems": [], "generated_at": "now", "version": "test"},
+        max_connections=cap,
+        head_deadline=deadline,
+    )
 
 
-def test_an_idle_client_is_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A connection that sends nothing is closed after the handler's timeout (slowloris)."""
-    server = _server(monkeypatch, cap=4, timeout=0.5)
+def test_an_idle_client_is_let_go() -> None:
+    """A connection that sends nothing is closed after the head deadline (slowloris)."""
+    server = _server(cap=4, deadline=0.5)
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as idle:
             assert closed_within(idle, 5.0)
@@ -69,22 +75,97 @@ def test_an_idle_client_is_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
         server.close()
 
 
-def test_connections_past_the_cap_are_closed_and_the_server_stays_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With the cap's connections held open, one more is closed at once; once they are let
-    go, /metrics answers again."""
-    server = _server(monkeypatch, cap=2, timeout=1.0)
+def test_past_the_cap_the_oldest_incomplete_connection_makes_room() -> None:
+    """With the cap's connections open and none of them done with its request head, a new
+    connection closes the oldest of them, not itself; the others stay open."""
+    server = _server(cap=2, deadline=60.0)
     try:
-        held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
-        time.sleep(0.2)  # both accepted and waiting for a request
+        oldest = socket.create_connection(("127.0.0.1", server.port))
+        younger = socket.create_connection(("127.0.0.1", server.port))
         with socket.create_connection(("127.0.0.1", server.port)) as extra:
-            assert closed_within(extra, 0.5)
-        for sock in held:
-            assert closed_within(sock, 5.0)
-            sock.close()
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            assert answer.status == 200
+            assert closed_within(oldest, 5.0)
+            extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert _read_all(extra).startswith(b"HTTP/1.0 200 ")
+        assert not closed_within(younger, 0.2)
+        oldest.close()
+        younger.close()
     finally:
+        server.close()
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    sock.settimeout(10.0)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+class _Drippers:
+    """Slow clients: each sends a request line and one header, then one header per `drip()`,
+    never the end of its head; one that is closed connects again and starts over."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port = port
+        self.socks = [self._connect() for _ in range(count)]
+        self.cut = 0  # connections the server closed
+        self.sent = 0  # header lines dripped
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        return sock
+
+    def drip(self) -> None:
+        for n, sock in enumerate(self.socks):
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if readable and sock.recv(1) == b"":
+                    raise ConnectionResetError
+                sock.sendall(b"X-Slow: 1\r\n")
+                self.sent += 1
+            except OSError:
+                self.cut += 1
+                sock.close()
+                self.socks[n] = self._connect()
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+
+
+def test_slow_clients_never_lock_out_a_scrape_or_a_probe() -> None:
+    """40 clients trickling their request heads, at a cap of 32 and a head deadline longer
+    than the test: every /metrics scrape and /healthz probe between their drips is answered."""
+    server = _server(cap=32, deadline=60.0)
+    drippers = _Drippers(server.port, 40)
+    try:
+        for _ in range(10):
+            drippers.drip()
+            for path in ("/metrics", "/healthz"):
+                url = f"http://127.0.0.1:{server.port}{path}"
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    assert answer.status == 200
+        assert drippers.cut > 0  # they were there, and made room
+    finally:
+        drippers.close()
+        server.close()
+
+
+def test_a_client_trickling_its_head_is_cut_at_the_head_deadline() -> None:
+    """A client that sends a header line every 0.1 s, well within any read timeout, is
+    closed once the head deadline (1 s) has passed since it connected: long before the
+    100 header lines that the parser would refuse."""
+    server = _server(cap=4, deadline=1.0)
+    drippers = _Drippers(server.port, 1)
+    try:
+        started = time.monotonic()
+        while drippers.cut == 0 and drippers.sent < 100:
+            drippers.drip()
+            time.sleep(0.1)  # the pace of the trickle, not a wait for the server
+        assert drippers.cut == 1
+        assert drippers.sent < 50
+        assert time.monotonic() - started >= 1.0
+    finally:
+        drippers.close()
         server.close()

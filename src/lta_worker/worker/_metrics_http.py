@@ -5,24 +5,28 @@ for `/healthz`, and the standard library's `wsgiref` server, one thread per requ
 daemon thread beside the event loop (a scrape never waits for a pass, nor a pass for a
 scrape). `/healthz` answers 200 when healthy, 503 when not, with a JSON body holding the
 same `healthy` and `problems` as `status --format json` (and `generated_at`, `version`).
-The server writes no access log (stderr carries JSON events only).
+The server writes no access log (stderr carries JSON events only). Slow clients cannot
+lock a scrape or a probe out: see `MAX_CONNECTIONS`, `HEAD_DEADLINE` and `Admission`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
 from lta_worker.errors import ConfigError, LtaError
 from lta_worker.logs import get_logger
+from lta_worker.worker._admission import Admission
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -33,10 +37,14 @@ log = get_logger("lta_worker.metrics")
 HealthFn = Callable[[], dict[str, Any]]
 
 
-# At most this many connections are served at once; more are closed at once. Each one has
-# `_QuietHandler.timeout` seconds per read: a client that trickles its request (slowloris)
-# neither holds a thread for long nor piles threads and descriptors up.
+# At most this many connections are open at once. Past it, a new connection closes the
+# oldest one still sending its request head (a slow client, or an idle one) instead of being
+# refused: slow clients cannot lock a scrape or a probe out, whose heads come in one packet.
+# Only when every connection is being answered is the newcomer closed.
 MAX_CONNECTIONS = 32
+# Seconds a client has, from its connect, to send its whole request head; then it is closed.
+# A limit per read would let a client that sends a header line now and then stay for good.
+HEAD_DEADLINE = 10.0
 # `/healthz` reads the database: one status at a time, reused this long, so that a flood
 # of health checks costs the passes' database pool one status a second, not one a request.
 HEALTH_FRESH_S = 1.0
@@ -45,30 +53,64 @@ HEALTH_FRESH_S = 1.0
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
-
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    request_queue_size = 64  # the listen backlog: a burst of connects is not dropped
+    admission: Admission
+    admission_lock: threading.Lock
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the limit: closed, nothing served
+        with self.admission_lock:
+            admitted, evicted = self.admission.admit(request, time.monotonic())
+            for conn in evicted:
+                _cut(conn)
+        if not admitted:
+            self.shutdown_request(request)  # every connection is being answered: closed
             return
         super().process_request(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def head_done(self, request: Any) -> bool:
+        """Called by the handler once `request`'s head is read: False when it was cut."""
+        with self.admission_lock:
+            return self.admission.head_done(request)
+
+    def service_actions(self) -> None:
+        """Between accepts (at least every half second): cut the heads past the deadline."""
+        super().service_actions()
+        with self.admission_lock:
+            for conn in self.admission.expired(time.monotonic()):
+                _cut(conn)
+
+    def shutdown_request(self, request: Any) -> None:
+        # Under the lock, so that a socket is never cut after its descriptor was closed
+        # (and maybe reused by a new connection).
+        with self.admission_lock:
+            self.admission.release(request)
+            super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone, timed out or cut is no error; anything else is one JSON event
+        (never socketserver's plain traceback on stderr)."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            log.error("error", job="metrics", error=type(exc).__name__, message=str(exc))
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+def _cut(conn: object) -> None:
+    """End a connection from outside its thread: its blocked read returns at once and its
+    own thread closes it."""
+    with contextlib.suppress(OSError):
+        cast("socket.socket", conn).shutdown(socket.SHUT_RDWR)
+
+
 class _QuietHandler(WSGIRequestHandler):
-    timeout = 10.0  # seconds for each read of the request: an idle client is let go
+    timeout = 10.0  # seconds for each read or write: bounds sending the answer too
+
+    def parse_request(self) -> bool:
+        """Parse the head, then answer only a connection that was not cut meanwhile."""
+        return super().parse_request() and cast(_Server, self.server).head_done(self.request)
 
     def log_message(self, format: str, *args: Any) -> None:
         """No plain-text access log on stderr."""
@@ -137,7 +179,16 @@ def dispatcher(
 class MetricsServer:
     """The HTTP server of `[metrics] listen`, in a daemon thread; `close()` stops it."""
 
-    def __init__(self, host: str, port: int, metrics: Metrics, health: HealthFn) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        health: HealthFn,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        head_deadline: float = HEAD_DEADLINE,
+    ) -> None:
         server_class = _Server6 if ":" in host else _Server
         try:
             self.server = make_server(
@@ -153,6 +204,8 @@ class MetricsServer:
                 key="metrics.listen",
                 hint="pick a free port, or an address of this host",
             ) from None
+        self.server.admission = Admission(max_connections, head_deadline)
+        self.server.admission_lock = threading.Lock()
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="lta-worker-metrics", daemon=True
