@@ -22,11 +22,17 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _client_reads(world: World) -> int:
+    """Reads the simulator counted against the client (with a credential)."""
+    return sum(1 for e in reads(world.sim) if e.client is not None)
+
+
 def test_check_passes_and_spends_no_read(world: World) -> None:
     """Config, secret, key file, database and service all ok: exit 0, and the simulator saw
-    no read (the budget is untouched); the table form says `ok` per check."""
+    no read with a credential (the client's budget is untouched); the table form says `ok`
+    per check."""
     world.enroll(["ada"])
-    before = len(reads(world.sim))
+    before = _client_reads(world)
     code, data = _check(world)
     assert code == 0, data
     assert data["ok"] is True
@@ -38,7 +44,7 @@ def test_check_passes_and_spends_no_read(world: World) -> None:
         "service",
     ]
     assert all(c["ok"] for c in data["checks"])
-    assert len(reads(world.sim)) == before
+    assert _client_reads(world) == before
     table = world.cli("check")
     assert table.returncode == 0
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
@@ -75,3 +81,20 @@ def test_check_writes_nothing(world: World) -> None:
     assert _check(world)[0] == 0
     assert world.database.read_bytes() == before
     assert not (world.tmp / "lta.db-wal").exists()
+
+
+def test_check_wrong_base_url_path_is_78(world: World) -> None:
+    """A `service.base_url` with a wrong path (`.../v2`): the read path answers 404 without
+    credentials instead of 401, so `check` exits 78 naming `service.base_url`, spending no
+    read of the client's."""
+    world.enroll(["ada"])
+    base = world.running.base_url
+    world.write_config(world.config_text().replace(base, base + "/v2"))
+    before = _client_reads(world)
+    code, data = _check(world)
+    assert code == 78, data
+    service = data["checks"][-1]
+    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 78)
+    assert service["message"].startswith("service.base_url: ")
+    assert "404" in service["message"]
+    assert _client_reads(world) == before

@@ -7,9 +7,12 @@ Each check runs whatever the others found, so one call lists every problem:
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
   SQLite file and its directory writable by this user (`os.access`: nothing is written);
-- `service`: `service.base_url` and `service.auth_url` answer HTTP at all. A `HEAD` of each
-  URL itself (not of a read endpoint, and without any credential): any status counts,
-  so the read budget is never spent; only a network failure fails it.
+- `service`: `service.base_url` and `service.auth_url` answer HTTP, without any credential,
+  so the client's read budget is never spent. Under `service.base_url`, a `GET` of the stats
+  read path: without a credential it answers 401 (any status but 404 passes); a 404 says the
+  read path is not there, so `service.base_url` is wrong (exit 78, naming it), which would
+  otherwise first show as a `run` stopped by the breaker. A `HEAD` of `service.auth_url`
+  itself: any status counts. A network failure fails either (exit 75).
 
 The configuration itself is loaded before (a broken one is the command's one error line).
 """
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from lta_worker.errors import UpstreamError
+from lta_worker.errors import ConfigError, UpstreamError
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
@@ -68,21 +71,30 @@ def _database(settings: Settings, vault: Vault | None) -> str:
 
 
 async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> str:
-    from lta_worker.upstream import http_client
+    from lta_worker.upstream import READ_PATHS, http_client, join_url
 
     service = settings.service
+    read_url = join_url(service.base_url, READ_PATHS["stats"])
     answers: list[str] = []
     async with http_client(settings, transport=transport) as http:
-        for url in dict.fromkeys((service.base_url, service.auth_url)):
+        for method, url in (("GET", read_url), ("HEAD", service.auth_url + "/")):
             try:
-                response = await http.head(url + "/")
+                response = await http.request(method, url)
             except httpx.HTTPError as exc:
                 raise UpstreamError(
                     f"{url} cannot be reached ({type(exc).__name__})",
                     hint="check service.base_url / service.auth_url, DNS, the firewall "
                     "and service.https_proxy",
                 ) from None
-            answers.append(f"{url} answered HTTP {response.status_code}")
+            if url == read_url and response.status_code == 404:
+                raise ConfigError(
+                    f"{read_url} answered HTTP 404 to a GET without credentials (a read path "
+                    "answers 401): there is no read endpoint under this base URL",
+                    key="service.base_url",
+                    hint="set service.base_url to the API's root, without /api/v1 or a "
+                    f"version (reads go to {{base_url}}{READ_PATHS['stats']})",
+                )
+            answers.append(f"{method} {url} answered HTTP {response.status_code}")
     return "; ".join(answers)
 
 

@@ -199,6 +199,8 @@ class Worker:
             stack.callback(self.store.unregister, self.instance)
             if self.metrics is not None:
                 await self._db(self.metrics.on_store, self.store, self.clock.now(), history=True)
+                seen = await self._db(self.store.budget_seen, settings.client.id)
+                self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
             await stack.aclose()
             self._open = None
