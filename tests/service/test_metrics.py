@@ -104,7 +104,8 @@ def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
 
 def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocket) -> None:
     """A wrong client secret trips the breaker at the first pass: `serve` logs
-    `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down)."""
+        `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down), its
+    `error` event last."""
     world.enroll([f"user-{n}" for n in range(6)])
     world.secret_file.write_text("not-the-secret\n")
     assert world.serve_until_exit(NOTIFY_SOCKET=str(notify.path)) == 78
@@ -115,8 +116,8 @@ def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocke
     assert (trip["level"], trip["exit_code"]) == ("error", 78)
     finished = next(e for e in events if e["event"] == "pass.finished")
     assert (finished["level"], finished["stopped"]) == ("warning", "breaker")
-    assert events[-1]["event"] == "service.stopped"
-    assert events[-1]["exit_code"] == 78
+    assert (events[-2]["event"], events[-2]["exit_code"]) == ("service.stopped", 78)
+    assert (events[-1]["event"], events[-1]["exit_code"]) == ("error", 78)
     assert names.count("pass.started") == 1
 
 

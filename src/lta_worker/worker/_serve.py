@@ -14,7 +14,8 @@ from before READY until the passes have drained.
 
 A pass stopped by the circuit breaker (the service rejects the client: a wrong client
 secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
-stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
+stops reading and exits 78 (`serve` raises the error the CLI writes last, after
+`service.stopped`), so the unit fails and `RestartPreventExitStatus=78` keeps it
 down until the operator fixes the cause. Reading on would trip it again every pass, with
 the unit "active" and nobody told. A pass that meets a stored token under a key id the key
 file lacks stops it the same way, with `service.config_stop` (other exit-78 failures of a
@@ -53,6 +54,7 @@ from lta_worker.config import Settings, format_duration
 from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._clock import Clock
+from lta_worker.worker._pass import stop_error
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._sdnotify import Notifier
 
@@ -94,6 +96,8 @@ class Service:
         self.exit_code = EX_OK
         self._fatal = anyio.Event()
         self._fatal_cause = ""  # what `_fatal` stops for, for sd_notify's STATUS
+        # What ends the process after `service.stopped` when it stops on its own (exit 78).
+        self.stop_error: LtaError | None = None
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -249,6 +253,7 @@ class Service:
 
     def _trip(self) -> None:
         """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
+        self.stop_error = stop_error("breaker")
         self._halt(
             "breaker",
             "service.breaker_stop",
@@ -273,6 +278,7 @@ class Service:
 
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
+        self.stop_error = exc
         self._halt(
             "configuration error",
             "service.config_stop",
@@ -356,21 +362,30 @@ async def serve(
     clock: Clock | None = None,
     notifier: Notifier | None = None,
 ) -> int:
-    """Open a worker and serve until a stop signal; return the exit code."""
+    """Open a worker and serve until a stop signal; return the exit code.
+
+    Raises:
+        PassStoppedError: the breaker stopped the service (exit 78), after `service.stopped`.
+        UnknownKeyError: a stored token's key id is missing from the key file (exit 78).
+    """
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
         server = _metrics_server(worker)
         try:
             if settings.enroll.listen is None:
-                return await service.run()
-            # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-            from lta_worker.worker._enroll_server import enroll_listener
+                code = await service.run()
+            else:
+                # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+                from lta_worker.worker._enroll_server import enroll_listener
 
-            async with enroll_listener(worker, settings):
-                return await service.run()
+                async with enroll_listener(worker, settings):
+                    code = await service.run()
         finally:
             if server is not None:
                 server.close()
+    if service.stop_error is not None:  # the CLI writes it: the `error` event, the last line
+        raise service.stop_error
+    return code
 
 
 def _metrics_server(worker: Worker) -> MetricsServer | None:
