@@ -21,6 +21,7 @@ from lta_worker.errors import (
     KeyFileError,
     LtaError,
     ModeNotOpenedError,
+    PassStoppedError,
     StorageError,
     UnknownKeyError,
     UnknownUserError,
@@ -187,6 +188,14 @@ CASES: list[tuple[LtaError, str | None]] = [
     (KeyFileError("x", key="crypto.key_file", reason="no_key"), APPEND_KEY),
     (KeyFileError("x", key="crypto.key_file", reason="malformed"), APPEND_KEY),
     (StorageError("x", reason="schema_outdated"), "run `lta-worker db upgrade`"),
+    (
+        PassStoppedError("x", exit_code=75, reason="deadline"),
+        "see the capacity in `lta-worker status`",
+    ),
+    (
+        PassStoppedError("x", exit_code=78, reason="breaker"),
+        "`lta-worker check` finds a wrong service.base_url path without spending a read",
+    ),
     # No row: the error's own hint only.
     (StorageError("x", hint="retry"), "retry"),
     (UnknownKeyError("k1"),

@@ -23,6 +23,7 @@ from lta_worker.errors import (
     EnrollmentError,
     KeyFileError,
     LtaError,
+    PassStoppedError,
     StorageError,
     UnknownUserError,
     UsageError,
@@ -71,6 +72,12 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (KeyFileError, "malformed"): _APPEND_KEY,
     # The database.
     (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
+    # A pass that stopped early.
+    (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
+    (
+        PassStoppedError,
+        "breaker",
+    ): "`lta-worker check` finds a wrong service.base_url path without spending a read",
 }
 
 

@@ -65,8 +65,7 @@ _STOPS: dict[StopReason, tuple[str, str | None]] = {
     "deadline": (
         "the pass reached its maximum duration (--max-duration, else poll.max_pass_duration) "
         "with users still due; they stay due for the next pass",
-        "if every pass ends so, the budget cannot read every user each poll.interval: see "
-        "the capacity in `status`",
+        "if every pass ends so, the budget cannot read every user each poll.interval",
     ),
     "upstream_down": (
         "the service could not be reached or kept failing (network failures, 5xx); users "
@@ -86,7 +85,7 @@ _STOPS: dict[StopReason, tuple[str, str | None]] = {
     "breaker": (
         "the circuit breaker stopped the pass: the service rejected the client or its URLs "
         "(see pass.breaker_tripped); no user was changed",
-        "check client.secret_file and service.base_url (`lta-worker check`)",
+        "check client.secret_file and service.base_url",
     ),
     "config": ("a configuration problem stopped the pass (see the error above)", None),
 }
