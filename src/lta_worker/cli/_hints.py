@@ -30,6 +30,7 @@ from lta_worker.errors import (
 )
 
 RESTART: Final = "start again with `lta-worker enroll url --user ID`"
+_NEW_KEY_FILE: Final = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
 _APPEND_KEY: Final = "append a line from `lta-worker keys generate` to the key file"
 
 HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
@@ -65,9 +66,14 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (ConfigError, "key_file_unset"): (
         "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"
     ),
+    # A new key file only for a database without tokens: one under a key id the file had
+    # needs that line back (the error's own hint names the ids), never a new key.
     (KeyFileError, "missing"): (
-        "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+        "restore it if the database holds tokens (`lta-worker check` names the key ids it "
+        "needs); for a new installation, " + _NEW_KEY_FILE
     ),
+    (KeyFileError, "missing_empty"): _NEW_KEY_FILE,
+    (KeyFileError, "missing_in_use"): None,
     (KeyFileError, "no_key"): _APPEND_KEY,
     (KeyFileError, "malformed"): _APPEND_KEY,
     # The database.

@@ -98,12 +98,33 @@ async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | Non
     return "; ".join(answers)
 
 
+def _load_vault(settings: Settings) -> Vault:
+    """The vault; a missing key file explained by the key ids the database needs, when the
+    database can be read (else the plain error: the `database` check says why)."""
+    from lta_worker.errors import KeyFileError
+    from lta_worker.worker._clock import SystemClock
+    from lta_worker.worker._wiring import load_vault, missing_key_file, open_store_readonly
+
+    try:
+        return load_vault(settings)
+    except KeyFileError as exc:
+        if exc.reason != "missing":
+            raise
+        try:
+            store = open_store_readonly(settings)
+        except Exception:
+            raise exc from None
+        try:
+            in_use = store.key_ids_in_use(SystemClock().now())
+        finally:
+            store.close()
+        raise missing_key_file(exc, in_use) from None
+
+
 async def run_checks(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> list[CheckResult]:
     """Run every check; none writes anything or spends the read budget."""
-    from lta_worker.worker._wiring import load_vault
-
     results: list[CheckResult] = []
     try:
         results.append(CheckResult("client_secret", _client_secret(settings)))
@@ -111,7 +132,7 @@ async def run_checks(
         results.append(CheckResult("client_secret", "unusable", exc))
     vault: Vault | None = None
     try:
-        vault = load_vault(settings)
+        vault = _load_vault(settings)
         results.append(
             CheckResult("key_file", f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}")
         )

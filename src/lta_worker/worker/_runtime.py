@@ -177,7 +177,7 @@ class Worker:
             stack.callback(self.store.close)
             self.store.on_lease_expired = _log_lease_expired
             stack.enter_context(self.store.single_instance_lock())
-            self._vault = load_vault(settings)
+            self._vault = load_vault(settings, store=self.store)
             self.client_secret = read_client_secret(settings)
             register_secret(self.client_secret)
             self._open = stack
