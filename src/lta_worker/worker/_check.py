@@ -2,7 +2,10 @@
 
 Each check runs whatever the others found, so one call lists every problem:
 
-- `client_secret`: `client.secret_file` (the secret file rule, one printable line);
+- `client_secret`: `client.secret_file` (the secret file rule, one printable line), and
+  with `webhook.url` set `webhook_secret` (`webhook.secret_file`), with `enroll.listen` set
+  `enroll_link_key` (`enroll.link_key_file`): the secret files `run` and `serve` read at
+  start, with their readers (`config.secret_files`), so `check` fails where they would;
 - `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
@@ -19,6 +22,7 @@ The configuration itself is loaded before (a broken one is the command's one err
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,11 +49,11 @@ class CheckResult:
         return self.error is None
 
 
-def _client_secret(settings: Settings) -> str:
-    from lta_worker.config import read_client_secret
-
-    read_client_secret(settings)
-    return f"{settings.client.secret_file}: readable, one line"
+_SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
+    "client_secret": lambda s: f"{s.client.secret_file}: readable, one line",
+    "webhook_secret": lambda s: f"{s.webhook.secret_file}: readable, a whsec_ secret",
+    "enroll_link_key": lambda s: f"{s.enroll.link_key_file}: readable, one key per line",
+}
 
 
 def _database(settings: Settings, vault: Vault | None) -> str:
@@ -125,11 +129,15 @@ async def run_checks(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> list[CheckResult]:
     """Run every check; none writes anything or spends the read budget."""
+    from lta_worker.config import secret_files
+
     results: list[CheckResult] = []
-    try:
-        results.append(CheckResult("client_secret", _client_secret(settings)))
-    except Exception as exc:
-        results.append(CheckResult("client_secret", "unusable", exc))
+    for name, read in secret_files(settings).items():
+        try:
+            read()
+            results.append(CheckResult(name, _SECRET_DETAILS[name](settings)))
+        except Exception as exc:
+            results.append(CheckResult(name, "unusable", exc))
     vault: Vault | None = None
     try:
         vault = _load_vault(settings)
