@@ -220,9 +220,30 @@ class Service:
             if self._running == 0:
                 self._idle.set()
 
+    async def _watch_key_file(self) -> None:
+        """Every tick: the key file deleted, replaced or broken under the running service is
+        logged once (`service.key_file_lost`, error) and marks health, while the keys read
+        at start stay in force; `service.key_file_back` once it is right again."""
+        before = self.worker.key_file_problem
+        problem = await anyio.to_thread.run_sync(self.worker.watch_key_file)
+        if problem == before:
+            return
+        if problem is None:
+            log.info("service.key_file_back", instance=self.worker.instance)
+            return
+        log.error(
+            "service.key_file_lost",
+            instance=self.worker.instance,
+            key="crypto.key_file",
+            message=problem,
+            hint="the service goes on with the keys it read at start; restore the key file "
+            "before a restart or SIGHUP, or the stored tokens will not decrypt",
+        )
+
     async def _pass_job(self) -> None:
         if self.stopping:
             return
+        await self._watch_key_file()
         failed = True
         config_error: UnknownKeyError | None = None
         async with self._job("pass"):
@@ -402,5 +423,5 @@ def _metrics_server(worker: Worker) -> MetricsServer | None:
         host,
         port,
         worker.metrics,
-        lambda: collect_status(worker.settings, store=worker.store),
+        lambda: collect_status(worker.settings, store=worker.store, problems=worker.problems()),
     )

@@ -9,11 +9,13 @@ migrates it). `assess_health` is pure: it turns the collected data and `now` int
   has a grace of the same length from its first pass);
 - the last pass stopped at the circuit breaker or on a configuration error (exit 78);
 - the budget cannot read every user each `poll.interval` (the capacity warning);
-- users are `rejected` (a plain 401 for them while others succeed).
+- users are `rejected` (a plain 401 for them while others succeed);
+- what the caller adds (`serve`: its key file deleted, replaced or broken under it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -45,7 +47,11 @@ def _pass_json(last: PassRecord | None) -> dict[str, Any] | None:
 
 
 def collect_status(
-    settings: Settings, now: datetime | None = None, *, store: Store | None = None
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    store: Store | None = None,
+    problems: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Everything `status` shows, as plain JSON-able data, with the health verdict.
 
@@ -55,6 +61,8 @@ def collect_status(
             clock is moved by hand, passes its own).
         store: an open store to read (`serve`'s own, for `/healthz`); by default the
             database is opened read-only and closed again.
+        problems: what the calling process knows is wrong beyond the database (`serve`'s
+            key file gone under it), added to the verdict's.
 
     Raises:
         SchemaOutdatedError: no database or an older schema (exit 78: `db upgrade`).
@@ -131,14 +139,15 @@ def collect_status(
             for i in instances
         ],
     }
-    problems = assess_health(
+    found = assess_health(
         data,
         now=now,
         interval=settings.poll.interval,
         first_pass_at=first.finished_at if first is not None else None,
     )
-    data["healthy"] = not problems
-    data["problems"] = problems
+    found.extend(problems)
+    data["healthy"] = not found
+    data["problems"] = found
     return data
 
 
