@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lta_worker.cli._app import App, pass_app
-from lta_worker.errors import EX_CONFIG, EX_OK, EX_TEMPFAIL
+from lta_worker.errors import EX_OK, ConfigError, UpstreamError
 
 if TYPE_CHECKING:
     from lta_worker.domain import UserRow
@@ -126,7 +126,8 @@ def list_(app: App, fmt: str) -> None:
 
 
 def _report(result: DropResult, verb: str) -> int:
-    """Print one line saying what happened; return the exit code (0, 75 pending, 78 refused)."""
+    """Print one line saying what happened and return 0; a drop left pending raises the
+    error whose line the CLI prints (75 not confirmed, 78 the credential refused)."""
     purged = f"; {result.purged} stored result(s) purged" if result.purged is not None else ""
     if result.upstream == "ok":
         click.echo(
@@ -141,13 +142,15 @@ def _report(result: DropResult, verb: str) -> int:
         )
         return EX_OK
     retry = iso(result.retry_at) or "soon"
-    click.echo(
+    message = (
         f"{verb} {result.user!r} pending: {result.error}; the user is `dropping` (no pass "
         f"reads it, token kept only to finish the drop) and `run`/`serve` retry the drop "
-        f"(next at {retry}){purged}",
-        err=True,
+        f"(next at {retry}){purged}"
     )
-    return EX_CONFIG if result.upstream == "refused" else EX_TEMPFAIL
+    # Through the CLI's boundary, so that the line is the `error` event in JSON mode.
+    if result.upstream == "refused":
+        raise ConfigError(message)
+    raise UpstreamError(message)
 
 
 def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
