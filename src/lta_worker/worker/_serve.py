@@ -66,6 +66,8 @@ log = get_logger("lta_worker.service")
 STOP_MARGIN: Final = 2.0
 
 ReloadFn = Callable[[], Settings]
+# The scheduler's jobs, as the `error` event's `job` names them (docs/log-events.md).
+JOB_IDS: Final = ("pass", "maintenance", "heartbeat", "webhooks")
 
 
 def _quiet_scheduler_logs() -> None:
@@ -120,12 +122,8 @@ class Service:
         """Serve until SIGTERM or SIGINT; return the exit code (0 after a clean stop)."""
         _quiet_scheduler_logs()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
-        jobs = {
-            "pass": self._pass_job,
-            "maintenance": self._maintenance_job,
-            "heartbeat": self._heartbeat_job,
-            "webhooks": self._webhooks_job,
-        }
+        runs = (self._pass_job, self._maintenance_job, self._heartbeat_job, self._webhooks_job)
+        jobs = dict(zip(JOB_IDS, runs, strict=True))
         for job_id, every in self._intervals().items():
             scheduler.add_job(
                 jobs[job_id],
