@@ -289,3 +289,23 @@ async def test_an_unreachable_pass_backs_off_the_users_it_tried(harness: Harness
     assert all(u.next_due_at <= now for u in users if u.consecutive_failures == 0)
     assert "every user stays due" not in event["hint"]
     assert "backed off" in event["hint"]
+
+
+async def test_an_empty_pass_is_quiet_at_info(harness: Harness) -> None:
+    """A pass with nobody due logs `pass.started` and `pass.finished` at debug only (an idle
+    `serve` ticks every minute); a pass that read someone keeps both at info."""
+    await harness.enroll("u1")
+    with capture_logs() as busy:
+        await harness.run_pass()
+    with capture_logs() as idle:
+        result = await harness.run_pass()
+    assert (result.stopped, result.users, result.reads) == ("completed", 0, 0)
+
+    def levels(logs: list[dict[str, object]]) -> dict[object, object]:
+        return {e["event"]: e["log_level"] for e in logs if e["event"] in PASS_EVENTS}
+
+    assert levels(busy) == {"pass.started": "info", "pass.finished": "info"}
+    assert levels(idle) == {"pass.started": "debug", "pass.finished": "debug"}
+
+
+PASS_EVENTS = ("pass.started", "pass.finished")
