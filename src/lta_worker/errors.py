@@ -19,6 +19,7 @@ application that imports this package has no such commands.
     │   ├── KeyFileError          key file missing, unreadable, readable by others, or malformed
     │   └── UnknownKeyError       a stored token's key id is not in the key file
     ├── ModeNotOpenedError        invalid_scope: long term mode not opened on this client; exit 78
+    ├── PassStoppedError          a pass stopped early (`reason`: its stop); exit 75 or 78
     ├── UpstreamError             the service is down or answers nonsense; exit 75
     │   └── EnrollmentError       consent, code exchange or token creation failed
     └── StorageError              the database refuses; exit 75
@@ -102,6 +103,16 @@ class ModeNotOpenedError(LtaError):
     """The authorization server answered invalid_scope: long term mode is not on this client."""
 
     exit_code = EX_CONFIG
+
+
+class PassStoppedError(LtaError):
+    """A pass stopped before it read every due user; `reason` says why (`deadline`,
+    `breaker`, ...) and the exit code is the stop's (75 the rest stays due, 78 configuration).
+    """
+
+    def __init__(self, message: str, *, exit_code: int, reason: str, hint: str | None = None):
+        super().__init__(message, hint=hint, reason=reason)
+        self.exit_code = exit_code
 
 
 class UpstreamError(LtaError):

@@ -104,8 +104,13 @@ def test_a_bad_proxy_from_the_environment_names_the_variable(name: str) -> None:
 
 
 def test_a_bad_proxy_of_the_worker_own_setting_names_only_the_key() -> None:
-    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names the key, no other variable."""
+    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names the key and that variable,
+    not HTTPS_PROXY."""
     env = {**REQUIRED, "HTTPS_PROXY": "http://p:1", "LTA_WORKER_SERVICE_HTTPS_PROXY": "socks5://q"}
     with pytest.raises(ConfigError) as info:
         load_settings(None, env)
-    assert str(info.value).startswith("service.https_proxy: expected a proxy URL")
+    assert str(info.value).startswith(
+        "service.https_proxy (from the environment variable LTA_WORKER_SERVICE_HTTPS_PROXY): "
+        "expected a proxy URL"
+    )
+    assert " HTTPS_PROXY" not in str(info.value)

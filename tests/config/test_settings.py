@@ -204,3 +204,21 @@ def test_a_url_with_a_valid_port_is_taken(url: str) -> None:
     s = build_settings({"service": {"base_url": url, "auth_url": url}, "client": {"id": "c"}})
     assert s.service.base_url == url
     assert httpx.URL(url).port in (None, 1, 65535, 8080)  # httpx takes it too
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "key"),
+    [
+        ("LTA_WORKER_POLL_INTERVALL", "1h", "poll.intervall"),
+        ("LTA_WORKER_POLL_CONCURRENCY", "many", "poll.concurrency"),
+        ("LTA_WORKER_POLL_INTERVAL", "0s", "poll.interval"),
+    ],
+)
+def test_an_environment_problem_names_its_variable(
+    tmp_path: Path, name: str, value: str, key: str
+) -> None:
+    """A misspelt or bad `LTA_WORKER_*` variable: the error names the key and the variable."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, MINIMAL), env={name: value})
+    assert info.value.key == key
+    assert name in str(info.value)

@@ -338,7 +338,7 @@ def test_run_unit_and_timer_have_required_directives() -> None:
     """lta-worker-run.service is a sandboxed one-shot `run`; the timer is persistent, jittered."""
     d = _directives(RUN_SERVICE)
     assert d["Type"] == ["oneshot"]
-    assert d["ExecStart"][0].endswith(" run")
+    assert " run --max-duration " in d["ExecStart"][0]
     assert d["SuccessExitStatus"] == ["75"]
     assert set(d["LoadCredential"]) == CREDENTIALS
     for key, value in SANDBOX.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from structlog.testing import capture_logs
 
 from lta_worker.simulator import LATEST_CHANGE_SCOPE, STATS_SCOPE
 
@@ -267,3 +268,44 @@ async def test_service_down_from_the_start_stops_after_the_first_burst(
     assert result.wall_s < 5
     for n in range(10):
         assert harness.user(f"user-{n}").token is not None
+
+
+async def test_an_unreachable_pass_backs_off_the_users_it_tried(harness: Harness) -> None:
+    """No read answered (dropped connections only): the pass ends `upstream_down` with
+    `pass.unreachable`; the users it tried are backed off with a failure counted, those it
+    never reached stay due, and the event's hint says just that."""
+    for n in range(10):
+        await harness.enroll(f"user-{n}")
+    harness.sim.configure(header_format="none")
+    harness.sim.inject_fault("drop", rate=1.0)
+    with capture_logs() as logs:
+        result = await harness.run_pass()
+    assert result.stopped == "upstream_down"
+    (event,) = [e for e in logs if e["event"] == "pass.unreachable"]
+    now = harness.clock.now()
+    users = [harness.user(f"user-{n}") for n in range(10)]
+    tried = [u for u in users if u.consecutive_failures > 0]
+    assert tried and all(u.next_due_at > now for u in tried)
+    assert all(u.next_due_at <= now for u in users if u.consecutive_failures == 0)
+    assert "every user stays due" not in event["hint"]
+    assert "backed off" in event["hint"]
+
+
+async def test_an_empty_pass_is_quiet_at_info(harness: Harness) -> None:
+    """A pass with nobody due logs `pass.started` and `pass.finished` at debug only (an idle
+    `serve` ticks every minute); a pass that read someone keeps both at info."""
+    await harness.enroll("u1")
+    with capture_logs() as busy:
+        await harness.run_pass()
+    with capture_logs() as idle:
+        result = await harness.run_pass()
+    assert (result.stopped, result.users, result.reads) == ("completed", 0, 0)
+
+    def levels(logs: list[dict[str, object]]) -> dict[object, object]:
+        return {e["event"]: e["log_level"] for e in logs if e["event"] in PASS_EVENTS}
+
+    assert levels(busy) == {"pass.started": "info", "pass.finished": "info"}
+    assert levels(idle) == {"pass.started": "debug", "pass.finished": "debug"}
+
+
+PASS_EVENTS = ("pass.started", "pass.finished")

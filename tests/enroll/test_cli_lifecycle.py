@@ -19,6 +19,7 @@ import pytest
 
 from lta_worker.cli._users_cmd import _report
 from lta_worker.enrollment._lifecycle import DropResult
+from lta_worker.errors import LtaError
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator
 from lta_worker.simulator.server import RunningSimulator, start_in_thread
 
@@ -99,8 +100,9 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
         )
         pending = cli("users", "drop", "--user", "x")
         assert pending.returncode == 75, pending.stderr
-        lines = [line for line in pending.stderr.splitlines() if not line.startswith("{")]
-        assert len(lines) == 1 and "retry" in lines[0], pending.stderr
+        # JSON logs: every line is JSON, the last the `error` event saying the drop is retried.
+        events = [json.loads(line) for line in pending.stderr.splitlines()]
+        assert events[-1]["event"] == "error" and "retry" in events[-1]["message"]
         listed = json.loads(cli("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("dropping", True)
         cli.config.write_text(good, encoding="utf-8")
@@ -131,8 +133,9 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
 def test_drop_report_exit_codes(
     capsys: pytest.CaptureFixture[str], upstream: str, state: str, code: int, says: str
 ) -> None:
-    """Confirmed or nothing to drop: 0; not confirmed, a DELETE already out, or overtaken by
-    a new consent: 75; credential refused: 78; one line, saying what is stored."""
+    """Confirmed or nothing to drop: 0 and one line; not confirmed, a DELETE already out, or
+    overtaken by a new consent: 75; credential refused: 78, each the error the CLI prints as
+    its one line, saying what is stored."""
     upstream, _, overtaken = upstream.partition("+")
     result = DropResult(
         user="x",
@@ -143,10 +146,16 @@ def test_drop_report_exit_codes(
         state=state,
         overtaken=bool(overtaken),
     )
-    assert _report(result, "dropped") == code
-    out, err = capsys.readouterr()
-    lines = (out + err).splitlines()
-    assert len(lines) == 1 and says in lines[0]
+    if code == 0:
+        assert _report(result, "dropped") == code
+        out, err = capsys.readouterr()
+        lines = (out + err).splitlines()
+        assert len(lines) == 1 and says in lines[0]
+        return
+    with pytest.raises(LtaError) as raised:  # the CLI's boundary prints its one line
+        _report(result, "dropped")
+    assert raised.value.exit_code == code and says in raised.value.message
+    assert capsys.readouterr() == ("", "")
 
 
 def _secret_as_directory(secret_file: Path) -> None:

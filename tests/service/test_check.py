@@ -8,7 +8,9 @@ import json
 import socket
 from typing import Any
 
-from .helpers import World, reads
+import pytest
+
+from .helpers import REDIRECT, World, reads, write_private
 
 
 def _check(world: World) -> tuple[int, dict[str, Any]]:
@@ -22,11 +24,17 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _client_reads(world: World) -> int:
+    """Reads the simulator counted against the client (with a credential)."""
+    return sum(1 for e in reads(world.sim) if e.client is not None)
+
+
 def test_check_passes_and_spends_no_read(world: World) -> None:
     """Config, secret, key file, database and service all ok: exit 0, and the simulator saw
-    no read (the budget is untouched); the table form says `ok` per check."""
+    no read with a credential (the client's budget is untouched); the table form says `ok`
+    per check."""
     world.enroll(["ada"])
-    before = len(reads(world.sim))
+    before = _client_reads(world)
     code, data = _check(world)
     assert code == 0, data
     assert data["ok"] is True
@@ -38,7 +46,7 @@ def test_check_passes_and_spends_no_read(world: World) -> None:
         "service",
     ]
     assert all(c["ok"] for c in data["checks"])
-    assert len(reads(world.sim)) == before
+    assert _client_reads(world) == before
     table = world.cli("check")
     assert table.returncode == 0
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
@@ -75,3 +83,73 @@ def test_check_writes_nothing(world: World) -> None:
     assert _check(world)[0] == 0
     assert world.database.read_bytes() == before
     assert not (world.tmp / "lta.db-wal").exists()
+
+
+def test_check_wrong_base_url_path_is_78(world: World) -> None:
+    """A `service.base_url` with a wrong path (`.../v2`): the read path answers 404 without
+    credentials instead of 401, so `check` exits 78 naming `service.base_url`, spending no
+    read of the client's."""
+    world.enroll(["ada"])
+    base = world.running.base_url
+    world.write_config(world.config_text().replace(base, base + "/v2"))
+    before = _client_reads(world)
+    code, data = _check(world)
+    assert code == 78, data
+    service = data["checks"][-1]
+    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 78)
+    assert service["message"].startswith("service.base_url: ")
+    assert "404" in service["message"]
+    assert _client_reads(world) == before
+
+
+WEBHOOK_SECRET = "whsec_" + "c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM="
+
+
+def webhook_secret_open(world: World) -> None:
+    path = write_private(world.tmp / "webhook-secret", WEBHOOK_SECRET + "\n")
+    path.chmod(0o644)
+    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
+    world.write_config()
+
+
+def webhook_secret_missing(world: World) -> None:
+    path = world.tmp / "no-such-secret"
+    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
+    world.write_config()
+
+
+def link_key_open(world: World) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    public = f"http://127.0.0.1:{port}"
+    keys = write_private(world.tmp / "enroll-link-key", "k" * 44 + "\n")
+    keys.chmod(0o644)
+    world.write_config(
+        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
+        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f'link_key_file = "{keys}"\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "key"),
+    [
+        (webhook_secret_open, "webhook.secret_file"),
+        (webhook_secret_missing, "webhook.secret_file"),
+        (link_key_open, "enroll.link_key_file"),
+    ],
+    ids=["webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
+)
+def test_check_fails_where_serve_fails(world: World, setup: Any, key: str) -> None:
+    """A secret file `serve` refuses at start (the webhook secret with `webhook.url` set, the
+    link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does."""
+    world.enroll(["ada"])
+    setup(world)
+    code, data = _check(world)
+    assert code == 78, data
+    failed = [c for c in data["checks"] if not c["ok"]]
+    assert [c["exit_code"] for c in failed] == [78]
+    assert failed[0]["message"].startswith(f"{key}: ")
+    assert world.serve_until_exit() == 78
+    assert world.log_events()[-1]["key"] == key

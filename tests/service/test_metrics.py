@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -104,7 +105,8 @@ def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
 
 def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocket) -> None:
     """A wrong client secret trips the breaker at the first pass: `serve` logs
-    `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down)."""
+        `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down), its
+    `error` event last."""
     world.enroll([f"user-{n}" for n in range(6)])
     world.secret_file.write_text("not-the-secret\n")
     assert world.serve_until_exit(NOTIFY_SOCKET=str(notify.path)) == 78
@@ -115,8 +117,8 @@ def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocke
     assert (trip["level"], trip["exit_code"]) == ("error", 78)
     finished = next(e for e in events if e["event"] == "pass.finished")
     assert (finished["level"], finished["stopped"]) == ("warning", "breaker")
-    assert events[-1]["event"] == "service.stopped"
-    assert events[-1]["exit_code"] == 78
+    assert (events[-2]["event"], events[-2]["exit_code"]) == ("service.stopped", 78)
+    assert (events[-1]["event"], events[-1]["exit_code"]) == ("error", 78)
     assert names.count("pass.started") == 1
 
 
@@ -132,3 +134,42 @@ def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
         assert world.serve_until_exit() == 78
     error = world.log_events()[-1]
     assert (error["event"], error["key"]) == ("error", "metrics.listen")
+
+
+def test_serve_notices_its_key_file_gone_and_reads_on(world: World) -> None:
+    """The key file deleted under `serve`: the next tick logs `service.key_file_lost` (error,
+    naming `crypto.key_file`) once, /healthz answers 503 with that problem, and the passes
+    go on reading with the keys read at start; the file restored, `service.key_file_back`
+    and health again."""
+    port = free_port()
+    world.poll = {"tick": "200ms", "interval": "1s", "max_interval": "1s"}
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.write_config()
+    world.enroll(["ada"])
+    saved = world.key_file.read_text()
+    proc = world.start_serve()
+    try:
+        world.wait_for_event("pass.finished", proc)
+        world.key_file.unlink()
+        lost = world.wait_for_event("service.key_file_lost", proc)
+        health_status, body = get(f"http://127.0.0.1:{port}/healthz")
+        reads_then = len([e for e in world.sim.requests() if e.status == 200])
+        deadline = time.monotonic() + 20
+        while len([e for e in world.sim.requests() if e.status == 200]) <= reads_then:
+            assert time.monotonic() < deadline, "no read after the key file was lost"
+            time.sleep(0.1)
+        world.key_file.write_text(saved)
+        world.key_file.chmod(0o600)
+        world.wait_for_event("service.key_file_back", proc)
+        healthy_again, _ = get(f"http://127.0.0.1:{port}/healthz")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    assert (lost["level"], lost["key"]) == ("error", "crypto.key_file")
+    assert health_status == 503
+    assert any("crypto.key_file" in p for p in json.loads(body)["problems"])
+    assert healthy_again == 200
+    names = [e["event"] for e in world.log_events()]
+    assert names.count("service.key_file_lost") == 1
+    assert "token.undecryptable" not in names

@@ -194,7 +194,9 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
     assert halt["event"] == "service.config_stop"
     assert (halt["level"], halt["exit_code"], halt["key"]) == ("error", 78, "crypto.key_file")
     assert "read again, still lacks key id" in halt["hint"]
-    assert (events[-1]["event"], events[-1]["exit_code"]) == ("service.stopped", 78)
+    assert (events[-2]["event"], events[-2]["exit_code"]) == ("service.stopped", 78)
+    last = events[-1]  # the process's own end: the same error, without a job
+    assert (last["event"], last["error"], last["exit_code"]) == ("error", "UnknownKeyError", 78)
     notify.drain()
     assert any(m.get("STATUS") == "stopping: configuration error" for m in notify.messages)
     with world.store() as store:

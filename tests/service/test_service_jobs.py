@@ -46,6 +46,10 @@ class StandInWorker:
 
     instance = "test:1:abcd"
     webhooks = None  # no [webhook] url: no webhook job
+    key_file_problem = None
+
+    def watch_key_file(self) -> None:
+        """The key file is as it was."""
 
     def __init__(self, run_pass: Any) -> None:
         self.run_pass = run_pass

@@ -21,6 +21,7 @@ from lta_worker.errors import (
     KeyFileError,
     LtaError,
     ModeNotOpenedError,
+    PassStoppedError,
     StorageError,
     UnknownKeyError,
     UnknownUserError,
@@ -36,6 +37,10 @@ CLI_SIDE = ("cli/", "simulator/")
 DESCRIPTIONS = {("storage/_store.py", "another lta-worker run or serve is already working on ")}
 USERS = "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
 MAKE_KEY = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+RESTORE_OR_MAKE_KEY = (
+    "restore it if the database holds tokens (`lta-worker check` names the key ids it needs); "
+    "for a new installation, " + MAKE_KEY
+)
 APPEND_KEY = "append a line from `lta-worker keys generate` to the key file"
 
 
@@ -183,10 +188,20 @@ CASES: list[tuple[LtaError, str | None]] = [
     (UnknownUserError("bob"), USERS),
     (ConfigError("x", key="crypto.key_file", reason="key_file_unset"),
      "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"),
-    (KeyFileError("x", key="crypto.key_file", reason="missing"), MAKE_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="missing"), RESTORE_OR_MAKE_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="missing_empty"), MAKE_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="missing_in_use", hint="restore"), "restore"),
     (KeyFileError("x", key="crypto.key_file", reason="no_key"), APPEND_KEY),
     (KeyFileError("x", key="crypto.key_file", reason="malformed"), APPEND_KEY),
     (StorageError("x", reason="schema_outdated"), "run `lta-worker db upgrade`"),
+    (
+        PassStoppedError("x", exit_code=75, reason="deadline"),
+        "see the capacity in `lta-worker status`",
+    ),
+    (
+        PassStoppedError("x", exit_code=78, reason="breaker"),
+        "`lta-worker check` finds a wrong service.base_url path without spending a read",
+    ),
     # No row: the error's own hint only.
     (StorageError("x", hint="retry"), "retry"),
     (UnknownKeyError("k1"),
@@ -244,7 +259,7 @@ def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
         load_key_file(tmp_path / "nope")
     with pytest.raises(KeyFileError) as empty:
         parse_key_file("# nothing\n")
-    for info, expected in ((missing, MAKE_KEY), (empty, APPEND_KEY)):
+    for info, expected in ((missing, RESTORE_OR_MAKE_KEY), (empty, APPEND_KEY)):
         assert "lta-worker" not in str(info.value)
         assert classify(info.value).hint == expected
     assert "lta-worker" not in str(UnknownUserError("bob"))

@@ -104,8 +104,10 @@ def test_no_progress_line_when_the_stream_is_not_a_terminal() -> None:
     assert stream.getvalue() == ""
 
 
-def test_on_a_terminal_the_line_is_drawn_then_erased() -> None:
-    """On a terminal each callback redraws the line in place; it is erased at the end."""
+def test_on_a_terminal_the_line_is_drawn_then_ended() -> None:
+    """On a terminal each callback redraws the line in place; at the end it is ended with a
+    newline, its last figures kept, so that what follows (the error line, the shell's
+    prompt) starts on a line of its own."""
     term = Terminal()
     with progress_for(term, FixedClock()) as on_progress:
         assert on_progress is not None
@@ -115,7 +117,9 @@ def test_on_a_terminal_the_line_is_drawn_then_erased() -> None:
             render_progress(done=2, due=4, reads=4, remaining=8, time_left=3000)
         ]
     assert term.getvalue().startswith(CLEAR)
-    assert screen(term.getvalue()) == [""]
+    assert term.getvalue().endswith("\n")
+    final = render_progress(done=2, due=4, reads=4, remaining=8, time_left=3000)
+    assert screen(term.getvalue()) == [final, ""]
 
 
 def test_log_lines_scroll_above_the_progress_line() -> None:
@@ -133,3 +137,14 @@ def test_log_lines_scroll_above_the_progress_line() -> None:
     line.clear()
     print("after", file=line)
     assert screen(term.getvalue()) == ["first event", "second event", "third event", "after", ""]
+
+
+def test_an_ended_line_stays_above_later_lines() -> None:
+    """After `end`, lines written through the ProgressLine go below the ended line and the
+    progress line is not drawn again."""
+    term = Terminal()
+    line = ProgressLine(term)
+    line.show("[bar]")
+    line.end()
+    print("error line", file=line, flush=True)
+    assert screen(term.getvalue()) == ["[bar]", "error line", ""]

@@ -23,12 +23,14 @@ from lta_worker.errors import (
     EnrollmentError,
     KeyFileError,
     LtaError,
+    PassStoppedError,
     StorageError,
     UnknownUserError,
     UsageError,
 )
 
 RESTART: Final = "start again with `lta-worker enroll url --user ID`"
+_NEW_KEY_FILE: Final = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
 _APPEND_KEY: Final = "append a line from `lta-worker keys generate` to the key file"
 
 HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
@@ -64,13 +66,24 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (ConfigError, "key_file_unset"): (
         "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"
     ),
+    # A new key file only for a database without tokens: one under a key id the file had
+    # needs that line back (the error's own hint names the ids), never a new key.
     (KeyFileError, "missing"): (
-        "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+        "restore it if the database holds tokens (`lta-worker check` names the key ids it "
+        "needs); for a new installation, " + _NEW_KEY_FILE
     ),
+    (KeyFileError, "missing_empty"): _NEW_KEY_FILE,
+    (KeyFileError, "missing_in_use"): None,
     (KeyFileError, "no_key"): _APPEND_KEY,
     (KeyFileError, "malformed"): _APPEND_KEY,
     # The database.
     (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
+    # A pass that stopped early.
+    (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
+    (
+        PassStoppedError,
+        "breaker",
+    ): "`lta-worker check` finds a wrong service.base_url path without spending a read",
 }
 
 

@@ -2,7 +2,8 @@
 
 On a terminal the log lines and the progress line share stderr. `ProgressLine` wraps the
 stream so that both stay readable: a complete line written through it (a log event) clears
-the progress line, scrolls above it, and the progress line is drawn again below. When the
+the progress line, scrolls above it, and the progress line is drawn again below. At the end
+of the pass the line is ended (a newline), its last figures kept. When the
 stream is not a terminal there is no progress line at all, so piped or journald output
 stays one JSON object per line.
 """
@@ -86,6 +87,16 @@ class ProgressLine:
                 self.stream.flush()
             self.line = ""
 
+    def end(self) -> None:
+        """End the progress line as it stands, with a newline: its last figures stay on
+        screen, and later writes (the error line, the shell's prompt) start below it."""
+        with self._lock:
+            if self.line:
+                self.stream.write(("\n" if self._mid_line else CLEAR) + self.line + "\n")
+                self._mid_line = False
+                self.stream.flush()
+            self.line = ""
+
 
 def progress_line(stream: TextIO) -> ProgressLine | None:
     """A `ProgressLine` over `stream` when it is a terminal; None otherwise."""
@@ -121,4 +132,4 @@ def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[Progre
     try:
         yield draw
     finally:
-        line.clear()
+        line.end()

@@ -2,7 +2,8 @@
 
 Exit codes: 0 the pass completed; 75 it stopped early (deadline, service down) and the rest
 stays due; 78 configuration or credential problem (bad config, missing key, client secret
-rejected).
+rejected). A pass that stopped early ends with its `error` event (`PassStoppedError`), the
+last line of the log.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ def run(app: App, max_duration: str | None) -> None:
 
     from lta_worker.cli._progress import progress_for
     from lta_worker.logs import get_logger
-    from lta_worker.worker import Worker
+    from lta_worker.worker import PassResult, Worker, stop_error
 
-    async def main() -> int:
+    async def main() -> PassResult:
         grace = settings.serve.grace_period.total_seconds()
         async with Worker(settings, kind="run") as worker:
             # SIGTERM (systemctl stop, a timer's unit stopping) or Ctrl-C: stop claiming,
@@ -84,6 +85,8 @@ def run(app: App, max_duration: str | None) -> None:
                     with progress_for(line or sys.stderr, worker.clock) as on_progress:
                         result = await worker.run_pass(max_duration=limit, on_progress=on_progress)
                     tg.cancel_scope.cancel()
-            return result.exit_code
+            return result
 
-    sys.exit(anyio.run(main))
+    result = anyio.run(main)
+    if result.exit_code:  # the CLI's boundary writes it: the `error` event, the last line
+        raise stop_error(result.stopped)

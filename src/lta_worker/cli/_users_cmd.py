@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lta_worker.cli._app import App, pass_app
-from lta_worker.errors import EX_CONFIG, EX_OK, EX_TEMPFAIL
+from lta_worker.errors import EX_OK, ConfigError, UpstreamError
 
 if TYPE_CHECKING:
     from lta_worker.domain import UserRow
@@ -127,28 +127,24 @@ def list_(app: App, fmt: str) -> None:
 
 
 def _report(result: DropResult, verb: str) -> int:
-    """Print one line saying what happened, as stored; return the exit code (0; 75 pending,
-    in flight elsewhere or overtaken by a new consent; 78 refused)."""
+    """Print one line saying what happened, as stored, and return 0; a drop left pending, in
+    flight elsewhere or overtaken by a new consent raises the error whose line the CLI prints
+    (75 not done, 78 the credential refused)."""
     purged = f"; {result.purged} stored result(s) purged" if result.purged is not None else ""
     if result.upstream == "in_flight":
-        click.echo(
+        # Through the CLI's boundary, so that the line is the `error` event in JSON mode.
+        raise UpstreamError(
             f"{_COMMAND[verb]} of {result.user!r} not sent: a DELETE of its token is already "
-            f"out (a retry "
-            f"of `run`/`serve` or another `users drop`); no second one is sent, and its "
-            f"outcome is stored (see `users list`){purged}",
-            err=True,
+            f"out (a retry of `run`/`serve` or another `users drop`); no second one is sent, "
+            f"and its outcome is stored (see `users list`){purged}"
         )
-        return EX_TEMPFAIL
     if result.overtaken and result.state not in {"dropped", "dropping"}:
-        click.echo(
+        raise UpstreamError(
             f"the {_COMMAND[verb]} of {result.user!r} was overtaken by a new consent: the user "
-            f"enrolled again "
-            f"while the drop was under way and is {result.state} with the new token, which "
-            f"is kept (the drop named the old one); run `users {_COMMAND[verb]}` again if the "
-            f"new consent must go too{purged}",
-            err=True,
+            f"enrolled again while the drop was under way and is {result.state} with the new "
+            f"token, which is kept (the drop named the old one); run `users {_COMMAND[verb]}` "
+            f"again if the new consent must go too{purged}"
         )
-        return EX_TEMPFAIL
     if result.overtaken and result.state == "dropped":
         click.echo(
             f"{verb} {result.user!r}: another drop of it was confirmed meanwhile; "
@@ -169,13 +165,15 @@ def _report(result: DropResult, verb: str) -> int:
         return EX_OK
     retry = iso(result.retry_at) or "soon"
     why = result.error or "another sender retries the drop"
-    click.echo(
+    message = (
         f"{verb} {result.user!r} pending: {why}; the user is `dropping` (no pass "
         f"reads it, token kept only to finish the drop) and `run`/`serve` retry the drop "
-        f"(next at {retry}){purged}",
-        err=True,
+        f"(next at {retry}){purged}"
     )
-    return EX_CONFIG if result.upstream == "refused" else EX_TEMPFAIL
+    # Through the CLI's boundary, so that the line is the `error` event in JSON mode.
+    if result.upstream == "refused":
+        raise ConfigError(message)
+    raise UpstreamError(message)
 
 
 def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:

@@ -12,11 +12,11 @@ import base64
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
+from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll, read_link_keys
 from lta_worker.config._fields import read_section
 from lta_worker.config._ranges import check_ranges
 from lta_worker.config._settings import SECTIONS, Settings
@@ -85,17 +85,22 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{source} is not valid TOML: a number has too many digits") from None
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """`LTA_WORKER_<SECTION>_<KEY>` variables as sections of values, and the variable each
+    key came from (`poll.interval` -> `LTA_WORKER_POLL_INTERVAL`), for the errors."""
     out: dict[str, dict[str, str]] = {}
+    origins: dict[str, str] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         for section in SECTIONS:
             if rest.startswith(section + "_"):
-                out.setdefault(section, {})[rest[len(section) + 1 :]] = value
+                key = rest[len(section) + 1 :]
+                out.setdefault(section, {})[key] = value
+                origins[f"{section}.{key}"] = name
                 break
-    return out
+    return out, origins
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
@@ -147,18 +152,30 @@ def build_settings(data: Mapping[str, Any], origins: Mapping[str, str] | None = 
     if settings is None:
         key, msg = errors[0]
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        name = (origins or {}).get(key)
-        if name is None:
-            raise ConfigError(msg + more, key=key)
-        error = ConfigError(
-            f"{key} (from the environment variable {name}): {msg}{more}",
-            hint=f'unset {name} for lta-worker, or set {key} ("" for none)',
-        )
-        error.key = key  # the plain key, as for any other setting
-        raise error
-    check_ranges(settings)
-    check_enroll(settings)
+        raise _from_origin(ConfigError(msg + more, key=key), origins or {})
+    try:
+        check_ranges(settings)
+        check_enroll(settings)
+    except ConfigError as exc:
+        raise _from_origin(exc, origins or {}) from None
     return settings
+
+
+def _from_origin(error: ConfigError, origins: Mapping[str, str]) -> ConfigError:
+    """`error`, naming the environment variable its key's value came from, if one did."""
+    key = error.key
+    name = origins.get(key) if key else None
+    if key is None or name is None:
+        return error
+    hint = (
+        f"fix or unset {name} (LTA_WORKER_<SECTION>_<KEY>: see docs/config.md for the keys)"
+        if name.startswith(ENV_PREFIX)
+        else f'unset {name} for lta-worker, or set {key} ("" for none)'
+    )
+    message = error.message.removeprefix(f"{key}: ")
+    named = ConfigError(f"{key} (from the environment variable {name}): {message}", hint=hint)
+    named.key = key  # the plain key, as for any other setting
+    return named
 
 
 def load_settings(
@@ -168,9 +185,10 @@ def load_settings(
     env = os.environ if env is None else env
     file = config_path(path, env)
     data = _read_toml(file) if file else {}
-    data = _merge(data, _env_overrides(env))
+    overrides, origins = _env_overrides(env)
+    data = _merge(data, overrides)
     data = _systemd_defaults(data, env)
-    return build_settings(data, _proxy_defaults(data, env))
+    return build_settings(data, {**origins, **_proxy_defaults(data, env)})
 
 
 def read_client_secret(settings: Settings) -> Secret:
@@ -249,3 +267,19 @@ def read_webhook_secret(settings: Settings) -> Secret:
             'base64.b64encode(os.urandom(32)).decode())"',
         )
     return Secret(text)
+
+
+def secret_files(settings: Settings) -> dict[str, Callable[[], object]]:
+    """Every secret file `run` or `serve` reads at start under `settings` (the token key
+    file aside: storage's), by check name, each with the reader they use: the client secret
+    always, the webhook secret with `webhook.url`, the link keys with `enroll.listen`.
+
+    `check` runs exactly these, so that it fails where `run` or `serve` would (exit 78,
+    naming the key).
+    """
+    files: dict[str, Callable[[], object]] = {"client_secret": lambda: read_client_secret(settings)}
+    if settings.webhook.url is not None:
+        files["webhook_secret"] = lambda: read_webhook_secret(settings)
+    if settings.enroll.listen is not None:
+        files["enroll_link_key"] = lambda: read_link_keys(settings)
+    return files

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
@@ -52,6 +52,14 @@ from lta_worker.upstream import join_url, long_term_credential
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
 _QUERY_KEY: Final = re.compile(r"(^|[?&])(code|state|error)=")
+
+
+# `enroll.failed`'s `stage`, and its `error_code` at stage `state` (no service code there):
+# docs/log-events.md lists them, and a test keeps it so.
+FailureStage = Literal["state", "consent", "exchange", "create", "store"]
+FAILURE_STAGES: Final[tuple[FailureStage, ...]] = get_args(FailureStage)
+StateFailure = Literal["no_pending", "unknown_state", "other_user"]
+STATE_FAILURES: Final[tuple[StateFailure, ...]] = get_args(StateFailure)
 
 
 def _log() -> Any:
@@ -356,5 +364,5 @@ def _mode_not_opened() -> ModeNotOpenedError:
     )
 
 
-def _failed(user: str | None, stage: str, error_code: str | None) -> None:
+def _failed(user: str | None, stage: FailureStage, error_code: str | StateFailure | None) -> None:
     _log().warning("enroll.failed", user=user, stage=stage, error_code=error_code)

@@ -4,33 +4,8 @@ Each route calls one `Simulator` control method; a `ControlError` becomes its st
 `{"error": message}`, and a malformed body a 400. Nothing here ever returns a token or a
 client secret.
 
-    GET    /_sim/                           now, settings, clients
-    POST   /_sim/clients                    {"client", "secret", "long_term", "redirect_uris",
-                                             "scopes"}                          -> 201
-    GET    /_sim/clients/{id}               id, long_term, scopes, redirect_uris, tokens
-    POST   /_sim/clients/{id}/withdraw      operator withdraws the mode -> {"revoked": n}
-    POST   /_sim/clients/{id}/reopen        operator opens the mode again
-    PUT    /_sim/clients/{id}/scopes        {"scopes": [...]}: the long term scopes left ticked
-    POST   /_sim/clients/{id}/redirect-uris {"uri": ...}
-    POST   /_sim/users                      {"user", "linked", "last_sync_age_days",
-                                             "payloads": {"latest-change": .., "stats": ..}}
-    GET    /_sim/users/{id}                 the account, with its connected services
-    DELETE /_sim/users/{id}                 the user deletes the account -> {"revoked": n}
-    POST   /_sim/users/{id}/revoke          {"client"?}: the user revokes -> {"revoked": n}
-    PUT    /_sim/users/{id}/sync            {"linked"?, "last_sync_age_days"?}
-    PUT    /_sim/users/{id}/payloads        {"latest-change": obj | null, "stats": obj}
-    POST   /_sim/consent                    {"user", "scopes"?, "deny"?} -> 202 {"queued": n}
-    GET    /_sim/settings, PUT /_sim/settings   {"budget", "window", "header_format",
-                                             "error_style", "enroll_status", "after_delete",
-                                             "auto_consent", ...}
-    GET    /_sim/budget/{client}            limit, remaining, reset, reset_at, window
-    POST   /_sim/budget/consume             {"client", "count"} -> {"client", "remaining"}
-    GET    /_sim/faults                     {"seed", "rules"}
-    POST   /_sim/faults                     {"kind", "rate" | "next", "ms"?, "seed"?} -> 201
-    DELETE /_sim/faults                     remove every rule
-    GET    /_sim/clock, POST /_sim/clock    {"advance": seconds} and/or {"set": ISO 8601}
-    GET    /_sim/requests, DELETE ...       the request log (never a credential)
-    POST   /_sim/reset                      back to the initial clients and settings
+The routes, their bodies and answers are listed in docs/simulator.md (a test keeps the
+list equal to `control_routes`).
 """
 
 from __future__ import annotations

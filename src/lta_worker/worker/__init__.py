@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lta_worker.worker._check import CheckResult, run_checks
     from lta_worker.worker._clock import Clock, SystemClock
     from lta_worker.worker._engine import PassEngine
-    from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
+    from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, stop_error
     from lta_worker.worker._plan import schedule_summary
     from lta_worker.worker._runtime import Worker
     from lta_worker.worker._serve import serve
@@ -41,6 +41,7 @@ _NAMES = {
     "PassOptions": "._pass",
     "PassResult": "._pass",
     "ProgressFn": "._pass",
+    "stop_error": "._pass",
     "schedule_summary": "._plan",
     "Worker": "._runtime",
     "instance_ttl": "._wiring",
@@ -78,4 +79,5 @@ __all__ = [
     "schedule_summary",
     "serve",
     "services",
+    "stop_error",
 ]

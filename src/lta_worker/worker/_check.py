@@ -2,26 +2,33 @@
 
 Each check runs whatever the others found, so one call lists every problem:
 
-- `client_secret`: `client.secret_file` (the secret file rule, one printable line);
+- `client_secret`: `client.secret_file` (the secret file rule, one printable line), and
+  with `webhook.url` set `webhook_secret` (`webhook.secret_file`), with `enroll.listen` set
+  `enroll_link_key` (`enroll.link_key_file`): the secret files `run` and `serve` read at
+  start, with their readers (`config.secret_files`), so `check` fails where they would;
 - `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
   SQLite file and its directory writable by this user (`os.access`: nothing is written);
-- `service`: `service.base_url` and `service.auth_url` answer HTTP at all. A `HEAD` of each
-  URL itself (not of a read endpoint, and without any credential): any status counts,
-  so the read budget is never spent; only a network failure fails it.
+- `service`: `service.base_url` and `service.auth_url` answer HTTP, without any credential,
+  so the client's read budget is never spent. Under `service.base_url`, a `GET` of the stats
+  read path: without a credential it answers 401 (any status but 404 passes); a 404 says the
+  read path is not there, so `service.base_url` is wrong (exit 78, naming it), which would
+  otherwise first show as a `run` stopped by the breaker. A `HEAD` of `service.auth_url`
+  itself: any status counts. A network failure fails either (exit 75).
 
 The configuration itself is loaded before (a broken one is the command's one error line).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
 
-from lta_worker.errors import UpstreamError
+from lta_worker.errors import ConfigError, UpstreamError
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
@@ -42,11 +49,11 @@ class CheckResult:
         return self.error is None
 
 
-def _client_secret(settings: Settings) -> str:
-    from lta_worker.config import read_client_secret
-
-    read_client_secret(settings)
-    return f"{settings.client.secret_file}: readable, one line"
+_SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
+    "client_secret": lambda s: f"{s.client.secret_file}: readable, one line",
+    "webhook_secret": lambda s: f"{s.webhook.secret_file}: readable, a whsec_ secret",
+    "enroll_link_key": lambda s: f"{s.enroll.link_key_file}: readable, one key per line",
+}
 
 
 def _database(settings: Settings, vault: Vault | None) -> str:
@@ -68,38 +75,72 @@ def _database(settings: Settings, vault: Vault | None) -> str:
 
 
 async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> str:
-    from lta_worker.upstream import http_client
+    from lta_worker.upstream import READ_PATHS, http_client, join_url
 
     service = settings.service
+    read_url = join_url(service.base_url, READ_PATHS["stats"])
     answers: list[str] = []
     async with http_client(settings, transport=transport) as http:
-        for url in dict.fromkeys((service.base_url, service.auth_url)):
+        for method, url in (("GET", read_url), ("HEAD", service.auth_url + "/")):
             try:
-                response = await http.head(url + "/")
+                response = await http.request(method, url)
             except httpx.HTTPError as exc:
                 raise UpstreamError(
                     f"{url} cannot be reached ({type(exc).__name__})",
                     hint="check service.base_url / service.auth_url, DNS, the firewall "
                     "and service.https_proxy",
                 ) from None
-            answers.append(f"{url} answered HTTP {response.status_code}")
+            if url == read_url and response.status_code == 404:
+                raise ConfigError(
+                    f"{read_url} answered HTTP 404 to a GET without credentials (a read path "
+                    "answers 401): there is no read endpoint under this base URL",
+                    key="service.base_url",
+                    hint="set service.base_url to the API's root, without /api/v1 or a "
+                    f"version (reads go to {{base_url}}{READ_PATHS['stats']})",
+                )
+            answers.append(f"{method} {url} answered HTTP {response.status_code}")
     return "; ".join(answers)
+
+
+def _load_vault(settings: Settings) -> Vault:
+    """The vault; a missing key file explained by the key ids the database needs, when the
+    database can be read (else the plain error: the `database` check says why)."""
+    from lta_worker.errors import KeyFileError
+    from lta_worker.worker._clock import SystemClock
+    from lta_worker.worker._wiring import load_vault, missing_key_file, open_store_readonly
+
+    try:
+        return load_vault(settings)
+    except KeyFileError as exc:
+        if exc.reason != "missing":
+            raise
+        try:
+            store = open_store_readonly(settings)
+        except Exception:
+            raise exc from None
+        try:
+            in_use = store.key_ids_in_use(SystemClock().now())
+        finally:
+            store.close()
+        raise missing_key_file(exc, in_use) from None
 
 
 async def run_checks(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> list[CheckResult]:
     """Run every check; none writes anything or spends the read budget."""
-    from lta_worker.worker._wiring import load_vault
+    from lta_worker.config import secret_files
 
     results: list[CheckResult] = []
-    try:
-        results.append(CheckResult("client_secret", _client_secret(settings)))
-    except Exception as exc:
-        results.append(CheckResult("client_secret", "unusable", exc))
+    for name, read in secret_files(settings).items():
+        try:
+            read()
+            results.append(CheckResult(name, _SECRET_DETAILS[name](settings)))
+        except Exception as exc:
+            results.append(CheckResult(name, "unusable", exc))
     vault: Vault | None = None
     try:
-        vault = load_vault(settings)
+        vault = _load_vault(settings)
         results.append(
             CheckResult("key_file", f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}")
         )

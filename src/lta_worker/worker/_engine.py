@@ -192,7 +192,9 @@ class PassEngine:
         started = self.clock.monotonic()
         started_at = self.clock.now()
         self.due_at_start = await self._db(self.store.count_due, started_at)
-        log.info(
+        # Nobody due (most ticks of `serve`): at debug, with its `pass.finished`, so that an
+        # idle service does not log two lines a minute.
+        (log.info if self.due_at_start else log.debug)(
             "pass.started",
             instance=opts.instance,
             due=self.due_at_start,
@@ -234,8 +236,11 @@ class PassEngine:
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started
         # A pass that stopped early (deadline, breaker, service down) is a warning; a
-        # completed one, or one stopped on purpose (SIGTERM), is info.
+        # completed one, or one stopped on purpose (SIGTERM), is info; one that completed
+        # having done nothing (nobody due) is debug.
         level = "info" if stopped in {"completed", "cancelled"} else "warning"
+        if stopped == "completed" and not (self.result.users or self.result.reads):
+            level = "debug"
         getattr(log, level)("pass.finished", instance=opts.instance, **self.result.summary())
 
     # -- tasks ---------------------------------------------------------------------------

@@ -23,8 +23,10 @@ else is set from what a pass returns and from the store after it:
     lta_worker_schedule_expected_delay_seconds          gauge, the adaptive plan's (else NaN)
     lta_worker_build_info{version}                      gauge, always 1
 
-The timestamps start from the database (the last recorded passes), so a restart or a new
-cron run never reports "never succeeded".
+The timestamps and the budget gauges start from the database (the last recorded passes, the
+budget the service last reported), so a restart or a new cron run never reports "never
+succeeded" nor a budget of 0; every `lta_worker_reads_total` series (endpoint x outcome)
+exists from the start at 0, so `rate()` and absence alerts work right after a deploy.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
 
 from lta_worker import __version__
-from lta_worker.domain import EXIT_CODES, answered_reads
+from lta_worker.domain import ENDPOINTS, EXIT_CODES, OUTCOME_KINDS, answered_reads
 
 if TYPE_CHECKING:
-    from lta_worker.domain import SchedulePlan
+    from lta_worker.domain import BudgetSeen, SchedulePlan
     from lta_worker.pacing import PacerLike, PacerSnapshot, Permit
     from lta_worker.storage import Store
     from lta_worker.worker._pass import PassResult
@@ -133,8 +135,14 @@ class Metrics:
         Gauge("lta_worker_build_info", "The running version.", ["version"], registry=r).labels(
             version=__version__
         ).set(1)
-        for stopped in EXIT_CODES:  # every stop reason, so each series exists from the start
+        # Every label value, so each series exists from the start (the Prometheus client's
+        # advice): `rate()` and absence alerts then work from the first scrape.
+        for stopped in EXIT_CODES:
             self.passes.labels(stopped=stopped)
+        for endpoint in ENDPOINTS:
+            self.read_duration.labels(endpoint=endpoint)
+            for outcome in OUTCOME_KINDS:
+                self.reads.labels(endpoint=endpoint, outcome=outcome)
 
     # -- observers -----------------------------------------------------------------------
 
@@ -155,6 +163,17 @@ class Metrics:
         (`poll.schedule = "fixed"`, no active users)."""
         delay = plan.expected_delay_s
         self.expected_delay.set(math.nan if delay is None else delay)
+
+    def on_budget_seen(self, seen: BudgetSeen | None, now: datetime) -> None:
+        """The budget the database recorded (at start, before the pacer knows any): its
+        limit, and what was left, or the whole limit once its window has reset."""
+        if seen is None or seen.limit is None:
+            return
+        self.budget_limit.set(seen.limit)
+        reset = seen.reset_at is not None and seen.reset_at <= now
+        remaining = seen.limit if reset else seen.remaining
+        if remaining is not None:
+            self.budget_remaining.set(remaining)
 
     def on_pass(self, result: PassResult, finished_at: datetime) -> None:
         """A pass ended."""

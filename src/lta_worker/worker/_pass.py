@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lta_worker.domain import OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason
+from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason
+from lta_worker.errors import PassStoppedError
 from lta_worker.pacing import DEFAULT_MAX_WAIT
 
 if TYPE_CHECKING:
@@ -56,6 +57,44 @@ class PassResult:
             "wall_s": round(self.wall_s, 3),
             **counts,
         }
+
+
+# Why a pass stopped early, and what to do: the `error` event a failing `run` (or a `serve`
+# stopped by the breaker) ends with, after the pass's own events.
+_STOPS: dict[StopReason, tuple[str, str | None]] = {
+    "deadline": (
+        "the pass reached its maximum duration (--max-duration, else poll.max_pass_duration) "
+        "with users still due; they stay due for the next pass",
+        "if every pass ends so, the budget cannot read every user each poll.interval",
+    ),
+    "upstream_down": (
+        "the service could not be reached or kept failing (network failures, 5xx); users "
+        "not read stay due, and those whose read failed are backed off",
+        "see the pass.unreachable and poll.read events above; check service.base_url, DNS, "
+        "the firewall and service.https_proxy",
+    ),
+    "throttled": (
+        "every read was refused with 429: the client's budget is spent by other traffic; "
+        "the users stay due",
+        "leave more of the budget to lta-worker, or raise ratelimit.reserve",
+    ),
+    "cancelled": (
+        "the pass was stopped by a signal (SIGTERM or Ctrl-C); users not read stay due",
+        None,
+    ),
+    "breaker": (
+        "the circuit breaker stopped the pass: the service rejected the client or its URLs "
+        "(see pass.breaker_tripped); no user was changed",
+        "check client.secret_file and service.base_url",
+    ),
+    "config": ("a configuration problem stopped the pass (see the error above)", None),
+}
+
+
+def stop_error(stopped: StopReason) -> PassStoppedError:
+    """The error that ends a process whose pass stopped early (`stopped` not `completed`)."""
+    message, hint = _STOPS[stopped]
+    return PassStoppedError(message, exit_code=EXIT_CODES[stopped], reason=stopped, hint=hint)
 
 
 ProgressFn = Callable[["PassEngine"], None]

@@ -114,5 +114,6 @@ def unreachable(instance: str, reads: int) -> None:
         instance=instance,
         reads=reads,
         hint="no read got any answer (network failures only): the service is unreachable "
-        "from here, or service.base_url names the wrong host; every user stays due",
+        "from here, or service.base_url names the wrong host; the users tried are backed off "
+        "(a failure counted, read again within poll.interval), the others stay due",
     )

@@ -29,7 +29,7 @@ import anyio
 from lta_worker.config import Settings, read_client_secret, read_webhook_secret
 from lta_worker.domain import Answer, Endpoint, PassRecord, PolicyConfig, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
-from lta_worker.errors import StorageError
+from lta_worker.errors import LtaError, StorageError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 from lta_worker.secret import Secret
@@ -136,6 +136,7 @@ class Worker:
         self.current: PassEngine | None = None
         self._stop_grace: float | None = None
         self._plans = PlanCache()  # the freshness plan, renewed every few minutes
+        self.key_file_problem: str | None = None  # `watch_key_file`'s last finding
 
     @property
     def store(self) -> Store:
@@ -177,7 +178,7 @@ class Worker:
             stack.callback(self.store.close)
             self.store.on_lease_expired = _log_lease_expired
             stack.enter_context(self.store.single_instance_lock())
-            self._vault = load_vault(settings)
+            self._vault = load_vault(settings, store=self.store)
             self.client_secret = read_client_secret(settings)
             register_secret(self.client_secret)
             self._open = stack
@@ -199,6 +200,8 @@ class Worker:
             stack.callback(self.store.unregister, self.instance)
             if self.metrics is not None:
                 await self._db(self.metrics.on_store, self.store, self.clock.now(), history=True)
+                seen = await self._db(self.store.budget_seen, settings.client.id)
+                self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
             await stack.aclose()
             self._open = None
@@ -493,6 +496,35 @@ class Worker:
             settings = replace(settings, **{k: getattr(self.settings, k) for k in fixed})
         register_secret(client_secret)
         self._vault, self.client_secret, self.settings = vault, client_secret, settings
+
+    def watch_key_file(self) -> str | None:
+        """Read the key file again and compare it with the keys in force: what is wrong
+        with it (deleted, unreadable, broken, or without a key id the keys in force hold),
+        or None. The keys in force stay as they are either way; the problem is kept for
+        health (`problems`) until the file is right again."""
+        try:
+            on_disk = load_vault(self.settings)
+        except LtaError as exc:
+            problem: str | None = exc.message
+        else:
+            lost = sorted(set(self.vault.key_ids) - set(on_disk.key_ids))
+            problem = (
+                f"crypto.key_file: the key file no longer holds key id(s) "
+                f"{', '.join(map(repr, lost))} of the keys in force"
+                if lost
+                else None
+            )
+        self.key_file_problem = problem
+        return problem
+
+    def problems(self) -> list[str]:
+        """What this process knows is wrong beyond the database (for `/healthz`)."""
+        if self.key_file_problem is None:
+            return []
+        return [
+            f"{self.key_file_problem}; running on the keys read at start: restore the file "
+            "before a restart or SIGHUP"
+        ]
 
     def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
         """Re-read the key file alone, under the settings in force (`serve`, when a pass

@@ -14,7 +14,8 @@ from before READY until the passes have drained.
 
 A pass stopped by the circuit breaker (the service rejects the client: a wrong client
 secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
-stops reading and exits 78, so the unit fails and `RestartPreventExitStatus=78` keeps it
+stops reading and exits 78 (`serve` raises the error the CLI writes last, after
+`service.stopped`), so the unit fails and `RestartPreventExitStatus=78` keeps it
 down until the operator fixes the cause. Reading on would trip it again every pass, with
 the unit "active" and nobody told. A pass that meets a stored token under a key id the key
 file lacks stops it the same way, with `service.config_stop` (other exit-78 failures of a
@@ -53,6 +54,7 @@ from lta_worker.config import Settings, format_duration
 from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._clock import Clock
+from lta_worker.worker._pass import stop_error
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._sdnotify import Notifier
 
@@ -64,6 +66,8 @@ log = get_logger("lta_worker.service")
 STOP_MARGIN: Final = 2.0
 
 ReloadFn = Callable[[], Settings]
+# The scheduler's jobs, as the `error` event's `job` names them (docs/log-events.md).
+JOB_IDS: Final = ("pass", "maintenance", "heartbeat", "webhooks")
 
 
 def _quiet_scheduler_logs() -> None:
@@ -94,6 +98,8 @@ class Service:
         self.exit_code = EX_OK
         self._fatal = anyio.Event()
         self._fatal_cause = ""  # what `_fatal` stops for, for sd_notify's STATUS
+        # What ends the process after `service.stopped` when it stops on its own (exit 78).
+        self.stop_error: LtaError | None = None
         self._running = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -116,12 +122,8 @@ class Service:
         """Serve until SIGTERM or SIGINT; return the exit code (0 after a clean stop)."""
         _quiet_scheduler_logs()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
-        jobs = {
-            "pass": self._pass_job,
-            "maintenance": self._maintenance_job,
-            "heartbeat": self._heartbeat_job,
-            "webhooks": self._webhooks_job,
-        }
+        runs = (self._pass_job, self._maintenance_job, self._heartbeat_job, self._webhooks_job)
+        jobs = dict(zip(JOB_IDS, runs, strict=True))
         for job_id, every in self._intervals().items():
             scheduler.add_job(
                 jobs[job_id],
@@ -216,9 +218,30 @@ class Service:
             if self._running == 0:
                 self._idle.set()
 
+    async def _watch_key_file(self) -> None:
+        """Every tick: the key file deleted, replaced or broken under the running service is
+        logged once (`service.key_file_lost`, error) and marks health, while the keys read
+        at start stay in force; `service.key_file_back` once it is right again."""
+        before = self.worker.key_file_problem
+        problem = await anyio.to_thread.run_sync(self.worker.watch_key_file)
+        if problem == before:
+            return
+        if problem is None:
+            log.info("service.key_file_back", instance=self.worker.instance)
+            return
+        log.error(
+            "service.key_file_lost",
+            instance=self.worker.instance,
+            key="crypto.key_file",
+            message=problem,
+            hint="the service goes on with the keys it read at start; restore the key file "
+            "before a restart or SIGHUP, or the stored tokens will not decrypt",
+        )
+
     async def _pass_job(self) -> None:
         if self.stopping:
             return
+        await self._watch_key_file()
         failed = True
         config_error: UnknownKeyError | None = None
         async with self._job("pass"):
@@ -249,6 +272,7 @@ class Service:
 
     def _trip(self) -> None:
         """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
+        self.stop_error = stop_error("breaker")
         self._halt(
             "breaker",
             "service.breaker_stop",
@@ -273,6 +297,7 @@ class Service:
 
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
+        self.stop_error = exc
         self._halt(
             "configuration error",
             "service.config_stop",
@@ -356,21 +381,30 @@ async def serve(
     clock: Clock | None = None,
     notifier: Notifier | None = None,
 ) -> int:
-    """Open a worker and serve until a stop signal; return the exit code."""
+    """Open a worker and serve until a stop signal; return the exit code.
+
+    Raises:
+        PassStoppedError: the breaker stopped the service (exit 78), after `service.stopped`.
+        UnknownKeyError: a stored token's key id is missing from the key file (exit 78).
+    """
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
         server = _metrics_server(worker)
         try:
             if settings.enroll.listen is None:
-                return await service.run()
-            # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-            from lta_worker.worker._enroll_server import enroll_listener
+                code = await service.run()
+            else:
+                # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+                from lta_worker.worker._enroll_server import enroll_listener
 
-            async with enroll_listener(worker, settings):
-                return await service.run()
+                async with enroll_listener(worker, settings):
+                    code = await service.run()
         finally:
             if server is not None:
                 server.close()
+    if service.stop_error is not None:  # the CLI writes it: the `error` event, the last line
+        raise service.stop_error
+    return code
 
 
 def _metrics_server(worker: Worker) -> MetricsServer | None:
@@ -387,5 +421,5 @@ def _metrics_server(worker: Worker) -> MetricsServer | None:
         host,
         port,
         worker.metrics,
-        lambda: collect_status(worker.settings, store=worker.store),
+        lambda: collect_status(worker.settings, store=worker.store, problems=worker.problems()),
     )

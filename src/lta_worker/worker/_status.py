@@ -15,7 +15,8 @@ that stay true under faults (the users' last reads, the passes that made reads):
 - the last pass, or the last one that made reads, stopped at the circuit breaker or on a
   configuration error (exit 78);
 - the budget cannot read every user each `poll.interval` (the capacity warning);
-- users are `rejected` (a plain 401 for them while others succeed).
+- users are `rejected` (a plain 401 for them while others succeed);
+- what the caller adds (`serve`: its key file deleted, replaced or broken under it).
 
 `last_success` is the last pass with at least one read the service answered
 (`PassRecord.answered`), whatever it stopped as.
@@ -23,6 +24,7 @@ that stay true under faults (the users' last reads, the passes that made reads):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -54,7 +56,11 @@ def _pass_json(last: PassRecord | None) -> dict[str, Any] | None:
 
 
 def collect_status(
-    settings: Settings, now: datetime | None = None, *, store: Store | None = None
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    store: Store | None = None,
+    problems: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Everything `status` shows, as plain JSON-able data, with the health verdict.
 
@@ -64,6 +70,8 @@ def collect_status(
             clock is moved by hand, passes its own).
         store: an open store to read (`serve`'s own, for `/healthz`); by default the
             database is opened read-only and closed again.
+        problems: what the calling process knows is wrong beyond the database (`serve`'s
+            key file gone under it), added to the verdict's.
 
     Raises:
         SchemaOutdatedError: no database or an older schema (exit 78: `db upgrade`).
@@ -147,15 +155,16 @@ def collect_status(
             for i in instances
         ],
     }
-    problems = assess_health(
+    found = assess_health(
         data,
         now=now,
         interval=settings.poll.interval,
         first_pass_at=first.finished_at if first is not None else None,
         failing_after=settings.poll.breaker_threshold,
     )
-    data["healthy"] = not problems
-    data["problems"] = problems
+    found.extend(problems)
+    data["healthy"] = not found
+    data["problems"] = found
     return data
 
 

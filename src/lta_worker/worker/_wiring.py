@@ -6,7 +6,7 @@ transport, database and clock instead.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
     from lta_worker.enrollment import Enrollment, Lifecycle
+    from lta_worker.errors import KeyFileError
     from lta_worker.storage import Store, Vault
     from lta_worker.upstream import ApiClient
 
@@ -78,11 +79,47 @@ def open_store_readonly(settings: Settings) -> Store:
     return store
 
 
-def load_vault(settings: Settings) -> Vault:
-    """The token vault from `crypto.key_file` (KeyFileError, exit 78, when unusable)."""
+def load_vault(settings: Settings, *, store: Store | None = None) -> Vault:
+    """The token vault from `crypto.key_file` (KeyFileError, exit 78, when unusable).
+
+    With `store`, a missing key file is explained by what the database holds (see
+    `missing_key_file`), so that the advice is to restore it rather than make a new one.
+    """
+    from lta_worker.errors import KeyFileError
     from lta_worker.storage import Vault
 
-    return Vault.from_settings(settings)
+    try:
+        return Vault.from_settings(settings)
+    except KeyFileError as exc:
+        if store is None or exc.reason != "missing":
+            raise
+        in_use = store.key_ids_in_use(SystemClock().now())
+        raise missing_key_file(exc, in_use) from None
+
+
+def missing_key_file(exc: KeyFileError, in_use: Mapping[str, int]) -> KeyFileError:
+    """The error for a key file that does not exist, given the key ids the database's
+    tokens (and pending enrollments) are encrypted under: with any, the file must be
+    restored, since a new key cannot decrypt them (reason `missing_in_use`); with none, a
+    new key file is the cure (reason `missing_empty`)."""
+    from lta_worker.errors import KeyFileError
+
+    if not in_use:
+        return KeyFileError(
+            f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds no token yet",
+            key=exc.key,
+            reason="missing_empty",
+        )
+    ids = ", ".join(repr(key_id) for key_id in sorted(in_use))
+    stored = sum(in_use.values())
+    return KeyFileError(
+        f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds {stored} secret(s) "
+        f"encrypted under key id(s) {ids}",
+        key=exc.key,
+        reason="missing_in_use",
+        hint=f"restore the key file with the lines of key id(s) {ids} (from a backup, or the "
+        "unit's credential): a new key cannot decrypt the stored tokens",
+    )
 
 
 @dataclass(frozen=True, slots=True)
