@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 
 from lta_worker.cli._users_cmd import _report
 from lta_worker.enrollment._lifecycle import DropResult, Lifecycle
+from lta_worker.errors import LtaError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.upstream._client import ApiClient
@@ -340,8 +341,12 @@ async def held_drop(
 
 
 def reported(result: DropResult, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """What `users drop` prints for `result`, and its exit code."""
-    code = _report(result, "dropped")
+    """What `users drop` prints for `result` (its line, or the error the CLI prints as its
+    line), and its exit code."""
+    try:
+        code = _report(result, "dropped")
+    except LtaError as error:
+        return error.exit_code, error.message
     out, err = capsys.readouterr()
     return code, out + err
 
