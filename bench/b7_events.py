@@ -2,13 +2,15 @@
 outbox costs the pass's writes.
 
 1. Delay under `serve`: users enrolled in the simulator (a child process, `SimProcess`),
-   `lta-worker serve` (a child process) with `[webhook]` pointed at a receiver on loopback in
-   this process. Serve's first pass stores every user's first two results, each one a
-   change; the receiver notes when each `result.changed` arrives, and the delay is that
-   moment less the event's `read_at` (the read that found the change, a few milliseconds
-   before its commit; one machine, one clock). Median and p95 over every event, at the
-   default `webhook.interval` (5 s: delivery is a job that runs that often, so the delay is
-   about half of it plus the drain of the burst) and at 500 ms.
+   `lta-worker serve` (a child process, every user read every `POLL`) with `[webhook]`
+   pointed at a receiver on loopback in this process. The receiver notes when each
+   `result.changed` arrives; the delay is that moment less the event's `read_at` (the read
+   that found the change, a few milliseconds before its commit; one machine, one clock).
+   Two phases: the burst (serve's first pass stores every user's first two results, each a
+   change, all at once: the delivery drains a queue) and the steady state (then one user's
+   content changes every `TRICKLE_EVERY_S` for `TRICKLE_S`: each change waits for the next
+   delivery round alone). Median and p95 of each, at the default `webhook.interval` (5 s)
+   and at 500 ms.
 2. The outbox on `apply`: the same batches of turns (100 users, both endpoints, every
    content new, the worst case) written by `Store.apply` into two SQLite databases, one
    with `result_events = "hash"` and one with "off", alternating; the ratio of the median
@@ -43,7 +45,11 @@ from bench.common import (
     median,
     store_tokens,
 )
+from lta_worker.domain import parse_duration
 
+POLL = "10s"
+TRICKLE_S = 20.0
+TRICKLE_EVERY_S = 0.25
 SECRET = "whsec_" + base64.b64encode(b"b7-bench-webhook-secret-32bytes!").decode()
 BATCH = 100  # `poll.batch_size`'s default: the turns one `apply` writes
 WAIT_S = 300.0
@@ -91,8 +97,34 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def serve_delays(users: int, interval: str) -> dict[str, Any]:
-    """One serve run: the delay of every first-result event (seconds), median and p95."""
+def _figures(delays: list[float]) -> dict[str, Any]:
+    return {
+        "events": len(delays),
+        "median_s": round(median(delays), 3) if delays else None,
+        "p95_s": round(_quantile(delays, 0.95), 3) if delays else None,
+        "max_s": round(max(delays), 3) if delays else None,
+    }
+
+
+def _trickle(control_url: str, users: list[str], seconds: float) -> int:
+    """Change one user's latest-change every `TRICKLE_EVERY_S` for `seconds`; how many."""
+    import httpx
+
+    changed = 0
+    with httpx.Client(base_url=control_url, timeout=10) as control:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            user = users[changed % len(users)]
+            answer = control.put(f"/users/{user}/payloads", json={"latest-change": {"k": changed}})
+            answer.raise_for_status()
+            changed += 1
+            time.sleep(TRICKLE_EVERY_S)
+    return changed
+
+
+def serve_delays(users: int, interval: str, trickle_s: float) -> dict[str, Any]:
+    """One serve run: the delay (seconds) of the first pass's events, then of single
+    changes, each median and p95."""
     receiver = Receiver()
     with Workspace("b7-serve") as ws, SimProcess(ws.path, users) as sim, receiver.serving() as port:
         secret = ws.path / "webhook-secret"
@@ -100,9 +132,11 @@ def serve_delays(users: int, interval: str) -> dict[str, Any]:
         os.chmod(secret, 0o600)
         hook = {"url": f"http://127.0.0.1:{port}/hook", "secret_file": str(secret)}
         hook["interval"] = interval
-        settings = ws.settings(sim.base_url, sim.auth_url, webhook=hook)
-        store_tokens(settings, sim.tokens())
-        config = ws.write_config(sim.base_url, sim.auth_url, webhook=hook)
+        poll = {"interval": POLL, "tick": "250ms"}
+        settings = ws.settings(sim.base_url, sim.auth_url, webhook=hook, poll=poll)
+        tokens = sim.tokens()
+        store_tokens(settings, tokens)
+        config = ws.write_config(sim.base_url, sim.auth_url, webhook=hook, poll=poll)
         expected = 2 * users
         proc = subprocess.Popen(
             [PYTHON, "-m", "lta_worker", "--config", str(config), "serve"],
@@ -118,6 +152,14 @@ def serve_delays(users: int, interval: str) -> dict[str, Any]:
                 if proc.poll() is not None:
                     raise RuntimeError(f"serve exited with {proc.returncode}")
                 time.sleep(0.05)
+            burst = receiver.changes()
+            changed = _trickle(sim.base_url + "/_sim", [u for u, _ in tokens], trickle_s)
+            # Every change is read within POLL, then waits at most a delivery round.
+            time.sleep(
+                parse_duration(POLL).total_seconds()
+                + 3 * parse_duration(interval).total_seconds()
+                + 1
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -125,19 +167,19 @@ def serve_delays(users: int, interval: str) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-    changes = receiver.changes()
-    if len(changes) < expected:
-        raise RuntimeError(f"{len(changes)} of {expected} events arrived in {WAIT_S:.0f} s")
-    delays = [
-        at - datetime.fromisoformat(event["data"]["read_at"]).timestamp() for at, event in changes
-    ]
+    if len(burst) < expected:
+        raise RuntimeError(f"{len(burst)} of {expected} events arrived in {WAIT_S:.0f} s")
+    later = receiver.changes()[len(burst) :]
+
+    def delays(events: list[tuple[float, dict[str, Any]]]) -> list[float]:
+        return [at - datetime.fromisoformat(e["data"]["read_at"]).timestamp() for at, e in events]
+
     return {
         "users": users,
-        "events": len(delays),
         "webhook_interval": interval,
-        "median_s": round(median(delays), 3),
-        "p95_s": round(_quantile(delays, 0.95), 3),
-        "max_s": round(max(delays), 3),
+        "poll_interval": POLL,
+        "burst": _figures(delays(burst)),
+        "steady": {"changes_made": changed, **_figures(delays(later))},
     }
 
 
@@ -206,20 +248,26 @@ def run(size: Size) -> BenchResult:
     apply_users = {"full": 2000, "quick": 1000, "smoke": 200}[size]
     rounds = {"full": 7, "quick": 5, "smoke": 2}[size]
     result = BenchResult("B7", "result.changed: delay to the receiver, outbox cost on apply")
-    runs = [serve_delays(users, "5s")] if size != "smoke" else []
-    runs.append(serve_delays(users, "500ms"))
+    trickle = TRICKLE_S if size != "smoke" else 2.0
+    runs = [serve_delays(users, "5s", trickle)] if size != "smoke" else []
+    runs.append(serve_delays(users, "500ms", trickle))
     for one in runs:
         log(f"B7 serve at webhook.interval {one['webhook_interval']}: {one}")
     cost = apply_overhead(apply_users, rounds)
     log(f"B7 apply: {cost}")
     result.details = {"serve": runs, "apply": cost}
     for one in runs:
-        at = one["webhook_interval"]
-        note = f"{one['events']} first results of {one['users']} users in one pass"
-        result.add(
-            f"delay to the receiver, median (interval {at})", one["median_s"], "s", note=note
-        )
-        result.add(f"delay to the receiver, p95 (interval {at})", one["p95_s"], "s", note=note)
+        at, burst, steady = one["webhook_interval"], one["burst"], one["steady"]
+        note = f"{steady['events']} single changes among {one['users']} users"
+        for name, key in (("median", "median_s"), ("p95", "p95_s")):
+            result.add(
+                f"delay to the receiver, {name} (interval {at})", steady[key], "s", note=note
+            )
+        note = f"{burst['events']} first results of {one['users']} users in one pass"
+        for name, key in (("median", "median_s"), ("p95", "p95_s")):
+            result.add(
+                f"first pass burst: delay, {name} (interval {at})", burst[key], "s", note=note
+            )
     result.add(
         "apply with events / without",
         cost["ratio"],
