@@ -275,3 +275,38 @@ def test_include_content_takes_true_or_false_only(value: Any) -> None:
     with pytest.raises(ConfigError) as info:
         settings(include_content=value)
     assert info.value.key == "webhook.include_content"
+
+
+def test_the_docs_receiver_verifies_dedups_and_acknowledges(tmp_path: Path) -> None:
+    """docs/webhooks.md's receiver, run as written: a signed event is handled once however
+    often it comes (204 each time), a forged one is refused (400) and never handled."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
+    section = docs.read_text(encoding="utf-8").split("## A receiver", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    code = code.replace("/etc/app/lta-webhook-secret", str(secret_file))
+    code = code.replace("/var/lib/app/app.db", str(tmp_path / "app.db"))
+    refreshed: list[tuple[Any, ...]] = []
+    namespace: dict[str, Any] = {"refresh": lambda *a: refreshed.append(a)}
+    exec(compile(code, str(docs), "exec"), namespace)  # noqa: S102 -- the docs' own code
+    body = json.dumps(
+        {
+            "type": "result.changed",
+            "timestamp": NOW.isoformat(),
+            "data": {"user": "alice", "endpoint": "stats", "content_hash": "ab"},
+        }
+    )
+    now = datetime.now(UTC)
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign("msg_1", now, body),
+    }
+    receive = namespace["receive"]
+    assert receive(body.encode(), headers) == 204
+    assert receive(body.encode(), headers) == 204  # delivered again: acknowledged, not redone
+    forged = {**headers, "webhook-id": "msg_2"}
+    assert receive(body.encode(), forged) == 400
+    assert refreshed == [("alice", "stats", None)]
+    namespace["db"].close()
