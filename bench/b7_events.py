@@ -189,10 +189,11 @@ def apply_overhead(users: int, rounds: int) -> dict[str, Any]:
     from lta_worker.storage import Store
     from lta_worker.storage._models import OutboxEvent
 
-    times: dict[str, list[float]] = {"hash": [], "off": []}
+    times: dict[ResultEvents, list[float]] = {"hash": [], "off": []}
     with Workspace("b7-on") as on, Workspace("b7-off") as off:
         stores: dict[ResultEvents, Store] = {}
-        for mode, ws in (("hash", on), ("off", off)):
+        modes: tuple[tuple[ResultEvents, Workspace], ...] = (("hash", on), ("off", off))
+        for mode, ws in modes:
             base = "http://127.0.0.1:9"
             settings = ws.settings(base, base + "/auth")
             bulk_store_tokens(settings, ((f"u{i:06d}", f"dspa_{i:032d}") for i in range(users)))
@@ -204,7 +205,8 @@ def apply_overhead(users: int, rounds: int) -> dict[str, Any]:
         try:
             for r in range(rounds):
                 at = start + timedelta(minutes=r + 1)
-                for mode in ("off", "hash") if r % 2 else ("hash", "off"):
+                order: tuple[ResultEvents, ...] = ("off", "hash") if r % 2 else ("hash", "off")
+                for mode in order:
                     store = stores[mode]
                     for i in range(0, users, BATCH):
                         batch = [
