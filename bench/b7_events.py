@@ -2,15 +2,16 @@
 outbox costs the pass's writes.
 
 1. Delay under `serve`: users enrolled in the simulator (a child process, `SimProcess`),
-   `lta-worker serve` (a child process, every user read every `POLL`) with `[webhook]`
-   pointed at a receiver on loopback in this process. The receiver notes when each
+   `lta-worker serve` (a child process) with `[webhook]` pointed at a receiver on loopback
+   in this process. The receiver notes when each
    `result.changed` arrives; the delay is that moment less the event's `read_at` (the read
    that found the change, a few milliseconds before its commit; one machine, one clock).
    Two phases: the burst (serve's first pass stores every user's first two results, each a
    change, all at once: the delivery drains a queue) and the steady state (then one user's
-   content changes every `TRICKLE_EVERY_S` for `TRICKLE_S`: each change waits for the next
-   delivery round alone). Median and p95 of each, at the default `webhook.interval` (5 s)
-   and at 500 ms.
+   content changes every `TRICKLE_EVERY_S` for `TRICKLE_S`, and the bench makes that user
+   due, so that it is read at serve's next tick: reads come at any moment, not in passes
+   over every user; each change waits for the next delivery round alone). Median and p95
+   of each, at the default `webhook.interval` (5 s) and at 500 ms.
 2. The outbox on `apply`: the same batches of turns (100 users, both endpoints, every
    content new, the worst case) written by `Store.apply` into two SQLite databases, one
    with `result_events = "hash"` and one with "off", alternating; the ratio of the median
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -47,7 +49,7 @@ from bench.common import (
 )
 from lta_worker.domain import parse_duration
 
-POLL = "10s"
+POLL = {"interval": "1h", "tick": "250ms"}  # a user is read again when the bench says
 TRICKLE_S = 20.0
 TRICKLE_EVERY_S = 0.25
 SECRET = "whsec_" + base64.b64encode(b"b7-bench-webhook-secret-32bytes!").decode()
@@ -106,19 +108,32 @@ def _figures(delays: list[float]) -> dict[str, Any]:
     }
 
 
-def _trickle(control_url: str, users: list[str], seconds: float) -> int:
-    """Change one user's latest-change every `TRICKLE_EVERY_S` for `seconds`; how many."""
+def _trickle(control_url: str, db_path: Path, users: list[str], seconds: float) -> int:
+    """Change one user's latest-change every `TRICKLE_EVERY_S` for `seconds`, each made due
+    at once (serve reads it at its next tick); how many."""
+    import sqlite3
+
     import httpx
 
     changed = 0
-    with httpx.Client(base_url=control_url, timeout=10) as control:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            user = users[changed % len(users)]
-            answer = control.put(f"/users/{user}/payloads", json={"latest-change": {"k": changed}})
-            answer.raise_for_status()
-            changed += 1
-            time.sleep(TRICKLE_EVERY_S)
+    con = sqlite3.connect(db_path, timeout=30)
+    try:
+        with httpx.Client(base_url=control_url, timeout=10) as control:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                user = users[changed % len(users)]
+                body = {"latest-change": {"k": changed}}
+                control.put(f"/users/{user}/payloads", json=body).raise_for_status()
+                due = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=1)
+                with con:
+                    con.execute(
+                        "UPDATE users SET next_due_at = ? WHERE user = ?",
+                        (due.isoformat(sep=" ", timespec="microseconds"), user),
+                    )
+                changed += 1
+                time.sleep(TRICKLE_EVERY_S)
+    finally:
+        con.close()
     return changed
 
 
@@ -132,7 +147,7 @@ def serve_delays(users: int, interval: str, trickle_s: float) -> dict[str, Any]:
         os.chmod(secret, 0o600)
         hook = {"url": f"http://127.0.0.1:{port}/hook", "secret_file": str(secret)}
         hook["interval"] = interval
-        poll = {"interval": POLL, "tick": "250ms"}
+        poll = POLL
         settings = ws.settings(sim.base_url, sim.auth_url, webhook=hook, poll=poll)
         tokens = sim.tokens()
         store_tokens(settings, tokens)
@@ -153,10 +168,12 @@ def serve_delays(users: int, interval: str, trickle_s: float) -> dict[str, Any]:
                     raise RuntimeError(f"serve exited with {proc.returncode}")
                 time.sleep(0.05)
             burst = receiver.changes()
-            changed = _trickle(sim.base_url + "/_sim", [u for u, _ in tokens], trickle_s)
-            # Every change is read within POLL, then waits at most a delivery round.
+            changed = _trickle(
+                sim.base_url + "/_sim", ws.db_path, [u for u, _ in tokens], trickle_s
+            )
+            # Every change is read within a tick, then waits at most a delivery round.
             time.sleep(
-                parse_duration(POLL).total_seconds()
+                parse_duration(POLL["tick"]).total_seconds()
                 + 3 * parse_duration(interval).total_seconds()
                 + 1
             )
@@ -177,7 +194,6 @@ def serve_delays(users: int, interval: str, trickle_s: float) -> dict[str, Any]:
     return {
         "users": users,
         "webhook_interval": interval,
-        "poll_interval": POLL,
         "burst": _figures(delays(burst)),
         "steady": {"changes_made": changed, **_figures(delays(later))},
     }
