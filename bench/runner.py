@@ -12,7 +12,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import b1_breakdown, b1_overhead, b2_budget, b3_scale, b4_start, b5_freshness
+from bench import (
+    b1_breakdown,
+    b1_overhead,
+    b2_budget,
+    b3_scale,
+    b4_start,
+    b5_freshness,
+    b7_events,
+)
 from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
 
 # B4 first: a start-up time is the most sensitive to what else the machine is doing.
@@ -22,6 +30,7 @@ BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B2": b2_budget.run,
     "B3": b3_scale.run,
     "B5": b5_freshness.run,
+    "B7": b7_events.run,
 }
 
 

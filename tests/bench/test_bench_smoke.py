@@ -45,6 +45,11 @@ EXPECTED = {
         for budget in (100, 200, 400)
         for who in ("worker / round robin", "round robin", "worker")
     ),
+    "B7": (
+        "delay to the receiver, median (interval 500ms)",
+        "delay to the receiver, p95 (interval 500ms)",
+        "apply with events / without",
+    ),
 }
 
 
@@ -73,7 +78,7 @@ def _figures(data: dict[str, Any], bench: str) -> dict[str, Any]:
 
 
 def test_every_benchmark_ran(smoke: dict[str, Any]) -> None:
-    """B1 to B5 each ran to its end (none reported `failed`) in the smoke size."""
+    """B1 to B5 and B7 each ran to its end (none reported `failed`) in the smoke size."""
     assert smoke["size"] == "smoke"
     assert set(smoke["benchmarks"]) == set(EXPECTED)
     for bench, result in smoke["benchmarks"].items():

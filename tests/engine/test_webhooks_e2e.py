@@ -9,6 +9,7 @@ dead-lettered and counted by `status`.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
@@ -63,8 +64,20 @@ class Receiver:
         return [json.loads(body) for body, _ in self.acked]
 
     def kinds(self, user: str) -> list[str]:
-        """The acknowledged event types of one user, in order."""
-        return [e["type"] for e in self.events() if e["data"]["user"] == user]
+        """The acknowledged state event types of one user, in order."""
+        return [
+            e["type"]
+            for e in self.events()
+            if e["data"]["user"] == user and e["type"].startswith("user.")
+        ]
+
+    def changes(self, user: str) -> list[dict[str, Any]]:
+        """The `data` of the acknowledged result.changed events of one user, in order."""
+        return [
+            e["data"]
+            for e in self.events()
+            if e["data"]["user"] == user and e["type"] == "result.changed"
+        ]
 
 
 @pytest.fixture
@@ -190,7 +203,7 @@ async def test_a_receiver_down_for_hours_loses_nothing(
         harness.advance(HOUR)
         await run_pass(harness, receiver)
     status = collect_status(harness.settings(), now=harness.clock.now())
-    assert status["webhooks"]["backlog"] == 3
+    assert status["webhooks"]["backlog"] == 5  # and b's two first results
     assert status["webhooks"]["dead_letter"] == 0
 
     receiver.down = False
@@ -218,7 +231,7 @@ async def test_events_older_than_max_age_are_dead_lettered(
     assert status["webhooks"] == {
         "enabled": True,
         "backlog": 0,
-        "dead_letter": 1,
+        "dead_letter": 3,  # enrolled, and its two first results
         "oldest_backlog_at": None,
     }
     receiver.down = False
@@ -274,3 +287,89 @@ async def test_a_serve_pass_leaves_delivery_to_its_own_job(
         assert receiver.kinds("alice") == []
         await served.deliver_webhooks()  # what the webhooks job does
     assert receiver.kinds("alice") == ["user.enrolled"]
+
+
+def content_hash(payload: Any) -> str:
+    """The hash a receiver can check `content` against: sha256 of the canonical JSON."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_a_changed_result_reaches_the_receiver_signed_and_an_unchanged_one_does_not(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """The first results and a later change arrive as result.changed (verified by the
+    library), with the previous hash chained; a read of the same content sends nothing."""
+    await harness.enroll("alice")
+    harness.sim.set_payload("alice", "latest-change", {"step": 1})
+    await run_pass(harness, receiver)
+    first = receiver.changes("alice")
+    assert [c["endpoint"] for c in first] == ["latest-change", "stats"]
+    assert [c["previous_hash"] for c in first] == [None, None]
+    assert first[0]["content_hash"] == content_hash({"step": 1})
+    assert "content" not in first[0]  # thin by default
+
+    harness.advance(HOUR)
+    await run_pass(harness, receiver)
+    assert len(receiver.changes("alice")) == 2  # nothing new was read
+
+    harness.sim.set_payload("alice", "latest-change", {"step": 2})
+    harness.advance(HOUR)
+    await run_pass(harness, receiver)
+    *_, third = receiver.changes("alice")
+    assert third["endpoint"] == "latest-change"
+    assert third["previous_hash"] == first[0]["content_hash"]
+    assert third["content_hash"] == content_hash({"step": 2})
+    row = harness.user("alice")
+    assert datetime.fromisoformat(third["read_at"]) == row.last_polled_at
+    for body, headers in receiver.acked:
+        assert verify(body, headers) == json.loads(body)
+    assert len(receiver.changes("alice")) == 3
+
+
+async def test_include_content_puts_the_stored_payload_in_the_event(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """With include_content the event carries the content, whose hash is the one sent."""
+    harness.configure("webhook", include_content=True)
+    await harness.enroll("bob")
+    harness.sim.set_payload("bob", "latest-change", {"distance": 12.5, "tags": ["a"]})
+    await run_pass(harness, receiver)
+    latest = next(c for c in receiver.changes("bob") if c["endpoint"] == "latest-change")
+    assert latest["content"] == {"distance": 12.5, "tags": ["a"]}
+    assert latest["content_hash"] == content_hash(latest["content"])
+
+
+async def test_events_lists_the_types_the_receiver_gets(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """With events = ["user.revoked"] the receiver gets only the revocation: no enrolled,
+    no result.changed, and the outbox keeps nothing back."""
+    harness.configure("webhook", events=["user.revoked"])
+    await harness.enroll("carol")
+    await harness.enroll("dave")
+    harness.sim.revoke("carol")
+    await run_pass(harness, receiver)
+    assert [(e["type"], e["data"]["user"]) for e in receiver.events()] == [
+        ("user.revoked", "carol")
+    ]
+    status = collect_status(harness.settings(), now=harness.clock.now())
+    assert status["webhooks"]["backlog"] == 0
+
+
+async def test_events_of_a_type_no_longer_listed_are_dropped_unsent(
+    harness: Harness, receiver: Receiver
+) -> None:
+    """Events queued before `events` stopped listing their type are deleted, never sent;
+    the listed ones still go out in order."""
+    await harness.enroll("erin")
+    receiver.down = True
+    await run_pass(harness, receiver)  # enrolled and two result.changed wait
+    harness.configure("webhook", events=["user.enrolled", "user.revoked"])
+    harness.sim.revoke("erin")
+    receiver.down = False
+    harness.advance(HOUR)
+    await run_pass(harness, receiver)
+    assert [e["type"] for e in receiver.events()] == ["user.enrolled", "user.revoked"]
+    status = collect_status(harness.settings(), now=harness.clock.now())
+    assert status["webhooks"]["backlog"] == 0

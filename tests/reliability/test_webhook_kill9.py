@@ -1,10 +1,11 @@
-"""kill -9 between a state change and its webhook delivery loses no event.
+"""kill -9 between a change and its webhook delivery loses no event.
 
 `lta-worker run` (a child process) reads against the simulator on loopback, revokes a user,
-and starts delivering to a receiver that holds every request without answering. Once the
-receiver holds one, the child is SIGKILLed. The revocation and its event are both committed
-(they share a transaction); the next `run`, with the receiver answering, delivers every
-event, in order per user, under the webhook-ids the killed attempts used.
+stores another's first results, and starts delivering to a receiver that holds every
+request without answering. Once the receiver holds one, the child is SIGKILLed. The
+revocation, the results and their events are all committed (each shares its write's
+transaction); the next `run`, with the receiver answering, delivers every event, in order
+per user, under the webhook-ids the killed attempts used.
 """
 
 from __future__ import annotations
@@ -92,20 +93,30 @@ def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
     return made
 
 
-def queued(deployment: Deployment) -> list[tuple[str, str]]:
-    """(user, type) of every event in the outbox, in order."""
+def queued(deployment: Deployment) -> dict[str, list[str]]:
+    """The types of the events in the outbox, per user, in order."""
     with Store.open(deployment.db_url) as store, store.database.read() as conn:
         rows = conn.execute(
             select(OutboxEvent.user, OutboxEvent.type).order_by(OutboxEvent.id)
         ).all()
-    return [(r.user, r.type) for r in rows]
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        out.setdefault(r.user, []).append(r.type)
+    return out
+
+
+EXPECTED = {
+    "u1": ["user.enrolled", "user.revoked"],
+    "u2": ["user.enrolled", "result.changed", "result.changed"],
+}
 
 
 def test_kill9_between_state_change_and_delivery_loses_no_event(
     deployment: Deployment, receiver: tuple[Receiver, int]
 ) -> None:
-    """SIGKILL while the first delivery is in flight: the revocation and its event are both
-    committed, and the next run delivers all of them in order, with the same ids."""
+    """SIGKILL while the first delivery is in flight: the revocation, the new results and
+    their events are committed, and the next run delivers all of them in order, with the
+    same ids."""
     hook, port = receiver
     secret_file = write_private(deployment.tmp / "webhook-secret", SECRET + "\n")
     deployment.configure(
@@ -120,11 +131,8 @@ def test_kill9_between_state_change_and_delivery_loses_no_event(
         row = store.get_user("u1")
         assert row is not None
         assert (row.state, row.token) == ("revoked", None)
-    assert queued(deployment) == [
-        ("u1", "user.enrolled"),
-        ("u2", "user.enrolled"),
-        ("u1", "user.revoked"),
-    ]
+        assert len(list(store.export_results("u2"))) == 2
+    assert queued(deployment) == EXPECTED
 
     with hook.lock:
         hook.holding = False
@@ -134,6 +142,6 @@ def test_kill9_between_state_change_and_delivery_loses_no_event(
     by_user: dict[str, list[str]] = {}
     for _, body in hook.acked:
         by_user.setdefault(body["data"]["user"], []).append(body["type"])
-    assert by_user == {"u1": ["user.enrolled", "user.revoked"], "u2": ["user.enrolled"]}
+    assert by_user == EXPECTED
     assert {h["id"] for h in hook.held} <= {event_id for event_id, _ in hook.acked}
-    assert queued(deployment) == []
+    assert queued(deployment) == {}

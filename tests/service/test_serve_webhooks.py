@@ -1,10 +1,10 @@
 """`serve` delivers webhooks: after its pass, and from its own job for changes another process
-made (a `users drop` while it runs), to a receiver on loopback; SIGTERM still exits 0."""
+made (a `users drop` while it runs), and each changed result, to a receiver on loopback that
+verifies them with the `standardwebhooks` library; SIGTERM still exits 0."""
 
 from __future__ import annotations
 
 import base64
-import json
 import signal
 import threading
 import time
@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from standardwebhooks.webhooks import Webhook
 
 from .helpers import World, stop, write_private
 
@@ -25,10 +26,25 @@ class Received:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.bodies: list[dict[str, Any]] = []
+        self.ids: set[str] = set()
 
     def types(self, user: str) -> list[str]:
+        """The state event types one user got, in order."""
         with self.lock:
-            return [b["type"] for b in self.bodies if b["data"]["user"] == user]
+            return [
+                b["type"]
+                for b in self.bodies
+                if b["data"]["user"] == user and b["type"].startswith("user.")
+            ]
+
+    def changes(self, user: str) -> list[dict[str, Any]]:
+        """The `data` of the result.changed events one user got, in order."""
+        with self.lock:
+            return [
+                b["data"]
+                for b in self.bodies
+                if b["data"]["user"] == user and b["type"] == "result.changed"
+            ]
 
 
 @pytest.fixture
@@ -38,9 +54,13 @@ def receiver() -> Iterator[tuple[Received, int]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            raw = self.rfile.read(int(self.headers["content-length"]))
+            # What a receiver does: verify, dedup by webhook-id, acknowledge.
+            body = Webhook(SECRET).verify(raw, dict(self.headers.items()))
             with received.lock:
-                received.bodies.append(body)
+                if self.headers["webhook-id"] not in received.ids:
+                    received.ids.add(self.headers["webhook-id"])
+                    received.bodies.append(body)
             self.send_response(204)
             self.end_headers()
 
@@ -93,3 +113,33 @@ def test_serve_delivers_after_its_pass_and_from_its_job(
     finally:
         stop(proc)
     assert "webhook.delivered" in {e["event"] for e in world.log_events()}
+
+
+def test_serve_sends_each_changed_result_soon_after_its_read(
+    world: World, receiver: tuple[Received, int]
+) -> None:
+    """The first results and a later change reach the receiver as result.changed, verified
+    by the library, with the previous hash chained; reads of the same content send none."""
+    received, port = receiver
+    secret_file = write_private(world.tmp / "webhook-secret", SECRET + "\n")
+    world.poll = {"interval": "500ms", "tick": "200ms"}
+    world.extra = (
+        f'[webhook]\nurl = "http://127.0.0.1:{port}/hook"\n'
+        f'secret_file = "{secret_file}"\ninterval = "200ms"\n'
+    )
+    world.write_config()
+    world.enroll(["reader"])
+    world.sim.set_payload("reader", "latest-change", {"n": 1})
+    proc = world.start_serve()
+    try:
+        wait_until(lambda: len(received.changes("reader")) == 2)
+        world.wait_for_event("pass.finished", proc)  # and more passes: nothing changed
+        world.sim.set_payload("reader", "latest-change", {"n": 2})
+        wait_until(lambda: len(received.changes("reader")) == 3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        stop(proc)
+    first, _, third = received.changes("reader")
+    assert (first["endpoint"], third["endpoint"]) == ("latest-change", "latest-change")
+    assert third["previous_hash"] == first["content_hash"] != third["content_hash"]

@@ -180,9 +180,9 @@ def test_event_and_state_change_commit_together(store: Store, vault: Vault) -> N
 
     def crash_after_the_writes() -> None:
         with store.database.write() as conn:
-            with outbox.watch_turns(conn, [upd], T0) as written:
+            with outbox.watch_turns(conn, [upd], T0) as turns:
                 write_batch(conn, store.database.dialect, [upd], None, T0)
-                written.append(upd)
+                turns.written.append(upd)
             raise ZeroDivisionError
 
     with pytest.raises(ZeroDivisionError):

@@ -27,6 +27,7 @@ READ_ONLY = [
     ("users", "list"),
     ("users", "list", "--format", "json"),
     ("results", "export"),
+    ("results", "export", "--changed-since", "0"),
     ("check",),
 ]
 

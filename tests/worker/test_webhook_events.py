@@ -62,7 +62,8 @@ def test_every_state_change_is_an_event_with_a_client_action(state: str) -> None
 
 
 def test_event_names_cover_the_issue_list() -> None:
-    """Enrolled, rotated, scope denied and back to active are events beside the states."""
+    """Enrolled, rotated, scope denied and back to active are events beside the states, and
+    result.changed beside them."""
     assert set(EVENT_TYPES) == {
         "user.enrolled",
         "user.rotated",
@@ -74,6 +75,7 @@ def test_event_names_cover_the_issue_list() -> None:
         "user.dropping",
         "user.dropped",
         "user.active",
+        "result.changed",
     }
     assert enrollment_event("u", None, False, NOW).type == "user.enrolled"
     assert enrollment_event("u", "active", True, NOW).type == "user.rotated"
@@ -215,3 +217,96 @@ def test_webhook_durations_have_ranges() -> None:
         settings(max_age="0s")
     assert info.value.key == "webhook.max_age"
     assert settings().webhook.max_age == timedelta(days=3)
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        (None, EVENT_TYPES),
+        (["result.changed"], ("result.changed",)),
+        (["user.revoked", "user.revoked", "result.changed"], ("user.revoked", "result.changed")),
+        ("user.revoked, result.changed", ("user.revoked", "result.changed")),  # environment
+        (["user.revoked", "result.change"], "'result.change' is not an event type"),
+        (["User.Revoked"], "is not an event type"),
+        ([], "at least one event type"),
+        ("", "at least one event type"),
+        (5, "expected a list of strings"),
+    ],
+)
+def test_events_setting(events: Any, expected: Any) -> None:
+    """`events` lists known types (default all; from the environment, space- or comma-
+    separated); an unknown type, none, or not a list is refused naming `webhook.events`."""
+    given = {} if events is None else {"events": events}
+    if isinstance(expected, tuple):
+        assert settings(**given).webhook.events == expected
+        return
+    with pytest.raises(ConfigError, match=expected) as info:
+        settings(**given)
+    assert (info.value.key, info.value.exit_code) == ("webhook.events", 78)
+
+
+@pytest.mark.parametrize(
+    ("url", "events", "include_content", "mode"),
+    [
+        (None, None, None, "off"),
+        ("https://hooks.example/x", None, None, "hash"),
+        ("https://hooks.example/x", None, True, "content"),
+        ("https://hooks.example/x", None, "true", "content"),  # environment
+        ("https://hooks.example/x", None, "0", "hash"),
+        ("https://hooks.example/x", ["user.revoked"], True, "off"),
+    ],
+)
+def test_what_storage_writes_of_result_changed(
+    url: str | None, events: Any, include_content: Any, mode: str
+) -> None:
+    """Nothing without a receiver of result.changed; its hashes, or the content too with
+    include_content (default false)."""
+    given = {
+        k: v
+        for k, v in {"url": url, "events": events, "include_content": include_content}.items()
+        if v is not None
+    }
+    assert settings(**given).webhook.result_events == mode
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, "yes please"])
+def test_include_content_takes_true_or_false_only(value: Any) -> None:
+    """A value that is not a boolean is refused naming `webhook.include_content`."""
+    with pytest.raises(ConfigError) as info:
+        settings(include_content=value)
+    assert info.value.key == "webhook.include_content"
+
+
+def test_the_docs_receiver_verifies_dedups_and_acknowledges(tmp_path: Path) -> None:
+    """docs/webhooks.md's receiver, run as written: a signed event is handled once however
+    often it comes (204 each time), a forged one is refused (400) and never handled."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
+    section = docs.read_text(encoding="utf-8").split("## A receiver", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    code = code.replace("/etc/app/lta-webhook-secret", str(secret_file))
+    code = code.replace("/var/lib/app/app.db", str(tmp_path / "app.db"))
+    refreshed: list[tuple[Any, ...]] = []
+    namespace: dict[str, Any] = {"refresh": lambda *a: refreshed.append(a)}
+    exec(compile(code, str(docs), "exec"), namespace)  # noqa: S102 -- the docs' own code
+    body = json.dumps(
+        {
+            "type": "result.changed",
+            "timestamp": NOW.isoformat(),
+            "data": {"user": "alice", "endpoint": "stats", "content_hash": "ab"},
+        }
+    )
+    now = datetime.now(UTC)
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign("msg_1", now, body),
+    }
+    receive = namespace["receive"]
+    assert receive(body.encode(), headers) == 204
+    assert receive(body.encode(), headers) == 204  # delivered again: acknowledged, not redone
+    forged = {**headers, "webhook-id": "msg_2"}
+    assert receive(body.encode(), forged) == 400
+    assert refreshed == [("alice", "stats", None)]
+    namespace["db"].close()

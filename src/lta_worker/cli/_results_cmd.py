@@ -1,7 +1,9 @@
-"""`lta-worker results export [--format jsonl] [--user ID] [--history [--since T]]`: the latest
-result per user and endpoint (or, with `--history`, every stored past content), one JSON object
-per line: `user`, `endpoint`, `status` (`ok`|`none`), `payload`, `fetched_at`, `changed_at`,
-and the user's `state` now (revoked and dropped users' results are recognisable).
+"""`lta-worker results export [--format jsonl] [--user ID] [--history [--since T]]
+[--changed-since CURSOR]`: the latest result per user and endpoint (or, with `--history`,
+every stored past content; with `--changed-since`, the contents stored after a cursor, then
+`{"cursor": N}` to pass next time), one JSON object per line: `user`, `endpoint`, `status`
+(`ok`|`none`), `payload`, `fetched_at`, `changed_at`, and the user's `state` now (revoked
+and dropped users' results are recognisable).
 """
 
 from __future__ import annotations
@@ -60,11 +62,30 @@ def results() -> None:
     help="With --history: contents fetched at or after T (ISO 8601 time, or a duration "
     "such as 7d meaning that long ago).",
 )
+@click.option(
+    "--changed-since",
+    "cursor",
+    metavar="CURSOR",
+    type=click.IntRange(min=0),
+    help="Only the contents stored after CURSOR (0: all), oldest first, then a last line "
+    '{"cursor": N}: pass N next time.',
+)
 @pass_app
-def export(app: App, fmt: str, user: str | None, history: bool, since: str | None) -> None:
-    """Print the latest stored result per user and endpoint (or the change history)."""
+def export(
+    app: App,
+    fmt: str,
+    user: str | None,
+    history: bool,
+    since: str | None,
+    *,
+    cursor: int | None,
+) -> None:
+    """Print the latest stored result per user and endpoint (or the change history, or the
+    changes stored after a cursor)."""
     if since is not None and not history:
         raise click.UsageError("--since goes with --history")
+    if cursor is not None and history:
+        raise click.UsageError("--changed-since and --history are two exports: choose one")
     after = _since(since) if since is not None else None
     settings = app.settings
     app.configure_logging()
@@ -74,7 +95,13 @@ def export(app: App, fmt: str, user: str | None, history: bool, since: str | Non
     try:
         if user is not None and store.get_user(user) is None:
             raise UnknownUserError(user)
-        rows = store.export_history(user, after) if history else store.export_results(user)
+        feed = store.changed_since(cursor, user) if cursor is not None else None
+        if feed is not None:
+            rows = feed.rows
+        elif history:
+            rows = store.export_history(user, after)
+        else:
+            rows = store.export_results(user)
         for row in rows:
             try:
                 line = json.dumps(result_json(row), separators=(",", ":"), allow_nan=False)
@@ -87,6 +114,8 @@ def export(app: App, fmt: str, user: str | None, history: bool, since: str | Non
                 log.warning("results.skipped", user=row.user, endpoint=row.endpoint)
                 continue
             click.echo(line)
+        if feed is not None:
+            click.echo(json.dumps({"cursor": feed.cursor}))
     finally:
         store.close()
 

@@ -8,7 +8,8 @@ value, and `rule(...)`, in the field's metadata, adds its bounds and its own che
 `read_section(Settings, data)` builds the settings and returns every problem found, each
 with the dotted key it concerns, in the order of the fields. What each type takes:
 
-- `str`: a string; `int`: a whole number, or a string of one (environment overrides are
+- `str`: a string; `bool`: true or false (from the environment: `true`, `false`, `1`,
+  `0`); `int`: a whole number, or a string of one (environment overrides are
   strings); `float`: a number, or a string of one; a bool is never a number;
 - `timedelta`: what `parse_duration` takes (`90s`, `1h30m`, plain seconds);
 - `Path`: a string; `tuple[str, ...]`: a list of strings; a `Literal`: one of its values;
@@ -175,6 +176,17 @@ def _string(raw: Any) -> str:
 _INT64 = range(-(2**63), 2**63)  # TOML's integers; beyond, str() of one may even fail
 
 
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _boolean(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in _BOOLEANS:
+        return _BOOLEANS[raw.strip().lower()]
+    raise ValueError(f"expected true or false, not {raw!r}")
+
+
 def _integer(raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         if raw not in _INT64:
@@ -209,6 +221,7 @@ def _path(raw: Any) -> Path:
 
 _SCALARS: dict[Any, Callable[[Any], Any]] = {
     str: _string,
+    bool: _boolean,
     int: _integer,
     float: _number,
     timedelta: parse_duration,

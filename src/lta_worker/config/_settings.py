@@ -17,7 +17,13 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 from lta_worker.config._fields import rule
-from lta_worker.domain import LONG_TERM_SCOPES, ScheduleMode, StatsMode
+from lta_worker.domain import (
+    EVENT_TYPES,
+    LONG_TERM_SCOPES,
+    ResultEvents,
+    ScheduleMode,
+    StatsMode,
+)
 
 Duration = timedelta  # written as operators do (`90s`, `1h30m`): `domain.parse_duration`
 TokenAuth = Literal["client_secret_basic", "client_secret_post"]
@@ -115,7 +121,8 @@ class ServiceSettings:
         return self.token_url or f"{self.auth_url}/oidc/token"
 
 
-def _split_scopes(value: object) -> object:
+def _split_list(value: object) -> object:
+    """A list from the environment: its items space- or comma-separated."""
     if isinstance(value, str):
         return tuple(s for s in value.replace(",", " ").split() if s)
     return value
@@ -145,7 +152,7 @@ class ClientSettings:
         default="http://127.0.0.1/lta/callback", metadata=rule(check=_redirect)
     )
     scopes: tuple[str, ...] = field(
-        default=LONG_TERM_SCOPES, metadata=rule(before=_split_scopes, check=_known_scopes)
+        default=LONG_TERM_SCOPES, metadata=rule(before=_split_list, check=_known_scopes)
     )
     # How the client authenticates at the token endpoint (a method name, not a secret).
     token_auth: TokenAuth = "client_secret_basic"  # noqa: S105
@@ -236,9 +243,22 @@ def _webhook_url(value: str) -> str | None:
     return value
 
 
+def _known_events(value: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [e for e in value if e not in EVENT_TYPES]
+    if unknown:
+        raise ValueError(
+            f"{', '.join(map(repr, unknown))} is not an event type; expected some of "
+            + ", ".join(EVENT_TYPES)
+        )
+    if not value:
+        raise ValueError("must name at least one event type (unset webhook.url to send none)")
+    return tuple(dict.fromkeys(value))
+
+
 @dataclass(frozen=True)
 class WebhookSettings:
-    """Where user state changes are POSTed (Standard Webhooks); off without `url`."""
+    """Where user state changes and new results are POSTed (Standard Webhooks); off without
+    `url`."""
 
     url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
@@ -248,6 +268,19 @@ class WebhookSettings:
     # The whole of one delivery (connect, send, answer), and how often `serve` delivers.
     timeout: Duration = timedelta(seconds=10)
     interval: Duration = timedelta(seconds=5)
+    # The event types the receiver gets (`domain.EVENT_TYPES`), and whether a
+    # `result.changed` carries the content itself (else its hashes only).
+    events: tuple[str, ...] = field(
+        default=EVENT_TYPES, metadata=rule(before=_split_list, check=_known_events)
+    )
+    include_content: bool = False
+
+    @property
+    def result_events(self) -> ResultEvents:
+        """What storage writes of `result.changed`: nothing when no receiver gets it."""
+        if self.url is None or "result.changed" not in self.events:
+            return "off"
+        return "content" if self.include_content else "hash"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""User state changes as events: which change is which event, and what the client should do.
+"""User state changes and new results as events: which is which, and what the client should do.
 
 Pure: storage calls these with the row as it was and the write it makes, in the same
 transaction, and stores what they return in the webhook outbox (docs/webhooks.md). The
 "client action" column is the spec's section 7; an event carries the user's id, states,
-reason and time, and never a token or any other secret.
+reason and time (a `result.changed`: the endpoint, the content hashes and, when asked for,
+the content), and never a token or any other secret.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ EventType = Literal[
     "user.dropping",
     "user.dropped",
     "user.active",
+    "result.changed",
 ]
+# What `result.changed` carries of the new content: nothing (the event is not written), its
+# hashes only (the application reads the row), or the content itself too.
+ResultEvents = Literal["off", "hash", "content"]
 
 # fmt: off
 # The event a change *into* a state is, and what the client should do about it (spec 7).
@@ -41,6 +46,7 @@ CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
     "user.dropping":     "None; the worker finishes the drop with the service",
     "user.dropped":      "None; the client dropped the user's access",
     "user.active":       "None; access is back",
+    "result.changed":    "Read the user's new result (or take it from `content`)",
 }
 STATE_EVENTS: Final[Mapping[UserState, EventType]] = {
     "active":   "user.active",
@@ -81,6 +87,36 @@ class StateEvent:
                 "client_action": CLIENT_ACTIONS[self.type],
             },
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ResultChanged:
+    """A read stored content that differs from the stored one (the first result included)."""
+
+    user: str
+    endpoint: str
+    status: str
+    content_hash: str
+    previous_hash: str | None
+    at: datetime  # the read's `fetched_at`
+    content: Any = None
+    with_content: bool = False
+    type: EventType = "result.changed"
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body (Standard Webhooks shape); `content` only when `with_content`."""
+        data: dict[str, Any] = {
+            "user": self.user,
+            "endpoint": self.endpoint,
+            "status": self.status,
+            "read_at": self.at.isoformat(),
+            "content_hash": self.content_hash,
+            "previous_hash": self.previous_hash,
+            "client_action": CLIENT_ACTIONS[self.type],
+        }
+        if self.with_content:
+            data["content"] = self.content
+        return {"type": self.type, "timestamp": self.at.isoformat(), "data": data}
 
 
 def change_event(

@@ -5,7 +5,7 @@ No I/O here; the store turns rows into these and these into writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
@@ -124,6 +124,15 @@ class ResultRow:
     changed_at: datetime
     # The user's state now: revoked and dropped users' results are recognisable.
     state: UserState = "active"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFeed:
+    """The results stored after a cursor (`rows`, in the order stored) and the cursor to
+    pass next time: every later result is after it, no earlier one is."""
+
+    cursor: int
+    rows: Iterator[ResultRow]
 
 
 @dataclass(frozen=True, slots=True)

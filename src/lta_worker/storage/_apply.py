@@ -13,8 +13,10 @@ reads. Here a batch of turns takes, whatever its size:
    into the row; then one DELETE of the written users' leases;
 3. one SELECT of the written users' snapshots, compared in Python with what the turns
    read: a new or changed content is upserted (`INSERT ... ON CONFLICT DO UPDATE`) and
-   appended to history, the same content only moves `fetched_at`, a write not newer than
-   the stored one (a replay) writes nothing. Each is one `executemany`.
+   appended to history (numbered for the change feed, `_feed`) and reported to the caller
+   (`ResultChange`, for the `result.changed` event), the same content only moves
+   `fetched_at`, a write not newer than the stored one (a replay) writes nothing. Each is
+   one `executemany`.
 
 The caller runs this under a SAVEPOINT; when it fails (one user's payload that is not JSON,
 a constraint), the batch is rolled back and written again one user at a time to find the
@@ -25,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.sql.dml import Insert
 
 from lta_worker.domain import TOKENLESS_STATES, UserUpdate
 from lta_worker.storage._db import Dialect
+from lta_worker.storage._feed import write_seq
 from lta_worker.storage._models import History, Snapshot, User, UserLease, UtcDateTime
 from lta_worker.storage._results import content_hash
 
@@ -45,6 +48,18 @@ HISTORY: Final = History.__table__
 _TokenAction = str | None
 # (sets last_polled_at, token, sets the freshness estimate)
 _Shape = tuple[bool, _TokenAction, bool]
+
+
+class ResultChange(NamedTuple):
+    """A content stored that differs from the one stored before (None: the first)."""
+
+    update: UserUpdate
+    endpoint: str
+    status: str
+    content_hash: str
+    previous_hash: str | None
+    fetched_at: datetime
+    payload: Any
 
 
 def without_repeats(updates: Sequence[UserUpdate]) -> Iterator[list[UserUpdate]]:
@@ -71,11 +86,14 @@ def write_batch(
     updates: Sequence[UserUpdate],
     owner: str | None,
     now: datetime | None,
+    *,
+    changes: list[ResultChange] | None = None,
 ) -> set[int]:
     """Write `updates` (each user at most once); return the ids of the users written.
 
     Each user's row takes its current generation (a lease's goes back into `users`); with
-    `owner`, the written users' leases end.
+    `owner`, the written users' leases end. `changes` receives each content stored that
+    differs from the one before, once every statement succeeded.
     """
     hits = _fence(conn, dialect, updates, owner)
     if not hits:
@@ -92,7 +110,9 @@ def write_batch(
         conn.execute(
             delete(LEASES).where(LEASES.c.owner == owner, LEASES.c.user_id.in_(list(hits)))
         )
-    _write_snapshots(conn, dialect, written)
+    found = _write_snapshots(conn, dialect, written)
+    if changes is not None:
+        changes += found
     return set(hits)
 
 
@@ -199,14 +219,19 @@ def _user_statement(shape: _Shape) -> Any:
     return stmt
 
 
-def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserUpdate]) -> None:
-    """Upsert the written users' snapshots; append history where the content changed."""
-    writes = [(upd.user_id, snap) for upd in written for snap in upd.snapshots]
+def _write_snapshots(
+    conn: Connection, dialect: Dialect, written: Sequence[UserUpdate]
+) -> list[ResultChange]:
+    """Upsert the written users' snapshots; append history where the content changed, and
+    return those changes."""
+    writes = [(upd, snap) for upd in written for snap in upd.snapshots]
     if not writes:
-        return
+        return []
     s = SNAPSHOTS.c
     query = select(s.user_id, s.endpoint, s.status, s.content_hash, s.fetched_at).where(
-        tuple_(s.user_id, s.endpoint).in_(sorted({(uid, snap.endpoint) for uid, snap in writes}))
+        tuple_(s.user_id, s.endpoint).in_(
+            sorted({(upd.user_id, snap.endpoint) for upd, snap in writes})
+        )
     )
     if dialect == "postgresql":
         query = query.with_for_update()
@@ -218,7 +243,9 @@ def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserU
     changed: dict[tuple[int, str], dict[str, Any]] = {}
     touched: dict[tuple[int, str], datetime] = {}
     history: list[dict[str, Any]] = []
-    for user_id, snap in writes:
+    found: list[ResultChange] = []
+    for upd, snap in writes:
+        user_id = upd.user_id
         key = (user_id, snap.endpoint)
         digest = content_hash(snap.payload, snap.content)
         current = state.get(key)
@@ -242,6 +269,12 @@ def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserU
         touched.pop(key, None)
         changed[key] = {**content, "changed_at": snap.fetched_at}
         history.append(content)
+        previous = None if current is None else current[1]
+        found.append(
+            ResultChange(
+                upd, snap.endpoint, snap.status, digest, previous, snap.fetched_at, snap.payload
+            )
+        )
     if changed:
         conn.execute(_upsert(dialect), list(changed.values()))
     if touched:
@@ -255,7 +288,8 @@ def _write_snapshots(conn: Connection, dialect: Dialect, written: Sequence[UserU
             ],
         )
     if history:
-        conn.execute(HISTORY.insert(), history)
+        conn.execute(HISTORY.insert().values(seq=write_seq(conn, dialect)), history)
+    return found
 
 
 _UPSERTS: dict[Dialect, Insert] = {}

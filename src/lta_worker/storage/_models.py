@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     CheckConstraint,
     Column,
     DateTime,
@@ -195,12 +196,18 @@ class Snapshot(Base):
 
 
 class History(Base):
-    """Every distinct content a (user, endpoint) had, appended when the content hash changed."""
+    """Every distinct content a (user, endpoint) had, appended when the content hash changed.
+
+    `seq` (migration 0008) orders the rows for the change feed (`storage._feed`): the
+    number of the transaction that wrote them (PostgreSQL's transaction id; on SQLite, the
+    counter in `feed_counter`), 0 for rows written before it existed.
+    """
 
     __tablename__ = "history"
     __table_args__ = (
         CheckConstraint("status IN ('ok', 'none')", name="status"),
         Index("ix_history_user_id_endpoint_fetched_at", "user_id", "endpoint", "fetched_at"),
+        Index("ix_history_seq", "seq", "id"),
     )
 
     id = column(Integer, primary_key=True, autoincrement=True)
@@ -210,6 +217,22 @@ class History(Base):
     payload = column(JSON(none_as_null=True))
     content_hash = column(String(64), nullable=False)
     fetched_at = _when()
+    seq = column(BigInteger, nullable=False, default=0, server_default=text("0"))
+
+
+class FeedCounter(Base):
+    """SQLite's transaction counter for `History.seq` (one row, migration 0008).
+
+    SQLite has no transaction id: each write that appends history takes the next value,
+    under the database's one write lock, so values follow commit order and never repeat
+    (a row id would: SQLite reuses the largest one once its row is deleted). Unused on
+    PostgreSQL, whose transaction ids serve.
+    """
+
+    __tablename__ = "feed_counter"
+
+    id = column(Integer, primary_key=True, autoincrement=False)
+    value = column(BigInteger, nullable=False)
 
 
 class PendingEnrollmentRow(Base):

@@ -2,7 +2,9 @@
 
 Every function that changes a user's state calls `record` (or `watch_turns`) on the very
 connection of its transaction, so an event exists exactly when its change was committed: a
-crash before the commit loses both, a crash after it loses neither. The delivery claims the
+crash before the commit loses both, a crash after it loses neither. So does a pass's write
+of a content that differs from the stored one (`result.changed`, `watch_turns`), unless
+no receiver gets that type (`Store.result_events`). The delivery claims the
 oldest undelivered event of each user (`claim_heads`, so a user's events go out in order),
 then deletes it (`delivered`) or backs it off (`failed`). Events older than
 `webhook.max_age` are dead-lettered (`dead_letter`): kept with `dead_at`, counted by
@@ -14,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -22,18 +25,21 @@ from sqlalchemy import Connection, and_, delete, func, insert, select, update
 from lta_worker.domain import (
     OutboxCounts,
     PendingEvent,
+    ResultChanged,
+    ResultEvents,
     StateEvent,
     UserState,
     UserUpdate,
     turn_events,
 )
+from lta_worker.storage._apply import ResultChange
 from lta_worker.storage._db import Database
 from lta_worker.storage._models import OutboxEvent, User
 
 _ERROR_CHARS = 200
 
 
-def record(conn: Connection, events: Iterable[StateEvent | None]) -> int:
+def record(conn: Connection, events: Iterable[StateEvent | ResultChanged | None]) -> int:
     """Queue `events` (None entries skipped) in the caller's transaction; return how many."""
     rows = [
         {
@@ -53,14 +59,28 @@ def record(conn: Connection, events: Iterable[StateEvent | None]) -> int:
     return len(rows)
 
 
+@dataclass(slots=True)
+class Turns:
+    """What the block of `watch_turns` wrote: the turns, and the contents that changed
+    (`changes` is None when no `result.changed` is wanted)."""
+
+    written: list[UserUpdate] = field(default_factory=list)
+    changes: list[ResultChange] | None = None
+
+
 @contextmanager
 def watch_turns(
-    conn: Connection, updates: Sequence[UserUpdate], now: datetime | None
-) -> Iterator[list[UserUpdate]]:
-    """Around the writes of a batch of turns: queue the events of those appended to the list.
+    conn: Connection,
+    updates: Sequence[UserUpdate],
+    now: datetime | None,
+    results: ResultEvents = "hash",
+) -> Iterator[Turns]:
+    """Around the writes of a batch of turns: queue the events of those the block wrote.
 
     Reads each user's state and denied endpoints first (in the same transaction), and on a
-    normal exit queues the events of the updates the block appended (the ones written).
+    normal exit queues the events of the updates the block appended to `written` (the ones
+    written), each followed by the `result.changed` of its contents in `changes` (`results`
+    says with or without the content; "off": none).
     """
     before: Mapping[int, Any] = {}
     if updates:
@@ -70,12 +90,15 @@ def watch_turns(
             )
         )
         before = {r.id: r for r in rows}
-    written: list[UserUpdate] = []
-    yield written
-    events: list[StateEvent] = []
+    turns = Turns(changes=None if results == "off" else [])
+    yield turns
+    by_turn: dict[int, list[ResultChange]] = {}
+    for change in turns.changes or ():
+        by_turn.setdefault(id(change.update), []).append(change)
+    events: list[StateEvent | ResultChanged] = []
     # Two turns of one user in a batch: the second's "before" is what the first wrote.
     current = {uid: (r.user, cast(UserState, r.state), r.denied or {}) for uid, r in before.items()}
-    for upd in written:
+    for upd in turns.written:
         old = current.get(upd.user_id)
         if old is None:
             continue
@@ -85,6 +108,19 @@ def watch_turns(
         name, state, denied = old
         events += turn_events(name, state, denied, upd, at)
         current[upd.user_id] = (name, upd.state, dict(upd.denied))
+        events += (
+            ResultChanged(
+                name,
+                c.endpoint,
+                c.status,
+                c.content_hash,
+                c.previous_hash,
+                c.fetched_at,
+                c.payload,
+                with_content=results == "content",
+            )
+            for c in by_turn.pop(id(upd), ())
+        )
     record(conn, events)
 
 

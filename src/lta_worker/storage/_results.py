@@ -62,11 +62,11 @@ def export_results(db: Database, user: str | None = None, batch: int = 500) -> I
         if not rows:
             return
         for row in rows:
-            yield _result_row(row, changed_at=row.changed_at)
+            yield result_row(row, changed_at=row.changed_at)
         after = (rows[-1].user_id, rows[-1].endpoint)
 
 
-def _result_row(row: Any, *, changed_at: datetime) -> ResultRow:
+def result_row(row: Any, *, changed_at: datetime) -> ResultRow:
     """A stored result (a snapshot, or a history row with its own fetch time) as a record."""
     return ResultRow(
         user=row.user,
@@ -113,7 +113,7 @@ def export_history(
         if not rows:
             return
         for row in rows:
-            yield _result_row(row, changed_at=row.fetched_at)
+            yield result_row(row, changed_at=row.fetched_at)
         after = rows[-1].id
 
 

@@ -26,6 +26,7 @@ from sqlalchemy import URL
 from lta_worker.domain import (
     BudgetSeen,
     ChangeEstimate,
+    ChangeFeed,
     EncryptedToken,
     Endpoint,
     HistoryRow,
@@ -37,6 +38,7 @@ from lta_worker.domain import (
     PendingEvent,
     PurgeCounts,
     ReadHealth,
+    ResultEvents,
     ResultRow,
     UserRow,
     UserState,
@@ -46,6 +48,7 @@ from lta_worker.errors import InstanceLockedError, SchemaOutdatedError
 from lta_worker.secret import Secret
 from lta_worker.storage import _drops as drops
 from lta_worker.storage import _enrollments as enrollments
+from lta_worker.storage import _feed as feed
 from lta_worker.storage import _freshness as freshness
 from lta_worker.storage import _instances as instances
 from lta_worker.storage import _leases as leases
@@ -67,6 +70,10 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self.result_events: ResultEvents = "hash"
+        """What `apply` queues when a read stored a changed content: a `result.changed`
+        event with its hashes, with the content too, or nothing ("off"); the worker sets it
+        from `[webhook]` (`WebhookSettings.result_events`)."""
         self.on_lease_expired: Callable[[str, int], None] | None = None
         """Called with (owner, users) when `claim_due` takes over users whose lease, held
         by another owner, expired (that owner likely died); the worker logs it."""
@@ -233,7 +240,7 @@ class Store:
         `last_polled_at`, else the clock); `discarded` receives the updates not applied,
         with why (`changed` or `failed`).
         """
-        return users.apply(self._db, updates, owner, now, discarded)
+        return users.apply(self._db, updates, owner, now, discarded, results=self.result_events)
 
     def store_token(
         self,
@@ -325,6 +332,15 @@ class Store:
     def export_results(self, user: str | None = None) -> Iterator[ResultRow]:
         """The latest result per user and endpoint (of one user when given)."""
         return results.export_results(self._db, user)
+
+    def changed_since(self, cursor: int, user: str | None = None) -> ChangeFeed:
+        """The results stored after `cursor` (0: all; of one user when given), in the order
+        stored, and the cursor to pass next time (see `feed`).
+
+        Raises:
+            ValueError: a negative cursor.
+        """
+        return feed.changed_since(self._db, cursor, user)
 
     def history(self, user: str, endpoint: Endpoint) -> list[HistoryRow]:
         """Every distinct content stored for (user, endpoint), oldest first."""

@@ -35,6 +35,7 @@ from lta_worker.domain import (
     ChangeEstimate,
     EncryptedToken,
     ReadHealth,
+    ResultEvents,
     UserRow,
     UserState,
     UserUpdate,
@@ -224,6 +225,8 @@ def apply(
     owner: str | None = None,
     now: datetime | None = None,
     discarded: list[tuple[UserUpdate, str]] | None = None,
+    *,
+    results: ResultEvents = "hash",
 ) -> int:
     """Write the outcome of users' turns in one transaction; return how many were applied.
 
@@ -243,29 +246,39 @@ def apply(
     not JSON, say) is rolled back alone and discarded (`failed`); the user stays due, and
     the others of the batch are written. When `discarded` is given, it
     receives (update, reason) for every update not applied. Replaying the same updates
-    writes nothing new.
+    writes nothing new. Each content stored that differs from the stored one queues a
+    `result.changed` event (`results`: with its hashes, with the content too, or "off").
     """
     applied = 0
     # Reported only once the transaction committed: a caller that makes the call again
     # after a failure (`StoreBusy`) hears of each update once.
     not_applied: list[tuple[UserUpdate, str]] = []
-    with db.write() as conn, outbox.watch_turns(conn, updates, now) as written:
+    with db.write() as conn, outbox.watch_turns(conn, updates, now, results) as turns:
+        written, changes = turns.written, turns.changes
         for run in without_repeats(updates):
+            mark = len(changes or ())
             try:
                 with conn.begin_nested():
-                    hits: set[int] | None = write_batch(conn, db.dialect, run, owner, now)
+                    hits: set[int] | None = write_batch(
+                        conn, db.dialect, run, owner, now, changes=changes
+                    )
             except (OperationalError, InterfaceError):
                 raise  # the database itself is in trouble: not one user's problem
             except Exception:
                 hits = None  # one user's write failed: find it, one user at a time
+                _forget_after(changes, mark)  # rolled back: no event for them
             for upd in run:
                 if hits is None:
+                    mark = len(changes or ())
                     try:
                         with conn.begin_nested():
-                            hit = bool(write_batch(conn, db.dialect, [upd], owner, now))
+                            hit = bool(
+                                write_batch(conn, db.dialect, [upd], owner, now, changes=changes)
+                            )
                     except (OperationalError, InterfaceError):
                         raise
                     except Exception:
+                        _forget_after(changes, mark)
                         not_applied.append((upd, "failed"))
                         continue
                 else:
@@ -278,6 +291,12 @@ def apply(
     if discarded is not None:
         discarded += not_applied
     return applied
+
+
+def _forget_after(changes: list[Any] | None, mark: int) -> None:
+    """Drop the changes reported by a write that was then rolled back."""
+    if changes is not None:
+        del changes[mark:]
 
 
 def _insert_new(db: Database, values: dict[str, Any]) -> Executable:

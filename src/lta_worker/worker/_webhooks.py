@@ -2,7 +2,8 @@
 
 One round (`deliver_due`): dead-letter what grew older than `webhook.max_age`, then claim
 the oldest due event of each user, POST them (a few at a time, never two of one user), and
-delete the acknowledged ones or back the others off (exponential with full jitter, 5 s
+delete the acknowledged ones (and, unsent, those of a type `webhook.events` leaves out:
+queued before the setting changed) or back the others off (exponential with full jitter, 5 s
 doubling up to 15 min). It repeats while events keep being acknowledged, so a user's next
 event follows at once; a failing receiver ends the round. `serve` runs a round every
 `webhook.interval`; `run` runs one after its pass.
@@ -70,17 +71,20 @@ async def deliver_due(
         )
         if not batch:
             return report
-        outcomes = await _send_all(sender, batch, now)
-        done = [e for e in batch if outcomes[e.id] is None]
+        wanted = [e for e in batch if e.type in cfg.events]
+        outcomes = await _send_all(sender, wanted, now)
+        done = [e for e in batch if outcomes.get(e.id) is None]
         await anyio.to_thread.run_sync(store.events_delivered, [e.id for e in done])
         for event in done:
+            if event.id not in outcomes:
+                continue  # not wanted: deleted unsent
             log.info(
                 "webhook.delivered",
                 event_id=event.event_id,
                 type=event.type,
                 attempts=event.attempts,
             )
-        for event in batch:
+        for event in wanted:
             error = outcomes[event.id]
             if error is None:
                 continue
@@ -97,7 +101,7 @@ async def deliver_due(
                 error=error,
                 retry_in_s=round(delay.total_seconds(), 1),
             )
-        report.delivered += len(done)
+        report.delivered += len(done) - (len(batch) - len(wanted))
         report.failed += len(batch) - len(done)
         if not done:
             return report

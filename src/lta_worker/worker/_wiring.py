@@ -39,7 +39,8 @@ def instance_ttl(settings: Settings) -> timedelta:
 
 
 def open_store(settings: Settings) -> Store:
-    """Open the configured database and bring its schema up to date.
+    """Open the configured database and bring its schema up to date; `result.changed`
+    events are queued as `[webhook]` asks (`WebhookSettings.result_events`).
 
     Raises:
         SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
@@ -48,6 +49,7 @@ def open_store(settings: Settings) -> Store:
     from lta_worker.storage import Store
 
     store = Store.open(settings.database.url)
+    store.result_events = settings.webhook.result_events
     try:
         store.upgrade()
     except BaseException:

@@ -1,0 +1,175 @@
+"""`result.changed` in the outbox: queued with the write of a changed content (the first
+included), in its transaction, after the turn's state events; never for the same content, a
+replay, a fenced decision or a write rolled back. Over every backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from lta_worker.domain import ResultEvents
+from lta_worker.domain._model import SnapshotWrite, UserUpdate
+from lta_worker.domain._outcomes import canonical_json
+from lta_worker.storage._models import OutboxEvent
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import Vault
+
+from .helpers import MINUTE, T0, enroll, keyring
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
+
+
+def read(user_id: int, at: Any, state: str = "active", **payloads: Any) -> UserUpdate:
+    """A turn that read `payloads` (endpoint with `_` for `-` -> payload; None: a 404)."""
+    return UserUpdate(
+        user_id=user_id,
+        state=state,  # type: ignore[arg-type]
+        next_due_at=at + HOUR,
+        consecutive_failures=0,
+        last_outcome="ok",
+        last_polled_at=at,
+        snapshots=tuple(
+            SnapshotWrite(
+                endpoint=name.replace("_", "-"),  # type: ignore[arg-type]
+                status="none" if payload is None else "ok",
+                payload=payload,
+                fetched_at=at,
+            )
+            for name, payload in payloads.items()
+        ),
+    )
+
+
+def changes(store: Store) -> list[dict[str, Any]]:
+    """The `data` of every queued result.changed, in outbox order."""
+    with store.database.read() as conn:
+        rows = conn.execute(
+            select(OutboxEvent.payload)
+            .where(OutboxEvent.type == "result.changed")
+            .order_by(OutboxEvent.id)
+        ).scalars()
+        return [r["data"] for r in rows]
+
+
+def sha(payload: Any) -> str:
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, vault: Vault) -> None:
+    """The first result (previous hash null) and each changed one are queued with the user,
+    endpoint, read time and hashes; the same content read again queues nothing."""
+    row = enroll(store, vault, "alice")
+    t1, t2, t3 = T0 + MINUTE, T0 + 2 * MINUTE, T0 + 3 * MINUTE
+    store.apply([read(row.id, t1, latest_change={"v": 1}, stats={"s": 1})])
+    store.apply([read(row.id, t2, latest_change={"v": 1}, stats={"s": 1})])
+    store.apply([read(row.id, t3, latest_change={"v": 2}, stats={"s": 1})])
+    assert changes(store) == [
+        {
+            "user": "alice",
+            "endpoint": "latest-change",
+            "status": "ok",
+            "read_at": t1.isoformat(),
+            "content_hash": sha({"v": 1}),
+            "previous_hash": None,
+            "client_action": changes(store)[0]["client_action"],
+        },
+        {
+            "user": "alice",
+            "endpoint": "stats",
+            "status": "ok",
+            "read_at": t1.isoformat(),
+            "content_hash": sha({"s": 1}),
+            "previous_hash": None,
+            "client_action": changes(store)[0]["client_action"],
+        },
+        {
+            "user": "alice",
+            "endpoint": "latest-change",
+            "status": "ok",
+            "read_at": t3.isoformat(),
+            "content_hash": sha({"v": 2}),
+            "previous_hash": sha({"v": 1}),
+            "client_action": changes(store)[0]["client_action"],
+        },
+    ]
+
+
+def test_a_replay_and_an_older_read_queue_nothing(store: Store, vault: Vault) -> None:
+    """Replaying a turn, or a read older than the stored one, queues no second event."""
+    row = enroll(store, vault, "u")
+    turn = read(row.id, T0 + 2 * MINUTE, latest_change={"v": 1})
+    store.apply([turn])
+    store.apply([turn])
+    store.apply([read(row.id, T0 + MINUTE, latest_change={"v": 0})])
+    assert len(changes(store)) == 1
+
+
+def test_a_fenced_decision_queues_no_result_event(store: Store, vault: Vault) -> None:
+    """A decision discarded by fencing (the user changed since the claim) sends nothing."""
+    row = enroll(store, vault, "u")
+    stale = read(row.id, T0 + MINUTE, latest_change={"v": 1})
+    stale = dataclasses.replace(stale, generation=row.generation + 3)
+    assert store.apply([stale]) == 0
+    assert changes(store) == []
+
+
+def test_a_user_whose_write_fails_queues_nothing_and_the_batch_still_does(
+    store: Store, vault: Vault
+) -> None:
+    """One user's write that fails (not JSON) is rolled back with its event; the others of
+    its batch keep theirs."""
+    good = enroll(store, vault, "good")
+    bad = enroll(store, vault, "bad")
+    discarded: list[tuple[UserUpdate, str]] = []
+    applied = store.apply(
+        [
+            read(good.id, T0 + MINUTE, latest_change={"v": 1}),
+            read(bad.id, T0 + MINUTE, latest_change={"v": float("nan")}),
+        ],
+        discarded=discarded,
+    )
+    assert applied == 1
+    assert [d[1] for d in discarded] == ["failed"]
+    assert [c["user"] for c in changes(store)] == ["good"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("off", None), ("hash", False), ("content", True)],
+)
+def test_what_the_event_carries_follows_the_setting(
+    store: Store, vault: Vault, mode: ResultEvents, expected: bool | None
+) -> None:
+    """off: no event; hash: the hashes only; content: the content too."""
+    store.result_events = mode
+    row = enroll(store, vault, "u")
+    store.apply([read(row.id, T0 + MINUTE, latest_change={"v": [1, 2]})])
+    found = changes(store)
+    if expected is None:
+        assert found == []
+        return
+    (data,) = found
+    assert ("content" in data) is expected
+    if expected:
+        assert data["content"] == {"v": [1, 2]}
+
+
+def test_state_events_come_before_the_result_of_the_same_turn(store: Store, vault: Vault) -> None:
+    """A parked user read again: user.active, then its result.changed (order per user)."""
+    row = enroll(store, vault, "u")
+    store.apply([read(row.id, T0 + MINUTE, state="parked")])
+    store.apply([read(row.id, T0 + 2 * MINUTE, latest_change=None)])
+    with store.database.read() as conn:
+        types = conn.execute(select(OutboxEvent.type).order_by(OutboxEvent.id)).scalars().all()
+    assert types == ["user.enrolled", "user.parked", "user.active", "result.changed"]
