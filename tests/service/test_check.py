@@ -153,3 +153,26 @@ def test_check_fails_where_serve_fails(world: World, setup: Any, key: str) -> No
     assert failed[0]["message"].startswith(f"{key}: ")
     assert world.serve_until_exit() == 78
     assert world.log_events()[-1]["key"] == key
+
+
+def test_check_fails_where_serve_lacks_the_web_extra(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`enroll.listen` set without the `[web]` extra (here: a module that is not there):
+    `check` exits 78 naming `enroll.listen`, as `serve` would at start."""
+    from click.testing import CliRunner
+
+    from lta_worker.cli import _serve_cmd, cli
+    from lta_worker.cli._app import App
+
+    world.enroll(["ada"])
+    link_key_open(world)
+    world.tmp.joinpath("enroll-link-key").chmod(0o600)
+    monkeypatch.setattr(_serve_cmd, "WEB_EXTRA", ("no_such_module_for_the_test",))
+    result = CliRunner().invoke(
+        cli, ["--config", str(world.config), "check", "--format", "json"], obj=App()
+    )
+    data = json.loads(result.stdout)
+    failed = [c for c in data["checks"] if not c["ok"]]
+    assert [(c["name"], c["exit_code"]) for c in failed] == [("enroll_listen", 78)]
+    assert failed[0]["message"].startswith("enroll.listen: ")

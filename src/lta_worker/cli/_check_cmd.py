@@ -69,6 +69,15 @@ def check(app: App, fmt: str) -> None:
             else:
                 errors.append(result.error)
                 checks.append({**failed(result.name, result.error), "detail": result.detail})
+        if settings.enroll.listen is not None:  # what `serve` refuses at start, in the CLI
+            from lta_worker.cli._serve_cmd import require_web_extra
+
+            try:
+                require_web_extra()
+                checks.append({"name": "enroll_listen", "ok": True, "detail": "[web] installed"})
+            except LtaError as exc:
+                errors.append(exc)
+                checks.append(failed("enroll_listen", exc))
     code = _exit_code([entry["exit_code"] for entry in checks if not entry["ok"]])
     if fmt == "json":
         click.echo(json.dumps({"ok": code == EX_OK, "exit_code": code, "checks": checks}, indent=2))
