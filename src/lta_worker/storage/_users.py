@@ -225,7 +225,7 @@ def apply(
     """
     applied = 0
     # Reported only once the transaction committed: a caller that makes the call again
-    # after a failure (`StoreBusy`) hears of each update once.
+    # after a failure (a storage error) hears of each update once.
     not_applied: list[tuple[UserUpdate, str]] = []
     with db.write() as conn, outbox.watch_turns(conn, updates, now) as written:
         for run in without_repeats(updates):
