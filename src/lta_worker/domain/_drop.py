@@ -14,7 +14,6 @@ from lta_worker.domain._model import UserState
 from lta_worker.domain._policy import MIN_RETRY, PolicyConfig
 from lta_worker.protocol import REVOKED
 
-DropCommand = Literal["drop", "forget"]
 DropVerdict = Literal["confirmed", "retry", "refused"]
 
 # What `users drop` / `users forget` do to a user, by its state (DESIGN.md: `dropping`).

@@ -15,7 +15,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
-    Connection,
     Executable,
     Row,
     and_,
@@ -95,11 +94,6 @@ def to_user_row(row: Row[Any]) -> UserRow:
         generation=row.generation,
         estimate=ChangeEstimate.from_json(row.estimate) if row.estimate else None,
     )
-
-
-def user_id_of(conn: Connection, user: str) -> int | None:
-    """The row id of the client's user id `user`, or None."""
-    return conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
 
 
 def get_user(db: Database, user: str) -> UserRow | None:
