@@ -46,10 +46,11 @@ from bench.common import (
     quiet_logs,
     store_tokens,
 )
+from lta_worker.protocol import READ_PATHS
 
 CONCURRENCY = 8
 BUDGET = 10**9
-PATHS = ("/api/v1/history/latest-change", "/api/v1/history/stats")
+PATHS = tuple(READ_PATHS.values())
 
 
 @dataclass
