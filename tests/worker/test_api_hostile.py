@@ -220,3 +220,27 @@ async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None
         answers = await asyncio.gather(*(_read(api) for _ in range(12)))
     assert [a.status for a in answers] == [200] * 12
     assert accepted <= settings.poll.concurrency + 1
+
+
+async def test_reads_cut_at_their_deadline_give_their_connection_back(
+    server: HostileServer,
+) -> None:
+    """Reads cut at `request_timeout` (those sent and the one still waiting for a
+    connection) free what they held: the next read goes out and is answered."""
+    slow = Step(200, body=json_body({}), delay=3.0)
+    stalling = True
+    server.respond = lambda seen: slow if stalling else None
+    settings = build_settings(
+        {
+            "service": {"base_url": server.url, "auth_url": server.url, "request_timeout": "1s"},
+            "client": {"id": "demo-client"},
+            "poll": {"concurrency": 1},  # room for two requests at a time
+        }
+    )
+    async with http_client(settings) as http:
+        api = ApiClient(http, settings)
+        cut = await asyncio.gather(*(_read(api) for _ in range(3)))
+        assert [(a.status, a.error) for a in cut] == [(None, "timeout")] * 3
+        stalling = False
+        answer = await _read(api)
+    assert answer.status == 200

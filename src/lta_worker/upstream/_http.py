@@ -11,6 +11,7 @@ import httpx
 from lta_worker import __version__
 from lta_worker.config import Settings
 from lta_worker.upstream._client import ServiceClient, check_secure_url
+from lta_worker.upstream._lanes import Lanes
 
 USER_AGENT = f"lta-worker/{__version__}"
 
@@ -35,9 +36,10 @@ async def _refuse_insecure(request: httpx.Request) -> None:
     check_secure_url(request.url)
 
 
-def _transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's own transport and pool: TLS verified, HTTP/1.1, the environment not read."""
-    return httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """httpx's own transports (TLS verified, HTTP/1.1, the environment not read), one
+    connection each, lent to one request at a time (`Lanes`)."""
+    return Lanes(limits.max_connections or 1, limits.keepalive_expiry)
 
 
 def _proxy_mounts(
