@@ -29,7 +29,11 @@ class Lanes(httpx.AsyncBaseTransport):
         one = httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=keepalive_expiry
         )
-        self._lanes = [httpx.AsyncHTTPTransport(limits=one, trust_env=False) for _ in range(count)]
+        # One TLS context for all: each loads the CA bundle (milliseconds, and memory).
+        tls = httpx.create_ssl_context(trust_env=False)
+        self._lanes = [
+            httpx.AsyncHTTPTransport(verify=tls, limits=one, trust_env=False) for _ in range(count)
+        ]
         self._free = list(self._lanes)  # a stack: the lane used last has a warm connection
         self._ready = anyio.Semaphore(count)
 
