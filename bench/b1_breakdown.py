@@ -5,19 +5,11 @@ the vault, the simulator's payloads and RateLimit headers, a SQLite store of the
 users). Figures are microseconds per read (a user's turn has two reads), so they can be
 set against the CPU per read that B1 measures end to end.
 
-Two figures look at the whole rather than a step:
-
-- **engine alone**: a real `Worker.run_pass` whose reader answers from memory (the
-  simulator's payloads and headers), so everything but the network and the HTTP client:
-  claim, decrypt, pace, classify, decide, log, store, and the tasks and streams between
-  them. B1's worker CPU per read is roughly this plus the ApiClient-only CPU per read.
-- **pool idle check**: httpcore's pool asks every idle connection whether the server
-  closed it (`is_readable`) each time a request starts or ends: 15-20 times per read at
-  concurrency 8 on 9 connections with httpcore's pool (its requests race for the same
-  idle connection and go round again), 3-4 with the worker's (`upstream._http._Pool`,
-  one request per idle connection). Through httpcore's anyio stream each check rebuilds
-  anyio's typed attributes (a dict, `getpeername()`); the worker's pool keeps the socket
-  (`upstream._http`). Measured per check on a loopback connection.
+One figure looks at the whole rather than a step, **engine alone**: a real
+`Worker.run_pass` whose reader answers from memory (the simulator's payloads and headers),
+so everything but the network and the HTTP client: claim, decrypt, pace, classify, decide,
+log, store, and the tasks and streams between them. B1's worker CPU per read is roughly
+this plus the ApiClient-only CPU per read.
 """
 
 from __future__ import annotations
@@ -60,11 +52,6 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
     with quiet_logs("info"):
         out["log poll.read (JSON, redacted)"] = _per(_log_events(reads), reads)
     out["pacer acquire + feed"] = _per(anyio.run(_pacer, reads), reads)
-    ours, httpcore_s = anyio.run(_idle_checks, reads)
-    out["pool idle check, worker's stream (per check; 3-4 checks per read)"] = ours
-    out["pool idle check, httpcore's anyio stream (per check; plain httpx: 15-20/read)"] = (
-        httpcore_s
-    )
     out["engine alone: a whole pass, answers from memory (CPU per read)"] = _engine_alone(users)
     label = "sniffio" if sniffio_installed() else "failed `import sniffio`"
     out[f"httpcore: current_async_library, {label} (x7 per request)"] = _per(
@@ -160,32 +147,6 @@ def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
 def _apply_all(store: Any, updates: list[Any]) -> None:
     for start in range(0, len(updates), 50):
         store.apply(updates[start : start + 50], owner="bench")
-
-
-async def _idle_checks(count: int) -> tuple[float, float]:
-    """Microseconds per idle check: the worker's stream, then httpcore's, on loopback."""
-    import socket
-
-    import httpcore
-
-    from lta_worker.upstream._http import _Stream
-
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        stream = await httpcore.AnyIOBackend().connect_tcp("127.0.0.1", port)
-        peer, _ = server.accept()
-        try:
-            ours = _Stream(stream)
-            figures = []
-            for checked in (ours, stream):
-                t0 = time.perf_counter()
-                for _ in range(count):
-                    checked.get_extra_info("is_readable")
-                figures.append(_per(time.perf_counter() - t0, count))
-        finally:
-            await stream.aclose()
-            peer.close()
-    return figures[0], figures[1]
 
 
 def _engine_alone(users: int) -> float:

@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 import httpx
 
-from bench import b1_breakdown, b1_inplace
+from bench import b1_breakdown
 from bench.common import (
     BenchResult,
     SimProcess,
@@ -46,10 +46,11 @@ from bench.common import (
     quiet_logs,
     store_tokens,
 )
+from lta_worker.protocol import READ_PATHS
 
 CONCURRENCY = 8
 BUDGET = 10**9
-PATHS = ("/api/v1/history/latest-change", "/api/v1/history/stats")
+PATHS = tuple(READ_PATHS.values())
 
 
 @dataclass
@@ -250,8 +251,7 @@ def measure_process(users: int, rounds: int) -> dict[str, Any]:
                     label="sniffio",
                     variants=["worker", "baseline"],
                 )
-            in_place = b1_inplace.measure(settings, tokens, ws.db_path, rounds)
-    return {"runs": runs, "sniffio": what_if, "in_place": in_place}
+    return {"runs": runs, "sniffio": what_if}
 
 
 def measure_thread(users: int, rounds: int) -> dict[str, list[Timing]]:
@@ -318,13 +318,14 @@ def run(size: Size) -> BenchResult:
         "with_sniffio_stand_in": sniffio,
         "simulator_on_thread": thread,
         "turn_costs_us_per_read": costs,
-        "in_place": process["in_place"],
     }
     result.add(
         "baseline_time / worker_time",
         main["ratio"],
         "x",
-        at_least=0.85,
+        # Issue 27's guard rail: the worker's CPU per read at most about 1.6x plain httpx's.
+        # The budget (about 120 requests an hour), not the CPU, bounds this worker.
+        at_least=0.6,
         note=f"simulator in its own process; median of {rounds} rounds",
     )
     result.add("worker reads/s", worker["reads_per_s"], "reads/s")
@@ -356,19 +357,4 @@ def run(size: Size) -> BenchResult:
     )
     for name, value in sorted(costs.items(), key=lambda kv: -kv[1])[:5]:
         result.add(f"  turn cost: {name}", value, "us/read")
-    in_place = process["in_place"]["cost_in_place_ms_per_read"]
-    for name, value in in_place.items():
-        result.add(
-            f"  in place: {name}",
-            1000 * value,
-            "us/read",
-            note=f"the pass as is less the pass without it, medians of {rounds} rounds",
-        )
-    for name, value in process["in_place"]["what_if_more_ms_per_read"].items():
-        result.add(
-            f"  what-if: {name}",
-            1000 * value,
-            "us/read",
-            note=f"more than the pass as is, medians of {rounds} rounds",
-        )
     return result

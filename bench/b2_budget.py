@@ -23,6 +23,7 @@ from typing import Any, cast
 import anyio
 
 from bench.common import BenchResult, Size, Workspace, log, median, quiet_logs, store_tokens
+from lta_worker.protocol import READ_PATHS
 
 CONCURRENCY = 8
 
@@ -72,7 +73,7 @@ def run(size: Size) -> BenchResult:
         log(f"B2: pass of {seconds:.0f} s over {users} users ({budget} per {window} s)")
         with quiet_logs("info"):
             outcome = anyio.run(_pass, settings, seconds)
-        entries = [e for e in sim.requests() if "/api/v1/history/" in e.path]
+        entries = [e for e in sim.requests() if e.path in READ_PATHS.values()]
     allowed: Counter[int] = Counter()
     refused: Counter[int] = Counter()
     for entry in entries:

@@ -34,8 +34,9 @@ from bench.common import (
     log,
     peak_rss_mb,
 )
+from lta_worker.protocol import LATEST_CHANGE_SCOPE
 
-SCOPE = ("cloud-sync.permanent.latest-change",)
+SCOPE = (LATEST_CHANGE_SCOPE,)
 CHILD_TIMEOUT_S = 1200.0
 
 

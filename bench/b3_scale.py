@@ -29,7 +29,6 @@ from typing import Any
 
 from bench import b3_memory
 from bench.common import (
-    LONG_TERM_SCOPES,
     BenchResult,
     Size,
     Workspace,
@@ -37,6 +36,7 @@ from bench.common import (
     log,
     median,
 )
+from lta_worker.protocol import LONG_TERM_SCOPES
 
 CLAIM = 1000
 

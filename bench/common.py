@@ -23,9 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
+from lta_worker.protocol import LONG_TERM_SCOPES
+
 ROOT = Path(__file__).resolve().parent.parent
-# The two long term scopes (as in lta_worker.config; spelled here to keep imports lazy).
-LONG_TERM_SCOPES = ("cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats")
 PYTHON = sys.executable
 SIM_START_TIMEOUT_S = 600.0
 # How big a run is: `full` (the README's figures), `quick` (smaller, a few minutes), or

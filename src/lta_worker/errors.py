@@ -23,7 +23,6 @@ application that imports this package has no such commands.
     ├── UpstreamError             the service is down or answers nonsense; exit 75
     │   └── EnrollmentError       consent, code exchange or token creation failed
     └── StorageError              the database refuses; exit 75
-        ├── StoreBusy             a call asked not to wait met a lock (the caller retries)
         ├── SchemaTooNewError     the database was migrated by a newer lta-worker; exit 78
         ├── SchemaOutdatedError   a read-only command found no schema or an older one; exit 78
         └── InstanceLockedError   another instance holds this SQLite database; exit 75
@@ -141,11 +140,6 @@ class StorageError(LtaError):
     """The database refused an operation."""
 
     exit_code = EX_TEMPFAIL
-
-
-class StoreBusy(StorageError):
-    """A SQLite call asked not to wait (`storage.no_wait`) met another connection's lock;
-    the caller makes it again where it may wait."""
 
 
 class SchemaTooNewError(StorageError):

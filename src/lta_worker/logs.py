@@ -29,6 +29,7 @@ import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from lta_worker.protocol import TOKEN_PREFIX
 from lta_worker.secret import Secret
 
 REDACTED = "[redacted]"
@@ -38,14 +39,15 @@ _SECRET_KEYS = re.compile(
     re.IGNORECASE,
 )
 _PATTERNS = (
-    re.compile(r"dspa_[A-Za-z0-9._~+/=-]*"),
+    re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9._~+/=-]*"),
     re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
     re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
 )
 # A string none of whose parts could match a pattern above is left as it is without
 # running them: a necessary condition of each, in one scan.
 _MAYBE = re.compile(
-    r"dspa_|(?i:bearer|basic)\s|(?i:code|code_verifier|client_secret|access_token|token)="
+    re.escape(TOKEN_PREFIX)
+    + r"|(?i:bearer|basic)\s|(?i:code|code_verifier|client_secret|access_token|token)="
 )
 _lock = threading.Lock()
 # Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at

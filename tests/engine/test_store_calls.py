@@ -1,6 +1,5 @@
-"""On SQLite a pass makes its store calls on the event loop's thread, and hands a call to a
-worker thread when another connection holds the database's lock: the pass completes, loses
-nothing, and the loop keeps running while the call waits."""
+"""A pass makes every store call on a worker thread: when another connection holds the
+database's lock the call waits there, the loop keeps running, and nothing is lost."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ HOLD_S = 1.0
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
-    """SQLite only: on PostgreSQL every store call goes to a worker thread."""
+    """SQLite: the lock another connection takes is a file lock on this machine."""
     return f"sqlite:///{tmp_path / 'lta.db'}"
 
 
@@ -67,7 +66,7 @@ def record_threads(monkeypatch: pytest.MonkeyPatch, name: str, seen: list[int]) 
     monkeypatch.setattr(Store, name, recorded)
 
 
-async def test_a_locked_database_sends_calls_to_a_thread_and_the_loop_goes_on(
+async def test_a_locked_database_does_not_stall_the_loop_or_lose_writes(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lock held a second mid-pass: calls wait on a thread, the loop goes on, all is written."""
@@ -104,8 +103,8 @@ async def test_a_locked_database_sends_calls_to_a_thread_and_the_loop_goes_on(
     assert transport.locked_at is not None
     assert finished - transport.locked_at >= HOLD_S * 0.9  # the pass waited for the lock
     assert longest_gap < HOLD_S / 2  # ... off the loop, which went on meanwhile
-    assert loop_thread in claims and loop_thread in applies  # calls made on the loop ...
-    assert any(t != loop_thread for t in claims + applies)  # ... and on a thread when locked
+    assert claims and applies
+    assert loop_thread not in claims + applies  # every call went one way: to a thread
     with harness.store() as store:
         rows = list(store.export_results())
         users = list(store.list_users())

@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,41 @@ def test_pragmas(sqlite_store: Store) -> None:
         "busy_timeout": 30000,
         "foreign_keys": 1,
     }
+
+
+@contextmanager
+def write_lock(store: Store) -> Iterator[sqlite3.Connection]:
+    """Another connection (an operator's command, say) holding the write lock."""
+    path = store.database.path
+    assert path is not None
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield other
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
+def test_a_claim_waits_for_a_short_lock_then_goes_on(sqlite_store: Store) -> None:
+    """A claim meeting another connection's write lock waits for it (busy timeout), then claims."""
+    enroll(sqlite_store, Vault(keyring()), "a")
+    with write_lock(sqlite_store) as other:
+        threading.Timer(0.3, other.execute, ["COMMIT"]).start()
+        started = time.monotonic()
+        rows = sqlite_store.claim_due(
+            now=T0, due_before=T0, limit=10, owner="w", lease_until=T0 + MINUTE
+        )
+        assert [row.user for row in rows] == ["a"]
+        assert time.monotonic() - started >= 0.25
+
+
+def test_reads_need_no_lock(sqlite_store: Store) -> None:
+    """Under WAL a read goes on while another connection writes, without waiting or failing."""
+    enroll(sqlite_store, Vault(keyring()), "a")
+    with write_lock(sqlite_store):
+        assert sqlite_store.count_due(T0) == 1
 
 
 def test_missing_parent_directory_is_created_private(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ plain http."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -183,3 +184,63 @@ async def test_a_cookie_the_service_sets_is_never_sent_back(
     later = server.requests()[1:]
     assert later
     assert all("cookie" not in {k.lower() for k in seen.headers} for seen in later)
+
+
+async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None:
+    """Many reads at once share at most `poll.concurrency` + 1 kept-alive connections, and
+    reads one after another reuse one (httpx's own pool, as configured by `http_client`)."""
+    accepted = 0
+    body = json_body({"ok": True})
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                await asyncio.sleep(0.01)  # long enough for the others to want a connection
+                writer.write(answer)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    settings = build_settings(
+        {
+            "service": {"base_url": url, "auth_url": url},
+            "client": {"id": "demo-client"},
+            "poll": {"concurrency": 2},
+        }
+    )
+    async with server, http_client(settings) as http:
+        api = ApiClient(http, settings)
+        for _ in range(3):
+            assert (await _read(api)).status == 200
+        assert accepted == 1
+        answers = await asyncio.gather(*(_read(api) for _ in range(12)))
+    assert [a.status for a in answers] == [200] * 12
+    assert accepted <= settings.poll.concurrency + 1
+
+
+async def test_reads_cut_at_their_deadline_give_their_connection_back(
+    server: HostileServer,
+) -> None:
+    """Reads cut at `request_timeout` (those sent and the one still waiting for a
+    connection) free what they held: the next read goes out and is answered."""
+    slow = Step(200, body=json_body({}), delay=3.0)
+    stalling = True
+    server.respond = lambda seen: slow if stalling else None
+    settings = build_settings(
+        {
+            "service": {"base_url": server.url, "auth_url": server.url, "request_timeout": "1s"},
+            "client": {"id": "demo-client"},
+            "poll": {"concurrency": 1},  # room for two requests at a time
+        }
+    )
+    async with http_client(settings) as http:
+        api = ApiClient(http, settings)
+        cut = await asyncio.gather(*(_read(api) for _ in range(3)))
+        assert [(a.status, a.error) for a in cut] == [(None, "timeout")] * 3
+        stalling = False
+        answer = await _read(api)
+    assert answer.status == 200

@@ -36,6 +36,7 @@ from lta_worker.cli._progress import progress_for
 from lta_worker.config import STATS_SCOPE, Settings, format_duration, load_settings
 from lta_worker.domain import UserRow
 from lta_worker.errors import UsageError
+from lta_worker.protocol import READ_PATHS
 from lta_worker.simulator import DEMO_CLIENT_ID, RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import generate_key_line
 from lta_worker.upstream import http_client
@@ -184,7 +185,7 @@ class Demo:
 
     def reads(self) -> list[Any]:
         """The simulator's log of reads since the pass began."""
-        return [e for e in self.sim.requests() if "/api/v1/history/" in e.path]
+        return [e for e in self.sim.requests() if e.path in READ_PATHS.values()]
 
     async def run(self) -> None:
         """Enroll, run three passes, show the status and how to go on."""

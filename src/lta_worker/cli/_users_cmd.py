@@ -16,12 +16,12 @@ import click
 
 from lta_worker.cli._app import App, pass_app
 from lta_worker.errors import EX_OK, ConfigError, UpstreamError
+from lta_worker.protocol import LONG_TERM_FAMILY
 
 if TYPE_CHECKING:
     from lta_worker.domain import UserRow
     from lta_worker.enrollment import DropResult
 
-_SCOPE_FAMILY = "cloud-sync.permanent."
 _COMMAND = {"dropped": "drop", "forgot": "forget"}
 _user_option = click.option(
     "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
@@ -63,7 +63,7 @@ def table_rows(rows: Iterable[UserRow]) -> list[tuple[str, ...]]:
     """The table's cells, one tuple per user, for people."""
     out: list[tuple[str, ...]] = []
     for row in rows:
-        scopes = ",".join(s.removeprefix(_SCOPE_FAMILY) for s in row.scopes) or "-"
+        scopes = ",".join(s.removeprefix(LONG_TERM_FAMILY) for s in row.scopes) or "-"
         last = row.last_outcome or "-"
         if row.last_code:
             last = f"{last} ({row.last_code})"

@@ -16,13 +16,8 @@ from lta_worker.config._loader import (
     secret_files,
 )
 from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
-from lta_worker.domain import (
-    LATEST_CHANGE_SCOPE,
-    LONG_TERM_SCOPES,
-    STATS_SCOPE,
-    format_duration,
-    parse_duration,
-)
+from lta_worker.domain import format_duration, parse_duration
+from lta_worker.protocol import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, STATS_SCOPE
 
 __all__ = [
     "LATEST_CHANGE_SCOPE",

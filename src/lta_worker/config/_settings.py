@@ -17,13 +17,8 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 from lta_worker.config._fields import rule
-from lta_worker.domain import (
-    EVENT_TYPES,
-    LONG_TERM_SCOPES,
-    ResultEvents,
-    ScheduleMode,
-    StatsMode,
-)
+from lta_worker.domain import EVENT_TYPES, ResultEvents, ScheduleMode, StatsMode
+from lta_worker.protocol import LONG_TERM_SCOPES, TOKEN_ENDPOINT_PATH
 
 Duration = timedelta  # written as operators do (`90s`, `1h30m`): `domain.parse_duration`
 TokenAuth = Literal["client_secret_basic", "client_secret_post"]
@@ -118,7 +113,7 @@ class ServiceSettings:
     @property
     def token_endpoint(self) -> str:
         """The OAuth token endpoint: `token_url`, or `{auth_url}/oidc/token` by default."""
-        return self.token_url or f"{self.auth_url}/oidc/token"
+        return self.token_url or f"{self.auth_url}{TOKEN_ENDPOINT_PATH}"
 
 
 def _split_list(value: object) -> object:

@@ -41,7 +41,6 @@ def plan_capacity(
     budget_limit: int | None,
     budget_window_seconds: float | None,
     fallback_per_hour: float,
-    instances: int = 1,
 ) -> CapacityPlan:
     """Work out the reads per hour the enrolled users need and what the budget allows.
 
@@ -56,7 +55,7 @@ def plan_capacity(
         budget_window_seconds: that limit's window, if reported (else an hour is assumed
             only for this estimate; the pacer itself never assumes it).
         fallback_per_hour: the configured conservative rate used before any header is seen.
-        instances: live instances; they share the one client budget, so it does not grow.
+            The budget is per client: more instances share it, they do not add to it.
 
     Returns:
         The plan, with a warning when the budget cannot sustain the configured interval.
@@ -72,7 +71,6 @@ def plan_capacity(
         available = budget_limit * (1.0 - reserve) * HOUR / window
     else:
         available = fallback_per_hour
-    del instances  # the budget is per client: more instances share it, they do not add to it
 
     if needed <= 0 or available >= needed:
         effective = interval

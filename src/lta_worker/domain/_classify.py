@@ -41,12 +41,10 @@ from typing import Any, Final
 
 from lta_worker.domain._model import Endpoint
 from lta_worker.domain._outcomes import Answer, Outcome, canonical_json
+from lta_worker.protocol import ERROR_CODES, INACTIVE, NOT_LINKED, REVOKED
 
-REVOKED: Final = "PermanentAccessRevoked"
-NOT_LINKED: Final = "NoCloudSyncLinked"
-INACTIVE: Final = "CloudSyncInactive"
 KNOWN_CODES: Final[Mapping[str, str]] = {
-    re.sub(r"[^a-z]", "", code.lower()): code for code in (REVOKED, NOT_LINKED, INACTIVE)
+    re.sub(r"[^a-z]", "", code.lower()): code for code in ERROR_CODES
 }
 # Error codes of OAuth 2.0 (RFC 6749 4.1.2.1 and 5.2), bearer tokens (RFC 6750 3.1) and
 # token revocation (RFC 7009 2.2.1): fixed words, safe to keep and show.
@@ -67,7 +65,7 @@ OAUTH_CODES: Final = frozenset(
         "temporarily_unavailable",
     }
 )
-ALLOWED_CODES: Final = frozenset({REVOKED, NOT_LINKED, INACTIVE} | OAUTH_CODES)
+ALLOWED_CODES: Final = frozenset(ERROR_CODES) | OAUTH_CODES
 
 # Fields that may hold a code, in the order they are trusted.
 _CODE_KEYS: Final = ("error", "code", "errorcode", "error_code", "type", "title")

@@ -12,8 +12,8 @@ from typing import Final, Literal
 from lta_worker.domain._backoff import backoff_delay
 from lta_worker.domain._model import UserState
 from lta_worker.domain._policy import MIN_RETRY, PolicyConfig
+from lta_worker.protocol import REVOKED
 
-DropCommand = Literal["drop", "forget"]
 DropVerdict = Literal["confirmed", "retry", "refused"]
 
 # What `users drop` / `users forget` do to a user, by its state (DESIGN.md: `dropping`).
@@ -47,7 +47,7 @@ def drop_verdict(status: int | None, code: str | None) -> DropVerdict:
     if status is not None and 200 <= status < 300:
         return "confirmed"
     if status == 401:
-        return "confirmed" if code == "PermanentAccessRevoked" else "refused"
+        return "confirmed" if code == REVOKED else "refused"
     return "retry"
 
 

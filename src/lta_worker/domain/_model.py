@@ -12,6 +12,23 @@ from typing import Any, Final, Literal, get_args
 
 from lta_worker.domain._estimate import ChangeEstimate
 from lta_worker.domain._outcomes import answered_reads
+from lta_worker.protocol import (
+    ENDPOINT_SCOPES,
+    ENDPOINTS,
+    LATEST_CHANGE_SCOPE,
+    LONG_TERM_SCOPES,
+    STATS_SCOPE,
+    Endpoint,
+)
+
+__all__ = [  # the protocol's endpoints and scopes, as the domain's face has always named them
+    "ENDPOINTS",
+    "ENDPOINT_SCOPES",
+    "LATEST_CHANGE_SCOPE",
+    "LONG_TERM_SCOPES",
+    "STATS_SCOPE",
+    "Endpoint",
+]
 
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)
@@ -19,15 +36,6 @@ TOKENLESS_STATES: Final[frozenset[UserState]] = frozenset({"revoked", "dropped"}
 # States a pass never reads: no token, or (dropping) a token kept only to finish the DELETE.
 UNREAD_STATES: Final[frozenset[UserState]] = TOKENLESS_STATES | {"dropping"}
 
-Endpoint = Literal["latest-change", "stats"]
-ENDPOINTS: Final[tuple[Endpoint, ...]] = get_args(Endpoint)
-LATEST_CHANGE_SCOPE: Final = "cloud-sync.permanent.latest-change"
-STATS_SCOPE: Final = "cloud-sync.permanent.stats"
-LONG_TERM_SCOPES: Final = (LATEST_CHANGE_SCOPE, STATS_SCOPE)
-ENDPOINT_SCOPES: Final[Mapping[Endpoint, str]] = {
-    "latest-change": LATEST_CHANGE_SCOPE,
-    "stats": STATS_SCOPE,
-}
 
 ResultStatus = Literal["ok", "none"]
 

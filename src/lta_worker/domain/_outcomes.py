@@ -46,9 +46,10 @@ class Answer:
     """One HTTP exchange as the API client saw it, before any interpretation.
 
     `status` is None when no response arrived (`error` says why: `timeout`, `connect`,
-    `reset`, `protocol`, ...); with a status, `error` `decoding` says its body did not
-    decode and is left empty. `body` is at most the configured size; `truncated` says the
-    response was larger and cut. Header names are lower-case.
+    `reset`, `protocol`, ...); with a status, `error` `decoding` says its body came under a
+    content coding, which the client asks not to get and never decodes: it is left empty.
+    `body` is at most the configured size; `truncated` says the response was larger and
+    cut. Header names are lower-case.
     """
 
     status: int | None

@@ -47,7 +47,6 @@ from lta_worker.domain._outcomes import Outcome, OutcomeKind
 Unchanged = Literal["unchanged"]
 UNCHANGED: Final[Unchanged] = "unchanged"
 TokenAction = Literal["keep", "delete"]
-KEEP: Final[TokenAction] = "keep"
 DELETE: Final[TokenAction] = "delete"
 FailureAction = Literal["reset", "keep", "add"]
 Schedule = Literal["interval", "parked_interval", "backoff", "never", "retry_soon"]

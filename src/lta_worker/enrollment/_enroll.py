@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
 
-from lta_worker.domain import LONG_TERM_SCOPES, OAUTH_CODES, PendingEnrollment
+from lta_worker.domain import OAUTH_CODES, PendingEnrollment
 from lta_worker.enrollment._base import ClientOperation
 from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.errors import (
@@ -46,6 +46,7 @@ from lta_worker.errors import (
     UsageError,
 )
 from lta_worker.logs import get_logger, register_secret
+from lta_worker.protocol import AUTHORIZE_PATH, LONG_TERM_SCOPES, OPENID_SCOPE
 from lta_worker.secret import Secret
 from lta_worker.upstream import join_url, long_term_credential
 
@@ -156,14 +157,14 @@ class Enrollment(ClientOperation):
                 "client_id": client.id,
                 "redirect_uri": client.redirect_uri,
                 "response_type": "code",
-                "scope": " ".join(("openid", *client.scopes)),
+                "scope": " ".join((OPENID_SCOPE, *client.scopes)),
                 "state": state,
                 "code_challenge": challenge,
                 "code_challenge_method": "S256",
             },
             quote_via=quote,
         )
-        return f"{join_url(self._settings.service.auth_url, '/oidc/auth')}?{query}"
+        return f"{join_url(self._settings.service.auth_url, AUTHORIZE_PATH)}?{query}"
 
     def start(self, user: str, *, state: str | None = None) -> str:
         """Begin enrolling `user`; returns the consent URL to send their browser to.

@@ -13,6 +13,8 @@ import html
 from collections.abc import Mapping
 from typing import Final
 
+from lta_worker.protocol import LATEST_CHANGE_SCOPE, STATS_SCOPE
+
 _STYLE: Final = (
     "body{font-family:system-ui,sans-serif;line-height:1.5;margin:0;color:#1a1a1a;"
     "background:#fff}main{max-width:36rem;margin:3rem auto;padding:0 1rem}"
@@ -74,8 +76,8 @@ TEXTS: Final[Mapping[str, tuple[str, str]]] = {
     "not_found": ("Page not found", "There is no page at this address."),
 }
 SCOPE_WORDS: Final[Mapping[str, str]] = {
-    "cloud-sync.permanent.latest-change": "your latest change",
-    "cloud-sync.permanent.stats": "your statistics",
+    LATEST_CHANGE_SCOPE: "your latest change",
+    STATS_SCOPE: "your statistics",
 }
 
 

@@ -30,6 +30,14 @@ from typing import Final
 from http_sfv.dictionary import Dictionary
 from http_sfv.list import List as SFList
 
+from lta_worker import protocol
+
+# The field names, lower-cased as `_normalise` leaves them.
+_RATELIMIT: Final = protocol.RATELIMIT.lower()
+_POLICY: Final = protocol.RATELIMIT_POLICY.lower()
+_TRIPLE: Final = protocol.RATELIMIT_TRIPLE_PREFIX.lower()
+_X_TRIPLE: Final = protocol.X_RATELIMIT_PREFIX.lower()
+_RETRY_AFTER: Final = protocol.RETRY_AFTER.lower()
 # A reset above this is a Unix time, not a delay (1e9 s is 31 years; 2001-09-09 as a date).
 # Only this threshold is used: comparing with `now` would turn every delay into an epoch
 # for a clock near 1970, and any real clock is past 1e9 anyway.
@@ -117,7 +125,7 @@ def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime 
 
 def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
     now_ts = None if now is None else _aware(now).timestamp()
-    retry_after = _retry_after(fields.get("retry-after"), now)
+    retry_after = _retry_after(fields.get(_RETRY_AFTER), now)
     for reader in (_draft08, _draft07, _triple, _x_ratelimit):
         found = reader(fields, now_ts)
         if found is not None:
@@ -142,7 +150,7 @@ _Found = tuple[int | None, int | None, float | None, float | None, str]
 
 
 def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    items = _sf_list(fields.get("ratelimit"))
+    items = _sf_list(fields.get(_RATELIMIT))
     if not items:
         return None
     found = [
@@ -155,7 +163,7 @@ def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     # The most restrictive policy: fewest requests left, then the latest reset.
     remaining, reset_raw, name = min(found, key=lambda f: (f[0], -(f[1] or 0.0)))
     reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
-    policies = _sf_list(fields.get("ratelimit-policy")) or []
+    policies = _sf_list(fields.get(_POLICY)) or []
     named = [p for n, p in policies if n is not None and n == name]
     policy = named[0] if named else (policies[0][1] if len(policies) == 1 else {})
     limit = _count(policy.get("q"))
@@ -164,7 +172,7 @@ def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
 
 
 def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    raw = fields.get("ratelimit")
+    raw = fields.get(_RATELIMIT)
     if raw is None:
         return None
     try:
@@ -179,16 +187,16 @@ def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
     if limit is None and remaining is None and reset is None:
         return None
-    window = _policy_window(fields.get("ratelimit-policy"), limit)
+    window = _policy_window(fields.get(_POLICY), limit)
     return limit, remaining, reset, window, "draft-07"
 
 
 def _triple(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    return _separate(fields, "ratelimit-", now_ts, "triple")
+    return _separate(fields, _TRIPLE, now_ts, "triple")
 
 
 def _x_ratelimit(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    return _separate(fields, "x-ratelimit-", now_ts, "x-ratelimit")
+    return _separate(fields, _X_TRIPLE, now_ts, "x-ratelimit")
 
 
 def _separate(

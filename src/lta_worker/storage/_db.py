@@ -8,11 +8,6 @@ transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and
 tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
 they never block writers.
 
-Without waiting (`no_wait`, for callers that run a call on a thread that must not block,
-the pass engine's event loop): on SQLite the call does not wait for another connection's
-write lock (busy timeout 0 for its transaction) and raises `StoreBusy` at once instead; the
-caller then makes the call again where it may wait. On PostgreSQL `no_wait` changes nothing.
-
 PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
 `postgresql+psycopg://`.
 
@@ -31,7 +26,6 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,16 +36,13 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from lta_worker.errors import ConfigError, SchemaOutdatedError, StoreBusy
-from lta_worker.storage._dberrors import SQLITE_WRITABLE_HINT, is_busy, map_driver_error
+from lta_worker.errors import ConfigError, SchemaOutdatedError
+from lta_worker.storage._dberrors import SQLITE_WRITABLE_HINT, map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
 
 BUSY_TIMEOUT_MS = 30_000
 _BEGIN_OPTION = "lta_sqlite_begin"
-# Set by `no_wait` for the calls made in its block (a context variable: a call the caller
-# hands to a thread afterwards runs with the usual busy timeout).
-_NO_WAIT: ContextVar[bool] = ContextVar("lta_store_no_wait", default=False)
 # JSON columns hold strict JSON only (RFC 8259): a NaN or an infinity is refused at the
 # write instead of being stored as `NaN`/`Infinity`, which no JSON reader accepts.
 _STRICT_JSON = partial(json.dumps, allow_nan=False)
@@ -163,19 +154,7 @@ def require_sqlite_writable(path: Path) -> None:
 _USUAL_PRAGMAS: Final = {
     "synchronous": "FULL",
     "foreign_keys": "ON",
-    "busy_timeout": str(BUSY_TIMEOUT_MS),
 }
-
-
-@contextmanager
-def no_wait() -> Iterator[None]:
-    """In this block, a SQLite transaction that would wait for the write lock raises
-    `StoreBusy` instead (see the module)."""
-    token = _NO_WAIT.set(True)
-    try:
-        yield
-    finally:
-        _NO_WAIT.reset(token)
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -369,19 +348,12 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read transaction (deferred BEGIN on SQLite)."""
-        with (
-            self._mapped_errors(),
-            self.engine.connect() as conn,
-            self._relaxed(conn, {}),
-            conn.begin(),
-        ):
+        with self._mapped_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
 
     @contextmanager
     def _relaxed(self, conn: Connection, relaxed: dict[str, str]) -> Iterator[None]:
-        """`relaxed` (and no busy wait under `no_wait`) for one transaction on SQLite."""
-        if self.dialect == "sqlite" and _NO_WAIT.get():
-            relaxed = {**relaxed, "busy_timeout": "0"}
+        """`relaxed` for one transaction on SQLite."""
         if not relaxed:
             yield
             return
@@ -393,13 +365,10 @@ class Database:
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
-        """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`;
-        under `no_wait`, a lock held elsewhere is `StoreBusy`."""
+        """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`."""
         try:
             yield
         except DBAPIError as exc:
-            if _NO_WAIT.get() and is_busy(exc):
-                raise StoreBusy("another connection holds the database's lock") from exc
             raise map_driver_error(exc, self.engine.url.password, self.path) from exc
 
     def dispose(self) -> None:

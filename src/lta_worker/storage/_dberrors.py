@@ -95,17 +95,6 @@ def is_configuration(exc: DBAPIError) -> bool:
     return bool(_CONFIG_MESSAGES.search(str(orig) if orig is not None else str(exc)))
 
 
-# SQLite's primary result codes for a lock another connection holds.
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-
-
-def is_busy(exc: DBAPIError) -> bool:
-    """True when SQLite refused because another connection holds a lock (`no_wait`)."""
-    code = getattr(exc.orig, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-
-
 def _damaged_sqlite(exc: DBAPIError, path: Path | None) -> ConfigError | None:
     """A ConfigError for a SQLite file that is not a database or is corrupt, else None."""
     code = getattr(exc.orig, "sqlite_errorcode", None)

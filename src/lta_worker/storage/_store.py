@@ -16,7 +16,7 @@ import fcntl
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -58,7 +58,7 @@ from lta_worker.storage import _results as results
 from lta_worker.storage import _rotation as rotation
 from lta_worker.storage import _schedule as schedule
 from lta_worker.storage import _users as users
-from lta_worker.storage._db import Database, Dialect, no_wait
+from lta_worker.storage._db import Database, Dialect
 from lta_worker.storage._rotation import StoredSecret
 from lta_worker.storage._vault import Purpose
 
@@ -104,18 +104,6 @@ class Store:
     def dialect(self) -> Dialect:
         """`sqlite` or `postgresql`."""
         return self._db.dialect
-
-    @property
-    def local(self) -> bool:
-        """True on SQLite: a file on this machine, whose calls take milliseconds and wait
-        for nothing but its lock, so a caller may make them on its own thread within
-        `without_waiting` (the pass engine does, on its event loop)."""
-        return self._db.dialect == "sqlite"
-
-    def without_waiting(self) -> AbstractContextManager[None]:
-        """In this block a call that would wait for another connection's lock on SQLite
-        raises `StoreBusy` at once; the caller makes it again where it may wait."""
-        return no_wait()
 
     @property
     def database(self) -> Database:

@@ -15,7 +15,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
-    Connection,
     Executable,
     Row,
     and_,
@@ -99,11 +98,6 @@ def to_user_row(row: Row[Any]) -> UserRow:
         generation=row.generation,
         estimate=ChangeEstimate.from_json(row.estimate) if row.estimate else None,
     )
-
-
-def user_id_of(conn: Connection, user: str) -> int | None:
-    """The row id of the client's user id `user`, or None."""
-    return conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
 
 
 def get_user(db: Database, user: str) -> UserRow | None:
@@ -251,7 +245,7 @@ def apply(
     """
     applied = 0
     # Reported only once the transaction committed: a caller that makes the call again
-    # after a failure (`StoreBusy`) hears of each update once.
+    # after a failure (a storage error) hears of each update once.
     not_applied: list[tuple[UserUpdate, str]] = []
     with db.write() as conn, outbox.watch_turns(conn, updates, now, results) as turns:
         written, changes = turns.written, turns.changes

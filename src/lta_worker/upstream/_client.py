@@ -36,7 +36,6 @@ from lta_worker.domain import Answer, Endpoint, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
-from lta_worker.upstream._decode import CappedDecoder
 from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
 from lta_worker.upstream._wire import (
     READ_PATHS,
@@ -179,10 +178,11 @@ class ApiClient:
         """GET one read endpoint with the long term credential; never raises for HTTP trouble.
 
         Timeouts, refused connections, resets and protocol errors give
-        `Answer(status=None, error=...)`. The body is read up to `service.max_response_bytes`
-        (`truncated=True` when the response was larger), after undoing its Content-Encoding
-        within that cap; a body that does not decode is an empty body with `error="decoding"`
-        (a 2xx of it is a broken body).
+        `Answer(status=None, error=...)`. The body is read as sent, up to
+        `service.max_response_bytes` (`truncated=True` when the response was larger). The
+        client asks for no coding (`Accept-Encoding: identity`): a body under any other
+        `Content-Encoding` is not decoded but answered as an empty body with
+        `error="decoding"` (a 2xx of it is a broken body).
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
@@ -371,15 +371,6 @@ class ApiClient:
                 response = await self._start(request)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
-                if response is not None and isinstance(exc, httpx.DecodingError):
-                    # The service answered; its body does not decode (corrupt compressed
-                    # data): a broken body of that answer, not a network failure.
-                    return Answer(
-                        status=response.status_code,
-                        headers=_lower(response.headers),
-                        error="decoding",
-                        elapsed=time.perf_counter() - started,
-                    )
                 return Answer(
                     status=None,
                     headers=_lower(response.headers) if response is not None else {},
@@ -395,6 +386,15 @@ class ApiClient:
                 status=None,
                 headers=_lower(response.headers) if response is not None else {},
                 error="timeout",
+                elapsed=time.perf_counter() - started,
+            )
+        if body and _encoded(response.headers):
+            # Asked for none, a coding came: the service answered, with a body this client
+            # does not read (a broken body of that answer, not a network failure).
+            return Answer(
+                status=response.status_code,
+                headers=_lower(response.headers),
+                error="decoding",
                 elapsed=time.perf_counter() - started,
             )
         return Answer(
@@ -416,19 +416,14 @@ class ApiClient:
         return response
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """The body, at most `max_response_bytes` of it, and True when there was more.
+        """The raw body, at most `max_response_bytes` of it, and True when there was more.
 
-        The raw bytes are read and Content-Encoding is undone here (`CappedDecoder`), not by
-        httpx, whose decoders inflate a chunk whole: a few KB of gzip can be gigabytes.
+        Raw: httpx's decoders would inflate a chunk whole (a few KB of gzip can be
+        gigabytes); a coded body is refused after this (`_encoded`), never decoded.
         """
         if response.is_stream_consumed:  # built with its body (a MockTransport's answer)
             content = response.content
             return content[: self._cap], len(content) > self._cap
-        if "content-encoding" in response.headers:
-            codings = response.headers.get_list("content-encoding", split_commas=True)
-            decoder = CappedDecoder(codings, self._cap)
-            if decoder.decodes:
-                return await self._read_decoded(response, decoder)
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.aiter_raw():
@@ -440,17 +435,13 @@ class ApiClient:
             size += len(chunk)
         return b"".join(chunks), False
 
-    async def _read_decoded(
-        self, response: httpx.Response, decoder: CappedDecoder
-    ) -> tuple[bytes, bool]:
-        """Decode the raw body within the cap; more than the cap on the wire is cut too."""
-        size = 0
-        async for chunk in response.aiter_raw():
-            size += len(chunk)
-            if decoder.feed(chunk) or size > self._cap:
-                return decoder.result()[0], True
-        decoder.finish()
-        return decoder.result()
+
+def _encoded(headers: httpx.Headers) -> bool:
+    """True when `Content-Encoding` names any coding but `identity` (which is none)."""
+    if "content-encoding" not in headers:
+        return False
+    codings = headers.get_list("content-encoding", split_commas=True)
+    return any(c.strip().lower() not in ("", "identity") for c in codings)
 
 
 def _lower(headers: httpx.Headers) -> dict[str, str]:

@@ -3,18 +3,15 @@ environment, an https proxy from the settings, and plain http refused for remote
 
 from __future__ import annotations
 
-import select
-import socket
-import ssl
 from http.cookiejar import Cookie, CookieJar
 from typing import Any
 
-import httpcore
 import httpx
 
 from lta_worker import __version__
 from lta_worker.config import Settings
 from lta_worker.upstream._client import ServiceClient, check_secure_url
+from lta_worker.upstream._lanes import Lanes
 
 USER_AGENT = f"lta-worker/{__version__}"
 
@@ -39,130 +36,10 @@ async def _refuse_insecure(request: httpx.Request) -> None:
     check_secure_url(request.url)
 
 
-def _readable(sock: socket.socket | None) -> bool:
-    """True when a read on `sock` would not block (data, or the peer's close), as httpcore's
-    `is_socket_readable` decides it; a socket gone counts as readable (closed)."""
-    fd = -1 if sock is None else sock.fileno()
-    if fd < 0:
-        return True
-    if not hasattr(select, "poll"):  # pragma: no cover - Windows
-        return bool(select.select([fd], [], [], 0)[0])
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-class _Stream(httpcore.AsyncNetworkStream):
-    """httpcore's stream, with the raw socket looked up once instead of on every check.
-
-    The pool asks every idle connection `is_readable` (did the server close it?) each
-    time a request starts or ends: several times per read. httpcore's anyio stream finds
-    the socket through anyio's typed attributes, which rebuild a dict and call
-    `getpeername()` on each lookup; here it is one `poll()`.
-    """
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return _readable(self._socket)
-        return self._inner.get_extra_info(info)
-
-
-class _Backend(httpcore.AnyIOBackend):
-    """httpcore's anyio backend, its TCP streams wrapped in `_Stream`."""
-
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
-        return _Stream(await super().connect_tcp(*args, **kwargs))
-
-
-class _Pool(httpcore.AsyncConnectionPool):
-    """httpcore's pool, handing each idle connection to one waiting request at a time.
-
-    httpcore 1.0 gives the first idle connection to every request waiting at that moment,
-    and again at later passes until one of them has started on it: the others fail with
-    `ConnectionNotAvailable` and go round again, each round a new pass that asks every idle
-    connection whether the server closed it. With 8 readers that was two extra rounds per
-    read, about a quarter of the worker's CPU (bench B1). Here a connection handed to a
-    request is the request's until it is done: no other request gets it, and no pass
-    closes it (as expired or surplus) before the request has started on it.
-
-    Only for HTTP/1.1 (one request per connection); the pool is built with `http2=False`.
-    The same fix is proposed upstream (encode/httpcore#1035, #1111).
-    """
-
-    def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
-        closing: list[httpcore.AsyncConnectionInterface] = []
-        taken = {r.connection for r in self._requests if r.connection is not None}
-        for connection in list(self._connections):
-            if connection.is_closed():
-                self._connections.remove(connection)
-            elif connection in taken:
-                continue
-            elif connection.has_expired() or (
-                connection.is_idle() and len(self._connections) > self._max_keepalive_connections
-            ):
-                self._connections.remove(connection)
-                closing.append(connection)
-        for waiting in [r for r in self._requests if r.is_queued()]:
-            origin = waiting.request.url.origin
-            free = [c for c in self._connections if c not in taken]
-            reusable = [c for c in free if c.can_handle_request(origin) and c.is_available()]
-            if reusable:
-                connection = reusable[0]
-            else:
-                if len(self._connections) >= self._max_connections:
-                    idle = [c for c in free if c.is_idle()]
-                    if not idle:
-                        continue  # waits until a connection is done
-                    self._connections.remove(idle[0])  # another origin's: make room
-                    closing.append(idle[0])
-                connection = self.create_connection(origin)
-                self._connections.append(connection)
-            waiting.assign_to_connection(connection)
-            taken.add(connection)
-        return closing
-
-
-def _transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's transport (TLS verified, no environment) over `_Pool` on `_Backend`.
-
-    The pool is built as httpx builds it (same TLS context, limits, HTTP/1.1 only), then
-    put in the place of httpx's own; if httpx no longer keeps its pool there, the
-    transport stays as httpx made it.
-    """
-    ssl_context = httpx.create_ssl_context(trust_env=False)
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, trust_env=False)
-    if isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
-        transport._pool = _Pool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=_Backend(),
-        )
-    return transport
+def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """httpx's own transports (TLS verified, HTTP/1.1, the environment not read), one
+    connection each, lent to one request at a time (`Lanes`)."""
+    return Lanes(limits.max_connections or 1, limits.keepalive_expiry)
 
 
 def _proxy_mounts(
@@ -234,8 +111,8 @@ def http_client(
         limits=limits,
         follow_redirects=False,
         cookies=_NoCookies(),
-        # Only the codings `ApiClient` decodes within its cap (`upstream._decode`), even
-        # when httpx could decode br or zstd (optional packages installed).
-        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"},
+        # No coding: `ApiClient` reads bodies as sent, within its cap, and refuses a coded
+        # one (httpx would otherwise ask for gzip, deflate, and br or zstd when installed).
+        headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         event_hooks={"request": [_refuse_insecure]},
     )

@@ -1,4 +1,4 @@
-"""The interface's paths and the long term credential: what callers need without HTTP.
+"""The long term credential, and the paths joined to the configured URLs: no HTTP here.
 
 The pass engine and the drops build credentials whether or not they go on to read, and a
 `run` with nobody due never builds the HTTP client; this module keeps httpx out of them.
@@ -6,11 +6,8 @@ The pass engine and the drops build credentials whether or not they go on to rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
-
-from lta_worker.domain import Endpoint
 from lta_worker.logs import register_secret
+from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 
 __all__ = [
@@ -21,13 +18,6 @@ __all__ = [
     "long_term_credential",
     "sendable",
 ]
-
-TOKEN_PREFIX: Final = "dspa_"  # noqa: S105 - the public prefix, not a token
-READ_PATHS: Final[Mapping[Endpoint, str]] = {
-    "latest-change": "/api/v1/history/latest-change",
-    "stats": "/api/v1/history/stats",
-}
-TOKENS_PATH: Final = "/api/long-term-access/tokens"
 
 
 def join_url(base: str, path: str) -> str:

@@ -22,16 +22,9 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
   writes it only while the row still has it (a lifecycle command changed nothing since);
   otherwise it is discarded with a `poll.discarded` event. So are the decisions of users
   whose write failed (the others of the batch are written; the user stays due).
-- Store calls (claims, lease renewals, the writer's commits) are made on the loop's thread
-  when the store is local (SQLite): each takes milliseconds, and a trip to a worker thread
-  cost more than the call (the thread runs on another core and contends for the GIL: B1's
-  worker spent about a tenth more CPU per read). Such a call does not wait for the database's
-  lock: when another connection holds it (an operator's command, `serve`'s other jobs),
-  the call is made again on a worker thread, which waits, and the loop goes on reading.
-  What the loop does wait for is the call's own work: a claim (14 ms for 1,000 users of a
-  million, B3), the count of due users at the start, and a commit's fsync, so a disk whose
-  syncs stall delays the reads in flight too. On PostgreSQL every call goes to a worker
-  thread (it crosses the network).
+- Store calls (claims, lease renewals, the writer's commits) all go to a worker thread, on
+  SQLite as on PostgreSQL: one may wait for the database's lock (an operator's command,
+  `serve`'s other jobs), a claim or a commit's fsync, and the loop goes on reading meanwhile.
 - The pass ends when no due user is left (0), at the deadline or when the service seems
   down, or no read got any answer at all (75: the rest stays due), or at the breaker (78).
 - A stop (deadline, SIGTERM in `serve`) lets reads already sent finish; a reader still
@@ -68,7 +61,7 @@ from lta_worker.domain import (
     read_again,
     still_wanted,
 )
-from lta_worker.errors import EX_OK, StoreBusy, UnknownKeyError
+from lta_worker.errors import EX_OK, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike, Permit, wait_after_429
 from lta_worker.secret import Secret
@@ -115,7 +108,6 @@ class PassEngine:
         on_read: ReadObserver | None = None,
     ) -> None:
         self.store = store
-        self._local = store.local
         self.vault = vault
         self.api = api
         self.pacer = pacer
@@ -469,13 +461,5 @@ class PassEngine:
             await updates.send(held_update)
 
     async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A store call: on the loop's thread when the store is local and its lock is free
-        (see the module), else on a worker thread, where it may wait."""
-        call = partial(fn, *args)
-        if self._local:
-            try:
-                with self.store.without_waiting():
-                    return call()
-            except StoreBusy:
-                pass  # another connection writes: wait for it off the loop
-        return await anyio.to_thread.run_sync(call)
+        """A store call, on a worker thread: it may wait for the database (see the module)."""
+        return await anyio.to_thread.run_sync(partial(fn, *args))

@@ -7,7 +7,6 @@ The real ones: `storage.Store`, `storage.Vault`, `upstream.ApiClient`, `pacing.P
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
@@ -17,15 +16,6 @@ from lta_worker.secret import Secret
 
 class PassStore(Protocol):
     """The store's part in a pass: claim due users, keep their leases, write decisions."""
-
-    @property
-    def local(self) -> bool:
-        """True when a call may be made on the event loop's thread (SQLite)."""
-        ...
-
-    def without_waiting(self) -> AbstractContextManager[None]:
-        """A block in which a call that would wait for a lock raises `StoreBusy` instead."""
-        ...
 
     def count_due(self, now: datetime) -> int:
         """Users holding a token with `next_due_at <= now`."""

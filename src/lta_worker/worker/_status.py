@@ -111,7 +111,6 @@ def collect_status(
         budget_limit=budget.limit if budget else None,
         budget_window_seconds=budget.window_seconds if budget else None,
         fallback_per_hour=settings.ratelimit.fallback_per_hour,
-        instances=len(instances),
     )
     data: dict[str, Any] = {
         "generated_at": iso(now),
