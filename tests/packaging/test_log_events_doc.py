@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from lta_worker.enrollment._enroll import FAILURE_STAGES, STATE_FAILURES
+from lta_worker.worker._metrics_http import SERVER_JOBS
 from lta_worker.worker._serve import JOB_IDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "log-events.md"
@@ -30,5 +31,6 @@ def test_enroll_failed_lists_every_stage_and_state_code() -> None:
 
 
 def test_error_lists_every_job_of_serve() -> None:
-    """The `error` event's `job`: exactly the jobs `serve` schedules."""
-    assert documented_values("error", "job") == set(JOB_IDS)
+    """The `error` event's `job`: exactly the jobs `serve` schedules and those of its
+    metrics server."""
+    assert documented_values("error", "job") == set(JOB_IDS) | set(SERVER_JOBS)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.metrics")
+# The `job` of an `error` event logged while this server answers (docs/log-events.md).
+METRICS_JOB: Final = "metrics"
+HEALTHZ_JOB: Final = "healthz"
+SERVER_JOBS: Final = (METRICS_JOB, HEALTHZ_JOB)
 HealthFn = Callable[[], dict[str, Any]]
 
 
@@ -91,7 +95,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         (never socketserver's plain traceback on stderr)."""
         exc = sys.exc_info()[1]
         if not isinstance(exc, OSError):
-            log.error("error", job="metrics", error=type(exc).__name__, message=str(exc))
+            log.error("error", job=METRICS_JOB, error=type(exc).__name__, message=str(exc))
 
 
 class _Server6(_Server):
@@ -143,7 +147,7 @@ def health_app(health: HealthFn) -> Callable[[WSGIEnvironment, StartResponse], I
         except LtaError as exc:  # the database cannot be read: that is unhealthy too
             body = {"healthy": False, "problems": [f"status unavailable: {exc.message}"]}
         except Exception as exc:  # a bug: reported, never raised into wsgiref's plain log
-            log.error("error", job="healthz", error=type(exc).__name__, message=str(exc))
+            log.error("error", job=HEALTHZ_JOB, error=type(exc).__name__, message=str(exc))
             body = {"healthy": False, "problems": [f"status unavailable: {type(exc).__name__}"]}
         status = "200 OK" if body["healthy"] else "503 Service Unavailable"
         payload = json.dumps(body).encode()
