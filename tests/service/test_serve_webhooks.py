@@ -137,7 +137,7 @@ def test_serve_sends_each_changed_result_soon_after_its_read(
         world.sim.set_payload("reader", "latest-change", {"n": 2})
         wait_until(lambda: len(received.changes("reader")) == 3)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert proc.wait(30) == 0, world.log_events()[-5:]
     finally:
         stop(proc)
     first, _, third = received.changes("reader")
