@@ -157,7 +157,7 @@ def measure(workload: Workload, schedule: Schedule, per_hour: float) -> dict[str
         for a, b in itertools.pairwise(marks):  # stale from the first change after a read
             k = bisect.bisect_right(user.changes, a)
             if k < len(user.changes) and user.changes[k] < b:
-                stale += max(0.0, b - max(user.changes[k], lo))
+                stale += max(0.0, min(b, hi) - max(user.changes[k], lo))
         for hour in range(int(lo), int(hi)):
             k = bisect.bisect_right(stats, hour)
             ages.append(hour - stats[k - 1] if k else hour)
@@ -240,10 +240,19 @@ def run(size: Size, workload_file: Path | None = None) -> BenchResult:
 
 def _summary(figures: dict[str, Any]) -> str:
     return ", ".join(
-        f"{p} {figures[p]['mean_delay_h']:.3f} h (p95 {figures[p]['p95_delay_h']:.2f}, "
-        f"longest {figures[p]['longest_unread_h']:.1f}, used {figures[p]['budget_used']:.3f})"
+        f"{p} {_h(figures[p]['mean_delay_h'])} h (p95 {_h(figures[p]['p95_delay_h'], '.2f')}, "
+        f"longest {figures[p]['longest_unread_h']:.1f} h, used {figures[p]['budget_used']:.3f})"
         for p in POLICIES
     )
+
+
+def _h(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when a population has no change to measure (a file may have none)."""
+    return None if a is None or not b else a / b
 
 
 def _add_figures(
@@ -255,7 +264,7 @@ def _add_figures(
     wk, rr = figures["worker"], figures["round_robin"]
     result.add(
         f"{tag}: mean delay, worker / round robin",
-        mean["worker"] / mean["round_robin"],
+        _ratio(mean["worker"], mean["round_robin"]),
         "x",
         at_most=TARGET_VS_ROUND_ROBIN if name == "builtin" else None,
     )
@@ -263,16 +272,17 @@ def _add_figures(
     result.add(f"{tag}: mean delay, worker", mean["worker"], "h")
     result.add(
         f"{tag}: mean delay, worker / oracle",
-        mean["worker"] / mean["oracle"],
+        _ratio(mean["worker"], mean["oracle"]),
         "x",
         at_most=TARGET_VS_ORACLE,
-        note=f"oracle {mean['oracle']:.3f} h, {mean['oracle'] / mean['round_robin']:.3f} x RR; "
-        f"RR on change {mean['round_robin_on_change'] / mean['round_robin']:.3f} x RR",
+        note=f"oracle {_h(mean['oracle'])} h, "
+        f"{_h(_ratio(mean['oracle'], mean['round_robin']))} x RR; RR on change "
+        f"{_h(_ratio(mean['round_robin_on_change'], mean['round_robin']))} x RR",
     )
     result.add(
         f"{tag}: p95 delay, RR / RR on change / worker / oracle",
         " / ".join(
-            f"{figures[p]['p95_delay_h']:.3g}"
+            _h(figures[p]["p95_delay_h"], ".3g")
             for p in ("round_robin", "round_robin_on_change", "worker", "oracle")
         ),
         "h",
@@ -295,7 +305,7 @@ def _add_figures(
     result.add(f"{tag}: budget used, worker", wk["budget_used"], at_least=MIN_BUDGET_USED)
 
 
-def _worst_class(ours: dict[str, Any], base: dict[str, Any]) -> tuple[str, float]:
+def _worst_class(ours: dict[str, Any], base: dict[str, Any]) -> tuple[str, float | None]:
     """The class whose mean delay is worst against round robin's, and by how much."""
     ratios = {
         c: f["mean_delay_h"] / base[c]["mean_delay_h"]
@@ -303,6 +313,6 @@ def _worst_class(ours: dict[str, Any], base: dict[str, Any]) -> tuple[str, float
         if f["mean_delay_h"] is not None and base[c]["mean_delay_h"]
     }
     if not ratios:
-        return "-", 0.0
+        return "-", None
     worst = max(ratios, key=lambda c: ratios[c])
     return worst, ratios[worst]
