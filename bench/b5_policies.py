@@ -12,7 +12,8 @@ A user last read at `r` has accrued, by `t`, an expected delay of the integral o
 costs one slot for latest-change plus one for stats when it changed (probability
 `1 - exp(-N)`, N the expected changes since `r`) or when stats are `stats_max_age` old
 (then two). With the intensity constant within each hour, both are closed forms. It keeps
-the worker's limits: a user whose last read is nearly `max_interval` old is read first.
+the worker's limits: a user whose last read is nearly `max_interval` old (within
+`CAP_MARGIN_H` or four slots) is read first.
 Like the worker, it starts with a sweep that reads every user once, in order.
 When no user has accrued anything (everyone quiet since their last read), it reads the
 user read longest ago.
@@ -39,6 +40,7 @@ class Schedule:
         turns: For each user, when each of its turns arrived (hours, increasing).
         stats: For each user, when its stats were read.
         reads: Reads made in all (a turn is one or two).
+        per_user_reads: For each user, the reads made of it.
     """
 
     turns: list[list[float]]
