@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 HOURS_A_DAY = 24
+# A year: longer runs would only take B5 hours (the simulation steps every read).
+MAX_DAYS = 366
 
 
 class WorkloadError(ValueError):
@@ -142,8 +144,15 @@ def dumps(workload: Workload) -> str:
 
 def _days(item: dict[str, Any], where: str) -> int:
     days = item.get("days")
-    if set(item) != {"days"} or not isinstance(days, int) or isinstance(days, bool) or days < 1:
-        raise WorkloadError(f'{where}: the first line must be {{"days": D}}, D a whole number >= 1')
+    if (
+        set(item) != {"days"}
+        or not isinstance(days, int)
+        or isinstance(days, bool)
+        or not 1 <= days <= MAX_DAYS
+    ):
+        raise WorkloadError(
+            f'{where}: the first line must be {{"days": D}}, D a whole number from 1 to {MAX_DAYS}'
+        )
     return days
 
 
@@ -172,11 +181,19 @@ def _user(item: dict[str, Any], days: int, where: str) -> WorkloadUser:
 
 
 def _numbers(value: Any, key: str, where: str) -> tuple[float, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in value
-    ):
+    if not isinstance(value, list) or not all(_finite(x) for x in value):
         raise WorkloadError(f'{where}: "{key}" must be a list of numbers')
     return tuple(float(x) for x in value)
+
+
+def _finite(x: Any) -> bool:
+    """A JSON number that is a finite float (an integer too large for one is not)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def classes(users: Sequence[WorkloadUser]) -> list[str]:

@@ -52,12 +52,45 @@ def test_a_workload_survives_a_round_trip(workload: Workload) -> None:
     assert parse(dumps(workload).splitlines()) == workload
 
 
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**308, max_value=10**400)  # beyond a float
+    | st.floats()
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+_keys = st.sampled_from(["days", "user", "class", "changes", "intensity"])
+
+
+@given(
+    st.lists(
+        st.dictionaries(_keys, _json, max_size=5).map(json.dumps)
+        | st.text(max_size=30)
+        | st.just('{"days": 1}'),
+        max_size=5,
+    )
+)
+def test_any_text_parses_or_names_its_fault(lines: list[str]) -> None:
+    """Whatever the lines hold, parsing returns a workload or raises WorkloadError, no other."""
+    message = "w.jsonl"
+    try:
+        parse(lines, "w.jsonl")
+    except WorkloadError as exc:
+        message = str(exc)
+    assert message.startswith("w.jsonl")
+
+
 @pytest.mark.parametrize(
     ("text", "line", "says"),
     [
         ("", None, "empty"),
         ('{"days": 0}\n{"user": "a", "class": "x", "changes": []}', 1, "days"),
         ('{"days": 2, "users": 3}', 1, "days"),
+        ('{"days": 100000}\n{"user": "a", "class": "x", "changes": []}', 1, "366"),
+        ('{"days": 1}\n{"user": "a", "class": "x", "changes": [1' + "0" * 400 + "]}", 2, "numbers"),
         ('[2]\n{"user": "a", "class": "x", "changes": []}', 1, "JSON object"),
         ('{"days": 1}', None, "no users"),
         ('{"days": 1}\n{"user": "a", "class": "x", "changes": [1,', 2, "not JSON"),
