@@ -69,6 +69,8 @@ class BenchResult:
     figures: list[Figure] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # Sections that results.json holds beside `figures` and `details` (B5's `workloads`).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def add(
         self,
@@ -175,6 +177,7 @@ def write_results(path: Path, info: dict[str, Any], results: list[BenchResult]) 
                 "seconds": round(r.seconds, 1),
                 "figures": [asdict(f) for f in r.figures],
                 "details": r.details,
+                **r.extra,
             }
             for r in results
         },

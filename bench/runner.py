@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from bench import (
     b5_freshness,
     b7_events,
 )
+from bench.b5_workload import WorkloadError, load
 from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
 
 # B4 first: a start-up time is the most sensitive to what else the machine is doing.
@@ -31,6 +34,13 @@ BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B3": b3_scale.run,
     "B5": b5_freshness.run,
     "B7": b7_events.run,
+}
+
+
+OUT_FILES: dict[Size, str] = {
+    "full": "results.json",
+    "quick": "results-quick.json",
+    "smoke": "results-smoke.json",
 }
 
 
@@ -52,8 +62,28 @@ def source_state() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    """Run the chosen benchmarks; return 0 when each ran (met targets or not), else 1."""
+def _select(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> dict[str, Callable[[Size], BenchResult]]:
+    """The benchmarks to run, in order; a `--workload` file is read now.
+
+    Raises:
+        WorkloadError: The workload file is malformed (the message names the line).
+    """
+    chosen = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
+    unknown = [b for b in chosen if b not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    benchmarks = {name: BENCHMARKS[name] for name in chosen}
+    if args.workload is not None:
+        if "B5" not in chosen:
+            parser.error("--workload is B5's population: add --only B5")
+        load(args.workload)
+        benchmarks["B5"] = functools.partial(b5_freshness.run, workload_file=args.workload)
+    return benchmarks
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/run", description=__doc__)
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes")
@@ -62,23 +92,24 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated subset, e.g. B1,B3")
     parser.add_argument("--out", type=Path, help="where to write the JSON results")
-    args = parser.parse_args(argv)
-    chosen = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
-    unknown = [b for b in chosen if b not in BENCHMARKS]
-    if unknown:
-        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
-    size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
-    out = (
-        args.out
-        or ROOT
-        / "bench"
-        / {
-            "full": "results.json",
-            "quick": "results-quick.json",
-            "smoke": "results-smoke.json",
-        }[size]
+    parser.add_argument(
+        "--workload", type=Path, help="B5 on this population (JSON Lines, see bench/README.md)"
     )
+    return parser
 
+
+def main(argv: list[str]) -> int:
+    """Run the chosen benchmarks; return 0 when each ran (met targets or not), else 1."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:  # a bad workload file is a usage error, found before any benchmark runs
+        benchmarks = _select(parser, args)
+    except WorkloadError as exc:
+        print(f"bench/run: error: {exc}", file=sys.stderr)
+        return 2
+    chosen = list(benchmarks)
+    size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    out = args.out or ROOT / "bench" / OUT_FILES[size]
     info: dict[str, Any] = {
         "quick": args.quick,
         "size": size,
@@ -97,7 +128,7 @@ def main(argv: list[str]) -> int:
         started = time.perf_counter()
         log(f"{name} ...")
         try:
-            result = BENCHMARKS[name](size)
+            result = benchmarks[name](size)
         except Exception as exc:  # one broken benchmark must not lose the others' figures
             failed = True
             traceback.print_exc()

@@ -41,9 +41,10 @@ EXPECTED = {
     "B3": ("claim_due of 100 users", "status (collect_status)", "peak RSS ratio, 2x the users"),
     "B4": ("run, nothing due (wall)", "status (wall)", "python -c pass"),
     "B5": tuple(
-        f"{budget}/h per 400: mean delay, {who}"
+        f"{population}{budget}/h per 400: mean delay, {who}"
+        for population in ("", "sessions: ")
         for budget in (100, 200, 400)
-        for who in ("worker / round robin", "round robin", "worker")
+        for who in ("worker / round robin", "round robin", "worker", "worker / oracle")
     ),
     "B7": (
         "delay to the receiver, median (interval 500ms)",
@@ -108,6 +109,19 @@ def test_the_work_was_done(smoke: dict[str, Any]) -> None:
             assert (row["reads"], row["statuses"]) == (reads, statuses), variant
     memory = smoke["benchmarks"]["B3"]["details"]["memory"]["sizes"]
     assert [size["reads"] for size in memory] == [size["users"] for size in memory]
+
+
+def test_b5_holds_every_policy_per_workload_and_budget(smoke: dict[str, Any]) -> None:
+    """results.json holds B5's four policies for both populations at each budget, per class."""
+    workloads = smoke["benchmarks"]["B5"]["workloads"]
+    assert set(workloads) == {"builtin", "sessions"}
+    for workload in workloads.values():
+        assert set(workload["budgets"]) == {"100", "200", "400"}
+        for figures in workload["budgets"].values():
+            for policy in ("worker", "round_robin", "round_robin_on_change", "oracle"):
+                assert figures[policy]["mean_delay_h"] > 0, policy
+                assert figures[policy]["budget_used"] > 0.9, policy
+                assert figures[policy]["classes"], policy
 
 
 def test_a_smoke_run_judges_no_target(smoke: dict[str, Any]) -> None:

@@ -1,0 +1,174 @@
+"""B5's two built-in populations, and `--write FILE` to save one as a workload file.
+
+- `builtin`: users in eight time zones who change only in their waking hours (07-23 local),
+  as Poisson processes; a quarter idle, 60 % ordinary (median 4 changes a day), 15 % heavy
+  (median 30 a day); half-way through a share change class (idle users wake up, ordinary
+  ones go quiet or heavy, heavy ones calm down). B5's population since it was written.
+- `sessions`: a population of another kind. Changes come in sessions (a burst of a few
+  changes minutes apart), not one by one; each user has a waking window of its own (start
+  06-10 local, 13-17 hours long) in one of 22 time zones; some users sleep for days and
+  then wake, others change their pace on a day of their own (four times more or less),
+  and a tenth never change.
+
+Both are seeded and deterministic, and carry each user's true hourly change intensity.
+
+    python -m bench.workloads --write FILE [--kind sessions] [--users N] [--days D] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.b5_workload import Workload, WorkloadUser, dumps
+
+ZONES = (-8, -5, -3, 0, 1, 3, 5.5, 9)
+WAKING = (7, 23)
+
+
+def builtin(n: int, days: int, seed: int = 5) -> Workload:
+    """B5's own population (the draws are those of B5 before workload files existed)."""
+    rng = random.Random(seed)
+    users: list[WorkloadUser] = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.25:
+            before = 0.0
+        elif kind < 0.85:
+            before = rng.lognormvariate(math.log(4), 0.7)
+        else:
+            before = rng.lognormvariate(math.log(30), 0.5)
+        shift = rng.random()
+        after = before
+        if before == 0 and shift < 0.3:
+            after = rng.lognormvariate(math.log(4), 0.7)
+        elif 0 < before < 15 and shift < 0.15:
+            after = 0.0 if shift < 0.08 else rng.lognormvariate(math.log(30), 0.5)
+        elif before >= 15 and shift < 0.4:
+            after = rng.lognormvariate(math.log(4), 0.7)
+        zone = ZONES[i % len(ZONES)]
+        intensity = _waking_intensity(zone, (before, after), days)
+        changes = _poisson(intensity, rng)
+        cls = _kind(before) if _kind(before) == _kind(after) else f"{_kind(before)}>{_kind(after)}"
+        users.append(WorkloadUser(f"u{i}", cls, tuple(changes), tuple(intensity)))
+    return Workload(days, tuple(users))
+
+
+def _kind(daily: float) -> str:
+    return "idle" if daily == 0 else "heavy" if daily >= 15 else "ordinary"
+
+
+def _waking_intensity(zone: float, rates: tuple[float, float], days: int) -> list[float]:
+    """Changes an hour, hour by hour: the day's rate spread over the waking hours."""
+    out: list[float] = []
+    awake = WAKING[1] - WAKING[0]
+    for hour in range(days * 24):
+        local = (hour + zone) % 24
+        daily = rates[0] if hour < days * 12 else rates[1]
+        out.append(daily / awake if WAKING[0] <= local < WAKING[1] else 0.0)
+    return out
+
+
+def _poisson(intensity: list[float], rng: random.Random) -> list[float]:
+    """Poisson changes, hour by hour, at the given rate (the draws B5 always made)."""
+    out: list[float] = []
+    for hour, lam in enumerate(intensity):
+        t = 0.0
+        while lam > 0:
+            t += rng.expovariate(lam)
+            if t >= 1.0:
+                break
+            out.append(hour + t)
+    return out
+
+
+# Sessions: mean changes per session and the minutes between a session's changes.
+BURST_MEAN = {"bursty": 5.0, "steady": 2.0, "sleeper": 2.5, "shifting": 3.0}
+SESSIONS_AN_HOUR = {"bursty": 0.3, "steady": 0.15, "sleeper": 0.15, "shifting": 0.15}
+GAP_MINUTES = 6.0
+
+
+def sessions(n: int, days: int, seed: int = 29) -> Workload:
+    """A population in sessions, with waking windows by time zone, sleepers and shifts."""
+    rng = random.Random(seed)
+    users: list[WorkloadUser] = []
+    end = days * 24
+    for i in range(n):
+        r = rng.random()
+        kind = (
+            "idle"
+            if r < 0.10
+            else "sleeper"
+            if r < 0.30
+            else "shifting"
+            if r < 0.50
+            else "bursty"
+            if r < 0.70
+            else "steady"
+        )
+        zone = rng.randrange(-10, 12)
+        start, length = rng.uniform(6, 10), rng.uniform(13, 17)
+        rate = 0.0 if kind == "idle" else SESSIONS_AN_HOUR[kind] * rng.lognormvariate(0, 0.5)
+        burst = BURST_MEAN.get(kind, 1.0)
+        pivot = rng.randint(1, max(1, days - 2)) * 24  # sleepers wake, shifters shift, then
+        factor = rng.choice((0.25, 4.0))
+        sessions_at: list[float] = []
+        for hour in range(end):
+            s = rate if (hour + zone - start) % 24 < length else 0.0
+            if kind == "sleeper" and hour < pivot:
+                s = 0.0
+            if kind == "shifting" and hour >= pivot:
+                s *= factor
+            sessions_at.append(s)
+        changes: list[float] = []
+        for begin in _poisson(sessions_at, rng):
+            t, count = begin, 1 + _geometric(burst - 1, rng)
+            for _ in range(count):
+                if t >= end:
+                    break
+                changes.append(t)
+                t += rng.expovariate(60 / GAP_MINUTES)
+        intensity = tuple(s * burst for s in sessions_at)
+        users.append(WorkloadUser(f"s{i}", kind, tuple(sorted(changes)), intensity))
+    return Workload(days, tuple(users))
+
+
+def _geometric(mean: float, rng: random.Random) -> int:
+    """A count >= 0 with the given mean (geometric)."""
+    if mean <= 0:
+        return 0
+    p = 1 / (1 + mean)
+    return int(math.log(1 - rng.random()) / math.log(1 - p))
+
+
+KINDS: dict[str, Callable[[int, int], Workload]] = {"builtin": builtin, "sessions": sessions}
+
+
+def main(argv: list[str]) -> int:
+    """Write a generated population as a workload file."""
+    parser = argparse.ArgumentParser(prog="python -m bench.workloads", description=__doc__)
+    parser.add_argument("--write", type=Path, required=True, help="the JSON Lines file to write")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="sessions")
+    parser.add_argument("--users", type=int, default=300)
+    parser.add_argument("--days", type=int, default=14)
+    parser.add_argument("--seed", type=int, help="the generator's seed (default: the built-in)")
+    args = parser.parse_args(argv)
+    make = KINDS[args.kind]
+    workload = make(args.users, args.days) if args.seed is None else _seeded(args)
+    args.write.write_text(dumps(workload), encoding="utf-8")
+    print(f"{args.write}: {len(workload.users)} users, {workload.days} days ({args.kind})")
+    return 0
+
+
+def _seeded(args: argparse.Namespace) -> Workload:
+    if args.kind == "builtin":
+        return builtin(args.users, args.days, args.seed)
+    return sessions(args.users, args.days, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,138 @@
+"""B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracle."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from bench.b5_freshness import measure
+from bench.b5_policies import (
+    accrued_delay,
+    oracle,
+    round_robin,
+    round_robin_on_change,
+)
+from bench.b5_workload import Workload, WorkloadUser
+
+
+def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
+    """Two users, 4 reads an hour, 2 hours: turns alternate and arrive with the stats read."""
+    s = round_robin(2, 4.0, 2.0)
+    assert s.turns == [[0.25, 1.25], [0.75, 1.75]]
+    assert s.stats == s.turns
+    assert (s.reads, s.per_user_reads) == (8, [4, 4])
+
+
+def test_round_robin_on_change_reads_stats_only_after_a_change() -> None:
+    """User 0 changes at 0.1 h: its next turn reads stats; user 1's unchanged turn does not."""
+    s = round_robin_on_change([[0.1], []], 10.0, 0.75, stats_max_age=24.0)
+    # t=0 u0 (first: both), 0.2 u1 (first: both), 0.4 u0 (changed: both), 0.6 u1, 0.7 u0.
+    assert s.turns == [pytest.approx([0.1, 0.5, 0.7]), pytest.approx([0.3, 0.6])]
+    assert s.stats == [pytest.approx([0.1, 0.5]), pytest.approx([0.3])]
+    assert s.reads == 8
+
+
+def test_round_robin_on_change_reads_stats_when_they_are_too_old() -> None:
+    """With no change at all, stats are still read once `stats_max_age` has passed."""
+    s = round_robin_on_change([[]], 1.0, 6.0, stats_max_age=2.5)
+    # Latest-change at 0 (+ stats at 1), 2, 3 (+ stats at 4: 3 >= 1 + 2.5? no; 4 >= 3.5 yes).
+    assert s.stats == [[1.0, 5.0]]
+
+
+def test_accrued_delay_is_the_integral_of_rate_times_wait() -> None:
+    """A constant 2 changes an hour over 3 hours accrues 2 x 3^2 / 2 = 9 change-hours."""
+    assert accrued_delay([2.0] * 5, 0.0, 3.0) == pytest.approx(9.0)
+    # Only the hours with a rate count: 1 an hour in [1, 2), each waiting 1 to 2 h until 3.
+    assert accrued_delay([0.0, 1.0, 0.0, 0.0], 0.0, 3.0) == pytest.approx(1.5)
+
+
+def test_the_oracle_picks_the_largest_accrued_delay_per_cost() -> None:
+    """After the sweep, a burst that just began outweighs a slow trickle that began earlier.
+
+    One read an hour. Sweep: A at 0 (arrives 1), B at 2 (arrives 3). At 4: A (1 an hour
+    since 1) has accrued 4.5 over an expected cost of 2 - e^-3; B (10 an hour from hour 2,
+    read at 3) 5 over 2 - e^-10: 2.31 < 2.50, so B is read.
+    """
+    rates_a, rates_b = [1.0] * 8, [0.0, 0.0] + [10.0] * 6
+    index_a = accrued_delay(rates_a, 1.0, 4.0) / (2 - math.exp(-3.0))
+    index_b = accrued_delay(rates_b, 3.0, 4.0) / (2 - math.exp(-10.0))
+    assert index_b > index_a
+    s = oracle([[], []], [rates_a, rates_b], 1.0, 5.0, max_interval=24.0, stats_max_age=24.0)
+    assert s.turns == [[1.0], [3.0, 4.0]]
+
+
+def test_the_oracle_reads_the_busy_user_more_often() -> None:
+    """Of two users at 4 and 0.25 changes an hour, the busy one gets most of the reads."""
+    hours = 48
+    s = oracle(
+        [[], []],
+        [[4.0] * hours, [0.25] * hours],
+        2.0,
+        float(hours),
+        max_interval=24.0,
+        stats_max_age=24.0,
+    )
+    busy, quiet = (len(t) for t in s.turns)
+    assert busy > 2 * quiet > 0
+
+
+def test_the_oracle_keeps_max_interval_for_users_who_never_change() -> None:
+    """Idle users have no accrued delay, yet none goes unread longer than `max_interval`."""
+    hours, n = 72, 6
+    intensity = [[3.0] * hours] + [[0.0] * hours] * (n - 1)
+    s = oracle([[]] * n, intensity, 4.0, float(hours), max_interval=10.0, stats_max_age=24.0)
+    for turns in s.turns:
+        marks = [0.0, *turns, float(hours)]
+        assert max(b - a for a, b in itertools.pairwise(marks)) <= 10.0
+
+
+def test_the_oracle_uses_every_slot() -> None:
+    """The oracle reads at every slot: its reads are the budget (within a turn's overrun)."""
+    hours = 24
+    s = oracle(
+        [[1.0], []], [[0.5] * hours] * 2, 3.0, float(hours), max_interval=24.0, stats_max_age=24.0
+    )
+    assert abs(s.reads - 3 * hours) <= 1
+
+
+def _poisson_population(seed: int, n: int = 24, days: int = 4) -> Workload:
+    """Users at known constant or day-shaped rates, their changes drawn from them."""
+    rng = random.Random(seed)
+    users = []
+    for i in range(n):
+        base = rng.choice((0.0, 0.05, 0.2, 1.0, 3.0))
+        shape = [base * (2.0 if (h + 3 * i) % 24 < 10 else 0.2) for h in range(24)]
+        changes: list[float] = []
+        for h in range(24 * days):
+            lam, t = shape[h % 24], 0.0
+            while lam > 0:
+                t += rng.expovariate(lam)
+                if t >= 1.0:
+                    break
+                changes.append(h + t)
+        users.append(WorkloadUser(f"u{i}", f"r{base}", tuple(changes), tuple(shape)))
+    return Workload(days, tuple(users))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("per_400", [100, 400])
+def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> None:
+    """With the true intensity known, the oracle's mean delay beats both round robins'."""
+    w = _poisson_population(seed)
+    per_hour, end = per_400 * len(w.users) / 400, float(w.hours)
+    changes = [u.changes for u in w.users]
+    intensity = [list(u.intensity or ()) * w.days for u in w.users]
+    mean = {
+        name: measure(w, s, per_hour)["mean_delay_h"]
+        for name, s in {
+            "oracle": oracle(
+                changes, intensity, per_hour, end, max_interval=24.0, stats_max_age=24.0
+            ),
+            "round_robin": round_robin(len(changes), per_hour, end),
+            "on_change": round_robin_on_change(changes, per_hour, end, 24.0),
+        }.items()
+    }
+    assert mean["oracle"] < mean["round_robin"]
+    assert mean["oracle"] < mean["on_change"]
