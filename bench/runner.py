@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import b1_breakdown, b1_overhead, b2_budget, b3_scale, b4_start, b5_freshness
+from bench import b1_breakdown, b1_overhead, b2_budget, b3_pg, b3_scale, b4_start, b5_freshness, pg
 from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
 
 # B4 first: a start-up time is the most sensitive to what else the machine is doing.
@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B1": b1_overhead.run,
     "B2": b2_budget.run,
     "B3": b3_scale.run,
+    "B3PG": b3_pg.run,
     "B5": b5_freshness.run,
 }
 
@@ -53,11 +54,17 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated subset, e.g. B1,B3")
     parser.add_argument("--out", type=Path, help="where to write the JSON results")
+    parser.add_argument(
+        "--database-url",
+        help=f"PostgreSQL server for B3PG (default: ${pg.URL_ENV}; without either, skipped)",
+    )
     args = parser.parse_args(argv)
     chosen = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
     unknown = [b for b in chosen if b not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    if args.database_url:
+        os.environ[pg.URL_ENV] = args.database_url
     size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
     out = (
         args.out
@@ -104,7 +111,13 @@ def main(argv: list[str]) -> int:
     info["seconds"] = round(time.perf_counter() - t0, 1)
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     write_results(out, info, results)
+    _print_summary(size, info, results, out)
+    return 1 if failed else 0
 
+
+def _print_summary(size: Size, info: dict[str, Any], results: list[BenchResult], out: Path) -> None:
+    """The table and the counts of targets met and missed, on stdout."""
+    m = info["machine"]
     print(f"lta-worker benchmarks ({size} run, {info['started_at']})")
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['python']}; {m['os']}")
     src = info["source"]
@@ -120,4 +133,3 @@ def main(argv: list[str]) -> int:
     missed = sum(1 for r in results for f in r.figures if f.met is False)
     print(f"targets: {met} met, {missed} missed")
     print(f"results written to {out}")
-    return 1 if failed else 0
