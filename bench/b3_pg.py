@@ -135,11 +135,62 @@ def _ms(fn: Callable[[], Any], runs: int) -> list[float]:
     return times
 
 
+class StatementTimer:
+    """Every statement any engine sends while it listens, with its time (until closed)."""
+
+    def __init__(self) -> None:
+        from sqlalchemy import Engine, event
+
+        self.statements: list[dict[str, Any]] = []
+        self._started: list[float] = []
+        event.listen(Engine, "before_cursor_execute", self._before)
+        event.listen(Engine, "after_cursor_execute", self._after)
+
+    def _before(self, *_: Any) -> None:
+        self._started.append(time.perf_counter())
+
+    def _after(self, _conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        took = 1000 * (time.perf_counter() - self._started.pop())
+        self.statements.append({"sql": statement, "params": params, "ms": took})
+
+    def close(self) -> None:
+        """Stop listening."""
+        from sqlalchemy import Engine, event
+
+        event.remove(Engine, "before_cursor_execute", self._before)
+        event.remove(Engine, "after_cursor_execute", self._after)
+
+
+def status_statements(config: Any, store: Any) -> list[dict[str, Any]]:
+    """The statements of one `collect_status` over 5 ms, slowest first, each with its plan."""
+    timer = StatementTimer()
+    try:
+        status_of(config)
+    finally:
+        timer.close()
+    slow = sorted((s for s in timer.statements if s["ms"] > 5), key=lambda s: -s["ms"])
+    out = []
+    with store.database.engine.connect() as conn:
+        for found in slow:
+            plan = pg.explain(conn, found["sql"], found["params"])
+            out.append(
+                {
+                    "sql": " ".join(found["sql"].split())[:400],
+                    "ms": round(found["ms"], 1),
+                    "summary": pg.plan_summary(plan),
+                    "plan": plan,
+                }
+            )
+    return out
+
+
 def status(config: Any, store: Any, now: datetime) -> dict[str, Any]:
-    """Time `collect_status` (median of 3), and each count alone with its plan."""
+    """Time `collect_status` (median of 3), its slow statements, each count alone with its
+    plan."""
     out: dict[str, Any] = {}
     times = _ms(lambda: status_of(config), 3)
     data = status_of(config)
+    out["statements"] = status_statements(config, store)
     out["collect_status_ms"] = [round(t, 1) for t in times]
     out["collect_status_median_ms"] = median(times)
     out["users_by_state"] = data["users"]
@@ -199,6 +250,13 @@ def scale(url: str, size: Size) -> dict[str, Any]:
     }
 
 
+def _slow_note(statements: list[dict[str, Any]]) -> str:
+    if not statements:
+        return "no statement over 5 ms"
+    shown = [f"{s['ms']:.0f} ms ({s['summary']})" for s in statements]
+    return f"{len(statements)} statements over 5 ms: " + ", ".join(shown)
+
+
 def run(size: Size) -> BenchResult:
     """Run B3 on PostgreSQL (skipped, saying why, without a server) and return its figures."""
     result = BenchResult("B3PG", "scale on PostgreSQL: claim and status; the fleet's reads/s")
@@ -226,8 +284,7 @@ def run(size: Size) -> BenchResult:
         status_out["collect_status_median_ms"],
         "ms",
         at_most=1000,
-        note=f"count_by_state {status_out['count_by_state']['median_ms']:.0f} ms, "
-        f"count_due {status_out['count_due']['median_ms']:.0f} ms",
+        note=_slow_note(status_out["statements"]),
     )
     fleet = b3_fleet.measure(url, size)
     result.details["fleet"] = fleet
