@@ -12,7 +12,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import b1_breakdown, b1_overhead, b2_budget, b3_pg, b3_scale, b4_start, b5_freshness, pg
+from bench import (
+    b1_breakdown,
+    b1_overhead,
+    b2_budget,
+    b3_pg,
+    b3_scale,
+    b4_start,
+    b5_freshness,
+    b6_soak,
+    pg,
+)
 from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
 
 # B4 first: a start-up time is the most sensitive to what else the machine is doing.
@@ -23,6 +33,7 @@ BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B3": b3_scale.run,
     "B3PG": b3_pg.run,
     "B5": b5_freshness.run,
+    "B6": b6_soak.run,
 }
 
 
