@@ -67,7 +67,7 @@ class SoakPlan:
 
 PLANS: dict[Size, SoakPlan] = {
     "full": SoakPlan(4, 20_000, 600, 40, 20, 15, 300, 20_000, 60),
-    "quick": SoakPlan(4, 2_000, 180, 20, 8, 10, 60, 3_000, 30),
+    "quick": SoakPlan(4, 2_000, 180, 20, 15, 10, 60, 3_000, 30),
     "smoke": SoakPlan(2, 200, 30, 4, 2, 6, 24, 400, 10),
 }
 
@@ -157,8 +157,9 @@ def _ts(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
 
 
-def doubles(fleet: Fleet, lease_s: float) -> list[dict[str, Any]]:
-    """Pairs of 200 reads of one (user, endpoint) by two incarnations < half a lease apart."""
+def doubles(fleet: Fleet, lease_s: float, started: float) -> list[dict[str, Any]]:
+    """Pairs of 200 reads of one (user, endpoint) by two incarnations < half a lease apart
+    (`at_s`: the second read, in seconds from `started`, a wall-clock time)."""
     reads: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
     for one in fleet.all:
         for event in one.events("poll.read"):
@@ -170,7 +171,7 @@ def doubles(fleet: Fleet, lease_s: float) -> list[dict[str, Any]]:
         for (t1, who1), (t2, who2) in pairwise(seen):
             if who1 != who2 and t2 - t1 < lease_s / 2:
                 found.append({"user": user, "endpoint": endpoint, "gap_s": round(t2 - t1, 3)})
-                found[-1]["instances"] = [who1, who2]
+                found[-1].update(instances=[who1, who2], at_s=round(t2 - started, 1))
     return found
 
 
@@ -226,7 +227,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             fleet = Fleet(ws, config)
             for slot in range(plan.instances):
                 fleet.start(slot)
-            started = time.monotonic()
+            started, wall_start = time.monotonic(), time.time()
             played: list[dict[str, Any]] = []
             for at, name, action in _schedule(plan, fleet, proxy):
                 time.sleep(max(0.0, at - (time.monotonic() - started)))
@@ -238,13 +239,15 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             exits = fleet.unexpected_exits()
             codes = fleet.stop_all()
             entries = request_log(sim.base_url)
-            found = doubles(fleet, plan.lease_s)
-            warnings = _count(
-                f"{e.get('level')} {e.get('event')}"
+            found = doubles(fleet, plan.lease_s, wall_start)
+            bad = [
+                e
                 for one in fleet.all
                 for e in one.events()
                 if e.get("level") in {"warning", "error", "critical"}
-            )
+            ]
+            warnings = _count(f"{e.get('level')} {e.get('event')}" for e in bad)
+            samples = {f"{e.get('level')} {e.get('event')}": json.dumps(e)[:400] for e in bad}
     reads = [e for e in entries if e["path"].startswith(READ_PATH)]
     after = [e for e in reads if datetime.fromisoformat(e["at"]).timestamp() > last_fault]
     return {
@@ -260,6 +263,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
         "stop_codes": codes,
         "incarnations": len(fleet.all),
         "warnings_and_errors": dict(sorted(warnings.items())),
+        "warning_and_error_samples": samples,
     }
 
 
