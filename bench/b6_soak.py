@@ -68,7 +68,7 @@ class SoakPlan:
 PLANS: dict[Size, SoakPlan] = {
     "full": SoakPlan(4, 20_000, 600, 40, 20, 15, 300, 20_000, 60),
     "quick": SoakPlan(4, 2_000, 180, 20, 15, 10, 60, 3_000, 30),
-    "smoke": SoakPlan(2, 200, 30, 4, 2, 6, 24, 400, 10),
+    "smoke": SoakPlan(2, 200, 40, 4, 8, 6, 24, 400, 10),
 }
 
 
