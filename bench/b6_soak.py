@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -47,6 +48,9 @@ from bench.common import PYTHON, BenchResult, SimProcess, Size, Workspace, bulk_
 from bench.faultproxy import FaultProxy
 
 READ_PATH = "/api/v1/history/"
+# The simulator keeps its last 10,000 requests (`simulator.state.LOG_LIMIT`); the fleet
+# makes far fewer than that in this many seconds at any budget of the plans.
+COLLECT_S = 5.0
 STOP_TIMEOUT_S = 30.0
 
 
@@ -182,6 +186,39 @@ def request_log(base_url: str) -> list[dict[str, Any]]:
     return entries
 
 
+class LogCollector:
+    """The whole request log of a soak: the simulator keeps only its last `LOG_LIMIT`
+    entries, so it is read every `COLLECT_S` seconds (fewer requests than that arrive
+    meanwhile) and the reads merged, each entry once (the same time, path, user and
+    status twice is one entry: its time has microseconds)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _collect(self) -> None:
+        for entry in request_log(self.base_url):
+            key = (entry["at"], entry["method"], entry["path"], entry["user"], entry["status"])
+            self.entries.setdefault(key, entry)
+
+    def _run(self) -> None:
+        while not self._stop.wait(COLLECT_S):
+            self._collect()
+
+    def start(self) -> LogCollector:
+        self._thread.start()
+        return self
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Stop, read the log a last time; every entry, oldest first."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._collect()
+        return sorted(self.entries.values(), key=lambda e: str(e["at"]))
+
+
 def _schedule(plan: SoakPlan, fleet: Fleet, proxy: FaultProxy) -> list[tuple[float, str, Any]]:
     """The faults: (seconds from the start, name, what to do)."""
     restart_after = 3.0
@@ -225,6 +262,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             bulk_store_tokens(settings, sim.tokens(), due_at=due)
             config = ws.write_config(sim.base_url, sim.auth_url, **data)
             fleet = Fleet(ws, config)
+            collector = LogCollector(sim.base_url).start()
             for slot in range(plan.instances):
                 fleet.start(slot)
             started, wall_start = time.monotonic(), time.time()
@@ -238,7 +276,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             time.sleep(max(0.0, plan.seconds - (time.monotonic() - started)))
             exits = fleet.unexpected_exits()
             codes = fleet.stop_all()
-            entries = request_log(sim.base_url)
+            entries = collector.finish()
             found = doubles(fleet, plan.lease_s, wall_start)
             bad = [
                 e
