@@ -18,10 +18,13 @@ from bench import (
     b1_breakdown,
     b1_overhead,
     b2_budget,
+    b3_pg,
     b3_scale,
     b4_start,
     b5_freshness,
+    b6_soak,
     b7_events,
+    pg,
 )
 from bench.b5_workload import WorkloadError, load
 from bench.common import ROOT, BenchResult, Size, log, machine, render_table, write_results
@@ -32,7 +35,9 @@ BENCHMARKS: dict[str, Callable[[Size], BenchResult]] = {
     "B1": b1_overhead.run,
     "B2": b2_budget.run,
     "B3": b3_scale.run,
+    "B3PG": b3_pg.run,
     "B5": b5_freshness.run,
+    "B6": b6_soak.run,
     "B7": b7_events.run,
 }
 
@@ -95,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workload", type=Path, help="B5 on this population (JSON Lines, see bench/README.md)"
     )
+    parser.add_argument(
+        "--database-url",
+        help=f"PostgreSQL server for B3PG and B6 (default: ${pg.URL_ENV}; without either, skipped)",
+    )
     return parser
 
 
@@ -107,6 +116,8 @@ def main(argv: list[str]) -> int:
     except WorkloadError as exc:
         print(f"bench/run: error: {exc}", file=sys.stderr)
         return 2
+    if args.database_url:
+        os.environ[pg.URL_ENV] = args.database_url
     chosen = list(benchmarks)
     size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
     out = args.out or ROOT / "bench" / OUT_FILES[size]
@@ -144,7 +155,13 @@ def main(argv: list[str]) -> int:
     info["seconds"] = round(time.perf_counter() - t0, 1)
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     write_results(out, info, results)
+    _print_summary(size, info, results, out)
+    return 1 if failed else 0
 
+
+def _print_summary(size: Size, info: dict[str, Any], results: list[BenchResult], out: Path) -> None:
+    """The table and the counts of targets met and missed, on stdout."""
+    m = info["machine"]
     print(f"lta-worker benchmarks ({size} run, {info['started_at']})")
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['python']}; {m['os']}")
     src = info["source"]
@@ -160,4 +177,3 @@ def main(argv: list[str]) -> int:
     missed = sum(1 for r in results for f in r.figures if f.met is False)
     print(f"targets: {met} met, {missed} missed")
     print(f"results written to {out}")
-    return 1 if failed else 0

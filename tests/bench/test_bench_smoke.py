@@ -20,6 +20,11 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
+# B3PG and B6 measure PostgreSQL on the test server when there is one, else report skipped.
+PG_URL = os.environ.get("LTA_TEST_DATABASE_URL")
+NEEDS_PG = ("B3PG", "B6")
+# Counts whose right value is 0 (429s, doubles, exits); every other figure is positive.
+ZERO_IS_RIGHT = ("429 answers", "429s", "doubles", "exits")
 # The headline figures of each benchmark (names are stable: the README and results use them).
 EXPECTED = {
     "B1": (
@@ -39,7 +44,20 @@ EXPECTED = {
         "hour windows: 429 answers",
     ),
     "B3": ("claim_due of 100 users", "status (collect_status)", "peak RSS ratio, 2x the users"),
+    "B3PG": (
+        "claim_due of 100 users out of 2,000",
+        "status (collect_status), 2,000 users",
+        "fleet of 1, reads/s (unlimited budget)",
+        "fleet of 2, scaling ratio to one instance",
+        "fleet of 4, scaling ratio to one instance",
+    ),
     "B4": ("run, nothing due (wall)", "status (wall)", "python -c pass"),
+    "B6": (
+        "doubles (two instances, one lease)",
+        "429s (the fleet's)",
+        "exits (on a survivable fault)",
+        "reads after the last fault",
+    ),
     "B5": tuple(
         f"{population}{budget}/h per 400: mean delay, {who}"
         for population in ("", "sessions: ")
@@ -59,6 +77,9 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One `bench/run --smoke` (about 30 s), its JSON results."""
     out = tmp_path_factory.mktemp("bench") / "smoke.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
+    env.pop("LTA_BENCH_DATABASE_URL", None)
+    if PG_URL:
+        env["LTA_BENCH_DATABASE_URL"] = PG_URL
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run"), "--smoke", "--out", str(out)],
         cwd=ROOT,
@@ -89,13 +110,15 @@ def test_every_benchmark_ran(smoke: dict[str, Any]) -> None:
 @pytest.mark.parametrize("bench", sorted(EXPECTED))
 def test_each_benchmark_reports_its_figures(smoke: dict[str, Any], bench: str) -> None:
     """Each headline figure is there, as a finite positive number (a ratio, a time, a count)."""
+    if bench in NEEDS_PG and not PG_URL:
+        pytest.skip(f"{bench} needs LTA_TEST_DATABASE_URL (without it, it reports itself skipped)")
     figures = _figures(smoke, bench)
     for name in EXPECTED[bench]:
         assert name in figures, (bench, name, sorted(figures))
         value = figures[name]["value"]
         assert isinstance(value, int | float), (name, value)
         assert math.isfinite(value) and value >= 0, (name, value)
-        if "429 answers" not in name:  # counts of 429s are rightly zero; the rest is not
+        if not any(zero in name for zero in ZERO_IS_RIGHT):
             assert value > 0, (name, value)
 
 
@@ -129,3 +152,26 @@ def test_a_smoke_run_judges_no_target(smoke: dict[str, Any]) -> None:
     for result in smoke["benchmarks"].values():
         assert all(f["met"] is None and f["target"] == "" for f in result["figures"])
     assert "targets: 0 met, 0 missed" in smoke["stdout"]
+
+
+@pytest.mark.parametrize("bench", NEEDS_PG)
+def test_without_a_server_it_says_it_was_skipped_and_why(tmp_path: Path, bench: str) -> None:
+    """Without a PostgreSQL URL, B3PG and B6 run nothing and report `skipped` and how to run."""
+    out = tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
+    env.pop("LTA_BENCH_DATABASE_URL", None)
+    args = ["--smoke", "--only", bench, "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = _figures(json.loads(out.read_text()), bench)
+    assert list(figures) == ["skipped"]
+    assert "LTA_BENCH_DATABASE_URL" in figures["skipped"]["note"]
+    assert "--database-url" in figures["skipped"]["note"]
