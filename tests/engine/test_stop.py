@@ -3,6 +3,7 @@ waiting for a pacer permit is given up at once, and every user not fully read st
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -115,3 +116,36 @@ async def test_a_pacer_that_hands_out_no_permit_fails_the_pass_loudly(harness: H
         with anyio.fail_after(10), pytest.raises(BaseException) as caught:  # noqa: PT011
             await worker.run_pass()
     assert caught.group_contains(TypeError, match="returned no Permit")
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_while_the_pass_finishes_is_taken_quietly(harness: Harness) -> None:
+    """SIGTERM after the pass's readers are done, while it writes its end (releasing its
+    leases): the stop is taken (nothing left to cancel) instead of raising, and the pass
+    ends as it would have."""
+    await harness.enroll("alice")
+    finishing, go_on = threading.Event(), threading.Event()
+    async with _worker(harness) as worker:
+        release = worker.store.release
+
+        def held_release(owner: str) -> Any:
+            finishing.set()
+            go_on.wait(10)
+            return release(owner)
+
+        worker.store.release = held_release  # type: ignore[method-assign]
+        result: PassResult | None = None
+
+        async def run() -> None:
+            nonlocal result
+            result = await worker.run_pass()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            assert await anyio.to_thread.run_sync(finishing.wait, 10)
+            try:
+                worker.request_stop(10.0)
+            finally:
+                go_on.set()
+    assert result is not None
+    assert (result.users, result.stopped) == (1, "completed")

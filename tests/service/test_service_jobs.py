@@ -4,6 +4,7 @@ and the service goes on; a stop waits for the running pass instead of cancelling
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -133,3 +134,41 @@ async def test_a_stop_lets_the_running_pass_finish() -> None:
     assert notifier.sent[1][1].startswith("pass 1: 1 users, 2 reads, 0 throttled, cancelled")
     await svc._pass_job()  # after a stop no new pass starts
     assert svc.passes == 1
+
+
+async def test_a_stop_during_the_key_file_check_waits_for_it_and_starts_no_pass() -> None:
+    """SIGTERM while a pass job reads the key file again (before its pass): the stop waits
+    for that job instead of finding the service idle, and the job starts no pass."""
+    checking, go_on = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    async def run_pass() -> Any:
+        order.append("pass")
+        return SimpleNamespace(users=0, reads=0, throttled=0, stopped="cancelled")
+
+    svc, worker, _ = service(run_pass)
+
+    def held_check() -> None:
+        checking.set()
+        go_on.wait(10)
+
+    worker.watch_key_file = held_check  # type: ignore[method-assign]
+    scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
+    scheduler.start()
+
+    async def job() -> None:
+        await svc._pass_job()
+        order.append("job")
+
+    async def stop() -> None:
+        await svc._stop(scheduler, "SIGTERM")
+        order.append("stop")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(job)
+            assert await anyio.to_thread.run_sync(checking.wait, 10)
+            tg.start_soon(stop)
+            await worker.stopped.wait()  # the stop has begun
+            go_on.set()
+    assert order == ["job", "stop"]

@@ -196,17 +196,24 @@ class PassEngine:
         users_send, users_recv = anyio.create_memory_object_stream[UserRow](opts.concurrency)
         updates_send, updates_recv = anyio.create_memory_object_stream[UserUpdate](WRITE_BATCH)
         with anyio.CancelScope() as self._scope:
-            async with anyio.create_task_group() as self._tg:
-                keeper = anyio.CancelScope()
-                self._tg.start_soon(self._lease_keeper, keeper)
-                self._tg.start_soon(self._deadline, opts.max_duration.total_seconds())
-                self._tg.start_soon(self._claimer, users_send, started_at)
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self._writer, updates_recv)
-                    async with updates_send, users_recv:
-                        for _ in range(opts.concurrency):
-                            inner.start_soon(self._reader, users_recv.clone(), updates_send.clone())
-                self._tg.cancel_scope.cancel()  # readers and writer are done
+            try:
+                async with anyio.create_task_group() as self._tg:
+                    keeper = anyio.CancelScope()
+                    self._tg.start_soon(self._lease_keeper, keeper)
+                    self._tg.start_soon(self._deadline, opts.max_duration.total_seconds())
+                    self._tg.start_soon(self._claimer, users_send, started_at)
+                    async with anyio.create_task_group() as inner:
+                        inner.start_soon(self._writer, updates_recv)
+                        async with updates_send, users_recv:
+                            for _ in range(opts.concurrency):
+                                inner.start_soon(
+                                    self._reader, users_recv.clone(), updates_send.clone()
+                                )
+                    self._tg.cancel_scope.cancel()  # readers and writer are done
+            finally:
+                # Ended: a stop from now on (SIGTERM while the pass writes its end) has no
+                # reader left to cancel, and a task group that is done takes no new task.
+                self._tg = None
         await self._finish(started)
         if self._stop_reason == "config" and self._fatal_error is not None:
             raise self._fatal_error

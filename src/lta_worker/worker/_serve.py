@@ -241,10 +241,13 @@ class Service:
     async def _pass_job(self) -> None:
         if self.stopping:
             return
-        await self._watch_key_file()
         failed = True
         config_error: UnknownKeyError | None = None
         async with self._job("pass"):
+            # Counted as the pass: a stop meanwhile waits for it, and then no pass starts.
+            await self._watch_key_file()
+            if self.stopping:
+                return
             # Only a key id the key file lacks stops the service. Other exit-78 errors of a
             # pass (a database file that cannot be opened) are logged and the service goes
             # on: the same words come from a machine out of file descriptors, which passes,
