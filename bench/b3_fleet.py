@@ -61,6 +61,8 @@ def fleet_pass(ws: Workspace, config: Path, n: int) -> dict[str, Any]:
     """N `lta-worker run` processes at once over every user; their reads and wall time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
     env.pop("CREDENTIALS_DIRECTORY", None)
+    # An instance that finds nobody left to read ends an empty pass, logged at debug only.
+    env["LTA_WORKER_LOG_LEVEL"] = "debug"
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
         for i in range(n):

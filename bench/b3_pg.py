@@ -25,7 +25,8 @@ from typing import Any
 
 from bench import b3_fleet, pg
 from bench.b3_scale import CLAIM, SqlCapture, status_of
-from bench.common import LONG_TERM_SCOPES, BenchResult, Size, Workspace, log, median
+from bench.common import BenchResult, Size, Workspace, log, median
+from lta_worker.protocol import LONG_TERM_SCOPES
 
 
 def populate(url: str, count: int, key_id: str, now: datetime) -> float:
