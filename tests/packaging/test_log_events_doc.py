@@ -3,6 +3,7 @@ codes, and the `job` of `serve`'s `error` events."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -34,3 +35,84 @@ def test_error_lists_every_job_of_serve() -> None:
     """The `error` event's `job`: exactly the jobs `serve` schedules and those of its
     metrics server."""
     assert documented_values("error", "job") == set(JOB_IDS) | set(SERVER_JOBS)
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "lta_worker"
+LEVELS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "msg", "fatal"})
+# Helpers that take the event name as an argument and log it: name -> its position.
+EVENT_PARAMS = {"_halt": 1}
+# Calls that log an event held in a variable: the helpers above, forwarding it.
+FORWARDERS = {"_halt"}
+
+
+def _is_level_method(node: ast.expr) -> bool:
+    """`log.info`, `getattr(log, level)`, or `(log.info if c else log.debug)`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in LEVELS
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "getattr"
+    if isinstance(node, ast.IfExp):
+        return _is_level_method(node.body) and _is_level_method(node.orelse)
+    return False
+
+
+def _literal(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def logged_events() -> dict[str, str]:
+    """Every event name the worker logs (the simulator, which logs on its own, left out),
+    mapped to one place that logs it: the string literal that is the first argument of a
+    structlog level method (`log.info("x")`, `getattr(log, level)("x")`, a name bound to
+    such a method), the event argument of a helper in EVENT_PARAMS, or an `event="x"`
+    keyword (the CLI's `error` line, written without structlog)."""
+    found: dict[str, str] = {}
+    unknown: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        if "simulator" in path.relative_to(SRC).parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        emitters = {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _is_level_method(node.value)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        # The innermost function around each node (ast.walk visits outer functions first).
+        owner = {
+            id(inner): node.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            where = f"{path.relative_to(SRC)}:{node.lineno}"
+            callee = node.func
+            name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            names: list[str | None] = [_literal(k.value) for k in node.keywords if k.arg == "event"]
+            if _is_level_method(callee) or name in emitters:
+                names.append(_literal(node.args[0]) if node.args else None)
+                if names[-1] is None and owner.get(id(node)) not in FORWARDERS:
+                    unknown.append(where)
+            elif name in EVENT_PARAMS and len(node.args) > EVENT_PARAMS[name]:
+                names.append(_literal(node.args[EVENT_PARAMS[name]]))
+            found.update((event, where) for event in names if event)
+    assert not unknown, f"events logged from a variable, unseen by this test: {unknown}"
+    return found
+
+
+def documented_events(text: str) -> list[str]:
+    """The first column of the event table."""
+    return re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE)
+
+
+def test_event_table_lists_exactly_the_events_the_code_logs() -> None:
+    """Every event the code logs is in the table, and every event of the table is logged."""
+    logged = logged_events()
+    documented = documented_events(DOC.read_text(encoding="utf-8"))
+    assert len(documented) == len(set(documented)), "an event is listed twice"
+    assert set(logged) - set(documented) == set(), "logged, not documented"
+    assert set(documented) - set(logged) == set(), "documented, never logged"
