@@ -13,7 +13,7 @@ import pytest
 
 from lta_worker.config import parse_duration
 from lta_worker.config._fields import field_types
-from lta_worker.config._loader import _env_overrides
+from lta_worker.config._loader import _env_overrides, _systemd_defaults
 from lta_worker.config._settings import Settings
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES
@@ -109,3 +109,28 @@ def test_row_states_the_default(key: str) -> None:
         assert float(_first_literal(cell)) == default
     else:
         assert _first_literal(cell) == str(default)
+
+
+def credential_rows(text: str) -> dict[str, str]:
+    """*Credential files*' table (its contiguous rows): setting -> systemd credential cell."""
+    start = text.index("| file | setting | systemd credential | content |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[1].strip("`")] = cells[2]
+    return rows
+
+
+def test_credential_table_is_every_secret_file_and_its_credential() -> None:
+    """One row per `*_file` setting, naming the credential systemd's directory fills it
+    from (`(set the path)` for one it does not)."""
+    filled = _systemd_defaults({"enroll": {}}, {"CREDENTIALS_DIRECTORY": "/creds"})
+    expected = {
+        key: f"`{Path(value).name}`" if str(value).startswith("/creds/") else "(set the path)"
+        for key in FIELDS
+        if key.endswith("_file")
+        for value in [filled.get(key.partition(".")[0], {}).get(key.partition(".")[2], "")]
+    }
+    assert credential_rows(DOC.read_text(encoding="utf-8")) == expected
