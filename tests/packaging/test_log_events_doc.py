@@ -8,8 +8,14 @@ import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
+from typing import get_args
 
+import pytest
+
+from lta_worker.domain import ALLOWED_CODES, EXIT_CODES, OUTCOME_KINDS
+from lta_worker.domain._breaker import Trip
 from lta_worker.enrollment._enroll import FAILURE_STAGES, STATE_FAILURES
+from lta_worker.protocol import ENDPOINTS
 from lta_worker.worker._metrics_http import SERVER_JOBS
 from lta_worker.worker._serve import JOB_IDS
 
@@ -21,9 +27,16 @@ def documented_values(event: str, field: str) -> set[str]:
     for line in DOC.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[0] == f"`{event}`":
-            found = re.search(rf"`{field}` \(([^)]*)\)", cells[3])
+            found = re.search(rf"`{field}` \(", cells[3])
             assert found, f"{event}: no values listed for {field}"
-            return set(re.findall(r"`([^`]+)`", found.group(1)))
+            # The values are those in the parentheses, not in notes nested in them.
+            depth, listed = 1, ""
+            for char in cells[3][found.end() :]:
+                depth += {"(": 1, ")": -1}.get(char, 0)
+                if depth == 0:
+                    break
+                listed += char if depth == 1 and char != ")" else " "
+            return set(re.findall(r"`([^`]+)`", listed))
     raise AssertionError(f"{event} is not in the event table")
 
 
@@ -194,3 +207,26 @@ def test_each_events_fields_are_the_ones_logged() -> None:
             extra[event] = sorted(listed - logged.fields)
     assert missing == {}, "logged, not in the row"
     assert extra == {}, "in the row, never logged"
+
+
+@pytest.mark.parametrize(
+    ("event", "field", "values"),
+    [
+        # No read is made for an undecryptable user: that outcome is pass.finished's only.
+        ("poll.read", "outcome", set(OUTCOME_KINDS) - {"undecryptable"}),
+        ("poll.read", "endpoint", set(ENDPOINTS)),
+        ("pass.finished", "stopped", set(EXIT_CODES)),
+        ("pass.breaker_tripped", "cause", set(get_args(Trip))),
+    ],
+)
+def test_event_lists_the_values_the_code_has(event: str, field: str, values: set[str]) -> None:
+    """A field's listed values are the code's (outcomes, endpoints, stop reasons, causes)."""
+    assert documented_values(event, field) == values
+
+
+def test_allowed_codes_are_the_codes_kept() -> None:
+    """*Allowed codes* lists exactly the codes a body's error code is kept as."""
+    text = DOC.read_text(encoding="utf-8")
+    listed = text[text.index("## Allowed codes") :].split("the spec's", 1)[1]
+    listed = listed.split("Any other text", 1)[0]
+    assert set(re.findall(r"`([^`]+)`", listed)) == set(ALLOWED_CODES)
