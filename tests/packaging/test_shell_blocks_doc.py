@@ -200,14 +200,15 @@ def _matches(table: Mapping[str, object], block: str) -> list[str]:
 
 
 def test_every_block_is_run_or_excused() -> None:
-    """Each block matches exactly one snippet of RUN or NOT_RUN, and each snippet a block."""
+    """Each block starts with exactly one entry of RUN, NOT_RUN or SERVED, and each entry
+    starts a block: a new block fails here until it is placed."""
     problems = [
         (where, found)
         for where, block in BLOCKS.items()
         if len(found := _matches(RUN, block) + _matches(NOT_RUN, block) + _matches(SERVED, block))
         != 1
     ]
-    assert problems == [], "a block in neither list (or in two): add it to RUN or NOT_RUN"
+    assert problems == [], "a block in no list (or in two): add it to RUN or NOT_RUN"
     listed: dict[str, object] = {**RUN, **NOT_RUN, **SERVED}
     used = {s for b in BLOCKS.values() for s in _matches(listed, b)}
     assert sorted(set(listed) - used) == [], "starts of no block"
