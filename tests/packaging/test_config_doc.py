@@ -1,0 +1,136 @@
+"""docs/config.md has one row per setting, with the code's default and the environment
+variable the loader reads for it (the ranges: tests/config/test_ranges.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lta_worker.config import parse_duration
+from lta_worker.config._fields import field_types
+from lta_worker.config._loader import _env_overrides, _systemd_defaults
+from lta_worker.config._settings import Settings
+from lta_worker.domain import EVENT_TYPES
+from lta_worker.protocol import LONG_TERM_SCOPES
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+
+# Defaults the table gives in words: the words, and the value they stand for.
+WORDED = {
+    "client.scopes": ("both long term scopes", LONG_TERM_SCOPES),
+    "webhook.events": ("every type", EVENT_TYPES),
+}
+# Keys whose default is None in the code but filled when the settings load, from the
+# environment or systemd's directories (config/_loader.py), as the cell says.
+FILLED = {
+    "service.token_url": "`{auth_url}/oidc/token`",
+    "service.https_proxy": "`$https_proxy`",
+    "service.no_proxy": "`$no_proxy`",
+    "client.secret_file": "`$CREDENTIALS_DIRECTORY/client-secret`",
+    "crypto.key_file": "`$CREDENTIALS_DIRECTORY/token-keys`",
+    "enroll.link_key_file": "`$CREDENTIALS_DIRECTORY/enroll-link-key`",
+}
+
+
+def settings_fields() -> dict[str, dataclasses.Field[Any]]:
+    """`section.key` -> the field, for every setting."""
+    return {
+        f"{section}.{f.name}": f
+        for section, model in field_types(Settings).items()
+        for f in dataclasses.fields(model)
+    }
+
+
+def doc_rows(text: str) -> dict[str, list[str]]:
+    """`section.key` -> the cells of its row, from each `## [section]` table."""
+    rows = {}
+    for section, part in re.findall(r"^## `\[(\w+)\]`(.*?)(?=^## |\Z)", text, re.M | re.S):
+        for line in part.splitlines():
+            if line.startswith("| `"):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                rows[f"{section}.{cells[0].strip('`')}"] = cells
+    return rows
+
+
+ROWS = doc_rows(DOC.read_text(encoding="utf-8"))
+FIELDS = settings_fields()
+
+
+def test_one_row_per_setting() -> None:
+    """Every setting has a row, and every row is a setting."""
+    assert sorted(set(FIELDS) - set(ROWS)) == [], "settings without a row"
+    assert sorted(set(ROWS) - set(FIELDS)) == [], "rows that are no setting"
+
+
+@pytest.mark.parametrize("key", sorted(FIELDS))
+def test_row_names_the_variable_the_loader_reads(key: str) -> None:
+    """The environment variable column is the name the loader maps to this key."""
+    cell = ROWS[key][3]
+    name = cell.strip("`")
+    overrides, _ = _env_overrides({name: "x"})
+    section, _, field = key.partition(".")
+    assert re.fullmatch(r"`LTA_WORKER_\w+`", cell)
+    assert overrides == {section: {field: "x"}}
+
+
+def _first_literal(cell: str) -> str:
+    found = re.match(r"`([^`]*)`", cell)
+    assert found, f"the default cell does not start with a `value`: {cell}"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("key", sorted(FIELDS))
+def test_row_states_the_default(key: str) -> None:
+    """The default column gives the code's default (in words only where listed here)."""
+    field, cell = FIELDS[key], ROWS[key][2]
+    if field.default_factory is not dataclasses.MISSING:
+        default: Any = field.default_factory()
+    else:
+        default = field.default
+    if default is dataclasses.MISSING:
+        assert cell == "required"
+    elif key in WORDED:
+        assert (cell, default) == WORDED[key]
+    elif key in FILLED:
+        assert default is None
+        assert cell.startswith(FILLED[key])
+    elif default is None:
+        assert cell.startswith("unset"), cell
+    elif isinstance(default, bool):
+        assert _first_literal(cell) == str(default).lower()
+    elif isinstance(default, timedelta):
+        assert parse_duration(_first_literal(cell)) == default
+    elif isinstance(default, int | float):
+        assert float(_first_literal(cell)) == default
+    else:
+        assert _first_literal(cell) == str(default)
+
+
+def credential_rows(text: str) -> dict[str, str]:
+    """*Credential files*' table (its contiguous rows): setting -> systemd credential cell."""
+    start = text.index("| file | setting | systemd credential | content |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[1].strip("`")] = cells[2]
+    return rows
+
+
+def test_credential_table_is_every_secret_file_and_its_credential() -> None:
+    """One row per `*_file` setting, naming the credential systemd's directory fills it
+    from (`(set the path)` for one it does not)."""
+    filled = _systemd_defaults({"enroll": {}}, {"CREDENTIALS_DIRECTORY": "/creds"})
+    expected = {
+        key: f"`{Path(value).name}`" if str(value).startswith("/creds/") else "(set the path)"
+        for key in FIELDS
+        if key.endswith("_file")
+        for value in [filled.get(key.partition(".")[0], {}).get(key.partition(".")[2], "")]
+    }
+    assert credential_rows(DOC.read_text(encoding="utf-8")) == expected
