@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from prometheus_client.metrics import MetricWrapperBase
-
 from lta_worker.worker._metrics import Metrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -16,15 +14,15 @@ Row = tuple[str, str, tuple[str, ...]]
 
 
 def registered() -> set[Row]:
-    """(exposed name, type, label names) of every collector of a fresh `Metrics`: a
-    counter's series are exposed as NAME_total, as the table names them."""
+    """(exposed name, type, label names) of every metric a fresh `Metrics` exposes: a
+    counter's series are exposed as NAME_total, as the table names them. Every labelled
+    metric has its series from the start, so the labels show in what is collected."""
     rows: set[Row] = set()
-    # The registry holds no public list of its collectors with their label names, and a
-    # labelled gauge with no series yet (`lta_worker_users`) shows no labels when collected.
-    for collector in Metrics().registry._collector_to_names:
-        assert isinstance(collector, MetricWrapperBase)
-        name = collector._name + ("_total" if collector._type == "counter" else "")
-        rows.add((name, str(collector._type), tuple(collector._labelnames)))
+    for metric in Metrics().registry.collect():
+        name = metric.name + ("_total" if metric.type == "counter" else "")
+        labels = {k for sample in metric.samples for k in sample.labels if k != "le"}
+        assert metric.samples, f"{metric.name}: no series to show its labels"
+        rows.add((name, metric.type, tuple(sorted(labels))))
     return rows
 
 
@@ -37,7 +35,7 @@ def documented(text: str) -> list[Row]:
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         for name, labels in re.findall(r"`(lta_worker_\w+)(?:\{([^}]*)\})?`", cells[0]):
-            rows.append((name, cells[1], tuple(labels.split(",")) if labels else ()))
+            rows.append((name, cells[1], tuple(sorted(labels.split(","))) if labels else ()))
     return rows
 
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
 
 from lta_worker import __version__
-from lta_worker.domain import ENDPOINTS, EXIT_CODES, OUTCOME_KINDS, answered_reads
+from lta_worker.domain import ENDPOINTS, EXIT_CODES, OUTCOME_KINDS, USER_STATES, answered_reads
 
 if TYPE_CHECKING:
     from lta_worker.domain import BudgetSeen, SchedulePlan
@@ -139,6 +139,8 @@ class Metrics:
         # advice): `rate()` and absence alerts then work from the first scrape.
         for stopped in EXIT_CODES:
             self.passes.labels(stopped=stopped)
+        for state in USER_STATES:  # 0 until the database is read
+            self.users.labels(state=state)
         for endpoint in ENDPOINTS:
             self.read_duration.labels(endpoint=endpoint)
             for outcome in OUTCOME_KINDS:
