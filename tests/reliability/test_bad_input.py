@@ -34,7 +34,12 @@ from lta_worker.domain._classify import classify
 from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer
 from lta_worker.pacing import PacerCore
 from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
-from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT, wait_after_429
+from lta_worker.pacing._window import (
+    DEFAULT_MAX_WAIT,
+    MIN_429_WAIT,
+    trusted_wait,
+    wait_after_429,
+)
 from lta_worker.storage._keyfile import generate_key_line
 
 from .harness import render_toml, write_private
@@ -143,7 +148,8 @@ def _finite_or_none(value: float | None) -> bool:
 
 def test_ratelimit_parser_never_raises(iterations: float) -> None:
     """1,000 hostile header sets: the parser never raises, and every figure it returns is a
-    finite, non-negative number (or absent)."""
+    finite, non-negative number (or absent); only a wait may be infinite (a `Retry-After`
+    too long to be a number of seconds), which the window rule caps at `max_wait`."""
 
     @_fuzz(_examples(iterations))
     @given(headers=header_maps, now=moments)
@@ -155,8 +161,11 @@ def test_ratelimit_parser_never_raises(iterations: float) -> None:
         assert isinstance(info, RateLimitInfo)
         for count in (info.limit, info.remaining):
             assert count is None or (isinstance(count, int) and count >= 0)
-        for seconds in (info.reset_after, info.window, info.retry_after, info.wait):
+        for seconds in (info.reset_after, info.window):
             assert _finite_or_none(seconds), info
+        for wait in (info.retry_after, info.wait):
+            assert wait == math.inf or _finite_or_none(wait), info
+        assert _finite_or_none(trusted_wait(info.wait, DEFAULT_MAX_WAIT)), info
 
     check()
 
