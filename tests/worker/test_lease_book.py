@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lta_worker.worker._lease_book import LeaseBook
+from lta_worker.worker._lease_book import LeaseBook, read_margin
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=10)
@@ -77,3 +77,15 @@ def test_users_not_claimed_or_forgotten_are_never_read() -> None:
     book.forget(1)
     assert not book.may_read(1, at(1), MARGIN)
     assert book.may_read(2, at(1), MARGIN)
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "timeout_s", "margin_s"),
+    [(300, 60, 60), (10, 2, 2), (10, 60, 10 / 3), (1, 60, 1 / 3)],
+)
+def test_the_margin_is_the_request_timeout_at_most_a_renewal_period(
+    lease_s: float, timeout_s: float, margin_s: float
+) -> None:
+    """The margin is `service.request_timeout`, but never more than a renewal period."""
+    margin = read_margin(timedelta(seconds=lease_s), timedelta(seconds=timeout_s))
+    assert margin == timedelta(seconds=margin_s)

@@ -74,7 +74,7 @@ from lta_worker.storage import TokenDecryptError
 from lta_worker.upstream import TOKEN_PREFIX, long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
-from lta_worker.worker._lease_book import LeaseBook
+from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
 from lta_worker.worker._ports import PassStore, Reader, TokenVault
 
@@ -147,6 +147,7 @@ class PassEngine:
         # `poll.discarded`, the state before for the events of a decision written.
         self._claimed: dict[int, UserRow] = {}
         self._leases = LeaseBook()
+        self._read_margin = read_margin(options.lease_duration, options.request_timeout)
         self._lapsed = 0  # users whose turn was given up for their lease (`_LeaseLapsed`)
         self._pending: list[UserUpdate] = []
         self._read_log: Any = events.pass_logger()  # an engine runs one pass
@@ -284,7 +285,7 @@ class PassEngine:
 
     async def _lease_keeper(self, scope: anyio.CancelScope) -> None:
         opts = self.options
-        period = max(opts.lease_duration.total_seconds() / 3, 0.05)
+        period = max(renewal_period(opts.lease_duration).total_seconds(), 0.05)
         with scope:
             while True:
                 await self.clock.sleep(period)
@@ -468,7 +469,7 @@ class PassEngine:
 
     def _check_lease(self, user: UserRow) -> None:
         """Raise `_LeaseLapsed` unless a read sent now ends while `user`'s lease is held."""
-        if not self._leases.may_read(user.id, self.clock.now(), self.options.request_timeout):
+        if not self._leases.may_read(user.id, self.clock.now(), self._read_margin):
             self._lapsed += 1
             raise _LeaseLapsed
 

@@ -8,6 +8,10 @@ returned, and it returned before the bound it raises (a renewal that lands after
 lapsed may find the user claimed by another instance meanwhile; the time it was stalled is
 never counted as held). A read is sent only while `now + margin` is before the bound, so it
 ends within the lease: no other instance can claim the user and read it too.
+
+The margin is `service.request_timeout`, the longest a read takes, but at most a
+renewal period: a lease shorter than the timeout (against the advice of docs/config.md)
+still leaves a healthy pass room to read, each read bounded by the renewal that follows it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
+
+# The pass renews its leases this many times per lease: a renewal that fails or stalls
+# once still leaves two thirds of the lease to notice.
+RENEWALS_PER_LEASE: Final = 3
+
+
+def renewal_period(lease: timedelta) -> timedelta:
+    """How often the pass renews the leases it holds."""
+    return lease / RENEWALS_PER_LEASE
+
+
+def read_margin(lease: timedelta, request_timeout: timedelta) -> timedelta:
+    """How long before a lease may lapse the pass stops sending reads for its user."""
+    return min(request_timeout, renewal_period(lease))
 
 
 @dataclass(frozen=True, slots=True)
