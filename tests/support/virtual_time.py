@@ -33,6 +33,8 @@ from trio.testing import MockClock
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 _THREAD_POLL_S = 0.0002  # real time to let busy worker threads progress
+# Worker threads waiting on the virtual clock (`stall`): borrowed from the limiter, not busy.
+_stalled = {"threads": 0}
 
 
 def virtual_backend() -> tuple[str, dict[str, Any]]:
@@ -50,7 +52,7 @@ async def autojump() -> AsyncIterator[None]:
     async def drive() -> None:
         while True:
             await trio.testing.wait_all_tasks_blocked()
-            if limiter.borrowed_tokens:
+            if limiter.borrowed_tokens > _stalled["threads"]:
                 # Wait in real time for the worker threads; trio's own thread is not
                 # counted by anyio's limiter, and the clock moves only by this driver.
                 await trio.to_thread.run_sync(time.sleep, _THREAD_POLL_S)
@@ -64,6 +66,20 @@ async def autojump() -> AsyncIterator[None]:
         tg.start_soon(drive)
         yield
         tg.cancel_scope.cancel()
+
+
+def stall(seconds: float) -> None:
+    """From a worker thread: block it for `seconds` of virtual time (a database that holds
+    the bytes), without holding the clock still as a busy thread does."""
+    anyio.from_thread.run(_stall, seconds)
+
+
+async def _stall(seconds: float) -> None:
+    _stalled["threads"] += 1  # counted on the loop's thread, as the sleep is about to be set
+    try:
+        await anyio.sleep(seconds)
+    finally:
+        _stalled["threads"] -= 1
 
 
 class VirtualTime:

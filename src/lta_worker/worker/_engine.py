@@ -31,6 +31,11 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
   waiting for a pacer permit gives its turn up at once, so a tight budget never holds a
   stop for the whole grace period. The user stays due; what its turn read before the stop
   is kept.
+- A read is sent only while its user's lease is certainly held until the read's end
+  (`service.request_timeout` before the lease's end, `_lease_book`): when the database
+  stalls longer than a lease, renewals land late and the lease may lapse, and another
+  instance may claim the user. Such a turn is given up like a stop (the user stays due)
+  and the pass logs `pass.lease_lapsed` once.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from lta_worker.storage import TokenDecryptError
 from lta_worker.upstream import TOKEN_PREFIX, long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
+from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
 from lta_worker.worker._ports import PassStore, Reader, TokenVault
 
@@ -88,6 +94,10 @@ log = get_logger("lta_worker.engine")
 
 class _Interrupted(Exception):
     """A turn given up because the pass stopped while it waited for a permit."""
+
+
+class _LeaseLapsed(_Interrupted):
+    """A turn given up because its user's lease may lapse before a read would end."""
 
 
 class PassEngine:
@@ -136,6 +146,9 @@ class PassEngine:
         # The rows of the users whose turn is not written yet: the name for
         # `poll.discarded`, the state before for the events of a decision written.
         self._claimed: dict[int, UserRow] = {}
+        self._leases = LeaseBook()
+        self._read_margin = read_margin(options.lease_duration, options.request_timeout)
+        self._lapsed = 0  # users whose turn was given up for their lease (`_LeaseLapsed`)
         self._pending: list[UserUpdate] = []
         self._read_log: Any = events.pass_logger()  # an engine runs one pass
 
@@ -227,6 +240,8 @@ class PassEngine:
                 self._pending.append(update)
             await self._flush()
             await self._db(self.store.release, opts.instance)
+        if self._lapsed:
+            events.lease_lapsed(opts.instance, self._lapsed)
         if stopped == "breaker":
             events.breaker(opts.instance, self.breaker.cause, self.result.counts["rejected"])
         if stopped == "upstream_down" and not self.breaker.answered:
@@ -249,6 +264,7 @@ class PassEngine:
         async with send:
             while not self._stopping.is_set():
                 now = self.clock.now()
+                lease_until = now + opts.lease_duration
                 batch: Sequence[UserRow] = await self._db(
                     partial(
                         self.store.claim_due,
@@ -256,9 +272,10 @@ class PassEngine:
                         due_before=due_before,
                         limit=opts.batch_size,
                         owner=opts.instance,
-                        lease_until=now + opts.lease_duration,
+                        lease_until=lease_until,
                     )
                 )
+                self._leases.claimed((user.id for user in batch), lease_until)
                 if not batch:
                     return
                 for user in batch:
@@ -268,12 +285,15 @@ class PassEngine:
 
     async def _lease_keeper(self, scope: anyio.CancelScope) -> None:
         opts = self.options
-        period = max(opts.lease_duration.total_seconds() / 3, 0.05)
+        period = max(renewal_period(opts.lease_duration).total_seconds(), 0.05)
         with scope:
             while True:
                 await self.clock.sleep(period)
-                lease_until = self.clock.now() + opts.lease_duration
-                await self._db(self.store.renew_leases, opts.instance, lease_until)
+                # The expiry written is computed before the call, but counts as held only
+                # once the call returned, and not for users whose lease lapsed meanwhile.
+                renewal = self._leases.renewing(self.clock.now() + opts.lease_duration)
+                await self._db(self.store.renew_leases, opts.instance, renewal.lease_until)
+                self._leases.renewed(renewal, self.clock.now())
 
     async def _reader(
         self, users: ObjectReceiveStream[UserRow], updates: ObjectSendStream[UserUpdate]
@@ -286,6 +306,7 @@ class PassEngine:
                 try:
                     update = await self._turn(user)
                 except _Interrupted:
+                    self._leases.forget(user.id)
                     continue  # stopped while waiting for a permit: the user stays due
                 if update is not None:
                     await self._route(user, update, updates)
@@ -327,6 +348,7 @@ class PassEngine:
         not_written = {id(update): reason for update, reason in discarded}
         for update in batch:  # a pass over a million users keeps only the unwritten rows
             user = self._claimed.pop(update.user_id, None)
+            self._leases.forget(update.user_id)
             reason = not_written.get(id(update))
             if reason is not None:
                 # `changed`: a lifecycle command (enrollment, drop, forget) or another
@@ -412,7 +434,13 @@ class PassEngine:
         attempt = 0
         while True:
             attempt += 1
+            self._check_lease(user)  # a permit may take long: not waited for in vain
             permit = await self._permit()
+            try:
+                self._check_lease(user)
+            except _LeaseLapsed:
+                self.pacer.feed(permit, {}, None)  # taken, not used: the pacer is told
+                raise
             begun = self.clock.monotonic()
             try:
                 answer = await self.api.read(endpoint, credential)
@@ -438,6 +466,12 @@ class PassEngine:
             self._count(user, endpoint, outcome, self.clock.monotonic() - begun)
             if not read_again(outcome, attempt):
                 return outcome
+
+    def _check_lease(self, user: UserRow) -> None:
+        """Raise `_LeaseLapsed` unless a read sent now ends while `user`'s lease is held."""
+        if not self._leases.may_read(user.id, self.clock.now(), self._read_margin):
+            self._lapsed += 1
+            raise _LeaseLapsed
 
     def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
         self.result.reads += 1

@@ -31,6 +31,9 @@ class PassOptions:
     upstream_down_after: int = 20
     grace: timedelta = timedelta(seconds=10)
     max_wait: float = DEFAULT_MAX_WAIT
+    # `service.request_timeout`: a read is sent only this long (at most a renewal period)
+    # before its user's lease may lapse, so that it ends within the lease.
+    request_timeout: timedelta = timedelta(0)
 
 
 @dataclass(slots=True)

@@ -117,3 +117,15 @@ def unreachable(instance: str, reads: int) -> None:
         "from here, or service.base_url names the wrong host; the users tried are backed off "
         "(a failure counted, read again within poll.interval), the others stay due",
     )
+
+
+def lease_lapsed(instance: str, users: int) -> None:
+    """`pass.lease_lapsed`: turns given up because their lease may have lapsed."""
+    log.warning(
+        "pass.lease_lapsed",
+        instance=instance,
+        users=users,
+        hint="the lease renewals did not reach the database in time (a stalled or slow "
+        "database): these users were not read, so that no other instance reads them too; "
+        "they stay due",
+    )

@@ -84,6 +84,7 @@ def pass_options(settings: Settings, instance: str, max_duration: timedelta | No
         upstream_down_after=max(20, 2 * poll.concurrency),
         grace=settings.serve.grace_period,
         max_wait=settings.ratelimit.max_wait.total_seconds(),
+        request_timeout=settings.service.request_timeout,
     )
 
 

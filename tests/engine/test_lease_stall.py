@@ -1,0 +1,88 @@
+"""A database that stalls for longer than a lease: the pass sends no read for a user whose
+lease may have lapsed (another instance may claim and read it meanwhile), and every user
+it gives up stays due. The real Worker and the simulator on one virtual clock."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from lta_worker.storage._store import Store
+from support.virtual_time import autojump, stall, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+USERS = 20
+LEASE_S = 10
+MARGIN_S = 2  # service.request_timeout: a read sent must end within the lease
+STALL_S = 15
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) -> None:
+    """The first `renew_leases` waits STALL_S virtual seconds before it reaches the database
+    (the bytes held): it lands after the leases it renews have lapsed."""
+    original: Callable[..., Any] = Store.renew_leases
+
+    def renew(self: Store, *args: Any, **kwargs: Any) -> Any:
+        renewals.append("renew")
+        if len(renewals) == 1:
+            stall(STALL_S)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "renew_leases", renew)
+
+
+@pytest.mark.timeout(60)
+async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
+    virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO
+) -> None:
+    """Renewal stalled past the lease: no read after the lease's end less request_timeout;
+    the users not read stay due; the pass ends without error."""
+    h = virtual_harness
+    h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=100, concurrency=4)
+    h.configure("service", request_timeout=f"{MARGIN_S}s")
+    # About one read a second: the 40 reads of the pass need far longer than one lease.
+    h.sim.configure(budget=60, window=60)
+    renewals: list[str] = []
+    async with autojump():
+        for n in range(USERS):
+            await h.enroll(f"user-{n:02d}")
+        before = {f"user-{n:02d}": h.user(f"user-{n:02d}") for n in range(USERS)}
+        h.sim.clear_requests()
+        stall_first_renewal(monkeypatch, renewals)
+        claimed_at = h.clock.now()  # virtual time stands still until the pass's first wait
+        result = await h.run_pass()
+    assert renewals  # the renewal stalled (and landed late)
+    assert (result.stopped, result.exit_code) == ("completed", 0)
+    reads = h.reads()
+    assert reads  # the pass read while its leases were certainly held
+    lapse = claimed_at + timedelta(seconds=LEASE_S - MARGIN_S)
+    late = [(e.user, (e.at - claimed_at).total_seconds()) for e in reads if e.at >= lapse]
+    assert late == []
+    read_users = {e.user for e in reads}
+    assert len(read_users) < USERS  # some users were given up
+    for user, old in before.items():
+        row = h.user(user)
+        if user not in read_users:
+            assert (row.next_due_at, row.last_polled_at) == (old.next_due_at, old.last_polled_at)
+        assert row.next_due_at is not None
+    with h.store() as store:
+        due = store.count_due(h.clock.now())
+    assert due >= USERS - len(read_users)
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    lapsed = [line for line in lines if line.get("event") == "pass.lease_lapsed"]
+    assert len(lapsed) == 1  # once per pass, with the turns given up
+    assert lapsed[0]["level"] == "warning"
+    assert lapsed[0]["users"] >= USERS - len(read_users)
