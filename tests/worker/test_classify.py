@@ -381,4 +381,4 @@ def test_any_credential_shaped_token_in_a_success_body_is_an_echo(
     """A `dspa_` token of anyone (the prefix then a token character) counts as an echo."""
     parsed = strict_json(body)
     assert parsed is not None
-    assert echoes(body, parsed[1], (), prefix=b"dspa_") is echoed
+    assert echoes(body, parsed[1], ()) is echoed

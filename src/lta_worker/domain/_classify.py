@@ -32,7 +32,6 @@ body is a broken body (transient).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import re
@@ -41,7 +40,7 @@ from typing import Any, Final
 
 from lta_worker.domain._model import Endpoint
 from lta_worker.domain._outcomes import Answer, Outcome, canonical_json
-from lta_worker.protocol import ERROR_CODES, INACTIVE, NOT_LINKED, REVOKED
+from lta_worker.protocol import ERROR_CODES, INACTIVE, NOT_LINKED, REVOKED, TOKEN_PREFIX
 
 KNOWN_CODES: Final[Mapping[str, str]] = {
     re.sub(r"[^a-z]", "", code.lower()): code for code in ERROR_CODES
@@ -166,9 +165,9 @@ def _success(answer: Answer) -> Outcome:
     return Outcome("ok", status=answer.status, payload=payload, content=content)
 
 
-def echoes(body: bytes, content: bytes, secrets: Iterable[bytes], *, prefix: bytes) -> bool:
+def echoes(body: bytes, content: bytes, secrets: Iterable[bytes]) -> bool:
     """True when a success body holds a credential: one of `secrets` (the user's token, the
-    client secret) or any credential-shaped string, `prefix` (the long term tokens' `dspa_`)
+    client secret) or any credential-shaped string, the long term tokens' prefix (`dspa_`)
     followed by a character a token may hold, whoever's token it is (another user's).
 
     A payload is stored as parsed, so a credential written with JSON escapes
@@ -176,20 +175,17 @@ def echoes(body: bytes, content: bytes, secrets: Iterable[bytes], *, prefix: byt
     form (`content`, the payload's canonical JSON, escapes undone). A service that echoes a
     credential must not put it in the database in clear.
     """
-    shaped = _credential_shape(prefix)
-    if shaped.search(body) or any(secret in body for secret in secrets):
+    if _CREDENTIAL_SHAPE.search(body) or any(secret in body for secret in secrets):
         return True
     if b"\\" not in body:
         return False
-    return bool(shaped.search(content)) or any(secret in content for secret in secrets)
+    return bool(_CREDENTIAL_SHAPE.search(content)) or any(secret in content for secret in secrets)
 
 
-@functools.lru_cache(maxsize=4)
-def _credential_shape(prefix: bytes) -> re.Pattern[bytes]:
-    # After the prefix, a visible ASCII character (what a header can carry) other than a
-    # quote or a backslash: the prefix alone, as a word in a text, is no credential, and an
-    # escaped character is looked for in the parsed form.
-    return re.compile(re.escape(prefix) + rb"[!#-\[\]-~]")
+# After the prefix, a visible ASCII character (what a header can carry) other than a quote or a
+# backslash: the prefix alone, as a word in a text, is no credential, and an escaped character
+# is looked for in the parsed form.
+_CREDENTIAL_SHAPE: Final = re.compile(re.escape(TOKEN_PREFIX.encode()) + rb"[!#-\[\]-~]")
 
 
 def strict_json(body: bytes) -> tuple[Any, bytes] | None:

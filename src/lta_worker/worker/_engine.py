@@ -71,7 +71,7 @@ from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike, Permit, wait_after_429
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import TOKEN_PREFIX, long_term_credential
+from lta_worker.upstream import long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
@@ -86,8 +86,6 @@ from lta_worker.worker._ports import PassStore, Reader, TokenVault
 WRITE_BATCH: Final = 250
 WRITE_LINGER_S: Final = 0.5
 Held = tuple[UserRow, UserUpdate]
-# Any `dspa_` token in a success body, whoever's, is a credential echoed (`echoes`).
-_PREFIX: Final = TOKEN_PREFIX.encode()
 
 log = get_logger("lta_worker.engine")
 
@@ -450,9 +448,7 @@ class PassEngine:
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
-            if outcome.kind == "ok" and echoes(
-                answer.body, outcome.canonical(), secrets, prefix=_PREFIX
-            ):
+            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
                 outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
