@@ -273,7 +273,10 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
                 played.append({"at_s": round(time.monotonic() - started, 1), "fault": name})
                 log(f"B6: {name} at {played[-1]['at_s']} s")
             last_fault = datetime.now(UTC).timestamp()
-            time.sleep(max(0.0, plan.seconds - (time.monotonic() - started)))
+            # Claims that lapsed in the stall stay held until their lease expires: the
+            # fleet gets two leases and a few ticks after the last fault to read again.
+            end = max(plan.seconds, time.monotonic() - started + 2 * plan.lease_s + 5)
+            time.sleep(max(0.0, end - (time.monotonic() - started)))
             exits = fleet.unexpected_exits()
             codes = fleet.stop_all()
             entries = collector.finish()
