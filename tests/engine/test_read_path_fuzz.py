@@ -36,7 +36,7 @@ from lta_worker.secret import Secret
 from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
 from lta_worker.worker._engine import PassEngine
-from lta_worker.worker._runtime import pass_options
+from lta_worker.worker._pass import pass_options
 from lta_worker.worker._wiring import load_vault
 from support.hostile import hostile_ratelimit_headers
 

@@ -29,6 +29,7 @@ from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.upstream._client import ApiClient
+from lta_worker.worker._jobs import deliver_webhooks
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._wiring import http_client, load_vault
 
@@ -285,7 +286,7 @@ async def test_a_serve_pass_leaves_delivery_to_its_own_job(
     ) as served:
         await served.run_pass()
         assert receiver.kinds("alice") == []
-        await served.deliver_webhooks()  # what the webhooks job does
+        await deliver_webhooks(served)  # what the webhooks job does
     assert receiver.kinds("alice") == ["user.enrolled"]
 
 

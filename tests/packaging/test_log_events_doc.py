@@ -17,7 +17,7 @@ from lta_worker.domain._breaker import Trip
 from lta_worker.enrollment._enroll import FAILURE_STAGES, STATE_FAILURES
 from lta_worker.protocol import ENDPOINTS
 from lta_worker.worker._metrics_http import SERVER_JOBS
-from lta_worker.worker._serve import JOB_IDS
+from lta_worker.worker._scheduler import JOB_IDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "log-events.md"
 

@@ -104,7 +104,7 @@ async def test_a_failing_pass_is_an_error_event_and_the_service_goes_on(
     assert svc.passes == 0
     assert not svc._fatal.is_set() and svc.exit_code != 78
     with anyio.fail_after(1):
-        await svc._idle.wait()
+        await svc.guard.idle.wait()
 
 
 async def test_a_stop_lets_the_running_pass_finish() -> None:

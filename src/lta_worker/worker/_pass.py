@@ -13,12 +13,13 @@ from lta_worker.errors import PassStoppedError
 from lta_worker.pacing import DEFAULT_MAX_WAIT
 
 if TYPE_CHECKING:
+    from lta_worker.config import Settings
     from lta_worker.worker._engine import PassEngine
 
 
 @dataclass(frozen=True, slots=True)
 class PassOptions:
-    """How one pass runs; built from settings by `pass_options` (`_runtime`)."""
+    """How one pass runs; built from settings by `pass_options`."""
 
     instance: str
     client_scopes: tuple[str, ...]
@@ -34,6 +35,25 @@ class PassOptions:
     # `service.request_timeout`: a read is sent only this long (at most a renewal period)
     # before its user's lease may lapse, so that it ends within the lease.
     request_timeout: timedelta = timedelta(0)
+
+
+def pass_options(settings: Settings, instance: str, max_duration: timedelta | None) -> PassOptions:
+    """Pass options from settings (`--max-duration` overrides `poll.max_pass_duration`)."""
+    poll = settings.poll
+    return PassOptions(
+        instance=instance,
+        client_scopes=settings.client.scopes,
+        policy=PolicyConfig.from_settings(poll),
+        max_duration=max_duration or poll.max_pass_duration,
+        concurrency=poll.concurrency,
+        batch_size=poll.batch_size,
+        lease_duration=poll.lease_duration,
+        breaker_threshold=poll.breaker_threshold,
+        upstream_down_after=max(20, 2 * poll.concurrency),
+        grace=settings.serve.grace_period,
+        max_wait=settings.ratelimit.max_wait.total_seconds(),
+        request_timeout=settings.service.request_timeout,
+    )
 
 
 @dataclass(slots=True)

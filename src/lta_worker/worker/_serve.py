@@ -1,9 +1,8 @@
 """`serve`: the long-running service under systemd.
 
-APScheduler 3.11's `AsyncIOScheduler` (on the asyncio loop anyio runs on) drives three jobs:
-a pass every `poll.tick` (one at a time, coalesced: a pass that overruns its tick delays
-the next, never doubles it), maintenance (retention purge, WAL checkpoint) and a heartbeat, and
-(with `webhook.url`) the webhook delivery every `webhook.interval`.
+The scheduler (`_scheduler`) runs the pass every `poll.tick`, and the jobs of `_jobs`:
+maintenance (retention purge, WAL checkpoint), the heartbeat and (with `webhook.url`) the
+webhook delivery every `webhook.interval`.
 sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
@@ -27,23 +26,14 @@ under it is no configuration problem, and the service goes on with the new keys
 (`service.keys_reloaded`).
 
 `[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
-
-Two traps of APScheduler 3 shape the stop and the logs: `shutdown()` cancels the asyncio
-tasks of running coroutine jobs at once (so it comes only after the grace period), and the
-scheduler logs through the standard library in plain text (a skipped tick during a long
-pass is a warning), which would break the JSON log stream; jobs therefore report their own
-errors as events and the scheduler's records are not printed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from datetime import UTC, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -53,9 +43,17 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from lta_worker.config import Settings, format_duration
 from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
+from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._pass import stop_error
 from lta_worker.worker._runtime import Worker
+from lta_worker.worker._scheduler import (
+    Guard,
+    Job,
+    intervals,
+    reschedule,
+    start_scheduler,
+)
 from lta_worker.worker._sdnotify import Notifier
 
 if TYPE_CHECKING:
@@ -66,19 +64,6 @@ log = get_logger("lta_worker.service")
 STOP_MARGIN: Final = 2.0
 
 ReloadFn = Callable[[], Settings]
-# The scheduler's jobs, as the `error` event's `job` names them (docs/log-events.md).
-JOB_IDS: Final = ("pass", "maintenance", "heartbeat", "webhooks")
-
-
-def _quiet_scheduler_logs() -> None:
-    """Keep APScheduler's plain-text records off stderr (only JSON lines go there).
-
-    A handler on the `apscheduler` logger stops the standard library's last-resort
-    printing; records still propagate to handlers an embedding application installs.
-    """
-    logger = logging.getLogger("apscheduler")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
 
 
 class Service:
@@ -100,9 +85,7 @@ class Service:
         self._fatal_cause = ""  # what `_fatal` stops for, for sd_notify's STATUS
         # What ends the process after `service.stopped` when it stops on its own (exit 78).
         self.stop_error: LtaError | None = None
-        self._running = 0
-        self._idle = anyio.Event()
-        self._idle.set()
+        self.guard = Guard()
 
     @property
     def settings(self) -> Settings:
@@ -110,33 +93,28 @@ class Service:
         return self.worker.settings
 
     def _intervals(self) -> dict[str, timedelta]:
-        serve = self.settings.serve
-        return {
-            "pass": self.settings.poll.tick,
-            "maintenance": serve.maintenance_interval,
-            "heartbeat": serve.heartbeat,
-            **({"webhooks": self.settings.webhook.interval} if self.worker.webhooks else {}),
-        }
+        return intervals(self.settings, webhooks=self.worker.webhooks is not None)
+
+    def _scheduled(self, name: str, job: Callable[[Worker], Any]) -> Job:
+        """`job` of the worker as the scheduler runs it: guarded, and not once stopping."""
+
+        async def run() -> None:
+            if not self.stopping:
+                async with self.guard.run(name):
+                    await job(self.worker)
+
+        return run
 
     async def run(self) -> int:
         """Serve until SIGTERM or SIGINT; return the exit code (0 after a clean stop)."""
-        _quiet_scheduler_logs()
-        scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
-        runs = (self._pass_job, self._maintenance_job, self._heartbeat_job, self._webhooks_job)
-        jobs = dict(zip(JOB_IDS, runs, strict=True))
-        for job_id, every in self._intervals().items():
-            scheduler.add_job(
-                jobs[job_id],
-                "interval",
-                seconds=every.total_seconds(),
-                id=job_id,
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
-                **({"next_run_time": self.worker.clock.now()} if job_id == "pass" else {}),
-            )
+        jobs_by_id = {
+            "pass": self._pass_job,
+            "maintenance": self._scheduled("maintenance", jobs.maintain),
+            "heartbeat": self._scheduled("heartbeat", jobs.report_heartbeat),
+            "webhooks": self._scheduled("webhooks", jobs.deliver_webhooks),
+        }
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            scheduler.start()
+            scheduler = start_scheduler(jobs_by_id, self._intervals(), self.worker.clock.now())
             self.notifier.ready("started; first pass running")
             log.info(
                 "service.started",
@@ -183,69 +161,19 @@ class Service:
         scheduler.pause()
         self.worker.request_stop(grace)
         with anyio.move_on_after(grace + STOP_MARGIN):
-            await self._idle.wait()
+            await self.guard.idle.wait()
         scheduler.shutdown(wait=False)  # cancels whatever still runs past the grace period
         with anyio.move_on_after(STOP_MARGIN):
-            await self._idle.wait()
-
-    @asynccontextmanager
-    async def _job(self, name: str) -> AsyncIterator[None]:
-        """Count a running job (the stop waits for none to run) and log its failure as data."""
-        if self._running == 0:
-            self._idle = anyio.Event()
-        self._running += 1
-        try:
-            yield
-        except LtaError as exc:
-            log.error(
-                "error",
-                job=name,
-                error=type(exc).__name__,
-                message=str(exc),
-                exit_code=exc.exit_code,
-            )
-        except Exception as exc:  # a bug: logged with its traceback, the service goes on
-            log.error(
-                "error",
-                job=name,
-                error=type(exc).__name__,
-                message=str(exc),
-                exit_code=1,
-                exc_info=True,
-            )
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.set()
-
-    async def _watch_key_file(self) -> None:
-        """Every tick: the key file deleted, replaced or broken under the running service is
-        logged once (`service.key_file_lost`, error) and marks health, while the keys read
-        at start stay in force; `service.key_file_back` once it is right again."""
-        before = self.worker.key_file_problem
-        problem = await anyio.to_thread.run_sync(self.worker.watch_key_file)
-        if problem == before:
-            return
-        if problem is None:
-            log.info("service.key_file_back", instance=self.worker.instance)
-            return
-        log.error(
-            "service.key_file_lost",
-            instance=self.worker.instance,
-            key="crypto.key_file",
-            message=problem,
-            hint="the service goes on with the keys it read at start; restore the key file "
-            "before a restart or SIGHUP, or the stored tokens will not decrypt",
-        )
+            await self.guard.idle.wait()
 
     async def _pass_job(self) -> None:
         if self.stopping:
             return
         failed = True
         config_error: UnknownKeyError | None = None
-        async with self._job("pass"):
+        async with self.guard.run("pass"):
             # Counted as the pass: a stop meanwhile waits for it, and then no pass starts.
-            await self._watch_key_file()
+            await jobs.check_key_file(self.worker)
             if self.stopping:
                 return
             # Only a key id the key file lacks stops the service. Other exit-78 errors of a
@@ -258,7 +186,7 @@ class Service:
                 if await self._take_new_keys(exc):
                     return  # the next pass reads that user with them
                 config_error = exc
-                raise  # `_job` logs the `error` line
+                raise  # the guard logs the `error` line
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
@@ -319,38 +247,6 @@ class Service:
         log.error(event, instance=self.worker.instance, exit_code=EX_CONFIG, **fields)
         self._fatal.set()
 
-    async def _maintenance_job(self) -> None:
-        if self.stopping:
-            return
-        async with self._job("maintenance"):
-            purged = await self.worker.maintenance(checkpoint=True)
-            log.info(
-                "maintenance.finished",
-                instance=self.worker.instance,
-                purged_users=purged.users,
-                checkpoint=True,
-            )
-
-    async def _webhooks_job(self) -> None:
-        if self.stopping:
-            return
-        async with self._job("webhooks"):
-            await self.worker.deliver_webhooks()
-
-    async def _heartbeat_job(self) -> None:
-        if self.stopping:
-            return
-        async with self._job("heartbeat"):
-            await self.worker.heartbeat()
-            counts = await anyio.to_thread.run_sync(self.worker.store.count_by_state)
-            due = await self.worker.due_count()
-            log.info(
-                "service.heartbeat",
-                instance=self.worker.instance,
-                due=due,
-                **{s: counts.get(s, 0) for s in ("active", "parked", "unlinked", "rejected")},
-            )
-
     async def _watchdog(self, period: float) -> None:
         while True:
             self.notifier.watchdog()
@@ -369,9 +265,7 @@ class Service:
             log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
             self.notifier.ready("reload failed, the previous configuration stays in force")
             return
-        for job_id, every in self._intervals().items():
-            if every != before[job_id]:
-                scheduler.reschedule_job(job_id, trigger="interval", seconds=every.total_seconds())
+        reschedule(scheduler, before, self._intervals())
         log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
         self.notifier.ready("reloaded")
 

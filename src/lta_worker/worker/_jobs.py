@@ -1,0 +1,253 @@
+"""The worker's periodic jobs: each a small function of the runtime (`Worker`), doing one thing.
+
+When each runs:
+
+- before every pass (`run` and `serve`): `refresh_share`, `follow_schedule`, `retry_drops`;
+- while a pass runs: `keep_alive` (a heartbeat and the share every `serve.heartbeat`) and,
+  on PostgreSQL, `settle_shared`;
+- after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
+  then `run` (not `serve`) calls `deliver_webhooks`;
+- in `serve`, on their own intervals (the scheduler in `_serve`): `check_key_file` before
+  each pass, `report_heartbeat`, `maintain` and `deliver_webhooks`.
+
+A job reads the clock once per step (STYLE 7), so tests run them on virtual time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from lta_worker.domain import PassRecord, PurgeCounts
+from lta_worker.enrollment import DropRetries, Lifecycle
+from lta_worker.errors import StorageError
+from lta_worker.logs import get_logger
+from lta_worker.worker._pass import PassResult
+from lta_worker.worker._webhooks import Delivery, deliver_due
+from lta_worker.worker._wiring import instance_ttl
+
+if TYPE_CHECKING:
+    from lta_worker.pacing import SharedBudget
+    from lta_worker.worker._runtime import Worker
+
+log = get_logger("lta_worker.runner")
+service_log = get_logger("lta_worker.service")
+T = TypeVar("T")
+# The states `service.heartbeat` counts.
+HEARTBEAT_STATES = ("active", "parked", "unlinked", "rejected")
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A store call on a worker thread (it may wait for the database)."""
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+
+async def heartbeat(rt: Worker) -> None:
+    """Every `serve.heartbeat`: tell the other instances this one is alive (re-registering
+    if pruned)."""
+    if not await _db(rt.store.heartbeat, rt.instance, rt.clock.now()):
+        await _db(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
+
+
+async def refresh_share(rt: Worker) -> None:
+    """Before each pass and with each heartbeat during one: the pacer's share, 1 / live
+    instances."""
+    live = await _db(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
+    rt.pacer.set_share(1.0 / max(1, len(live)))
+
+
+async def keep_alive(rt: Worker) -> None:
+    """While a pass runs: a heartbeat and the share every `serve.heartbeat`.
+
+    A `run` pass may last longer than an instance's time to live; without heartbeats the
+    others would take it for dead and spend its share.
+    """
+    while True:
+        await rt.clock.sleep(rt.settings.serve.heartbeat.total_seconds())
+        try:
+            await heartbeat(rt)
+            await refresh_share(rt)
+        except StorageError as exc:  # the pass itself will meet it if it lasts
+            log.warning("error", error=type(exc).__name__, message=str(exc))
+
+
+async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
+    """While a pass runs (PostgreSQL): write answers to the shared budget as they come; what
+    failed is kept and tried again a second later."""
+    while True:
+        try:
+            await shared.settle_forever()
+        except StorageError as exc:
+            log.warning("error", error=type(exc).__name__, message=str(exc))
+            await rt.clock.sleep(1.0)
+
+
+async def follow_schedule(rt: Worker) -> dict[str, int] | None:
+    """Before each pass: reschedule users when `poll.interval` / `poll.parked_interval`
+    changed (by class), so a new interval applies at the next `run` or after a reload."""
+    poll = rt.settings.poll
+    moved = await _db(rt.store.follow_schedule, poll.interval, poll.parked_interval, rt.clock.now())
+    if moved is not None:
+        log.info(
+            "schedule.followed",
+            interval_s=poll.interval.total_seconds(),
+            parked_interval_s=poll.parked_interval.total_seconds(),
+            **{f"users_{due_class}": count for due_class, count in moved.items()},
+        )
+    return moved
+
+
+async def retry_drops(rt: Worker) -> DropRetries:
+    """Before each pass: send again the DELETE of the users whose drop is pending, through
+    the pacer (see `Lifecycle.retry_pending`)."""
+    lifecycle = Lifecycle(
+        rt.settings,
+        rt.store,
+        rt.vault,
+        lambda: rt.api,  # built only if a drop is due
+        rt.clock.now,
+        client_secret=rt.client_secret,
+    )
+    if rt.rng is not None:
+        lifecycle.rng = rt.rng
+    return await lifecycle.retry_pending(
+        rt.pacer,
+        owner=rt.instance,
+        lease=rt.settings.poll.lease_duration,
+        stopping=lambda: rt.stopping,
+    )
+
+
+async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> PassRecord:
+    """After each pass: its record, and the budget seen (unless a shared row keeps it live)."""
+    record = PassRecord(
+        instance=rt.instance,
+        started_at=started_at,
+        finished_at=rt.clock.now(),
+        stopped=result.stopped,
+        exit_code=result.exit_code,
+        reads=result.reads,
+        throttled=result.throttled,
+        counts=dict(result.counts),
+    )
+    await _db(rt.store.record_pass, record)
+    budget = rt.pacer.budget_seen(rt.clock.now())
+    if budget is not None and rt.pacer.shared is None:
+        await _db(rt.store.record_budget, rt.settings.client.id, budget)
+    return record
+
+
+async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
+    """After each pass and in `maintain`: the retention purge and old dead letters (and a
+    WAL checkpoint when asked). Without `webhook.url` the outbox has no reader: its events
+    are deleted here."""
+    retention = rt.settings.retention
+    purged = await _db(
+        rt.store.purge_expired, rt.clock.now(), retention.after_revocation, retention.history
+    )
+    if purged.users or purged.snapshots or purged.history or purged.history_pruned:
+        log.info(
+            "retention.purged",
+            users=purged.users,
+            snapshots=purged.snapshots,
+            history=purged.history,
+            history_pruned=purged.history_pruned,
+        )
+    delivering = rt.webhooks is not None
+    events = await _db(
+        rt.store.purge_events, rt.clock.now(), rt.settings.webhook.keep_dead, live=not delivering
+    )
+    if events:  # without webhook.url, routine housekeeping: at debug only
+        (log.info if delivering else log.debug)(
+            "webhook.purged", events=events, delivering=delivering
+        )
+    if checkpoint:
+        await _db(rt.store.checkpoint)
+    return purged
+
+
+async def update_metrics(rt: Worker, result: PassResult, finished_at: datetime) -> None:
+    """After each pass (with metrics on): the pass's and the store's figures; with
+    `metrics.textfile`, written out (a failure is logged, never the pass's)."""
+    if rt.metrics is None:
+        return
+    rt.metrics.on_pass(result, finished_at)
+    await _db(rt.metrics.on_store, rt.store, rt.clock.now())
+    path = rt.settings.metrics.textfile
+    if path is None:
+        return
+    try:
+        await _db(rt.metrics.write_textfile, path)
+    except OSError as exc:
+        log.error(
+            "metrics.write_failed",
+            path=str(path),
+            error=exc.strerror or type(exc).__name__,
+            hint="make metrics.textfile's directory writable by the user running lta-worker",
+        )
+
+
+async def after_pass(rt: Worker, result: PassResult, started_at: datetime) -> None:
+    """After each pass, in order: its record, the retention purge, the metrics."""
+    record = await record_pass(rt, result, started_at)
+    await purge(rt)
+    await update_metrics(rt, result, record.finished_at)
+
+
+async def deliver_webhooks(rt: Worker) -> Delivery:
+    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round of
+    the webhook outbox (nothing without `webhook.url`)."""
+    if rt.webhooks is None:
+        return Delivery()
+    return await deliver_due(
+        rt.store, rt.webhooks, rt.settings, rt.clock.now, rng=rt.rng, owner=rt.instance
+    )
+
+
+async def maintain(rt: Worker) -> PurgeCounts:
+    """Every `serve.maintenance_interval`: `purge` with a WAL checkpoint, and
+    `maintenance.finished`."""
+    purged = await purge(rt, checkpoint=True)
+    service_log.info(
+        "maintenance.finished", instance=rt.instance, purged_users=purged.users, checkpoint=True
+    )
+    return purged
+
+
+async def report_heartbeat(rt: Worker) -> None:
+    """Every `serve.heartbeat` in `serve`: a `heartbeat`, and `service.heartbeat` with the
+    users due and by state."""
+    await heartbeat(rt)
+    counts = await _db(rt.store.count_by_state)
+    due = await _db(rt.store.count_due, rt.clock.now())
+    service_log.info(
+        "service.heartbeat",
+        instance=rt.instance,
+        due=due,
+        **{state: counts.get(state, 0) for state in HEARTBEAT_STATES},
+    )
+
+
+async def check_key_file(rt: Worker) -> None:
+    """Before each `serve` pass: the key file deleted, replaced or broken is logged once
+    (`service.key_file_lost`) and marks health (`Worker.problems`) while the keys read at
+    start stay in force; `service.key_file_back` once it is right again."""
+    before = rt.key_file_problem
+    problem = await anyio.to_thread.run_sync(rt.watch_key_file)
+    if problem == before:
+        return
+    if problem is None:
+        service_log.info("service.key_file_back", instance=rt.instance)
+        return
+    service_log.error(
+        "service.key_file_lost",
+        instance=rt.instance,
+        key="crypto.key_file",
+        message=problem,
+        hint="the service goes on with the keys it read at start; restore the key file "
+        "before a restart or SIGHUP, or the stored tokens will not decrypt",
+    )

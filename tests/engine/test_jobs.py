@@ -1,0 +1,221 @@
+"""The periodic jobs (`_jobs`), each run alone on a real runtime over virtual time (trio's
+MockClock): heartbeats, the share, the schedule, the bookkeeping after a pass, maintenance,
+the heartbeat report, webhook delivery and the key file check."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker import _jobs as jobs
+from lta_worker.worker._pass import PassResult
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._webhooks import Delivery
+from lta_worker.worker._wiring import instance_ttl
+from support.virtual_time import autojump, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+@asynccontextmanager
+async def runtime(h: Harness, **kwargs: Any) -> AsyncIterator[Worker]:
+    """An open runtime on the harness's virtual clock, inside `autojump`."""
+    async with autojump():
+        worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.clock, **kwargs)
+        async with worker as rt:
+            yield rt
+
+
+def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == name]
+
+
+async def test_keep_alive_beats_and_refreshes_the_share_every_heartbeat(
+    virtual_harness: Harness,
+) -> None:
+    """While a pass runs, each `serve.heartbeat` marks the instance alive and sets the share
+    from the live instances: two beats in 75 s of 30 s heartbeats, 1/2 with another one."""
+    h = virtual_harness
+    async with runtime(h) as rt:
+        start = rt.clock.now()
+        await anyio.to_thread.run_sync(rt.store.register_instance, "other", "serve", start)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(jobs.keep_alive, rt)
+            await rt.clock.sleep(75)
+            tg.cancel_scope.cancel()
+        live = {
+            row.instance: row for row in rt.store.live_instances(rt.clock.now(), timedelta(hours=2))
+        }
+        assert live[rt.instance].heartbeat_at == start + timedelta(seconds=60)
+        assert rt.pacer.core.share == 0.5
+
+
+async def test_the_share_is_whole_when_the_other_instances_fell_silent(
+    virtual_harness: Harness,
+) -> None:
+    """An instance silent for longer than four heartbeats no longer counts: share 1."""
+    h = virtual_harness
+    async with runtime(h) as rt:
+        await anyio.to_thread.run_sync(rt.store.register_instance, "other", "serve", rt.clock.now())
+        await jobs.refresh_share(rt)
+        assert rt.pacer.core.share == 0.5
+        await rt.clock.sleep(instance_ttl(rt.settings).total_seconds() + 1)
+        await jobs.heartbeat(rt)
+        await jobs.refresh_share(rt)
+        assert rt.pacer.core.share == 1.0
+
+
+async def test_a_heartbeat_registers_again_an_instance_pruned_meanwhile(
+    virtual_harness: Harness,
+) -> None:
+    """Taken for dead and pruned by another instance, this one registers again at its next
+    heartbeat."""
+    h = virtual_harness
+    async with runtime(h) as rt:
+        await rt.clock.sleep(10)
+        assert rt.store.prune_instances(rt.clock.now(), timedelta(0)) == 1
+        await jobs.heartbeat(rt)
+        live = rt.store.live_instances(rt.clock.now(), timedelta(seconds=1))
+        assert [row.instance for row in live] == [rt.instance]
+
+
+async def test_follow_schedule_moves_users_when_the_interval_changed(
+    virtual_harness: Harness,
+) -> None:
+    """A new `poll.interval` reschedules the users at the next pass (`schedule.followed`,
+    with the counts by class); the same interval again does nothing."""
+    h = virtual_harness
+    async with autojump():
+        await h.enroll("alice")
+    async with runtime(h) as rt:
+        await jobs.follow_schedule(rt)
+    h.configure("poll", interval="2h")
+    async with runtime(h) as rt:
+        with capture_logs() as logs:
+            moved = await jobs.follow_schedule(rt)
+            again = await jobs.follow_schedule(rt)
+    assert moved is not None and again is None
+    (followed,) = events(logs, "schedule.followed")
+    assert followed["interval_s"] == 7200
+
+
+async def test_after_pass_records_the_pass_and_writes_the_metrics_textfile(
+    virtual_harness: Harness, tmp_path: Any
+) -> None:
+    """After a pass: its record (finished now), then the purge, then the metrics textfile."""
+    h = virtual_harness
+    textfile = tmp_path / "lta.prom"
+    h.configure("metrics", textfile=str(textfile))
+    async with runtime(h) as rt:
+        started = rt.clock.now()
+        await rt.clock.sleep(5)
+        result = PassResult(stopped="completed", exit_code=0, reads=3)
+        await jobs.after_pass(rt, result, started)
+        record = rt.store.last_pass()
+        assert record is not None
+        assert (record.instance, record.reads) == (rt.instance, 3)
+        assert record.finished_at - record.started_at == timedelta(seconds=5)
+    assert "lta_worker_" in textfile.read_text()
+
+
+async def test_a_metrics_textfile_that_cannot_be_written_is_logged(
+    virtual_harness: Harness, tmp_path: Any
+) -> None:
+    """A textfile in a directory that does not exist: `metrics.write_failed`, and the job
+    ends normally."""
+    h = virtual_harness
+    h.configure("metrics", textfile=str(tmp_path / "missing" / "lta.prom"))
+    async with runtime(h) as rt:
+        with capture_logs() as logs:
+            result = PassResult(stopped="completed", exit_code=0)
+            await jobs.update_metrics(rt, result, rt.clock.now())
+    (failed,) = events(logs, "metrics.write_failed")
+    assert "hint" in failed
+
+
+async def test_maintain_purges_checkpoints_and_reports(virtual_harness: Harness) -> None:
+    """The maintenance job: `maintenance.finished` with the users purged and the checkpoint."""
+    async with runtime(virtual_harness) as rt:
+        with capture_logs() as logs:
+            purged = await jobs.maintain(rt)
+    (finished,) = events(logs, "maintenance.finished")
+    assert finished == {
+        "event": "maintenance.finished",
+        "_logger": "lta_worker.service",
+        "log_level": "info",
+        "instance": rt.instance,
+        "purged_users": purged.users,
+        "checkpoint": True,
+    }
+
+
+async def test_report_heartbeat_counts_the_users_due_and_by_state(
+    virtual_harness: Harness,
+) -> None:
+    """`service.heartbeat`: the users due now and the users in each state."""
+    h = virtual_harness
+    async with autojump():
+        await h.enroll("alice")
+        await h.enroll("bob")
+    async with runtime(h) as rt:
+        with capture_logs() as logs:
+            await jobs.report_heartbeat(rt)
+    (beat,) = events(logs, "service.heartbeat")
+    assert {k: beat[k] for k in ("due", "active", "parked", "unlinked", "rejected")} == {
+        "due": 2,
+        "active": 2,
+        "parked": 0,
+        "unlinked": 0,
+        "rejected": 0,
+    }
+
+
+async def test_without_a_webhook_url_delivery_sends_nothing(virtual_harness: Harness) -> None:
+    """No `webhook.url`: a delivery round does nothing."""
+    async with runtime(virtual_harness) as rt:
+        assert await jobs.deliver_webhooks(rt) == Delivery()
+
+
+async def test_no_pending_drop_sends_nothing(virtual_harness: Harness) -> None:
+    """No user `dropping`: the drop retries send nothing and build no API client."""
+    h = virtual_harness
+    async with runtime(h) as rt:
+        retries = await jobs.retry_drops(rt)
+    assert (retries.confirmed, retries.pending, retries.interrupted) == (0, 0, 0)
+    assert h.sim.requests() == []
+
+
+async def test_a_lost_key_file_is_logged_once_and_its_return_too(
+    virtual_harness: Harness,
+) -> None:
+    """The key file deleted: `service.key_file_lost` once over two checks, health marked;
+    restored: `service.key_file_back`, health clear."""
+    h = virtual_harness
+    saved = h.key_file.read_bytes()
+    async with runtime(h) as rt:
+        with capture_logs() as logs:
+            h.key_file.unlink()
+            await jobs.check_key_file(rt)
+            await jobs.check_key_file(rt)
+            assert rt.problems() != []
+            h.key_file.write_bytes(saved)
+            h.key_file.chmod(0o600)
+            await jobs.check_key_file(rt)
+            assert rt.problems() == []
+    names = [e["event"] for e in logs]
+    assert names.count("service.key_file_lost") == 1
+    assert names.count("service.key_file_back") == 1
