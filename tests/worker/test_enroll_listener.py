@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from lta_worker.worker._enroll_server import MAX_CONNECTIONS, AcceptFailures, connection_cap
+from lta_worker.worker._enroll_guard import MAX_CONNECTIONS, AcceptFailures, connection_cap
 
 
 @pytest.mark.parametrize(
@@ -43,14 +43,14 @@ _CHILD = textwrap.dedent(
     import asyncio, resource, socket, sys
     from lta_worker.logs import configure_logging
     from lta_worker.worker._admission import Admission
-    from lta_worker.worker._enroll_server import BACKLOG, _report_accept_failures
+    from lta_worker.worker._enroll_guard import BACKLOG, report_accept_failures
 
     configure_logging(fmt="json")
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 
     async def main():
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(_report_accept_failures(Admission(1000, 10.0), None))
+        loop.set_exception_handler(report_accept_failures(Admission(1000, 10.0), None))
         sock = socket.create_server(("127.0.0.1", 0), backlog=BACKLOG)
         await loop.create_server(asyncio.Protocol, sock=sock, backlog=BACKLOG)
         print(sock.getsockname()[1], flush=True)
