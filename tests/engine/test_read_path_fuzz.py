@@ -194,8 +194,8 @@ def test_any_answer_goes_through_the_whole_read_path(
     anyio.run(engine.run)
     # Nothing per user outlives its turn (a pass over a million users must not grow with
     # them); only the names of decisions a stopped pass dropped are left.
-    assert not engine._saw_404
-    assert not engine._claimed or engine.result.stopped != "completed"
+    assert not engine.turns.saw_404
+    assert not engine.writer.claimed or engine.result.stopped != "completed"
 
     # The rendered log lines: strict JSON, bounded budget fields, allowed codes only.
     log_stream.seek(logs_from)

@@ -1,10 +1,14 @@
 """The runtime: one pass over the due users, the `Worker` that builds passes, and `serve`.
 
-- `PassEngine`: claim, read, classify, decide, write (`_engine`), with the narrow protocols
-  it needs of its collaborators (`_ports`) and its log lines (`_pass_log`);
+- `PassEngine`: claim, read, classify, decide, write (`_engine`): one user's turn
+  (`_turn`), the single writer (`_writer`), how a pass stops (`_stop`), with the narrow
+  protocols it needs of its collaborators (`_ports`) and its log lines (`_pass_log`);
 - `PassOptions`, `PassResult`: how a pass runs and how it ended (`_pass`);
-- `Worker`: everything a pass needs, opened once, for `run` and `serve` (`_runtime`);
-- `serve`: the long-running service under systemd (APScheduler, sd_notify) (`_serve`);
+- `Worker`: everything a pass needs, opened once, for `run` and `serve` (`_runtime`); the
+  pass with its jobs around it (`_run`); the periodic jobs, each a function of the
+  runtime (`_jobs`);
+- `serve`: the long-running service under systemd (`_serve`), its APScheduler jobs
+  (`_scheduler`), sd_notify (`_sdnotify`);
 - `services`, `open_store`, `load_vault`: the real collaborators built from settings, and
   the entry point of a web application (`_wiring`);
 - `Clock`, `SystemClock`: time, injected (`_clock`).

@@ -8,7 +8,8 @@ When each runs:
 - after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
   then `run` (not `serve`) calls `deliver_webhooks`;
 - in `serve`, on their own intervals (the scheduler in `_serve`): `check_key_file` before
-  each pass, `report_heartbeat`, `maintain` and `deliver_webhooks`.
+  each pass (and `take_new_keys` after one that met an unknown key id), `report_heartbeat`,
+  `maintain` and `deliver_webhooks`.
 
 A job reads the clock once per step (STYLE 7), so tests run them on virtual time.
 """
@@ -24,7 +25,7 @@ import anyio
 
 from lta_worker.domain import PassRecord, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
-from lta_worker.errors import StorageError
+from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._pass import PassResult
 from lta_worker.worker._webhooks import Delivery, deliver_due
@@ -251,3 +252,16 @@ async def check_key_file(rt: Worker) -> None:
         hint="the service goes on with the keys it read at start; restore the key file "
         "before a restart or SIGHUP, or the stored tokens will not decrypt",
     )
+
+
+async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
+    """After a `serve` pass met a token under a key id the keys in force lack: read the key
+    file again, as a SIGHUP would. A key added after the start (step 1 of key rotation, then
+    an enrollment under it) is there, and the service goes on with it; True then."""
+    try:
+        in_use = await _db(rt.store.key_ids_in_use, rt.clock.now())
+        rt.reload_keys(key_ids_in_use=in_use)
+    except LtaError:
+        return False
+    service_log.info("service.keys_reloaded", instance=rt.instance, key_id=exc.key_id)
+    return True

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
 
     from lta_worker.worker._metrics import Metrics
+    from lta_worker.worker._runtime import Worker
 
 log = get_logger("lta_worker.metrics")
 # The `job` of an `error` event logged while this server answers (docs/log-events.md).
@@ -222,3 +223,20 @@ class MetricsServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+def metrics_server(worker: Worker) -> MetricsServer | None:
+    """`serve`'s `/metrics` and `/healthz` server when `metrics.listen` is set, else None."""
+    listen = worker.settings.metrics.listen
+    if not listen or worker.metrics is None:
+        return None
+    from lta_worker.config import parse_listen
+    from lta_worker.worker._status import collect_status
+
+    host, port = parse_listen(listen)
+    return MetricsServer(
+        host,
+        port,
+        worker.metrics,
+        lambda: collect_status(worker.settings, store=worker.store, problems=worker.problems()),
+    )

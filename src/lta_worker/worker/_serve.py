@@ -34,7 +34,7 @@ import os
 import signal
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -47,17 +47,8 @@ from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._pass import stop_error
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._scheduler import (
-    Guard,
-    Job,
-    intervals,
-    reschedule,
-    start_scheduler,
-)
+from lta_worker.worker._scheduler import Guard, Job, intervals, reschedule, start_scheduler
 from lta_worker.worker._sdnotify import Notifier
-
-if TYPE_CHECKING:
-    from lta_worker.worker._metrics_http import MetricsServer
 
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
@@ -70,10 +61,7 @@ class Service:
     """One `serve` process: a worker, a scheduler and the signal loop."""
 
     def __init__(
-        self,
-        worker: Worker,
-        notifier: Notifier,
-        reload_settings: ReloadFn | None = None,
+        self, worker: Worker, notifier: Notifier, reload_settings: ReloadFn | None = None
     ) -> None:
         self.worker = worker
         self.notifier = notifier
@@ -147,6 +135,7 @@ class Service:
         scope.cancel()
 
     async def _stop(self, scheduler: AsyncIOScheduler, signame: str | None) -> None:
+        """Stop claiming, let the running jobs finish within the grace period, then end."""
         grace = self.settings.serve.grace_period.total_seconds()
         self.stopping = True
         self.notifier.stopping(
@@ -167,6 +156,8 @@ class Service:
             await self.guard.idle.wait()
 
     async def _pass_job(self) -> None:
+        """Every `poll.tick`: the key file checked, then a pass; its breaker or a key id
+        still missing stops the service."""
         if self.stopping:
             return
         failed = True
@@ -183,7 +174,7 @@ class Service:
             try:
                 result = await self.worker.run_pass()
             except UnknownKeyError as exc:
-                if await self._take_new_keys(exc):
+                if await jobs.take_new_keys(self.worker, exc):
                     return  # the next pass reads that user with them
                 config_error = exc
                 raise  # the guard logs the `error` line
@@ -212,20 +203,6 @@ class Service:
             "every pass; fix it, then `systemctl restart lta-worker.service`",
         )
 
-    async def _take_new_keys(self, exc: UnknownKeyError) -> bool:
-        """A pass met a token under a key id the keys in force lack: read the key file
-        again, as a SIGHUP would. A key added after the start (step 1 of key rotation, then
-        an enrollment under it) is there, and the service goes on with it; True then."""
-        try:
-            in_use = await anyio.to_thread.run_sync(
-                self.worker.store.key_ids_in_use, self.worker.clock.now()
-            )
-            self.worker.reload_keys(key_ids_in_use=in_use)
-        except LtaError:
-            return False
-        log.info("service.keys_reloaded", instance=self.worker.instance, key_id=exc.key_id)
-        return True
-
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
         self.stop_error = exc
@@ -248,11 +225,13 @@ class Service:
         self._fatal.set()
 
     async def _watchdog(self, period: float) -> None:
+        """Every `period`: tell systemd the event loop is alive."""
         while True:
             self.notifier.watchdog()
             await self.worker.clock.sleep(period)
 
     async def _reload(self, scheduler: AsyncIOScheduler) -> None:
+        """On SIGHUP: the new settings and key file, or the old ones if they are broken."""
         self.notifier.reloading("reloading the configuration and the key file")
         before = self._intervals()
         try:
@@ -286,7 +265,11 @@ async def serve(
     """
     async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
         service = Service(worker, notifier or Notifier(), reload_settings)
-        server = _metrics_server(worker)
+        server = None
+        if settings.metrics.listen:  # imported only when configured
+            from lta_worker.worker._metrics_http import metrics_server
+
+            server = metrics_server(worker)
         try:
             if settings.enroll.listen is None:
                 code = await service.run()
@@ -302,21 +285,3 @@ async def serve(
     if service.stop_error is not None:  # the CLI writes it: the `error` event, the last line
         raise service.stop_error
     return code
-
-
-def _metrics_server(worker: Worker) -> MetricsServer | None:
-    """The `/metrics` and `/healthz` server when `metrics.listen` is set, else None."""
-    listen = worker.settings.metrics.listen
-    if not listen or worker.metrics is None:
-        return None
-    from lta_worker.config import parse_listen
-    from lta_worker.worker._metrics_http import MetricsServer
-    from lta_worker.worker._status import collect_status
-
-    host, port = parse_listen(listen)
-    return MetricsServer(
-        host,
-        port,
-        worker.metrics,
-        lambda: collect_status(worker.settings, store=worker.store, problems=worker.problems()),
-    )

@@ -1,0 +1,190 @@
+"""One user's turn in a pass: decrypt the token, read each endpoint, classify, decide.
+
+Each read waits for a pacer permit first, and is sent only while the user's lease is
+certainly held until the read's end (`service.request_timeout` before the lease's end,
+`_lease_book`): when the database stalls longer than a lease, renewals land late and the
+lease may lapse, and another instance may claim the user. Such a turn is given up like a
+stop (the user stays due) and counted for `pass.lease_lapsed`. Every read is counted and
+logged, and what the breaker makes of it stops the pass when it says so.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+from lta_worker.domain import (
+    Breaker,
+    Endpoint,
+    Outcome,
+    UserRow,
+    UserUpdate,
+    classify,
+    decide_turn,
+    echoes,
+    endpoints_to_call,
+    ends_turn,
+    read_again,
+    still_wanted,
+)
+from lta_worker.errors import UnknownKeyError
+from lta_worker.pacing import PacerLike, wait_after_429
+from lta_worker.secret import Secret
+from lta_worker.storage import TokenDecryptError
+from lta_worker.upstream import long_term_credential
+from lta_worker.worker import _pass_log as events
+from lta_worker.worker._clock import Clock
+from lta_worker.worker._lease_book import LeaseBook
+from lta_worker.worker._pass import PassOptions, PassResult, ReadObserver
+from lta_worker.worker._ports import Reader, TokenVault
+from lta_worker.worker._stop import Interrupted, LeaseLapsed, PassStop
+
+
+class Turns:
+    """The turns of one pass's users, over the pass's collaborators and its result."""
+
+    def __init__(
+        self,
+        *,
+        vault: TokenVault,
+        api: Reader,
+        pacer: PacerLike,
+        clock: Clock,
+        client_secret: Secret,
+        options: PassOptions,
+        rng: random.Random,
+        stop: PassStop,
+        leases: LeaseBook,
+        breaker: Breaker[tuple[UserRow, UserUpdate]],
+        result: PassResult,
+        read_margin: timedelta,
+        on_read: ReadObserver | None = None,
+    ) -> None:
+        self.vault = vault
+        self.api = api
+        self.pacer = pacer
+        self.clock = clock
+        # What a success body must not hold (`echoes`); a secret too short to be told from
+        # data (the log redactor's bound) is not looked for.
+        self.client_secret = client_secret
+        raw_secret = client_secret.reveal().encode()
+        self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
+        self.options = options
+        self.rng = rng
+        self.stop = stop
+        self.leases = leases
+        self.breaker = breaker
+        self.result = result
+        self.read_margin = read_margin
+        self.on_read = on_read
+        self.saw_404: set[int] = set()  # users of this pass that met a 404 (the breaker)
+        self.lapsed = 0  # users whose turn was given up for their lease (`LeaseLapsed`)
+        self.fatal_error: UnknownKeyError | None = None  # what aborted the pass, if anything
+        self._read_log = events.pass_logger()  # one per pass
+
+    async def turn(self, user: UserRow) -> UserUpdate | None:
+        """The user's turn: its decision, or None (no token, or the pass aborted on a key id
+        the key file lacks). Raises `Interrupted` when the pass stopped before any read."""
+        opts = self.options
+        if user.token is None:
+            return None
+        try:
+            token = self.vault.decrypt(user.token, user=user.user)
+        except UnknownKeyError as exc:
+            self.fatal_error = exc
+            self.stop.abort("config")
+            return None
+        except TokenDecryptError:
+            events.undecryptable(user)
+            return self._unusable(user)
+        try:
+            credential = long_term_credential(token, self.client_secret)
+        except ValueError:  # stored before enrollment checked what a header can carry
+            events.unsendable(user)
+            return self._unusable(user)
+        secrets = (token.reveal().encode(), *self._secret_bytes)
+        results: list[tuple[Endpoint | None, Outcome]] = []
+        for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
+            if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
+                continue  # `poll.stats = "on_change"`: latest-change did not move
+            try:
+                outcome = await self._read(user, endpoint, credential, secrets)
+            except Interrupted:
+                if not results:
+                    raise
+                # Stopped mid-turn: keep what was read, but leave the user due so that the
+                # next pass reads the whole turn (nothing read is thrown away).
+                now = self.clock.now()
+                update = decide_turn(user, results, now, opts.policy, self.rng)
+                return replace(update, next_due_at=user.next_due_at or now, due_class=None)
+            results.append((endpoint, outcome))
+            if ends_turn(outcome):
+                break
+        return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
+
+    def _unusable(self, user: UserRow) -> UserUpdate:
+        """The turn of a user whose stored token cannot be used: nothing is sent, the
+        token is kept, and the user is tried again rarely (`undecryptable`)."""
+        unusable = Outcome(kind="undecryptable")
+        self.result.counts[unusable.kind] += 1
+        return decide_turn(
+            user, [(None, unusable)], self.clock.now(), self.options.policy, self.rng
+        )
+
+    async def _read(
+        self, user: UserRow, endpoint: Endpoint, credential: Secret, secrets: tuple[bytes, ...]
+    ) -> Outcome:
+        attempt = 0
+        while True:
+            attempt += 1
+            self._check_lease(user)  # a permit may take long: not waited for in vain
+            permit = await self.stop.permit(self.pacer)
+            try:
+                self._check_lease(user)
+            except LeaseLapsed:
+                self.pacer.feed(permit, {}, None)  # taken, not used: the pacer is told
+                raise
+            begun = self.clock.monotonic()
+            try:
+                answer = await self.api.read(endpoint, credential)
+            except BaseException:
+                # Cancelled mid-request (grace over): the permit is used and no answer
+                # came. The pacer outlives the pass in `serve`, so it must be told.
+                self.pacer.feed(permit, {}, None)
+                raise
+            outcome = classify(endpoint, answer)
+            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
+                outcome = Outcome("transient", status=answer.status, reason="credential echoed")
+            if outcome.kind == "rate_limited":
+                wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
+                outcome = replace(outcome, wait=wait)
+            if answer.status == 404:
+                self.saw_404.add(user.id)
+            # A plain 401 does not identify the client, so its rate limit headers (if any)
+            # describe some other bucket: the pacer only learns that the permit is done.
+            headers = answer.headers if outcome.kind != "rejected" else {}
+            self.pacer.feed(permit, headers, answer.status, elapsed=answer.elapsed)
+            self._count(user, endpoint, outcome, self.clock.monotonic() - begun)
+            if not read_again(outcome, attempt):
+                return outcome
+
+    def _check_lease(self, user: UserRow) -> None:
+        """Raise `LeaseLapsed` unless a read sent now ends while `user`'s lease is held."""
+        if not self.leases.may_read(user.id, self.clock.now(), self.read_margin):
+            self.lapsed += 1
+            raise LeaseLapsed
+
+    def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
+        self.result.reads += 1
+        self.result.counts[outcome.kind] += 1
+        if self.on_read is not None:
+            self.on_read(endpoint, outcome.kind, took)
+        if outcome.kind == "rate_limited":
+            self.result.throttled += 1
+        events.read(self._read_log, user, endpoint, outcome, took, budget=self.pacer.snapshot())
+        signal = self.breaker.observe(outcome)
+        if signal == "trip":
+            self.stop.abort("breaker")
+        elif signal == "down":
+            self.stop.request("upstream_down", self.options.grace.total_seconds())
