@@ -10,9 +10,11 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
 - The claimer leases due users in batches, oldest `next_due_at` first, only those due when
   the pass started (a user backed off during the pass waits for the next one).
 - A reader takes one user's turn: decrypt the token, call each endpoint the user granted
-  (pacer permit first), classify, stop at an outcome that ends the turn, let the policy
-  decide. Decisions go to the single writer, which commits what came in the last half
-  second (at most `WRITE_BATCH` decisions) in one transaction.
+  with it (pacer permit first; the API client adds the client secret, which the engine
+  never holds, and marks a body that echoes a credential), classify, stop at an outcome
+  that ends the turn, let the policy decide. Decisions go to the single writer, which
+  commits what came in the last half second (at most `WRITE_BATCH` decisions) in one
+  transaction.
 - Every rule lives elsewhere and is pure: what an outcome does to a user, whether a read
   goes again after a 429, what proves the client accepted (`domain` policy table); when
   decisions are held, released or dropped and when the pass must stop (`domain.Breaker`:
@@ -60,7 +62,6 @@ from lta_worker.domain import (
     UserUpdate,
     classify,
     decide_turn,
-    echoes,
     endpoints_to_call,
     ends_turn,
     read_again,
@@ -71,7 +72,7 @@ from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike, Permit, wait_after_429
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import long_term_credential
+from lta_worker.upstream import usable_token
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
@@ -109,7 +110,6 @@ class PassEngine:
         api: Reader,
         pacer: PacerLike,
         clock: Clock,
-        client_secret: Secret,
         options: PassOptions,
         rng: random.Random | None = None,
         on_progress: ProgressFn | None = None,
@@ -120,11 +120,6 @@ class PassEngine:
         self.api = api
         self.pacer = pacer
         self.clock = clock
-        self.client_secret = client_secret
-        # What a success body must not hold (`echoes`); a secret too short to be told from
-        # data (the log redactor's bound) is not looked for.
-        raw_secret = client_secret.reveal().encode()
-        self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         self.options = options
         self.rng = rng or random.Random()
         self.on_progress = on_progress
@@ -375,18 +370,15 @@ class PassEngine:
         except TokenDecryptError:
             events.undecryptable(user)
             return self._unusable(user)
-        try:
-            credential = long_term_credential(token, self.client_secret)
-        except ValueError:  # stored before enrollment checked what a header can carry
+        if not usable_token(token):  # stored before enrollment checked what a header can carry
             events.unsendable(user)
             return self._unusable(user)
-        secrets = (token.reveal().encode(), *self._secret_bytes)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
             if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
                 continue  # `poll.stats = "on_change"`: latest-change did not move
             try:
-                outcome = await self._read(user, endpoint, credential, secrets)
+                outcome = await self._read(user, endpoint, token)
             except _Interrupted:
                 if not results:
                     raise
@@ -426,9 +418,7 @@ class PassEngine:
             raise TypeError("the pacer's acquire() returned no Permit")
         return permit
 
-    async def _read(
-        self, user: UserRow, endpoint: Endpoint, credential: Secret, secrets: tuple[bytes, ...]
-    ) -> Outcome:
+    async def _read(self, user: UserRow, endpoint: Endpoint, token: Secret) -> Outcome:
         attempt = 0
         while True:
             attempt += 1
@@ -441,15 +431,13 @@ class PassEngine:
                 raise
             begun = self.clock.monotonic()
             try:
-                answer = await self.api.read(endpoint, credential)
+                answer = await self.api.read(endpoint, token)
             except BaseException:
                 # Cancelled mid-request (grace over): the permit is used and no answer
                 # came. The pacer outlives the pass in `serve`, so it must be told.
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
-            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
-                outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
                 outcome = replace(outcome, wait=wait)

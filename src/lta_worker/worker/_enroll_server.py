@@ -12,8 +12,9 @@ Connections: at most a cap, with a deadline for each request head (`Admission`, 
 the metrics server); a request with both `Content-Length` and `Transfer-Encoding` is refused
 and its connection closed; accept() running out of descriptors is one rate-limited event.
 
-The flow uses the worker's store, vault, API client and client secret; the link keys and the
-`[enroll]` settings are read once at the start (a SIGHUP does not change them: restart).
+The flow uses the runtime's store, vault and API client (which holds the client secret,
+renewed by a SIGHUP); the link keys and the `[enroll]` settings are read once at the start
+(a SIGHUP does not change them: restart).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import anyio
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from lta_worker.config import Settings, parse_listen, read_link_keys, start_path, start_url
-from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
+from lta_worker.config import parse_listen, start_path, start_url
+from lta_worker.enrollment import BrowserFlow, EnrollLinks, build_enroll_app
 from lta_worker.errors import ConfigError
 from lta_worker.logs import get_logger
 from lta_worker.worker._admission import Admission
@@ -43,7 +44,7 @@ from lta_worker.worker._admission import Admission
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from lta_worker.worker._runtime import Worker
+    from lta_worker.worker._root import Runtime
 
 log = get_logger("lta_worker.service")
 STOP_TIMEOUT: Final = 5.0
@@ -260,19 +261,12 @@ class _RefuseAmbiguousFraming:
         await self.app(scope, receive, send)
 
 
-def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
-    """The enrollment app over the worker's collaborators (the link keys read now), behind
+def enroll_app(runtime: Runtime) -> ASGIApp:
+    """The enrollment app over the runtime's collaborators and link keys, behind
     `_RefuseAmbiguousFraming`."""
-    enrollment = Enrollment(
-        settings,
-        worker.store,
-        worker.vault,
-        worker.api,
-        worker.clock.now,
-        client_secret=worker.client_secret,
-    )
-    links = EnrollLinks(read_link_keys(settings), start_url(settings))
-    flow = BrowserFlow(enrollment, worker.store, links, worker.clock.now)
+    settings = runtime.settings
+    links = EnrollLinks(runtime.secret("enroll_link_key"), start_url(settings))
+    flow = BrowserFlow(runtime.enrollment(), runtime.store, links, runtime.clock.now)
     app = build_enroll_app(
         flow,
         start_path=start_path(settings),
@@ -284,10 +278,11 @@ def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
 
 
 @asynccontextmanager
-async def enroll_listener(worker: Worker, settings: Settings) -> AsyncIterator[None]:
+async def enroll_listener(runtime: Runtime) -> AsyncIterator[None]:
     """Serve the browser enrollment on `enroll.listen` for the duration of the block."""
+    settings = runtime.settings
     assert settings.enroll.listen is not None
-    app = enroll_app(worker, settings)
+    app = enroll_app(runtime)
     sock = bind(settings.enroll.listen)
     _quiet_uvicorn_logs()
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
