@@ -160,20 +160,18 @@ async def baseline_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Tim
 
 
 async def api_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Timing:
-    """The same reads through the worker's HTTP layer only (`wiring.http_client` + `ApiClient`)."""
+    """The same reads through the worker's HTTP layer only (`http_client` + `ApiClient`)."""
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
-    from lta_worker.upstream._client import ApiClient, long_term_credential
-    from lta_worker.worker._wiring import http_client
+    from lta_worker.upstream import http_client
+    from lta_worker.upstream._client import ApiClient
 
-    secret = Secret(DEMO_CLIENT_SECRET)
     async with http_client(settings) as http:
-        api = ApiClient(http, settings)
+        api = ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET))
 
         async def read_user(_user: str, token: str, statuses: Counter[str]) -> None:
-            credential = long_term_credential(Secret(token), secret)
             for endpoint in ("latest-change", "stats"):
-                answer = await api.read(endpoint, credential)
+                answer = await api.read(endpoint, Secret(token))
                 statuses[str(answer.status)] += 1
 
         return await _readers(read_user, tokens)

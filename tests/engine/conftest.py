@@ -17,8 +17,6 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
-from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -29,10 +27,9 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream._client import ApiClient
 from lta_worker.worker._pass import PassResult
+from lta_worker.worker._root import Runtime
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
 from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"
@@ -108,21 +105,13 @@ class Harness:
         if create:
             self.sim.add_user(user, **account)
         settings = self.settings()
-        with self.store() as store:
-            async with http_client(settings, transport=SimulatorTransport(self.sim)) as http:
-                api = ApiClient(http, settings)
-                enrollment = Enrollment(
-                    settings,
-                    store,
-                    load_vault(settings),
-                    api,
-                    self.clock.now,
-                    client_secret=Secret(DEMO_CLIENT_SECRET),
-                )
-                url = enrollment.start(user)
-                self.sim.queue_consent(user, scopes)
-                location = (await http.get(url)).headers["location"]
-                await enrollment.finish(user, location)
+        transport = SimulatorTransport(self.sim)
+        async with Runtime(settings, transport=transport, clock=self.worker_clock()) as runtime:
+            enrollment = runtime.enrollment()
+            url = enrollment.start(user)
+            self.sim.queue_consent(user, scopes)
+            location = (await runtime.http.get(url)).headers["location"]
+            await enrollment.finish(user, location)
 
     async def run_pass(self, **kwargs: Any) -> PassResult:
         """One pass of the real Worker through the in-process simulator."""

@@ -22,11 +22,11 @@ from lta_worker.config import Settings, build_settings
 from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.errors import EnrollmentError
 from lta_worker.secret import Secret
-from lta_worker.storage import Store
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream import http_client
 from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
 from support.hostile import HostileServer, Seen, Step, json_body
 
 pytestmark = pytest.mark.anyio
@@ -83,10 +83,9 @@ class Deployment:
                 enrollment = Enrollment(
                     self.settings,
                     store,
-                    load_vault(self.settings),
-                    ApiClient(http, self.settings),
+                    Vault.from_settings(self.settings),
+                    ApiClient(http, self.settings, Secret(CLIENT_SECRET)),
                     lambda: datetime.now(UTC),
-                    client_secret=Secret(CLIENT_SECRET),
                 )
                 for user in users:
                     await enrollment.from_user_token(user, Secret(f"uat-{user}"))
@@ -335,7 +334,7 @@ async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
     deployment.reads["good"] = OK
     await deployment.enroll("good")
     with deployment.store() as store:
-        vault = load_vault(deployment.settings)
+        vault = Vault.from_settings(deployment.settings)
         now = datetime.now(UTC)
         bad = vault.encrypt(Secret(UNSENDABLE[case]), user="bad")
         store.store_token("bad", bad, SCOPES, now, now)

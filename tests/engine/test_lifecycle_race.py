@@ -22,10 +22,11 @@ from lta_worker.enrollment._lifecycle import DropResult, Lifecycle
 from lta_worker.errors import LtaError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.storage import Vault
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
 from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
 
 from .conftest import Harness, WorkerClock
 
@@ -84,10 +85,9 @@ async def lifecycle(
             yield Lifecycle(
                 settings,
                 store,
-                load_vault(settings),
-                ApiClient(http, settings),
+                Vault.from_settings(settings),
+                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
-                client_secret=Secret(DEMO_CLIENT_SECRET),
             )
 
 
@@ -297,10 +297,9 @@ async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> N
             result = await Lifecycle(
                 settings,
                 store,
-                load_vault(settings),
-                ApiClient(http, settings),
+                Vault.from_settings(settings),
+                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
-                client_secret=Secret(DEMO_CLIENT_SECRET),
             ).drop("x")
     assert (result.state, result.retry_at is not None) == ("dropping", True)
     assert result.retry_at is not None

@@ -12,6 +12,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
-from lta_worker.domain._classify import ALLOWED_CODES
+from lta_worker.domain._classify import ALLOWED_CODES, echoes
 from lta_worker.domain._model import Endpoint
 from lta_worker.domain._outcomes import Answer
 from lta_worker.pacing import Pacer, PacerCore
@@ -33,11 +34,10 @@ from lta_worker.pacing._ratelimit import parse_ratelimit
 from lta_worker.pacing._shared import Settlement, observation, transact
 from lta_worker.pacing._window import MAX_COUNT
 from lta_worker.secret import Secret
-from lta_worker.storage import Store
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import pass_options
-from lta_worker.worker._wiring import load_vault
 from support.hostile import hostile_ratelimit_headers
 
 CLIENT_SECRET = "fuzz-client-s3cret-value"
@@ -84,13 +84,17 @@ class EngineClock:
 
 
 class Scripted:
-    """A Reader that answers every read with the example's answer."""
+    """A Reader that answers every read with the example's answer, marked `echoed` as the
+    API client marks a success holding a credential."""
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
 
-    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
-        return self.answer
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
+        status, body = self.answer.status, self.answer.body
+        secrets = (token.reveal().encode(), CLIENT_SECRET.encode())
+        echoed = status is not None and 200 <= status < 300 and echoes(body, secrets)
+        return replace(self.answer, echoed=echoed)
 
 
 def _settings(tmp: Path, db_url: str) -> Settings:
@@ -171,7 +175,7 @@ def test_any_answer_goes_through_the_whole_read_path(
     config, store = deployment
     clocks = Clocks()
     clocks.wall = store_wall = _next_wall(store)
-    vault = load_vault(config)
+    vault = Vault.from_settings(config)
     token = vault.encrypt(Secret("dspa_fuzzT0ken"), user="fz")
     store.store_token("fz", token, SCOPES, now=store_wall, next_due_at=store_wall)
     pacer = Pacer(
@@ -186,7 +190,6 @@ def test_any_answer_goes_through_the_whole_read_path(
         api=Scripted(Answer(status=status, headers=headers, body=body)),
         pacer=pacer,
         clock=EngineClock(clocks),
-        client_secret=Secret(CLIENT_SECRET),
         options=pass_options(config, "fuzz", timedelta(seconds=60)),
         rng=random.Random(0),
     )

@@ -28,10 +28,11 @@ from lta_worker.enrollment._lifecycle import Lifecycle
 from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.storage import Vault
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
 from lta_worker.worker._jobs import deliver_webhooks
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
 
 from .conftest import Harness, WorkerClock
 
@@ -122,10 +123,9 @@ async def drop(harness: Harness, user: str) -> None:
             lifecycle = Lifecycle(
                 settings,
                 store,
-                load_vault(settings),
-                ApiClient(http, settings),
+                Vault.from_settings(settings),
+                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
-                client_secret=Secret(DEMO_CLIENT_SECRET),
             )
             await lifecycle.drop(user)
 
@@ -250,7 +250,7 @@ async def test_payloads_headers_and_logs_hold_no_secret(
     configure_logging("debug", "json", buffer)
     try:
         await harness.enroll("alice")
-        vault = load_vault(harness.settings())
+        vault = Vault.from_settings(harness.settings())
         token = vault.decrypt(harness.user("alice").token, user="alice").reveal()
         await harness.enroll("alice", create=False)
         receiver.down = True

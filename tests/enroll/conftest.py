@@ -30,8 +30,8 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line, parse_key_file
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
@@ -72,24 +72,10 @@ class World:
     client_secret: Secret
 
     def enrollment(self) -> Enrollment:
-        return Enrollment(
-            self.settings,
-            self.store,
-            self.vault,
-            self.api,
-            self.clock.now,
-            client_secret=self.client_secret,
-        )
+        return Enrollment(self.settings, self.store, self.vault, self.api, self.clock.now)
 
     def lifecycle(self) -> Lifecycle:
-        return Lifecycle(
-            self.settings,
-            self.store,
-            self.vault,
-            self.api,
-            self.clock.now,
-            client_secret=self.client_secret,
-        )
+        return Lifecycle(self.settings, self.store, self.vault, self.api, self.clock.now)
 
     async def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
         """Queue a consent for `sim_user`, visit the consent URL, return the redirect."""
@@ -140,7 +126,7 @@ async def _world(
             store=store,
             vault=make_vault(),
             http=http,
-            api=ApiClient(http, settings),
+            api=ApiClient(http, settings, Secret(secret)),
             client_secret=Secret(secret),
         )
 

@@ -39,8 +39,8 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._models import PendingEnrollmentRow
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
 
 from .conftest import AUTH_URL, BASE_URL, make_vault
 
@@ -126,10 +126,8 @@ async def _browser(
     vault = make_vault()
     links = EnrollLinks([KEY], f"{public_url}/enroll/start")
     async with http_client(settings, transport=SimulatorTransport(sim)) as api_http:
-        api = ApiClient(api_http, settings)
-        enrollment = Enrollment(
-            settings, store, vault, api, clock.now, client_secret=Secret(client[1])
-        )
+        api = ApiClient(api_http, settings, Secret(client[1]))
+        enrollment = Enrollment(settings, store, vault, api, clock.now)
         flow = BrowserFlow(enrollment, store, links, clock.now)
         app = build_enroll_app(
             flow,

@@ -21,7 +21,6 @@ from lta_worker.errors import (
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
-from lta_worker.upstream._client import long_term_credential
 
 from .conftest import AUTH_URL, REDIRECT_URI, World, basic, query_of
 
@@ -60,7 +59,7 @@ async def test_consent_to_stored_token(world: World) -> None:
     token = world.token_of("alice")
     assert token.reveal().startswith("dspa_")
     assert token.reveal().encode() not in row.token.ciphertext
-    answer = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    answer = await world.api.read("stats", token)
     assert answer.status == 200
 
 
@@ -107,11 +106,11 @@ async def test_pkce_verifier_is_checked_at_the_token_endpoint(world: World) -> N
             await code_for("svc-carol"),
             Secret("b" * 43),
             REDIRECT_URI,
-            DEMO_CLIENT_ID,
-            world.client_secret,
         )
     token, scopes = await world.api.exchange_code(
-        await code_for("svc-carol"), verifier, REDIRECT_URI, DEMO_CLIENT_ID, world.client_secret
+        await code_for("svc-carol"),
+        verifier,
+        REDIRECT_URI,
     )
     assert token.reveal()
     assert set(LONG_TERM_SCOPES) <= set(scopes)
@@ -129,12 +128,12 @@ async def test_enrolling_again_rotates_the_token(world: World) -> None:
     assert result.rotated is True
     new = world.token_of("alice")
     assert new != old
-    stale = await world.api.read("stats", long_term_credential(old, world.client_secret))
+    stale = await world.api.read("stats", old)
     assert stale.status == 401
     outcome = classify("stats", stale)
     assert outcome.kind == "rejected"
     assert outcome.code is None
-    fresh = await world.api.read("stats", long_term_credential(new, world.client_secret))
+    fresh = await world.api.read("stats", new)
     assert fresh.status == 200
     row = world.store.get_user("alice")
     assert row is not None
@@ -339,14 +338,7 @@ class FailingStore(Store):
 async def test_token_that_cannot_be_stored_is_dropped_upstream(world: World) -> None:
     """When storing fails, the just-created token is dropped so no unknown live token remains."""
     failing = FailingStore(world.store.database)
-    enrollment = Enrollment(
-        world.settings,
-        failing,
-        world.vault,
-        world.api,
-        world.clock.now,
-        client_secret=world.client_secret,
-    )
+    enrollment = Enrollment(world.settings, failing, world.vault, world.api, world.clock.now)
     location = await world.consent(enrollment.start("gus"), "svc-gus")
     with pytest.raises(StorageError):
         await enrollment.finish("gus", location)
@@ -370,9 +362,8 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
             world.settings,
             world.store,
             world.vault,
-            ApiClient(http, world.settings),
+            ApiClient(http, world.settings, world.client_secret),
             world.clock.now,
-            client_secret=world.client_secret,
         )
         with pytest.raises(EnrollmentError, match="connect"):
             await broken.finish("hal", location)

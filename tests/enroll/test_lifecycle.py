@@ -14,8 +14,8 @@ from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.upstream._client import ApiClient, long_term_credential
-from lta_worker.worker._wiring import http_client
+from lta_worker.upstream import http_client
+from lta_worker.upstream._client import ApiClient
 
 from .conftest import World
 
@@ -69,7 +69,7 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token) == ("dropped", None)
-    after = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    after = await world.api.read("stats", token)
     assert after.status == 401
 
 
@@ -79,9 +79,8 @@ def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:
         world.settings,
         world.store,
         world.vault,
-        ApiClient(http, world.settings),
+        ApiClient(http, world.settings, world.client_secret),
         world.clock.now,
-        client_secret=world.client_secret,
     )
 
 
@@ -236,7 +235,7 @@ async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token) == ("dropped", None)
-    after = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    after = await world.api.read("stats", token)
     assert after.status == 401
 
 
@@ -315,14 +314,8 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
 
 def with_secret(world: World, secret: str) -> Lifecycle:
     """The world's Lifecycle, but sending `secret` as the client secret."""
-    return Lifecycle(
-        world.settings,
-        world.store,
-        world.vault,
-        world.api,
-        world.clock.now,
-        client_secret=Secret(secret),
-    )
+    api = ApiClient(world.http, world.settings, Secret(secret))
+    return Lifecycle(world.settings, world.store, world.vault, api, world.clock.now)
 
 
 async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
@@ -340,7 +333,7 @@ async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
     assert [r.method for r in world.sim.requests()] == ["GET"]
     row = world.store.get_user("alice")
     assert row is not None and row.token is not None
-    alive = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    alive = await world.api.read("stats", token)
     assert alive.status == 200  # the grant is still live upstream
     assert refused.retry_at is not None
     world.clock.advance((refused.retry_at - world.clock.now()).total_seconds() + 1)
@@ -348,7 +341,7 @@ async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
         FreePermits(), owner="i1", lease=timedelta(minutes=5)
     )
     assert (done.confirmed, done.pending) == (1, 0)
-    gone = await world.api.read("stats", long_term_credential(token, world.client_secret))
+    gone = await world.api.read("stats", token)
     assert gone.status == 401
 
 

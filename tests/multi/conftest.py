@@ -33,10 +33,10 @@ from lta_worker.simulator import (
     SystemClock,
     start_in_thread,
 )
-from lta_worker.storage import Store
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client, load_vault
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"
@@ -203,10 +203,9 @@ class Fleet:
                 enrollment = Enrollment(
                     settings,
                     store,
-                    load_vault(settings),
-                    ApiClient(http, settings),
+                    Vault.from_settings(settings),
+                    ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
                     clock.now,
-                    client_secret=Secret(DEMO_CLIENT_SECRET),
                 )
 
                 async def one(user: str) -> None:

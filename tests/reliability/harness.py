@@ -48,8 +48,8 @@ from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line, load_key_file
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 ITERATIONS_ENV = "LTA_RELIABILITY_ITERATIONS"
@@ -283,9 +283,8 @@ class Deployment:
                     settings,
                     store,
                     vault,
-                    ApiClient(http, settings),
+                    ApiClient(http, settings, Secret(self.client_secret)),
                     lambda: datetime.now(UTC),
-                    client_secret=Secret(self.client_secret),
                 )
                 for user in users:
                     url = enrollment.start(user)

@@ -26,10 +26,10 @@ from lta_worker.config import Settings, load_settings
 from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
-from lta_worker.storage import Store
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client, load_vault
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]
@@ -131,10 +131,9 @@ format = "json"
                 enrollment = Enrollment(
                     settings,
                     store,
-                    load_vault(settings),
-                    ApiClient(http, settings),
+                    Vault.from_settings(settings),
+                    ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
                     lambda: datetime.now(UTC),
-                    client_secret=Secret(DEMO_CLIENT_SECRET),
                 )
                 for user, wanted in accounts.items():
                     account = dict(wanted)

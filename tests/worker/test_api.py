@@ -22,13 +22,13 @@ from lta_worker.domain._classify import classify
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import scrub
 from lta_worker.secret import Secret
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import (
     ApiClient,
     check_secure_url,
     join_url,
     long_term_credential,
 )
-from lta_worker.worker._wiring import http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +65,9 @@ def make_settings(
 
 def make_api(handler: Handler, settings: Settings | None = None) -> ApiClient:
     settings = settings or make_settings()
-    return ApiClient(http_client(settings, transport=httpx.MockTransport(handler)), settings)
+    return ApiClient(
+        http_client(settings, transport=httpx.MockTransport(handler)), settings, CLIENT_SECRET
+    )
 
 
 class Recorder:
@@ -102,7 +104,7 @@ async def test_read_keeps_the_base_url_prefix(endpoint: Any, path: str) -> None:
     rec = Recorder()
     api = make_api(rec)
     for _ in range(2):
-        answer = await api.read(endpoint, long_term_credential(TOKEN, CLIENT_SECRET))
+        answer = await api.read(endpoint, TOKEN)
         assert answer.status == 200
     assert [(r.url.host, r.url.path) for r in rec.requests] == [("api.example", path)] * 2
 
@@ -110,7 +112,7 @@ async def test_read_keeps_the_base_url_prefix(endpoint: Any, path: str) -> None:
 async def test_credential_travels_only_in_the_authorization_header() -> None:
     """The read sends `Bearer <token>.<secret>` in Authorization, nowhere else, no client id."""
     rec = Recorder()
-    await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    await make_api(rec).read("stats", TOKEN)
     request = rec.requests[0]
     assert request.method == "GET"
     expected = f"Bearer {TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
@@ -128,7 +130,7 @@ async def test_answer_headers_are_lower_case() -> None:
     rec = Recorder(
         lambda: httpx.Response(200, headers={"RateLimit-Policy": '"h";q=120;w=3600'}, json={})
     )
-    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await make_api(rec).read("stats", TOKEN)
     assert answer.headers["ratelimit-policy"] == '"h";q=120;w=3600'
     assert all(name == name.lower() for name in answer.headers)
 
@@ -136,7 +138,7 @@ async def test_answer_headers_are_lower_case() -> None:
 async def test_body_within_the_cap_is_whole() -> None:
     """A body of exactly the cap is read whole and not marked truncated."""
     rec = Recorder(lambda: httpx.Response(200, content=b"x" * CAP))
-    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await make_api(rec).read("stats", TOKEN)
     assert answer.body == b"x" * CAP
     assert not answer.truncated
 
@@ -144,7 +146,7 @@ async def test_body_within_the_cap_is_whole() -> None:
 async def test_body_over_the_cap_is_cut() -> None:
     """A larger body is cut at max_response_bytes and marked truncated."""
     rec = Recorder(lambda: httpx.Response(200, content=b"y" * (CAP * 3)))
-    answer = await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await make_api(rec).read("stats", TOKEN)
     assert answer.status == 200
     assert answer.body == b"y" * CAP
     assert answer.truncated
@@ -163,7 +165,7 @@ async def test_endless_body_stops_at_the_cap() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=endless())
 
-    answer = await make_api(handler).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await make_api(handler).read("stats", TOKEN)
     assert answer.truncated
     assert len(answer.body) == CAP
     assert sent <= CAP + 512
@@ -186,9 +188,7 @@ async def test_network_errors_become_answers(exc: Exception, kind: str) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise exc
 
-    answer = await make_api(handler).read(
-        "latest-change", long_term_credential(TOKEN, CLIENT_SECRET)
-    )
+    answer = await make_api(handler).read("latest-change", TOKEN)
     assert answer.status is None
     assert answer.error == kind
     assert answer.body == b""
@@ -204,7 +204,7 @@ async def test_broken_body_becomes_an_answer() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"RateLimit": '"h";r=5;t=60'}, content=broken())
 
-    answer = await make_api(handler).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await make_api(handler).read("stats", TOKEN)
     assert answer.status is None
     assert answer.error == "reset"
     assert answer.headers.get("ratelimit") == '"h";r=5;t=60'
@@ -226,10 +226,10 @@ async def test_api_client_refuses_http_to_a_remote_host() -> None:
     rec = Recorder()
     good = make_settings()
     bad = replace(good, service=replace(good.service, base_url="http://api.example"))
-    api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad)
+    api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad, CLIENT_SECRET)
     for _ in range(2):  # the second read too (its URL is parsed once)
         with pytest.raises(ConfigError, match="only https"):
-            await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+            await api.read("stats", TOKEN)
     assert rec.requests == []
 
 
@@ -249,7 +249,7 @@ async def test_http_client_sends_user_agent_and_follows_no_redirect() -> None:
     rec = Recorder(lambda: httpx.Response(302, headers={"Location": "https://elsewhere/"}))
     settings = make_settings()
     api = make_api(rec, settings)
-    answer = await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await api.read("stats", TOKEN)
     assert answer.status == 302
     assert len(rec.requests) == 1
     assert rec.requests[0].headers["user-agent"] == f"lta-worker/{__version__}"
@@ -324,7 +324,7 @@ async def test_create_token_network_error() -> None:
 async def test_drop_token_sends_delete_with_the_credential() -> None:
     """drop_token DELETEs the tokens URL with the credential and returns the status."""
     rec = Recorder(lambda: httpx.Response(204))
-    status = await make_api(rec).drop_token(long_term_credential(TOKEN, CLIENT_SECRET))
+    status = await make_api(rec).drop_token(TOKEN)
     assert status == 204
     request = rec.requests[0]
     assert request.method == "DELETE"
@@ -340,7 +340,7 @@ async def test_drop_token_network_error_is_upstream_error() -> None:
         raise httpx.ReadTimeout("slow")
 
     with pytest.raises(UpstreamError, match="timeout"):
-        await make_api(handler).drop_token(long_term_credential(TOKEN, CLIENT_SECRET))
+        await make_api(handler).drop_token(TOKEN)
 
 
 async def test_exchange_code_posts_the_form_with_basic_auth() -> None:
@@ -359,8 +359,6 @@ async def test_exchange_code_posts_the_form_with_basic_auth() -> None:
         Secret("the-code-123456"),
         Secret("v" * 43),
         "https://app.example/cb",
-        "demo-client",
-        CLIENT_SECRET,
     )
     assert token == USER_TOKEN
     assert scopes == ("openid", "cloud-sync.permanent.stats")
@@ -384,7 +382,7 @@ async def test_exchange_code_uses_token_url_when_set() -> None:
     rec = Recorder(lambda: httpx.Response(200, json={"access_token": "at-123456"}))
     settings = make_settings(token_url="https://sso.example/realm/token")
     await make_api(rec, settings).exchange_code(
-        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb", "id", CLIENT_SECRET
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb"
     )
     assert str(rec.requests[0].url) == "https://sso.example/realm/token"
 
@@ -398,7 +396,7 @@ async def test_exchange_code_oauth_error() -> None:
     )
     with pytest.raises(EnrollmentError) as info:
         await make_api(rec).exchange_code(
-            Secret("c-secret-code"), Secret("v" * 43), "https://a.example/cb", "id", CLIENT_SECRET
+            Secret("c-secret-code"), Secret("v" * 43), "https://a.example/cb"
         )
     assert info.value.code == "invalid_grant"
     assert "c-secret-code" not in str(info.value)
@@ -415,7 +413,7 @@ def post_only_server(request: httpx.Request) -> httpx.Response:
 
 async def exchange(api: ApiClient) -> Secret:
     token, _ = await api.exchange_code(
-        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb", "demo-client", CLIENT_SECRET
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb"
     )
     return token
 
@@ -462,11 +460,11 @@ async def test_exchange_code_rejected_by_both_client_auths_is_invalid_client() -
 
 
 def test_long_term_credential_is_token_dot_secret_and_redacted() -> None:
-    """The credential is `<token>.<secret>` and is masked by the log redactor from then on."""
+    """The credential is `<token>.<secret>`, masked whole by the log redactor's pattern."""
     credential = long_term_credential(TOKEN, CLIENT_SECRET)
     assert credential.reveal() == f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
-    assert CLIENT_SECRET.reveal() not in scrub(f"secret {CLIENT_SECRET.reveal()} here")
     assert TOKEN.reveal() not in json.dumps(scrub(f"{credential.reveal()}"))
+    assert CLIENT_SECRET.reveal() not in json.dumps(scrub(f"{credential.reveal()}"))
 
 
 @pytest.mark.parametrize("token", [Secret("abc"), Secret("dspa_"), Secret("Bearer dspa_x")])
@@ -480,10 +478,9 @@ def test_long_term_credential_refuses_a_non_dspa_token(token: Secret) -> None:
 
 
 async def _every_request(api: ApiClient) -> None:
-    credential = long_term_credential(TOKEN, CLIENT_SECRET)
-    await api.read("latest-change", credential)
-    await api.read("stats", credential)
-    await api.drop_token(credential)
+    await api.read("latest-change", TOKEN)
+    await api.read("stats", TOKEN)
+    await api.drop_token(TOKEN)
     with pytest.raises(EnrollmentError):  # the recorder's answer is not a token
         await api.create_token(USER_TOKEN)
     with pytest.raises(EnrollmentError):
@@ -507,8 +504,8 @@ async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
     assert fast.direct is not None
     slow.direct = None  # the same client, through `send`
     async with fast, slow:
-        await _every_request(ApiClient(fast, settings))
-        await _every_request(ApiClient(slow, settings))
+        await _every_request(ApiClient(fast, settings, CLIENT_SECRET))
+        await _every_request(ApiClient(slow, settings, CLIENT_SECRET))
     assert len(direct.requests) == len(sent.requests) == 5
     assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
 
@@ -527,9 +524,7 @@ async def test_direct_path_answers_like_httpx_send() -> None:
         if not direct:
             client.direct = None
         async with client:
-            answer = await ApiClient(client, settings).read(
-                "stats", long_term_credential(TOKEN, CLIENT_SECRET)
-            )
+            answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
         answers.append((answer.status, answer.headers, answer.body, answer.truncated))
     assert answers[0] == answers[1]
     assert answers[0][3] is True and len(answers[0][2]) == CAP
@@ -543,7 +538,7 @@ async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -
     async with client:
         pass
     with pytest.raises(RuntimeError, match="client has been closed"):
-        await ApiClient(client, settings).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+        await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
     assert rec.requests == []
 
 
@@ -563,9 +558,7 @@ async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
     settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
     async with server, http_client(settings) as client:
         assert client.direct is None
-        answer = await ApiClient(client, settings).read(
-            "stats", long_term_credential(TOKEN, CLIENT_SECRET)
-        )
+        answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
     assert answer.status is None  # the tunnel was refused: an error answer, no crash
     assert len(seen) == 1
     assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
@@ -615,10 +608,10 @@ def encoded_api(body: bytes, encoding: str | None, cap: int = CAP) -> ApiClient:
 async def _peak_of_read(api: ApiClient) -> tuple[Any, int]:
     """The answer of one read and the peak of memory allocated during it."""
     # A first read imports and caches what every later read reuses: not the read's memory.
-    await make_api(Recorder()).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    await make_api(Recorder()).read("stats", TOKEN)
     tracemalloc.start()
     try:
-        answer = await api.read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+        answer = await api.read("stats", TOKEN)
         return answer, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -664,9 +657,7 @@ async def test_any_content_encoding_is_a_broken_body_of_its_answer(
 ) -> None:
     """A body under any coding (valid, corrupt, unknown, stacked) is a broken body of the
     answer that came (its status kept), not a network failure counting the service down."""
-    answer = await encoded_api(body, encoding).read(
-        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
-    )
+    answer = await encoded_api(body, encoding).read("stats", TOKEN)
     assert (answer.status, answer.error, answer.body) == (200, "decoding", b"")
     assert classify("stats", answer).reason == "broken body"
 
@@ -674,11 +665,9 @@ async def test_any_content_encoding_is_a_broken_body_of_its_answer(
 @pytest.mark.parametrize("encoding", ["identity", "Identity", "identity, identity", None])
 async def test_identity_is_no_coding_and_an_empty_body_has_none(encoding: str | None) -> None:
     """`identity` leaves the body as sent; an empty body under any coding is just empty."""
-    answer = await encoded_api(ORIGINAL, encoding).read(
-        "stats", long_term_credential(TOKEN, CLIENT_SECRET)
-    )
+    answer = await encoded_api(ORIGINAL, encoding).read("stats", TOKEN)
     assert (answer.status, answer.error, answer.body) == (200, None, ORIGINAL)
-    empty = await encoded_api(b"", "gzip").read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    empty = await encoded_api(b"", "gzip").read("stats", TOKEN)
     assert (empty.status, empty.error, empty.body) == (200, None, b"")
 
 
@@ -686,14 +675,14 @@ async def test_identity_is_no_coding_and_an_empty_body_has_none(encoding: str | 
 async def test_a_body_without_content_encoding_is_unchanged(size: int) -> None:
     """Without Content-Encoding, a streamed body is read as sent, cut at the cap."""
     body = bytes(range(256)) * (size // 256) + b"e" * (size % 256)
-    answer = await encoded_api(body, None).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    answer = await encoded_api(body, None).read("stats", TOKEN)
     assert (answer.body, answer.truncated) == (body[:CAP], size > CAP)
 
 
 async def test_the_client_asks_for_no_content_coding() -> None:
     """Requests send `Accept-Encoding: identity`, whatever decoders httpx has installed."""
     rec = Recorder()
-    await make_api(rec).read("stats", long_term_credential(TOKEN, CLIENT_SECRET))
+    await make_api(rec).read("stats", TOKEN)
     assert rec.requests[0].headers["accept-encoding"] == "identity"
 
 
@@ -713,8 +702,6 @@ async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
             if not direct:
                 client.direct = None
             async with client:
-                answer = await ApiClient(client, settings).read(
-                    "stats", long_term_credential(TOKEN, CLIENT_SECRET)
-                )
+                answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
             answers.append((answer.status, answer.error, answer.body, answer.truncated))
         assert answers[0] == answers[1] == (200, "decoding", b"", False)

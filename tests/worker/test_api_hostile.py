@@ -17,14 +17,15 @@ from lta_worker.config import Settings, build_settings, load_settings
 from lta_worker.domain._classify import classify
 from lta_worker.errors import EnrollmentError, UpstreamError
 from lta_worker.secret import Secret
+from lta_worker.upstream import http_client
 from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
 from support.hostile import HostileServer, ProxyProbe, Step, json_body, self_signed_tls
 
 pytestmark = pytest.mark.anyio
 
-CREDENTIAL = Secret("dspa_Tok3nValue-0123456789abcdef.cl1ent-s3cret-value")
+TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
 CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+CREDENTIAL = Secret(f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}")
 # A dripping answer is cut at request_timeout (1 s); anything near this bound is a hang.
 DEADLINE_BOUND_S = 6.0
 
@@ -50,7 +51,7 @@ def server() -> Iterator[HostileServer]:
 
 
 async def _read(api: ApiClient) -> Any:
-    return await api.read("latest-change", CREDENTIAL)
+    return await api.read("latest-change", TOKEN)
 
 
 async def _create(api: ApiClient) -> Any:
@@ -58,12 +59,12 @@ async def _create(api: ApiClient) -> Any:
 
 
 async def _drop(api: ApiClient) -> Any:
-    return await api.drop_token(CREDENTIAL)
+    return await api.drop_token(TOKEN)
 
 
 async def _exchange(api: ApiClient) -> Any:
     return await api.exchange_code(
-        Secret("the-code-123456"), Secret("v" * 43), "https://a.example/cb", "id", CLIENT_SECRET
+        Secret("the-code-123456"), Secret("v" * 43), "https://a.example/cb"
     )
 
 
@@ -87,7 +88,7 @@ async def test_a_dripping_body_is_cut_at_the_request_deadline(
     settings = settings_for(server.url, read_timeout="5s", request_timeout="1s")
     started = time.monotonic()
     async with http_client(settings) as http:
-        api = ApiClient(http, settings)
+        api = ApiClient(http, settings, CLIENT_SECRET)
         if failure is None:
             answer = await operation(api)
             assert (answer.status, answer.error) == (None, "timeout")
@@ -104,7 +105,7 @@ async def test_a_certificate_failure_is_tls_not_connect(tmp_path: Path) -> None:
     with HostileServer(tls=self_signed_tls(tmp_path)) as tls_server:
         settings = settings_for(tls_server.url)
         async with http_client(settings) as http:
-            answer = await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+            answer = await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
     assert (answer.status, answer.error) == (None, "tls")
     assert classify("latest-change", answer).reason == "tls"
 
@@ -115,7 +116,7 @@ async def test_a_refused_connection_is_still_network_connect() -> None:
         url = gone.url
     settings = settings_for(url, connect_timeout="2s")
     async with http_client(settings) as http:
-        answer = await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+        answer = await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
     assert classify("latest-change", answer).reason == "network connect"
 
 
@@ -126,7 +127,7 @@ def read_through_env(url: str, env: dict[str, str]) -> Any:
         service = {"LTA_WORKER_SERVICE_BASE_URL": url, "LTA_WORKER_SERVICE_AUTH_URL": url}
         settings = load_settings(None, {**env, **service, "LTA_WORKER_CLIENT_ID": "demo-client"})
         async with http_client(settings) as http:
-            return await ApiClient(http, settings).read("latest-change", CREDENTIAL)
+            return await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
 
     return read()
 
@@ -177,7 +178,7 @@ async def test_a_cookie_the_service_sets_is_never_sent_back(
     server.default = Step(200, [cookie, ("Content-Type", "application/json")], json_body({}))
     settings = settings_for(server.url)
     async with http_client(settings) as http:
-        api = ApiClient(http, settings)
+        api = ApiClient(http, settings, CLIENT_SECRET)
         await _read(api)
         with contextlib.suppress(EnrollmentError, UpstreamError):  # `{}` is no token: fine
             await operation(api)
@@ -213,7 +214,7 @@ async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None
         }
     )
     async with server, http_client(settings) as http:
-        api = ApiClient(http, settings)
+        api = ApiClient(http, settings, CLIENT_SECRET)
         for _ in range(3):
             assert (await _read(api)).status == 200
         assert accepted == 1
@@ -238,7 +239,7 @@ async def test_reads_cut_at_their_deadline_give_their_connection_back(
         }
     )
     async with http_client(settings) as http:
-        api = ApiClient(http, settings)
+        api = ApiClient(http, settings, CLIENT_SECRET)
         cut = await asyncio.gather(*(_read(api) for _ in range(3)))
         assert [(a.status, a.error) for a in cut] == [(None, "timeout")] * 3
         stalling = False

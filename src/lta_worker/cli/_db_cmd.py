@@ -19,12 +19,13 @@ def upgrade(app: App) -> None:
 
     Exits 78 when the database was migrated by a newer lta-worker (nothing is changed).
     """
-    from lta_worker.storage import HEAD_REVISION, Store
+    from lta_worker.storage import HEAD_REVISION
+    from lta_worker.worker import Runtime
 
     app.configure_logging()
-    with Store.open(app.settings.database.url) as store:
-        ran = store.upgrade()
-    if ran:
+    with Runtime(app.settings) as runtime:
+        _ = runtime.store  # opening it applies the pending migrations
+    if runtime.migrated:
         click.echo(f"database schema upgraded to revision {HEAD_REVISION}")
     else:
         click.echo(f"database schema is current (revision {HEAD_REVISION})")

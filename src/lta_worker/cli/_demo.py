@@ -39,8 +39,7 @@ from lta_worker.errors import UsageError
 from lta_worker.protocol import READ_PATHS
 from lta_worker.simulator import DEMO_CLIENT_ID, RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import generate_key_line
-from lta_worker.upstream import http_client
-from lta_worker.worker import PassResult, SystemClock, Worker, load_vault, open_store
+from lta_worker.worker import PassResult, Runtime, SystemClock, Worker
 
 NAMES: Final = (
     *("ada", "alan", "barbara", "claude", "dennis", "edsger", "frances", "grace", "hedy"),
@@ -116,30 +115,21 @@ concurrency = 4
 
 async def enroll_users(settings: Settings, sim: Simulator, clock: OffsetClock) -> None:
     """Enroll every demo user through the real consent flow, as a web application would."""
-    from lta_worker.enrollment import Enrollment
-    from lta_worker.upstream import ApiClient
-
-    store = open_store(settings)
-    try:
-        async with http_client(settings) as http:
-            enrollment = Enrollment(
-                settings, store, load_vault(settings), ApiClient(http, settings), clock.now
-            )
-            for name in NAMES:
-                account: dict[str, Any] = {}
-                if name == NOTHING_RECORDED:
-                    account["payloads"] = {"latest-change": None}
-                if name == INACTIVE:
-                    account["last_sync_age_days"] = 120
-                if name == UNLINKED:
-                    account["linked"] = False
-                sim.add_user(name, **account)
-                url = enrollment.start(name)  # saves state and PKCE verifier
-                sim.queue_consent(name, ["openid", STATS_SCOPE] if name == STATS_ONLY else None)
-                consent = await http.get(url)  # the user's browser at the consent page
-                await enrollment.finish(name, consent.headers["location"])
-    finally:
-        store.close()
+    async with Runtime(settings, clock=clock) as runtime:
+        enrollment = runtime.enrollment()
+        for name in NAMES:
+            account: dict[str, Any] = {}
+            if name == NOTHING_RECORDED:
+                account["payloads"] = {"latest-change": None}
+            if name == INACTIVE:
+                account["last_sync_age_days"] = 120
+            if name == UNLINKED:
+                account["linked"] = False
+            sim.add_user(name, **account)
+            url = enrollment.start(name)  # saves state and PKCE verifier
+            sim.queue_consent(name, ["openid", STATS_SCOPE] if name == STATS_ONLY else None)
+            consent = await runtime.http.get(url)  # the user's browser at the consent page
+            await enrollment.finish(name, consent.headers["location"])
 
 
 class Demo:
@@ -175,11 +165,8 @@ class Demo:
 
     def user(self, name: str) -> UserRow:
         """A user's row, read from the database as `users list` reads it."""
-        store = open_store(self.settings)
-        try:
-            row = store.get_user(name)
-        finally:
-            store.close()
+        with Runtime(self.settings) as runtime:
+            row = runtime.store.get_user(name)
         assert row is not None, name
         return row
 
@@ -333,11 +320,8 @@ class Demo:
         self.verbatim(render_table(collect_status(self.settings, self.clock.now())))
         self.title("6. A few rows of `lta-worker users list`")
         shown = (REVOKER, INACTIVE, UNLINKED, NOTHING_RECORDED, STATS_ONLY, "ada")
-        store = open_store(self.settings)
-        try:
-            rows = [r for r in store.list_users() if r.user in shown]
-        finally:
-            store.close()
+        with Runtime(self.settings) as runtime:
+            rows = [r for r in runtime.store.list_users() if r.user in shown]
         self.verbatim(users_table(table_rows(rows)))
 
     def _outro(self) -> None:

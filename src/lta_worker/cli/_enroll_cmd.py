@@ -65,11 +65,11 @@ def url(app: App, user: str) -> None:
 
     import anyio
 
-    from lta_worker.worker import services
+    from lta_worker.worker import Runtime
 
     async def main() -> str:
-        async with services(settings) as svc:
-            return svc.enrollment().start(user)
+        async with Runtime(settings) as runtime:
+            return runtime.enrollment().start(user)
 
     click.echo(anyio.run(main))
 
@@ -114,13 +114,13 @@ def _enroll_from_stdin(
     import anyio
 
     from lta_worker.logs import register_secret
-    from lta_worker.worker import services
+    from lta_worker.worker import Runtime
 
     register_secret(secret)
 
     async def main() -> EnrollResult:
-        async with services(settings) as svc:
-            return await action(svc.enrollment(), secret)
+        async with Runtime(settings) as runtime:
+            return await action(runtime.enrollment(), secret)
 
     click.echo(_confirmation(anyio.run(main)))
 

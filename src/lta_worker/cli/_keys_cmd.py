@@ -58,14 +58,13 @@ def rotate(app: App, batch_size: int) -> None:
     list or the key file is unusable.
     """
     from lta_worker.logs import get_logger
-    from lta_worker.storage import Store, Vault, rotate_keys
+    from lta_worker.storage import rotate_keys
+    from lta_worker.worker import Runtime
 
     app.configure_logging()
-    settings = app.settings
-    vault = Vault.from_settings(settings)
-    with Store.open(settings.database.url) as store:
-        store.upgrade()
-        report = rotate_keys(store, vault, datetime.now(UTC), batch=batch_size)
+    with Runtime(app.settings) as runtime:
+        vault = runtime.vault  # the key file first: a problem with it touches nothing
+        report = rotate_keys(runtime.store, vault, runtime.clock.now(), batch=batch_size)
     get_logger("lta_worker.keys").info(
         "keys.rotated",
         rotated=report.rotated,

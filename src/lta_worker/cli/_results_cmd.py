@@ -89,10 +89,10 @@ def export(
     after = _since(since) if since is not None else None
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store_readonly
+    from lta_worker.worker import Runtime
 
-    store = open_store_readonly(settings)
-    try:
+    with Runtime(settings, read_only=True) as runtime:
+        store = runtime.store
         if user is not None and store.get_user(user) is None:
             raise UnknownUserError(user)
         feed = store.changed_since(cursor, user) if cursor is not None else None
@@ -116,8 +116,6 @@ def export(
             click.echo(line)
         if feed is not None:
             click.echo(json.dumps({"cursor": feed.cursor}))
-    finally:
-        store.close()
 
 
 def _since(value: str) -> datetime:

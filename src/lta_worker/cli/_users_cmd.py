@@ -111,13 +111,10 @@ def list_(app: App, fmt: str) -> None:
     """One row per user: state, token held, scopes, last poll, next due time."""
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store_readonly
+    from lta_worker.worker import Runtime
 
-    store = open_store_readonly(settings)
-    try:
-        rows = list(store.list_users())
-    finally:
-        store.close()
+    with Runtime(settings, read_only=True) as runtime:
+        rows = list(runtime.store.list_users())
     if fmt == "json":
         click.echo(json.dumps([user_json(r) for r in rows], indent=2))
         return
@@ -182,11 +179,11 @@ def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
 
     import anyio
 
-    from lta_worker.worker import services
+    from lta_worker.worker import Runtime
 
     async def main() -> DropResult:
-        async with services(settings) as svc:
-            lifecycle = svc.lifecycle()
+        async with Runtime(settings) as runtime:
+            lifecycle = runtime.lifecycle()
             return await (lifecycle.forget(user) if forget else lifecycle.drop(user))
 
     return anyio.run(main)

@@ -13,7 +13,6 @@ from lta_worker.config._loader import (
     load_settings,
     read_client_secret,
     read_webhook_secret,
-    secret_files,
 )
 from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
 from lta_worker.domain import format_duration, parse_duration
@@ -35,7 +34,6 @@ __all__ = [
     "read_client_secret",
     "read_link_keys",
     "read_webhook_secret",
-    "secret_files",
     "start_path",
     "start_url",
 ]

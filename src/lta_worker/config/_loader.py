@@ -12,11 +12,11 @@ import base64
 import os
 import stat
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll, read_link_keys
+from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
 from lta_worker.config._fields import read_section
 from lta_worker.config._ranges import check_ranges
 from lta_worker.config._settings import SECTIONS, Settings
@@ -267,19 +267,3 @@ def read_webhook_secret(settings: Settings) -> Secret:
             'base64.b64encode(os.urandom(32)).decode())"',
         )
     return Secret(text)
-
-
-def secret_files(settings: Settings) -> dict[str, Callable[[], object]]:
-    """Every secret file `run` or `serve` reads at start under `settings` (the token key
-    file aside: storage's), by check name, each with the reader they use: the client secret
-    always, the webhook secret with `webhook.url`, the link keys with `enroll.listen`.
-
-    `check` runs exactly these, so that it fails where `run` or `serve` would (exit 78,
-    naming the key).
-    """
-    files: dict[str, Callable[[], object]] = {"client_secret": lambda: read_client_secret(settings)}
-    if settings.webhook.url is not None:
-        files["webhook_secret"] = lambda: read_webhook_secret(settings)
-    if settings.enroll.listen is not None:
-        files["enroll_link_key"] = lambda: read_link_keys(settings)
-    return files

@@ -4,6 +4,7 @@
 |--------|--------------------------|----------------------------|
 | 2xx    | JSON body                | ok (payload as parsed)     |
 | 2xx    | empty/broken/truncated   | transient                  |
+| 2xx    | echoing a credential     | transient                  |
 | 401    | PermanentAccessRevoked   | revoked (delete the token) |
 | 401    | NoCloudSyncLinked        | unlinked                   |
 | 401    | none or unknown          | rejected (never revoked)   |
@@ -161,24 +162,32 @@ def _success(answer: Answer) -> Outcome:
     parsed = strict_json(answer.body)
     if parsed is None:
         return Outcome("transient", status=answer.status, reason="broken body")
+    if answer.echoed:  # the API client found a credential in it (`echoes`)
+        return Outcome("transient", status=answer.status, reason="credential echoed")
     payload, content = parsed
     return Outcome("ok", status=answer.status, payload=payload, content=content)
 
 
-def echoes(body: bytes, content: bytes, secrets: Iterable[bytes]) -> bool:
+def echoes(body: bytes, secrets: Iterable[bytes]) -> bool:
     """True when a success body holds a credential: one of `secrets` (the user's token, the
     client secret) or any credential-shaped string, the long term tokens' prefix (`dspa_`)
     followed by a character a token may hold, whoever's token it is (another user's).
 
     A payload is stored as parsed, so a credential written with JSON escapes
     (`\\u0064spa_...`) counts too: a body with a backslash is also checked in its parsed
-    form (`content`, the payload's canonical JSON, escapes undone). A service that echoes a
-    credential must not put it in the database in clear.
+    form (the payload's canonical JSON, escapes undone). A service that echoes a credential
+    must not put it in the database in clear. The API client asks this of every success
+    (`Answer.echoed`), since only it holds the credential.
     """
+    secrets = tuple(secrets)
     if _CREDENTIAL_SHAPE.search(body) or any(secret in body for secret in secrets):
         return True
     if b"\\" not in body:
         return False
+    parsed = strict_json(body)
+    if parsed is None:  # not JSON: a broken body, never stored
+        return False
+    content = parsed[1]
     return bool(_CREDENTIAL_SHAPE.search(content)) or any(secret in content for secret in secrets)
 
 

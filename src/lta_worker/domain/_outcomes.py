@@ -49,7 +49,8 @@ class Answer:
     `reset`, `protocol`, ...); with a status, `error` `decoding` says its body came under a
     content coding, which the client asks not to get and never decodes: it is left empty.
     `body` is at most the configured size; `truncated` says the response was larger and
-    cut. Header names are lower-case.
+    cut; `echoed` says a success body holds a credential (`classify.echoes`: the API
+    client looks, since only it holds the credential). Header names are lower-case.
     """
 
     status: int | None
@@ -58,6 +59,7 @@ class Answer:
     error: str | None = None
     truncated: bool = False
     elapsed: float = 0.0
+    echoed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from lta_worker.errors import (
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.protocol import AUTHORIZE_PATH, LONG_TERM_SCOPES, OPENID_SCOPE
 from lta_worker.secret import Secret
-from lta_worker.upstream import join_url, long_term_credential
+from lta_worker.upstream import join_url
 
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
@@ -142,11 +142,9 @@ class Enrollment(ClientOperation):
         settings: client id, redirect URI, scopes, service URLs.
         store: where pending enrollments and tokens are kept.
         vault: encrypts the verifier and the token at rest.
-        api: the service's HTTP interface.
+        api: the service's HTTP interface, holding the client id and secret.
         clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
             `now`); the system clock by default.
-        client_secret: the client secret (default: read from `client.secret_file` when
-            first needed).
     """
 
     def consent_url(self, state: str, challenge: str) -> str:
@@ -233,11 +231,7 @@ class Enrollment(ClientOperation):
         register_secret(verifier)
         try:
             user_token, _ = await self._api.exchange_code(
-                params.code,
-                verifier,
-                pending.redirect_uri,
-                self._settings.client.id,
-                self.client_secret,
+                params.code, verifier, pending.redirect_uri
             )
         except EnrollmentError as exc:
             _failed(user, "exchange", exc.code)
@@ -333,7 +327,7 @@ class Enrollment(ClientOperation):
 
     async def _drop_orphan(self, token: Secret) -> None:
         with contextlib.suppress(UpstreamError, ValueError):
-            await self._api.drop_token(long_term_credential(token, self.client_secret))
+            await self._api.drop_token(token)
 
 
 def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:

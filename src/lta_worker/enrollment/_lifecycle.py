@@ -55,7 +55,7 @@ from lta_worker.enrollment._base import ClientOperation
 from lta_worker.errors import UnknownUserError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import long_term_credential
+from lta_worker.upstream import usable_token
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -132,13 +132,12 @@ class Lifecycle(ClientOperation):
     """Drops and forgets users, and retries the drops the service did not confirm.
 
     Args:
-        settings: for the client secret file and the retry backoff.
+        settings: for the leases and the retry backoff.
         store: users, tokens and results.
-        vault: decrypts the token to build the credential for the DELETE.
-        api: the service's HTTP interface.
+        vault: decrypts the token for the read and the DELETE.
+        api: the service's HTTP interface, holding the client credentials.
         clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
             `now`); the system clock by default.
-        client_secret: the client secret (default: read from `client.secret_file` when needed).
     """
 
     rng: random.Random = random.Random()
@@ -164,8 +163,7 @@ class Lifecycle(ClientOperation):
 
         Raises:
             UnknownUserError: no such user (exit 2).
-            ConfigError: the stored token cannot be decrypted, or `client.secret_file`
-                cannot be used (nothing is changed).
+            ConfigError: the stored token cannot be decrypted (nothing is changed).
         """
         result = await self._drop(user, reason="dropped", purge=False)
         _dropped_event(result)
@@ -189,9 +187,8 @@ class Lifecycle(ClientOperation):
         row = await to_thread.run_sync(self._store.get_user, user)
         if row is None:
             raise UnknownUserError(user)
-        if row.token is not None:  # a key or secret file problem: found before any change
+        if row.token is not None:  # a key file problem: found before any change
             register_secret(self._vault.decrypt(row.token, user=user))
-            _ = self.client_secret
         now = self._clock()
         lease_until = now + self._settings.poll.lease_duration
         start = await to_thread.run_sync(
@@ -260,16 +257,14 @@ class Lifecycle(ClientOperation):
         status: int | None = None
         code: str | None = None
         accepted = False
-        try:
-            token = self._vault.decrypt(row.token, user=row.user)
-            register_secret(token)
-            credential = long_term_credential(token, self.client_secret)
-        except ValueError:
+        token = self._vault.decrypt(row.token, user=row.user)
+        register_secret(token)
+        if not usable_token(token):
             error: str | None = "the stored token is not a long term token"
             verdict = drop_verdict(None, None)
         else:
             endpoint = next((e for e in ENDPOINTS if row.granted(e)), ENDPOINTS[0])
-            answered = await self._paced(pacer, self._api.read, endpoint, credential)
+            answered = await self._paced(pacer, self._api.read, endpoint, token)
             read = classify(endpoint, answered)
             if read.kind == "rejected":
                 status, verdict = read.status, "refused"
@@ -278,7 +273,7 @@ class Lifecycle(ClientOperation):
                 error = None if verdict == "confirmed" else REFUSED_READ
             else:
                 accepted = authenticated(read)
-                answer = await self._paced(pacer, self._api.drop, credential)
+                answer = await self._paced(pacer, self._api.drop, token)
                 status = answer.status
                 if status is None:
                     error = f"could not reach the service ({answer.error or 'network error'})"

@@ -2,7 +2,8 @@
 
 - `ApiClient` over an injected `httpx.AsyncClient`; `read` returns a raw `Answer` and never
   raises for HTTP or network trouble (`_client`);
-- `long_term_credential` (`<token>.<client secret>`), `join_url` and the paths of the
+- `long_term_credential` (`<token>.<client secret>`, built by `ApiClient` alone, which
+  holds the client credentials), `usable_token`, `join_url` and the paths of the
   interface, without httpx (`_wire`); `check_secure_url` (plain http only to loopback,
   `_client`);
 - `http_client`, the production client: timeouts, no proxy from the environment but an
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         TOKENS_PATH,
         join_url,
         long_term_credential,
+        usable_token,
     )
 
 _NAMES = {
@@ -39,6 +41,7 @@ _NAMES = {
     "check_secure_url": "._client",
     "join_url": "._wire",
     "long_term_credential": "._wire",
+    "usable_token": "._wire",
     "http_client": "._http",
     "WebhookSender": "._webhook",
     "webhook_http_client": "._webhook",
@@ -54,5 +57,6 @@ __all__ = [
     "http_client",
     "join_url",
     "long_term_credential",
+    "usable_token",
     "webhook_http_client",
 ]

@@ -5,11 +5,14 @@ production, a `MockTransport` or the simulator's transport in tests). It knows t
 paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
 never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
 
+The client holds the client credentials (id and secret): a read or a drop takes the user's
+long term token, and the client builds `<token>.<client secret>` itself and looks for it in
+every success body (`Answer.echoed`); the pass engine never sees the client secret.
 Credentials travel only in the `Authorization` header, never in a URL. Short-lived secrets
-(user access tokens, codes, the client secret) are registered with the log redactor; long
-term tokens and credentials are masked by their `dspa_` pattern instead, so that logging
-does not slow down with the number of users. Plain http is refused for any host
-that is not loopback, whatever client was injected.
+(user access tokens, codes) are registered with the log redactor; the client secret was
+registered once, where it was read; long term tokens and credentials are masked by their
+`dspa_` pattern, so that logging does not slow down with the number of users. Plain http
+is refused for any host that is not loopback, whatever client was injected.
 
 Every request has a total deadline (`service.request_timeout`) on top of httpx's connect
 and per-chunk read timeouts, so a body dripping a byte at a time cannot hold a read for
@@ -24,7 +27,8 @@ import json
 import ssl
 import time
 from collections.abc import Mapping
-from functools import lru_cache
+from dataclasses import replace
+from functools import cached_property, lru_cache
 from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
@@ -32,7 +36,7 @@ import anyio
 import httpx
 
 from lta_worker.config import Settings, is_loopback_host
-from lta_worker.domain import Answer, Endpoint, find_code
+from lta_worker.domain import Answer, Endpoint, echoes, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
 from lta_worker.secret import Secret
@@ -118,14 +122,6 @@ def _service_code(answer: Answer) -> str | None:
     return find_code(answer.headers, answer.body)[1]
 
 
-def _basic_auth(client_id: str, client_secret: Secret) -> Secret:
-    """`client_secret_basic` (RFC 6749 section 2.3.1): both halves form-encoded, then base64."""
-    pair = f"{quote_plus(client_id)}:{quote_plus(client_secret.reveal())}"
-    header = Secret("Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii"))
-    register_secret(header.reveal().removeprefix("Basic "))
-    return header
-
-
 class ServiceClient(httpx.AsyncClient):
     """An `httpx.AsyncClient` that names the one transport every request of it goes to.
 
@@ -148,10 +144,13 @@ class ApiClient:
     Args:
         http: the client to send with; its transport decides where requests really go.
             A `ServiceClient` naming its transport is sent through that transport directly.
-        settings: service URLs, timeouts and the response size cap come from here.
+        settings: service URLs, timeouts and the response size cap, the client id and its
+            token endpoint authentication come from here.
+        client_secret: the client's secret (read from `client.secret_file` and registered
+            with the log redactor by `worker.Runtime`, the one place that reads it).
     """
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
+    def __init__(self, http: httpx.AsyncClient, settings: Settings, client_secret: Secret) -> None:
         self._http = http
         self._direct = http.direct if isinstance(http, ServiceClient) else None
         self._service = settings.service
@@ -162,6 +161,12 @@ class ApiClient:
         self._cap = self._service.max_response_bytes
         self._deadline = self._service.request_timeout.total_seconds()
         self._token_auth = settings.client.token_auth
+        self._client_id = settings.client.id
+        self._client_secret = client_secret
+        # What a success body must not hold besides the token (`echoes`); a secret too short
+        # to be told from data (the log redactor's bound) is not looked for.
+        raw_secret = client_secret.reveal().encode()
+        self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         # Each read endpoint's URL, parsed once: httpx parses a str URL on every request.
         self._read_urls: dict[Endpoint, httpx.URL] = {}
 
@@ -174,23 +179,35 @@ class ApiClient:
         """Where long term tokens are created and dropped, under `service.auth_url`."""
         return join_url(self._service.auth_url, TOKENS_PATH)
 
-    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
-        """GET one read endpoint with the long term credential; never raises for HTTP trouble.
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
+        """GET one read endpoint with the user's long term credential (`<token>.<client
+        secret>`); never raises for HTTP trouble.
 
         Timeouts, refused connections, resets and protocol errors give
         `Answer(status=None, error=...)`. The body is read as sent, up to
         `service.max_response_bytes` (`truncated=True` when the response was larger). The
         client asks for no coding (`Accept-Encoding: identity`): a body under any other
         `Content-Encoding` is not decoded but answered as an empty body with
-        `error="decoding"` (a 2xx of it is a broken body).
+        `error="decoding"` (a 2xx of it is a broken body). A success body that holds the
+        token, the client secret or any credential-shaped string is `echoed` (`echoes`).
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
+            ValueError: the token is not `usable_token` (nothing is sent).
         """
+        credential = long_term_credential(token, self._client_secret)
         url = self._read_urls.get(endpoint)
         if url is None:
             url = self._read_urls[endpoint] = httpx.URL(self.url_for(endpoint))
-        return await self._send("GET", url, {"Authorization": f"Bearer {credential.reveal()}"})
+        answer = await self._send("GET", url, {"Authorization": f"Bearer {credential.reveal()}"})
+        if (
+            answer.body
+            and answer.status is not None
+            and 200 <= answer.status < 300
+            and echoes(answer.body, (token.reveal().encode(), *self._secret_bytes))
+        ):
+            return replace(answer, echoed=True)
+        return answer
 
     async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
         """Create (or rotate) the long term token of the user who owns `user_access_token`.
@@ -247,29 +264,30 @@ class ApiClient:
             )
         return Secret(token), tuple(scopes)
 
-    async def drop_token(self, credential: Secret) -> int:
-        """DELETE the long term token that `credential` names; returns the status (204 expected).
+    async def drop_token(self, token: Secret) -> int:
+        """DELETE the long term token `token`; returns the status (204 expected).
 
         Raises:
             UpstreamError: the service could not be reached or the answer was cut.
+            ValueError: the token is not `usable_token` (nothing is sent).
         """
-        register_secret(credential)
-        answer = await self._send(
-            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
-        )
+        answer = await self.drop(token)
         if answer.status is None:
             raise UpstreamError(
                 f"could not reach the service to drop the long term token ({answer.error})"
             )
         return answer.status
 
-    async def drop(self, credential: Secret) -> Answer:
-        """DELETE the long term token that `credential` names; the answer, never raising.
+    async def drop(self, token: Secret) -> Answer:
+        """DELETE the long term token `token`; the answer, never raising for HTTP trouble.
 
         The two-phase drop needs the body too: a 401 `PermanentAccessRevoked` confirms
         the drop, a plain 401 does not.
+
+        Raises:
+            ValueError: the token is not `usable_token` (nothing is sent).
         """
-        register_secret(credential)
+        credential = long_term_credential(token, self._client_secret)
         return await self._send(
             "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
         )
@@ -279,8 +297,6 @@ class ApiClient:
         code: Secret,
         verifier: Secret,
         redirect_uri: str,
-        client_id: str,
-        client_secret: Secret,
     ) -> tuple[Secret, tuple[str, ...]]:
         """Exchange an authorization code (with its PKCE verifier) for a user access token.
 
@@ -294,7 +310,7 @@ class ApiClient:
             EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
                 or was unreachable.
         """
-        for value in (code, verifier, client_secret):
+        for value in (code, verifier):
             register_secret(value)
         form = {
             "grant_type": "authorization_code",
@@ -304,9 +320,9 @@ class ApiClient:
         }
         first = self._token_auth
         other = "client_secret_post" if first == "client_secret_basic" else "client_secret_basic"
-        answer = await self._token_request(first, form, client_id, client_secret)
+        answer = await self._token_request(first, form)
         if answer.status == 401 and _service_code(answer) == "invalid_client":
-            answer = await self._token_request(other, form, client_id, client_secret)
+            answer = await self._token_request(other, form)
         if answer.status is None:
             raise EnrollmentError(
                 f"could not reach the token endpoint ({answer.error})", reason="unreachable"
@@ -333,18 +349,26 @@ class ApiClient:
         scopes = tuple(scope.split()) if isinstance(scope, str) else ()
         return Secret(access_token), scopes
 
-    async def _token_request(
-        self, method: str, form: Mapping[str, str], client_id: str, client_secret: Secret
-    ) -> Answer:
+    @cached_property
+    def _basic_auth(self) -> Secret:
+        """`client_secret_basic` (RFC 6749 section 2.3.1): both halves form-encoded, then
+        base64; registered with the log redactor once (it spells the secret another way)."""
+        pair = f"{quote_plus(self._client_id)}:{quote_plus(self._client_secret.reveal())}"
+        encoded = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+        register_secret(encoded)
+        return Secret("Basic " + encoded)
+
+    async def _token_request(self, method: str, form: Mapping[str, str]) -> Answer:
         """POST the token request, authenticating the client with `method` (RFC 6749 2.3.1)."""
         headers = {
             "Content-Type": "application/x-www-form-urlencoded",
             "Accept": "application/json",
         }
         if method == "client_secret_basic":
-            headers["Authorization"] = _basic_auth(client_id, client_secret).reveal()
+            headers["Authorization"] = self._basic_auth.reveal()
         else:
-            form = {**form, "client_id": client_id, "client_secret": client_secret.reveal()}
+            secret = self._client_secret.reveal()
+            form = {**form, "client_id": self._client_id, "client_secret": secret}
         return await self._send("POST", self._service.token_endpoint, headers, form)
 
     async def _send(

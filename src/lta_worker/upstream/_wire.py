@@ -1,12 +1,12 @@
 """The long term credential, and the paths joined to the configured URLs: no HTTP here.
 
-The pass engine and the drops build credentials whether or not they go on to read, and a
-`run` with nobody due never builds the HTTP client; this module keeps httpx out of them.
+The API client builds credentials; the pass engine and the drops only ask `usable_token`
+before they take a permit, and a `run` with nobody due never builds the HTTP client: this
+module keeps httpx out of them.
 """
 
 from __future__ import annotations
 
-from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 
@@ -17,6 +17,7 @@ __all__ = [
     "join_url",
     "long_term_credential",
     "sendable",
+    "usable_token",
 ]
 
 
@@ -38,23 +39,27 @@ def sendable(value: str) -> bool:
     return value.isascii() and value.isprintable() and " " not in value
 
 
+def usable_token(token: Secret) -> bool:
+    """True when `token` can make a long term credential: `dspa_`, then at least one
+    character, all of them ones an Authorization header can carry (`sendable`)."""
+    raw = token.reveal()
+    return raw.startswith(TOKEN_PREFIX) and len(raw) > len(TOKEN_PREFIX) and sendable(raw)
+
+
 def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
-    """The long term credential `<token>.<client secret>`; the client secret is registered.
+    """The long term credential `<token>.<client secret>` (the API client's to build).
+
+    The `dspa_` pattern of the log redactor masks the token and the whole credential; the
+    client secret was registered once, when it was read (`worker.Runtime`).
 
     Raises:
-        ValueError: the token does not start with `dspa_`, is empty after it, or holds a
-            character an Authorization header cannot carry (`sendable`); or the client
-            secret is empty.
+        ValueError: the token is not `usable_token`, or the client secret is empty.
     """
-    raw_token, raw_secret = token.reveal(), client_secret.reveal()
-    if not raw_token.startswith(TOKEN_PREFIX) or len(raw_token) == len(TOKEN_PREFIX):
-        raise ValueError(f"a long term token starts with {TOKEN_PREFIX!r} and is not empty")
-    if not sendable(raw_token):
-        raise ValueError("the long term token holds a character a header cannot carry")
-    if not raw_secret:
+    if not usable_token(token):
+        raise ValueError(
+            f"a long term token starts with {TOKEN_PREFIX!r}, is not empty, and holds only "
+            "characters a header can carry"
+        )
+    if not client_secret.reveal():
         raise ValueError("the client secret is empty")
-    # The `dspa_` pattern of the log redactor masks the token and the whole credential; the
-    # client secret alone needs registering (registering per-user values would make every
-    # log line scan them all).
-    register_secret(client_secret)
-    return Secret(f"{raw_token}.{raw_secret}")
+    return Secret(f"{token.reveal()}.{client_secret.reveal()}")

@@ -5,7 +5,7 @@ Each check runs whatever the others found, so one call lists every problem:
 - `client_secret`: `client.secret_file` (the secret file rule, one printable line), and
   with `webhook.url` set `webhook_secret` (`webhook.secret_file`), with `enroll.listen` set
   `enroll_link_key` (`enroll.link_key_file`): the secret files `run` and `serve` read at
-  start, with their readers (`config.secret_files`), so `check` fails where they would;
+  start, with their readers (`Runtime.secret_files`), so `check` fails where they would;
 - `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
@@ -33,6 +33,7 @@ from lta_worker.errors import ConfigError, UpstreamError
 if TYPE_CHECKING:
     from lta_worker.config import Settings
     from lta_worker.storage import Vault
+    from lta_worker.worker._root import Runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +57,12 @@ _SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
 }
 
 
-def _database(settings: Settings, vault: Vault | None) -> str:
+def _database(runtime: Runtime, vault: Vault | None) -> str:
     from lta_worker.storage import HEAD_REVISION, require_sqlite_writable
-    from lta_worker.worker._clock import SystemClock
-    from lta_worker.worker._wiring import open_store_readonly
 
-    store = open_store_readonly(settings)
-    try:
-        users = sum(store.count_by_state().values())
-        in_use = store.key_ids_in_use(SystemClock().now())
-    finally:
-        store.close()
+    store = runtime.store
+    users = sum(store.count_by_state().values())
+    in_use = store.key_ids_in_use(runtime.clock.now())
     if store.database.path is not None:
         require_sqlite_writable(store.database.path)
     if vault is not None:
@@ -74,84 +70,60 @@ def _database(settings: Settings, vault: Vault | None) -> str:
     return f"{store.dialect}, schema at revision {HEAD_REVISION}, {users} user(s)"
 
 
-async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> str:
-    from lta_worker.upstream import READ_PATHS, http_client, join_url
+async def _service(runtime: Runtime) -> str:
+    from lta_worker.upstream import READ_PATHS, join_url
 
-    service = settings.service
+    service, http = runtime.settings.service, runtime.http
     read_url = join_url(service.base_url, READ_PATHS["stats"])
     answers: list[str] = []
-    async with http_client(settings, transport=transport) as http:
-        for method, url in (("GET", read_url), ("HEAD", service.auth_url + "/")):
-            try:
-                response = await http.request(method, url)
-            except httpx.HTTPError as exc:
-                raise UpstreamError(
-                    f"{url} cannot be reached ({type(exc).__name__})",
-                    hint="check service.base_url / service.auth_url, DNS, the firewall "
-                    "and service.https_proxy",
-                ) from None
-            if url == read_url and response.status_code == 404:
-                raise ConfigError(
-                    f"{read_url} answered HTTP 404 to a GET without credentials (a read path "
-                    "answers 401): there is no read endpoint under this base URL",
-                    key="service.base_url",
-                    hint="set service.base_url to the API's root, without /api/v1 or a "
-                    f"version (reads go to {{base_url}}{READ_PATHS['stats']})",
-                )
-            answers.append(f"{method} {url} answered HTTP {response.status_code}")
+    for method, url in (("GET", read_url), ("HEAD", service.auth_url + "/")):
+        try:
+            response = await http.request(method, url)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(
+                f"{url} cannot be reached ({type(exc).__name__})",
+                hint="check service.base_url / service.auth_url, DNS, the firewall "
+                "and service.https_proxy",
+            ) from None
+        if url == read_url and response.status_code == 404:
+            raise ConfigError(
+                f"{read_url} answered HTTP 404 to a GET without credentials (a read path "
+                "answers 401): there is no read endpoint under this base URL",
+                key="service.base_url",
+                hint="set service.base_url to the API's root, without /api/v1 or a "
+                f"version (reads go to {{base_url}}{READ_PATHS['stats']})",
+            )
+        answers.append(f"{method} {url} answered HTTP {response.status_code}")
     return "; ".join(answers)
-
-
-def _load_vault(settings: Settings) -> Vault:
-    """The vault; a missing key file explained by the key ids the database needs, when the
-    database can be read (else the plain error: the `database` check says why)."""
-    from lta_worker.errors import KeyFileError
-    from lta_worker.worker._clock import SystemClock
-    from lta_worker.worker._wiring import load_vault, missing_key_file, open_store_readonly
-
-    try:
-        return load_vault(settings)
-    except KeyFileError as exc:
-        if exc.reason != "missing":
-            raise
-        try:
-            store = open_store_readonly(settings)
-        except Exception:
-            raise exc from None
-        try:
-            in_use = store.key_ids_in_use(SystemClock().now())
-        finally:
-            store.close()
-        raise missing_key_file(exc, in_use) from None
 
 
 async def run_checks(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> list[CheckResult]:
     """Run every check; none writes anything or spends the read budget."""
-    from lta_worker.config import secret_files
+    from lta_worker.worker._root import Runtime
 
     results: list[CheckResult] = []
-    for name, read in secret_files(settings).items():
+    async with Runtime(settings, read_only=True, transport=transport) as runtime:
+        for name, read in runtime.secret_files().items():
+            try:
+                read()
+                results.append(CheckResult(name, _SECRET_DETAILS[name](settings)))
+            except Exception as exc:
+                results.append(CheckResult(name, "unusable", exc))
+        vault: Vault | None = None
         try:
-            read()
-            results.append(CheckResult(name, _SECRET_DETAILS[name](settings)))
+            vault = runtime.vault
+            detail = f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}"
+            results.append(CheckResult("key_file", detail))
         except Exception as exc:
-            results.append(CheckResult(name, "unusable", exc))
-    vault: Vault | None = None
-    try:
-        vault = _load_vault(settings)
-        results.append(
-            CheckResult("key_file", f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}")
-        )
-    except Exception as exc:
-        results.append(CheckResult("key_file", "unusable", exc))
-    try:
-        results.append(CheckResult("database", _database(settings, vault)))
-    except Exception as exc:
-        results.append(CheckResult("database", "unusable", exc))
-    try:
-        results.append(CheckResult("service", await _service(settings, transport)))
-    except Exception as exc:
-        results.append(CheckResult("service", "unreachable", exc))
+            results.append(CheckResult("key_file", "unusable", exc))
+        try:
+            results.append(CheckResult("database", _database(runtime, vault)))
+        except Exception as exc:
+            results.append(CheckResult("database", "unusable", exc))
+        try:
+            results.append(CheckResult("service", await _service(runtime)))
+        except Exception as exc:
+            results.append(CheckResult("service", "unreachable", exc))
     return results

@@ -10,9 +10,11 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
 - The claimer leases due users in batches, oldest `next_due_at` first, only those due when
   the pass started (a user backed off during the pass waits for the next one).
 - A reader takes one user's turn (`_turn`): decrypt the token, call each endpoint the user
-  granted (pacer permit first, the lease checked), classify, stop at an outcome that ends
-  the turn, let the policy decide. Decisions go to the single writer (`_writer`), which
-  commits them in batches, fenced by the generation each user was claimed with.
+  granted with it (pacer permit first, the lease checked; the API client adds the client
+  secret, which the engine never holds, and marks a body that echoes a credential),
+  classify, stop at an outcome that ends the turn, let the policy decide. Decisions go to
+  the single writer (`_writer`), which commits them in batches, fenced by the generation
+  each user was claimed with.
 - Every rule lives elsewhere and is pure: what an outcome does to a user, whether a read
   goes again after a 429, what proves the client accepted (`domain` policy table); when
   decisions are held, released or dropped and when the pass must stop (`domain.Breaker`:
@@ -44,7 +46,6 @@ from lta_worker.domain import EXIT_CODES, Breaker, StopReason, UserRow, UserUpda
 from lta_worker.errors import EX_OK
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
-from lta_worker.secret import Secret
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
@@ -70,7 +71,6 @@ class PassEngine:
         api: Reader,
         pacer: PacerLike,
         clock: Clock,
-        client_secret: Secret,
         options: PassOptions,
         rng: random.Random | None = None,
         on_progress: ProgressFn | None = None,
@@ -94,7 +94,6 @@ class PassEngine:
             api=api,
             pacer=pacer,
             clock=clock,
-            client_secret=client_secret,
             options=options,
             rng=rng or random.Random(),
             stop=self.stop,

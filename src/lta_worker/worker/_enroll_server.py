@@ -11,8 +11,9 @@ last pass has drained.
 Connections are guarded by `_enroll_guard`: a cap, a deadline for each request head,
 ambiguous framing refused, accept() out of descriptors one rate-limited event.
 
-The flow uses the worker's store, vault, API client and client secret; the link keys and the
-`[enroll]` settings are read once at the start (a SIGHUP does not change them: restart).
+The flow uses the runtime's store, vault and API client (which holds the client secret,
+renewed by a SIGHUP); the link keys and the `[enroll]` settings are read once at the start
+(a SIGHUP does not change them: restart).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from urllib.parse import urlsplit
 import anyio
 import uvicorn
 
-from lta_worker.config import Settings, parse_listen, read_link_keys, start_path, start_url
-from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
+from lta_worker.config import parse_listen, start_path, start_url
+from lta_worker.enrollment import BrowserFlow, EnrollLinks, build_enroll_app
 from lta_worker.errors import ConfigError
 from lta_worker.logs import get_logger
 from lta_worker.worker._admission import Admission
@@ -48,7 +49,7 @@ from lta_worker.worker._enroll_guard import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from lta_worker.worker._runtime import Worker
+    from lta_worker.worker._root import Runtime
 
 log = get_logger("lta_worker.service")
 STOP_TIMEOUT: Final = 5.0
@@ -105,19 +106,12 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
-def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
-    """The enrollment app over the worker's collaborators (the link keys read now), behind
+def enroll_app(runtime: Runtime) -> ASGIApp:
+    """The enrollment app over the runtime's collaborators and link keys, behind
     `RefuseAmbiguousFraming`."""
-    enrollment = Enrollment(
-        settings,
-        worker.store,
-        worker.vault,
-        worker.api,
-        worker.clock.now,
-        client_secret=worker.client_secret,
-    )
-    links = EnrollLinks(read_link_keys(settings), start_url(settings))
-    flow = BrowserFlow(enrollment, worker.store, links, worker.clock.now)
+    settings = runtime.settings
+    links = EnrollLinks(runtime.secret("enroll_link_key"), start_url(settings))
+    flow = BrowserFlow(runtime.enrollment(), runtime.store, links, runtime.clock.now)
     app = build_enroll_app(
         flow,
         start_path=start_path(settings),
@@ -129,10 +123,11 @@ def enroll_app(worker: Worker, settings: Settings) -> ASGIApp:
 
 
 @asynccontextmanager
-async def enroll_listener(worker: Worker, settings: Settings) -> AsyncIterator[None]:
+async def enroll_listener(runtime: Runtime) -> AsyncIterator[None]:
     """Serve the browser enrollment on `enroll.listen` for the duration of the block."""
+    settings = runtime.settings
     assert settings.enroll.listen is not None
-    app = enroll_app(worker, settings)
+    app = enroll_app(runtime)
     sock = bind(settings.enroll.listen)
     _quiet_uvicorn_logs()
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

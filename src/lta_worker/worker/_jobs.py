@@ -28,8 +28,8 @@ from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._pass import PassResult
+from lta_worker.worker._root import instance_ttl
 from lta_worker.worker._webhooks import Delivery, deliver_due
-from lta_worker.worker._wiring import instance_ttl
 
 if TYPE_CHECKING:
     from lta_worker.pacing import SharedBudget
@@ -111,7 +111,6 @@ async def retry_drops(rt: Worker) -> DropRetries:
         rt.vault,
         lambda: rt.api,  # built only if a drop is due
         rt.clock.now,
-        client_secret=rt.client_secret,
     )
     if rt.rng is not None:
         lifecycle.rng = rt.rng

@@ -58,6 +58,7 @@ class TokenVault(Protocol):
 class Reader(Protocol):
     """What the engine needs of the API client."""
 
-    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
-        """One read with the long term credential; never raises for HTTP or network trouble."""
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
+        """One read with the user's long term token (the client adds its secret); never
+        raises for HTTP or network trouble."""
         ...

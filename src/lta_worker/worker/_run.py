@@ -81,7 +81,6 @@ async def _engine(
         api=_ApiOnFirstRead(rt),
         pacer=rt.pacer if rt.metrics is None else rt.metrics.metered(rt.pacer),
         clock=rt.clock,
-        client_secret=rt.client_secret,
         options=options,
         rng=rt.rng,
         on_progress=on_progress,
@@ -98,6 +97,6 @@ class _ApiOnFirstRead:
     def __init__(self, rt: Worker) -> None:
         self._rt = rt
 
-    async def read(self, endpoint: Endpoint, credential: Secret) -> Answer:
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """`ApiClient.read`."""
-        return await self._rt.api.read(endpoint, credential)
+        return await self._rt.api.read(endpoint, token)

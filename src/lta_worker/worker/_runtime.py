@@ -1,10 +1,10 @@
-"""The runtime: the long-lived collaborators of passes, built from settings, and the pass.
+"""The runtime of `run` and `serve`: a `Runtime`'s collaborators, opened for passes.
 
-`Worker` opens the store (migrating it), takes the single-instance lock on SQLite, loads
-the key file and the client secret, builds the HTTP client, API client and pacer, and
-registers the instance; it closes everything on exit. It is the runtime the pass (`_run`)
-and the jobs (`_jobs`) take. Tests build it with the simulator's transport and their own
-clock.
+`Worker` holds a `Runtime` (the composition root: store, vault, API client, pacer, clock),
+opens the store in a worker thread, takes the single-instance lock on SQLite, has the
+runtime load the rest (`Runtime.start`), and registers the instance; it closes everything
+on exit. It is what the pass (`_run`) and the periodic jobs (`_jobs`) take. Tests build it
+with the simulator's transport and their own clock.
 """
 
 from __future__ import annotations
@@ -15,22 +15,21 @@ import secrets
 import socket
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
-from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from lta_worker.config import Settings, read_client_secret, read_webhook_secret
+from lta_worker.config import Settings
 from lta_worker.errors import LtaError
-from lta_worker.logs import get_logger, register_secret
-from lta_worker.pacing import Pacer, PacerCore, SharedBudget
-from lta_worker.worker._clock import Clock, SystemClock
+from lta_worker.logs import get_logger
+from lta_worker.pacing import Pacer
+from lta_worker.worker._clock import Clock
 from lta_worker.worker._pass import PassResult, ProgressFn
 from lta_worker.worker._plan import PlanCache
+from lta_worker.worker._root import Runtime
 from lta_worker.worker._run import run_pass
-from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
     import httpx
@@ -45,16 +44,6 @@ log = get_logger("lta_worker.runner")
 
 def _log_lease_expired(owner: str, users: int) -> None:
     log.warning("instance.lease_expired", instance=owner, users=users)
-
-
-T = TypeVar("T")
-
-
-def _opened(value: T | None) -> T:
-    """A collaborator that exists only while the worker is open."""
-    if value is None:
-        raise RuntimeError("the Worker is used outside `async with Worker(...)`")
-    return value
 
 
 def new_instance_id() -> str:
@@ -76,97 +65,80 @@ class Worker:
         metrics: Metrics | None = None,
         webhook_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.settings = settings
+        self.runtime = Runtime(
+            settings, clock=clock, transport=transport, webhook_transport=webhook_transport
+        )
         if metrics is None and (settings.metrics.listen or settings.metrics.textfile):
             from lta_worker.worker._metrics import Metrics
 
             metrics = Metrics()
         self.metrics = metrics
-        self.webhook_transport = webhook_transport
-        self.webhooks: WebhookSender | None = None
         self.kind = kind
-        self.transport = transport
-        self.clock: Clock = clock or SystemClock()
         self.rng = rng
         self.instance = new_instance_id()
         self._stack = AsyncExitStack()
-        self._store: Store | None = None
-        self._vault: Vault | None = None
-        self._api: ApiClient | None = None
-        self._open: AsyncExitStack | None = None  # the stack, while the worker is open
-        self._pacer: Pacer | None = None
         self.current: PassEngine | None = None  # the engine of the pass in progress
         self.stop_grace: float | None = None  # set by `request_stop`
         self.plans = PlanCache()  # the freshness plan, renewed every few minutes
         self.key_file_problem: str | None = None  # `watch_key_file`'s last finding
 
     @property
+    def settings(self) -> Settings:
+        """The settings in force (a reload replaces them)."""
+        return self.runtime.settings
+
+    @property
+    def clock(self) -> Clock:
+        """The runtime's clock."""
+        return self.runtime.clock
+
+    @property
     def store(self) -> Store:
-        """The open store (inside `async with` only)."""
-        return _opened(self._store)
+        """The runtime's store."""
+        return self.runtime.store
 
     @property
     def vault(self) -> Vault:
-        """The token vault (inside `async with` only)."""
-        return _opened(self._vault)
+        """The runtime's token vault (replaced by a reload)."""
+        return self.runtime.vault
 
     @property
     def api(self) -> ApiClient:
-        """The service's API client (inside `async with` only), built on first use.
-
-        A pass with nobody due and no drop to retry sends nothing, and never builds it:
-        httpx, httpcore and a TLS context with the CA bundle cost a `run` from cron about
-        0.15 s of its start.
-        """
-        if self._api is None:
-            stack = _opened(self._open)
-            from lta_worker.upstream import ApiClient, http_client
-
-            http = http_client(self.settings, transport=self.transport)
-            stack.push_async_callback(http.aclose)
-            self._api = ApiClient(http, self.settings)
-        return self._api
+        """The runtime's API client, built on first use: a pass with nobody due and no drop
+        to retry sends nothing, and never builds it."""
+        return self.runtime.api
 
     @property
     def pacer(self) -> Pacer:
-        """The pacer, which outlives passes (inside `async with` only)."""
-        return _opened(self._pacer)
+        """The runtime's pacer, which outlives passes."""
+        return self.runtime.pacer
+
+    @property
+    def webhooks(self) -> WebhookSender | None:
+        """The runtime's webhook sender, with `webhook.url`."""
+        return self.runtime.webhooks
 
     async def __aenter__(self) -> Worker:
-        settings = self.settings
-        stack = self._stack
+        stack, runtime = self._stack, self.runtime
         try:
-            self._store = await anyio.to_thread.run_sync(open_store, settings)
-            stack.callback(self.store.close)
-            self.store.on_lease_expired = _log_lease_expired
-            stack.enter_context(self.store.single_instance_lock())
-            self._vault = load_vault(settings, store=self.store)
-            self.client_secret = read_client_secret(settings)
-            register_secret(self.client_secret)
-            self._open = stack
-            if settings.webhook.url is not None:  # imported only when configured
-                from lta_worker.upstream import WebhookSender, webhook_http_client
-
-                secret = read_webhook_secret(settings)
-                register_secret(secret)
-                client = webhook_http_client(settings, transport=self.webhook_transport)
-                hooks = await stack.enter_async_context(client)
-                self.webhooks = WebhookSender(hooks, settings, secret)
-            self._pacer = self._build_pacer()
-            if self.store.dialect == "sqlite":  # the lock proves every other one dead
-                await self._db(self.store.prune_instances, self.clock.now(), timedelta(0))
-                for owner, users in (await self._db(self.store.release_all)).items():
+            await stack.enter_async_context(runtime)
+            store = await anyio.to_thread.run_sync(lambda: runtime.store)
+            store.on_lease_expired = _log_lease_expired
+            stack.enter_context(store.single_instance_lock())
+            await runtime.start()
+            if store.dialect == "sqlite":  # the lock proves every other one dead
+                await self._db(store.prune_instances, self.clock.now(), timedelta(0))
+                for owner, users in (await self._db(store.release_all)).items():
                     _log_lease_expired(owner, users)
-                await self._db(self.store.release_events, self.clock.now())
-            await self._db(self.store.register_instance, self.instance, self.kind, self.clock.now())
-            stack.callback(self.store.unregister, self.instance)
+                await self._db(store.release_events, self.clock.now())
+            await self._db(store.register_instance, self.instance, self.kind, self.clock.now())
+            stack.callback(store.unregister, self.instance)
             if self.metrics is not None:
-                await self._db(self.metrics.on_store, self.store, self.clock.now(), history=True)
-                seen = await self._db(self.store.budget_seen, settings.client.id)
+                await self._db(self.metrics.on_store, store, self.clock.now(), history=True)
+                seen = await self._db(store.budget_seen, self.settings.client.id)
                 self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
             await stack.aclose()
-            self._open = None
             raise
         return self
 
@@ -178,33 +150,6 @@ class Worker:
     ) -> None:
         with anyio.CancelScope(shield=True):
             await self._stack.aclose()
-        self._open = self._api = None
-
-    def _build_pacer(self) -> Pacer:
-        rl = self.settings.ratelimit
-        core = PacerCore(
-            reserve=rl.reserve,
-            fallback_per_hour=rl.fallback_per_hour,
-            initial_burst=self.settings.poll.breaker_threshold,
-            max_wait=rl.max_wait.total_seconds(),
-        )
-        shared = None
-        if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
-            service = self.settings.service
-            shared = SharedBudget(
-                self.store,
-                self.settings.client.id,
-                reserve=rl.reserve,
-                clock=self.clock.now,
-                probe_timeout=service.connect_timeout + service.read_timeout,
-            )
-        return Pacer(
-            core,
-            clock=self.clock.monotonic,
-            sleep=self.clock.sleep,
-            wall_clock=self.clock.now,
-            shared=shared,
-        )
 
     async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -231,26 +176,10 @@ class Worker:
             self.current.request_stop("cancelled", grace)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
-        """Re-read the key file and the client secret and take the new settings (SIGHUP).
-
-        Everything is loaded before anything is replaced, so a broken new config or key
-        file leaves the running worker as it was; so does a key file that lacks one of
-        `key_ids_in_use` (`UnknownKeyError`: stored tokens would no longer decrypt, and
-        the next pass would stop at the first of them). What was set up at start from the
-        `database`, `service`, `webhook`, `enroll` and `metrics` sections (the store, the
-        HTTP client, the webhook sender, the enrollment and metrics listeners) needs a
-        restart; a change to them is reported (`service.reload_partial`), not applied, so
-        that the settings the worker shows are the ones in force.
-        """
-        vault = _vault_with(settings, key_ids_in_use)
-        client_secret = read_client_secret(settings)
-        fixed = ("database", "service", "webhook", "enroll", "metrics")
-        changed = [k for k in fixed if getattr(settings, k) != getattr(self.settings, k)]
-        if changed:
-            log.warning("service.reload_partial", needs_restart=changed)
-            settings = replace(settings, **{k: getattr(self.settings, k) for k in fixed})
-        register_secret(client_secret)
-        self._vault, self.client_secret, self.settings = vault, client_secret, settings
+        """Re-read the key file and the client secret and take the new settings (SIGHUP,
+        `Runtime.reload`): a key file that lacks one of `key_ids_in_use` leaves the worker
+        as it was, and the next pass would otherwise stop at the first such token."""
+        self.runtime.reload(settings, key_ids_in_use=key_ids_in_use)
 
     def watch_key_file(self) -> str | None:
         """Read the key file again and compare it with the keys in force: what is wrong
@@ -258,7 +187,7 @@ class Worker:
         or None. The keys in force stay as they are either way; the problem is kept for
         health (`problems`) until the file is right again."""
         try:
-            on_disk = load_vault(self.settings)
+            on_disk = self.runtime.read_key_file()
         except LtaError as exc:
             problem: str | None = exc.message
         else:
@@ -286,11 +215,4 @@ class Worker:
         met a token under a key id the keys in force lack). Loaded before it replaces them:
         a file that still lacks one of `key_ids_in_use` (`UnknownKeyError`) or is broken
         leaves the keys in force as they were."""
-        self._vault = _vault_with(self.settings, key_ids_in_use)
-
-
-def _vault_with(settings: Settings, key_ids_in_use: Iterable[str]) -> Vault:
-    """The key file of `settings`, loaded; `UnknownKeyError` when it lacks a key id in use."""
-    vault = load_vault(settings)
-    vault.require_keys(key_ids_in_use)
-    return vault
+        self.runtime.reload_keys(key_ids_in_use=key_ids_in_use)

@@ -1,7 +1,7 @@
 """What `status`, `check` and `/healthz` report: users per state, passes, budget, capacity,
 and a health verdict.
 
-`collect_status` reads the database read-only (`open_store_readonly`: it never creates or
+`collect_status` reads the database read-only (a read-only `Runtime`: it never creates or
 migrates it). `assess_health` is pure: it turns the collected data and `now` into
 `healthy` and a list of `problems`, each one line saying what is wrong. Health means
 "reads succeed": a pass that read nobody proves nothing, so the verdict comes from facts
@@ -79,13 +79,12 @@ def collect_status(
     """
     from lta_worker import __version__
     from lta_worker.domain import USER_STATES, plan_capacity
-    from lta_worker.worker._clock import SystemClock
     from lta_worker.worker._plan import schedule_summary
-    from lta_worker.worker._wiring import instance_ttl, open_store_readonly
+    from lta_worker.worker._root import Runtime, instance_ttl
 
-    now = now or SystemClock().now()
-    own = store is None
-    db = open_store_readonly(settings) if store is None else store
+    runtime = Runtime(settings, read_only=True)
+    now = now or runtime.clock.now()
+    db = runtime.store if store is None else store
     try:
         counts = db.count_by_state()
         due = db.count_due(now)
@@ -100,8 +99,7 @@ def collect_status(
         schedule = schedule_summary(db, settings)
         outbox = db.outbox_counts()
     finally:
-        if own:
-            db.close()
+        runtime.close()
     plan = plan_capacity(
         users_by_state=counts,
         reads_per_active_user=len(settings.client.scopes),

@@ -22,7 +22,6 @@ from lta_worker.domain import (
     UserUpdate,
     classify,
     decide_turn,
-    echoes,
     endpoints_to_call,
     ends_turn,
     read_again,
@@ -32,7 +31,7 @@ from lta_worker.errors import UnknownKeyError
 from lta_worker.pacing import PacerLike, wait_after_429
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import long_term_credential
+from lta_worker.upstream import usable_token
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook
@@ -51,7 +50,6 @@ class Turns:
         api: Reader,
         pacer: PacerLike,
         clock: Clock,
-        client_secret: Secret,
         options: PassOptions,
         rng: random.Random,
         stop: PassStop,
@@ -65,11 +63,6 @@ class Turns:
         self.api = api
         self.pacer = pacer
         self.clock = clock
-        # What a success body must not hold (`echoes`); a secret too short to be told from
-        # data (the log redactor's bound) is not looked for.
-        self.client_secret = client_secret
-        raw_secret = client_secret.reveal().encode()
-        self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         self.options = options
         self.rng = rng
         self.stop = stop
@@ -98,18 +91,15 @@ class Turns:
         except TokenDecryptError:
             events.undecryptable(user)
             return self._unusable(user)
-        try:
-            credential = long_term_credential(token, self.client_secret)
-        except ValueError:  # stored before enrollment checked what a header can carry
+        if not usable_token(token):  # stored before enrollment checked what a header can carry
             events.unsendable(user)
             return self._unusable(user)
-        secrets = (token.reveal().encode(), *self._secret_bytes)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
             if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
                 continue  # `poll.stats = "on_change"`: latest-change did not move
             try:
-                outcome = await self._read(user, endpoint, credential, secrets)
+                outcome = await self._read(user, endpoint, token)
             except Interrupted:
                 if not results:
                     raise
@@ -132,9 +122,7 @@ class Turns:
             user, [(None, unusable)], self.clock.now(), self.options.policy, self.rng
         )
 
-    async def _read(
-        self, user: UserRow, endpoint: Endpoint, credential: Secret, secrets: tuple[bytes, ...]
-    ) -> Outcome:
+    async def _read(self, user: UserRow, endpoint: Endpoint, token: Secret) -> Outcome:
         attempt = 0
         while True:
             attempt += 1
@@ -147,15 +135,13 @@ class Turns:
                 raise
             begun = self.clock.monotonic()
             try:
-                answer = await self.api.read(endpoint, credential)
+                answer = await self.api.read(endpoint, token)
             except BaseException:
                 # Cancelled mid-request (grace over): the permit is used and no answer
                 # came. The pacer outlives the pass in `serve`, so it must be told.
                 self.pacer.feed(permit, {}, None)
                 raise
             outcome = classify(endpoint, answer)
-            if outcome.kind == "ok" and echoes(answer.body, outcome.canonical(), secrets):
-                outcome = Outcome("transient", status=answer.status, reason="credential echoed")
             if outcome.kind == "rate_limited":
                 wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
                 outcome = replace(outcome, wait=wait)

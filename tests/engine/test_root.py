@@ -1,0 +1,68 @@
+"""The composition root (`Runtime`): the client secret is read once, and only the API client
+holds it."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+from lta_worker.config import Settings, read_client_secret
+from lta_worker.secret import Secret
+from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.worker._engine import PassEngine
+from lta_worker.worker._root import READERS
+from lta_worker.worker._runtime import Worker
+
+from .conftest import Harness, WorkerClock
+
+pytestmark = pytest.mark.anyio
+
+
+def _worker(harness: Harness) -> Worker:
+    return Worker(
+        harness.settings(),
+        transport=SimulatorTransport(harness.sim),
+        clock=WorkerClock(harness.clock),
+    )
+
+
+async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass that reads users reads `client.secret_file` once, at start; a reload reads it
+    once more, and the API client is built again with what it read."""
+    await harness.enroll("alice")
+    await harness.enroll("bob")
+    reads: list[Settings] = []
+
+    def counted(settings: Settings) -> Secret:
+        reads.append(settings)
+        return read_client_secret(settings)
+
+    monkeypatch.setitem(READERS, "client_secret", counted)  # type: ignore[index]
+    async with _worker(harness) as worker:
+        assert len(reads) == 1
+        result = await worker.run_pass()
+        assert result.reads > 0
+        before = worker.api
+        worker.reload(harness.settings())
+        assert len(reads) == 2
+        assert worker.api is not before  # built again, with what the reload read
+    assert len(reads) == 2
+
+
+async def test_the_pass_engine_never_holds_the_client_secret(harness: Harness) -> None:
+    """No argument of `PassEngine` is a secret, and no attribute of a running engine holds
+    the client secret: the API client composes the credential."""
+    assert [name for name in inspect.signature(PassEngine).parameters if "secret" in name] == []
+    await harness.enroll("alice")
+    engines: list[Any] = []
+    async with _worker(harness) as worker:
+        result = await worker.run_pass(on_progress=engines.append)
+    assert result.reads > 0 and engines
+    for name, value in vars(engines[0]).items():
+        if isinstance(value, Secret):
+            assert DEMO_CLIENT_SECRET not in value.reveal(), name
+        assert DEMO_CLIENT_SECRET not in repr(value), name
