@@ -7,11 +7,11 @@ When each runs:
   on PostgreSQL, `settle_shared`;
 - after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
   then `run` (not `serve`) calls `deliver_webhooks`;
-- in `serve`, on their own intervals (the scheduler in `_serve`): `check_key_file` before
+- in `serve`, on their own intervals (`_scheduler`): `check_key_file` before
   each pass (and `take_new_keys` after one that met an unknown key id), `report_heartbeat`,
   `maintain` and `deliver_webhooks`.
 
-A job reads the clock once per step (STYLE 7), so tests run them on virtual time.
+Jobs take time from the runtime's clock (STYLE 7), so tests run them on virtual time.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from lta_worker.domain import PassRecord, PurgeCounts
-from lta_worker.enrollment import DropRetries, Lifecycle
+from lta_worker.enrollment import DropRetries
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.worker._pass import PassResult
@@ -105,13 +105,7 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
 async def retry_drops(rt: Worker) -> DropRetries:
     """Before each pass: send again the DELETE of the users whose drop is pending, through
     the pacer (see `Lifecycle.retry_pending`)."""
-    lifecycle = Lifecycle(
-        rt.settings,
-        rt.store,
-        rt.vault,
-        lambda: rt.api,  # built only if a drop is due
-        rt.clock.now,
-    )
+    lifecycle = rt.runtime.lifecycle()  # its API client is built only if a drop is due
     if rt.rng is not None:
         lifecycle.rng = rt.rng
     return await lifecycle.retry_pending(
