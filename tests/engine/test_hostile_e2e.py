@@ -19,12 +19,11 @@ import pytest
 from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
 from lta_worker.errors import EnrollmentError
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream import http_client
+from lta_worker.worker import Runtime
 from lta_worker.worker._pass import PassResult
 from lta_worker.worker._runtime import Worker
 from support.hostile import HostileServer, Seen, Step, json_body
@@ -76,19 +75,10 @@ class Deployment:
         return store
 
     async def enroll(self, *users: str) -> None:
-        with self.store() as store:
-            async with http_client(self.settings) as http:
-                from lta_worker.upstream._client import ApiClient
-
-                enrollment = Enrollment(
-                    self.settings,
-                    store,
-                    Vault.from_settings(self.settings),
-                    ApiClient(http, self.settings, Secret(CLIENT_SECRET)),
-                    lambda: datetime.now(UTC),
-                )
-                for user in users:
-                    await enrollment.from_user_token(user, Secret(f"uat-{user}"))
+        async with Runtime(self.settings) as runtime:
+            enrollment = runtime.enrollment()
+            for user in users:
+                await enrollment.from_user_token(user, Secret(f"uat-{user}"))
 
     async def run_pass(self) -> tuple[PassResult, Worker]:
         worker = Worker(self.settings)

@@ -21,8 +21,6 @@ import anyio
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
-from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -33,10 +31,9 @@ from lta_worker.simulator import (
     SystemClock,
     start_in_thread,
 )
-from lta_worker.storage import Store, Vault
+from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream import http_client
-from lta_worker.upstream._client import ApiClient
+from lta_worker.worker import Runtime
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"
@@ -195,32 +192,23 @@ class Fleet:
         The same code path as `enroll url` + `enroll finish` (PKCE, state, token creation,
         encryption, storage), through the simulator's in-process transport.
         """
-        settings = self.settings()
-        clock = SystemClock()
-        with self.store() as store:
-            store.upgrade()
-            async with http_client(settings, transport=SimulatorTransport(self.sim)) as http:
-                enrollment = Enrollment(
-                    settings,
-                    store,
-                    Vault.from_settings(settings),
-                    ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
-                    clock.now,
-                )
+        transport = SimulatorTransport(self.sim)
+        async with Runtime(self.settings(), transport=transport) as runtime:
+            enrollment, http = runtime.enrollment(), runtime.http
 
-                async def one(user: str) -> None:
-                    async with limiter:
-                        self.sim.add_user(user)
-                        url = await anyio.to_thread.run_sync(enrollment.start, user)
-                        async with consenting:  # consents are queued first in, first out
-                            self.sim.queue_consent(user)
-                            consent = await http.get(url)
-                        await enrollment.finish(user, consent.headers["location"])
+            async def one(user: str) -> None:
+                async with limiter:
+                    self.sim.add_user(user)
+                    url = await anyio.to_thread.run_sync(enrollment.start, user)
+                    async with consenting:  # consents are queued first in, first out
+                        self.sim.queue_consent(user)
+                        consent = await http.get(url)
+                    await enrollment.finish(user, consent.headers["location"])
 
-                limiter, consenting = anyio.Semaphore(8), anyio.Lock()
-                async with anyio.create_task_group() as tg:
-                    for user in users:
-                        tg.start_soon(one, user)
+            limiter, consenting = anyio.Semaphore(8), anyio.Lock()
+            async with anyio.create_task_group() as tg:
+                for user in users:
+                    tg.start_soon(one, user)
 
     def reads(self) -> list[LogEntry]:
         """Every read the simulator saw (both endpoints), oldest first."""

@@ -23,13 +23,10 @@ from typing import Any
 import anyio
 
 from lta_worker.config import Settings, load_settings
-from lta_worker.enrollment._enroll import Enrollment
-from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
-from lta_worker.storage import Store, Vault
+from lta_worker.storage import Store
 from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream import http_client
-from lta_worker.upstream._client import ApiClient
+from lta_worker.worker import Runtime
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]
@@ -125,25 +122,17 @@ format = "json"
         anyio.run(self._enroll, accounts)
 
     async def _enroll(self, accounts: dict[str, dict[str, Any]]) -> None:
-        settings = self.settings()
-        with self.store() as store:
-            async with http_client(settings) as http:
-                enrollment = Enrollment(
-                    settings,
-                    store,
-                    Vault.from_settings(settings),
-                    ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
-                    lambda: datetime.now(UTC),
-                )
-                for user, wanted in accounts.items():
-                    account = dict(wanted)
-                    scopes = account.pop("scopes", None)
-                    self.sim.add_user(user, **account)
-                    url = enrollment.start(user)
-                    self.sim.queue_consent(user, scopes)
-                    answer = await http.get(url)
-                    assert answer.status_code == 302, answer.text
-                    await enrollment.finish(user, answer.headers["location"])
+        async with Runtime(self.settings()) as runtime:
+            enrollment = runtime.enrollment()
+            for user, wanted in accounts.items():
+                account = dict(wanted)
+                scopes = account.pop("scopes", None)
+                self.sim.add_user(user, **account)
+                url = enrollment.start(user)
+                self.sim.queue_consent(user, scopes)
+                answer = await runtime.http.get(url)
+                assert answer.status_code == 302, answer.text
+                await enrollment.finish(user, answer.headers["location"])
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run one `lta-worker --config CFG ...` command to its end."""

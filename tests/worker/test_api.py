@@ -705,3 +705,38 @@ async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
                 answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
             answers.append((answer.status, answer.error, answer.body, answer.truncated))
         assert answers[0] == answers[1] == (200, "decoding", b"", False)
+
+
+@pytest.mark.parametrize(
+    ("body", "echoed"),
+    [
+        pytest.param(json.dumps({"k": CLIENT_SECRET.reveal()}).encode(), True, id="client-secret"),
+        pytest.param(json.dumps({"k": TOKEN.reveal()}).encode(), True, id="token"),
+        pytest.param(b'{"k": "\\u0063l1ent-s3cret-value"}', True, id="client-secret-escaped"),
+        pytest.param(b'{"k": "plain"}', False, id="no-credential"),
+    ],
+)
+async def test_a_success_echoing_a_credential_is_marked_by_the_client(
+    body: bytes, echoed: bool
+) -> None:
+    """The client, which alone holds the client secret, marks a success body holding the
+    token, the client secret or any `dspa_` token; classify makes it `credential echoed`."""
+    answer = await make_api(Recorder(lambda: httpx.Response(200, content=body))).read(
+        "stats", TOKEN
+    )
+    assert answer.echoed is echoed
+    outcome = classify("stats", answer)
+    assert (outcome.reason == "credential echoed") is echoed
+
+
+async def test_a_token_that_cannot_make_a_credential_sends_nothing() -> None:
+    """A read or drop with a token that is not a usable `dspa_` token raises ValueError
+    before any request."""
+    rec = Recorder()
+    api = make_api(rec)
+    for token in (Secret("abc"), Secret("dspa_"), Secret("dspa_a b")):
+        with pytest.raises(ValueError, match="long term token"):
+            await api.read("stats", token)
+        with pytest.raises(ValueError, match="long term token"):
+            await api.drop(token)
+    assert rec.requests == []

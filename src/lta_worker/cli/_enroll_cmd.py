@@ -87,18 +87,18 @@ def url(app: App, user: str) -> None:
 @pass_app
 def link(app: App, user: str, valid: str) -> None:
     """Print a signed link that starts USER's enrollment in the browser (`serve` hosts it)."""
-    from lta_worker.config import parse_duration, read_link_keys, start_url
+    from lta_worker.config import parse_duration, start_url
     from lta_worker.enrollment import EnrollLinks
-    from lta_worker.worker import SystemClock
+    from lta_worker.worker import Runtime
 
     try:
         lifetime = parse_duration(valid)
     except ValueError as exc:
         raise UsageError(f"--valid: {exc}") from None
-    settings = app.settings
-    start = start_url(settings)  # a missing public URL is named before the key file
-    links = EnrollLinks(read_link_keys(settings), start)
-    click.echo(links.make(user, SystemClock().now(), lifetime))
+    runtime = Runtime(app.settings)
+    start = start_url(runtime.settings)  # a missing public URL is named before the key file
+    links = EnrollLinks(runtime.secret("enroll_link_key"), start)
+    click.echo(links.make(user, runtime.clock.now(), lifetime))
 
 
 def _enroll_from_stdin(

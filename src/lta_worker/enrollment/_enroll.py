@@ -3,7 +3,7 @@
 This is the Python API a web application uses to enroll its users in-process, and what
 `lta-worker enroll url|finish|token` calls. A web app does, for each user:
 
-    enrollment = Enrollment(settings, store, vault, api, clock)
+    enrollment = runtime.enrollment()          # `worker.Runtime`: store, vault, API client
     url = enrollment.start("user-42")          # redirect the user's browser there
     ...                                        # the service redirects back to redirect_uri
     result = await enrollment.finish("user-42", str(request.url))

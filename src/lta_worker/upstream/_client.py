@@ -1,6 +1,6 @@
 """The HTTP client of the Long Term Access interface: reads, token creation and drop, code exchange.
 
-`ApiClient` wraps an injected `httpx.AsyncClient` (built by `wiring.http_client` in
+`ApiClient` wraps an injected `httpx.AsyncClient` (built by `http_client` in
 production, a `MockTransport` or the simulator's transport in tests). It knows the wire:
 paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
 never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
