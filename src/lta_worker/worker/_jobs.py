@@ -48,15 +48,13 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def heartbeat(rt: Worker) -> None:
-    """Every `serve.heartbeat`: tell the other instances this one is alive (re-registering
-    if pruned)."""
+    """Every `serve.heartbeat`: mark this instance alive, registering it again if pruned."""
     if not await _db(rt.store.heartbeat, rt.instance, rt.clock.now()):
         await _db(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
 
 
 async def refresh_share(rt: Worker) -> None:
-    """Before each pass and with each heartbeat during one: the pacer's share, 1 / live
-    instances."""
+    """Before each pass and each beat during one: the pacer's share, 1 / live instances."""
     live = await _db(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
     rt.pacer.set_share(1.0 / max(1, len(live)))
 
@@ -77,8 +75,10 @@ async def keep_alive(rt: Worker) -> None:
 
 
 async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
-    """While a pass runs (PostgreSQL): write answers to the shared budget as they come; what
-    failed is kept and tried again a second later."""
+    """While a pass runs (PostgreSQL): settle answers in the shared budget as they come.
+
+    What failed to settle is kept and tried again a second later.
+    """
     while True:
         try:
             await shared.settle_forever()
@@ -88,8 +88,10 @@ async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
 
 
 async def follow_schedule(rt: Worker) -> dict[str, int] | None:
-    """Before each pass: reschedule users when `poll.interval` / `poll.parked_interval`
-    changed (by class), so a new interval applies at the next `run` or after a reload."""
+    """Before each pass: reschedule the users when `poll.interval` or `parked_interval` changed.
+
+    By class of user, so a new interval applies at the next `run` or after a reload.
+    """
     poll = rt.settings.poll
     moved = await _db(rt.store.follow_schedule, poll.interval, poll.parked_interval, rt.clock.now())
     if moved is not None:
@@ -103,8 +105,7 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
 
 
 async def retry_drops(rt: Worker) -> DropRetries:
-    """Before each pass: send again the DELETE of the users whose drop is pending, through
-    the pacer (see `Lifecycle.retry_pending`)."""
+    """Before each pass: send again, through the pacer, the DELETEs of pending drops."""
     lifecycle = rt.runtime.lifecycle()  # its API client is built only if a drop is due
     if rt.rng is not None:
         lifecycle.rng = rt.rng
@@ -136,9 +137,11 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
 
 
 async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
-    """After each pass and in `maintain`: the retention purge and old dead letters (and a
-    WAL checkpoint when asked). Without `webhook.url` the outbox has no reader: its events
-    are deleted here."""
+    """After each pass and in `maintain`: the retention purge and old dead letters.
+
+    With `checkpoint`, a WAL checkpoint too. Without `webhook.url` the outbox has no
+    reader: its events are deleted here.
+    """
     retention = rt.settings.retention
     purged = await _db(
         rt.store.purge_expired, rt.clock.now(), retention.after_revocation, retention.history
@@ -165,8 +168,10 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
 
 
 async def update_metrics(rt: Worker, result: PassResult, finished_at: datetime) -> None:
-    """After each pass (with metrics on): the pass's and the store's figures; with
-    `metrics.textfile`, written out (a failure is logged, never the pass's)."""
+    """After each pass (metrics on): the pass's and the store's figures, and the textfile.
+
+    A `metrics.textfile` that cannot be written is logged, never the pass's failure.
+    """
     if rt.metrics is None:
         return
     rt.metrics.on_pass(result, finished_at)
@@ -193,8 +198,10 @@ async def after_pass(rt: Worker, result: PassResult, started_at: datetime) -> No
 
 
 async def deliver_webhooks(rt: Worker) -> Delivery:
-    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round of
-    the webhook outbox (nothing without `webhook.url`)."""
+    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round.
+
+    Nothing without `webhook.url`.
+    """
     if rt.webhooks is None:
         return Delivery()
     return await deliver_due(
@@ -203,8 +210,7 @@ async def deliver_webhooks(rt: Worker) -> Delivery:
 
 
 async def maintain(rt: Worker) -> PurgeCounts:
-    """Every `serve.maintenance_interval`: `purge` with a WAL checkpoint, and
-    `maintenance.finished`."""
+    """Every `serve.maintenance_interval`: `purge` with a checkpoint, `maintenance.finished`."""
     purged = await purge(rt, checkpoint=True)
     service_log.info(
         "maintenance.finished", instance=rt.instance, purged_users=purged.users, checkpoint=True
@@ -213,8 +219,7 @@ async def maintain(rt: Worker) -> PurgeCounts:
 
 
 async def report_heartbeat(rt: Worker) -> None:
-    """Every `serve.heartbeat` in `serve`: a `heartbeat`, and `service.heartbeat` with the
-    users due and by state."""
+    """Every `serve.heartbeat` in `serve`: a `heartbeat`, then `service.heartbeat` (counts)."""
     await heartbeat(rt)
     counts = await _db(rt.store.count_by_state)
     due = await _db(rt.store.count_due, rt.clock.now())
@@ -227,9 +232,11 @@ async def report_heartbeat(rt: Worker) -> None:
 
 
 async def check_key_file(rt: Worker) -> None:
-    """Before each `serve` pass: the key file deleted, replaced or broken is logged once
-    (`service.key_file_lost`) and marks health (`Worker.problems`) while the keys read at
-    start stay in force; `service.key_file_back` once it is right again."""
+    """Before each `serve` pass: log once a key file deleted, replaced or broken, or back.
+
+    A lost one (`service.key_file_lost`) marks health (`Worker.problems`) while the keys
+    read at start stay in force; `service.key_file_back` once it is right again.
+    """
     before = rt.key_file_problem
     problem = await anyio.to_thread.run_sync(rt.watch_key_file)
     if problem == before:
@@ -248,9 +255,11 @@ async def check_key_file(rt: Worker) -> None:
 
 
 async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
-    """After a `serve` pass met a token under a key id the keys in force lack: read the key
-    file again, as a SIGHUP would. A key added after the start (step 1 of key rotation, then
-    an enrollment under it) is there, and the service goes on with it; True then."""
+    """After a `serve` pass met an unknown key id: read the key file again; True if it helped.
+
+    As a SIGHUP would: a key added after the start (step 1 of key rotation, then an
+    enrollment under it) is there, and the service goes on with it.
+    """
     try:
         in_use = await _db(rt.store.key_ids_in_use, rt.clock.now())
         rt.reload_keys(key_ids_in_use=in_use)
