@@ -92,6 +92,7 @@ class Runtime:
         self._pacer: Pacer | None = None
         self.webhooks: WebhookSender | None = None
         self.migrated = False  # opening the store applied a migration
+        self._closed = False
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -102,9 +103,10 @@ class Runtime:
         self.close()
 
     def close(self) -> None:
-        """Close the store (and forget every part)."""
+        """Close the store; the runtime opens nothing more (what it built stays readable)."""
         self._stack.close()
-        self._store = self._vault = self._pacer = None
+        self._store = None
+        self._closed = True
 
     async def __aenter__(self) -> Self:
         self._async = AsyncExitStack()
@@ -144,6 +146,8 @@ class Runtime:
             StorageError: the database cannot be reached (exit 75).
         """
         if self._store is None:
+            if self._closed:
+                raise RuntimeError("the Runtime is closed")
             from lta_worker.storage import Store
 
             store = Store.open(self.settings.database.url, read_only=self.read_only)
