@@ -8,9 +8,9 @@ such a load; the planner has no statistics before).
 
 - `Store.claim_due` of 1,000 users, median of several after the first; between claims
   (untimed) the claimed users move an hour ahead and their leases go, as `apply` would do.
-  The plan of each statement of the claim (the candidates `FOR UPDATE SKIP LOCKED`, the
-  upsert of the leases): EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON), in a transaction rolled
-  back.
+  The plan of each statement of the claim (one: the candidates `FOR UPDATE SKIP LOCKED`,
+  the upsert of their leases, the rows won): EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON), in a
+  transaction rolled back.
 - `status`: `collect_status` as the command runs it, median of 3; each count alone, with
   its plan.
 - The fleet: see `b3_fleet` (1, 2 and 4 `lta-worker run` processes at an unlimited budget).

@@ -21,8 +21,8 @@ from lta_worker.storage._store import Store
 from support.pg import PG_ENV, PG_SKIP, PgDatabases
 
 TABLES = (
-    "users, snapshots, history, pending_enrollments, instances, client_budget, passes, "
-    "webhook_outbox"
+    "users, user_leases, snapshots, history, pending_enrollments, instances, client_budget, "
+    "passes, webhook_outbox"
 )
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, null, select, text
 
 from lta_worker.domain._model import UserRow
 from lta_worker.storage import _leases as leases
 from lta_worker.storage._migrate import alembic_config
+from lta_worker.storage._rows import RAW_USER_COLUMNS
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
 
@@ -74,7 +75,8 @@ def test_a_stale_decision_stays_stale_after_take_over_release_and_reclaim(
 
 def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -> None:
     """When two claims race for a user, the second write of its lease (the upsert) leaves
-    the first owner's live lease as it is; an expired lease is taken over."""
+    the first owner's live lease as it is, and does not return the user; an expired lease
+    is taken over."""
     live = enroll(store, vault, "live", due=T0 - MINUTE)
     gone = enroll(store, vault, "gone", due=T0 - MINUTE)
     assert len(_claim(store, "first")) == 2
@@ -83,13 +85,40 @@ def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -
             text("UPDATE user_leases SET expires_at = :t WHERE user_id = :id"),
             {"t": _at(store, T0 - MINUTE), "id": gone.id},
         )
-        dialect = store.database.dialect
-        claimed = {user.id: user.generation + 1 for user in (live, gone)}
-        params = {"b_ids": leases._ids_param(dialect, claimed), "b_owner": "second"}
-        params.update(b_until=T0 + LEASE, b_now=T0)
-        conn.execute(leases._upsert(dialect), params)
+        params = {"b_owner": "second", "b_until": T0 + LEASE, "b_now": T0}
+        if store.database.dialect == "postgresql":
+            # Candidates read before the first claim committed: both users, no lease seen.
+            both = select(*RAW_USER_COLUMNS, null(), null()).where(
+                leases.USERS.c.id.in_([live.id, gone.id])
+            )
+            won = conn.execute(leases.claim_statement(both, [leases.USERS.c.id]), params)
+            assert [row[0] for row in won] == [gone.id]
+        else:
+            claimed = {user.id: user.generation + 1 for user in (live, gone)}
+            conn.execute(leases._upsert(), {"b_ids": leases._ids_param(claimed), **params})
         held = conn.execute(text("SELECT user_id, owner FROM user_leases ORDER BY user_id"))
         assert sorted(tuple(row) for row in held) == [(live.id, "first"), (gone.id, "second")]
+
+
+def test_a_claim_on_postgresql_is_one_statement(store: Store, vault: Vault) -> None:
+    """On PostgreSQL the candidates' locks, the leases' upsert and the rows come in one
+    statement (one round trip; the generations from the locked rows, not read again)."""
+    if store.database.dialect != "postgresql":
+        pytest.skip("SQLite's claim is two statements under its write lock")
+    for name in ("a", "b"):
+        enroll(store, vault, name, due=T0 - MINUTE)
+    sent: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        sent.append(statement)
+
+    event.listen(store.database.engine, "before_cursor_execute", count)
+    try:
+        claimed = _claim(store, "i1")
+    finally:
+        event.remove(store.database.engine, "before_cursor_execute", count)
+    assert [user.user for user in claimed] == ["a", "b"]
+    assert len(sent) == 1
 
 
 def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault: Vault) -> None:
@@ -148,3 +177,30 @@ def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
                 text('SELECT "user", lease_owner, generation FROM users ORDER BY id')
             ).all()
         assert [tuple(row) for row in rows] == [("leased", None, 7), ("free", "i2", 8)]
+
+
+def test_upgrade_from_0008_keeps_the_leases_without_a_foreign_key(
+    empty_url: str, vault: Vault
+) -> None:
+    """A database of revision 0008 with a live lease: after the upgrade the lease is kept
+    (owner, expiry, generation) and `user_leases` has no foreign key to check on each
+    claim; a downgrade puts the key back, the lease still there."""
+    if empty_url.startswith("sqlite"):
+        Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
+    with Store.open(empty_url) as store:
+        command.upgrade(alembic_config(store.database), "0008")
+        enroll(store, vault, "a", due=T0 - MINUTE)
+        (claimed,) = _claim(store, "i1")
+
+        def state() -> tuple[list[tuple[object, ...]], list[list[str]]]:
+            with store.database.read() as conn:
+                held = conn.execute(text("SELECT owner, generation FROM user_leases")).all()
+                keys = inspect(conn).get_foreign_keys("user_leases")
+            return [tuple(row) for row in held], [key["referred_columns"] for key in keys]
+
+        assert state() == ([("i1", claimed.generation)], [["id"]])
+        store.upgrade()
+        assert state() == ([("i1", claimed.generation)], [])
+        assert store.get_user("a") == claimed
+        command.downgrade(alembic_config(store.database), "0008")
+        assert state() == ([("i1", claimed.generation)], [["id"]])

@@ -15,6 +15,9 @@ Lock order on PostgreSQL, everywhere: the `users` rows first, then their leases.
 locks its candidates `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint sets;
 the upsert of the leases decides in the end (`ON CONFLICT ... WHERE expired`, RETURNING
 what was won), so a user whose lease another instance committed meanwhile is not taken.
+Both are one statement (`claim_statement`). `user_leases` has no foreign key (migration
+0009): a lease is only written for a user row its transaction holds, and no user row is
+ever deleted.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
+    Select,
     String,
-    any_,
     bindparam,
     case,
     cast,
@@ -41,9 +44,9 @@ from sqlalchemy import (
 )
 
 from lta_worker.domain import UserRow
-from lta_worker.storage._db import Database, Dialect
+from lta_worker.storage._db import Database
 from lta_worker.storage._models import User, UserLease, UtcDateTime
-from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
+from lta_worker.storage._rows import PG_RAW_USER_COLUMNS, RAW_USER_COLUMNS, raw_user_row
 
 USERS: Final = User.__table__
 LEASES: Final = UserLease.__table__
@@ -57,6 +60,7 @@ DROP_OWNER_PREFIX: Final = "drop:"
 _GEN: Final = [column.name for column in RAW_USER_COLUMNS].index("generation")
 _LEASE_OWNER: Final = len(RAW_USER_COLUMNS)
 _LEASE_GEN: Final = _LEASE_OWNER + 1
+_WON_GEN: Final = _LEASE_GEN + 1
 
 
 def current_generation() -> ColumnElement[int]:
@@ -83,77 +87,110 @@ def lease_due(
     if limit <= 0:
         return [], []
     u, le = USERS.c, LEASES.c
+    columns = PG_RAW_USER_COLUMNS if db.dialect == "postgresql" else RAW_USER_COLUMNS
     candidates = (
-        select(*RAW_USER_COLUMNS, le.owner.label("lease_owner"), le.generation.label("lease_gen"))
+        select(*columns, le.owner.label("lease_owner"), le.generation.label("lease_gen"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
         .where(condition, or_(le.expires_at.is_(None), le.expires_at < now))
         .order_by(*order)
         .limit(limit)
     )
     if db.dialect == "postgresql":
-        candidates = candidates.with_for_update(of=USERS, skip_locked=True)
-    sqlite = db.dialect == "sqlite"
-    with db.write(durable=False, checked=not sqlite) as conn:
+        return _lease_due_pg(db, candidates, order, owner=owner, now=now, lease_until=lease_until)
+    with db.write(durable=False, checked=False) as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
         # The lease's generation: one more than the row's, or the expired lease's it takes.
         claimed = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
-        params = {"b_ids": _ids_param(db.dialect, claimed), "b_owner": owner}
+        params: dict[str, Any] = {"b_ids": _ids_param(claimed), "b_owner": owner}
         params.update(b_until=lease_until, b_now=now)
-        result = conn.execute(_upsert(db.dialect), params)
-        # SQLite: the write lock held since the candidates were read, all won as computed.
-        won = claimed if sqlite else {row[0]: row[1] for row in result}
-    rows = [raw_user_row(row, won[row[0]]) for row in found if row[0] in won]
-    return rows, [row[_LEASE_OWNER] for row in found if row[0] in won]
+        conn.execute(_upsert(), params)
+    # The write lock held since the candidates were read: all won as computed.
+    rows = [raw_user_row(row, claimed[row[0]]) for row in found]
+    return rows, [row[_LEASE_OWNER] for row in found]
 
 
-_UPSERTS: dict[Dialect, Any] = {}
+def _lease_due_pg(
+    db: Database,
+    candidates: Select[Any],
+    order: Sequence[ColumnElement[Any]],
+    *,
+    owner: str,
+    now: datetime,
+    lease_until: datetime,
+) -> tuple[list[UserRow], list[str | None]]:
+    """PostgreSQL: the claim in one statement (`claim_statement`), the rows in `order`."""
+    params = {"b_owner": owner, "b_until": lease_until, "b_now": now}
+    with db.write() as conn:
+        found = conn.execute(claim_statement(candidates, order), params).all()
+    rows = [raw_user_row(row, row[_WON_GEN]) for row in found]
+    return rows, [row[_LEASE_OWNER] for row in found]
 
 
-def _upsert(dialect: Dialect) -> Any:
-    """Lease the users `b_ids`: insert their leases, or take over expired ones.
+def claim_statement(candidates: Select[Any], order: Sequence[ColumnElement[Any]]) -> Any:
+    """PostgreSQL's claim as one statement: lock `candidates` (users' rows, `FOR UPDATE
+    SKIP LOCKED`), upsert their leases, return the rows of the leases won in `order`.
 
-    A new lease's generation is one more than the row's; a taken-over one's, one more
-    than the lease's (on SQLite as `_ids_param` gives it). On PostgreSQL, RETURNING (user
-    id, generation) of each lease won: a user whose live lease another instance committed
-    since the candidates were read is not returned. SQLite needs no RETURNING (it would
-    double the statement's cost).
+    The candidates' columns, their lease's owner and generation, then the won lease's
+    generation (`_WON_GEN`). One round trip, and the leases' generations come from the
+    locked rows, not from a second read of `users`. The upsert decides (`_upsert_from`,
+    RETURNING what it wrote): a live lease another instance committed since the
+    candidates were read is not taken, and its user is not returned.
     """
-    stmt = _UPSERTS.get(dialect)
-    if stmt is None:
-        stmt = _UPSERTS[dialect] = _build_upsert(dialect)
-    return stmt
+    from sqlalchemy.dialects.postgresql import insert
+
+    locked = candidates.with_for_update(of=USERS, skip_locked=True).cte("candidates")
+    c, mine = locked.c, LEASES.c
+    claimed = select(c.id, _OWNER, _UNTIL, c.generation + 1)
+    won = _upsert_from(insert(LEASES), claimed).returning(mine.user_id, mine.generation)
+    won = won.cte("won")
+    return (
+        select(locked, won.c.generation)
+        .join_from(locked, won, won.c.user_id == c.id)
+        .order_by(*(c[column.name] for column in order))
+    )
 
 
-def _ids_param(dialect: Dialect, claimed: dict[int, int]) -> Any:
-    """The users to lease as one parameter (a thousand separate parameters cost SQLAlchemy
-    more than the statement costs SQLite): on PostgreSQL an array of their ids; on SQLite a
-    JSON object of each id's new generation (`json_each`), in id order. SQLite, under the
-    write lock, takes the generation as computed from the candidates: reading it from
-    `users` again would read a thousand of its pages again."""
-    if dialect == "postgresql":
-        return list(claimed)
-    return json.dumps(dict(sorted(claimed.items())))
+_OWNER: Final = bindparam("b_owner", type_=String())
+_UNTIL: Final = bindparam("b_until", type_=UtcDateTime())
+_UPSERTS: list[Any] = []
 
 
-def _build_upsert(dialect: Dialect) -> Any:
-    u, mine = USERS.c, LEASES.c
-    owner, until = bindparam("b_owner", type_=String()), bindparam("b_until", type_=UtcDateTime())
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import ARRAY, insert
-
-        chosen = u.id == any_(bindparam("b_ids", type_=ARRAY(Integer())))
-        claimed = select(u.id, owner, until, u.generation + 1).where(chosen)
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+def _upsert() -> Any:
+    """SQLite: lease the users `b_ids` (`_ids_param`): insert their leases, or take over
+    expired ones, each with the generation computed from the candidates. No RETURNING (it
+    would double the statement's cost): under the write lock every lease is won."""
+    if not _UPSERTS:
+        from sqlalchemy.dialects.sqlite import insert
 
         each = func.json_each(bindparam("b_ids", type_=String())).table_valued("key", "value")
         # SQLite's parser needs a WHERE in an upsert's SELECT (it would read ON as a join's).
-        claimed = select(cast(each.c.key, Integer), owner, until, each.c.value).where(
+        claimed = select(cast(each.c.key, Integer), _OWNER, _UNTIL, each.c.value).where(
             each.c.value.is_not(None)
         )
-    stmt = insert(LEASES).from_select(["user_id", "owner", "expires_at", "generation"], claimed)
+        _UPSERTS.append(_upsert_from(insert(LEASES), claimed))
+    return _UPSERTS[0]
+
+
+def _ids_param(claimed: dict[int, int]) -> str:
+    """SQLite: the users to lease as one parameter (a thousand separate parameters cost
+    SQLAlchemy more than the statement costs SQLite), a JSON object of each id's new
+    generation (`json_each`), in id order. Under the write lock, the generation as computed
+    from the candidates: reading it from `users` again would read a thousand of its pages
+    again."""
+    return json.dumps(dict(sorted(claimed.items())))
+
+
+def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
+    """Insert the leases `claimed` selects (user id, owner, expiry, generation), or take
+    over expired ones: never a live one (`b_now`).
+
+    A new lease's generation is the one selected (one more than the row's); a taken-over
+    one's, at least one more than the lease's.
+    """
+    mine = LEASES.c
+    stmt = insert.from_select(["user_id", "owner", "expires_at", "generation"], claimed)
     taken_over = {
         "owner": stmt.excluded.owner,
         "expires_at": stmt.excluded.expires_at,
@@ -167,7 +204,7 @@ def _build_upsert(dialect: Dialect) -> Any:
         set_=taken_over,
         where=mine.expires_at < bindparam("b_now", type_=UtcDateTime()),
     )
-    return upsert.returning(mine.user_id, mine.generation) if dialect == "postgresql" else upsert
+    return upsert
 
 
 def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:

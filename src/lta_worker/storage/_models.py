@@ -169,12 +169,9 @@ class UserLease(Base):
     __tablename__ = "user_leases"
     __table_args__ = (Index("ix_user_leases_owner", "owner"),)
 
-    user_id = column(
-        Integer,
-        ForeignKey("users.id", ondelete="CASCADE"),
-        primary_key=True,
-        autoincrement=False,
-    )
+    # A user's id, without a foreign key (migration 0009): a lease is only written for a
+    # user row its transaction holds, and no user row is ever deleted.
+    user_id = column(Integer, primary_key=True, autoincrement=False)
     owner = column(String(128), nullable=False)
     expires_at = _when()
     generation = column(Integer, nullable=False)
