@@ -100,6 +100,7 @@ if TYPE_CHECKING:
         canonical_json,
     )
     from lta_worker.domain._policy import (
+        RECHECKED_STATES,
         RULES,
         PolicyConfig,
         PollDurations,
@@ -203,6 +204,7 @@ _NAMES = {
     "Answer": "._outcomes",
     "Outcome": "._outcomes",
     "OutcomeKind": "._outcomes",
+    "RECHECKED_STATES": "._policy",
     "RULES": "._policy",
     "PolicyConfig": "._policy",
     "PollDurations": "._policy",
@@ -230,6 +232,7 @@ __all__ = [
     "OAUTH_CODES",
     "OUTCOME_KINDS",
     "RATE_CLASSES",
+    "RECHECKED_STATES",
     "RULES",
     "SCHEDULE_MODES",
     "STATS_MODES",

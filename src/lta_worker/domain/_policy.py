@@ -141,6 +141,14 @@ RULES: Final[Mapping[OutcomeKind, Rule]] = {
 }
 # fmt: on
 
+# The states whose users are re-checked at `parked_interval` (or backed off up to it): each
+# costs one read per re-check, since its first answer ends the turn (the capacity plan).
+RECHECKED_STATES: Final[frozenset[UserState]] = frozenset(
+    rule.state
+    for rule in RULES.values()
+    if rule.state != UNCHANGED and "parked_interval" in (rule.schedule, rule.backoff_cap)
+)
+
 # Which outcome a turn reports as `last_outcome` when it saw several: the worst, last here.
 SEVERITY: Final[tuple[OutcomeKind, ...]] = (
     "ok",
