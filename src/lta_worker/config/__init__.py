@@ -15,7 +15,13 @@ from lta_worker.config._loader import (
     read_webhook_secret,
     secret_files,
 )
-from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
+from lta_worker.config._settings import (
+    PollSettings,
+    RateLimitSettings,
+    Settings,
+    is_loopback_host,
+    parse_listen,
+)
 from lta_worker.domain import format_duration, parse_duration
 from lta_worker.protocol import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, STATS_SCOPE
 
@@ -23,6 +29,8 @@ __all__ = [
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "STATS_SCOPE",
+    "PollSettings",
+    "RateLimitSettings",
     "Settings",
     "build_settings",
     "config_path",

@@ -22,7 +22,7 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 from lta_worker.config._fields import rule
-from lta_worker.domain import EVENT_TYPES, ResultEvents, ScheduleMode, StatsMode
+from lta_worker.domain import EVENT_TYPES, PolicyConfig, ResultEvents, ScheduleMode, StatsMode
 from lta_worker.protocol import LONG_TERM_SCOPES, TOKEN_ENDPOINT_PATH
 
 Duration = timedelta  # written as operators do (`90s`, `1h30m`): `domain.parse_duration`
@@ -193,6 +193,19 @@ class PollSettings:
     stats: StatsMode = "always"
     stats_max_age: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     rate_half_life: Duration = field(default=3 * _D, metadata=rule(_M, 365 * _D))
+
+    def policy(self) -> PolicyConfig:
+        """The policy's config (the domain's own object): the one builder of it."""
+        return PolicyConfig(
+            interval=self.interval,
+            parked_interval=self.parked_interval,
+            backoff_base=self.backoff_base,
+            schedule=self.schedule,
+            max_interval=self.max_interval,
+            stats=self.stats,
+            stats_max_age=self.stats_max_age,
+            rate_half_life=self.rate_half_life,
+        )
 
 
 @dataclass(frozen=True)

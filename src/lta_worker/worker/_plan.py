@@ -70,7 +70,7 @@ def schedule_summary(
     many and the interval the current plan gives them (plus the parked re-check), from
     the users per state and the capacity `status` has already worked out."""
     poll = settings.poll
-    policy = PolicyConfig.from_settings(poll)
+    policy = poll.policy()
     rates = from_buckets(store.rate_buckets())
     if policy.schedule == "adaptive":
         budget = for_active(capacity)

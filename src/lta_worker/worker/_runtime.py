@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from lta_worker.config import Settings, read_client_secret, read_webhook_secret
-from lta_worker.domain import Answer, Endpoint, PassRecord, PolicyConfig, PurgeCounts
+from lta_worker.domain import Answer, Endpoint, PassRecord, PurgeCounts
 from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import LtaError, StorageError
 from lta_worker.logs import get_logger, register_secret
@@ -75,7 +75,7 @@ def pass_options(settings: Settings, instance: str, max_duration: timedelta | No
     return PassOptions(
         instance=instance,
         client_scopes=settings.client.scopes,
-        policy=PolicyConfig.from_settings(poll),
+        policy=poll.policy(),
         max_duration=max_duration or poll.max_pass_duration,
         concurrency=poll.concurrency,
         batch_size=poll.batch_size,
