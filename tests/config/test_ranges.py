@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lta_worker.config import build_settings, parse_duration
@@ -96,6 +96,28 @@ def test_just_outside_the_range_is_refused_naming_the_key(key: str) -> None:
         assert info.value.key == key, (outside, info.value)
         between = f"must be between {render(low)} and {render(high)} (got {render(outside)})"
         assert str(info.value) == f"{key}: {between}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), key=st.sampled_from(sorted(RANGES)))
+def test_the_loader_takes_exactly_the_range_in_the_metadata(data: st.DataObject, key: str) -> None:
+    """Any value of a ranged key is taken when within its field's range and refused, naming
+    the key, when outside."""
+    low, high = RANGES[key]
+    value: Bound
+    if isinstance(low, timedelta) and isinstance(high, timedelta):
+        ms = data.draw(st.integers(0, 2 * high // timedelta(milliseconds=1)))
+        value, given_value = timedelta(milliseconds=ms), f"{ms}ms"
+    elif isinstance(low, int) and isinstance(high, int):
+        value = given_value = data.draw(st.integers(low - 10, 2 * high))
+    else:
+        value = given_value = data.draw(st.floats(-1.0, 2 * float(high)))
+    if low <= value <= high:
+        build_settings(_with(key, given_value))
+        return
+    with pytest.raises(ConfigError) as info:
+        build_settings(_with(key, given_value))
+    assert info.value.key == key
 
 
 def _as_setting(value: object) -> object:
