@@ -62,7 +62,7 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
 
 def _turn_costs(users: int) -> dict[str, float]:
     """Claim, decrypt, classify, decide and apply for `users` users of a SQLite store."""
-    from lta_worker.domain._policy import PolicyConfig, decide_turn
+    from lta_worker.domain._policy import decide_turn
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
     from lta_worker.storage import Store, Vault
@@ -76,7 +76,7 @@ def _turn_costs(users: int) -> dict[str, float]:
         bulk_store_tokens(settings, tokens)
         vault = Vault.from_settings(settings)
         secret = Secret(DEMO_CLIENT_SECRET)
-        cfg, rng = PolicyConfig.from_settings(settings.poll), random.Random(1)
+        cfg, rng = settings.poll.policy(), random.Random(1)
         with Store.open(settings.database.url) as store:
             now = datetime.now(UTC)
             took, rows = _timed(lambda: _claim_all(store, now, users))

@@ -1,20 +1,21 @@
-"""Every duration, size and count setting has a documented range, enforced at load."""
+"""Every duration, size and count setting has a range, stated once in its field's metadata,
+enforced at load and written in docs/config.md."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lta_worker.config import build_settings, parse_duration
-from lta_worker.config._fields import field_types
-from lta_worker.config._ranges import RANGES, Range, render
+from lta_worker.config._fields import Bound, Rule, field_types, ranges, render
 from lta_worker.config._settings import Settings
 from lta_worker.errors import ConfigError
 
@@ -24,7 +25,8 @@ BASE: dict[str, Any] = {
     "client": {"id": "client-1"},
 }
 EN_DASH = "\u2013"  # the docs write ranges `100ms<en dash>1h`
-# Keys another change adds; their ranges are already in the table.
+RANGES = ranges(Settings)
+UNITS = {timedelta: "duration", int: "integer", float: "number"}
 
 
 def _numeric_keys() -> list[str]:
@@ -44,8 +46,7 @@ def _with(key: str, value: object) -> dict[str, Any]:
 
 
 def test_every_duration_size_and_count_has_a_range() -> None:
-    """No duration, size or count setting is left unbounded, and no range names a key that
-    does not exist (but the two another change adds)."""
+    """No duration, size or count setting is left unbounded, and only they have a range."""
     keys = _numeric_keys()
     assert keys, "no numeric settings found: the introspection is broken"
     assert sorted(set(keys) - set(RANGES)) == []
@@ -55,35 +56,68 @@ def test_every_duration_size_and_count_has_a_range() -> None:
 def test_defaults_are_within_their_ranges() -> None:
     """Every default value is inside its own range (a range never refuses the defaults)."""
     settings = build_settings(BASE)
-    for key, allowed in RANGES.items():
+    for key, (low, high) in RANGES.items():
         section, _, name = key.partition(".")
-        value = getattr(getattr(settings, section), name, None)
-        if value is not None:
-            assert value in allowed, (key, value)
+        value = getattr(getattr(settings, section), name)
+        assert low <= value <= high, (key, value)
+
+
+def test_no_check_restates_a_range() -> None:
+    """A ranged field has no check of its own beside the range: its bounds are in one place."""
+    for section, model in field_types(Settings).items():
+        for f in dataclasses.fields(model):
+            checks = f.metadata.get("rule", Rule())
+            if f"{section}.{f.name}" in RANGES:
+                assert (checks.before, checks.check) == (None, None), f"{section}.{f.name}"
 
 
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_docs_state_each_range(key: str) -> None:
-    """docs/config.md's row for each key states the range's minimum and maximum."""
+    """docs/config.md's type cell for each key is its unit and range (`duration 100ms-1h`)."""
     section, _, name = key.partition(".")
     text = DOCS.read_text(encoding="utf-8")
     part = text.split(f"## `[{section}]`", 1)[1].split("\n## ", 1)[0]
     row = next(line for line in part.splitlines() if line.startswith(f"| `{name}` |"))
-    allowed = RANGES[key]
-    assert f"{render(allowed.low)}{EN_DASH}{render(allowed.high)}" in row, row
+    low, high = RANGES[key]
+    unit = UNITS[field_types(field_types(Settings)[section])[name]]
+    assert row.split("|")[2].strip() == f"{unit} {render(low)}{EN_DASH}{render(high)}", row
 
 
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_just_outside_the_range_is_refused_naming_the_key(key: str) -> None:
     """A value just below the minimum or just above the maximum is a ConfigError naming the
     key; the bounds themselves are accepted."""
-    allowed = RANGES[key]
-    for bound in (allowed.low, allowed.high):
+    low, high = RANGES[key]
+    for bound in (low, high):
         build_settings(_with(key, _as_setting(bound)))
-    for outside in _outside(allowed):
+    for outside in _outside(low, high):
         with pytest.raises(ConfigError) as info:
             build_settings(_with(key, _as_setting(outside)))
         assert info.value.key == key, (outside, info.value)
+        between = f"must be between {render(low)} and {render(high)} (got {render(outside)})"
+        assert str(info.value) == f"{key}: {between}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), key=st.sampled_from(sorted(RANGES)))
+def test_the_loader_takes_exactly_the_range_in_the_metadata(data: st.DataObject, key: str) -> None:
+    """Any value of a ranged key is taken when within its field's range and refused, naming
+    the key, when outside."""
+    low, high = RANGES[key]
+    value: Bound
+    if isinstance(low, timedelta) and isinstance(high, timedelta):
+        ms = data.draw(st.integers(0, 2 * high // timedelta(milliseconds=1)))
+        value, given_value = timedelta(milliseconds=ms), f"{ms}ms"
+    elif isinstance(low, int) and isinstance(high, int):
+        value = given_value = data.draw(st.integers(low - 10, 2 * high))
+    else:
+        value = given_value = data.draw(st.floats(-1.0, 2 * float(high)))
+    if low <= value <= high:
+        build_settings(_with(key, given_value))
+        return
+    with pytest.raises(ConfigError) as info:
+        build_settings(_with(key, given_value))
+    assert info.value.key == key
 
 
 def _as_setting(value: object) -> object:
@@ -92,8 +126,7 @@ def _as_setting(value: object) -> object:
     return value
 
 
-def _outside(allowed: Range) -> list[object]:
-    low, high = allowed.low, allowed.high
+def _outside(low: Bound, high: Bound) -> list[Bound]:
     if isinstance(low, timedelta) and isinstance(high, timedelta):
         below = [low - timedelta(milliseconds=1)] if low > timedelta(0) else []
         return [*below, high + timedelta(seconds=1)]

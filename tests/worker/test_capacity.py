@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._capacity import plan_capacity
+from lta_worker.domain import RECHECKED_STATES, plan_capacity
 
 HOUR = timedelta(hours=1)
 
@@ -51,6 +51,30 @@ def test_parked_users_cost_one_read_per_parked_interval() -> None:
     assert p.reads_needed_per_hour == pytest.approx(1)
 
 
+@pytest.mark.parametrize("state", sorted(RECHECKED_STATES))
+def test_each_rechecked_state_costs_one_read_per_parked_interval(state: str) -> None:
+    """Users in every state the policy re-checks at `parked_interval` (parked, unlinked,
+    rejected: derived from its table) cost one read per parked_interval, counted apart."""
+    p = plan_capacity(
+        users_by_state={"active": 0, state: 24, "revoked": 5},
+        reads_per_active_user=2,
+        interval=HOUR,
+        parked_interval=timedelta(hours=24),
+        reserve=0.1,
+        budget_limit=120,
+        budget_window_seconds=3600,
+        fallback_per_hour=60,
+    )
+    assert p.reads_needed_per_hour == pytest.approx(1)
+    assert p.rechecks_per_hour == pytest.approx(1)
+
+
+def test_the_rechecked_states_come_from_the_policy_table() -> None:
+    """The states re-checked at `parked_interval` are those the table schedules at it or
+    backs off up to it."""
+    assert {"parked", "unlinked", "rejected"} == RECHECKED_STATES
+
+
 def test_the_window_is_taken_from_the_service() -> None:
     """A budget of 20 per 60 s is 1,200 per hour, less the reserve."""
     p = plan(active=10, limit=20, window=60)
@@ -76,3 +100,38 @@ def test_effective_interval_never_shorter_than_configured(
     p = plan(active=active, limit=limit, window=window)
     assert p.effective_interval >= HOUR
     assert p.sustainable == (p.reads_needed_per_hour <= p.available_per_hour)
+
+
+class _Buckets:
+    """The store's users as `schedule_summary` reads them: 100 new active users."""
+
+    def rate_buckets(self) -> list[tuple[tuple[int, ...], float]]:
+        from lta_worker.domain import ChangeEstimate
+
+        return [(ChangeEstimate().buckets(), 100.0)]
+
+
+def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
+    """`status`'s capacity and the freshness plan's budget come from one mapping of the
+    settings (`capacity_plan`): an active user costs a read per granted scope, the plan's
+    budget is what is available less the re-checks, and the schedule's parked class counts
+    the users the capacity re-checks."""
+    from lta_worker.config import build_settings
+    from lta_worker.worker._plan import capacity_plan, for_active, schedule_summary
+
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0},
+        }
+    )
+    counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
+    capacity = capacity_plan(settings, counts, None)
+    assert capacity.rechecks_per_hour == pytest.approx(6 / 24)
+    assert capacity.reads_needed_per_hour == pytest.approx(100 * 4 + 6 / 24)
+    assert for_active(capacity) == pytest.approx(20 - 6 / 24)
+    summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
+    assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
+    assert summary["classes"][-1] == {"class": "parked", "users": 6, "interval_s": 86400}

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from lta_worker.config import PollSettings
 from lta_worker.domain._estimate import (
     BINS,
     MAX_RATE,
@@ -35,7 +36,7 @@ from lta_worker.domain._freshness import (
 )
 from lta_worker.domain._model import LATEST_CHANGE_SCOPE, STATS_SCOPE, EncryptedToken, UserRow
 from lta_worker.domain._outcomes import Outcome, canonical_json
-from lta_worker.domain._policy import PolicyConfig, decide_turn, still_wanted
+from lta_worker.domain._policy import decide_turn, still_wanted
 from lta_worker.domain._spread import (
     PLAN_SHARE,
     bucket_rates,
@@ -48,12 +49,14 @@ from lta_worker.domain._spread import (
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+FIXED = PollSettings().policy().freshness  # the defaults of `[poll]`
 ADAPTIVE = FreshnessConfig(
     schedule="adaptive",
     interval=timedelta(minutes=15),
     max_interval=timedelta(hours=24),
     stats="on_change",
     stats_max_age=timedelta(hours=24),
+    rate_half_life=timedelta(days=3),
 )
 
 durations = st.floats(min_value=1.0, max_value=30 * 86400.0).map(lambda s: timedelta(seconds=s))
@@ -70,7 +73,8 @@ estimates = st.builds(
     level=st.one_of(st.none(), st.floats(min_value=1e-12, max_value=MAX_RATE)),
 )
 configs = st.builds(
-    lambda low, extra, sched, stats, age: FreshnessConfig(
+    lambda low, extra, sched, stats, age: replace(
+        ADAPTIVE,
         schedule=sched,
         interval=low,
         max_interval=low + extra,
@@ -251,7 +255,7 @@ def test_the_steady_interval_stays_in_bounds_and_is_no_longer_for_a_busier_user(
     est=ChangeEstimate(changes=(0.0,) * (BINS - 1) + (1.0,), level=0.015625),
     factor=1.0,
     plan=SchedulePlan(scale=1.0),
-    cfg=FreshnessConfig(interval=timedelta(seconds=1), max_interval=timedelta(seconds=29)),
+    cfg=replace(FIXED, interval=timedelta(seconds=1), max_interval=timedelta(seconds=29)),
 )
 def test_a_busier_user_is_never_due_later(
     est: ChangeEstimate, factor: float, plan: SchedulePlan, cfg: FreshnessConfig
@@ -426,10 +430,8 @@ def _user(estimate: ChangeEstimate | None) -> UserRow:
     )  # fmt: skip
 
 
-POLICY = PolicyConfig(
-    interval=timedelta(minutes=15),
-    schedule="adaptive",
-    stats="on_change",
+POLICY = replace(
+    PollSettings(interval=timedelta(minutes=15), schedule="adaptive", stats="on_change").policy(),
     plan=SchedulePlan(scale=300.0),
 )
 
@@ -453,7 +455,7 @@ def test_decide_turn_folds_the_read_into_the_estimate_and_schedules_within_bound
 def test_the_fixed_schedule_keeps_the_interval() -> None:
     """Under the default `fixed` schedule a read user is due at now + interval, class
     `interval`, as before the freshness schedule."""
-    cfg = PolicyConfig(interval=HOUR)
+    cfg = PollSettings(interval=HOUR).policy()
     update = decide_turn(
         _user(None), [("latest-change", Outcome("ok", 200, {}))], NOW, cfg, random.Random(0)
     )
@@ -467,7 +469,7 @@ def test_still_wanted_skips_stats_only() -> None:
     same = [("latest-change", Outcome("ok", 200, {"at": 1}))]
     assert still_wanted(user, "latest-change", [], NOW, POLICY)
     assert not still_wanted(user, "stats", same, NOW, POLICY)  # type: ignore[arg-type]
-    assert still_wanted(user, "stats", same, NOW, PolicyConfig())  # type: ignore[arg-type]
+    assert still_wanted(user, "stats", same, NOW, PollSettings().policy())  # type: ignore[arg-type]
 
 
 def test_fold_turn_ignores_answers_without_content() -> None:
@@ -521,7 +523,7 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
             "ratelimit": {"fallback_per_hour": 20.0},
         }
     )
-    policy = PolicyConfig.from_settings(settings.poll)
+    policy = settings.poll.policy()
     store, cache = FakeStore(), PlanCache()
     plan = cache.get(store, settings, policy, NOW)  # type: ignore[arg-type]
     assert plan.scale > 0  # 20 reads an hour cannot read 100 users every 15 minutes
@@ -531,5 +533,5 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     assert store.scans == 2
     assert plan.expected_delay_s is not None
     assert plan.expected_delay_s > ADAPTIVE.interval.total_seconds() / 2
-    fixed = PolicyConfig()
+    fixed = PollSettings().policy()
     assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]

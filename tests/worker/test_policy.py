@@ -26,7 +26,6 @@ from lta_worker.domain._model import (
 from lta_worker.domain._outcomes import OUTCOME_KINDS, Outcome, OutcomeKind
 from lta_worker.domain._policy import (
     RULES,
-    PolicyConfig,
     authenticated,
     decide_turn,
     endpoints_to_call,
@@ -35,11 +34,11 @@ from lta_worker.domain._policy import (
 )
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-CFG = PolicyConfig(
+CFG = PollSettings(
     interval=timedelta(hours=1),
     parked_interval=timedelta(hours=24),
     backoff_base=timedelta(seconds=30),
-)
+).policy()
 BOTH = (LATEST_CHANGE_SCOPE, STATS_SCOPE)
 LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"
@@ -370,24 +369,6 @@ def test_any_turn_gives_a_consistent_update(
     if update.next_due_at is not None and turn[-1][1].kind != "rate_limited":
         assert NOW < update.next_due_at <= NOW + CFG.parked_interval
     assert update.last_outcome in {o.kind for _, o in turn}
-
-
-def test_config_from_settings() -> None:
-    """PolicyConfig takes its durations from the [poll] settings."""
-    poll = PollSettings(
-        interval=timedelta(minutes=30),
-        parked_interval=timedelta(hours=12),
-        backoff_base=timedelta(seconds=10),
-    )
-    assert PolicyConfig.from_settings(poll) == PolicyConfig(
-        timedelta(minutes=30), timedelta(hours=12), timedelta(seconds=10)
-    )
-
-
-def test_config_refuses_zero_durations() -> None:
-    """A policy cannot schedule with a zero duration."""
-    with pytest.raises(ValueError, match="interval"):
-        PolicyConfig(interval=timedelta(0))
 
 
 # -- the two-phase drop (state `dropping`) ---------------------------------------------------

@@ -93,9 +93,6 @@ def anyio_backend() -> str:
             RateLimitInfo(remaining=5, reset_after=20.0, window=60.0),
             id="sane-untouched",
         ),
-        pytest.param(
-            RateLimitInfo(reset_after=5000.0), 0.0, RateLimitInfo(reset_after=1.0), id="max-wait-0"
-        ),
     ],
 )
 def test_bound(given_info: RateLimitInfo, max_wait: float, expected: RateLimitInfo) -> None:

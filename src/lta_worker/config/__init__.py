@@ -14,7 +14,13 @@ from lta_worker.config._loader import (
     read_client_secret,
     read_webhook_secret,
 )
-from lta_worker.config._settings import Settings, is_loopback_host, parse_listen
+from lta_worker.config._settings import (
+    PollSettings,
+    RateLimitSettings,
+    Settings,
+    is_loopback_host,
+    parse_listen,
+)
 from lta_worker.domain import format_duration, parse_duration
 from lta_worker.protocol import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, STATS_SCOPE
 
@@ -22,6 +28,8 @@ __all__ = [
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "STATS_SCOPE",
+    "PollSettings",
+    "RateLimitSettings",
     "Settings",
     "build_settings",
     "config_path",

@@ -1,9 +1,13 @@
 """How a settings section is read from plain TOML (or environment) values, checked and typed.
 
 A section is a frozen dataclass; each field's type says how a value becomes the field's
-value, and `rule(...)`, in the field's metadata, adds its bounds and its own check:
+value, its default is the dataclass default, and `rule(...)`, in the field's metadata, adds
+its range (both bounds included) and its own check:
 
-    concurrency: int = field(default=8, metadata=rule(ge=1, le=256))
+    concurrency: int = field(default=8, metadata=rule(1, 256))
+
+These are the one home of every default and bound: the loader checks them, and the tests
+compare docs/config.md with them (`ranges`).
 
 `read_section(Settings, data)` builds the settings and returns every problem found, each
 with the dotted key it concerns, in the order of the fields. What each type takes:
@@ -31,7 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
-from lta_worker.domain import parse_duration
+from lta_worker.domain import format_duration, parse_duration
 
 UNKNOWN = "is not a known setting (check the spelling against the config reference)"
 REQUIRED = "is required"
@@ -39,37 +43,37 @@ Check = Callable[[Any], Any]
 T = TypeVar("T")
 
 
+Bound = timedelta | int | float
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """Bounds and checks of one field, beyond its type."""
+    """The range and checks of one field, beyond its type."""
 
-    ge: float | None = None
-    le: float | None = None
-    gt: float | None = None
-    lt: float | None = None
+    low: Bound | None = None
+    high: Bound | None = None
     min_length: int | None = None
     before: Check | None = None
     check: Check | None = None
 
 
 def rule(
+    low: Bound | None = None,
+    high: Bound | None = None,
     *,
-    ge: float | None = None,
-    le: float | None = None,
-    gt: float | None = None,
-    lt: float | None = None,
     min_length: int | None = None,
     before: Check | None = None,
     check: Check | None = None,
 ) -> dict[str, Rule]:
-    """A field's metadata: bounds (`ge`, `le`, `gt`, `lt`), a shortest length, and checks.
+    """A field's metadata: its range (`low` to `high`, both included), a shortest length,
+    and checks.
 
     Args:
         before: takes the raw value, returns what the type then converts (ValueError: the
             value is refused, with the error's message).
         check: takes the typed value, returns the value kept (ValueError: refused).
     """
-    return {"rule": Rule(ge, le, gt, lt, min_length, before, check)}
+    return {"rule": Rule(low, high, min_length, before, check)}
 
 
 _FIELDS: dict[type, tuple[tuple[str, Any, Any, Rule], ...]] = {}
@@ -95,6 +99,29 @@ def field_types(cls: type) -> dict[str, Any]:
         optional = get_origin(kind) in (types.UnionType, typing.Union)
         out[name] = args[0] if optional and len(args) == 1 else kind
     return out
+
+
+def ranges(cls: type, prefix: str = "") -> dict[str, tuple[Bound, Bound]]:
+    """`section.key` -> (low, high) of every ranged field of `cls` and its sections."""
+    out: dict[str, tuple[Bound, Bound]] = {}
+    for name, kind, _, checks in _fields(cls):
+        key = f"{prefix}.{name}" if prefix else name
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            out.update(ranges(kind, key))
+        elif checks.low is not None and checks.high is not None:
+            out[key] = (checks.low, checks.high)
+    return out
+
+
+def render(bound: Bound) -> str:
+    """A bound or value as the docs and messages write it (`100ms`, `5m`, `1024`, `0.95`)."""
+    if isinstance(bound, timedelta):
+        if timedelta(0) < bound < timedelta(seconds=1):
+            return f"{round(bound.total_seconds() * 1000)}ms"
+        return format_duration(bound)
+    if isinstance(bound, float):
+        return str(int(bound)) if bound.is_integer() else f"{bound:g}"
+    return str(bound)
 
 
 def read_section(
@@ -234,11 +261,6 @@ def _bounds(value: Any, checks: Rule) -> None:
         raise ValueError("must not be empty" if checks.min_length == 1 else "is too short")
     if isinstance(value, float) and math.isnan(value):
         raise ValueError("expected a number, not NaN")
-    if checks.ge is not None and not value >= checks.ge:
-        raise ValueError(f"must be at least {checks.ge:g}")
-    if checks.le is not None and not value <= checks.le:
-        raise ValueError(f"must be at most {checks.le:g}")
-    if checks.gt is not None and not value > checks.gt:
-        raise ValueError(f"must be more than {checks.gt:g}")
-    if checks.lt is not None and not value < checks.lt:
-        raise ValueError(f"must be less than {checks.lt:g}")
+    low, high = checks.low, checks.high
+    if low is not None and high is not None and not low <= value <= high:
+        raise ValueError(f"must be between {render(low)} and {render(high)} (got {render(value)})")

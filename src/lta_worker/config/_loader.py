@@ -18,7 +18,6 @@ from typing import Any
 
 from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
 from lta_worker.config._fields import read_section
-from lta_worker.config._ranges import check_ranges
 from lta_worker.config._settings import SECTIONS, Settings
 from lta_worker.errors import ConfigError
 from lta_worker.secret import Secret
@@ -145,7 +144,7 @@ def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, s
 
 def build_settings(data: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> Settings:
     """Validate a plain mapping into `Settings`, each number and duration within its range
-    (`config.ranges`); a problem raises ConfigError naming the key, and the environment
+    (the fields' metadata); a problem raises ConfigError naming the key, and the environment
     variable its value came from when `origins` (key -> variable) names one."""
     errors: list[tuple[str, str]] = []
     settings = read_section(Settings, data, "", errors)
@@ -154,7 +153,6 @@ def build_settings(data: Mapping[str, Any], origins: Mapping[str, str] | None = 
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise _from_origin(ConfigError(msg + more, key=key), origins or {})
     try:
-        check_ranges(settings)
         check_enroll(settings)
     except ConfigError as exc:
         raise _from_origin(exc, origins or {}) from None

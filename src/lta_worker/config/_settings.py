@@ -1,7 +1,12 @@
 """The settings model: typed, frozen and validated; one section per TOML table.
 
-Each section is a frozen dataclass; its field types and `rule(...)` metadata say what a value
-may be (`config._fields` reads and checks them). Not slotted: a slotted frozen dataclass
+Each section is a frozen dataclass; its field types, defaults and `rule(...)` metadata say
+what a value may be, and are the one home of every default and range (`config._fields` reads
+and checks them; docs/config.md is compared with them). Every duration, size and count has a
+range: a `0s` heartbeat would busy-loop, an unbounded `max_response_bytes` lets one answer fill
+the memory, a duration of millennia overflows the first date computed from it. The minimums of
+the loop intervals are small (100 ms) on purpose: the test suites and the demo run passes many
+times a second; an operator never needs less. Not slotted: a slotted frozen dataclass
 costs twice as much to create, and every command creates these thirteen at start.
 
 Nothing here reads files or the environment: `config.loader` does, and builds a `Settings`.
@@ -17,10 +22,12 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 from lta_worker.config._fields import rule
-from lta_worker.domain import EVENT_TYPES, ResultEvents, ScheduleMode, StatsMode
+from lta_worker.domain import EVENT_TYPES, PolicyConfig, ResultEvents, ScheduleMode, StatsMode
 from lta_worker.protocol import LONG_TERM_SCOPES, TOKEN_ENDPOINT_PATH
 
 Duration = timedelta  # written as operators do (`90s`, `1h30m`): `domain.parse_duration`
+_MS, _S, _M = timedelta(milliseconds=100), timedelta(seconds=1), timedelta(minutes=1)
+_H, _D = timedelta(hours=1), timedelta(days=1)
 TokenAuth = Literal["client_secret_basic", "client_secret_post"]
 
 
@@ -72,12 +79,6 @@ def check_service_url(value: str) -> str:
     return value.rstrip("/")
 
 
-def _request_timeout(value: timedelta) -> timedelta:
-    if not timedelta(seconds=1) <= value <= timedelta(hours=1):
-        raise ValueError("must be between 1s and 1h")
-    return value
-
-
 def _proxy(value: str) -> str | None:
     if not value:
         return None
@@ -97,14 +98,13 @@ class ServiceSettings:
     base_url: str = field(metadata=_SERVICE_URL)
     auth_url: str = field(metadata=_SERVICE_URL)
     token_url: str | None = field(default=None, metadata=_SERVICE_URL)
-    connect_timeout: Duration = timedelta(seconds=5)
-    read_timeout: Duration = timedelta(seconds=20)
-    max_response_bytes: int = field(default=1_048_576, metadata=rule(ge=1024))
+    connect_timeout: Duration = field(default=5 * _S, metadata=rule(_MS, 5 * _M))
+    read_timeout: Duration = field(default=20 * _S, metadata=rule(_MS, 10 * _M))
+    # At most 64 MiB: one answer must never fill the memory.
+    max_response_bytes: int = field(default=1_048_576, metadata=rule(1024, 64 * 1024 * 1024))
     # The whole of one request (connect, send, every chunk of the body): a body dripping a
     # byte at a time resets `read_timeout` at each chunk, this deadline it does not.
-    request_timeout: Duration = field(
-        default=timedelta(seconds=60), metadata=rule(check=_request_timeout)
-    )
+    request_timeout: Duration = field(default=60 * _S, metadata=rule(_S, _H))
     # Proxy for https requests only (a CONNECT tunnel keeps TLS end to end); the loader
     # fills both from HTTPS_PROXY / ALL_PROXY and NO_PROXY when the file does not set them.
     https_proxy: str | None = field(default=None, metadata=rule(check=_proxy))
@@ -173,60 +173,58 @@ class CryptoSettings:
     key_file: Path | None = None
 
 
-def _positive(value: timedelta) -> timedelta:
-    if value <= timedelta(0):
-        raise ValueError("must be longer than 0s")
-    return value
-
-
-_POSITIVE = rule(check=_positive)
-
-
 @dataclass(frozen=True)
 class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
-    interval: Duration = field(default=timedelta(hours=1), metadata=_POSITIVE)
-    parked_interval: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
-    concurrency: int = field(default=8, metadata=rule(ge=1, le=256))
-    max_pass_duration: Duration = field(default=timedelta(minutes=50), metadata=_POSITIVE)
-    batch_size: int = field(default=100, metadata=rule(ge=1, le=10_000))
-    tick: Duration = field(default=timedelta(minutes=1), metadata=_POSITIVE)
-    backoff_base: Duration = timedelta(seconds=30)
-    breaker_threshold: int = field(default=5, metadata=rule(ge=1))
-    lease_duration: Duration = field(default=timedelta(minutes=5), metadata=_POSITIVE)
+    interval: Duration = field(default=_H, metadata=rule(_MS, 365 * _D))
+    parked_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
+    concurrency: int = field(default=8, metadata=rule(1, 256))
+    max_pass_duration: Duration = field(default=50 * _M, metadata=rule(_MS, _D))
+    batch_size: int = field(default=100, metadata=rule(1, 10_000))
+    tick: Duration = field(default=_M, metadata=rule(_MS, _D))
+    # Not 0s: that breaks the backoff arithmetic.
+    backoff_base: Duration = field(default=30 * _S, metadata=rule(_MS, _D))
+    breaker_threshold: int = field(default=5, metadata=rule(1, 1000))
+    lease_duration: Duration = field(default=5 * _M, metadata=rule(_S, _D))
     # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
     schedule: ScheduleMode = "fixed"
-    max_interval: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
+    max_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     stats: StatsMode = "always"
-    stats_max_age: Duration = field(default=timedelta(hours=24), metadata=_POSITIVE)
-    rate_half_life: Duration = field(default=timedelta(days=3), metadata=_POSITIVE)
+    stats_max_age: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
+    rate_half_life: Duration = field(default=3 * _D, metadata=rule(_M, 365 * _D))
 
-
-def _max_wait(value: timedelta) -> timedelta:
-    if not timedelta(seconds=1) <= value <= timedelta(hours=24):
-        raise ValueError("must be between 1s and 24h")
-    return value
+    def policy(self) -> PolicyConfig:
+        """The policy's config (the domain's own object): the one builder of it."""
+        return PolicyConfig(
+            interval=self.interval,
+            parked_interval=self.parked_interval,
+            backoff_base=self.backoff_base,
+            schedule=self.schedule,
+            max_interval=self.max_interval,
+            stats=self.stats,
+            stats_max_age=self.stats_max_age,
+            rate_half_life=self.rate_half_life,
+        )
 
 
 @dataclass(frozen=True)
 class RateLimitSettings:
     """How the shared hourly budget is used."""
 
-    # Its bounds are `_ranges.RANGES` (the one table of ranges, compared with the docs).
-    reserve: float = 0.1
-    fallback_per_hour: float = field(default=60.0, metadata=rule(gt=0.0))
+    reserve: float = field(default=0.1, metadata=rule(0.0, 0.95))
+    fallback_per_hour: float = field(default=60.0, metadata=rule(1.0, 3_600_000.0))
     # No reset, Retry-After or window of the service is trusted beyond this.
-    max_wait: Duration = field(default=timedelta(hours=1), metadata=rule(check=_max_wait))
+    max_wait: Duration = field(default=_H, metadata=rule(_S, _D))
 
 
 @dataclass(frozen=True)
 class RetentionSettings:
     """How long results of revoked or dropped users, and past contents, are kept."""
 
-    after_revocation: Duration = timedelta(days=30)
+    after_revocation: Duration = field(default=30 * _D, metadata=rule(timedelta(0), 3650 * _D))
     # Past contents (the history) older than this are pruned, the newest of each kept.
-    history: Duration = timedelta(days=365)
+    history: Duration = field(default=365 * _D, metadata=rule(_D, 3650 * _D))
 
 
 def _webhook_url(value: str) -> str | None:
@@ -258,11 +256,11 @@ class WebhookSettings:
     url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
     # Undelivered events older than this are dead-lettered (kept `keep_dead`, then deleted).
-    max_age: Duration = timedelta(days=3)
-    keep_dead: Duration = timedelta(days=30)
+    max_age: Duration = field(default=3 * _D, metadata=rule(_M, 30 * _D))
+    keep_dead: Duration = field(default=30 * _D, metadata=rule(_H, 3650 * _D))
     # The whole of one delivery (connect, send, answer), and how often `serve` delivers.
-    timeout: Duration = timedelta(seconds=10)
-    interval: Duration = timedelta(seconds=5)
+    timeout: Duration = field(default=10 * _S, metadata=rule(_S, 5 * _M))
+    interval: Duration = field(default=5 * _S, metadata=rule(_MS, _H))
     # The event types the receiver gets (`domain.EVENT_TYPES`), and whether a
     # `result.changed` carries the content itself (else its hashes only).
     events: tuple[str, ...] = field(
@@ -320,9 +318,10 @@ class MetricsSettings:
 class ServeSettings:
     """Long-running service mode."""
 
-    grace_period: Duration = timedelta(seconds=10)
-    heartbeat: Duration = timedelta(seconds=30)
-    maintenance_interval: Duration = timedelta(hours=1)
+    grace_period: Duration = field(default=10 * _S, metadata=rule(timedelta(0), 15 * _M))
+    # Not 0s: a busy loop.
+    heartbeat: Duration = field(default=30 * _S, metadata=rule(_MS, _H))
+    maintenance_interval: Duration = field(default=_H, metadata=rule(_S, 7 * _D))
 
 
 def _enroll_listen(value: str) -> str | None:

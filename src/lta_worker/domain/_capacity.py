@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from lta_worker.domain._durations import format_duration
+from lta_worker.domain._policy import RECHECKED_STATES
 
 HOUR = 3600.0
 
@@ -19,10 +20,12 @@ class CapacityPlan:
     """Reads needed per hour against reads available per hour, and the interval users get.
 
     `available_per_hour` is None when no budget has been seen yet (the plan then uses the
-    configured fallback rate, and says so through `budget_known`).
+    configured fallback rate, and says so through `budget_known`). `rechecks_per_hour` is the
+    part of the reads needed that re-checks users at `parked_interval` (`RECHECKED_STATES`).
     """
 
     reads_needed_per_hour: float
+    rechecks_per_hour: float
     available_per_hour: float
     budget_known: bool
     configured_interval: timedelta
@@ -48,8 +51,8 @@ def plan_capacity(
         users_by_state: users per state, as `status` counts them.
         reads_per_active_user: reads one active user's turn makes (granted endpoints, 1 or 2).
         interval: `poll.interval`, how often each active user should be read.
-        parked_interval: `poll.parked_interval`; parked, unlinked and rejected users cost one
-            read per check (their first answer ends the turn).
+        parked_interval: `poll.parked_interval`; users in `RECHECKED_STATES` cost one read
+            per check (their first answer ends the turn).
         reserve: the fraction of the budget left for the client's other traffic.
         budget_limit: the limit the service last reported, if any.
         budget_window_seconds: that limit's window, if reported (else an hour is assumed
@@ -61,9 +64,9 @@ def plan_capacity(
         The plan, with a warning when the budget cannot sustain the configured interval.
     """
     active = users_by_state.get("active", 0)
-    rechecked = sum(users_by_state.get(s, 0) for s in ("parked", "unlinked", "rejected"))
-    needed = active * reads_per_active_user * HOUR / interval.total_seconds()
-    needed += rechecked * HOUR / parked_interval.total_seconds()
+    rechecked = sum(users_by_state.get(s, 0) for s in RECHECKED_STATES)
+    rechecks = rechecked * HOUR / parked_interval.total_seconds()
+    needed = active * reads_per_active_user * HOUR / interval.total_seconds() + rechecks
 
     known = budget_limit is not None
     if budget_limit is not None:
@@ -87,6 +90,7 @@ def plan_capacity(
         )
     return CapacityPlan(
         reads_needed_per_hour=needed,
+        rechecks_per_hour=rechecks,
         available_per_hour=available,
         budget_known=known,
         configured_interval=interval,

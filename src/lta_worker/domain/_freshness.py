@@ -61,7 +61,8 @@ RESOLUTION: Final = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FreshnessConfig:
-    """The knobs of the schedule (the `[poll]` settings of the same names).
+    """The knobs of the schedule (the `[poll]` settings of the same names, whose defaults
+    and ranges they are: built by `PolicyConfig.freshness`).
 
     Attributes:
         schedule: `fixed`: every active user at `interval`; `adaptive`: by estimated
@@ -74,17 +75,14 @@ class FreshnessConfig:
         rate_half_life: How fast old observations of a user's changes fade.
     """
 
-    schedule: ScheduleMode = "fixed"
-    interval: timedelta = timedelta(hours=1)
-    max_interval: timedelta = timedelta(hours=24)
-    stats: StatsMode = "always"
-    stats_max_age: timedelta = timedelta(hours=24)
-    rate_half_life: timedelta = timedelta(days=3)
+    schedule: ScheduleMode
+    interval: timedelta
+    max_interval: timedelta
+    stats: StatsMode
+    stats_max_age: timedelta
+    rate_half_life: timedelta
 
     def __post_init__(self) -> None:
-        for name in ("interval", "max_interval", "stats_max_age", "rate_half_life"):
-            if getattr(self, name) <= timedelta(0):
-                raise ValueError(f"{name} must be longer than 0s")
         if self.max_interval < self.interval:
             raise ValueError("max_interval must not be shorter than interval")
 

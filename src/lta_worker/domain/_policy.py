@@ -19,7 +19,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from lta_worker.domain._backoff import backoff_delay
 from lta_worker.domain._estimate import ChangeEstimate
@@ -141,6 +141,14 @@ RULES: Final[Mapping[OutcomeKind, Rule]] = {
 }
 # fmt: on
 
+# The states whose users are re-checked at `parked_interval` (or backed off up to it): each
+# costs one read per re-check, since its first answer ends the turn (the capacity plan).
+RECHECKED_STATES: Final[frozenset[UserState]] = frozenset(
+    rule.state
+    for rule in RULES.values()
+    if rule.state != UNCHANGED and "parked_interval" in (rule.schedule, rule.backoff_cap)
+)
+
 # Which outcome a turn reports as `last_outcome` when it saw several: the worst, last here.
 SEVERITY: Final[tuple[OutcomeKind, ...]] = (
     "ok",
@@ -161,31 +169,10 @@ NOTHING_CALLABLE: Final = "scope_denied"
 NO_PLAN: Final = SchedulePlan()
 
 
-class PollDurations(Protocol):
-    """The `[poll]` durations the policy needs; the settings' `PollSettings` has them.
-
-    A protocol, so the rules need not import the configuration layer.
-    """
-
-    @property
-    def interval(self) -> timedelta:
-        """How often an active user is read."""
-        ...
-
-    @property
-    def parked_interval(self) -> timedelta:
-        """How often parked and unlinked users are re-checked."""
-        ...
-
-    @property
-    def backoff_base(self) -> timedelta:
-        """The backoff ceiling after the first failure."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """The durations the policy schedules with.
+    """The durations the policy schedules with: the `[poll]` settings of the same names,
+    built by `PollSettings.policy()` (their defaults and ranges are the settings').
 
     Attributes:
         interval: How often an active user is read (`poll.interval`); also the cap of the
@@ -198,21 +185,15 @@ class PolicyConfig:
         plan: The budget's scale for this pass (`_spread.plan_scale`).
     """
 
-    interval: timedelta = timedelta(hours=1)
-    parked_interval: timedelta = timedelta(hours=24)
-    backoff_base: timedelta = timedelta(seconds=30)
-    schedule: ScheduleMode = "fixed"
-    max_interval: timedelta = timedelta(hours=24)
-    stats: StatsMode = "always"
-    stats_max_age: timedelta = timedelta(hours=24)
-    rate_half_life: timedelta = timedelta(days=3)
+    interval: timedelta
+    parked_interval: timedelta
+    backoff_base: timedelta
+    schedule: ScheduleMode
+    max_interval: timedelta
+    stats: StatsMode
+    stats_max_age: timedelta
+    rate_half_life: timedelta
     plan: SchedulePlan = NO_PLAN
-
-    def __post_init__(self) -> None:
-        for name in ("interval", "parked_interval", "backoff_base"):
-            if getattr(self, name) <= timedelta(0):
-                raise ValueError(f"{name} must be longer than 0s")
-        self.freshness  # noqa: B018 -- validates the freshness durations
 
     @property
     def freshness(self) -> FreshnessConfig:
@@ -224,22 +205,6 @@ class PolicyConfig:
             stats=self.stats,
             stats_max_age=self.stats_max_age,
             rate_half_life=self.rate_half_life,
-        )
-
-    @classmethod
-    def from_settings(cls, poll: PollDurations) -> PolicyConfig:
-        """The policy's settings from `[poll]` (anything with the three durations; the
-        freshness keys, when it has them)."""
-        base = cls()
-        return cls(
-            interval=poll.interval,
-            parked_interval=poll.parked_interval,
-            backoff_base=poll.backoff_base,
-            schedule=getattr(poll, "schedule", base.schedule),
-            max_interval=getattr(poll, "max_interval", base.max_interval),
-            stats=getattr(poll, "stats", base.stats),
-            stats_max_age=getattr(poll, "stats_max_age", base.stats_max_age),
-            rate_half_life=getattr(poll, "rate_half_life", base.rate_half_life),
         )
 
 

@@ -342,7 +342,7 @@ class Lifecycle(ClientOperation):
         )
 
     def _policy(self) -> PolicyConfig:
-        return PolicyConfig.from_settings(self._settings.poll)
+        return self._settings.poll.policy()
 
     async def retry_pending(
         self,

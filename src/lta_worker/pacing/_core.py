@@ -33,6 +33,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.pacing._ratelimit import RateLimitInfo
 from lta_worker.pacing._window import (
     DEFAULT_MAX_WAIT,
@@ -48,6 +49,7 @@ WaitReason = Literal["none", "pacing", "exhausted", "retry_after"]
 MAX_LATENCY: Final = 300.0
 _SLOTS_KEPT: Final = 4096
 _EPSILON: Final = 1e-9
+_DEFAULT: Final = RateLimitSettings()  # the defaults and ranges of reserve and the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +82,10 @@ class PacerCore:
     """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
 
     Args:
-        reserve: Fraction of the limit left for the client's other traffic (0 <= r < 1).
-        fallback_per_hour: The conservative rate used before any header is seen.
+        reserve: Fraction of the limit left for the client's other traffic
+            (`ratelimit.reserve`).
+        fallback_per_hour: The conservative rate used before any header is seen
+            (`ratelimit.fallback_per_hour`).
         share: This instance's share of the allowance (0 < share <= 1).
         initial_burst: Permits that go at once before any header is known (then the
             fallback rate applies). The runner sets it to `poll.breaker_threshold`.
@@ -92,16 +96,12 @@ class PacerCore:
     def __init__(
         self,
         *,
-        reserve: float = 0.1,
-        fallback_per_hour: float = 60.0,
+        reserve: float = _DEFAULT.reserve,
+        fallback_per_hour: float = _DEFAULT.fallback_per_hour,
         share: float = 1.0,
         initial_burst: int = 1,
         max_wait: float = DEFAULT_MAX_WAIT,
     ) -> None:
-        if not 0.0 <= reserve < 1.0:
-            raise ValueError("reserve must be at least 0 and below 1")
-        if not fallback_per_hour > 0.0 or not math.isfinite(fallback_per_hour):
-            raise ValueError("fallback_per_hour must be a positive number")
         if initial_burst < 1:
             raise ValueError("initial_burst must be at least 1")
         self.reserve_fraction = reserve

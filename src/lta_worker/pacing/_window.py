@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Final
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.pacing._ratelimit import RateLimitInfo, parse_answer
 
 # After a reset, the first permit waits this long past it: resets are reported in whole
@@ -39,10 +40,8 @@ RESET_TOLERANCE: Final = 2.0
 FALLBACK_429_WAIT: Final = 60.0
 # A 429 always pauses at least this long (a `Retry-After: 0` would otherwise spin).
 MIN_429_WAIT: Final = 1.0
-# The default of `ratelimit.max_wait`, and the range it may be configured in.
-DEFAULT_MAX_WAIT: Final = 3600.0
-MIN_MAX_WAIT: Final = 1.0
-MAX_MAX_WAIT: Final = 86_400.0
+# The default of `ratelimit.max_wait` (its range: the setting's, checked at load).
+DEFAULT_MAX_WAIT: Final = RateLimitSettings().max_wait.total_seconds()
 # Counts above this are taken as this: it fits the 32-bit integer columns of the store.
 MAX_COUNT: Final = 2**31 - 1
 
@@ -63,15 +62,14 @@ def finite_seconds(value: float | None) -> float | None:
 def longest_wait(window: float | None, max_wait: float) -> float:
     """The longest any reported wait is trusted: the window when reported (plus a second of
     rounding: resets are whole seconds rounded up), and never beyond `max_wait`."""
-    cap = _max_wait(max_wait)
     window = finite_seconds(window)
-    return min(window + RESET_MARGIN, cap) if window else cap
+    return min(window + RESET_MARGIN, max_wait) if window else max_wait
 
 
 def window_length(window: float | None, max_wait: float = DEFAULT_MAX_WAIT) -> float | None:
     """A reported window's length, never beyond `max_wait`; None when absent or invalid."""
     window = finite_seconds(window)
-    return min(window, _max_wait(max_wait)) if window else None
+    return min(window, max_wait) if window else None
 
 
 def clamp_count(value: int | None) -> int | None:
@@ -96,9 +94,8 @@ def bound(
     """
     if info is None:
         return None
-    cap = _max_wait(max_wait)
-    window = window_length(info.window, cap)
-    longest = longest_wait(window or known_window, cap)
+    window = window_length(info.window, max_wait)
+    longest = longest_wait(window or known_window, max_wait)
     return RateLimitInfo(  # built whole: `dataclasses.replace` costs 4x more, per answer
         limit=clamp_count(info.limit),
         remaining=clamp_count(info.remaining),
@@ -151,11 +148,3 @@ def tolerance(*windows: float | None) -> float:
     """Seconds within which two reported resets belong to the same window."""
     longest = max((w for w in (finite_seconds(x) for x in windows) if w), default=0.0)
     return max(RESET_TOLERANCE, longest / 2)
-
-
-def _max_wait(max_wait: float) -> float:
-    """`max_wait` within its range, whatever a caller passes."""
-    value = finite_seconds(max_wait)
-    if value is None:
-        return DEFAULT_MAX_WAIT
-    return min(max(value, MIN_MAX_WAIT), MAX_MAX_WAIT)

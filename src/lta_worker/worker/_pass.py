@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason
 from lta_worker.errors import PassStoppedError
-from lta_worker.pacing import DEFAULT_MAX_WAIT
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
@@ -19,22 +18,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PassOptions:
-    """How one pass runs; built from settings by `pass_options`."""
+    """How one pass runs; built from settings by `pass_options` below, the one home
+    of every default."""
 
     instance: str
     client_scopes: tuple[str, ...]
     policy: PolicyConfig
     max_duration: timedelta
-    concurrency: int = 8
-    batch_size: int = 100
-    lease_duration: timedelta = timedelta(minutes=5)
-    breaker_threshold: int = 5
-    upstream_down_after: int = 20
-    grace: timedelta = timedelta(seconds=10)
-    max_wait: float = DEFAULT_MAX_WAIT
+    concurrency: int
+    batch_size: int
+    lease_duration: timedelta
+    breaker_threshold: int
+    upstream_down_after: int
+    grace: timedelta
+    max_wait: float
     # `service.request_timeout`: a read is sent only this long (at most a renewal period)
     # before its user's lease may lapse, so that it ends within the lease.
-    request_timeout: timedelta = timedelta(0)
+    request_timeout: timedelta
 
 
 def pass_options(settings: Settings, instance: str, max_duration: timedelta | None) -> PassOptions:
@@ -43,7 +43,7 @@ def pass_options(settings: Settings, instance: str, max_duration: timedelta | No
     return PassOptions(
         instance=instance,
         client_scopes=settings.client.scopes,
-        policy=PolicyConfig.from_settings(poll),
+        policy=poll.policy(),
         max_duration=max_duration or poll.max_pass_duration,
         concurrency=poll.concurrency,
         batch_size=poll.batch_size,

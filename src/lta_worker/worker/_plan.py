@@ -2,17 +2,21 @@
 
 Read once before each pass (`poll.schedule = "adaptive"` only): the budget the service
 last reported (less `ratelimit.reserve`; the configured fallback rate before any), less
-the re-checks of parked, unlinked and rejected users, is shared by the active users with
-`domain.plan_scale` over their stored rate buckets, and the day's shape from a sample of
-their estimates. Everything else is pure, in `domain`.
+the re-checks of the users in `RECHECKED_STATES` (parked, unlinked, rejected), is shared
+by the active users with `domain.plan_scale` over their stored rate buckets, and the day's
+shape from a sample of their estimates. Everything else is pure, in `domain`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from lta_worker.domain import (
+    RECHECKED_STATES,
+    BudgetSeen,
+    CapacityPlan,
     PolicyConfig,
     SchedulePlan,
     class_intervals,
@@ -31,13 +35,14 @@ REPLAN: Final = timedelta(minutes=10)
 """How long a plan is used before the users are scanned again (estimates move slowly)."""
 
 
-def budget_for_active(store: Store, settings: Settings) -> float:
-    """Reads an hour the active users may spend: the budget less the re-checks."""
-    seen = store.budget_seen(settings.client.id)
-    counts = store.count_by_state()
-    capacity = plan_capacity(
-        users_by_state={**counts, "active": 0},
-        reads_per_active_user=2,
+def capacity_plan(
+    settings: Settings, counts: Mapping[str, int], seen: BudgetSeen | None
+) -> CapacityPlan:
+    """The capacity plan for these users (per state) and the budget last seen: the one
+    mapping of the settings to the plan's inputs, for `status` and the freshness plan."""
+    return plan_capacity(
+        users_by_state=counts,
+        reads_per_active_user=len(settings.client.scopes),
         interval=settings.poll.interval,
         parked_interval=settings.poll.parked_interval,
         reserve=settings.ratelimit.reserve,
@@ -45,17 +50,30 @@ def budget_for_active(store: Store, settings: Settings) -> float:
         budget_window_seconds=seen.window_seconds if seen else None,
         fallback_per_hour=settings.ratelimit.fallback_per_hour,
     )
-    return max(capacity.available_per_hour - capacity.reads_needed_per_hour, 0.0)
 
 
-def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
+def for_active(capacity: CapacityPlan) -> float:
+    """Reads an hour the active users may spend: the budget less the re-checks."""
+    return max(capacity.available_per_hour - capacity.rechecks_per_hour, 0.0)
+
+
+def budget_for_active(store: Store, settings: Settings) -> float:
+    """`for_active` of the users and budget the store holds now."""
+    seen = store.budget_seen(settings.client.id)
+    return for_active(capacity_plan(settings, store.count_by_state(), seen))
+
+
+def schedule_summary(
+    store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
+) -> dict[str, Any]:
     """What `status` shows of the schedule: the mode and, per class of active user, how
-    many and the interval the current plan gives them (plus the parked re-check)."""
+    many and the interval the current plan gives them (plus the parked re-check), from
+    the users per state and the capacity `status` has already worked out."""
     poll = settings.poll
-    policy = PolicyConfig.from_settings(poll)
+    policy = poll.policy()
     rates = from_buckets(store.rate_buckets())
     if policy.schedule == "adaptive":
-        budget = budget_for_active(store, settings)
+        budget = for_active(capacity)
         plan = plan_scale(rates, budget, policy.freshness)
         classes = [
             {"class": name, "users": int(users), "interval_s": round(seconds)}
@@ -67,8 +85,7 @@ def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
         classes = [
             {"class": "active", "users": active, "interval_s": round(poll.interval.total_seconds())}
         ]
-    counts = store.count_by_state()
-    rechecked = sum(counts.get(s, 0) for s in ("parked", "unlinked"))
+    rechecked = sum(counts.get(s, 0) for s in RECHECKED_STATES)
     classes.append(
         {
             "class": "parked",

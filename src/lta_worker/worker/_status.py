@@ -78,8 +78,8 @@ def collect_status(
         StorageError: the database cannot be reached (exit 75).
     """
     from lta_worker import __version__
-    from lta_worker.domain import USER_STATES, plan_capacity
-    from lta_worker.worker._plan import schedule_summary
+    from lta_worker.domain import USER_STATES
+    from lta_worker.worker._plan import capacity_plan, schedule_summary
     from lta_worker.worker._root import Runtime, instance_ttl
 
     runtime = Runtime(settings, read_only=True)
@@ -96,20 +96,11 @@ def collect_status(
         first = None if success is not None else db.first_pass()
         budget = db.budget_seen(settings.client.id)
         instances = db.live_instances(now, instance_ttl(settings))
-        schedule = schedule_summary(db, settings)
+        plan = capacity_plan(settings, counts, budget)
+        schedule = schedule_summary(db, settings, counts, plan)
         outbox = db.outbox_counts()
     finally:
         runtime.close()
-    plan = plan_capacity(
-        users_by_state=counts,
-        reads_per_active_user=len(settings.client.scopes),
-        interval=settings.poll.interval,
-        parked_interval=settings.poll.parked_interval,
-        reserve=settings.ratelimit.reserve,
-        budget_limit=budget.limit if budget else None,
-        budget_window_seconds=budget.window_seconds if budget else None,
-        fallback_per_hour=settings.ratelimit.fallback_per_hour,
-    )
     data: dict[str, Any] = {
         "generated_at": iso(now),
         "version": __version__,
