@@ -196,15 +196,18 @@ class Service:
         self._running += 1
         try:
             yield
-        except LtaError as exc:
-            log.error(
-                "error",
-                job=name,
-                error=type(exc).__name__,
-                message=str(exc),
-                exit_code=exc.exit_code,
-            )
-        except Exception as exc:  # a bug: logged with its traceback, the service goes on
+        except Exception as exc:
+            known = _explained(exc)
+            if known is not None:
+                log.error(
+                    "error",
+                    job=name,
+                    error=type(known).__name__,
+                    message=str(known),
+                    exit_code=known.exit_code,
+                )
+                return
+            # A bug: logged with its traceback, the service goes on.
             log.error(
                 "error",
                 job=name,
@@ -374,6 +377,19 @@ class Service:
                 scheduler.reschedule_job(job_id, trigger="interval", seconds=every.total_seconds())
         log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
         self.notifier.ready("reloaded")
+
+
+def _explained(exc: BaseException) -> LtaError | None:
+    """The `LtaError` that explains `exc`: itself, or the first of an exception group (a
+    pass's task groups wrap what a reader raises) whose every leaf is one; None for a bug."""
+    if isinstance(exc, LtaError):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    leaves = [_explained(inner) for inner in exc.exceptions]
+    if any(leaf is None for leaf in leaves):
+        return None
+    return leaves[0]
 
 
 async def serve(
