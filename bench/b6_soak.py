@@ -408,10 +408,10 @@ class Soak:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def group(self, index: int) -> list[str]:
-        """The `index`th group of `touched` users, none in two groups (the last users)."""
+        """The `index`th group of `touched` users, none in two groups: the first users, so
+        the first read and due again first (at the full size a cycle outlasts the soak)."""
         n = self.plan.touched
-        end = len(self.users) - index * n
-        return self.users[end - n : end]
+        return self.users[index * n : (index + 1) * n]
 
     def background(self, target: Callable[[], None]) -> None:
         """Run a step on a thread of its own (CLI commands take seconds each)."""
