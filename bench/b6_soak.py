@@ -831,7 +831,7 @@ def check_reload(fleet: Fleet, final: dict[str, dict[str, Any]], plan: SoakPlan)
     now = datetime.now(UTC)
     horizon = timedelta(seconds=plan.new_interval_s + plan.lease_s)
     late = [
-        user
+        {"user": user, "due_in_s": round((_aware(row["next_due_at"]) - now).total_seconds(), 1)}
         for user, row in final.items()
         if row["state"] == "active"
         and row["consecutive_failures"] == 0
