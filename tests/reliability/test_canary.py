@@ -31,13 +31,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+from bench.faultproxy import FaultProxy
 
 from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment._pkce import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
 
-from .faultproxy import FaultProxy
 from .harness import REDIRECT, Deployment, make_deployment, reads_seen, seed, wait_for
 
 WINDOW = 8

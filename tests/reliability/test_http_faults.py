@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench.faultproxy import FaultProxy
 
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
 
-from .faultproxy import FaultProxy
 from .harness import Deployment, Output, inspect, make_deployment, reads_seen, seed, violations
 
 USERS = 24

@@ -14,7 +14,7 @@ import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from structlog.testing import capture_logs
 
-from lta_worker.errors import ConfigError
+from lta_worker.errors import ConfigError, StorageError
 from lta_worker.worker._serve import Service
 
 pytestmark = pytest.mark.anyio
@@ -76,16 +76,34 @@ def service(run_pass: Any) -> tuple[Service, StandInWorker, RecordingNotifier]:
 
 
 @pytest.mark.parametrize(
-    ("error", "exit_code", "traceback"),
-    [(RuntimeError("a bug"), 1, True), (ConfigError("broken", key="poll.tick"), 78, False)],
+    ("error", "name", "exit_code", "traceback"),
+    [
+        (RuntimeError("a bug"), "RuntimeError", 1, True),
+        (ConfigError("broken", key="poll.tick"), "ConfigError", 78, False),
+        # The database went away under a reader: the pass's task groups wrap the error.
+        (
+            ExceptionGroup("pass", [ExceptionGroup("readers", [StorageError("gone")])]),
+            "StorageError",
+            75,
+            False,
+        ),
+        (
+            ExceptionGroup("pass", [StorageError("gone"), RuntimeError("a bug")]),
+            "ExceptionGroup",
+            1,
+            True,
+        ),
+    ],
 )
 async def test_a_failing_pass_is_an_error_event_and_the_service_goes_on(
-    error: Exception, exit_code: int, traceback: bool
+    error: Exception, name: str, exit_code: int, traceback: bool
 ) -> None:
     """A pass that raises is logged as `error` (job, class, message, exit code; a traceback
     only for a bug), systemd's status says so, and the next job can run: a configuration
     error other than an unknown key id (a database file that cannot be opened, which is also
-    what a machine out of descriptors says) does not stop the service."""
+    what a machine out of descriptors says) does not stop the service. An error the pass's
+    task groups wrap is logged as itself (a lost database is no bug), unless a bug is in the
+    group too."""
 
     async def run_pass() -> Any:
         raise error
@@ -94,11 +112,7 @@ async def test_a_failing_pass_is_an_error_event_and_the_service_goes_on(
     with capture_logs() as logs:
         await svc._pass_job()
     (event,) = [e for e in logs if e["event"] == "error"]
-    assert (event["job"], event["error"], event["exit_code"]) == (
-        "pass",
-        type(error).__name__,
-        exit_code,
-    )
+    assert (event["job"], event["error"], event["exit_code"]) == ("pass", name, exit_code)
     assert ("exc_info" in event) is traceback
     assert notifier.sent == [("status", "last pass failed; see the log")]
     assert svc.passes == 0

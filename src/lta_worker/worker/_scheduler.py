@@ -95,15 +95,18 @@ class Guard:
         self.running += 1
         try:
             yield
-        except LtaError as exc:
-            log.error(
-                "error",
-                job=name,
-                error=type(exc).__name__,
-                message=str(exc),
-                exit_code=exc.exit_code,
-            )
-        except Exception as exc:  # a bug: logged with its traceback, the service goes on
+        except Exception as exc:
+            known = _explained(exc)
+            if known is not None:
+                log.error(
+                    "error",
+                    job=name,
+                    error=type(known).__name__,
+                    message=str(known),
+                    exit_code=known.exit_code,
+                )
+                return
+            # A bug: logged with its traceback, the service goes on.
             log.error(
                 "error",
                 job=name,
@@ -116,6 +119,19 @@ class Guard:
             self.running -= 1
             if self.running == 0:
                 self.idle.set()
+
+
+def _explained(exc: BaseException) -> LtaError | None:
+    """The `LtaError` that explains `exc`: itself, or the first of an exception group (a
+    pass's task groups wrap what a reader raises) whose every leaf is one; None for a bug."""
+    if isinstance(exc, LtaError):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    leaves = [_explained(inner) for inner in exc.exceptions]
+    if any(leaf is None for leaf in leaves):
+        return None
+    return leaves[0]
 
 
 def _quiet_scheduler_logs() -> None:
