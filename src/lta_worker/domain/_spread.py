@@ -140,20 +140,25 @@ def from_buckets(
 
 def class_intervals(
     rates: Iterable[tuple[float, float, float]], plan: SchedulePlan, cfg: FreshnessConfig
-) -> list[tuple[str, float, float]]:
-    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds).
+) -> list[tuple[str, float, float, float | None]]:
+    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds,
+    expected delay in seconds).
 
     `rates` as `bucket_rates` gives them; the interval is the steady one the plan gives
-    (`interval_for`), averaged over the class's users. Classes without users are left out.
+    (`interval_for`), averaged over the class's users; the expected delay is
+    `expected_delay` over the class's users (None when the class is not expected to
+    change). Classes without users are left out.
     """
     users: dict[str, float] = {}
     seconds: dict[str, float] = {}
+    members: dict[str, list[tuple[float, float, float]]] = {}
     for rate, mean, weight in rates:
         name = rate_class(mean * 24 * HOUR)
         users[name] = users.get(name, 0.0) + weight
         seconds[name] = seconds.get(name, 0.0) + weight * interval_for(rate, plan, cfg)
+        members.setdefault(name, []).append((rate, mean, weight))
     return [
-        (name, users[name], seconds[name] / users[name])
+        (name, users[name], seconds[name] / users[name], expected_delay(members[name], plan, cfg))
         for name, _ in RATE_CLASSES
         if users.get(name)
     ]

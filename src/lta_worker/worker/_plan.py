@@ -50,7 +50,9 @@ def budget_for_active(store: Store, settings: Settings) -> float:
 
 def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
     """What `status` shows of the schedule: the mode and, per class of active user, how
-    many and the interval the current plan gives them (plus the parked re-check)."""
+    many, the interval the current plan gives them and the mean delay it expects from a
+    change to its arrival (plus the parked re-check, which expects none), and the mean
+    expected delay over every active user."""
     poll = settings.poll
     policy = PolicyConfig.from_settings(poll)
     rates = from_buckets(store.rate_buckets())
@@ -58,15 +60,29 @@ def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
         budget = budget_for_active(store, settings)
         plan = plan_scale(rates, budget, policy.freshness)
         classes = [
-            {"class": name, "users": int(users), "interval_s": round(seconds)}
-            for name, users, seconds in class_intervals(rates, plan, policy.freshness)
+            {
+                "class": name,
+                "users": int(users),
+                "interval_s": round(seconds),
+                "expected_delay_s": None if delay is None else round(delay),
+            }
+            for name, users, seconds, delay in class_intervals(rates, plan, policy.freshness)
         ]
+        mean_delay = expected_delay(rates, plan, policy.freshness)
     else:
         budget, plan = None, SchedulePlan()
         active = int(sum(weight for _, _, weight in rates))
+        every = round(poll.interval.total_seconds())
+        # Fixed: a change waits half the interval on average.
         classes = [
-            {"class": "active", "users": active, "interval_s": round(poll.interval.total_seconds())}
+            {
+                "class": "active",
+                "users": active,
+                "interval_s": every,
+                "expected_delay_s": round(every / 2),
+            }
         ]
+        mean_delay = every / 2 if active else None
     counts = store.count_by_state()
     rechecked = sum(counts.get(s, 0) for s in ("parked", "unlinked"))
     classes.append(
@@ -74,6 +90,7 @@ def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
             "class": "parked",
             "users": rechecked,
             "interval_s": round(poll.parked_interval.total_seconds()),
+            "expected_delay_s": None,  # re-checked for access, not read for changes
         }
     )
     return {
@@ -81,6 +98,7 @@ def schedule_summary(store: Store, settings: Settings) -> dict[str, Any]:
         "stats": policy.stats,
         "budget_per_hour": None if budget is None else round(budget, 1),
         "max_interval_s": round(poll.max_interval.total_seconds()),
+        "expected_delay_s": None if mean_delay is None else round(mean_delay),
         "classes": classes,
     }
 
