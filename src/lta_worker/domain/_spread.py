@@ -13,7 +13,14 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from lta_worker.domain._estimate import BINS, EXPONENT, HOUR, MAX_RATE, ChangeEstimate
+from lta_worker.domain._estimate import (
+    BINS,
+    DEFAULT_PRIOR,
+    EXPONENT,
+    HOUR,
+    MAX_RATE,
+    ChangeEstimate,
+)
 from lta_worker.domain._freshness import (
     FreshnessConfig,
     SchedulePlan,
@@ -108,6 +115,31 @@ def day_shape(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
     if mean <= 0:
         return (1.0,) * BINS
     return tuple(max(s / mean, 0.05) for s in sums)
+
+
+# The share of the population's prior kept from `DEFAULT_PRIOR`, so that no rate of the
+# grid is ever ruled out for a new user or one starting over.
+PRIOR_FLOOR: Final = 0.1
+
+
+def population_prior(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
+    """The prior over `_estimate.GRID` learned from the users (empirical Bayes): the mean
+    of their beliefs (an EM step for the mixing weights of the population's rates; each
+    plan takes one more), with `PRIOR_FLOOR` of the default prior mixed in."""
+    sums = [0.0] * len(DEFAULT_PRIOR)
+    count = 0
+    for est in estimates:
+        if est.belief is None:
+            continue
+        count += 1
+        for k, b in enumerate(est.belief):
+            sums[k] += b
+    if not count:
+        return DEFAULT_PRIOR
+    return tuple(
+        (1 - PRIOR_FLOOR) * s / count + PRIOR_FLOOR * d
+        for s, d in zip(sums, DEFAULT_PRIOR, strict=True)
+    )
 
 
 def rate_class(per_day: float) -> str:
