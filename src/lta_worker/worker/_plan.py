@@ -3,8 +3,9 @@
 Read once before each pass (`poll.schedule = "adaptive"` only): the budget the service
 last reported (less `ratelimit.reserve`; the configured fallback rate before any), less
 the re-checks of parked, unlinked and rejected users, is shared by the active users with
-`domain.plan_scale` over their stored rate buckets, and the day's shape from a sample of
-their estimates. Everything else is pure, in `domain`.
+`domain.plan_scale` over their stored rate buckets, and the day's shape and the
+population's prior of the change rate (`domain.population_prior`) from a sample of their
+estimates. Everything else is pure, in `domain`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from lta_worker.domain import (
     from_buckets,
     plan_capacity,
     plan_scale,
+    population_prior,
 )
 
 if TYPE_CHECKING:
@@ -129,9 +131,11 @@ def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> Sch
     budget = budget_for_active(store, settings)
     rates = from_buckets(store.rate_buckets())
     plan = plan_scale(rates, budget, policy.freshness)
+    sample = store.sample_estimates()
     return SchedulePlan(
         plan.scale,
         plan.budget_per_hour,
-        day_shape(store.sample_estimates()),
+        day_shape(sample),
         expected_delay(rates, plan, policy.freshness),
+        population_prior(sample),
     )
