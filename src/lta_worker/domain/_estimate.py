@@ -8,7 +8,7 @@ changes and of time observed per slice of the day in UTC (an EM step for interva
 Poisson changes: a changed read over an interval counts Lambda / (1 - exp(-Lambda))
 expected changes, Lambda the changes the estimate expected, so at least one), so that a
 user who changes only in its own waking hours, whatever its time zone, is read then. The
-level, the mean rate: a belief over a log grid of rates (`GRID`, 21 numbers), updated by
+level, the mean rate: a belief over a log grid of rates (`GRID`, 41 numbers), updated by
 Bayes' rule with each read's likelihood (1 - exp(-rate span) for a change seen,
 exp(-rate span) for none). Its prior is the population's (`_spread.population_prior`, the
 mean of the users' beliefs: empirical Bayes), so a busy user whose every read sees a
@@ -44,7 +44,7 @@ EXPONENT: Final = 0.5
 # read saw a change).
 MAX_RATE: Final = 1 / 60.0
 # The level's belief: a probability per rate of a log grid, 0.01 to 1000 changes a day.
-GRID_SIZE: Final = 21
+GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
 
 
