@@ -48,6 +48,7 @@ from lta_worker.domain import (
     decide_turn,
     endpoints_to_call,
     plan_scale,
+    population_prior,
     still_wanted,
 )
 
@@ -100,7 +101,8 @@ def worker(changes: Sequence[Sequence[float]], per_hour: float, end: float, seed
             rates = bucket_rates(r.estimate or ChangeEstimate() for r in rows)
             plan = plan_scale(rates, per_hour, POLICY.freshness)
             shape = day_shape(r.estimate or ChangeEstimate() for r in rows)
-            cfg = replace(POLICY, plan=replace(plan, shape=shape))
+            prior = population_prior(r.estimate for r in rows if r.estimate)
+            cfg = replace(POLICY, plan=replace(plan, shape=shape, prior=prior))
             planned_at = t
         if not due or due[0][0] > t:
             nxt = due[0][0] if due else end

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import DROP_START, ChangeEstimate
+from lta_worker.domain._estimate import GRID, GRID_SIZE
 from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
@@ -270,7 +271,8 @@ def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
     with a denial and an estimate stored too."""
     row = enroll(store, vault, "a", due=T0 - MINUTE)
     denied = {"stats": T0 + 2 * HOUR}
-    estimate = ChangeEstimate(content="h1", seen_at=T0, quiet=60.0, level=0.5)
+    belief = tuple(float(k == 20) for k in range(GRID_SIZE))
+    estimate = ChangeEstimate(content="h1", seen_at=T0, level=GRID[20], belief=belief)
     changes = {"denied": denied, "last_code": "x", "estimate": estimate, "generation": None}
     store.apply([turn(row, next_due_at=T0 - MINUTE, **changes)])
     claimed = claim_one(store)

@@ -134,4 +134,5 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     assert for_active(capacity) == pytest.approx(20 - 6 / 24)
     summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
     assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
-    assert summary["classes"][-1] == {"class": "parked", "users": 6, "interval_s": 86400}
+    parked = {"class": "parked", "users": 6, "interval_s": 86400, "expected_delay_s": None}
+    assert summary["classes"][-1] == parked

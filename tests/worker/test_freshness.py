@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 from lta_worker.config import PollSettings
 from lta_worker.domain._estimate import (
     BINS,
+    DEFAULT_PRIOR,
+    GRID,
+    GRID_SIZE,
     MAX_RATE,
-    SPANS,
     ChangeEstimate,
     content_hash,
     observe,
-    solve_level,
+    update_belief,
 )
 from lta_worker.domain._freshness import (
     CAP_SHARE,
@@ -43,6 +45,7 @@ from lta_worker.domain._spread import (
     day_shape,
     expected_delay,
     plan_scale,
+    population_prior,
     rate_class,
     reads_per_hour,
 )
@@ -68,9 +71,13 @@ estimates = st.builds(
     content=st.one_of(st.none(), st.sampled_from(["a", "b"])),
     seen_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
     stats_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
-    quiet=st.floats(min_value=0.0, max_value=1e8),
-    moved=st.tuples(*[small] * SPANS),
-    level=st.one_of(st.none(), st.floats(min_value=1e-12, max_value=MAX_RATE)),
+    belief=st.one_of(st.none(), st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE)).map(
+        lambda b: None if b is None or sum(b) <= 0 else tuple(x / sum(b) for x in b)
+    ),
+).map(
+    lambda e: replace(
+        e, level=None if e.belief is None else sum(map(float.__mul__, e.belief, GRID))
+    )
 )
 configs = st.builds(
     lambda low, extra, sched, stats, age: replace(
@@ -136,22 +143,102 @@ def test_a_changed_read_never_estimates_less_than_an_unchanged_one(
     assert sum(moved.changes) >= sum(same.changes) + 1 - 1e-9
 
 
-spans = st.lists(st.floats(min_value=0.0, max_value=200.0), min_size=SPANS, max_size=SPANS)
-quiet_seconds = st.floats(min_value=0.0, max_value=1e8)
+beliefs = st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE).filter(lambda b: sum(b) > 1e-6)
 
 
-@given(moved=spans, quiet=quiet_seconds, step=st.integers(0, SPANS - 1), extra=st.floats(0, 1e6))
-def test_the_level_rises_with_changed_reads_and_falls_with_quiet_ones(
-    moved: list[float], quiet: float, step: int, extra: float
+@given(
+    belief=st.one_of(st.none(), beliefs),
+    moved=st.booleans(),
+    span=st.floats(0.0, 1e7),
+    seconds=st.floats(0.0, 1e7),
+)
+def test_a_belief_stays_a_distribution_over_the_grid(
+    belief: tuple[float, ...] | None, moved: bool, span: float, seconds: float
 ) -> None:
-    """The level is a rate in (0, MAX_RATE]; one more read that saw a change never lowers
-    it, more time without a change never raises it (up to the solver's precision)."""
-    level = solve_level(moved, quiet)
-    assert 0 < level <= MAX_RATE
-    more = list(moved)
-    more[step] += 1
-    assert solve_level(more, quiet) >= level * 0.999
-    assert solve_level(moved, quiet + extra) <= level * 1.001
+    """After any read the belief is GRID_SIZE probabilities summing to one, and the level
+    (its mean) a rate within the grid."""
+    if belief is not None:
+        belief = tuple(b / sum(belief) for b in belief)
+    after = update_belief(
+        belief, moved, span=span, seconds=seconds, cfg=ADAPTIVE, prior=DEFAULT_PRIOR
+    )
+    assert len(after) == GRID_SIZE
+    assert all(b >= 0 for b in after)
+    assert sum(after) == pytest.approx(1.0)
+    level = sum(b * g for b, g in zip(after, GRID, strict=True))
+    assert GRID[0] * 0.999 <= level <= GRID[-1] * 1.001
+
+
+@given(belief=beliefs, span=st.floats(1.0, 1e6), seconds=st.floats(0.0, 1e7))
+def test_a_change_seen_never_believes_a_lower_rate_than_none_seen(
+    belief: tuple[float, ...], span: float, seconds: float
+) -> None:
+    """From the same belief, a read that saw a change gives a level at least that of one
+    over the same interval that saw none."""
+    belief = tuple(b / sum(belief) for b in belief)
+    mean = {
+        moved: sum(
+            b * g
+            for b, g in zip(
+                update_belief(
+                    belief, moved, span=span, seconds=seconds, cfg=ADAPTIVE, prior=DEFAULT_PRIOR
+                ),
+                GRID,
+                strict=True,
+            )
+        )
+        for moved in (True, False)
+    }
+    assert mean[True] >= mean[False] * (1 - 1e-9)
+
+
+def test_the_population_prior_is_the_mean_belief_with_a_floor_of_the_default() -> None:
+    """The population's prior is a distribution over the grid that follows its users: a
+    population of busy users gives a prior whose mean is far above the default's, and no
+    rate of the grid is ruled out."""
+    t, busy = NOW, ChangeEstimate()
+    for n in range(40):
+        t += 2 * HOUR
+        busy = observe(busy, str(n), t, ADAPTIVE)
+    prior = population_prior([busy] * 10 + [ChangeEstimate()])
+    assert sum(prior) == pytest.approx(1.0)
+    assert all(p > 0 for p in prior)
+
+    def mean(weights: tuple[float, ...]) -> float:
+        return sum(w * g for w, g in zip(weights, GRID, strict=True))
+
+    assert mean(prior) > 5 * mean(DEFAULT_PRIOR)
+    assert population_prior([]) == DEFAULT_PRIOR
+
+
+def test_a_busy_user_is_believed_as_busy_as_the_population_says() -> None:
+    """With the population's prior, reads every 2 h of a user changing 30 times a day in
+    16 waking hours (nearly every read sees a change) estimate it within a third of its
+    rate: a fixed prior of one change a day held such users at a third to a half."""
+    rng = random.Random(7)
+    t, est, version, prior = NOW, ChangeEstimate(), 0, None
+    for step in range(7 * 12):
+        t += 2 * HOUR
+        awake = 7 <= t.hour < 23
+        version += sum(1 for _ in range(240) if awake and rng.random() < 30 / 16 * 2 / 240)
+        est = observe(est, str(version), t, ADAPTIVE, prior)
+        if step % 12 == 0:
+            prior = population_prior([est] * 3)
+    assert 20 < est.per_day() < 40
+
+
+def test_a_user_who_wakes_after_days_idle_is_relearned_within_a_day() -> None:
+    """A user idle for ten days, read every 20 h, then changing 4 times an hour: within a
+    day of reads every 2 h its estimate is above 10 changes a day."""
+    t, est = NOW, ChangeEstimate()
+    for _ in range(12):
+        t += 20 * HOUR
+        est = observe(est, "same", t, ADAPTIVE)
+    assert est.per_day() < 0.5
+    for n in range(12):
+        t += 2 * HOUR
+        est = observe(est, str(n), t, ADAPTIVE)
+    assert est.per_day() > 10
 
 
 def test_a_busy_user_seen_changed_at_every_read_is_estimated_above_the_em_step_alone() -> None:
@@ -169,15 +256,33 @@ def test_a_busy_user_seen_changed_at_every_read_is_estimated_above_the_em_step_a
 
 
 def test_an_estimate_stored_before_the_level_keeps_its_rate() -> None:
-    """An estimate stored without a level (an older version) reads back at the mean rate of
-    its counts (with the prior, about 22 a day here), and its next read folds into that."""
+    """An estimate stored without a level (an older version) reads back near the mean rate
+    of its counts (about 22 a day here), and its next read folds into that."""
     raw = {"c": [10.0] * BINS, "o": [36000.0] * BINS, "h": "a", "s": NOW.isoformat(), "t": None}
     est = ChangeEstimate.from_json(raw)
     assert est is not None and est.level is not None
-    assert est.per_day() == pytest.approx(sum(est.shape_rates()) / BINS * 86400, rel=0.01)
-    assert est.per_day() == pytest.approx(21.9, rel=0.01)
+    assert est.per_day() == pytest.approx(sum(est.shape_rates()) / BINS * 86400, rel=0.1)
     after = observe(est, "b", NOW + HOUR, ADAPTIVE)
-    assert 20.0 < after.per_day() < 30.0
+    assert 18.0 < after.per_day() < 30.0
+
+
+def test_an_estimate_stored_with_the_level_keeps_its_rate() -> None:
+    """An estimate stored by the version before the belief (the level and its evidence: 30
+    reads of an hour that saw a change, 20 h of reads that saw none) reads back with a
+    belief that says what those reads said: about 1.2 changes an hour."""
+    raw = {
+        "c": [1.0] * BINS,
+        "o": [3600.0] * BINS,
+        "h": "a",
+        "s": NOW.isoformat(),
+        "t": None,
+        "q": 72000.0,
+        "m": {"12": 30.0},  # 60 s x 2^6 = 3840 s
+        "l": 3e-4,
+    }
+    est = ChangeEstimate.from_json(raw)
+    assert est is not None and est.belief is not None
+    assert 15 < est.per_day() < 45
 
 
 @given(est=estimates)
@@ -190,10 +295,10 @@ def test_the_stored_form_round_trips(est: ChangeEstimate) -> None:
     assert back.stats_at == est.stats_at
     assert back.changes == pytest.approx(est.changes, abs=1e-4)
     assert back.observed == pytest.approx(est.observed, abs=0.1)
-    if est.level is not None:  # without one it is rebuilt from the counts (see below)
-        assert back.level == est.level
-        assert back.quiet == pytest.approx(est.quiet, abs=0.1)
-        assert back.moved == pytest.approx(est.moved, abs=1e-4)
+    if est.belief is not None:  # without one it is rebuilt from the counts (see below)
+        assert back.belief == pytest.approx(est.belief, rel=1e-3, abs=1e-12)
+        assert back.level == pytest.approx(est.level, rel=1e-3)
+        assert len(est.to_json()["b"]) == GRID_SIZE  # small and bounded
 
 
 @pytest.mark.parametrize("raw", [None, {}, {"c": [1.0], "o": [1.0]}, {"c": "x"}, []])
@@ -452,6 +557,22 @@ def test_decide_turn_folds_the_read_into_the_estimate_and_schedules_within_bound
     assert NOW + POLICY.interval <= update.next_due_at <= NOW + POLICY.max_interval
 
 
+def test_decide_turn_learns_with_the_plans_prior() -> None:
+    """The turn's read folds into the estimate with the population's prior the plan
+    carries: the same read of a new user under a prior of busy users is believed busier."""
+    user = _user(ChangeEstimate(content=content_hash("ok", b"{}"), seen_at=NOW))
+    busy = tuple(1.0 if k == GRID_SIZE - 8 else 0.0 for k in range(GRID_SIZE))
+    later = NOW + 6 * HOUR
+    results = [("latest-change", Outcome("ok", 200, {"changed_at": "x"}))]
+    levels = []
+    for prior in (None, busy):
+        cfg = replace(POLICY, plan=SchedulePlan(scale=100.0, prior=prior))
+        update = decide_turn(user, results, later, cfg, random.Random(1))  # type: ignore[arg-type]
+        assert update.estimate is not None and update.estimate.level is not None
+        levels.append(update.estimate.level)
+    assert levels[1] > 10 * levels[0]
+
+
 def test_the_fixed_schedule_keeps_the_interval() -> None:
     """Under the default `fixed` schedule a read user is due at now + interval, class
     `interval`, as before the freshness schedule."""
@@ -506,12 +627,16 @@ class FakeStore:
         return [(ChangeEstimate().buckets(), 100.0)]
 
     def sample_estimates(self) -> list[ChangeEstimate]:
-        return [ChangeEstimate()]
+        busy = ChangeEstimate()
+        for n in range(20):
+            busy = observe(busy, str(n), NOW + n * HOUR, ADAPTIVE)
+        return [ChangeEstimate(), busy]
 
 
 def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
-    """Under `adaptive` the plan comes from the stored buckets and the fallback budget, is
-    reused for `REPLAN`, then made again; under `fixed` the store is not read at all."""
+    """Under `adaptive` the plan comes from the stored buckets and the fallback budget (and
+    the population's prior from the sample of estimates), is reused for `REPLAN`, then made
+    again; under `fixed` the store is not read at all."""
     from lta_worker.config import build_settings
     from lta_worker.worker._plan import REPLAN, PlanCache
 
@@ -533,5 +658,7 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     assert store.scans == 2
     assert plan.expected_delay_s is not None
     assert plan.expected_delay_s > ADAPTIVE.interval.total_seconds() / 2
+    assert plan.prior == population_prior(store.sample_estimates())
+    assert plan.prior != DEFAULT_PRIOR
     fixed = PollSettings().policy()
     assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]

@@ -68,9 +68,14 @@ def render_table(data: dict[str, Any]) -> str:
     lines.append(f"schedule: {sched['mode']}, stats {sched['stats']}")
     lines += [
         f"  {c['class']:<10} {c['users']:>8}  every "
-        f"{format_duration(timedelta(seconds=c['interval_s']))}"
+        f"{format_duration(timedelta(seconds=c['interval_s']))}" + _delay(c["expected_delay_s"])
         for c in sched["classes"]
     ]
+    if sched["expected_delay_s"] is not None:
+        lines.append(
+            "  a change arrives after "
+            f"{format_duration(timedelta(seconds=sched['expected_delay_s']))} on average (expected)"
+        )
     hooks = data["webhooks"]
     lines.append("webhooks" + ("" if hooks["enabled"] else " (off: no webhook.url)"))
     lines.append(f"  {hooks['backlog']} waiting, {hooks['dead_letter']} dead-lettered")
@@ -102,3 +107,12 @@ def status(app: App, fmt: str, check: bool) -> None:
     click.echo(json.dumps(data, indent=2) if fmt == "json" else render_table(data))
     if check and not data["healthy"]:
         sys.exit(EX_UNHEALTHY)
+
+
+def _delay(seconds: float | None) -> str:
+    """A class's expected delay from a change to its arrival, or nothing when none is."""
+    from lta_worker.config import format_duration
+
+    if seconds is None:
+        return ""
+    return f", expected delay {format_duration(timedelta(seconds=seconds))}"

@@ -118,6 +118,7 @@ if TYPE_CHECKING:
         expected_delay,
         from_buckets,
         plan_scale,
+        population_prior,
         rate_class,
     )
 
@@ -170,6 +171,7 @@ _NAMES = {
     "class_intervals": "._spread",
     "day_shape": "._spread",
     "expected_delay": "._spread",
+    "population_prior": "._spread",
     "from_buckets": "._spread",
     "interval_for": "._freshness",
     "plan_scale": "._spread",
@@ -301,6 +303,7 @@ __all__ = [
     "parse_duration",
     "plan_capacity",
     "plan_scale",
+    "population_prior",
     "rate_class",
     "read_again",
     "still_wanted",

@@ -8,10 +8,14 @@ changes and of time observed per slice of the day in UTC (an EM step for interva
 Poisson changes: a changed read over an interval counts Lambda / (1 - exp(-Lambda))
 expected changes, Lambda the changes the estimate expected, so at least one), so that a
 user who changes only in its own waking hours, whatever its time zone, is read then. The
-level: the most probable mean rate given which reads saw a change and how long each was
-(`solve_level`), which the EM step alone approaches only slowly for a busy user whose
-every read sees a change. Old observations fade with `rate_half_life`, so a user who
-turns idle, or busy, is followed within days.
+level, the mean rate: a belief over a log grid of rates (`GRID`, 41 numbers), updated by
+Bayes' rule with each read's likelihood (1 - exp(-rate span) for a change seen,
+exp(-rate span) for none). Its prior is the population's (`_spread.population_prior`, the
+mean of the users' beliefs: empirical Bayes), so a busy user whose every read sees a
+change is pulled towards the rates the population has, not to a fixed one change a day. A user may start over at any time (`update_belief`: a hidden Markov model that
+returns to the population's prior at the pace of `rate_half_life`), so a user who wakes
+after days idle, or turns busy or quiet, is relearned within a read or two of the change:
+its old reads weigh only as long as they keep explaining the new ones.
 """
 
 from __future__ import annotations
@@ -29,10 +33,8 @@ if TYPE_CHECKING:
 HOUR: Final = 3600.0
 BINS: Final = 6
 BIN_SECONDS: Final = 24 * HOUR / BINS
-# The prior: as if a quarter change had been seen over six hours (one a day), so a new
-# user is read like an ordinary one until its own reads say otherwise. Its weight is fixed:
-# the user's own evidence grows past it within days (only that evidence fades, with
-# `rate_half_life`); a prior that fades as well measured no better (bench/README.md, B5).
+# The day's shape's prior: as if a quarter change had been seen over six hours (one a day)
+# in every slice, so that a slice without reads keeps the mean's share.
 PRIOR_CHANGES: Final = 0.25
 PRIOR_SECONDS: Final = 6 * HOUR
 # Reads go as rate**EXPONENT: 1/2 is the square-root rule (B5: 0.6 and 0.7 do worse).
@@ -40,10 +42,19 @@ EXPONENT: Final = 0.5
 # No rate above one change a minute is believed (keeps the EM step finite when every
 # read saw a change).
 MAX_RATE: Final = 1 / 60.0
-# The level's evidence: reads that saw a change, counted by how much they covered (in
-# seconds at the user's mean rate), on a log scale of two steps an octave from a minute.
-SPANS: Final = 32
-SPAN_BASE: Final = 60.0
+# The level's belief: a probability per rate of a log grid, 0.01 to 1000 changes a day.
+GRID_SIZE: Final = 41
+GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
+
+
+def _default_prior() -> tuple[float, ...]:
+    """Before the population says otherwise: log-normal about one change a day, wide."""
+    weights = [math.exp(-0.5 * (math.log(g * 86400) / 2.0) ** 2) for g in GRID]
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+DEFAULT_PRIOR: Final = _default_prior()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +70,10 @@ class ChangeEstimate:
         content: The content hash of the last latest-change answer (None: never read).
         seen_at: When that answer was read.
         stats_at: When stats was last read successfully.
-        quiet: Decayed seconds (at the mean rate) of the reads that saw no change.
-        moved: Decayed reads that saw a change, per step of their length (`span_index`).
-        level: The estimated mean rate (`solve_level`); None before any interval was read.
+        level: The estimated mean rate, the mean of `belief`; None before any interval was
+            read.
+        belief: The probability of each rate of `GRID` being the user's (`update_belief`);
+            None before any interval was read (then the population's prior).
     """
 
     changes: tuple[float, ...] = (0.0,) * BINS
@@ -69,9 +81,8 @@ class ChangeEstimate:
     content: str | None = None
     seen_at: datetime | None = None
     stats_at: datetime | None = None
-    quiet: float = 0.0
-    moved: tuple[float, ...] = (0.0,) * SPANS
     level: float | None = None
+    belief: tuple[float, ...] | None = None
 
     def rates(self) -> tuple[float, ...]:
         """Estimated changes per second in each slice of the day (the prior until reads say
@@ -106,9 +117,8 @@ class ChangeEstimate:
             "h": self.content,
             "s": self.seen_at.isoformat() if self.seen_at else None,
             "t": self.stats_at.isoformat() if self.stats_at else None,
-            "q": round(self.quiet, 1),
-            "m": {str(k): round(m, 4) for k, m in enumerate(self.moved) if m >= 5e-5},
             "l": self.level,
+            "b": None if self.belief is None else [float(f"{b:.4g}") for b in self.belief],
         }
 
     @classmethod
@@ -119,24 +129,16 @@ class ChangeEstimate:
             observed = tuple(float(o) for o in raw["o"])
             if len(changes) != BINS or len(observed) != BINS:
                 return None
-            quiet, level = float(raw.get("q") or 0.0), raw.get("l")
-            steps = {int(k): float(m) for k, m in (raw.get("m") or {}).items()}
-            moved = tuple(steps.get(k, 0.0) for k in range(SPANS))
-            if level is None or not all(0 <= k < SPANS for k in steps):
-                # Stored before the level: its evidence starts from the counts, as if
-                # each change had been seen alone (the level then equals their mean).
-                moved = (sum(changes),) + (0.0,) * (SPANS - 1)
-                quiet = sum(observed)
-                level = solve_level(moved, quiet) if quiet > 0 else None
+            belief = _stored_belief(raw, changes, observed)
+            level = None if belief is None else _mean(belief)
             return cls(
+                belief=belief,
                 changes=changes,
                 observed=observed,
                 content=str(raw["h"]) if raw.get("h") is not None else None,
                 seen_at=_stamp(raw.get("s")),
                 stats_at=_stamp(raw.get("t")),
-                quiet=quiet,
-                moved=moved,
-                level=None if level is None else float(level),
+                level=level,
             )
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
@@ -157,6 +159,45 @@ class ChangeEstimate:
 def content_hash(status: str, content: bytes) -> str:
     """A short hash of an answer's content: its status and the payload's canonical JSON."""
     return hashlib.sha256(status.encode() + b":" + content).hexdigest()[:32]
+
+
+def _mean(belief: Sequence[float]) -> float:
+    """The mean rate a belief over `GRID` gives."""
+    return sum(b * g for b, g in zip(belief, GRID, strict=True))
+
+
+def _stored_belief(
+    raw: Any, changes: Sequence[float], observed: Sequence[float]
+) -> tuple[float, ...] | None:
+    """The belief as stored (`b`); from an older version's evidence when there is none.
+
+    Before the belief, the level's evidence was `m` (reads that saw a change, by the step
+    of their length: 60 s x 2^(k/2)) and `q` (seconds of reads that saw none); before the
+    level, only the counts per slice. Either is the likelihood of the same reads, here
+    folded into the default prior: an upgrade keeps what every user's reads said.
+    """
+    stored = raw.get("b")
+    if stored is not None:
+        belief = tuple(float(b) for b in stored)
+        if len(belief) != GRID_SIZE or any(not b >= 0 for b in belief) or sum(belief) <= 0:
+            raise ValueError("belief")
+        return tuple(b / sum(belief) for b in belief)
+    if raw.get("l") is not None:
+        moved = {60.0 * 2 ** (int(k) / 2): float(m) for k, m in (raw.get("m") or {}).items()}
+        quiet = float(raw.get("q") or 0.0)
+    else:
+        moved, quiet = {60.0: sum(changes)}, sum(observed)
+    if quiet <= 0 and not any(moved.values()):
+        return None
+    logs = [
+        math.log(p)
+        - g * quiet
+        + sum(m * math.log(-math.expm1(-g * t)) for t, m in moved.items() if m > 0)
+        for p, g in zip(DEFAULT_PRIOR, GRID, strict=True)
+    ]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    return tuple(w / sum(weights) for w in weights)
 
 
 def _stamp(value: Any) -> datetime | None:
@@ -181,7 +222,11 @@ def slices(start: datetime, seconds: float) -> list[tuple[int, float]]:
 
 
 def observe(
-    est: ChangeEstimate, content: str, now: datetime, cfg: FreshnessConfig
+    est: ChangeEstimate,
+    content: str,
+    now: datetime,
+    cfg: FreshnessConfig,
+    prior: Sequence[float] | None = None,
 ) -> ChangeEstimate:
     """Fold one latest-change read (its content hash) into the estimate.
 
@@ -189,11 +234,12 @@ def observe(
     shared out over the slices of the day it covered; a change seen counts lambda / (1 -
     exp(-lambda)) expected changes (lambda: the changes the shape expected, so at least
     one), shared over the slices in proportion to what each expected. The level (`level`,
-    changes per second over the day): the maximum a posteriori rate of Poisson changes
-    seen only as "changed or not" over each read's interval (`solve_level`), the interval
-    measured at the shape's mean rate. The EM step alone learns a busy user's rate slowly:
-    when almost every read sees a change, each adds barely more than the estimate already
-    expected; the level counts the reads that saw none, which say how busy it really is.
+    changes per second over the day): the mean of the belief over `GRID` after the read
+    (`update_belief`, `prior` the population's, `DEFAULT_PRIOR` without one), the
+    interval measured at the shape's mean rate. The EM step alone learns a busy user's
+    rate slowly: when almost every read sees a change, each adds barely more than the
+    estimate already expected; the belief weighs the reads that saw none, which say how
+    busy it really is, and the population, which says how busy users are.
     """
     if est.content is None or est.seen_at is None:
         return replace(est, content=content, seen_at=now)
@@ -203,8 +249,6 @@ def observe(
     decay = 0.5 ** (seconds / cfg.rate_half_life.total_seconds())
     changes = [c * decay for c in est.changes]
     observed = [o * decay for o in est.observed]
-    moved = [m * decay for m in est.moved]
-    quiet = est.quiet * decay
     rates = est.shape_rates()
     mean = sum(rates) / BINS
     parts = slices(est.seen_at, seconds)
@@ -213,81 +257,51 @@ def observe(
     weights = [(index, rates[index] * took) for index, took in parts]
     expected = sum(w for _, w in weights)
     span = expected / mean  # the interval in seconds at the mean rate
-    if content != est.content:
+    moved = content != est.content
+    if moved:
         total = expected / -math.expm1(-expected) if expected > 1e-9 else 1.0
         for index, weight in weights:
             changes[index] += total * weight / expected if expected > 1e-9 else total / len(parts)
-        moved[span_index(span)] += 1.0
-    else:
-        quiet += span
+    belief = update_belief(
+        est.belief, moved, span=span, seconds=seconds, cfg=cfg, prior=prior or DEFAULT_PRIOR
+    )
     return ChangeEstimate(
         changes=tuple(changes),
         observed=tuple(observed),
         content=content,
         seen_at=now,
         stats_at=est.stats_at,
-        quiet=quiet,
-        moved=tuple(moved),
-        level=solve_level(moved, quiet, est.level),
+        level=_mean(belief),
+        belief=belief,
     )
 
 
-def span_index(span: float) -> int:
-    """The log-scale step of a read's interval (seconds at the mean rate) in `moved`."""
-    if span <= SPAN_BASE:
-        return 0
-    return min(round(2 * math.log2(span / SPAN_BASE)), SPANS - 1)
-
-
-def span_seconds(index: int) -> float:
-    """The interval a step of `moved` stands for."""
-    return float(SPAN_BASE * 2 ** (index / 2))
-
-
-SPAN_SECONDS: Final = tuple(span_seconds(k) for k in range(SPANS))
-
-
-def solve_level(moved: Sequence[float], quiet: float, guess: float | None = None) -> float:
-    """The most probable mean rate given the reads: `moved[k]` reads that saw a change over
-    `span_seconds(k)` each, `quiet` seconds of reads that saw none, and the prior (a gamma
-    density peaking at PRIOR_CHANGES over PRIOR_SECONDS, one change a day).
-
-    The root in lambda of sum_k moved_k t_k / (exp(lambda t_k) - 1) + PRIOR_CHANGES /
-    lambda = quiet + PRIOR_SECONDS (Cho and Garcia-Molina's estimator for irregular reads
-    without a modification date, with the prior). The left side is convex and falls as
-    lambda grows: Newton's method from `guess` (the last level), kept within a bracket
-    that bisection narrows when a step leaves it; a few steps per read.
-    """
-    terms = [(m, t) for m, t in zip(moved, SPAN_SECONDS, strict=True) if m > 0]
-    target = quiet + PRIOR_SECONDS
-
-    def excess(rate: float) -> tuple[float, float]:
-        value, slope = PRIOR_CHANGES / rate - target, -PRIOR_CHANGES / rate**2
-        for m, t in terms:
-            if rate * t > 40:  # a read that long says nothing: exp(-40) of a change
-                continue
-            grown = math.expm1(rate * t)
-            value += m * t / grown
-            slope -= m * t * t * (grown + 1) / grown**2
-        return value, slope
-
-    low, high = 1e-12, MAX_RATE
-    if excess(high)[0] >= 0:
-        return high
-    rate = min(max(guess or PRIOR_CHANGES / PRIOR_SECONDS, 2 * low), high / 2)
-    for _ in range(100):
-        value, slope = excess(rate)
-        if value > 0:
-            low = rate
-        else:
-            high = rate
-        step = rate - value / slope
-        if not low < step < high:
-            step = math.sqrt(low * high)
-        if abs(step - rate) <= 1e-4 * rate or high / low < 1.0001:
-            return step
-        rate = step
-    return rate
+def update_belief(
+    belief: Sequence[float] | None,
+    moved: bool,
+    *,
+    span: float,
+    seconds: float,
+    cfg: FreshnessConfig,
+    prior: Sequence[float],
+) -> tuple[float, ...]:
+    """The belief over `GRID` after a read over `span` seconds (at the mean rate) that saw
+    a change or not, `seconds` after the last: a forward step of a hidden Markov model
+    whose user may at any time start over with a rate drawn from `prior` (with
+    probability 1 - 2^(-seconds / rate_half_life)), then Bayes' rule with the read's
+    likelihood, 1 - exp(-rate span) for a change seen, exp(-rate span) for none."""
+    half = cfg.rate_half_life.total_seconds()
+    start = -math.expm1(-seconds * math.log(2) / half)
+    old = prior if belief is None else belief
+    out = []
+    for b, p, g in zip(old, prior, GRID, strict=True):
+        x = g * span
+        like = -math.expm1(-x) if moved else math.exp(-x)
+        out.append(((1 - start) * b + start * p) * like)
+    total = sum(out)
+    if total <= 0:
+        return tuple(prior)
+    return tuple(w / total for w in out)
 
 
 def changed(est: ChangeEstimate | None, content: str) -> bool:

@@ -103,6 +103,9 @@ class SchedulePlan:
     # The mean delay from a change to its arrival this plan expects (`_spread.expected_delay`),
     # in seconds; None without active users, or when no plan was made (`fixed`).
     expected_delay_s: float | None = None
+    # The population's belief over `_estimate.GRID` (`_spread.population_prior`): where a
+    # user's level starts from and what it returns to; None: `_estimate.DEFAULT_PRIOR`.
+    prior: tuple[float, ...] | None = None
 
 
 def wants_stats(
@@ -255,6 +258,7 @@ def fold_turn(
     turn: Iterable[tuple[str, str, bytes]],
     now: datetime,
     cfg: FreshnessConfig,
+    prior: tuple[float, ...] | None = None,
 ) -> ChangeEstimate | None:
     """The estimate after a turn's answers (endpoint, outcome kind, canonical content).
 
@@ -266,7 +270,7 @@ def fold_turn(
         if kind not in ("ok", "none"):
             continue
         if endpoint == "latest-change":
-            out = observe(out or ChangeEstimate(), content_hash(kind, content), now, cfg)
+            out = observe(out or ChangeEstimate(), content_hash(kind, content), now, cfg, prior)
         elif endpoint == "stats":
             out = replace(out or ChangeEstimate(), stats_at=now)
     return out

@@ -325,7 +325,7 @@ def decide_turn(
     worst = max((outcome for _, outcome in turn), key=lambda o: SEVERITY.index(o.kind))
     # What was read feeds the change estimate; an outcome with nothing sent has nothing.
     answers = [(e, o.kind, o.canonical()) for e, o in turn if e is not None]
-    estimate = fold_turn(user.estimate, answers, now, cfg.freshness)
+    estimate = fold_turn(user.estimate, answers, now, cfg.freshness, cfg.plan.prior)
     due = _next_due(user, turn, failures=failures, now=now, cfg=cfg, rng=rng, estimate=estimate)
     return UserUpdate(
         user_id=user.id,

@@ -13,7 +13,14 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from lta_worker.domain._estimate import BINS, EXPONENT, HOUR, MAX_RATE, ChangeEstimate
+from lta_worker.domain._estimate import (
+    BINS,
+    DEFAULT_PRIOR,
+    EXPONENT,
+    HOUR,
+    MAX_RATE,
+    ChangeEstimate,
+)
 from lta_worker.domain._freshness import (
     FreshnessConfig,
     SchedulePlan,
@@ -110,6 +117,31 @@ def day_shape(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
     return tuple(max(s / mean, 0.05) for s in sums)
 
 
+# The share of the population's prior kept from `DEFAULT_PRIOR`, so that no rate of the
+# grid is ever ruled out for a new user or one starting over.
+PRIOR_FLOOR: Final = 0.1
+
+
+def population_prior(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
+    """The prior over `_estimate.GRID` learned from the users (empirical Bayes): the mean
+    of their beliefs (an EM step for the mixing weights of the population's rates; each
+    plan takes one more), with `PRIOR_FLOOR` of the default prior mixed in."""
+    sums = [0.0] * len(DEFAULT_PRIOR)
+    count = 0
+    for est in estimates:
+        if est.belief is None:
+            continue
+        count += 1
+        for k, b in enumerate(est.belief):
+            sums[k] += b
+    if not count:
+        return DEFAULT_PRIOR
+    return tuple(
+        (1 - PRIOR_FLOOR) * s / count + PRIOR_FLOOR * d
+        for s, d in zip(sums, DEFAULT_PRIOR, strict=True)
+    )
+
+
 def rate_class(per_day: float) -> str:
     """The `status` class of a user changing `per_day` times a day."""
     for name, upper in RATE_CLASSES:
@@ -140,20 +172,25 @@ def from_buckets(
 
 def class_intervals(
     rates: Iterable[tuple[float, float, float]], plan: SchedulePlan, cfg: FreshnessConfig
-) -> list[tuple[str, float, float]]:
-    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds).
+) -> list[tuple[str, float, float, float | None]]:
+    """Per class of user (`RATE_CLASSES`): (class, users, mean interval in seconds,
+    expected delay in seconds).
 
     `rates` as `bucket_rates` gives them; the interval is the steady one the plan gives
-    (`interval_for`), averaged over the class's users. Classes without users are left out.
+    (`interval_for`), averaged over the class's users; the expected delay is
+    `expected_delay` over the class's users (None when the class is not expected to
+    change). Classes without users are left out.
     """
     users: dict[str, float] = {}
     seconds: dict[str, float] = {}
+    members: dict[str, list[tuple[float, float, float]]] = {}
     for rate, mean, weight in rates:
         name = rate_class(mean * 24 * HOUR)
         users[name] = users.get(name, 0.0) + weight
         seconds[name] = seconds.get(name, 0.0) + weight * interval_for(rate, plan, cfg)
+        members.setdefault(name, []).append((rate, mean, weight))
     return [
-        (name, users[name], seconds[name] / users[name])
+        (name, users[name], seconds[name] / users[name], expected_delay(members[name], plan, cfg))
         for name, _ in RATE_CLASSES
         if users.get(name)
     ]

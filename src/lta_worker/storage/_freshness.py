@@ -2,7 +2,8 @@
 
 A pass plans the budget over every readable user (`domain.plan_scale`) with one GROUP BY on
 the log-scale buckets each read stores (migration 0004), whatever the number of users; the
-day's shape comes from the estimates of a bounded sample.
+day's shape and the population's prior of the change rate come from the estimates of a
+bounded sample.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from lta_worker.storage._db import Database
 from lta_worker.storage._models import User
 
 SAMPLE = 2000
-"""Estimates read for the day's shape."""
+"""Estimates read for the day's shape and the population's prior."""
 
 
 def _readable() -> ColumnElement[bool]:

@@ -4,7 +4,8 @@ Read once before each pass (`poll.schedule = "adaptive"` only): the budget the s
 last reported (less `ratelimit.reserve`; the configured fallback rate before any), less
 the re-checks of the users in `RECHECKED_STATES` (parked, unlinked, rejected), is shared
 by the active users with `domain.plan_scale` over their stored rate buckets, and the day's
-shape from a sample of their estimates. Everything else is pure, in `domain`.
+shape and the population's prior of the change rate (`domain.population_prior`) from a
+sample of their estimates. Everything else is pure, in `domain`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lta_worker.domain import (
     from_buckets,
     plan_capacity,
     plan_scale,
+    population_prior,
 )
 
 if TYPE_CHECKING:
@@ -67,8 +69,10 @@ def schedule_summary(
     store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
 ) -> dict[str, Any]:
     """What `status` shows of the schedule: the mode and, per class of active user, how
-    many and the interval the current plan gives them (plus the parked re-check), from
-    the users per state and the capacity `status` has already worked out."""
+    many, the interval the current plan gives them and the mean delay it expects from a
+    change to its arrival (plus the parked re-check, which expects none), and the mean
+    expected delay over every active user, from the users per state and the capacity
+    `status` has already worked out."""
     poll = settings.poll
     policy = poll.policy()
     rates = from_buckets(store.rate_buckets())
@@ -76,21 +80,36 @@ def schedule_summary(
         budget = for_active(capacity)
         plan = plan_scale(rates, budget, policy.freshness)
         classes = [
-            {"class": name, "users": int(users), "interval_s": round(seconds)}
-            for name, users, seconds in class_intervals(rates, plan, policy.freshness)
+            {
+                "class": name,
+                "users": int(users),
+                "interval_s": round(seconds),
+                "expected_delay_s": None if delay is None else round(delay),
+            }
+            for name, users, seconds, delay in class_intervals(rates, plan, policy.freshness)
         ]
+        mean_delay = expected_delay(rates, plan, policy.freshness)
     else:
         budget, plan = None, SchedulePlan()
         active = int(sum(weight for _, _, weight in rates))
+        every = round(poll.interval.total_seconds())
+        # Fixed: a change waits half the interval on average.
         classes = [
-            {"class": "active", "users": active, "interval_s": round(poll.interval.total_seconds())}
+            {
+                "class": "active",
+                "users": active,
+                "interval_s": every,
+                "expected_delay_s": round(every / 2),
+            }
         ]
+        mean_delay = every / 2 if active else None
     rechecked = sum(counts.get(s, 0) for s in RECHECKED_STATES)
     classes.append(
         {
             "class": "parked",
             "users": rechecked,
             "interval_s": round(poll.parked_interval.total_seconds()),
+            "expected_delay_s": None,  # re-checked for access, not read for changes
         }
     )
     return {
@@ -98,6 +117,7 @@ def schedule_summary(
         "stats": policy.stats,
         "budget_per_hour": None if budget is None else round(budget, 1),
         "max_interval_s": round(poll.max_interval.total_seconds()),
+        "expected_delay_s": None if mean_delay is None else round(mean_delay),
         "classes": classes,
     }
 
@@ -128,9 +148,11 @@ def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> Sch
     budget = budget_for_active(store, settings)
     rates = from_buckets(store.rate_buckets())
     plan = plan_scale(rates, budget, policy.freshness)
+    sample = store.sample_estimates()
     return SchedulePlan(
         plan.scale,
         plan.budget_per_hour,
-        day_shape(store.sample_estimates()),
+        day_shape(sample),
         expected_delay(rates, plan, policy.freshness),
+        population_prior(sample),
     )
