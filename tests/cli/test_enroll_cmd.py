@@ -33,8 +33,7 @@ from lta_worker.simulator import (
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import generate_key_line, load_key_file
 from lta_worker.storage._models import PendingEnrollmentRow
-
-from .conftest import basic, query_of, write_private
+from support.enroll import basic, query_of, write_private
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 

@@ -13,8 +13,7 @@ from lta_worker.storage._keyfile import Keyring, format_key_line, load_key_file,
 from lta_worker.storage._migrate import HEAD_REVISION
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import enroll, keyring, token_for
+from support.storage import enroll, keyring, token_for
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,7 @@ from lta_worker.errors import LtaError
 from lta_worker.storage._migrate import alembic_config
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import enroll, keyring
+from support.storage import enroll, keyring
 
 READ_ONLY = [
     ("status",),

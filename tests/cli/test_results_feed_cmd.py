@@ -17,9 +17,9 @@ from lta_worker.domain._model import SnapshotWrite, UserUpdate
 from lta_worker.storage._models import History
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
-from .helpers import MINUTE, T0, enroll, keyring
-from .test_readonly_cli import cli, one_error_line, write_config
+from .test_readonly_cmds import cli, one_error_line, write_config
 
 
 def read(user_id: int, minute: int, payload: Any) -> UserUpdate:

@@ -23,7 +23,7 @@ from lta_worker.errors import LtaError
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator
 from lta_worker.simulator.server import RunningSimulator, start_in_thread
 
-from .test_cli import Cli, make_cli
+from .test_enroll_cmd import Cli, make_cli
 
 
 class ReadGate:

@@ -3,13 +3,10 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 
 from __future__ import annotations
 
-import base64
 import io
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -106,11 +103,6 @@ class World:
         return self.vault.decrypt(row.token, user=user)
 
 
-def query_of(url: str) -> dict[str, str]:
-    """The query parameters of a URL, one value each."""
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -174,15 +166,3 @@ def _forget_registered_secrets() -> Iterator[None]:
     forget_secrets()
     yield
     forget_secrets()
-
-
-def write_private(path: Path, text: str) -> Path:
-    """Write a file readable by its owner only (mode 0600)."""
-    path.write_text(text, encoding="utf-8")
-    os.chmod(path, 0o600)
-    return path
-
-
-def basic(client_id: str, secret: str) -> str:
-    """An HTTP Basic Authorization value."""
-    return "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()

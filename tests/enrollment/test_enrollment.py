@@ -22,8 +22,9 @@ from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
 from lta_worker.upstream._client import long_term_credential
+from support.enroll import basic, query_of
 
-from .conftest import AUTH_URL, REDIRECT_URI, World, basic, query_of
+from .conftest import AUTH_URL, REDIRECT_URI, World
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,7 @@ from lta_worker.enrollment import EnrollLinks
 from lta_worker.enrollment._links import LinkError
 from lta_worker.errors import EX_CONFIG, EX_USAGE, ConfigError, UsageError
 from lta_worker.secret import Secret
-
-from .conftest import write_private
+from support.enroll import write_private
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 START = "https://app.example/enroll/start"

@@ -17,8 +17,9 @@ from lta_worker.errors import LtaError
 from lta_worker.logs import REDACTED
 from lta_worker.secret import Secret
 from lta_worker.storage._models import PendingEnrollmentRow
+from support.enroll import query_of
 
-from .conftest import REDIRECT_URI, World, query_of
+from .conftest import REDIRECT_URI, World
 from .test_enrollment import _user_access_token
 
 pytestmark = pytest.mark.anyio

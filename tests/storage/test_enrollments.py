@@ -13,8 +13,7 @@ from lta_worker.secret import Secret
 from lta_worker.storage._enrollments import state_hash
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, keyring
+from support.storage import MINUTE, T0, keyring
 
 STATE = "st_Zq8f3kq2nD9xVwS1_ab"
 VERIFIER = Secret("ver_" + "x" * 60)

@@ -17,8 +17,7 @@ from lta_worker.domain import DROP_START, ChangeEstimate
 from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 HOUR = timedelta(hours=1)
 

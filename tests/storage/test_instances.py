@@ -12,8 +12,7 @@ from lta_worker.errors import InstanceLockedError
 from lta_worker.storage import _instances as instances
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 TTL = timedelta(seconds=90)
 

@@ -148,7 +148,7 @@ def test_load_reads_a_private_file(tmp_path: Path) -> None:
 
 def test_load_missing_file(tmp_path: Path) -> None:
     """A missing key file raises KeyFileError naming the path, with reason `missing` (the CLI
-    turns it into how to make one: tests/worker/test_cli_hints.py)."""
+    turns it into how to make one: tests/cli/test_hints.py)."""
     with pytest.raises(KeyFileError, match="does not exist") as info:
         load_key_file(tmp_path / "nope")
     assert info.value.reason == "missing"

@@ -18,8 +18,7 @@ from lta_worker.domain._outcomes import canonical_json
 from lta_worker.storage._models import OutboxEvent
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

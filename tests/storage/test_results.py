@@ -14,8 +14,7 @@ from lta_worker.secret import Secret
 from lta_worker.storage import _results as results
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 PAYLOAD = {"zeta": 1, "alpha": [1, 2.5, "é", None, True], "big": 2**62, "nested": {"b": 1, "a": 2}}

@@ -17,8 +17,7 @@ from lta_worker.storage._keyfile import Keyring
 from lta_worker.storage._rotation import StoredSecret, rotate_keys
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 USERS = [f"user-{i}" for i in range(7)]
 

@@ -21,8 +21,7 @@ from lta_worker.storage._db import normalize_url
 from lta_worker.storage._models import schema_metadata
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import T0, enroll, keyring
+from support.storage import T0, enroll, keyring
 
 
 def test_head_constant_equals_alembic_head() -> None:

@@ -22,8 +22,7 @@ from lta_worker.errors import InstanceLockedError
 from lta_worker.secret import Secret
 from lta_worker.storage._store import Store, lock_file
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 WRITERS = 4
 WRITES = 500

@@ -15,8 +15,7 @@ from lta_worker.cli import main
 from lta_worker.domain._model import SnapshotWrite, UserUpdate
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import T0, enroll, keyring
+from support.storage import T0, enroll, keyring
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from lta_worker.storage import _leases as leases
 from lta_worker.storage._migrate import alembic_config
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
-from .helpers import MINUTE, T0, enroll, keyring
 from .test_fencing import turn
 
 LEASE = 5 * MINUTE

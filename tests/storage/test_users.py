@@ -13,8 +13,7 @@ from lta_worker.errors import StorageError, UnknownUserError
 from lta_worker.secret import Secret
 from lta_worker.storage._store import Store
 from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

@@ -11,8 +11,7 @@ from lta_worker.errors import UnknownKeyError
 from lta_worker.secret import Secret
 from lta_worker.storage._keyfile import Keyring
 from lta_worker.storage._vault import NONCE_BYTES, TokenDecryptError, Vault
-
-from .helpers import keyring
+from support.storage import keyring
 
 TOKEN = Secret("dspa_0123456789abcdefghijklmnopqrstuvwxyz")
 

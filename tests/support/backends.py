@@ -1,5 +1,8 @@
 """Fixtures: a migrated `store` over every backend, and empty databases for migration tests.
 
+A pytest plugin (`pytest_plugins` in tests/conftest.py): the storage tests and the
+commands' tests that read or write a database share it.
+
 SQLite always runs; PostgreSQL runs when LTA_TEST_DATABASE_URL names a server where the
 user may create databases. Each test session creates its own throwaway databases
 (`lta_test_<random>`) and drops them at the end, so concurrent runs never collide.

@@ -1,4 +1,4 @@
-"""Shared builders for the storage tests."""
+"""Shared builders for the storage tests and the commands' tests over a database."""
 
 from __future__ import annotations
 
