@@ -11,40 +11,38 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lta_worker.domain._estimate import (
-    BINS,
-    MAX_RATE,
-    SPANS,
+from lta_worker.domain import (
+    LATEST_CHANGE_SCOPE,
+    STATS_SCOPE,
     ChangeEstimate,
-    content_hash,
-    observe,
-    solve_level,
+    EncryptedToken,
+    FreshnessConfig,
+    Outcome,
+    PolicyConfig,
+    SchedulePlan,
+    UserRow,
+    bucket_rates,
+    canonical_json,
+    day_shape,
+    decide_turn,
+    expected_delay,
+    interval_for,
+    plan_scale,
+    rate_class,
+    still_wanted,
 )
+from lta_worker.domain._estimate import BINS, MAX_RATE, SPANS, content_hash, observe, solve_level
 from lta_worker.domain._freshness import (
     CAP_SHARE,
     RESOLUTION,
-    FreshnessConfig,
-    SchedulePlan,
     cap_seconds,
     fold_turn,
-    interval_for,
     next_due,
     read_cost,
     stats_still_wanted,
     wants_stats,
 )
-from lta_worker.domain._model import LATEST_CHANGE_SCOPE, STATS_SCOPE, EncryptedToken, UserRow
-from lta_worker.domain._outcomes import Outcome, canonical_json
-from lta_worker.domain._policy import PolicyConfig, decide_turn, still_wanted
-from lta_worker.domain._spread import (
-    PLAN_SHARE,
-    bucket_rates,
-    day_shape,
-    expected_delay,
-    plan_scale,
-    rate_class,
-    reads_per_hour,
-)
+from lta_worker.domain._spread import PLAN_SHARE, reads_per_hour
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -511,7 +509,8 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     """Under `adaptive` the plan comes from the stored buckets and the fallback budget, is
     reused for `REPLAN`, then made again; under `fixed` the store is not read at all."""
     from lta_worker.config import build_settings
-    from lta_worker.worker._plan import REPLAN, PlanCache
+    from lta_worker.report import PlanCache
+    from lta_worker.report._plan import REPLAN
 
     settings = build_settings(
         {

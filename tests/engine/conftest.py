@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.enrollment import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -27,12 +27,9 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
+from lta_worker.storage import Store, generate_key_line
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker import PassResult, Worker, load_vault
 from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"

@@ -19,14 +19,12 @@ import pytest
 from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.enrollment import Enrollment
 from lta_worker.errors import EnrollmentError
 from lta_worker.secret import Secret
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._runtime import Worker
-from lta_worker.worker._wiring import http_client, load_vault
+from lta_worker.storage import Store, generate_key_line
+from lta_worker.upstream import http_client
+from lta_worker.worker import PassResult, Worker, load_vault
 from support.hostile import HostileServer, Seen, Step, json_body
 
 pytestmark = pytest.mark.anyio
@@ -78,7 +76,7 @@ class Deployment:
     async def enroll(self, *users: str) -> None:
         with self.store() as store:
             async with http_client(self.settings) as http:
-                from lta_worker.upstream._client import ApiClient
+                from lta_worker.upstream import ApiClient
 
                 enrollment = Enrollment(
                     self.settings,

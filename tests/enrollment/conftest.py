@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
-from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.enrollment import Enrollment, Lifecycle
 from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
@@ -25,10 +24,9 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import generate_key_line, parse_key_file
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.storage._keyfile import parse_key_file
+from lta_worker.upstream import ApiClient, http_client
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, build_settings
-from lta_worker.domain._model import EncryptedToken
+from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
 from lta_worker.enrollment._browser import state_for
 from lta_worker.enrollment._pages import SECURITY_HEADERS
@@ -37,10 +37,8 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._models import PendingEnrollmentRow
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
+from lta_worker.storage import PendingEnrollmentRow, Store, Vault
+from lta_worker.upstream import ApiClient, http_client
 
 from .conftest import AUTH_URL, BASE_URL, make_vault
 

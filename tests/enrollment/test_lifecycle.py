@@ -9,13 +9,12 @@ import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import SnapshotWrite, UserUpdate
-from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.enrollment import Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.upstream._client import ApiClient, long_term_credential
-from lta_worker.worker._wiring import http_client
+from lta_worker.upstream import ApiClient, http_client, long_term_credential
 
 from .conftest import World
 

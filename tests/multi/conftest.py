@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.enrollment import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -33,10 +33,9 @@ from lta_worker.simulator import (
     SystemClock,
     start_in_thread,
 )
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client, load_vault
+from lta_worker.storage import Store, generate_key_line
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker import load_vault
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"

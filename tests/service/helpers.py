@@ -23,13 +23,12 @@ from typing import Any
 import anyio
 
 from lta_worker.config import Settings, load_settings
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.enrollment import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client, load_vault
+from lta_worker.storage import Store, generate_key_line
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker import load_vault
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]

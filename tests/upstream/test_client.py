@@ -18,17 +18,17 @@ import pytest
 
 from lta_worker import __version__
 from lta_worker.config import Settings, build_settings
-from lta_worker.domain._classify import classify
+from lta_worker.domain import classify
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import scrub
 from lta_worker.secret import Secret
-from lta_worker.upstream._client import (
+from lta_worker.upstream import (
     ApiClient,
     check_secure_url,
+    http_client,
     join_url,
     long_term_credential,
 )
-from lta_worker.worker._wiring import http_client
 
 pytestmark = pytest.mark.anyio
 

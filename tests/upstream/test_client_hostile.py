@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from lta_worker.config import Settings, build_settings, load_settings
-from lta_worker.domain._classify import classify
+from lta_worker.domain import classify
 from lta_worker.errors import EnrollmentError, UpstreamError
 from lta_worker.secret import Secret
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._wiring import http_client
+from lta_worker.upstream import ApiClient, http_client
 from support.hostile import HostileServer, ProxyProbe, Step, json_body, self_signed_tls
 
 pytestmark = pytest.mark.anyio

@@ -13,9 +13,9 @@ import pytest
 
 from lta_worker.domain import OutboxCounts
 from lta_worker.errors import StorageError
+from lta_worker.report import assess_health
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import dispatcher
-from lta_worker.worker._status import assess_health
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -190,7 +190,7 @@ def test_last_success_is_the_last_pass_with_an_answered_read(
     service answered, whatever it stopped as: a pass that read nobody proves nothing."""
     from collections import Counter
 
-    from lta_worker.worker._pass import PassResult
+    from lta_worker.worker import PassResult
 
     metrics = Metrics()
     metrics.last_success.set(1.0)

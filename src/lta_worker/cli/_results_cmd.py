@@ -89,7 +89,7 @@ def export(
     after = _since(since) if since is not None else None
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store_readonly
+    from lta_worker.report import open_store_readonly
 
     store = open_store_readonly(settings)
     try:

@@ -111,7 +111,7 @@ def list_(app: App, fmt: str) -> None:
     """One row per user: state, token held, scopes, last poll, next due time."""
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import open_store_readonly
+    from lta_worker.report import open_store_readonly
 
     store = open_store_readonly(settings)
     try:

@@ -48,7 +48,6 @@ from lta_worker.errors import (
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.protocol import AUTHORIZE_PATH, LONG_TERM_SCOPES, OPENID_SCOPE
 from lta_worker.secret import Secret
-from lta_worker.upstream import join_url, long_term_credential
 
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
@@ -164,6 +163,8 @@ class Enrollment(ClientOperation):
             },
             quote_via=quote,
         )
+        from lta_worker.upstream import join_url
+
         return f"{join_url(self._settings.service.auth_url, AUTHORIZE_PATH)}?{query}"
 
     def start(self, user: str, *, state: str | None = None) -> str:
@@ -332,6 +333,8 @@ class Enrollment(ClientOperation):
         return EnrollResult(user=user, scopes=scopes, rotated=rotated)
 
     async def _drop_orphan(self, token: Secret) -> None:
+        from lta_worker.upstream import long_term_credential
+
         with contextlib.suppress(UpstreamError, ValueError):
             await self._api.drop_token(long_term_credential(token, self.client_secret))
 

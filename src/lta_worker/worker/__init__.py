@@ -7,58 +7,27 @@
 - `serve`: the long-running service under systemd (APScheduler, sd_notify) (`_serve`);
 - `services`, `open_store`, `load_vault`: the real collaborators built from settings, and
   the entry point of a web application (`_wiring`);
-- `Clock`, `SystemClock`: time, injected (`_clock`).
+- `Clock`, `SystemClock`: time, injected (`_clock`);
+- `CheckResult`, `run_checks`: what `check` verifies before a deployment (`_check`).
 
-Names are imported on first use (see `lta_worker._lazy`).
+What `status` reports and the freshness plan live one layer down, in `lta_worker.report`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from lta_worker.worker._check import CheckResult, run_checks
+from lta_worker.worker._clock import Clock, SystemClock
+from lta_worker.worker._engine import PassEngine
+from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, stop_error
+from lta_worker.worker._runtime import Worker
+from lta_worker.worker._serve import serve
+from lta_worker.worker._wiring import (
+    Services,
+    load_vault,
+    open_store,
+    services,
+)
 
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.worker._check import CheckResult, run_checks
-    from lta_worker.worker._clock import Clock, SystemClock
-    from lta_worker.worker._engine import PassEngine
-    from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, stop_error
-    from lta_worker.worker._plan import schedule_summary
-    from lta_worker.worker._runtime import Worker
-    from lta_worker.worker._serve import serve
-    from lta_worker.worker._status import assess_health, collect_status
-    from lta_worker.worker._wiring import (
-        Services,
-        instance_ttl,
-        load_vault,
-        open_store,
-        open_store_readonly,
-        services,
-    )
-
-_NAMES = {
-    "PassEngine": "._engine",
-    "PassOptions": "._pass",
-    "PassResult": "._pass",
-    "ProgressFn": "._pass",
-    "stop_error": "._pass",
-    "schedule_summary": "._plan",
-    "Worker": "._runtime",
-    "instance_ttl": "._wiring",
-    "serve": "._serve",
-    "assess_health": "._status",
-    "collect_status": "._status",
-    "Services": "._wiring",
-    "load_vault": "._wiring",
-    "open_store": "._wiring",
-    "open_store_readonly": "._wiring",
-    "services": "._wiring",
-    "Clock": "._clock",
-    "CheckResult": "._check",
-    "run_checks": "._check",
-    "SystemClock": "._clock",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "CheckResult",
     "Clock",
@@ -69,14 +38,9 @@ __all__ = [
     "Services",
     "SystemClock",
     "Worker",
-    "assess_health",
-    "collect_status",
-    "instance_ttl",
     "load_vault",
     "open_store",
-    "open_store_readonly",
     "run_checks",
-    "schedule_summary",
     "serve",
     "services",
     "stop_error",

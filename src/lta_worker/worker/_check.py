@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import httpx
-
 from lta_worker.errors import ConfigError, UpstreamError
 
 if TYPE_CHECKING:
+    import httpx
+
     from lta_worker.config import Settings
     from lta_worker.storage import Vault
 
@@ -57,9 +57,9 @@ _SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
 
 
 def _database(settings: Settings, vault: Vault | None) -> str:
+    from lta_worker.report import open_store_readonly
     from lta_worker.storage import HEAD_REVISION, require_sqlite_writable
     from lta_worker.worker._clock import SystemClock
-    from lta_worker.worker._wiring import open_store_readonly
 
     store = open_store_readonly(settings)
     try:
@@ -75,6 +75,8 @@ def _database(settings: Settings, vault: Vault | None) -> str:
 
 
 async def _service(settings: Settings, transport: httpx.AsyncBaseTransport | None) -> str:
+    import httpx
+
     from lta_worker.upstream import READ_PATHS, http_client, join_url
 
     service = settings.service
@@ -106,8 +108,9 @@ def _load_vault(settings: Settings) -> Vault:
     """The vault; a missing key file explained by the key ids the database needs, when the
     database can be read (else the plain error: the `database` check says why)."""
     from lta_worker.errors import KeyFileError
+    from lta_worker.report import open_store_readonly
     from lta_worker.worker._clock import SystemClock
-    from lta_worker.worker._wiring import load_vault, missing_key_file, open_store_readonly
+    from lta_worker.worker._wiring import load_vault, missing_key_file
 
     try:
         return load_vault(settings)

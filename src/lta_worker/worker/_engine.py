@@ -71,7 +71,6 @@ from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike, Permit, wait_after_429
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import long_term_credential
 from lta_worker.worker import _pass_log as events
 from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
@@ -375,6 +374,10 @@ class PassEngine:
         except TokenDecryptError:
             events.undecryptable(user)
             return self._unusable(user)
+        # upstream (and httpx with it) is imported at the first read: a `run` with nobody
+        # due never needs it.
+        from lta_worker.upstream import long_term_credential
+
         try:
             credential = long_term_credential(token, self.client_secret)
         except ValueError:  # stored before enrollment checked what a header can carry

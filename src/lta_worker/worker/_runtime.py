@@ -28,21 +28,21 @@ import anyio
 
 from lta_worker.config import Settings, read_client_secret, read_webhook_secret
 from lta_worker.domain import Answer, Endpoint, PassRecord, PolicyConfig, PurgeCounts
-from lta_worker.enrollment import DropRetries, Lifecycle
 from lta_worker.errors import LtaError, StorageError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
+from lta_worker.report import PlanCache, instance_ttl
 from lta_worker.secret import Secret
 from lta_worker.worker._clock import Clock, SystemClock
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn
-from lta_worker.worker._plan import PlanCache
 from lta_worker.worker._webhooks import Delivery, deliver_due
-from lta_worker.worker._wiring import instance_ttl, load_vault, open_store
+from lta_worker.worker._wiring import load_vault, open_store
 
 if TYPE_CHECKING:
     import httpx
 
+    from lta_worker.enrollment import DropRetries
     from lta_worker.storage import Store, Vault
     from lta_worker.upstream import ApiClient, WebhookSender
     from lta_worker.worker._metrics import Metrics
@@ -332,6 +332,8 @@ class Worker:
 
     async def retry_drops(self) -> DropRetries:
         """Send again the DELETE of the users whose drop is pending (see `Lifecycle`)."""
+        from lta_worker.enrollment import Lifecycle
+
         lifecycle = Lifecycle(
             self.settings,
             self.store,

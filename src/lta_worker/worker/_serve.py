@@ -47,8 +47,6 @@ from datetime import UTC, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import httpx
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from lta_worker.config import Settings, format_duration
 from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
@@ -59,6 +57,9 @@ from lta_worker.worker._runtime import Worker
 from lta_worker.worker._sdnotify import Notifier
 
 if TYPE_CHECKING:
+    import httpx
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
     from lta_worker.worker._metrics_http import MetricsServer
 
 log = get_logger("lta_worker.service")
@@ -120,6 +121,8 @@ class Service:
 
     async def run(self) -> int:
         """Serve until SIGTERM or SIGINT; return the exit code (0 after a clean stop)."""
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
         _quiet_scheduler_logs()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         runs = (self._pass_job, self._maintenance_job, self._heartbeat_job, self._webhooks_job)
@@ -416,8 +419,8 @@ def _metrics_server(worker: Worker) -> MetricsServer | None:
     if not listen or worker.metrics is None:
         return None
     from lta_worker.config import parse_listen
+    from lta_worker.report import collect_status
     from lta_worker.worker._metrics_http import MetricsServer
-    from lta_worker.worker._status import collect_status
 
     host, port = parse_listen(listen)
     return MetricsServer(

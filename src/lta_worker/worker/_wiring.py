@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from lta_worker._lazy import lazy_attributes
 from lta_worker.config import Settings
 from lta_worker.worker._clock import SystemClock
 
@@ -25,17 +23,6 @@ if TYPE_CHECKING:
     from lta_worker.errors import KeyFileError
     from lta_worker.storage import Store, Vault
     from lta_worker.upstream import ApiClient
-
-
-# Still importable from here (tests, the benchmarks), on first use.
-__getattr__ = lazy_attributes(
-    __name__, {"ApiClient": "lta_worker.upstream", "http_client": "lta_worker.upstream"}
-)
-
-
-def instance_ttl(settings: Settings) -> timedelta:
-    """How long an instance stays live without a heartbeat: four heartbeats."""
-    return 4 * settings.serve.heartbeat
 
 
 def open_store(settings: Settings) -> Store:
@@ -52,29 +39,6 @@ def open_store(settings: Settings) -> Store:
     store.result_events = settings.webhook.result_events
     try:
         store.upgrade()
-    except BaseException:
-        store.close()
-        raise
-    return store
-
-
-def open_store_readonly(settings: Settings) -> Store:
-    """Open the configured database read-only, its schema checked and never migrated.
-
-    For the commands that only read (`status`, `users list`, `results export`, `check`):
-    they never create the SQLite file and never migrate a shared database during a rolling
-    upgrade.
-
-    Raises:
-        SchemaOutdatedError: no database, no schema or an older one (exit 78: `db upgrade`).
-        SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
-        StorageError: the database cannot be reached (exit 75).
-    """
-    from lta_worker.storage import Store
-
-    store = Store.open(settings.database.url, read_only=True)
-    try:
-        store.check_schema()
     except BaseException:
         store.close()
         raise

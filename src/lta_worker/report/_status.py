@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,11 +79,10 @@ def collect_status(
     """
     from lta_worker import __version__
     from lta_worker.domain import USER_STATES, plan_capacity
-    from lta_worker.worker._clock import SystemClock
-    from lta_worker.worker._plan import schedule_summary
-    from lta_worker.worker._wiring import instance_ttl, open_store_readonly
+    from lta_worker.report._plan import schedule_summary
+    from lta_worker.report._read import instance_ttl, open_store_readonly
 
-    now = now or SystemClock().now()
+    now = now or datetime.now(UTC)
     own = store is None
     db = open_store_readonly(settings) if store is None else store
     try:
