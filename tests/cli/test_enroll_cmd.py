@@ -17,9 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
-from lta_worker.domain import SnapshotWrite, UserUpdate
-from lta_worker.domain._model import EncryptedToken
-from lta_worker.enrollment._pkce import challenge_s256
+from lta_worker.domain import EncryptedToken, SnapshotWrite, UserUpdate
+from lta_worker.enrollment import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -30,9 +29,7 @@ from lta_worker.simulator import (
     Simulator,
     start_in_thread,
 )
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import generate_key_line, load_key_file
-from lta_worker.storage._models import PendingEnrollmentRow
+from lta_worker.storage import PendingEnrollmentRow, Store, Vault, generate_key_line, load_key_file
 from support.enroll import basic, query_of, write_private
 
 REDIRECT = "http://127.0.0.1/lta/callback"

@@ -27,7 +27,8 @@ from lta_worker.errors import (
     UnknownUserError,
     UsageError,
 )
-from lta_worker.storage._keyfile import load_key_file, parse_key_file
+from lta_worker.storage import load_key_file
+from lta_worker.storage._keyfile import parse_key_file
 from lta_worker.upstream._refusals import create_reason, exchange_reason
 
 PACKAGE = Path(lta_worker.__file__).parent

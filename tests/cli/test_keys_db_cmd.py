@@ -9,10 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from lta_worker.cli import main
-from lta_worker.storage._keyfile import Keyring, format_key_line, load_key_file, parse_key_file
-from lta_worker.storage._migrate import HEAD_REVISION
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from lta_worker.storage import HEAD_REVISION, Keyring, Store, Vault, load_key_file
+from lta_worker.storage._keyfile import format_key_line, parse_key_file
 from support.storage import enroll, keyring, token_for
 
 

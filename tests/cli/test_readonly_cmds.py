@@ -15,9 +15,8 @@ import pytest
 from sqlalchemy import inspect, text
 
 from lta_worker.errors import LtaError
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._migrate import alembic_config
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
 from support.storage import enroll, keyring
 
 READ_ONLY = [

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from lta_worker.cli._users_cmd import _report
-from lta_worker.enrollment._lifecycle import DropResult
+from lta_worker.enrollment import DropResult
 from lta_worker.errors import LtaError
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator
 from lta_worker.simulator.server import RunningSimulator, start_in_thread

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._capacity import plan_capacity
+from lta_worker.domain import plan_capacity
 
 HOUR = timedelta(hours=1)
 

@@ -11,10 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._classify import ALLOWED_CODES, classify, echoes, find_code, strict_json
-from lta_worker.domain._model import Endpoint
-from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer, Outcome
-from lta_worker.pacing._window import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT, wait_after_429
+from lta_worker.domain import (
+    ALLOWED_CODES,
+    OUTCOME_KINDS,
+    Answer,
+    Endpoint,
+    Outcome,
+    classify,
+    echoes,
+    find_code,
+    strict_json,
+)
+from lta_worker.pacing import DEFAULT_MAX_WAIT, wait_after_429
+from lta_worker.pacing._window import FALLBACK_429_WAIT
 
 LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"

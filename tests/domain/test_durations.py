@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -12,23 +12,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lta_worker.config._settings import PollSettings
-from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
-from lta_worker.domain._model import (
+from lta_worker.domain import (
+    DROP_START,
     LATEST_CHANGE_SCOPE,
+    OUTCOME_KINDS,
+    RULES,
     STATS_SCOPE,
     USER_STATES,
     EncryptedToken,
     Endpoint,
+    Outcome,
+    OutcomeKind,
+    PolicyConfig,
     SnapshotWrite,
     UserRow,
     UserState,
-)
-from lta_worker.domain._outcomes import OUTCOME_KINDS, Outcome, OutcomeKind
-from lta_worker.domain._policy import (
-    RULES,
-    PolicyConfig,
     authenticated,
     decide_turn,
+    drop_retry_at,
+    drop_verdict,
     endpoints_to_call,
     ends_turn,
     read_again,

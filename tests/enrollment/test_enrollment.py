@@ -7,9 +7,9 @@ import pytest
 
 from lta_worker.cli._failure import classify as cli_failure
 from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
-from lta_worker.domain._classify import classify
-from lta_worker.enrollment._enroll import PENDING_TTL, Enrollment, parse_redirect
-from lta_worker.enrollment._pkce import challenge_s256
+from lta_worker.domain import classify
+from lta_worker.enrollment import Enrollment, challenge_s256, parse_redirect
+from lta_worker.enrollment._enroll import PENDING_TTL
 from lta_worker.errors import (
     EX_CONFIG,
     EX_USAGE,
@@ -21,7 +21,7 @@ from lta_worker.errors import (
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
-from lta_worker.upstream._client import long_term_credential
+from lta_worker.upstream import long_term_credential
 from support.enroll import basic, query_of
 
 from .conftest import AUTH_URL, REDIRECT_URI, World
@@ -365,7 +365,7 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
         raise httpx.ConnectError("refused")
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
-        from lta_worker.upstream._client import ApiClient
+        from lta_worker.upstream import ApiClient
 
         broken = Enrollment(
             world.settings,

@@ -11,12 +11,12 @@ import structlog
 from sqlalchemy import select
 from structlog.typing import EventDict, WrappedLogger
 
-from lta_worker.domain._model import EncryptedToken
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.domain import EncryptedToken
+from lta_worker.enrollment import Enrollment
 from lta_worker.errors import LtaError
 from lta_worker.logs import REDACTED
 from lta_worker.secret import Secret
-from lta_worker.storage._models import PendingEnrollmentRow
+from lta_worker.storage import PendingEnrollmentRow
 from support.enroll import query_of
 
 from .conftest import REDIRECT_URI, World

@@ -16,9 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from lta_worker.pacing import Pacer, PacerCore
-from lta_worker.pacing._pacer import RECHECK
-from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing import RECHECK, Pacer, PacerCore, RateLimitInfo
 
 # -- a model of the service's budget -----------------------------------------------------------
 

@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.pacing._ratelimit import (
-    MAX_CLOCK_SKEW,
-    RateLimitInfo,
-    _sf_list,
-    _sf_parse,
-    answer_time,
-    parse_answer,
-    parse_ratelimit,
-    response_time,
-)
+from lta_worker.pacing import RateLimitInfo, answer_time, parse_ratelimit, response_time
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, _sf_list, _sf_parse, parse_answer
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 EPOCH = int(NOW.timestamp())

@@ -18,18 +18,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lta_worker.pacing import Pacer, PacerCore
-from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, RateLimitInfo, response_time
+from lta_worker.pacing import (
+    DEFAULT_MAX_WAIT,
+    Pacer,
+    PacerCore,
+    RateLimitInfo,
+    bound,
+    response_time,
+    wait_after_429,
+)
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW
 from lta_worker.pacing._shared import observation
 from lta_worker.pacing._window import (
-    DEFAULT_MAX_WAIT,
     FALLBACK_429_WAIT,
     MAX_COUNT,
     MIN_429_WAIT,
     RESET_MARGIN,
-    bound,
     pause_after_429,
-    wait_after_429,
 )
 from support.hostile import hostile_ratelimit_headers
 
@@ -261,7 +266,7 @@ def test_no_header_value_raises_or_escapes_the_bounds(
     seen = pacer.budget_seen(WALL)
     if seen is not None and seen.reset_at is not None:
         assert seen.reset_at <= WALL + timedelta(seconds=max_wait + 1)
-    from lta_worker.pacing._ratelimit import parse_ratelimit
+    from lta_worker.pacing import parse_ratelimit
 
     shared = observation(parse_ratelimit(headers, WALL), status, WALL, max_wait=max_wait)
     if shared is not None and shared.reset_at is not None:

@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from lta_worker.domain import EncryptedToken
-from lta_worker.enrollment._pkce import challenge_s256
+from lta_worker.enrollment import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
 

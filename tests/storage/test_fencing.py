@@ -13,10 +13,8 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain import DROP_START, ChangeEstimate
-from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from lta_worker.domain import DROP_START, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
+from lta_worker.storage import Store, Vault
 from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 HOUR = timedelta(hours=1)

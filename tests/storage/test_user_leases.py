@@ -11,11 +11,10 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
-from lta_worker.domain._model import UserRow
+from lta_worker.domain import UserRow
+from lta_worker.storage import Store, Vault
 from lta_worker.storage import _leases as leases
 from lta_worker.storage._migrate import alembic_config
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
 from support.storage import MINUTE, T0, enroll, keyring
 
 from .test_fencing import turn

@@ -19,8 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from lta_worker.storage._migrate import HEAD_REVISION
-from lta_worker.storage._store import Store
+from lta_worker.storage import HEAD_REVISION, Store
 from support.pg import PG_ENV, PG_SKIP, PgDatabases
 
 TABLES = (

@@ -6,11 +6,9 @@ import os
 from datetime import UTC, datetime, timedelta
 
 from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain._model import UserRow
+from lta_worker.domain import UserRow
 from lta_worker.secret import Secret
-from lta_worker.storage._keyfile import Keyring
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from lta_worker.storage import Keyring, Store, Vault
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
