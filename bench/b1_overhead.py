@@ -160,7 +160,7 @@ async def baseline_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Tim
 
 
 async def api_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Timing:
-    """The same reads through the worker's HTTP layer only (`wiring.http_client` + `ApiClient`)."""
+    """The same reads through the worker's HTTP layer only (`http_client` + `ApiClient`)."""
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
     from lta_worker.upstream import ApiClient, http_client, long_term_credential
