@@ -12,7 +12,8 @@ level, the mean rate: a belief over a log grid of rates (`GRID`, 41 numbers), up
 Bayes' rule with each read's likelihood (1 - exp(-rate span) for a change seen,
 exp(-rate span) for none). Its prior is the population's (`_spread.population_prior`, the
 mean of the users' beliefs: empirical Bayes), so a busy user whose every read sees a
-change is pulled towards the rates the population has, not to a fixed one change a day. A user may start over at any time (`update_belief`: a hidden Markov model that
+change is pulled towards the rates the population has, not to a fixed one change a day.
+A user may start over at any time (`update_belief`: a hidden Markov model that
 returns to the population's prior at the pace of `rate_half_life`), so a user who wakes
 after days idle, or turns busy or quiet, is relearned within a read or two of the change:
 its old reads weigh only as long as they keep explaining the new ones.
