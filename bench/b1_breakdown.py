@@ -62,11 +62,11 @@ def engine_costs(users: int = 1000) -> dict[str, float]:
 
 def _turn_costs(users: int) -> dict[str, float]:
     """Claim, decrypt, classify, decide and apply for `users` users of a SQLite store."""
-    from lta_worker.domain._policy import decide_turn
+    from lta_worker.domain import decide_turn
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
     from lta_worker.storage import Store, Vault
-    from lta_worker.upstream._client import long_term_credential
+    from lta_worker.upstream import long_term_credential
 
     reads = 2 * users
     out: dict[str, float] = {}
@@ -125,8 +125,7 @@ def _claim_all(
 
 def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
     """Classify two realistic answers per user; (seconds the classification took, outcomes)."""
-    from lta_worker.domain._classify import classify
-    from lta_worker.domain._outcomes import Answer
+    from lta_worker.domain import Answer, classify
     from lta_worker.simulator.payloads import latest_change, stats
 
     def answer(payload: Any) -> Any:
@@ -151,7 +150,7 @@ def _apply_all(store: Any, updates: list[Any]) -> None:
 
 def _engine_alone(users: int) -> float:
     """Microseconds of CPU per read of a whole pass whose reads are answered from memory."""
-    from lta_worker.domain._outcomes import Answer
+    from lta_worker.domain import Answer
     from lta_worker.simulator.payloads import latest_change, stats
 
     with Workspace("b1-engine") as ws:
@@ -175,7 +174,7 @@ def _engine_alone(users: int) -> float:
                 return Answer(200, HEADERS, body, elapsed=0.001)
 
         async def one_pass() -> float:
-            from lta_worker.worker._runtime import Worker
+            from lta_worker.worker import Worker
 
             async with Worker(settings, kind="run") as worker:
                 worker.runtime._api = Memory()  # type: ignore[assignment]

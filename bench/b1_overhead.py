@@ -81,7 +81,7 @@ class Timing:
 
 async def worker_pass(settings: Any, _tokens: Sequence[tuple[str, str]]) -> Timing:
     """One real pass (`Worker.run_pass`), timed from its start to its bookkeeping's end."""
-    from lta_worker.worker._runtime import Worker
+    from lta_worker.worker import Worker
 
     async with Worker(settings, kind="run") as worker:
         waits: list[float] = []
@@ -163,8 +163,7 @@ async def api_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Timing:
     """The same reads through the worker's HTTP layer only (`http_client` + `ApiClient`)."""
     from lta_worker.secret import Secret
     from lta_worker.simulator import DEMO_CLIENT_SECRET
-    from lta_worker.upstream import http_client
-    from lta_worker.upstream._client import ApiClient
+    from lta_worker.upstream import ApiClient, http_client
 
     async with http_client(settings) as http:
         api = ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET))

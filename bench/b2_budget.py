@@ -29,7 +29,7 @@ CONCURRENCY = 8
 
 
 async def _pass(settings: Any, seconds: float) -> Any:
-    from lta_worker.worker._runtime import Worker
+    from lta_worker.worker import Worker
 
     async with Worker(settings, kind="run") as worker:
         return await worker.run_pass(max_duration=timedelta(seconds=seconds))
@@ -118,9 +118,7 @@ def run(size: Size) -> BenchResult:
 
 def _virtual_hours(result: BenchResult, size: Size) -> None:  # noqa: PLR0915
     """The hour-long variant on virtual time (see the module's docstring)."""
-    from lta_worker.pacing import PacerCore
-    from lta_worker.pacing._pacer import RECHECK
-    from lta_worker.pacing._ratelimit import RateLimitInfo
+    from lta_worker.pacing import RECHECK, PacerCore, RateLimitInfo
 
     limit, window, reserve, latency, concurrency = 120, 3600.0, 0.1, 0.4, CONCURRENCY
     hours = {"full": 24, "quick": 6, "smoke": 2}[size]

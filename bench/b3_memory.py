@@ -103,7 +103,7 @@ def child(config: Path) -> dict[str, Any]:
 
     from bench.common import quiet_logs
     from lta_worker.config import load_settings
-    from lta_worker.worker._runtime import Worker
+    from lta_worker.worker import Worker
 
     settings = load_settings(config, {})
 

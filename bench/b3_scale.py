@@ -20,6 +20,7 @@ Memory: see `b3_memory` (a pass in a child process at two sizes).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -234,10 +235,10 @@ def _apply_like(db_path: Any, due: datetime, owner: str | None = "bench") -> Non
 
 def status_of(config: Any) -> dict[str, Any]:
     """`collect_status` as the `status` command calls it, from the config file."""
-    from lta_worker.cli._app import App
-    from lta_worker.cli._status_cmd import collect_status
+    from lta_worker.config import load_settings
+    from lta_worker.report import collect_status
 
-    return collect_status(App(config_path=str(config)).settings)
+    return collect_status(load_settings(str(config), os.environ))
 
 
 def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, Any]:

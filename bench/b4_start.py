@@ -126,13 +126,10 @@ SPLIT = """
 import json, sys, time
 t0 = time.perf_counter()
 from lta_worker.cli import main
-import lta_worker.cli._commands
 t1 = time.perf_counter()
 import anyio
-from lta_worker.storage import _store as store
-from lta_worker.storage import _vault as vault
-from lta_worker.cli import _progress as progress
-from lta_worker.worker import _runtime as runner
+import lta_worker.storage
+import lta_worker.worker
 t2 = time.perf_counter()
 try:
     main(["--config", sys.argv[1], "run"])
@@ -301,7 +298,7 @@ def run(size: Size) -> BenchResult:
                 wall_list.append(wall)
                 cpu_list.append(cpu)
         python_walls = [_wall([PYTHON, "-c", "pass"])[0] for _ in range(runs)]
-        cli_code = "import lta_worker.cli, lta_worker.cli._commands"
+        cli_code = "import lta_worker.cli"
         import_walls = [_wall([PYTHON, "-c", cli_code])[0] for _ in range(runs)]
         times = importtime(cmd)
         splits = [split(config) for _ in range(runs)]

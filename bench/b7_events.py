@@ -202,8 +202,7 @@ def serve_delays(users: int, interval: str, trickle_s: float) -> dict[str, Any]:
 def apply_overhead(users: int, rounds: int) -> dict[str, Any]:
     """Median seconds per `apply` of a batch, with result.changed events and without."""
     from lta_worker.domain import ResultEvents, SnapshotWrite, UserUpdate
-    from lta_worker.storage import Store
-    from lta_worker.storage._models import OutboxEvent
+    from lta_worker.storage import OutboxEvent, Store
 
     times: dict[ResultEvents, list[float]] = {"hash": [], "off": []}
     with Workspace("b7-on") as on, Workspace("b7-off") as off:

@@ -247,7 +247,7 @@ class Workspace:
 
     def __init__(self, name: str) -> None:
         from lta_worker.simulator import DEMO_CLIENT_SECRET
-        from lta_worker.storage._keyfile import generate_key_line
+        from lta_worker.storage import generate_key_line
 
         self._tmp = tempfile.TemporaryDirectory(prefix=f"lta-bench-{name}-")
         self.path = Path(self._tmp.name)
@@ -337,8 +337,7 @@ def bulk_store_tokens(
     from sqlalchemy import insert
 
     from lta_worker.secret import Secret
-    from lta_worker.storage import Store, Vault
-    from lta_worker.storage._models import User
+    from lta_worker.storage import Store, User, Vault
 
     vault = Vault.from_settings(settings)
     now = datetime.now(UTC)

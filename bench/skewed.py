@@ -16,7 +16,7 @@ def main(argv: list[str]) -> None:
     """Step the clock by argv[0] seconds, then run the CLI with the rest."""
     offset = timedelta(seconds=float(argv[0]))
 
-    from lta_worker.worker import SystemClock
+    from lta_worker.runtime import SystemClock
 
     real = SystemClock.now
 

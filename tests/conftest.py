@@ -12,6 +12,10 @@ from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 
 # Time is measured in bench/, never in tests: Hypothesis' default deadline (200 ms an
 # example) fails a property on a slow or busy machine with nothing wrong in the code.
+# A migrated `store` over every backend (SQLite, and PostgreSQL when configured), for the
+# storage tests and the commands' tests that read or write a database.
+pytest_plugins = ["support.backends"]
+
 settings.register_profile("lta", deadline=None)
 settings.load_profile("lta")
 

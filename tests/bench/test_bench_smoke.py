@@ -1,6 +1,6 @@
 """Every benchmark still runs: `bench/run --smoke` (tiny sizes, no targets) reports all figures.
 
-The benchmarks live outside the package and use its internals; this keeps them from rotting
+The benchmarks live outside the package and drive it through its faces; this keeps them from rotting
 unnoticed. It checks what each benchmark reported, not the figures' values: those say
 nothing at these sizes. Except B6's: its smoke size is the short soak (every fault once), and
 its figures are invariants that hold at any size, so this is where CI asserts them.

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lta_worker.config import build_settings, parse_duration
+from lta_worker.config import Settings, build_settings, parse_duration
 from lta_worker.config._fields import Bound, Rule, field_types, ranges, render
-from lta_worker.config._settings import Settings
 from lta_worker.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"

@@ -8,8 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lta_worker.config import build_settings, load_settings, read_client_secret
-from lta_worker.config._loader import key_file_path
+from lta_worker.config import build_settings, key_file_path, load_settings, read_client_secret
 from lta_worker.errors import ConfigError
 
 MINIMAL = """

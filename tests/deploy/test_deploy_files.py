@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from lta_worker.config import load_settings
+from lta_worker.config import Settings, load_settings
 from lta_worker.config._fields import field_types, read_section
-from lta_worker.config._settings import Settings
 from support.queries import (
     DS_LOKI,
     DS_PROMETHEUS,

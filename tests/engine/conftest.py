@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.runtime import Runtime
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -25,11 +26,8 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._root import Runtime
-from lta_worker.worker._runtime import Worker
+from lta_worker.storage import Store, generate_key_line
+from lta_worker.worker import PassResult, Worker
 from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.worker import collect_status
+from lta_worker.report import collect_status
 
 from .conftest import Harness
 

@@ -20,12 +20,10 @@ from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
 from lta_worker.errors import EnrollmentError
+from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker import Runtime
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._runtime import Worker
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.worker import PassResult, Worker
 from support.hostile import HostileServer, Seen, Step, json_body
 
 pytestmark = pytest.mark.anyio

@@ -13,11 +13,10 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
+from lta_worker.runtime import instance_ttl
 from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker import PassResult, Worker
 from lta_worker.worker import _jobs as jobs
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._root import instance_ttl
-from lta_worker.worker._runtime import Worker
 from lta_worker.worker._webhooks import Delivery
 from support.virtual_time import autojump, virtual_backend
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.storage._store import Store
+from lta_worker.storage import Store
 from support.virtual_time import autojump, stall, virtual_backend
 
 from .conftest import Harness

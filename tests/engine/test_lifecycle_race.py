@@ -18,15 +18,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.cli._users_cmd import _report
-from lta_worker.enrollment._lifecycle import DropResult, Lifecycle
+from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import LtaError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Vault
-from lta_worker.upstream import http_client
-from lta_worker.upstream._client import ApiClient
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._runtime import Worker
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker import PassResult, Worker
 
 from .conftest import Harness, WorkerClock
 

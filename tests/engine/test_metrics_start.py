@@ -6,8 +6,8 @@ import pytest
 
 from lta_worker.domain import ENDPOINTS, OUTCOME_KINDS
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
+from lta_worker.worker import Worker
 from lta_worker.worker._metrics import Metrics
-from lta_worker.worker._runtime import Worker
 
 from .conftest import Harness
 

@@ -26,17 +26,13 @@ from hypothesis import strategies as st
 from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
-from lta_worker.domain._classify import ALLOWED_CODES, echoes
-from lta_worker.domain._model import Endpoint
-from lta_worker.domain._outcomes import Answer
-from lta_worker.pacing import Pacer, PacerCore
-from lta_worker.pacing._ratelimit import parse_ratelimit
+from lta_worker.domain import ALLOWED_CODES, Answer, Endpoint, echoes
+from lta_worker.pacing import Pacer, PacerCore, parse_ratelimit
 from lta_worker.pacing._shared import Settlement, observation, transact
 from lta_worker.pacing._window import MAX_COUNT
 from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker._engine import PassEngine
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.worker import PassEngine
 from lta_worker.worker._pass import pass_options
 from support.hostile import hostile_ratelimit_headers
 

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from lta_worker.errors import UnknownKeyError
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker._runtime import Worker
+from lta_worker.worker import Worker
 
 from .conftest import Harness, WorkerClock
 

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 
 from lta_worker.config import Settings, read_client_secret
+from lta_worker.runtime import READERS
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.worker._engine import PassEngine
-from lta_worker.worker._root import READERS
-from lta_worker.worker._runtime import Worker
+from lta_worker.worker import PassEngine, Worker
 
 from .conftest import Harness, WorkerClock
 

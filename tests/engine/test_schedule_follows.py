@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from structlog.testing import capture_logs
 
-from lta_worker.domain._model import UserUpdate
+from lta_worker.domain import UserUpdate
 
 from .conftest import Harness
 

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._runtime import Worker
+from lta_worker.worker import PassResult, Worker
 
 from .conftest import Harness, WorkerClock
 

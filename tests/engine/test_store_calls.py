@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.storage._store import Store
-from lta_worker.worker._runtime import Worker
+from lta_worker.storage import Store
+from lta_worker.worker import Worker
 
 from .conftest import Harness
 

@@ -23,16 +23,15 @@ import pytest
 import time_machine
 from standardwebhooks.webhooks import Webhook
 
-from lta_worker.cli._status_cmd import collect_status
-from lta_worker.enrollment._lifecycle import Lifecycle
+from lta_worker.enrollment import Lifecycle
 from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.report import collect_status
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Vault
-from lta_worker.upstream import http_client
-from lta_worker.upstream._client import ApiClient
+from lta_worker.upstream import ApiClient, http_client
+from lta_worker.worker import Worker
 from lta_worker.worker._jobs import deliver_webhooks
-from lta_worker.worker._runtime import Worker
 
 from .conftest import Harness, WorkerClock
 

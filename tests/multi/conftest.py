@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.runtime import Runtime
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -31,9 +32,7 @@ from lta_worker.simulator import (
     SystemClock,
     start_in_thread,
 )
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker import Runtime
+from lta_worker.storage import Store, generate_key_line
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"

@@ -16,11 +16,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from lta_worker.domain import EncryptedToken
-from lta_worker.domain._model import SnapshotWrite, UserUpdate
-from lta_worker.storage import Store
+from lta_worker.domain import EncryptedToken, SnapshotWrite, UserUpdate
+from lta_worker.storage import History, Store
 from lta_worker.storage._apply import write_batch
-from lta_worker.storage._models import History
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -61,7 +59,7 @@ class Reader:
 
 def stored(store: Store) -> Counter[tuple[str, int]]:
     """Every content in the history, by (user, step)."""
-    from lta_worker.storage._models import User
+    from lta_worker.storage import User
 
     with store.database.read() as conn:
         rows = conn.execute(

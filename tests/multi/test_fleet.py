@@ -18,7 +18,7 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from lta_worker.storage._models import User, UserLease
+from lta_worker.storage import User, UserLease
 
 from .conftest import READ_PATH, Fleet, Worker, per_window
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain._model import UserUpdate
+from lta_worker.domain import UserUpdate
 from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import Keyring
+from lta_worker.storage import Keyring, Store, Vault
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -9,9 +9,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from lta_worker.domain._model import BudgetSeen
-from lta_worker.pacing import Pacer, PacerCore
-from lta_worker.pacing._shared import SharedBudget
+from lta_worker.domain import BudgetSeen
+from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 
 from .test_shared_budget import FakeStore
 

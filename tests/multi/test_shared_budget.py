@@ -18,13 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lta_worker.domain._model import BudgetSeen
-from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.domain import BudgetSeen
+from lta_worker.pacing import RateLimitInfo, SharedBudget
 from lta_worker.pacing._shared import (
     BLIND_POLL,
     Grant,
     Settlement,
-    SharedBudget,
     Tag,
     grant,
     observation,

@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from lta_worker.simulator import RunningSimulator
-from lta_worker.storage import Store
-from lta_worker.storage._models import User, UserLease
+from lta_worker.storage import Store, User, UserLease
 
 from .conftest import Fleet
 

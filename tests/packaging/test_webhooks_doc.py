@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.domain import EVENT_TYPES
-from lta_worker.domain._events import CLIENT_ACTIONS
+from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

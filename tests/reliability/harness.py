@@ -42,14 +42,12 @@ from typing import Any
 import anyio
 
 from lta_worker.config import load_settings
-from lta_worker.domain._model import EncryptedToken
-from lta_worker.enrollment._enroll import Enrollment
+from lta_worker.domain import EncryptedToken
+from lta_worker.enrollment import Enrollment
 from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator, Simulator, start_in_thread
-from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import generate_key_line, load_key_file
-from lta_worker.upstream import http_client
-from lta_worker.upstream._client import ApiClient
+from lta_worker.storage import Store, Vault, generate_key_line, load_key_file
+from lta_worker.upstream import ApiClient, http_client
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 ITERATIONS_ENV = "LTA_RELIABILITY_ITERATIONS"

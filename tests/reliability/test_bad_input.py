@@ -30,17 +30,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lta_worker.domain._classify import classify
-from lta_worker.domain._outcomes import OUTCOME_KINDS, Answer
-from lta_worker.pacing import PacerCore
-from lta_worker.pacing._ratelimit import RateLimitInfo, parse_ratelimit, response_time
-from lta_worker.pacing._window import (
+from lta_worker.domain import OUTCOME_KINDS, Answer, classify
+from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
-    MIN_429_WAIT,
-    trusted_wait,
+    PacerCore,
+    RateLimitInfo,
+    parse_ratelimit,
+    response_time,
     wait_after_429,
 )
-from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.pacing._window import MIN_429_WAIT, trusted_wait
+from lta_worker.storage import generate_key_line
 
 from .harness import render_toml, write_private
 

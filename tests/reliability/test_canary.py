@@ -34,7 +34,7 @@ import pytest
 from bench.faultproxy import FaultProxy
 
 from lta_worker.domain import EncryptedToken
-from lta_worker.enrollment._pkce import challenge_s256
+from lta_worker.enrollment import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
 

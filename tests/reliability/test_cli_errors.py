@@ -34,9 +34,7 @@ import pytest
 
 from lta_worker.config import LATEST_CHANGE_SCOPE
 from lta_worker.secret import Secret
-from lta_worker.storage._keyfile import Keyring, load_key_file
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from lta_worker.storage import Keyring, Store, Vault, load_key_file
 
 from .harness import render_toml
 from .test_bad_input import _valid

@@ -23,8 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
-from lta_worker.storage._models import OutboxEvent
-from lta_worker.storage._store import Store
+from lta_worker.storage import OutboxEvent, Store
 
 from .harness import Deployment, kill, make_deployment, wait_for, write_private
 

@@ -23,10 +23,9 @@ from typing import Any
 import anyio
 
 from lta_worker.config import Settings, load_settings
+from lta_worker.runtime import Runtime
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
-from lta_worker.storage import Store
-from lta_worker.storage._keyfile import generate_key_line
-from lta_worker.worker import Runtime
+from lta_worker.storage import Store, generate_key_line
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]

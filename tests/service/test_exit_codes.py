@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from lta_worker.domain._model import PassRecord
+from lta_worker.domain import PassRecord
 
 from .helpers import REDIRECT, World, child_env, stop
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from lta_worker.simulator import DEMO_CLIENT_SECRET
-from lta_worker.storage._keyfile import generate_key_line
+from lta_worker.storage import generate_key_line
 
 from .helpers import NotifySocket, World, reads, stop, wait_for_reads
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.domain._model import BudgetSeen
+from lta_worker.domain import BudgetSeen
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 
 from .helpers import World
@@ -143,7 +143,7 @@ def test_status_before_any_pass(world: World) -> None:
 def _record(
     world: World, stopped: str, exit_code: int, finished: datetime, answered: int = 0
 ) -> None:
-    from lta_worker.domain._model import PassRecord
+    from lta_worker.domain import PassRecord
 
     counts = {"ok": answered}
     record = PassRecord("elsewhere", finished, finished, stopped, exit_code, answered, 0, counts)

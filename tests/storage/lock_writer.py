@@ -13,12 +13,10 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from lta_worker.domain._model import BudgetSeen, SnapshotWrite, UserUpdate
+from lta_worker.domain import BudgetSeen, SnapshotWrite, UserUpdate
 from lta_worker.errors import StorageError
 from lta_worker.secret import Secret
-from lta_worker.storage._keyfile import Keyring
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from lta_worker.storage import Keyring, Store, Vault
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 

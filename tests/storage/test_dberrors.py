@@ -13,8 +13,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from lta_worker.errors import ConfigError, LtaError, StorageError
+from lta_worker.storage import map_driver_error
 from lta_worker.storage._db import Database
-from lta_worker.storage._dberrors import map_driver_error
 
 PG_ENV = "LTA_TEST_DATABASE_URL"
 PASSWORD = "hunter2-pw"

@@ -8,13 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain._model import PendingEnrollment
+from lta_worker.domain import PendingEnrollment
 from lta_worker.secret import Secret
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._enrollments import state_hash
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, keyring
+from support.storage import MINUTE, T0, keyring
 
 STATE = "st_Zq8f3kq2nD9xVwS1_ab"
 VERIFIER = Secret("ver_" + "x" * 60)

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from lta_worker.cli import main
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._keyfile import format_key_line
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from support.storage import T0, enroll, keyring
 
-from .helpers import T0, enroll, keyring
 from .test_results import turn
 
 HOUR = timedelta(hours=1)

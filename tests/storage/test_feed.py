@@ -11,12 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from lta_worker.domain._model import SnapshotWrite, UserUpdate
-from lta_worker.storage._models import History
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.storage import History, Store, Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

@@ -13,13 +13,10 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain import DROP_START, ChangeEstimate
+from lta_worker.domain import DROP_START, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.domain._estimate import GRID, GRID_SIZE
-from lta_worker.domain._model import SnapshotWrite, UserRow, UserUpdate
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from lta_worker.storage import Store, Vault
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 HOUR = timedelta(hours=1)
 

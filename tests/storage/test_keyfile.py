@@ -13,16 +13,8 @@ from hypothesis import strategies as st
 
 from lta_worker.config import build_settings
 from lta_worker.errors import ConfigError, KeyFileError
-from lta_worker.storage._keyfile import (
-    KEY_ID_PATTERN,
-    Keyring,
-    format_key_line,
-    generate_key_line,
-    load_key_file,
-    new_key_id,
-    parse_key_file,
-)
-from lta_worker.storage._vault import Vault
+from lta_worker.storage import Keyring, Vault, generate_key_line, load_key_file
+from lta_worker.storage._keyfile import KEY_ID_PATTERN, format_key_line, new_key_id, parse_key_file
 
 key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
 materials = st.binary(min_size=32, max_size=32)
@@ -148,7 +140,7 @@ def test_load_reads_a_private_file(tmp_path: Path) -> None:
 
 def test_load_missing_file(tmp_path: Path) -> None:
     """A missing key file raises KeyFileError naming the path, with reason `missing` (the CLI
-    turns it into how to make one: tests/worker/test_cli_hints.py)."""
+    turns it into how to make one: tests/cli/test_hints.py)."""
     with pytest.raises(KeyFileError, match="does not exist") as info:
         load_key_file(tmp_path / "nope")
     assert info.value.reason == "missing"

@@ -12,14 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from lta_worker.domain._model import UserUpdate
+from lta_worker.domain import UserUpdate
+from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import write_batch
-from lta_worker.storage._models import OutboxEvent
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

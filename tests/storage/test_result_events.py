@@ -12,14 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from lta_worker.domain import ResultEvents
-from lta_worker.domain._model import SnapshotWrite, UserUpdate
-from lta_worker.domain._outcomes import canonical_json
-from lta_worker.storage._models import OutboxEvent
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from lta_worker.domain import ResultEvents, SnapshotWrite, UserUpdate, canonical_json
+from lta_worker.storage import OutboxEvent, Store, Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

@@ -8,14 +8,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain._model import PendingEnrollment, SnapshotWrite, UserUpdate
-from lta_worker.domain._outcomes import canonical_json
+from lta_worker.domain import PendingEnrollment, SnapshotWrite, UserUpdate, canonical_json
 from lta_worker.secret import Secret
+from lta_worker.storage import Store, Vault
 from lta_worker.storage import _results as results
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 PAYLOAD = {"zeta": 1, "alpha": [1, 2.5, "é", None, True], "big": 2**62, "nested": {"b": 1, "a": 2}}

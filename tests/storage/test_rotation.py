@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain._model import EncryptedToken, PendingEnrollment
+from lta_worker.domain import EncryptedToken, PendingEnrollment
 from lta_worker.errors import UnknownKeyError
 from lta_worker.secret import Secret
-from lta_worker.storage._keyfile import Keyring
-from lta_worker.storage._rotation import StoredSecret, rotate_keys
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from lta_worker.storage import Keyring, Store, Vault, rotate_keys
+from lta_worker.storage._rotation import StoredSecret
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 USERS = [f"user-{i}" for i in range(7)]
 

@@ -16,13 +16,10 @@ from sqlalchemy.exc import StatementError
 
 from lta_worker.cli._failure import classify
 from lta_worker.errors import ConfigError, SchemaTooNewError, StorageError
+from lta_worker.storage import Store, Vault, schema_metadata
 from lta_worker.storage import _migrate as migrate
 from lta_worker.storage._db import normalize_url
-from lta_worker.storage._models import schema_metadata
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import T0, enroll, keyring
+from support.storage import T0, enroll, keyring
 
 
 def test_head_constant_equals_alembic_head() -> None:

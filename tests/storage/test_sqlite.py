@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.domain._model import PendingEnrollment, SnapshotWrite, UserUpdate
+from lta_worker.domain import PendingEnrollment, SnapshotWrite, UserUpdate
 from lta_worker.errors import InstanceLockedError
 from lta_worker.secret import Secret
-from lta_worker.storage._store import Store, lock_file
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring, token_for
+from lta_worker.storage import Store, Vault
+from lta_worker.storage._store import lock_file
+from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 WRITERS = 4
 WRITES = 500

@@ -12,11 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from lta_worker.cli import main
-from lta_worker.domain._model import SnapshotWrite, UserUpdate
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import T0, enroll, keyring
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.storage import Store, Vault
+from support.storage import T0, enroll, keyring
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import pytest
 from alembic import command
 from sqlalchemy import event, inspect, null, select, text
 
-from lta_worker.domain._model import UserRow
+from lta_worker.domain import UserRow
+from lta_worker.storage import Store, Vault
 from lta_worker.storage import _leases as leases
 from lta_worker.storage._migrate import alembic_config
 from lta_worker.storage._rows import RAW_USER_COLUMNS
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
-from .helpers import MINUTE, T0, enroll, keyring
 from .test_fencing import turn
 
 LEASE = 5 * MINUTE

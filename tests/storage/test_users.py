@@ -8,13 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain._model import USER_STATES, UserUpdate
+from lta_worker.domain import USER_STATES, UserUpdate
 from lta_worker.errors import StorageError, UnknownUserError
 from lta_worker.secret import Secret
-from lta_worker.storage._store import Store
-from lta_worker.storage._vault import Vault
-
-from .helpers import MINUTE, T0, enroll, keyring
+from lta_worker.storage import Store, Vault
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 

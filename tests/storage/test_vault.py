@@ -6,13 +6,12 @@ import dataclasses
 
 import pytest
 
-from lta_worker.domain._model import EncryptedToken
+from lta_worker.domain import EncryptedToken
 from lta_worker.errors import UnknownKeyError
 from lta_worker.secret import Secret
-from lta_worker.storage._keyfile import Keyring
-from lta_worker.storage._vault import NONCE_BYTES, TokenDecryptError, Vault
-
-from .helpers import keyring
+from lta_worker.storage import Keyring, TokenDecryptError, Vault
+from lta_worker.storage._vault import NONCE_BYTES
+from support.storage import keyring
 
 TOKEN = Secret("dspa_0123456789abcdefghijklmnopqrstuvwxyz")
 

@@ -12,7 +12,7 @@ import pytest
 
 from lta_worker.config import build_settings
 from lta_worker.errors import ConfigError
-from lta_worker.storage._store import Store
+from lta_worker.storage import Store
 from lta_worker.worker import run_checks
 
 RUN_HINT = (

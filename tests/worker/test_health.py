@@ -1,11 +1,12 @@
-"""The health verdict (`assess_health`, pure) row by row, and `/healthz`'s WSGI answer: 200
-healthy, 503 unhealthy or unknown, a JSON body; other paths 404."""
+"""`/healthz`'s WSGI answer: 200 healthy, 503 unhealthy or unknown, a JSON body; other
+paths 404 (the verdict itself, `assess_health`: tests/report/test_status.py); and the
+metrics the store's figures and the passes feed."""
 
 from __future__ import annotations
 
 import io
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from wsgiref.util import setup_testing_defaults
 
@@ -15,96 +16,8 @@ from lta_worker.domain import OutboxCounts
 from lta_worker.errors import StorageError
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import dispatcher
-from lta_worker.worker._status import assess_health
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
-HOUR = timedelta(hours=1)
-
-
-def _pass(stopped: str, ago: timedelta, answered: int = 2) -> dict[str, Any]:
-    finished = (NOW - ago).isoformat()
-    counts = {"ok": answered, "transient": 2 - answered if answered < 2 else 0}
-    return {"stopped": stopped, "finished_at": finished, "exit_code": 0, "counts": counts}
-
-
-def data(
-    *,
-    last: dict[str, Any] | None = None,
-    success: dict[str, Any] | None = None,
-    last_reads: dict[str, Any] | None = None,
-    warning: str | None = None,
-    rejected: int = 0,
-    due: int = 1,
-    active: int = 3,
-    failing: int = 0,
-    answered_ago: timedelta | None = None,
-) -> dict[str, Any]:
-    answered = None if answered_ago is None else (NOW - answered_ago).isoformat()
-    return {
-        "last_pass": last,
-        "last_success": success,
-        "last_reads": last_reads,
-        "reads": {"last_answered_at": answered, "failing": failing},
-        "due": due,
-        "capacity": {"warning": warning},
-        "users": {"active": active, "rejected": rejected},
-    }
-
-
-STALE = 2 * HOUR + timedelta(seconds=1)
-
-
-@pytest.mark.parametrize(
-    ("given", "first_pass_ago", "problem"),
-    [
-        (data(), None, None),
-        (data(last=_pass("completed", HOUR), success=_pass("completed", HOUR)), None, None),
-        # No answered read for twice the interval: a problem only while users are due.
-        (data(success=_pass("completed", STALE)), None, "no read answered since"),
-        (data(success=_pass("completed", STALE), due=0), None, None),
-        (data(success=_pass("completed", 2 * HOUR)), None, None),
-        (data(answered_ago=STALE), None, "no read answered since"),
-        (data(success=_pass("completed", STALE), answered_ago=HOUR), None, None),
-        (data(last=_pass("deadline", HOUR)), 3 * HOUR, "no read has been answered yet"),
-        (data(last=_pass("deadline", HOUR), due=0), 3 * HOUR, None),
-        (data(last=_pass("deadline", HOUR)), HOUR, None),
-        # Reads failing after the last answered one: breaker_threshold users, or every
-        # active user when fewer; however recent the last success.
-        (data(failing=5, answered_ago=HOUR / 6, due=0), None, "reads are failing"),
-        (data(failing=4, answered_ago=HOUR / 6, active=10), None, None),
-        (data(failing=2, active=2), None, "reads are failing"),
-        (data(failing=1, active=0), None, "reads are failing"),
-        # A breaker or config stop, also behind passes that read nobody since.
-        (data(last=_pass("breaker", HOUR), success=_pass("completed", HOUR)), None, "breaker"),
-        (data(last=_pass("config", HOUR), success=_pass("completed", HOUR)), None, "config"),
-        (
-            data(last=_pass("completed", HOUR, 0), last_reads=_pass("breaker", 2 * HOUR)),
-            None,
-            "breaker",
-        ),
-        (data(warning="the budget allows about 10 reads/h"), None, "capacity: the budget"),
-        (data(rejected=2), None, "2 user(s) rejected"),
-    ],
-)
-def test_assess_health(
-    given: dict[str, Any], first_pass_ago: timedelta | None, problem: str | None
-) -> None:
-    """Each rule: reads failing after the last answered one, users due with no answered read
-    for twice poll.interval (or none since the first pass for that long), a breaker or config
-    stop (of the last pass or the last that made reads), the capacity warning, rejected users."""
-    first = None if first_pass_ago is None else NOW - first_pass_ago
-    problems = assess_health(given, now=NOW, interval=HOUR, first_pass_at=first, failing_after=5)
-    if problem is None:
-        assert problems == []
-    else:
-        assert len(problems) == 1 and problem in problems[0], problems
-
-
-def test_answered_kinds_are_the_policys_authenticated_rows() -> None:
-    """What health counts as an answered read is what the policy counts as authenticated."""
-    from lta_worker.domain import ANSWERED_KINDS, RULES
-
-    assert {kind for kind, rule in RULES.items() if rule.authenticated} == ANSWERED_KINDS
 
 
 def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
@@ -190,7 +103,7 @@ def test_last_success_is_the_last_pass_with_an_answered_read(
     service answered, whatever it stopped as: a pass that read nobody proves nothing."""
     from collections import Counter
 
-    from lta_worker.worker._pass import PassResult
+    from lta_worker.worker import PassResult
 
     metrics = Metrics()
     metrics.last_success.set(1.0)

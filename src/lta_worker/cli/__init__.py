@@ -14,14 +14,17 @@ import sys
 
 import click
 
-from lta_worker.cli import _stdio
-from lta_worker.cli._app import App
-from lta_worker.cli._commands import LazyGroup
+from lta_worker.cli import _app, _commands, _stdio
+
+__all__ = [
+    "cli",
+    "main",
+]
 
 _EX_INTERRUPTED = 130
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_commands.LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -47,7 +50,7 @@ _EX_INTERRUPTED = 130
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
     """lta-worker: read enrolled users' latest change and statistics with long term tokens."""
-    app = ctx.ensure_object(App)
+    app = ctx.ensure_object(_app.App)
     app.config_path = config_path
     app.debug = app.debug or debug
 
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    app = App(debug=_debug_from_env())
+    app = _app.App(debug=_debug_from_env())
     _stdio.prepare()
     try:
         args = _stdio.arguments(argv)

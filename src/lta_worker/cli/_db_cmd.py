@@ -19,8 +19,8 @@ def upgrade(app: App) -> None:
 
     Exits 78 when the database was migrated by a newer lta-worker (nothing is changed).
     """
+    from lta_worker.runtime import Runtime
     from lta_worker.storage import HEAD_REVISION
-    from lta_worker.worker import Runtime
 
     app.configure_logging()
     with Runtime(app.settings) as runtime:

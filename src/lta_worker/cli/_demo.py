@@ -37,9 +37,10 @@ from lta_worker.config import STATS_SCOPE, Settings, format_duration, load_setti
 from lta_worker.domain import UserRow
 from lta_worker.errors import UsageError
 from lta_worker.protocol import READ_PATHS
+from lta_worker.runtime import Runtime, SystemClock
 from lta_worker.simulator import DEMO_CLIENT_ID, RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import generate_key_line
-from lta_worker.worker import PassResult, Runtime, SystemClock, Worker
+from lta_worker.worker import PassResult, Worker
 
 NAMES: Final = (
     *("ada", "alan", "barbara", "claude", "dennis", "edsger", "frances", "grace", "hedy"),

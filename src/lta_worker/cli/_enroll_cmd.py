@@ -65,7 +65,7 @@ def url(app: App, user: str) -> None:
 
     import anyio
 
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     async def main() -> str:
         async with Runtime(settings) as runtime:
@@ -89,7 +89,7 @@ def link(app: App, user: str, valid: str) -> None:
     """Print a signed link that starts USER's enrollment in the browser (`serve` hosts it)."""
     from lta_worker.config import parse_duration, start_url
     from lta_worker.enrollment import EnrollLinks
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     try:
         lifetime = parse_duration(valid)
@@ -114,7 +114,7 @@ def _enroll_from_stdin(
     import anyio
 
     from lta_worker.logs import register_secret
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     register_secret(secret)
 

@@ -58,8 +58,8 @@ def rotate(app: App, batch_size: int) -> None:
     list or the key file is unusable.
     """
     from lta_worker.logs import get_logger
+    from lta_worker.runtime import Runtime
     from lta_worker.storage import rotate_keys
-    from lta_worker.worker import Runtime
 
     app.configure_logging()
     with Runtime(app.settings) as runtime:

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from lta_worker.worker import Clock, PassEngine, ProgressFn
+    from lta_worker.runtime import Clock
+    from lta_worker.worker import PassEngine, ProgressFn
 
 BAR_WIDTH = 24
 CLEAR = "\r\033[K"  # back to the line's start, erase to its end

@@ -89,7 +89,7 @@ def export(
     after = _since(since) if since is not None else None
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     with Runtime(settings, read_only=True) as runtime:
         store = runtime.store

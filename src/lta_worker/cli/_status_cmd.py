@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from lta_worker.cli._app import App, pass_app
-from lta_worker.worker import collect_status
+from lta_worker.report import collect_status
 
 EX_UNHEALTHY = 1
 

@@ -111,7 +111,7 @@ def list_(app: App, fmt: str) -> None:
     """One row per user: state, token held, scopes, last poll, next due time."""
     settings = app.settings
     app.configure_logging()
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     with Runtime(settings, read_only=True) as runtime:
         rows = list(runtime.store.list_users())
@@ -179,7 +179,7 @@ def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
 
     import anyio
 
-    from lta_worker.worker import Runtime
+    from lta_worker.runtime import Runtime
 
     async def main() -> DropResult:
         async with Runtime(settings) as runtime:

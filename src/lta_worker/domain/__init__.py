@@ -15,207 +15,105 @@
 - user state changes as webhook events, with the spec's client action (`_events`).
 
 It imports nothing of lta-worker but `errors` and `secret`; everything else builds on it.
-Names are imported on first use (see `lta_worker._lazy`): `status` needs the model, the
-capacity plan and the durations, not the policy table or the classifier.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
-    from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
-    from lta_worker.domain._capacity import CapacityPlan, plan_capacity
-    from lta_worker.domain._classify import (
-        ALLOWED_CODES,
-        OAUTH_CODES,
-        classify,
-        echoes,
-        find_code,
-        strict_json,
-    )
-    from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
-    from lta_worker.domain._durations import format_duration, parse_duration
-    from lta_worker.domain._estimate import ChangeEstimate
-    from lta_worker.domain._events import (
-        CLIENT_ACTIONS,
-        EVENT_TYPES,
-        EventType,
-        OutboxCounts,
-        PendingEvent,
-        ResultChanged,
-        ResultEvents,
-        StateEvent,
-        change_event,
-        enrollment_event,
-        turn_events,
-    )
-    from lta_worker.domain._freshness import (
-        SCHEDULE_MODES,
-        STATS_MODES,
-        FreshnessConfig,
-        ScheduleMode,
-        SchedulePlan,
-        StatsMode,
-        interval_for,
-    )
-    from lta_worker.domain._model import (
-        ENDPOINT_SCOPES,
-        ENDPOINTS,
-        LATEST_CHANGE_SCOPE,
-        LONG_TERM_SCOPES,
-        STATS_SCOPE,
-        TOKENLESS_STATES,
-        USER_STATES,
-        BudgetSeen,
-        ChangeFeed,
-        EncryptedToken,
-        Endpoint,
-        HistoryRow,
-        InstanceKind,
-        InstanceRow,
-        PassRecord,
-        PendingEnrollment,
-        PurgeCounts,
-        ReadHealth,
-        ResultRow,
-        ResultStatus,
-        RotationReport,
-        SnapshotWrite,
-        UserRow,
-        UserState,
-        UserUpdate,
-    )
-    from lta_worker.domain._outcomes import (
-        ANSWERED_KINDS,
-        FAILED_KINDS,
-        OUTCOME_KINDS,
-        Answer,
-        Outcome,
-        OutcomeKind,
-        answered_reads,
-        canonical_json,
-    )
-    from lta_worker.domain._policy import (
-        RECHECKED_STATES,
-        RULES,
-        PolicyConfig,
-        authenticated,
-        decide_turn,
-        endpoints_to_call,
-        ends_turn,
-        read_again,
-        still_wanted,
-    )
-    from lta_worker.domain._spread import (
-        RATE_CLASSES,
-        bucket_rates,
-        class_intervals,
-        day_shape,
-        expected_delay,
-        from_buckets,
-        plan_scale,
-        population_prior,
-        rate_class,
-    )
-
-_NAMES = {
-    "backoff_ceiling": "._backoff",
-    "backoff_delay": "._backoff",
-    "EXIT_CODES": "._breaker",
-    "Breaker": "._breaker",
-    "Routed": "._breaker",
-    "Signal": "._breaker",
-    "StopReason": "._breaker",
-    "Trip": "._breaker",
-    "CapacityPlan": "._capacity",
-    "plan_capacity": "._capacity",
-    "ALLOWED_CODES": "._classify",
-    "OAUTH_CODES": "._classify",
-    "classify": "._classify",
-    "find_code": "._classify",
-    "echoes": "._classify",
-    "strict_json": "._classify",
-    "canonical_json": "._outcomes",
-    "answered_reads": "._outcomes",
-    "ANSWERED_KINDS": "._outcomes",
-    "FAILED_KINDS": "._outcomes",
-    "DROP_START": "._drop",
-    "drop_retry_at": "._drop",
-    "drop_verdict": "._drop",
-    "format_duration": "._durations",
-    "parse_duration": "._durations",
-    "ChangeEstimate": "._estimate",
-    "CLIENT_ACTIONS": "._events",
-    "EVENT_TYPES": "._events",
-    "EventType": "._events",
-    "OutboxCounts": "._events",
-    "PendingEvent": "._events",
-    "ResultChanged": "._events",
-    "ResultEvents": "._events",
-    "StateEvent": "._events",
-    "change_event": "._events",
-    "enrollment_event": "._events",
-    "turn_events": "._events",
-    "RATE_CLASSES": "._spread",
-    "SCHEDULE_MODES": "._freshness",
-    "STATS_MODES": "._freshness",
-    "FreshnessConfig": "._freshness",
-    "ScheduleMode": "._freshness",
-    "SchedulePlan": "._freshness",
-    "StatsMode": "._freshness",
-    "bucket_rates": "._spread",
-    "class_intervals": "._spread",
-    "day_shape": "._spread",
-    "expected_delay": "._spread",
-    "population_prior": "._spread",
-    "from_buckets": "._spread",
-    "interval_for": "._freshness",
-    "plan_scale": "._spread",
-    "rate_class": "._spread",
-    "ENDPOINT_SCOPES": "._model",
-    "ENDPOINTS": "._model",
-    "LATEST_CHANGE_SCOPE": "._model",
-    "LONG_TERM_SCOPES": "._model",
-    "STATS_SCOPE": "._model",
-    "TOKENLESS_STATES": "._model",
-    "USER_STATES": "._model",
-    "BudgetSeen": "._model",
-    "ChangeFeed": "._model",
-    "EncryptedToken": "._model",
-    "Endpoint": "._model",
-    "HistoryRow": "._model",
-    "InstanceKind": "._model",
-    "InstanceRow": "._model",
-    "PassRecord": "._model",
-    "PendingEnrollment": "._model",
-    "PurgeCounts": "._model",
-    "ReadHealth": "._model",
-    "ResultRow": "._model",
-    "ResultStatus": "._model",
-    "RotationReport": "._model",
-    "SnapshotWrite": "._model",
-    "UserRow": "._model",
-    "UserState": "._model",
-    "UserUpdate": "._model",
-    "OUTCOME_KINDS": "._outcomes",
-    "Answer": "._outcomes",
-    "Outcome": "._outcomes",
-    "OutcomeKind": "._outcomes",
-    "RECHECKED_STATES": "._policy",
-    "RULES": "._policy",
-    "PolicyConfig": "._policy",
-    "authenticated": "._policy",
-    "decide_turn": "._policy",
-    "endpoints_to_call": "._policy",
-    "ends_turn": "._policy",
-    "read_again": "._policy",
-    "still_wanted": "._policy",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
+from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
+from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
+from lta_worker.domain._capacity import CapacityPlan, plan_capacity
+from lta_worker.domain._classify import (
+    ALLOWED_CODES,
+    OAUTH_CODES,
+    classify,
+    echoes,
+    find_code,
+    strict_json,
+)
+from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
+from lta_worker.domain._durations import format_duration, parse_duration
+from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._events import (
+    CLIENT_ACTIONS,
+    EVENT_TYPES,
+    EventType,
+    OutboxCounts,
+    PendingEvent,
+    ResultChanged,
+    ResultEvents,
+    StateEvent,
+    change_event,
+    enrollment_event,
+    turn_events,
+)
+from lta_worker.domain._freshness import (
+    SCHEDULE_MODES,
+    STATS_MODES,
+    FreshnessConfig,
+    ScheduleMode,
+    SchedulePlan,
+    StatsMode,
+    interval_for,
+)
+from lta_worker.domain._model import (
+    ENDPOINT_SCOPES,
+    ENDPOINTS,
+    LATEST_CHANGE_SCOPE,
+    LONG_TERM_SCOPES,
+    STATS_SCOPE,
+    TOKENLESS_STATES,
+    USER_STATES,
+    BudgetSeen,
+    ChangeFeed,
+    EncryptedToken,
+    Endpoint,
+    HistoryRow,
+    InstanceKind,
+    InstanceRow,
+    PassRecord,
+    PendingEnrollment,
+    PurgeCounts,
+    ReadHealth,
+    ResultRow,
+    ResultStatus,
+    RotationReport,
+    SnapshotWrite,
+    UserRow,
+    UserState,
+    UserUpdate,
+)
+from lta_worker.domain._outcomes import (
+    ANSWERED_KINDS,
+    FAILED_KINDS,
+    OUTCOME_KINDS,
+    Answer,
+    Outcome,
+    OutcomeKind,
+    answered_reads,
+    canonical_json,
+)
+from lta_worker.domain._policy import (
+    RECHECKED_STATES,
+    RULES,
+    PolicyConfig,
+    authenticated,
+    decide_turn,
+    endpoints_to_call,
+    ends_turn,
+    read_again,
+    still_wanted,
+)
+from lta_worker.domain._spread import (
+    RATE_CLASSES,
+    bucket_rates,
+    class_intervals,
+    day_shape,
+    expected_delay,
+    from_buckets,
+    plan_scale,
+    population_prior,
+    rate_class,
+)
 
 __all__ = [
     "ALLOWED_CODES",

@@ -9,48 +9,23 @@
 - enrollment in the browser: signed links (`EnrollLinks`, `_links`), the flow without HTTP
   (`BrowserFlow`, `_browser`) and its ASGI app (`build_enroll_app`, `_web`: needs the
   `[web]` extra, imported only when used).
-
-Names are imported on first use (see `lta_worker._lazy`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from lta_worker.enrollment._base import ClientOperation
+from lta_worker.enrollment._browser import BrowserFlow, Outcome
+from lta_worker.enrollment._enroll import (
+    Enrollment,
+    EnrollResult,
+    check_user_id,
+    parse_redirect,
+)
+from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
+from lta_worker.enrollment._links import EnrollLinks
+from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
+from lta_worker.enrollment._web import build_enroll_app
 
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.enrollment._base import ClientOperation
-    from lta_worker.enrollment._browser import BrowserFlow, Outcome
-    from lta_worker.enrollment._enroll import (
-        Enrollment,
-        EnrollResult,
-        check_user_id,
-        parse_redirect,
-    )
-    from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
-    from lta_worker.enrollment._links import EnrollLinks
-    from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
-    from lta_worker.enrollment._web import build_enroll_app
-
-_NAMES = {
-    "BrowserFlow": "._browser",
-    "Outcome": "._browser",
-    "EnrollLinks": "._links",
-    "build_enroll_app": "._web",
-    "EnrollResult": "._enroll",
-    "Enrollment": "._enroll",
-    "check_user_id": "._enroll",
-    "parse_redirect": "._enroll",
-    "DropResult": "._lifecycle",
-    "DropRetries": "._lifecycle",
-    "Lifecycle": "._lifecycle",
-    "ClientOperation": "._base",
-    "challenge_s256": "._pkce",
-    "new_state": "._pkce",
-    "new_verifier": "._pkce",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "BrowserFlow",
     "ClientOperation",

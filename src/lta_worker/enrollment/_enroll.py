@@ -3,7 +3,7 @@
 This is the Python API a web application uses to enroll its users in-process, and what
 `lta-worker enroll url|finish|token` calls. A web app does, for each user:
 
-    enrollment = runtime.enrollment()          # `worker.Runtime`: store, vault, API client
+    enrollment = runtime.enrollment()          # `runtime.Runtime`: store, vault, API client
     url = enrollment.start("user-42")          # redirect the user's browser there
     ...                                        # the service redirects back to redirect_uri
     result = await enrollment.finish("user-42", str(request.url))
@@ -48,7 +48,6 @@ from lta_worker.errors import (
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.protocol import AUTHORIZE_PATH, LONG_TERM_SCOPES, OPENID_SCOPE
 from lta_worker.secret import Secret
-from lta_worker.upstream import join_url
 
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
@@ -162,6 +161,8 @@ class Enrollment(ClientOperation):
             },
             quote_via=quote,
         )
+        from lta_worker.upstream import join_url
+
         return f"{join_url(self._settings.service.auth_url, AUTHORIZE_PATH)}?{query}"
 
     def start(self, user: str, *, state: str | None = None) -> str:

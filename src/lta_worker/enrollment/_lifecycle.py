@@ -55,7 +55,6 @@ from lta_worker.enrollment._base import ClientOperation
 from lta_worker.errors import UnknownUserError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import usable_token
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -253,6 +252,8 @@ class Lifecycle(ClientOperation):
     ) -> DropResult:
         """Read once, send the DELETE of a `dropping` user (the module), and record what
         the answers mean; each request takes a permit of `pacer` when one is given."""
+        from lta_worker.upstream import usable_token  # httpx: only when a drop is sent
+
         assert row.token is not None  # a dropping user holds its token until confirmed
         status: int | None = None
         code: str | None = None

@@ -19,8 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
-from itsdangerous import BadSignature, URLSafeSerializer
-
 from lta_worker.enrollment._enroll import check_user_id
 from lta_worker.errors import UsageError
 from lta_worker.secret import Secret
@@ -66,6 +64,8 @@ class EnrollLinks:
     def __init__(self, keys: Sequence[Secret], start_url: str) -> None:
         if not keys:
             raise ValueError("at least one link key is needed")
+        from itsdangerous import URLSafeSerializer  # imported when links are used
+
         self._serializer = URLSafeSerializer([k.reveal() for k in keys], salt=SALT)
         self.start_url = start_url
 
@@ -94,6 +94,8 @@ class EnrollLinks:
         """
         if not token or len(token) > MAX_TOKEN_LEN:
             raise LinkError("link_invalid")
+        from itsdangerous import BadSignature
+
         try:
             payload: Any = self._serializer.loads(token)
         except BadSignature:

@@ -1,7 +1,7 @@
 """The browser enrollment as an ASGI (Starlette) app: `/enroll/start` and the callback.
 
 `serve` mounts it on `enroll.listen` (see `worker`); a web application may mount it too.
-Imported only when the flow is served: starlette is the optional `[web]` extra.
+starlette is the optional `[web]` extra: `build_enroll_app` imports it when called.
 
 - `GET {start_path}?link=...`: `BrowserFlow.start`; a 303 to the consent screen with the
   cookie (HttpOnly, SameSite=Lax, Path=/, ten minutes; `Secure` and the `__Host-` name
@@ -19,18 +19,19 @@ the outcome.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from lta_worker.enrollment._browser import BrowserFlow, FlowStopped, Outcome
+from lta_worker.enrollment._browser import FlowStopped
 from lta_worker.enrollment._links import START_QUERY
 from lta_worker.enrollment._pages import SECURITY_HEADERS, render
 from lta_worker.logs import get_logger
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from lta_worker.enrollment._browser import BrowserFlow, Outcome
 
 COOKIE_TTL: Final = 600
 
@@ -85,6 +86,12 @@ def build_enroll_app(
         secure: the public URL is https (Secure cookie with the `__Host-` prefix).
         return_url: when set, outcomes redirect there instead of showing a page.
     """
+    # starlette is the optional `[web]` extra: imported when the app is built, so that the
+    # package's face imports without it.
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.routing import Route
+
     name = cookie_name(secure)
 
     def answer(outcome: Outcome, path: str) -> Response:

@@ -5,51 +5,30 @@
 - the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
   keep hostile figures bounded: `bound`, `wait_after_429`, `DEFAULT_MAX_WAIT` (`_window`);
 - `PacerCore`, the pacer's arithmetic on plain values (`_core`), and `Pacer`, its async
-  shell (`_pacer`), with the explicit `Permit` a request is sent with and fed
-  back with; `PacerLike`, what callers rely on (`_protocol`);
+  shell (`_pacer`), with the explicit `Permit` a request is sent with and fed back with,
+  and `RECHECK`, the longest it sleeps before looking again; `PacerLike`, what callers
+  rely on (`_protocol`);
 - `SharedBudget`, the budget row several instances settle into on PostgreSQL, with its pure
   rules (`_shared`).
-
-Names are imported on first use (see `lta_worker._lazy`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from lta_worker.pacing._core import PacerCore, PacerSnapshot
+from lta_worker.pacing._pacer import RECHECK, Pacer, Permit
+from lta_worker.pacing._protocol import PacerLike
+from lta_worker.pacing._ratelimit import (
+    RateLimitInfo,
+    answer_time,
+    parse_ratelimit,
+    response_time,
+)
+from lta_worker.pacing._shared import SharedBudget
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, bound, wait_after_429
 
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.pacing._core import PacerCore, PacerSnapshot
-    from lta_worker.pacing._pacer import Pacer, Permit
-    from lta_worker.pacing._protocol import PacerLike
-    from lta_worker.pacing._ratelimit import (
-        RateLimitInfo,
-        answer_time,
-        parse_ratelimit,
-        response_time,
-    )
-    from lta_worker.pacing._shared import SharedBudget
-    from lta_worker.pacing._window import DEFAULT_MAX_WAIT, bound, wait_after_429
-
-_NAMES = {
-    "Pacer": "._pacer",
-    "PacerCore": "._core",
-    "PacerSnapshot": "._core",
-    "Permit": "._pacer",
-    "PacerLike": "._protocol",
-    "RateLimitInfo": "._ratelimit",
-    "answer_time": "._ratelimit",
-    "parse_ratelimit": "._ratelimit",
-    "response_time": "._ratelimit",
-    "SharedBudget": "._shared",
-    "DEFAULT_MAX_WAIT": "._window",
-    "bound": "._window",
-    "wait_after_429": "._window",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "DEFAULT_MAX_WAIT",
+    "RECHECK",
     "Pacer",
     "PacerCore",
     "PacerLike",

@@ -291,7 +291,7 @@ def _sf_list(raw: str | None) -> list[tuple[object, dict[str, object]]] | None:
 
 # `"name";key=1;key=2`: a string without escapes, then lower-case keys with non-negative
 # integers (at most 15 digits, as RFC 8941 allows), no spaces. The full parser reads it
-# the same way (tests/worker/test_ratelimit.py checks that on generated fields).
+# the same way (tests/pacing/test_ratelimit.py checks that on generated fields).
 _SIMPLE_ITEM = re.compile(r'"([A-Za-z0-9_.:/-]*)"((?:;[a-z][a-z0-9_.-]*=[0-9]{1,15})*)')
 
 

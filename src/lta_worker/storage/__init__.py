@@ -9,50 +9,47 @@
 - `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this
   code knows (`_migrate`); `map_driver_error`: a driver error as a configuration (78) or
   temporary (75) error (`_dberrors`); `require_sqlite_writable`: what `check` asks of a
-  SQLite file and its directory, without writing (`_db`).
+  SQLite file and its directory, without writing (`_db`);
+- the tables (`User`, `UserLease`, `History`, `PendingEnrollmentRow`, `OutboxEvent`) and
+  `schema_metadata`, for the migrations, the benchmarks' bulk loads and the tests that look
+  at rows (`_models`).
 
 The records it takes and returns are the domain's (`lta_worker.domain`).
-
-Names are imported on first use (see `lta_worker._lazy`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from lta_worker.storage._db import require_sqlite_writable
+from lta_worker.storage._dberrors import map_driver_error
+from lta_worker.storage._keyfile import Keyring, generate_key_line, load_key_file
+from lta_worker.storage._migrate import HEAD_REVISION
+from lta_worker.storage._models import (
+    History,
+    OutboxEvent,
+    PendingEnrollmentRow,
+    User,
+    UserLease,
+    schema_metadata,
+)
+from lta_worker.storage._rotation import rotate_keys
+from lta_worker.storage._store import Store
+from lta_worker.storage._vault import TokenDecryptError, Vault
 
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.storage._db import require_sqlite_writable
-    from lta_worker.storage._dberrors import map_driver_error
-    from lta_worker.storage._keyfile import Keyring, generate_key_line, load_key_file
-    from lta_worker.storage._migrate import HEAD_REVISION
-    from lta_worker.storage._rotation import rotate_keys
-    from lta_worker.storage._store import Store
-    from lta_worker.storage._vault import TokenDecryptError, Vault
-
-_NAMES = {
-    "Store": "._store",
-    "TokenDecryptError": "._vault",
-    "Vault": "._vault",
-    "Keyring": "._keyfile",
-    "generate_key_line": "._keyfile",
-    "load_key_file": "._keyfile",
-    "rotate_keys": "._rotation",
-    "HEAD_REVISION": "._migrate",
-    "map_driver_error": "._dberrors",
-    "require_sqlite_writable": "._db",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "HEAD_REVISION",
+    "History",
     "Keyring",
+    "OutboxEvent",
+    "PendingEnrollmentRow",
     "Store",
     "TokenDecryptError",
+    "User",
+    "UserLease",
     "Vault",
     "generate_key_line",
     "load_key_file",
     "map_driver_error",
     "require_sqlite_writable",
     "rotate_keys",
+    "schema_metadata",
 ]

@@ -10,43 +10,22 @@
   https one from the settings (`_http`);
 - `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
   (`_webhook`).
-
-Names are imported on first use (see `lta_worker._lazy`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from lta_worker.upstream._client import ApiClient, check_secure_url
+from lta_worker.upstream._http import http_client
+from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
+from lta_worker.upstream._wire import (
+    READ_PATHS,
+    TOKEN_PREFIX,
+    TOKENS_PATH,
+    join_url,
+    long_term_credential,
+    usable_token,
+)
 
-from lta_worker._lazy import lazy_attributes
-
-if TYPE_CHECKING:
-    from lta_worker.upstream._client import ApiClient, check_secure_url
-    from lta_worker.upstream._http import http_client
-    from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
-    from lta_worker.upstream._wire import (
-        READ_PATHS,
-        TOKEN_PREFIX,
-        TOKENS_PATH,
-        join_url,
-        long_term_credential,
-        usable_token,
-    )
-
-_NAMES = {
-    "READ_PATHS": "._wire",
-    "TOKENS_PATH": "._wire",
-    "TOKEN_PREFIX": "._wire",
-    "ApiClient": "._client",
-    "check_secure_url": "._client",
-    "join_url": "._wire",
-    "long_term_credential": "._wire",
-    "usable_token": "._wire",
-    "http_client": "._http",
-    "WebhookSender": "._webhook",
-    "webhook_http_client": "._webhook",
-}
-__getattr__ = lazy_attributes(__name__, _NAMES)
 __all__ = [
     "READ_PATHS",
     "TOKENS_PATH",

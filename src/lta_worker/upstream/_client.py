@@ -147,7 +147,7 @@ class ApiClient:
         settings: service URLs, timeouts and the response size cap, the client id and its
             token endpoint authentication come from here.
         client_secret: the client's secret (read from `client.secret_file` and registered
-            with the log redactor by `worker.Runtime`, the one place that reads it).
+            with the log redactor by `runtime.Runtime`, the one place that reads it).
     """
 
     def __init__(self, http: httpx.AsyncClient, settings: Settings, client_secret: Secret) -> None:

@@ -50,7 +50,7 @@ def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
     """The long term credential `<token>.<client secret>` (the API client's to build).
 
     The `dspa_` pattern of the log redactor masks the token and the whole credential; the
-    client secret was registered once, when it was read (`worker.Runtime`).
+    client secret was registered once, when it was read (`runtime.Runtime`).
 
     Raises:
         ValueError: the token is not `usable_token`, or the client secret is empty.

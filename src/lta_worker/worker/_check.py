@@ -26,14 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import httpx
-
 from lta_worker.errors import ConfigError, UpstreamError
 
 if TYPE_CHECKING:
+    import httpx
+
     from lta_worker.config import Settings
+    from lta_worker.runtime import Runtime
     from lta_worker.storage import Vault
-    from lta_worker.worker._root import Runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,8 @@ def _database(runtime: Runtime, vault: Vault | None) -> str:
 
 
 async def _service(runtime: Runtime) -> str:
+    import httpx
+
     from lta_worker.upstream import READ_PATHS, join_url
 
     service, http = runtime.settings.service, runtime.http
@@ -101,7 +103,7 @@ async def run_checks(
     settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> list[CheckResult]:
     """Run every check; none writes anything or spends the read budget."""
-    from lta_worker.worker._root import Runtime
+    from lta_worker.runtime import Runtime
 
     results: list[CheckResult] = []
     async with Runtime(settings, read_only=True, transport=transport) as runtime:

@@ -46,8 +46,8 @@ from lta_worker.domain import EXIT_CODES, Breaker, StopReason, UserRow, UserUpda
 from lta_worker.errors import EX_OK
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
+from lta_worker.runtime import Clock
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
 from lta_worker.worker._ports import PassStore, Reader, TokenVault

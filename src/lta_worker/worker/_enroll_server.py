@@ -49,7 +49,7 @@ from lta_worker.worker._enroll_guard import (
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from lta_worker.worker._root import Runtime
+    from lta_worker.runtime import Runtime
 
 log = get_logger("lta_worker.service")
 STOP_TIMEOUT: Final = 5.0

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from lta_worker.domain import PassRecord, PurgeCounts
-from lta_worker.enrollment import DropRetries
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
+from lta_worker.runtime import instance_ttl
 from lta_worker.worker._pass import PassResult
-from lta_worker.worker._root import instance_ttl
 from lta_worker.worker._webhooks import Delivery, deliver_due
 
 if TYPE_CHECKING:
+    from lta_worker.enrollment import DropRetries
     from lta_worker.pacing import SharedBudget
     from lta_worker.worker._runtime import Worker
 

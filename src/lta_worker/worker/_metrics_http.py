@@ -231,7 +231,7 @@ def metrics_server(worker: Worker) -> MetricsServer | None:
     if not listen or worker.metrics is None:
         return None
     from lta_worker.config import parse_listen
-    from lta_worker.worker._status import collect_status
+    from lta_worker.report import collect_status
 
     host, port = parse_listen(listen)
     return MetricsServer(

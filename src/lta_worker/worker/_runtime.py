@@ -25,10 +25,9 @@ from lta_worker.config import Settings
 from lta_worker.errors import LtaError
 from lta_worker.logs import get_logger
 from lta_worker.pacing import Pacer
-from lta_worker.worker._clock import Clock
+from lta_worker.report import PlanCache
+from lta_worker.runtime import Clock, Runtime
 from lta_worker.worker._pass import PassResult, ProgressFn
-from lta_worker.worker._plan import PlanCache
-from lta_worker.worker._root import Runtime
 from lta_worker.worker._run import run_pass
 
 if TYPE_CHECKING:

@@ -19,14 +19,17 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from lta_worker.config import Settings
 from lta_worker.errors import LtaError
 from lta_worker.logs import get_logger
+
+# APScheduler is imported when `serve` starts it: `run` never needs it.
+if TYPE_CHECKING:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = get_logger("lta_worker.service")
 # The scheduler's jobs, as the `error` event's `job` names them (docs/log-events.md).
@@ -50,6 +53,8 @@ def start_scheduler(
 ) -> AsyncIOScheduler:
     """A started scheduler running `jobs[id]` every `every[id]`; the pass first at
     `first_pass`, the others after one interval."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
     _quiet_scheduler_logs()
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
     for job_id, interval in every.items():

@@ -34,21 +34,23 @@ import os
 import signal
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import httpx
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from lta_worker.config import Settings, format_duration
 from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
+from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
-from lta_worker.worker._clock import Clock
 from lta_worker.worker._pass import stop_error
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._scheduler import Guard, Job, intervals, reschedule, start_scheduler
 from lta_worker.worker._sdnotify import Notifier
+
+if TYPE_CHECKING:
+    import httpx
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.

@@ -13,7 +13,7 @@ from anyio.abc import TaskGroup
 
 from lta_worker.domain import StopReason
 from lta_worker.pacing import PacerLike, Permit
-from lta_worker.worker._clock import Clock
+from lta_worker.runtime import Clock
 
 
 class Interrupted(Exception):

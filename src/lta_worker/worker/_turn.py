@@ -29,11 +29,10 @@ from lta_worker.domain import (
 )
 from lta_worker.errors import UnknownKeyError
 from lta_worker.pacing import PacerLike, wait_after_429
+from lta_worker.runtime import Clock
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.upstream import usable_token
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook
 from lta_worker.worker._pass import PassOptions, PassResult, ReadObserver
 from lta_worker.worker._ports import Reader, TokenVault
@@ -91,6 +90,10 @@ class Turns:
         except TokenDecryptError:
             events.undecryptable(user)
             return self._unusable(user)
+        # upstream (and httpx with it) is imported at the first read: a `run` with nobody
+        # due never needs it.
+        from lta_worker.upstream import usable_token
+
         if not usable_token(token):  # stored before enrollment checked what a header can carry
             events.unsendable(user)
             return self._unusable(user)

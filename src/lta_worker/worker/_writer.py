@@ -17,8 +17,8 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from lta_worker.domain import UserRow, UserUpdate
+from lta_worker.runtime import Clock
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._clock import Clock
 from lta_worker.worker._lease_book import LeaseBook
 from lta_worker.worker._ports import PassStore
 

@@ -1,0 +1,25 @@
+"""What the database says: `status`, health and the freshness plan.
+
+- `collect_status`: everything `status`, `check` and `/healthz` show, from the database
+  opened through a read-only `runtime.Runtime`; `assess_health`, the verdict, pure
+  (`_status`);
+- `schedule_summary`: the schedule `status` shows; `capacity_plan`: the capacity plan
+  from the settings in force; `PlanCache`: the freshness plan a pass uses, made again
+  every few minutes (`_plan`).
+
+It sits below `worker` and above `runtime`, so that `status`, `users list` and
+`results export` start without importing the worker (anyio, structlog, httpx, APScheduler).
+"""
+
+from __future__ import annotations
+
+from lta_worker.report._plan import PlanCache, capacity_plan, schedule_summary
+from lta_worker.report._status import assess_health, collect_status
+
+__all__ = [
+    "PlanCache",
+    "assess_health",
+    "capacity_plan",
+    "collect_status",
+    "schedule_summary",
+]

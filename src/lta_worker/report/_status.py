@@ -1,0 +1,226 @@
+"""What `status`, `check` and `/healthz` report: users per state, passes, budget, capacity,
+and a health verdict.
+
+`collect_status` reads the database read-only (a read-only `Runtime`: it never creates or
+migrates it). `assess_health` is pure: it turns the collected data and `now` into
+`healthy` and a list of `problems`, each one line saying what is wrong. Health means
+"reads succeed": a pass that read nobody proves nothing, so the verdict comes from facts
+that stay true under faults (the users' last reads, the passes that made reads):
+
+- reads are failing: at least `poll.breaker_threshold` users (or every active user, when
+  fewer) had their last read fail (5xx, network, broken body; backed off) after the
+  latest read the service answered;
+- users are due and no read was answered for twice `poll.interval` (a new installation has
+  a grace of the same length from its first pass);
+- the last pass, or the last one that made reads, stopped at the circuit breaker or on a
+  configuration error (exit 78);
+- the budget cannot read every user each `poll.interval` (the capacity warning);
+- users are `rejected` (a plain 401 for them while others succeed);
+- what the caller adds (`serve`: its key file deleted, replaced or broken under it).
+
+`last_success` is the last pass with at least one read the service answered
+(`PassRecord.answered`), whatever it stopped as.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lta_worker.config import Settings
+    from lta_worker.domain import PassRecord
+    from lta_worker.storage import Store
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 with a `Z`, or None."""
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _pass_json(last: PassRecord | None) -> dict[str, Any] | None:
+    if last is None:
+        return None
+    return {
+        "instance": last.instance,
+        "started_at": iso(last.started_at),
+        "finished_at": iso(last.finished_at),
+        "stopped": last.stopped,
+        "exit_code": last.exit_code,
+        "reads": last.reads,
+        "throttled": last.throttled,
+        "counts": dict(last.counts),
+    }
+
+
+def collect_status(
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    store: Store | None = None,
+    problems: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Everything `status` shows, as plain JSON-able data, with the health verdict.
+
+    Args:
+        settings: the settings in force (the database, the interval, the reserve).
+        now: the time to count due users at; the system clock by default (the demo, whose
+            clock is moved by hand, passes its own).
+        store: an open store to read (`serve`'s own, for `/healthz`); by default the
+            database is opened read-only and closed again.
+        problems: what the calling process knows is wrong beyond the database (`serve`'s
+            key file gone under it), added to the verdict's.
+
+    Raises:
+        SchemaOutdatedError: no database or an older schema (exit 78: `db upgrade`).
+        StorageError: the database cannot be reached (exit 75).
+    """
+    from lta_worker import __version__
+    from lta_worker.domain import USER_STATES
+    from lta_worker.report._plan import capacity_plan, schedule_summary
+    from lta_worker.runtime import Runtime, instance_ttl
+
+    runtime = Runtime(settings, read_only=True)
+    now = now or runtime.clock.now()
+    db = runtime.store if store is None else store
+    try:
+        counts = db.count_by_state()
+        due = db.count_due(now)
+        last = db.last_pass()
+        success = last if last is not None and last.answered else None
+        success = success or db.last_pass(answered=True)
+        last_reads = last if last is not None and last.reads else db.last_pass(read=True)
+        reads = db.read_health()
+        first = None if success is not None else db.first_pass()
+        budget = db.budget_seen(settings.client.id)
+        instances = db.live_instances(now, instance_ttl(settings))
+        plan = capacity_plan(settings, counts, budget)
+        schedule = schedule_summary(db, settings, counts, plan)
+        outbox = db.outbox_counts()
+    finally:
+        runtime.close()
+    data: dict[str, Any] = {
+        "generated_at": iso(now),
+        "version": __version__,
+        "users": {state: counts.get(state, 0) for state in USER_STATES},
+        "due": due,
+        "last_pass": _pass_json(last),
+        "last_success": _pass_json(success),
+        "last_reads": _pass_json(last_reads),
+        "reads": {
+            "last_answered_at": iso(reads.last_answered_at),
+            "failing": reads.failing,
+        },
+        "budget": None
+        if budget is None
+        else {
+            "limit": budget.limit,
+            "remaining": budget.remaining,
+            "reset_at": iso(budget.reset_at),
+            "window_seconds": budget.window_seconds,
+            "observed_at": iso(budget.observed_at),
+        },
+        "capacity": {
+            "reads_needed_per_hour": round(plan.reads_needed_per_hour, 1),
+            "available_per_hour": round(plan.available_per_hour, 1),
+            "budget_known": plan.budget_known,
+            "configured_interval_s": plan.configured_interval.total_seconds(),
+            "effective_interval_s": round(plan.effective_interval.total_seconds()),
+            "sustainable": plan.sustainable,
+            "warning": plan.warning,
+        },
+        "schedule": schedule,
+        "webhooks": {
+            "enabled": settings.webhook.url is not None,
+            "backlog": outbox.backlog,
+            "dead_letter": outbox.dead,
+            "oldest_backlog_at": iso(outbox.oldest_at),
+        },
+        "instances": [
+            {k: iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
+            for i in instances
+        ],
+    }
+    found = assess_health(
+        data,
+        now=now,
+        interval=settings.poll.interval,
+        first_pass_at=first.finished_at if first is not None else None,
+        failing_after=settings.poll.breaker_threshold,
+    )
+    found.extend(problems)
+    data["healthy"] = not found
+    data["problems"] = found
+    return data
+
+
+def assess_health(
+    data: dict[str, Any],
+    *,
+    now: datetime,
+    interval: timedelta,
+    first_pass_at: datetime | None = None,
+    failing_after: int,
+) -> list[str]:
+    """The problems in `collect_status`'s data (empty: healthy); pure, takes `now`.
+
+    The one verdict of `status --check`, `status --format json` and `/healthz`: a new kind
+    of problem is added here, from a fact `collect_status` puts in `data`.
+
+    Args:
+        data: what `collect_status` collected (`last_pass`, `last_reads`, `last_success`,
+            `reads`, `due`, `capacity`, `users`).
+        now: the time of the verdict.
+        interval: `poll.interval`; with users due, no answered read for twice it is a
+            problem.
+        first_pass_at: when the oldest recorded pass finished (only needed when no pass
+            had an answered read): a new installation gets twice the interval from it.
+        failing_after: `poll.breaker_threshold`: this many users (or every active user,
+            when fewer) whose last read failed after the last answered one is a problem.
+    """
+    problems: list[str] = []
+    reads = data.get("reads") or {}
+    users = data.get("users", {})
+    failing = reads.get("failing", 0)
+    if failing and failing >= max(1, min(failing_after, users.get("active", 0))):
+        since = reads.get("last_answered_at")
+        problems.append(
+            f"reads are failing: the last read of {failing} user(s) failed (5xx, network or "
+            f"broken answer) and no read was answered since {since or 'ever'}; "
+            "see the poll.read events"
+        )
+    stale_after = 2 * interval
+    due = data.get("due", 0)
+    success = data.get("last_success")
+    # The later of the users' latest answered read and the last pass that had one: a user
+    # answered then failed later still counts, and pass summaries are kept only so long.
+    known = [reads.get("last_answered_at"), (success or {}).get("finished_at")]
+    answered = max((a for a in known if a), key=datetime.fromisoformat, default=None)
+    if due and answered is not None:
+        if now - datetime.fromisoformat(answered) > stale_after:
+            problems.append(
+                f"no read answered since {answered} (more than twice poll.interval) while "
+                f"{due} user(s) are due"
+            )
+    elif due and first_pass_at is not None and now - first_pass_at > stale_after:
+        problems.append(
+            f"no read has been answered yet (passes ran for more than twice poll.interval) "
+            f"while {due} user(s) are due"
+        )
+    # The last pass that made reads too: passes that found nobody due do not hide a breaker.
+    for stop in (data.get("last_pass"), data.get("last_reads")):
+        if stop and stop["stopped"] in {"breaker", "config"}:
+            problems.append(
+                f"the last pass stopped at {stop['finished_at']}: {stop['stopped']} "
+                f"(exit {stop['exit_code']}); see the pass.breaker_tripped or error event"
+            )
+            break
+    warning = data.get("capacity", {}).get("warning")
+    if warning:
+        problems.append(f"capacity: {warning}")
+    rejected = users.get("rejected", 0)
+    if rejected:
+        problems.append(f"{rejected} user(s) rejected (plain 401 while others succeed)")
+    return problems

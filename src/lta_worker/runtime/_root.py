@@ -1,0 +1,369 @@
+"""The composition root: `Runtime`, built once from `Settings`, owns the store, the vault,
+the API client, the pacer and the clock, and hands them to whatever runs.
+
+`run` and `serve` hold one through `Worker`; every other command opens one and takes what
+it needs (`status`, `users list`, `results export` and `check` a read-only one: the
+database is never created nor migrated); `check` runs the same steps one by one; the
+enrollment web app and a web application embedding enrollment get `enrollment()`. Tests
+build it with the simulator's transport and their own clock.
+
+Parts are opened on first use and closed together: `status` never loads the key file and
+a `run` with nothing due never builds the HTTP client (httpx, httpcore and a TLS context
+cost it about 0.15 s). The secret files are read here and nowhere else (`secret_files`),
+each registered with the log redactor once, and the client secret again on `reload`. The
+API client holds the client secret; nothing else is handed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AsyncExitStack, ExitStack
+from dataclasses import replace
+from datetime import timedelta
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, cast
+
+from lta_worker.config import Settings, read_client_secret, read_link_keys, read_webhook_secret
+from lta_worker.errors import KeyFileError
+from lta_worker.runtime._clock import Clock, SystemClock
+
+# httpx, the API client, the pacer, enrollment and structlog (`logs`) are imported where
+# they are used: `status` reads the database and nothing else.
+if TYPE_CHECKING:
+    import httpx
+
+    from lta_worker.enrollment import Enrollment, Lifecycle
+    from lta_worker.pacing import Pacer
+    from lta_worker.secret import Secret
+    from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient, WebhookSender
+
+# The secret files by `check`'s name for them, with their readers.
+READERS: Final[Mapping[str, Callable[[Settings], object]]] = {
+    "client_secret": read_client_secret,
+    "webhook_secret": read_webhook_secret,
+    "enroll_link_key": read_link_keys,
+}
+# Sections set up at start that a reload does not change (a restart does).
+FIXED: Final = ("database", "service", "webhook", "enroll", "metrics")
+
+
+def instance_ttl(settings: Settings) -> timedelta:
+    """How long an instance stays live without a heartbeat: four heartbeats."""
+    return 4 * settings.serve.heartbeat
+
+
+class Runtime:
+    """Store, vault, API client, pacer and clock, built from `settings` on first use.
+
+    `with Runtime(settings) as rt:` for what needs no HTTP, `async with` for the rest;
+    everything opened is closed at the end of the block.
+
+    Args:
+        settings: the validated settings.
+        read_only: open the database read-only, its schema checked, never migrated.
+        clock: time (the system clock by default).
+        transport: where the API client's requests go (the network by default).
+        webhook_transport: where the webhook sender's requests go.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        read_only: bool = False,
+        clock: Clock | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        webhook_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.read_only = read_only
+        self.clock: Clock = clock or SystemClock()
+        self._transport = transport
+        self._webhook_transport = webhook_transport
+        self._stack = ExitStack()
+        self._async: AsyncExitStack | None = None
+        self._store: Store | None = None
+        self._vault: Vault | None = None
+        self._secrets: dict[str, Any] = {}
+        self._http: httpx.AsyncClient | None = None
+        self._api: ApiClient | None = None
+        self._pacer: Pacer | None = None
+        self.webhooks: WebhookSender | None = None
+        self.migrated = False  # opening the store applied a migration
+        self._closed = False
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store; the runtime opens nothing more (what it built stays readable)."""
+        self._stack.close()
+        self._store = None
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        self._async = AsyncExitStack()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        import anyio
+
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._async is not None:
+                    await self._async.aclose()
+        finally:
+            self._async = self._http = self._api = self.webhooks = None
+            self.close()
+
+    def _async_stack(self) -> AsyncExitStack:
+        if self._async is None:
+            raise RuntimeError("HTTP clients are built inside `async with Runtime(...)` only")
+        return self._async
+
+    # -- the parts -----------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The database: migrated on opening (`result.changed` queued as `[webhook]` asks),
+        or with `read_only` only checked.
+
+        Raises:
+            SchemaOutdatedError: read-only, and no database, no schema or an older one.
+            SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
+            StorageError: the database cannot be reached (exit 75).
+        """
+        if self._store is None:
+            if self._closed:
+                raise RuntimeError("the Runtime is closed")
+            from lta_worker.storage import Store
+
+            store = Store.open(self.settings.database.url, read_only=self.read_only)
+            try:
+                if self.read_only:
+                    store.check_schema()
+                else:
+                    store.result_events = self.settings.webhook.result_events
+                    self.migrated = bool(store.upgrade())
+            except BaseException:
+                store.close()
+                raise
+            self._stack.callback(store.close)
+            self._store = store
+        return self._store
+
+    @property
+    def vault(self) -> Vault:
+        """The token vault from `crypto.key_file`, loaded on first use (`read_key_file`)."""
+        if self._vault is None:
+            self._vault = self.read_key_file(explain=True)
+        return self._vault
+
+    def read_key_file(
+        self, settings: Settings | None = None, *, explain: bool = False, needs: Iterable[str] = ()
+    ) -> Vault:
+        """The key file read now, under `settings` (those in force by default).
+
+        Raises:
+            KeyFileError: the file is unusable (exit 78); with `explain`, a missing file is
+                explained by the key ids the database's tokens use, when it is open or can
+                be opened read-only (`missing_key_file`).
+            UnknownKeyError: the file lacks one of the key ids `needs`.
+        """
+        from lta_worker.storage import Vault
+
+        try:
+            vault = Vault.from_settings(settings or self.settings)
+        except KeyFileError as exc:
+            if not explain or exc.reason != "missing":
+                raise
+            if self._store is None and not self.read_only:
+                raise
+            try:
+                in_use = self.store.key_ids_in_use(self.clock.now())
+            except Exception:
+                raise exc from None
+            raise missing_key_file(exc, in_use) from None
+        vault.require_keys(needs)
+        return vault
+
+    def secret(self, name: str) -> Any:
+        """The secret file `name` (`READERS`), read on first use and registered with the
+        log redactor.
+
+        Raises:
+            ConfigError: naming the file's setting, never quoting the content.
+        """
+        if name not in self._secrets:
+            from lta_worker.logs import register_secret
+
+            value = READERS[name](self.settings)
+            for item in value if isinstance(value, tuple) else (value,):
+                register_secret(item)
+            self._secrets[name] = value
+        return self._secrets[name]
+
+    def secret_files(self) -> dict[str, Callable[[], object]]:
+        """Every secret file `run` or `serve` reads at start, by name, with its reader: the
+        client secret always, the webhook secret with `webhook.url`, the link keys with
+        `enroll.listen`. `check` runs exactly these, so that it fails where they would."""
+        names = ["client_secret"]
+        if self.settings.webhook.url is not None:
+            names.append("webhook_secret")
+        if self.settings.enroll.listen is not None:
+            names.append("enroll_link_key")
+        return {name: partial(self.secret, name) for name in names}
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The HTTP client of the service (inside `async with` only), built on first use."""
+        if self._http is None:
+            from lta_worker.upstream import http_client
+
+            self._http = http_client(self.settings, transport=self._transport)
+            self._async_stack().push_async_callback(self._http.aclose)
+        return self._http
+
+    @property
+    def api(self) -> ApiClient:
+        """The API client, holding the client id and secret (inside `async with` only),
+        built on first use and again after a `reload`."""
+        if self._api is None:
+            from lta_worker.upstream import ApiClient
+
+            self._api = ApiClient(self.http, self.settings, self.secret("client_secret"))
+        return self._api
+
+    @property
+    def pacer(self) -> Pacer:
+        """The pacer, which outlives passes; shared with the other instances on PostgreSQL."""
+        if self._pacer is None:
+            from lta_worker.pacing import Pacer, PacerCore, SharedBudget
+
+            rl, service = self.settings.ratelimit, self.settings.service
+            core = PacerCore(
+                reserve=rl.reserve,
+                fallback_per_hour=rl.fallback_per_hour,
+                initial_burst=self.settings.poll.breaker_threshold,
+                max_wait=rl.max_wait.total_seconds(),
+            )
+            shared = None
+            if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
+                shared = SharedBudget(
+                    self.store,
+                    self.settings.client.id,
+                    reserve=rl.reserve,
+                    clock=self.clock.now,
+                    probe_timeout=service.connect_timeout + service.read_timeout,
+                )
+            self._pacer = Pacer(
+                core,
+                clock=self.clock.monotonic,
+                sleep=self.clock.sleep,
+                wall_clock=self.clock.now,
+                shared=shared,
+            )
+        return self._pacer
+
+    async def start(self) -> None:
+        """What `run` and `serve` need besides the store, loaded now so that a problem
+        stops the start: the vault, every secret file, the webhook sender, the pacer."""
+        _ = self.vault
+        for read in self.secret_files().values():
+            read()
+        if self.settings.webhook.url is not None:
+            from lta_worker.upstream import WebhookSender, webhook_http_client
+
+            client = webhook_http_client(self.settings, transport=self._webhook_transport)
+            hooks = await self._async_stack().enter_async_context(client)
+            self.webhooks = WebhookSender(hooks, self.settings, self.secret("webhook_secret"))
+        _ = self.pacer
+
+    # -- what commands build of them -----------------------------------------------------
+
+    def enrollment(self) -> Enrollment:
+        """Enrollment over these parts (the key file loaded first, then the store)."""
+        from lta_worker.enrollment import Enrollment
+
+        vault = self.vault
+        return Enrollment(self.settings, self.store, vault, lambda: self.api, self.clock.now)
+
+    def lifecycle(self) -> Lifecycle:
+        """Drops and forgets over these parts; the key file and the client secret are read
+        first, so that a problem with either changes nothing."""
+        from lta_worker.enrollment import Lifecycle
+
+        vault = self.vault
+        self.secret("client_secret")
+        return Lifecycle(self.settings, self.store, vault, lambda: self.api, self.clock.now)
+
+    # -- SIGHUP --------------------------------------------------------------------------
+
+    def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
+        """Re-read the key file and the client secret and take the new settings (SIGHUP).
+
+        Everything is loaded before anything is replaced, so a broken new config or key
+        file leaves the runtime as it was; so does a key file that lacks one of
+        `key_ids_in_use` (`UnknownKeyError`: stored tokens would no longer decrypt). What
+        was set up at start from `FIXED` sections (the store, the HTTP client, the webhook
+        sender, the enrollment and metrics listeners) needs a restart; a change to them is
+        reported (`service.reload_partial`), not applied, so that the settings shown are
+        the ones in force. The API client is built again with the new secret.
+        """
+        from lta_worker.logs import get_logger, register_secret
+
+        vault = self.read_key_file(settings, needs=key_ids_in_use)
+        client_secret = cast("Secret", READERS["client_secret"](settings))
+        changed = [k for k in FIXED if getattr(settings, k) != getattr(self.settings, k)]
+        if changed:
+            log = get_logger("lta_worker.runner")
+            log.warning("service.reload_partial", needs_restart=changed)
+            settings = replace(settings, **{k: getattr(self.settings, k) for k in FIXED})
+        register_secret(client_secret)
+        self._vault, self.settings = vault, settings
+        self._secrets["client_secret"] = client_secret
+        self._api = None
+
+    def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
+        """Re-read the key file alone, under the settings in force. Loaded before it
+        replaces the keys in force: a file that still lacks one of `key_ids_in_use`
+        (`UnknownKeyError`) or is broken leaves them as they were."""
+        self._vault = self.read_key_file(needs=key_ids_in_use)
+
+
+def missing_key_file(exc: KeyFileError, in_use: Mapping[str, int]) -> KeyFileError:
+    """The error for a key file that does not exist, given the key ids the database's
+    tokens (and pending enrollments) are encrypted under: with any, the file must be
+    restored, since a new key cannot decrypt them (reason `missing_in_use`); with none, a
+    new key file is the cure (reason `missing_empty`)."""
+    if not in_use:
+        return KeyFileError(
+            f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds no token yet",
+            key=exc.key,
+            reason="missing_empty",
+        )
+    ids = ", ".join(repr(key_id) for key_id in sorted(in_use))
+    stored = sum(in_use.values())
+    return KeyFileError(
+        f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds {stored} secret(s) "
+        f"encrypted under key id(s) {ids}",
+        key=exc.key,
+        reason="missing_in_use",
+        hint=f"restore the key file with the lines of key id(s) {ids} (from a backup, or the "
+        "unit's credential): a new key cannot decrypt the stored tokens",
+    )
+
+
+__all__ = ["READERS", "Runtime", "instance_ttl", "missing_key_file"]

@@ -1,0 +1,266 @@
+"""The one table of operator hints (`cli/_hints.py`): structured errors -> CLI advice,
+and no CLI advice anywhere a web application imports."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+import lta_worker
+from lta_worker import errors
+from lta_worker.cli import _commands as commands
+from lta_worker.cli._failure import classify, render
+from lta_worker.cli._hints import HINTS, RESTART, advice, hint_line
+from lta_worker.errors import (
+    ConfigError,
+    EnrollmentError,
+    KeyFileError,
+    LtaError,
+    ModeNotOpenedError,
+    PassStoppedError,
+    StorageError,
+    UnknownKeyError,
+    UnknownUserError,
+    UsageError,
+)
+from lta_worker.storage import load_key_file
+from lta_worker.storage._keyfile import parse_key_file
+from lta_worker.upstream._refusals import create_reason, exchange_reason
+
+PACKAGE = Path(lta_worker.__file__).parent
+# The operator's own code: the CLI, the narrated demo, and the simulator's stand-in service.
+CLI_SIDE = ("cli/", "simulator/")
+# Text that names a command to describe a situation, not to advise one: (module, text).
+DESCRIPTIONS = {("storage/_store.py", "another lta-worker run or serve is already working on ")}
+USERS = "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
+MAKE_KEY = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+RESTORE_OR_MAKE_KEY = (
+    "restore it if the database holds tokens (`lta-worker check` names the key ids it needs); "
+    "for a new installation, " + MAKE_KEY
+)
+APPEND_KEY = "append a line from `lta-worker keys generate` to the key file"
+
+
+def _library_modules() -> list[Path]:
+    return [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.relative_to(PACKAGE).as_posix().startswith(CLI_SIDE)
+    ]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings or bare string statements."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            found.add(id(node.value))
+    return found
+
+
+def _advice_in(path: Path, pattern: re.Pattern[str]) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree)
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and pattern.search(node.value)
+    ]
+
+
+def _command_pattern() -> re.Pattern[str]:
+    group = click.Group()
+    commands.register(group)
+    words = sorted(group.commands)
+    assert {"enroll", "db", "keys", "users", "run"} <= set(words)
+    return re.compile(r"lta-worker (?:" + "|".join(map(re.escape, words)) + r")\b")
+
+
+def test_no_cli_advice_outside_the_cli() -> None:
+    """No string constant outside the CLI, the demo and the simulator (docstrings aside)
+    names an `lta-worker COMMAND`: such advice belongs in the CLI's hints table."""
+    pattern = _command_pattern()
+    found = {
+        (path.relative_to(PACKAGE).as_posix(), text)
+        for path in _library_modules()
+        for text in _advice_in(path, pattern)
+    }
+    assert found - DESCRIPTIONS == set()
+    assert found >= DESCRIPTIONS, "a described situation is gone: drop it from DESCRIPTIONS"
+
+
+def test_the_scan_sees_advice(tmp_path: Path) -> None:
+    """The scan flags a message naming a command, and ignores the same text in a docstring."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        '"""Run `lta-worker db upgrade`."""\n'
+        'def f():\n    """`lta-worker keys generate`."""\n'
+        '    raise ValueError("bad", hint="run `lta-worker db upgrade`")\n'
+    )
+    assert _advice_in(path, _command_pattern()) == ["run `lta-worker db upgrade`"]
+
+
+def _reasons_in_source() -> set[tuple[str, str]]:
+    """(callee name, reason) of every call in the package that passes a literal `reason=` to
+    an LtaError class, or to `error` (a ConfigError class passed as a value)."""
+    found: set[tuple[str, str]] = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else ""
+            cls = getattr(errors, name, None)
+            is_error = isinstance(cls, type) and issubclass(cls, LtaError)
+            if not (is_error or name == "error"):
+                continue
+            for keyword in node.keywords:
+                if keyword.arg == "reason" and isinstance(keyword.value, ast.Constant):
+                    found.add((name, str(keyword.value.value)))
+    return found
+
+
+def test_every_literal_reason_has_an_entry() -> None:
+    """Each `reason=` an error is raised with has its own row in the table (advice, or an
+    explicit None), so no reason silently takes a base class's advice."""
+    found = _reasons_in_source()
+    assert len(found) >= 10, found
+    reasons_in_table = {reason for _, reason in HINTS}
+    for name, reason in found:
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, LtaError):
+            rows = [(base, reason) for base in cls.__mro__ if (base, reason) in HINTS]
+            assert rows, (name, reason)
+        else:  # a class passed as a value (`secret_file`'s `error`)
+            assert reason in reasons_in_table, (name, reason)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 429, 500, 502, 503])
+def test_every_token_creation_reason_has_an_entry(status: int) -> None:
+    """Each reason a refused token creation can carry has its own row in the table."""
+    assert (EnrollmentError, create_reason(status)) in HINTS
+
+
+@pytest.mark.parametrize(
+    "error", [None, "invalid_grant", "invalid_client", "unauthorized_client", "invalid_request"]
+)
+def test_every_code_exchange_reason_has_an_entry(error: str | None) -> None:
+    """Each reason a refused code exchange can carry has its own row in the table."""
+    assert (EnrollmentError, exchange_reason(error)) in HINTS
+
+
+# (error, the CLI's hint): the rendered advice of today's messages, row by row.
+CASES: list[tuple[LtaError, str | None]] = [
+    (EnrollmentError("x", reason="unreachable", hint="user access tokens are short-lived"),
+     "user access tokens are short-lived; " + RESTART),
+    (EnrollmentError("x", reason="unreachable"), RESTART),
+    (EnrollmentError("x", reason="token_refused", hint="refused"), "refused; " + RESTART),
+    (EnrollmentError("x", reason="create_refused"), RESTART),
+    (EnrollmentError("x", reason="service_failed", hint="the service failed"),
+     "the service failed; " + RESTART + " in a while"),
+    (EnrollmentError("x", reason="no_token", hint="check"), "check; " + RESTART),
+    (EnrollmentError("x", reason="no_scopes", hint="check"), "check; " + RESTART),
+    (
+        EnrollmentError("x", reason="unsendable_token"),
+        "the service's tokens cannot be sent in a header: report it to the service's operator",
+    ),
+    (EnrollmentError("x", reason="code_rejected", hint="expired"), "expired; " + RESTART),
+    (EnrollmentError("x", reason="exchange_refused"), RESTART),
+    (EnrollmentError("x", reason="no_access_token", hint="check"), "check; " + RESTART),
+    (EnrollmentError("x", reason="consent_denied"), RESTART),
+    (EnrollmentError("x", reason="consent_failed"), RESTART),
+    (EnrollmentError("x", reason="scope_refused", hint="ask the operator"), "ask the operator"),
+    (EnrollmentError("x", reason="client_rejected", hint="check client.id"), "check client.id"),
+    (EnrollmentError("x"), RESTART),
+    (UsageError("x", reason="no_input"), RESTART),
+    (UsageError("x", reason="no_pending_consent"), RESTART),
+    (UsageError("x", reason="unknown_consent"), RESTART),
+    (UsageError("x", reason="other_user_consent"), RESTART),
+    (UnknownUserError("bob"), USERS),
+    (ConfigError("x", key="crypto.key_file", reason="key_file_unset"),
+     "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"),
+    (KeyFileError("x", key="crypto.key_file", reason="missing"), RESTORE_OR_MAKE_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="missing_empty"), MAKE_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="missing_in_use", hint="restore"), "restore"),
+    (KeyFileError("x", key="crypto.key_file", reason="no_key"), APPEND_KEY),
+    (KeyFileError("x", key="crypto.key_file", reason="malformed"), APPEND_KEY),
+    (StorageError("x", reason="schema_outdated"), "run `lta-worker db upgrade`"),
+    (
+        PassStoppedError("x", exit_code=75, reason="deadline"),
+        "see the capacity in `lta-worker status`",
+    ),
+    (
+        PassStoppedError("x", exit_code=78, reason="breaker"),
+        "`lta-worker check` finds a wrong service.base_url path without spending a read",
+    ),
+    # No row: the error's own hint only.
+    (StorageError("x", hint="retry"), "retry"),
+    (UnknownKeyError("k1"),
+     "restore that key line to the key file; nothing was modified or deleted"),
+    (ModeNotOpenedError("x", hint="ask"), "ask"),
+    (UsageError("x"), None),
+    (KeyFileError("x", key="crypto.key_file", hint="chmod 600 f"), "chmod 600 f"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("exc", "expected"), CASES)
+def test_the_cli_hint_of_each_error(exc: LtaError, expected: str | None) -> None:
+    """The CLI's hint for an error is its own hint, then the table's advice for its class and
+    reason; the boundary renders exactly that."""
+    assert hint_line(exc) == expected
+    assert classify(exc).hint == expected
+    if expected:
+        assert render(classify(exc), as_json=False).endswith(f"({expected})")
+
+
+def _row(exc: LtaError) -> tuple[type, str | None] | None:
+    """The table's row that `advice` answers `exc` from."""
+    for cls in type(exc).__mro__:
+        for key in ((cls, exc.reason), (cls, None)):
+            if key in HINTS:
+                return key
+    return None
+
+
+def test_every_row_is_exercised() -> None:
+    """Every row of the table answers a case above, so the table holds no dead advice."""
+    assert set(HINTS) == {_row(exc) for exc, _ in CASES} - {None}
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (EnrollmentError("x", reason="a_reason_nobody_wrote"), RESTART),
+        (EnrollmentError("x"), RESTART),
+        (UnknownUserError("bob"), USERS),
+        (KeyFileError("x", reason="a_reason_nobody_wrote"), None),
+        (UsageError("x", reason="a_reason_nobody_wrote"), None),
+        (LtaError("x", reason="missing"), None),
+    ],
+)
+def test_an_unknown_reason_falls_back_to_the_class(exc: LtaError, expected: str | None) -> None:
+    """A reason without a row takes its class's advice (the nearest along the MRO), or none."""
+    assert advice(exc) == expected
+
+
+def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
+    """Errors raised by library code hold data and a situation hint, never a command; the
+    CLI's line for them still says which command helps."""
+    with pytest.raises(KeyFileError) as missing:
+        load_key_file(tmp_path / "nope")
+    with pytest.raises(KeyFileError) as empty:
+        parse_key_file("# nothing\n")
+    for info, expected in ((missing, RESTORE_OR_MAKE_KEY), (empty, APPEND_KEY)):
+        assert "lta-worker" not in str(info.value)
+        assert classify(info.value).hint == expected
+    assert "lta-worker" not in str(UnknownUserError("bob"))

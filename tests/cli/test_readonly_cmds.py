@@ -1,0 +1,161 @@
+"""The read-only commands (`status`, `users list`, `results export`, `check`) through the CLI
+as child processes, over SQLite and PostgreSQL: they never create, migrate or write the
+database; a missing database or an old schema is one line naming `lta-worker db upgrade`,
+exit 78."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, text
+
+from lta_worker.errors import LtaError
+from lta_worker.storage import Store, Vault
+from lta_worker.storage._migrate import alembic_config
+from support.storage import enroll, keyring
+
+READ_ONLY = [
+    ("status",),
+    ("status", "--format", "json"),
+    ("users", "list"),
+    ("users", "list", "--format", "json"),
+    ("results", "export"),
+    ("results", "export", "--changed-since", "0"),
+    ("check",),
+]
+
+
+def child_env() -> dict[str, str]:
+    """The environment without the caller's LTA_WORKER_* or systemd variables."""
+    dropped = {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET"}
+    return {k: v for k, v in os.environ.items() if not k.startswith("LTA_") and k not in dropped}
+
+
+def write_config(tmp_path: Path, url: str) -> Path:
+    """A config for `url`, with a key file and a client secret file (mode 0600)."""
+    keys = tmp_path / "keys"
+    keys.write_text("k1:" + "A" * 43 + "=\n")
+    keys.chmod(0o600)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t-value\n")
+    secret.chmod(0o600)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "[service]\n"
+        'base_url = "http://127.0.0.1:9"\n'
+        'auth_url = "http://127.0.0.1:9"\n'
+        "[client]\n"
+        'id = "client"\n'
+        f"secret_file = {str(secret)!r}\n"
+        "[database]\n"
+        f"url = {url!r}\n"
+        "[crypto]\n"
+        f"key_file = {str(keys)!r}\n"
+        "[log]\n"
+        'format = "json"\n'
+    )
+    return config
+
+
+def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lta-worker --config CONFIG ARGS` as a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "lta_worker", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+
+
+def tables(url: str) -> set[str]:
+    """The tables of the database at `url` (opened read-only, so nothing is created)."""
+    if url.startswith("sqlite"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.exists():
+            return set()
+    with Store.open(url, read_only=True) as store, store.database.read() as conn:
+        return set(inspect(conn).get_table_names())
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The failing command's last stderr line, parsed: one JSON `error` event."""
+    event: dict[str, object] = json.loads(done.stderr.splitlines()[-1])
+    assert event["event"] == "error"
+    return event
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
+def test_missing_database_is_78_naming_db_upgrade(
+    tmp_path: Path, empty_url: str, args: tuple[str, ...]
+) -> None:
+    """On a database never set up, a read-only command exits 78 with `db upgrade` in the
+    hint, and creates nothing: no SQLite file or directory, no PostgreSQL table."""
+    done = cli(write_config(tmp_path, empty_url), *args)
+    assert done.returncode == 78, done.stderr
+    if args[0] == "check":
+        assert "lta-worker db upgrade" in done.stdout
+    else:
+        event = one_error_line(done)
+        assert event["exit_code"] == 78
+        assert "lta-worker db upgrade" in str(event["hint"])
+    if empty_url.startswith("sqlite"):
+        assert not Path(empty_url.removeprefix("sqlite:///")).parent.exists()
+    assert tables(empty_url) == set()
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
+def test_old_schema_is_78_and_stays_old(
+    tmp_path: Path, empty_url: str, args: tuple[str, ...]
+) -> None:
+    """On a schema an older lta-worker left (revision 0002), a read-only command exits 78
+    naming `db upgrade`, and the schema stays at 0002 (no migration during a rolling
+    upgrade)."""
+    from alembic import command
+
+    if empty_url.startswith("sqlite"):
+        Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
+    with Store.open(empty_url) as store:
+        command.upgrade(alembic_config(store.database), "0002")
+    done = cli(write_config(tmp_path, empty_url), *args)
+    assert done.returncode == 78, done.stderr
+    assert "lta-worker db upgrade" in done.stdout + done.stderr
+    with Store.open(empty_url, read_only=True) as store:
+        assert store.schema_revision() == "0002"
+
+
+def test_read_only_commands_write_nothing(tmp_path: Path, store_url: str) -> None:
+    """On a current database with a user, `status`, `users list` and `results export`
+    succeed and leave it byte for byte as it was (SQLite: no -wal or -shm file left)."""
+    with Store.open(store_url) as store:
+        enroll(store, Vault(keyring("k1")), "alice")
+        with store.database.read() as conn:
+            before = conn.execute(text("SELECT * FROM users")).all()
+    config = write_config(tmp_path, store_url)
+    path = Path(store_url.removeprefix("sqlite:///")) if store_url.startswith("sqlite") else None
+    snapshot = path.read_bytes() if path else None
+    for args in READ_ONLY[:-1]:
+        done = cli(config, *args)
+        assert done.returncode == 0, (args, done.stderr)
+    if path is not None:
+        assert path.read_bytes() == snapshot
+        assert sorted(p.name for p in path.parent.iterdir()) == ["lta.db"]
+    with Store.open(store_url, read_only=True) as store, store.database.read() as conn:
+        assert conn.execute(text("SELECT * FROM users")).all() == before
+
+
+def test_read_only_store_refuses_writes(store_url: str) -> None:
+    """A store opened read-only cannot write even by mistake: SQLite mode=ro, PostgreSQL
+    default_transaction_read_only."""
+    with Store.open(store_url, read_only=True) as store:
+        with pytest.raises(LtaError) as info:
+            enroll(store, Vault(keyring("k1")), "mallory")
+        assert "read" in str(info.value).lower()
+    with Store.open(store_url, read_only=True) as store:
+        assert store.get_user("mallory") is None

@@ -1,0 +1,119 @@
+"""`results export --changed-since CURSOR` through the CLI, over every backend: the contents
+stored after the cursor, then a last line `{"cursor": N}` that the next call takes; and the
+`[webhook] events` setting refused at load (exit 78 naming the key) when it names no type."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.storage import History, Store, Vault
+from support.storage import MINUTE, T0, enroll, keyring
+
+from .test_readonly_cmds import cli, one_error_line, write_config
+
+
+def read(user_id: int, minute: int, payload: Any) -> UserUpdate:
+    """A turn at T0 + `minute` that read `payload` from latest-change."""
+    at = T0 + minute * MINUTE
+    snap = SnapshotWrite(endpoint="latest-change", status="ok", payload=payload, fetched_at=at)
+    return UserUpdate(
+        user_id=user_id,
+        state="active",
+        next_due_at=at + timedelta(hours=1),
+        consecutive_failures=0,
+        last_outcome="ok",
+        last_polled_at=at,
+        snapshots=(snap,),
+    )
+
+
+def export(config: Path, url: str, cursor: int) -> tuple[list[dict[str, Any]], int]:
+    """The rows `results export --changed-since CURSOR` printed, and its last line's cursor,
+    called again with that cursor until it passed every row stored (on PostgreSQL another
+    session's open transaction, a parallel test's, holds the feed back until it ends)."""
+    with Store.open(url, read_only=True) as store, store.database.read() as conn:
+        newest = conn.execute(select(func.max(History.seq))).scalar() or 0
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while True:
+        args = ("results", "export", "--format", "jsonl", "--changed-since", str(cursor))
+        done = cli(config, *args)
+        assert done.returncode == 0, done.stderr
+        *rows, last = [json.loads(line) for line in done.stdout.splitlines()]
+        assert set(last) == {"cursor"}
+        assert last["cursor"] >= cursor
+        out += rows
+        cursor = last["cursor"]
+        if cursor > newest:
+            return out, cursor
+        assert time.monotonic() < deadline, "the feed never passed the newest row"
+
+
+def test_changed_since_prints_the_new_contents_then_the_next_cursor(
+    tmp_path: Path, store_url: str
+) -> None:
+    """From 0 every stored content, each a results line; from the printed cursor only what
+    was stored since, and nothing when nothing was."""
+    config = write_config(tmp_path, store_url)
+    with Store.open(store_url) as store:
+        alice = enroll(store, Vault(keyring("k1")), "alice").id
+        store.apply([read(alice, 1, {"v": 1})])
+        store.apply([read(alice, 2, {"v": 2})])
+    rows, cursor = export(config, store_url, 0)
+    assert [(r["user"], r["endpoint"], r["payload"]) for r in rows] == [
+        ("alice", "latest-change", {"v": 1}),
+        ("alice", "latest-change", {"v": 2}),
+    ]
+    assert rows[0]["state"] == "active"
+    again, same = export(config, store_url, cursor)
+    assert (again, same >= cursor) == ([], True)
+    with Store.open(store_url) as store:
+        store.apply([read(alice, 3, {"v": 2})])  # the same content: no change
+        store.apply([read(alice, 4, {"v": 4})])
+    rows, later = export(config, store_url, same)
+    assert [r["payload"] for r in rows] == [{"v": 4}]
+    assert later > cursor
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--changed-since", "-1"),
+        ("--changed-since", "yesterday"),
+        ("--changed-since", "0", "--history"),
+    ],
+    ids=["negative", "not-a-number", "with-history"],
+)
+def test_a_bad_cursor_is_a_usage_error(
+    tmp_path: Path, store_url: str, args: tuple[str, ...]
+) -> None:
+    """A cursor that is not a whole number from 0, or with --history, exits 2 and says so."""
+    done = cli(write_config(tmp_path, store_url), "results", "export", *args)
+    assert done.returncode == 2, done.stderr
+    assert "--changed-since" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "events",
+    ['["user.revoked", "result.changd"]', "[]", "5"],
+    ids=["unknown", "empty", "not-a-list"],
+)
+def test_an_unknown_event_type_is_78_naming_the_key(
+    tmp_path: Path, store_url: str, events: str
+) -> None:
+    """`[webhook] events` naming an unknown type, none, or not a list stops every command
+    with exit 78 naming `webhook.events`."""
+    config = write_config(tmp_path, store_url)
+    config.write_text(config.read_text() + f"[webhook]\nevents = {events}\n")
+    done = cli(config, "status")
+    assert done.returncode == 78, done.stderr
+    event = one_error_line(done)
+    assert "webhook.events" in str(event["message"]) or event.get("key") == "webhook.events"

@@ -1,0 +1,611 @@
+"""The freshness schedule: the change estimate, the budget's spread, and stats on change."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from lta_worker.config import PollSettings
+from lta_worker.domain import (
+    LATEST_CHANGE_SCOPE,
+    STATS_SCOPE,
+    ChangeEstimate,
+    EncryptedToken,
+    FreshnessConfig,
+    Outcome,
+    SchedulePlan,
+    UserRow,
+    bucket_rates,
+    canonical_json,
+    day_shape,
+    decide_turn,
+    expected_delay,
+    interval_for,
+    plan_scale,
+    population_prior,
+    rate_class,
+    still_wanted,
+)
+from lta_worker.domain._estimate import (
+    BINS,
+    DEFAULT_PRIOR,
+    GRID,
+    GRID_SIZE,
+    MAX_RATE,
+    content_hash,
+    observe,
+    update_belief,
+)
+from lta_worker.domain._freshness import (
+    CAP_SHARE,
+    RESOLUTION,
+    cap_seconds,
+    fold_turn,
+    next_due,
+    read_cost,
+    stats_still_wanted,
+    wants_stats,
+)
+from lta_worker.domain._spread import PLAN_SHARE, reads_per_hour
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+FIXED = PollSettings().policy().freshness  # the defaults of `[poll]`
+ADAPTIVE = FreshnessConfig(
+    schedule="adaptive",
+    interval=timedelta(minutes=15),
+    max_interval=timedelta(hours=24),
+    stats="on_change",
+    stats_max_age=timedelta(hours=24),
+    rate_half_life=timedelta(days=3),
+)
+
+durations = st.floats(min_value=1.0, max_value=30 * 86400.0).map(lambda s: timedelta(seconds=s))
+small = st.floats(min_value=0.0, max_value=500.0)
+estimates = st.builds(
+    ChangeEstimate,
+    changes=st.tuples(*[small] * BINS),
+    observed=st.tuples(*[st.floats(min_value=0.0, max_value=1e7)] * BINS),
+    content=st.one_of(st.none(), st.sampled_from(["a", "b"])),
+    seen_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+    stats_at=st.one_of(st.none(), durations.map(lambda d: NOW - d)),
+    belief=st.one_of(st.none(), st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE)).map(
+        lambda b: None if b is None or sum(b) <= 0 else tuple(x / sum(b) for x in b)
+    ),
+).map(
+    lambda e: replace(
+        e, level=None if e.belief is None else sum(map(float.__mul__, e.belief, GRID))
+    )
+)
+configs = st.builds(
+    lambda low, extra, sched, stats, age: replace(
+        ADAPTIVE,
+        schedule=sched,
+        interval=low,
+        max_interval=low + extra,
+        stats=stats,
+        stats_max_age=age,
+    ),
+    durations,
+    durations,
+    st.sampled_from(["fixed", "adaptive"]),
+    st.sampled_from(["always", "on_change"]),
+    durations,
+)
+plans = st.builds(
+    SchedulePlan,
+    scale=st.floats(min_value=0.0, max_value=1e6),
+    shape=st.tuples(*[st.floats(min_value=0.05, max_value=6.0)] * BINS),
+)
+
+
+@given(est=st.one_of(st.none(), estimates), plan=plans, cfg=configs)
+def test_next_due_is_never_before_now_nor_after_now_plus_max_interval(
+    est: ChangeEstimate | None, plan: SchedulePlan, cfg: FreshnessConfig
+) -> None:
+    """A user read at `now` is due again no earlier than now and no later than now +
+    max_interval, whatever its estimate and the plan."""
+    due = next_due(est, NOW, plan, cfg)
+    assert NOW < due <= NOW + cfg.max_interval
+    if cfg.schedule == "fixed":
+        assert due == NOW + cfg.interval
+    else:
+        assert due >= NOW + cfg.interval
+
+
+@given(est=estimates, content=st.sampled_from(["a", "b", "c"]), later=durations)
+def test_an_observation_keeps_the_estimate_finite_and_bounded(
+    est: ChangeEstimate, content: str, later: timedelta
+) -> None:
+    """After any read the counts stay non-negative and every rate stays in (0, MAX_RATE]."""
+    after = observe(est, content, NOW + later, ADAPTIVE)
+    assert all(c >= 0 for c in after.changes)
+    assert all(o >= 0 for o in after.observed)
+    assert all(0 < r <= MAX_RATE for r in after.rates())
+    assert after.content == content
+    assert after.seen_at == NOW + later
+    assert after.stats_at == est.stats_at
+
+
+@given(est=estimates, later=durations)
+def test_a_changed_read_never_estimates_less_than_an_unchanged_one(
+    est: ChangeEstimate, later: timedelta
+) -> None:
+    """Seeing a change over an interval gives a level (mean rate) at least that of seeing
+    none, and counts at least one change more."""
+    base = replace(est, content="a", seen_at=NOW)
+    same = observe(base, "a", NOW + later, ADAPTIVE)
+    moved = observe(base, "b", NOW + later, ADAPTIVE)
+    assert same.level is not None and moved.level is not None
+    assert moved.level >= same.level
+    assert sum(moved.changes) >= sum(same.changes) + 1 - 1e-9
+
+
+beliefs = st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE).filter(lambda b: sum(b) > 1e-6)
+
+
+@given(
+    belief=st.one_of(st.none(), beliefs),
+    moved=st.booleans(),
+    span=st.floats(0.0, 1e7),
+    seconds=st.floats(0.0, 1e7),
+)
+def test_a_belief_stays_a_distribution_over_the_grid(
+    belief: tuple[float, ...] | None, moved: bool, span: float, seconds: float
+) -> None:
+    """After any read the belief is GRID_SIZE probabilities summing to one, and the level
+    (its mean) a rate within the grid."""
+    if belief is not None:
+        belief = tuple(b / sum(belief) for b in belief)
+    after = update_belief(
+        belief, moved, span=span, seconds=seconds, cfg=ADAPTIVE, prior=DEFAULT_PRIOR
+    )
+    assert len(after) == GRID_SIZE
+    assert all(b >= 0 for b in after)
+    assert sum(after) == pytest.approx(1.0)
+    level = sum(b * g for b, g in zip(after, GRID, strict=True))
+    assert GRID[0] * 0.999 <= level <= GRID[-1] * 1.001
+
+
+@given(belief=beliefs, span=st.floats(1.0, 1e6), seconds=st.floats(0.0, 1e7))
+def test_a_change_seen_never_believes_a_lower_rate_than_none_seen(
+    belief: tuple[float, ...], span: float, seconds: float
+) -> None:
+    """From the same belief, a read that saw a change gives a level at least that of one
+    over the same interval that saw none."""
+    belief = tuple(b / sum(belief) for b in belief)
+    mean = {
+        moved: sum(
+            b * g
+            for b, g in zip(
+                update_belief(
+                    belief, moved, span=span, seconds=seconds, cfg=ADAPTIVE, prior=DEFAULT_PRIOR
+                ),
+                GRID,
+                strict=True,
+            )
+        )
+        for moved in (True, False)
+    }
+    assert mean[True] >= mean[False] * (1 - 1e-9)
+
+
+def test_the_population_prior_is_the_mean_belief_with_a_floor_of_the_default() -> None:
+    """The population's prior is a distribution over the grid that follows its users: a
+    population of busy users gives a prior whose mean is far above the default's, and no
+    rate of the grid is ruled out."""
+    t, busy = NOW, ChangeEstimate()
+    for n in range(40):
+        t += 2 * HOUR
+        busy = observe(busy, str(n), t, ADAPTIVE)
+    prior = population_prior([busy] * 10 + [ChangeEstimate()])
+    assert sum(prior) == pytest.approx(1.0)
+    assert all(p > 0 for p in prior)
+
+    def mean(weights: tuple[float, ...]) -> float:
+        return sum(w * g for w, g in zip(weights, GRID, strict=True))
+
+    assert mean(prior) > 5 * mean(DEFAULT_PRIOR)
+    assert population_prior([]) == DEFAULT_PRIOR
+
+
+def test_a_busy_user_is_believed_as_busy_as_the_population_says() -> None:
+    """With the population's prior, reads every 2 h of a user changing 30 times a day in
+    16 waking hours (nearly every read sees a change) estimate it within a third of its
+    rate: a fixed prior of one change a day held such users at a third to a half."""
+    rng = random.Random(7)
+    t, est, version, prior = NOW, ChangeEstimate(), 0, None
+    for step in range(7 * 12):
+        t += 2 * HOUR
+        awake = 7 <= t.hour < 23
+        version += sum(1 for _ in range(240) if awake and rng.random() < 30 / 16 * 2 / 240)
+        est = observe(est, str(version), t, ADAPTIVE, prior)
+        if step % 12 == 0:
+            prior = population_prior([est] * 3)
+    assert 20 < est.per_day() < 40
+
+
+def test_a_user_who_wakes_after_days_idle_is_relearned_within_a_day() -> None:
+    """A user idle for ten days, read every 20 h, then changing 4 times an hour: within a
+    day of reads every 2 h its estimate is above 10 changes a day."""
+    t, est = NOW, ChangeEstimate()
+    for _ in range(12):
+        t += 20 * HOUR
+        est = observe(est, "same", t, ADAPTIVE)
+    assert est.per_day() < 0.5
+    for n in range(12):
+        t += 2 * HOUR
+        est = observe(est, str(n), t, ADAPTIVE)
+    assert est.per_day() > 10
+
+
+def test_a_busy_user_seen_changed_at_every_read_is_estimated_above_the_em_step_alone() -> None:
+    """Reads every 4 h of a user changing 2 times an hour (about 8 changes a read, so almost
+    every read sees one) estimate a higher rate than the shape's EM counts on their own,
+    which learn only slowly when every read says "changed"."""
+    rng = random.Random(1)
+    est, t, version = ChangeEstimate(), NOW, 0
+    for _ in range(14 * 6):
+        t += 4 * HOUR
+        version += sum(1 for _ in range(800) if rng.random() < 8 / 800)
+        est = observe(est, str(version), t, ADAPTIVE)
+    shape_per_day = sum(est.shape_rates()) / BINS * 86400
+    assert est.per_day() > 1.3 * shape_per_day
+
+
+def test_an_estimate_stored_before_the_level_keeps_its_rate() -> None:
+    """An estimate stored without a level (an older version) reads back near the mean rate
+    of its counts (about 22 a day here), and its next read folds into that."""
+    raw = {"c": [10.0] * BINS, "o": [36000.0] * BINS, "h": "a", "s": NOW.isoformat(), "t": None}
+    est = ChangeEstimate.from_json(raw)
+    assert est is not None and est.level is not None
+    assert est.per_day() == pytest.approx(sum(est.shape_rates()) / BINS * 86400, rel=0.1)
+    after = observe(est, "b", NOW + HOUR, ADAPTIVE)
+    assert 18.0 < after.per_day() < 30.0
+
+
+def test_an_estimate_stored_with_the_level_keeps_its_rate() -> None:
+    """An estimate stored by the version before the belief (the level and its evidence: 30
+    reads of an hour that saw a change, 20 h of reads that saw none) reads back with a
+    belief that says what those reads said: about 1.2 changes an hour."""
+    raw = {
+        "c": [1.0] * BINS,
+        "o": [3600.0] * BINS,
+        "h": "a",
+        "s": NOW.isoformat(),
+        "t": None,
+        "q": 72000.0,
+        "m": {"12": 30.0},  # 60 s x 2^6 = 3840 s
+        "l": 3e-4,
+    }
+    est = ChangeEstimate.from_json(raw)
+    assert est is not None and est.belief is not None
+    assert 15 < est.per_day() < 45
+
+
+@given(est=estimates)
+def test_the_stored_form_round_trips(est: ChangeEstimate) -> None:
+    """`from_json(to_json(e))` gives back the estimate (floats to their stored precision)."""
+    back = ChangeEstimate.from_json(est.to_json())
+    assert back is not None
+    assert back.content == est.content
+    assert back.seen_at == est.seen_at
+    assert back.stats_at == est.stats_at
+    assert back.changes == pytest.approx(est.changes, abs=1e-4)
+    assert back.observed == pytest.approx(est.observed, abs=0.1)
+    if est.belief is not None:  # without one it is rebuilt from the counts (see below)
+        assert back.belief == pytest.approx(est.belief, rel=1e-3, abs=1e-12)
+        assert back.level == pytest.approx(est.level, rel=1e-3)
+        assert len(est.to_json()["b"]) == GRID_SIZE  # small and bounded
+
+
+@pytest.mark.parametrize("raw", [None, {}, {"c": [1.0], "o": [1.0]}, {"c": "x"}, []])
+def test_a_broken_stored_estimate_starts_afresh(raw: Any) -> None:
+    """Anything but a well-formed stored estimate reads as none (a fresh start)."""
+    assert ChangeEstimate.from_json(raw) is None
+
+
+def test_a_user_changing_every_hour_is_estimated_near_its_rate() -> None:
+    """Reads every 2 h of a user who changes each hour, for two weeks, estimate about 24 a day
+    (the EM step corrects for the changes a read cannot count)."""
+    rng = random.Random(1)
+    est, t, version = ChangeEstimate(), NOW, 0
+    for _ in range(14 * 12):
+        t += 2 * HOUR
+        version += sum(1 for _ in range(200) if rng.random() < 2 / 200)  # about 2 per read
+        est = observe(est, str(version), t, ADAPTIVE)
+    assert 12 < est.per_day() < 48
+
+
+def test_an_idle_user_drifts_to_the_cap_and_a_busy_one_is_read_sooner() -> None:
+    """With the same plan an idle user's interval is the cap and a busy one's is shorter."""
+    idle, busy = ChangeEstimate(), ChangeEstimate()
+    t = NOW
+    for n in range(60):
+        t += 4 * HOUR
+        idle = observe(idle, "same", t, ADAPTIVE)
+        busy = observe(busy, str(n), t, ADAPTIVE)
+    plan = plan_scale(bucket_rates([idle, busy]), 1.0, ADAPTIVE)
+    idle_due, busy_due = next_due(idle, t, plan, ADAPTIVE), next_due(busy, t, plan, ADAPTIVE)
+    assert busy_due < idle_due
+    assert idle_due - t == CAP_SHARE * ADAPTIVE.max_interval
+
+
+@given(
+    rate=st.floats(min_value=1e-9, max_value=MAX_RATE),
+    factor=st.floats(min_value=1.0, max_value=100.0),
+    scale=st.floats(min_value=1.0, max_value=1e4),
+    cfg=configs,
+)
+def test_the_steady_interval_stays_in_bounds_and_is_no_longer_for_a_busier_user(
+    rate: float, factor: float, scale: float, cfg: FreshnessConfig
+) -> None:
+    """The plan's interval lies in [interval, cap], and a busier user's is never longer."""
+    adaptive = replace(cfg, schedule="adaptive")
+    plan = SchedulePlan(scale)
+    one, busier = interval_for(rate, plan, adaptive), interval_for(rate * factor, plan, adaptive)
+    assert adaptive.interval.total_seconds() <= one <= cap_seconds(adaptive)
+    assert busier <= one + 1.0
+
+
+@given(
+    est=estimates,
+    factor=st.floats(min_value=1.0, max_value=100.0),
+    plan=plans.filter(lambda p: p.scale > 0),
+    cfg=configs,
+)
+@example(  # a slice clamped at MAX_RATE: mean_rate() is below the level
+    est=ChangeEstimate(changes=(0.0,) * (BINS - 1) + (1.0,), level=0.015625),
+    factor=1.0,
+    plan=SchedulePlan(scale=1.0),
+    cfg=replace(FIXED, interval=timedelta(seconds=1), max_interval=timedelta(seconds=29)),
+)
+def test_a_busier_user_is_never_due_later(
+    est: ChangeEstimate, factor: float, plan: SchedulePlan, cfg: FreshnessConfig
+) -> None:
+    """The same estimate with every slice's rate multiplied is due no later (with stats
+    read every time, when the price of a read does not depend on the rate)."""
+    adaptive = replace(cfg, schedule="adaptive", stats="always")
+    # Every slice's rate times `factor`: the level scales them all (the level itself, not
+    # `mean_rate()`, which is below it when a slice is clamped at MAX_RATE).
+    level = est.level if est.level is not None else est.mean_rate()
+    busier = replace(est, level=level * factor)
+    assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + timedelta(
+        seconds=RESOLUTION
+    )
+
+
+@given(x=st.floats(min_value=0.0, max_value=1e3), y=st.floats(min_value=0.0, max_value=1e3))
+def test_a_read_costs_between_half_and_a_whole_turn_and_more_the_likelier_a_change(
+    x: float, y: float
+) -> None:
+    """A read's price is in [1/2, 1] of a two-read turn, grows with the changes expected
+    since the last read, and is a whole turn when stats will be read anyway."""
+    low, high = sorted((x, y))
+    assert 0.5 <= read_cost(low, False, ADAPTIVE) <= read_cost(high, False, ADAPTIVE) <= 1.0
+    assert read_cost(low, True, ADAPTIVE) == 1.0
+    assert read_cost(low, False, replace(ADAPTIVE, stats="always")) == 1.0
+
+
+def test_changes_pending_when_a_user_goes_quiet_are_read_that_night() -> None:
+    """A user changing only from 08:00 to 12:00 UTC, read at 11:00, is due again before its
+    next active hours: the changes of its last hour keep waiting through the quiet ones."""
+    busy = 4 / HOUR.total_seconds()
+    quiet = 1e-9
+    shape = [quiet] * BINS
+    shape[2] = busy  # 08:00-12:00 UTC
+    est = ChangeEstimate(
+        changes=tuple(r * 1e6 for r in shape), observed=(1e6,) * BINS, level=busy / BINS
+    )
+    plan = SchedulePlan(scale=240.0)  # 2 h between reads at a steady 4 changes an hour
+    read_at = datetime(2025, 3, 1, 11, 0, tzinfo=UTC)
+    due = next_due(est, read_at, plan, replace(ADAPTIVE, stats="always"))
+    # 4 changes pending at 12:00 after 2 h of delay: the rest of the price 1.5 h later.
+    assert due == pytest.approx(datetime(2025, 3, 1, 13, 30, tzinfo=UTC), abs=timedelta(minutes=2))
+
+
+@given(
+    rates=st.lists(
+        st.tuples(
+            st.floats(min_value=1e-8, max_value=MAX_RATE),
+            st.floats(min_value=1e-8, max_value=MAX_RATE),
+            st.integers(min_value=1, max_value=1000).map(float),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    budget=st.floats(min_value=1.0, max_value=1e5),
+)
+def test_the_plan_spends_no_more_than_its_share_unless_even_the_cap_is_too_much(
+    rates: list[tuple[float, float, float]], budget: float
+) -> None:
+    """At the planned scale the users cost at most PLAN_SHARE of the budget, unless every
+    user is already at the cap; a larger budget never gives a larger scale."""
+    plan = plan_scale(rates, budget, ADAPTIVE)
+    spent = reads_per_hour(rates, plan.scale, ADAPTIVE)
+    at_cap = reads_per_hour(rates, 1e12, ADAPTIVE)
+    assert spent <= budget * PLAN_SHARE * 1.01 or spent <= at_cap * 1.01
+    assert plan_scale(rates, budget * 2, ADAPTIVE).scale <= plan.scale
+
+
+def test_a_budget_that_covers_everyone_at_interval_reads_everyone_at_interval() -> None:
+    """When the budget covers every user at `interval`, the scale is 0: all at `interval`."""
+    plan = plan_scale([(1e-4, 1e-4, 10.0)], 1e6, ADAPTIVE)
+    assert plan.scale == 0
+    assert next_due(ChangeEstimate(), NOW, plan, ADAPTIVE) == NOW + ADAPTIVE.interval
+
+
+@pytest.mark.parametrize(
+    ("budget", "low", "high"),
+    [
+        (1e6, 450.0, 450.0),  # every user at interval (15 min): a change waits 7.5 min
+        (10.0, 450.0, 0.85 * 86400 / 2),  # a short budget: longer, never past half the cap
+    ],
+)
+def test_the_expected_delay_is_half_the_interval_weighted_by_changes(
+    budget: float, low: float, high: float
+) -> None:
+    """The plan's expected delay from a change to its arrival is half each user's interval,
+    weighted by how often it changes: half `interval` when the budget covers everyone,
+    longer (within half the cap) when it does not."""
+    rates = [(1e-4, 1e-4, 50.0), (1e-6, 1e-6, 500.0)]
+    plan = plan_scale(rates, budget, ADAPTIVE)
+    delay = expected_delay(rates, plan, ADAPTIVE)
+    assert delay is not None
+    assert low - 1e-6 <= delay <= high + 1e-6
+    if budget < 1e6:
+        assert delay > 450.0
+
+
+def test_the_expected_delay_weights_busy_users_more() -> None:
+    """A busy user's changes count more than an idle one's: with the idle user at the cap
+    and the busy one at `interval`, the delay stays near the busy one's."""
+    plan = SchedulePlan(scale=60.0)
+    busy, idle = (1e-3, 1e-3, 1.0), (1e-7, 1e-7, 1.0)
+    delay = expected_delay([busy, idle], plan, ADAPTIVE)
+    assert delay is not None
+    busy_alone = expected_delay([busy], plan, ADAPTIVE)
+    assert busy_alone is not None
+    assert delay == pytest.approx(busy_alone, rel=0.01)
+    assert expected_delay([], plan, ADAPTIVE) is None
+
+
+def test_the_day_shape_is_one_on_average() -> None:
+    """The shape's slices average one (a flat day when nobody has been observed)."""
+    assert day_shape([]) == (1.0,) * BINS
+    assert sum(day_shape([ChangeEstimate()])) == pytest.approx(BINS)
+
+
+# -- stats on change: the table ----------------------------------------------------------
+
+SEEN = ChangeEstimate(content=content_hash("ok", canonical_json({"at": 1})), seen_at=NOW - HOUR)
+
+
+@pytest.mark.parametrize(
+    ("mode", "estimate", "payload", "stats_age", "read_stats"),
+    [
+        ("always", SEEN, {"at": 1}, HOUR, True),
+        ("on_change", SEEN, {"at": 2}, HOUR, True),  # latest-change moved
+        ("on_change", SEEN, {"at": 1}, HOUR, False),  # nothing new, stats young
+        ("on_change", SEEN, {"at": 1}, 24 * HOUR, True),  # stats_max_age reached
+        ("on_change", SEEN, {"at": 1}, None, True),  # stats never read
+        ("on_change", None, {"at": 1}, HOUR, True),  # first read of the user
+    ],
+)
+def test_stats_is_read_per_mode_change_and_age(
+    mode: str,
+    estimate: ChangeEstimate | None,
+    payload: Any,
+    stats_age: timedelta | None,
+    read_stats: bool,
+) -> None:
+    """Stats follows `poll.stats`: always, or only on a change of latest-change or at age."""
+    cfg = replace(ADAPTIVE, stats=mode)  # type: ignore[arg-type]
+    if estimate is not None:
+        estimate = replace(estimate, stats_at=NOW - stats_age if stats_age else None)
+    turn = [("latest-change", "ok", canonical_json(payload))]
+    assert stats_still_wanted(estimate, turn, NOW, cfg) is read_stats
+
+
+def test_without_a_content_answer_from_latest_change_stats_is_read() -> None:
+    """When latest-change was not granted or denied, stats is read (it is all there is)."""
+    est = replace(SEEN, stats_at=NOW)
+    assert stats_still_wanted(est, [], NOW, ADAPTIVE)
+    assert stats_still_wanted(est, [("latest-change", "scope_denied", b"null")], NOW, ADAPTIVE)
+    assert wants_stats(None, False, NOW, ADAPTIVE)
+
+
+@pytest.mark.parametrize(
+    ("per_day", "name"), [(0.0, "idle"), (0.4, "idle"), (2, "light"), (8, "busy"), (40, "heavy")]
+)
+def test_users_are_classed_by_changes_a_day(per_day: float, name: str) -> None:
+    """`status` classes users by their estimated changes a day."""
+    assert rate_class(per_day) == name
+
+
+# -- through the policy ------------------------------------------------------------------
+
+
+def _user(estimate: ChangeEstimate | None) -> UserRow:
+    return UserRow(
+        7, "u-7", "active", EncryptedToken(b"x", "k"), (LATEST_CHANGE_SCOPE, STATS_SCOPE), {},
+        NOW, NOW - HOUR, NOW, 0, None, None, 0, estimate,
+    )  # fmt: skip
+
+
+POLICY = replace(
+    PollSettings(interval=timedelta(minutes=15), schedule="adaptive", stats="on_change").policy(),
+    plan=SchedulePlan(scale=300.0),
+)
+
+
+def test_decide_turn_folds_the_read_into_the_estimate_and_schedules_within_bounds() -> None:
+    """An adaptive turn stores the new estimate (content, stats time) and a due time between
+    interval and max_interval, of class `adaptive`."""
+    results = [
+        ("latest-change", Outcome("ok", 200, {"at": 2})),
+        ("stats", Outcome("ok", 200, {"n": 5})),
+    ]
+    update = decide_turn(_user(SEEN), results, NOW, POLICY, random.Random(0))  # type: ignore[arg-type]
+    assert update.estimate is not None
+    assert update.estimate.content == content_hash("ok", canonical_json({"at": 2}))
+    assert update.estimate.stats_at == NOW
+    assert update.due_class == "adaptive"
+    assert update.next_due_at is not None
+    assert NOW + POLICY.interval <= update.next_due_at <= NOW + POLICY.max_interval
+
+
+def test_decide_turn_learns_with_the_plans_prior() -> None:
+    """The turn's read folds into the estimate with the population's prior the plan
+    carries: the same read of a new user under a prior of busy users is believed busier."""
+    user = _user(ChangeEstimate(content=content_hash("ok", b"{}"), seen_at=NOW))
+    busy = tuple(1.0 if k == GRID_SIZE - 8 else 0.0 for k in range(GRID_SIZE))
+    later = NOW + 6 * HOUR
+    results = [("latest-change", Outcome("ok", 200, {"changed_at": "x"}))]
+    levels = []
+    for prior in (None, busy):
+        cfg = replace(POLICY, plan=SchedulePlan(scale=100.0, prior=prior))
+        update = decide_turn(user, results, later, cfg, random.Random(1))  # type: ignore[arg-type]
+        assert update.estimate is not None and update.estimate.level is not None
+        levels.append(update.estimate.level)
+    assert levels[1] > 10 * levels[0]
+
+
+def test_the_fixed_schedule_keeps_the_interval() -> None:
+    """Under the default `fixed` schedule a read user is due at now + interval, class
+    `interval`, as before the freshness schedule."""
+    cfg = PollSettings(interval=HOUR).policy()
+    update = decide_turn(
+        _user(None), [("latest-change", Outcome("ok", 200, {}))], NOW, cfg, random.Random(0)
+    )
+    assert update.next_due_at == NOW + HOUR
+    assert update.due_class == "interval"
+
+
+def test_still_wanted_skips_stats_only() -> None:
+    """`still_wanted` never skips latest-change, and skips stats when nothing moved."""
+    user = _user(replace(SEEN, stats_at=NOW - HOUR))
+    same = [("latest-change", Outcome("ok", 200, {"at": 1}))]
+    assert still_wanted(user, "latest-change", [], NOW, POLICY)
+    assert not still_wanted(user, "stats", same, NOW, POLICY)  # type: ignore[arg-type]
+    assert still_wanted(user, "stats", same, NOW, PollSettings().policy())  # type: ignore[arg-type]
+
+
+def test_fold_turn_ignores_answers_without_content() -> None:
+    """A failed read is no observation: the estimate is left as it was."""
+    turn = [("latest-change", "transient", b"null")]
+    assert fold_turn(SEEN, turn, NOW, ADAPTIVE) is SEEN
+
+
+def test_content_hashes_are_those_stored_by_earlier_versions() -> None:
+    """The hash of a content is the one earlier versions stored: no user looks changed
+    after an upgrade (values computed by the code before the canonical form was shared)."""
+    payload = {"b": 1, "a": {"é": [1.5, None, "x"]}}
+    assert content_hash("ok", canonical_json(payload)) == "88318a3c81ef2446ffe1bf467abfbc9a"
+    assert content_hash("none", canonical_json(None)) == "a0375d4b33c8e17425194d21ee3a7e06"

@@ -1,0 +1,454 @@
+"""The per-user policy: one test per row of the table, then the combinations of a turn."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.config import PollSettings
+from lta_worker.domain import (
+    DROP_START,
+    LATEST_CHANGE_SCOPE,
+    OUTCOME_KINDS,
+    RULES,
+    STATS_SCOPE,
+    USER_STATES,
+    EncryptedToken,
+    Endpoint,
+    Outcome,
+    OutcomeKind,
+    SnapshotWrite,
+    UserRow,
+    UserState,
+    authenticated,
+    decide_turn,
+    drop_retry_at,
+    drop_verdict,
+    endpoints_to_call,
+    ends_turn,
+    read_again,
+)
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+CFG = PollSettings(
+    interval=timedelta(hours=1),
+    parked_interval=timedelta(hours=24),
+    backoff_base=timedelta(seconds=30),
+).policy()
+BOTH = (LATEST_CHANGE_SCOPE, STATS_SCOPE)
+LATEST: Endpoint = "latest-change"
+STATS: Endpoint = "stats"
+
+
+def make_user(**changes: object) -> UserRow:
+    """An active user with both scopes, due now, who has never failed."""
+    user = UserRow(
+        id=7,
+        user="u-7",
+        state="active",
+        token=EncryptedToken(b"\x00" * 40, "k1"),
+        scopes=BOTH,
+        denied={},
+        enrolled_at=NOW - timedelta(days=3),
+        last_polled_at=NOW - timedelta(hours=1),
+        next_due_at=NOW - timedelta(minutes=1),
+        consecutive_failures=0,
+        last_outcome="ok",
+        last_code=None,
+    )
+    return replace(user, **changes)  # type: ignore[arg-type]
+
+
+def out(kind: OutcomeKind, **fields: object) -> Outcome:
+    """An outcome of `kind`, with a payload for ok and the usual code for coded rows."""
+    codes = {
+        "revoked": "PermanentAccessRevoked",
+        "unlinked": "NoCloudSyncLinked",
+        "inactive": "CloudSyncInactive",
+    }
+    defaults: dict[str, object] = {"code": codes.get(kind)}
+    if kind == "ok":
+        defaults["payload"] = {"v": 1}
+    if kind == "rate_limited":
+        defaults["wait"] = 30.0
+    return Outcome(kind, **{**defaults, **fields})  # type: ignore[arg-type]
+
+
+def rng() -> random.Random:
+    return random.Random(1234)
+
+
+# -- one test per row ----------------------------------------------------------------------
+
+
+class Row(NamedTuple):
+    """What one outcome alone does to an active user with two failures behind them."""
+
+    kind: OutcomeKind
+    state: UserState
+    delete: bool
+    snapshot: str | None
+    failures: int
+    due: datetime | str | None  # "backoff": somewhere up to the row's cap
+
+
+ROWS = [
+    Row("ok", "active", False, "ok", 0, NOW + CFG.interval),
+    Row("none", "active", False, "none", 0, NOW + CFG.interval),
+    Row("revoked", "revoked", True, None, 0, None),
+    Row("unlinked", "unlinked", False, None, 0, NOW + CFG.parked_interval),
+    Row("inactive", "parked", False, None, 0, NOW + CFG.parked_interval),
+    Row("scope_denied", "active", False, None, 2, NOW + CFG.parked_interval),
+    Row("rejected", "rejected", False, None, 3, "backoff"),
+    Row("rate_limited", "active", False, None, 2, NOW - timedelta(minutes=1)),
+    Row("transient", "active", False, None, 3, "backoff"),
+]
+
+
+@pytest.mark.parametrize("row", [pytest.param(row, id=row.kind) for row in ROWS])
+def test_row(row: Row) -> None:
+    """A turn with one outcome applies exactly its row of the table."""
+    user = make_user(consecutive_failures=2, scopes=(LATEST_CHANGE_SCOPE,))
+    update = decide_turn(user, [(LATEST, out(row.kind))], NOW, CFG, rng())
+    assert update.user_id == user.id
+    assert update.state == row.state
+    assert update.delete_token is row.delete
+    assert [s.status for s in update.snapshots] == ([row.snapshot] if row.snapshot else [])
+    assert update.consecutive_failures == row.failures
+    assert update.last_outcome == row.kind
+    assert update.last_code == out(row.kind).code
+    assert update.last_polled_at == NOW
+    if row.due == "backoff":
+        assert update.next_due_at is not None
+        cap = CFG.parked_interval if row.kind == "rejected" else CFG.interval
+        assert NOW < update.next_due_at <= NOW + cap
+    else:
+        assert update.next_due_at == row.due
+
+
+def test_undecryptable_row_keeps_everything_and_rechecks_at_the_parked_interval() -> None:
+    """A token that does not decrypt: nothing sent, token and state kept, not counted as
+    polled, failures unchanged, re-checked a parked interval later."""
+    user = make_user(consecutive_failures=2, state="unlinked")
+    update = decide_turn(user, [(None, out("undecryptable"))], NOW, CFG, rng())
+    assert (update.state, update.delete_token, update.snapshots) == ("unlinked", False, ())
+    assert (update.consecutive_failures, update.last_outcome) == (2, "undecryptable")
+    assert update.last_polled_at == user.last_polled_at
+    assert update.next_due_at == NOW + CFG.parked_interval
+    assert update.due_class is None  # not derived from a read, so not rescheduled by class
+
+
+AUTHENTICATED = {"ok", "none", "scope_denied", "revoked", "unlinked", "inactive"}
+
+
+@pytest.mark.parametrize("kind", list(RULES))
+def test_authenticated_column(kind: OutcomeKind) -> None:
+    """Only answers that need both halves of the credential prove the client accepted."""
+    assert authenticated(out(kind, status=200)) is (kind in AUTHENTICATED)
+
+
+def test_a_404_never_proves_the_client() -> None:
+    """A 404 `none` proves nothing of the credential: a wrong URL answers it too."""
+    assert authenticated(out("none", status=404)) is False
+
+
+@pytest.mark.parametrize(
+    ("kind", "attempt", "again"),
+    [
+        ("rate_limited", 1, True),
+        ("rate_limited", 2, True),
+        ("rate_limited", 3, False),
+        *[(kind, 1, False) for kind in RULES if kind != "rate_limited"],
+    ],
+)
+def test_read_again_row(kind: OutcomeKind, attempt: int, again: bool) -> None:
+    """Only a 429 sends the same read again within the turn, three sendings at most."""
+    assert read_again(out(kind), attempt) is again
+
+
+def test_table_covers_every_outcome_kind() -> None:
+    """Every outcome kind has exactly one row."""
+    assert set(RULES) == set(OUTCOME_KINDS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "ends"),
+    [pytest.param(kind, kind not in {"ok", "none", "scope_denied"}, id=kind) for kind in RULES],
+)
+def test_ends_turn(kind: OutcomeKind, ends: bool) -> None:
+    """Only ok, none and scope_denied let the turn go on to the other endpoint."""
+    assert ends_turn(out(kind)) is ends
+
+
+# -- combinations of a turn ------------------------------------------------------------------
+
+
+def test_ok_and_scope_denied_keep_the_good_endpoint_on_the_interval() -> None:
+    """latest-change ok + stats 403: snapshot kept, stats denied, user due at the interval."""
+    update = decide_turn(
+        make_user(), [(LATEST, out("ok")), (STATS, out("scope_denied"))], NOW, CFG, rng()
+    )
+    assert update.state == "active"
+    assert update.snapshots == (SnapshotWrite(LATEST, "ok", {"v": 1}, NOW),)
+    assert update.denied == {STATS: NOW + CFG.parked_interval}
+    assert update.next_due_at == NOW + CFG.interval
+    assert update.last_outcome == "scope_denied"
+
+
+def test_ok_then_transient_keeps_the_snapshot_and_backs_off() -> None:
+    """latest-change ok + stats 503: the snapshot is written, one failure, short backoff."""
+    user = make_user(consecutive_failures=4)
+    update = decide_turn(user, [(LATEST, out("ok")), (STATS, out("transient"))], NOW, CFG, rng())
+    assert [s.endpoint for s in update.snapshots] == [LATEST]
+    assert update.consecutive_failures == 1  # the success reset it, then one failure
+    assert update.next_due_at is not None
+    assert NOW < update.next_due_at <= NOW + CFG.backoff_base
+    assert update.last_outcome == "transient"
+
+
+def test_revoked_first_means_stats_is_never_called() -> None:
+    """After revoked on latest-change the turn is over; a stray later result is ignored."""
+    assert ends_turn(out("revoked"))
+    results = [(LATEST, out("revoked")), (STATS, out("ok"))]
+    update = decide_turn(make_user(), results, NOW, CFG, rng())
+    assert update.state == "revoked"
+    assert update.delete_token
+    assert update.snapshots == ()
+    assert update.next_due_at is None
+
+
+@pytest.mark.parametrize("state", ["parked", "unlinked", "rejected"])
+def test_success_brings_a_user_back_to_active(state: UserState) -> None:
+    """Parked, unlinked and rejected users become active again on their own after an ok."""
+    user = make_user(state=state, consecutive_failures=6)
+    update = decide_turn(user, [(LATEST, out("none")), (STATS, out("ok"))], NOW, CFG, rng())
+    assert (update.state, update.consecutive_failures) == ("active", 0)
+    assert update.next_due_at == NOW + CFG.interval
+
+
+def test_rejected_keeps_the_token() -> None:
+    """A plain 401 never deletes the token, however many times it happens."""
+    user = make_user(state="rejected", consecutive_failures=30)
+    update = decide_turn(user, [(LATEST, out("rejected"))], NOW, CFG, rng())
+    assert not update.delete_token
+    assert update.state == "rejected"
+    assert update.next_due_at is not None
+    assert update.next_due_at <= NOW + CFG.parked_interval
+
+
+def test_failures_reset_on_success() -> None:
+    """Any success resets the failure count to zero."""
+    user = make_user(consecutive_failures=9)
+    for kind in ("ok", "none"):
+        update = decide_turn(user, [(LATEST, out(kind))], NOW, CFG, rng())  # type: ignore[arg-type]
+        assert update.consecutive_failures == 0
+
+
+def test_rate_limited_after_ok_keeps_the_user_due() -> None:
+    """A 429 is no failure: the user stays due so the read is retried when budget allows."""
+    user = make_user(consecutive_failures=0)
+    update = decide_turn(user, [(LATEST, out("ok")), (STATS, out("rate_limited"))], NOW, CFG, rng())
+    assert update.next_due_at == user.next_due_at
+    assert update.consecutive_failures == 0
+    assert len(update.snapshots) == 1
+
+
+def test_rate_limited_user_never_due_before_gets_now() -> None:
+    """A rate-limited user without a next_due_at is due now."""
+    update = decide_turn(
+        make_user(next_due_at=None), [(LATEST, out("rate_limited"))], NOW, CFG, rng()
+    )
+    assert update.next_due_at == NOW
+
+
+def test_both_denied_waits_for_parked_interval() -> None:
+    """403 on both endpoints: both denied, the user re-checked after parked_interval."""
+    results = [(LATEST, out("scope_denied")), (STATS, out("scope_denied"))]
+    update = decide_turn(make_user(), results, NOW, CFG, rng())
+    assert update.denied == {LATEST: NOW + CFG.parked_interval, STATS: NOW + CFG.parked_interval}
+    assert update.next_due_at == NOW + CFG.parked_interval
+    assert update.state == "active"
+
+
+def test_answered_endpoint_is_no_longer_denied() -> None:
+    """An endpoint that answers is removed from the denied map; expired entries are dropped."""
+    user = make_user(denied={STATS: NOW - timedelta(seconds=1), LATEST: NOW - timedelta(hours=1)})
+    update = decide_turn(user, [(LATEST, out("ok")), (STATS, out("ok"))], NOW, CFG, rng())
+    assert update.denied == {}
+
+
+def test_nothing_callable_schedules_the_earliest_denied_retry() -> None:
+    """With every endpoint denied, the user is due when the first denial expires."""
+    soon = NOW + timedelta(hours=2)
+    user = make_user(denied={LATEST: soon, STATS: NOW + timedelta(hours=5)})
+    assert endpoints_to_call(user, BOTH, NOW) == ()
+    update = decide_turn(user, [], NOW, CFG, rng())
+    assert update.next_due_at == soon
+    assert (update.state, update.consecutive_failures) == ("active", 0)
+    assert update.last_polled_at == user.last_polled_at
+    assert update.snapshots == ()
+    assert not update.delete_token
+
+
+def test_nothing_granted_waits_parked_interval() -> None:
+    """A user whose scopes the client no longer calls is re-checked at parked_interval."""
+    user = make_user(scopes=(STATS_SCOPE,))
+    assert endpoints_to_call(user, (LATEST_CHANGE_SCOPE,), NOW) == ()
+    update = decide_turn(user, [], NOW, CFG, rng())
+    assert update.next_due_at == NOW + CFG.parked_interval
+
+
+# -- which endpoints are called ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scopes", "client", "denied", "expected"),
+    [
+        pytest.param(BOTH, BOTH, {}, (LATEST, STATS), id="both-latest-first"),
+        pytest.param((STATS_SCOPE, LATEST_CHANGE_SCOPE), BOTH, {}, (LATEST, STATS), id="order"),
+        pytest.param((STATS_SCOPE,), BOTH, {}, (STATS,), id="user-granted-stats-only"),
+        pytest.param(BOTH, (LATEST_CHANGE_SCOPE,), {}, (LATEST,), id="client-dropped-stats"),
+        pytest.param(BOTH, BOTH, {STATS: NOW + timedelta(hours=1)}, (LATEST,), id="denied"),
+        pytest.param(BOTH, BOTH, {STATS: NOW}, (LATEST, STATS), id="denial-expired-now"),
+        pytest.param((), BOTH, {}, (), id="nothing-granted"),
+    ],
+)
+def test_endpoints_to_call(
+    scopes: tuple[str, ...],
+    client: tuple[str, ...],
+    denied: dict[str, datetime],
+    expected: tuple[Endpoint, ...],
+) -> None:
+    """Only endpoints granted by the user and the client, and not denied, are called."""
+    assert endpoints_to_call(make_user(scopes=scopes, denied=denied), client, NOW) == expected
+
+
+@pytest.mark.parametrize("state", ["revoked", "dropping", "dropped"])
+def test_tokenless_users_have_nothing_to_call(state: UserState) -> None:
+    """Revoked, dropping (token kept only for the DELETE) and dropped users are never read."""
+    assert endpoints_to_call(make_user(state=state), BOTH, NOW) == ()
+    assert endpoints_to_call(make_user(token=None), BOTH, NOW) == ()
+
+
+# -- properties -----------------------------------------------------------------------------
+
+kinds = st.sampled_from(OUTCOME_KINDS)
+
+
+@given(
+    failures=st.integers(min_value=0, max_value=10_000),
+    state=st.sampled_from([s for s in USER_STATES if s not in {"revoked", "dropped"}]),
+    seed=st.integers(),
+)
+def test_transient_never_leaves_data_staler_than_twice_the_interval(
+    failures: int, state: UserState, seed: int
+) -> None:
+    """Whatever the failure count, a transient failure is retried within one interval."""
+    user = make_user(state=state, consecutive_failures=failures)
+    update = decide_turn(user, [(LATEST, out("transient"))], NOW, CFG, random.Random(seed))
+    assert update.next_due_at is not None
+    assert NOW < update.next_due_at <= NOW + CFG.interval
+    assert update.state == state
+    assert update.consecutive_failures == failures + 1
+
+
+@given(first=kinds, second=kinds, seed=st.integers())
+def test_any_turn_gives_a_consistent_update(
+    first: OutcomeKind, second: OutcomeKind, seed: int
+) -> None:
+    """Any two outcomes fold to an update that follows the table."""
+    results = [(LATEST, out(first)), (STATS, out(second))]
+    update = decide_turn(make_user(), results, NOW, CFG, random.Random(seed))
+    turn = results[:1] if RULES[first].ends_turn else results
+    assert update.delete_token is any(o.kind == "revoked" for _, o in turn)
+    assert (update.next_due_at is None) is (turn[-1][1].kind == "revoked")
+    if update.next_due_at is not None and turn[-1][1].kind != "rate_limited":
+        assert NOW < update.next_due_at <= NOW + CFG.parked_interval
+    assert update.last_outcome in {o.kind for _, o in turn}
+
+
+# -- the two-phase drop (state `dropping`) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "becomes"),
+    [
+        ("active", "dropping"),
+        ("parked", "dropping"),
+        ("unlinked", "dropping"),
+        ("rejected", "dropping"),
+        ("dropping", "dropping"),
+        ("revoked", "unchanged"),
+        ("dropped", "unchanged"),
+    ],
+)
+def test_drop_start_row(state: UserState, becomes: str) -> None:
+    """`users drop`/`forget` move a token holder to `dropping`; a tokenless user is left as is."""
+    assert DROP_START[state] == becomes
+
+
+def test_drop_start_covers_every_state() -> None:
+    """Every user state has a row in the drop table."""
+    assert set(DROP_START) == set(USER_STATES)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "verdict"),
+    [
+        pytest.param(204, None, "confirmed", id="204"),
+        pytest.param(200, None, "confirmed", id="other-2xx"),
+        pytest.param(401, "PermanentAccessRevoked", "confirmed", id="401-revoked"),
+        pytest.param(401, None, "refused", id="401-plain"),
+        pytest.param(401, "NoCloudSyncLinked", "refused", id="401-other-code"),
+        pytest.param(None, None, "retry", id="no-answer"),
+        pytest.param(500, None, "retry", id="5xx"),
+        pytest.param(404, None, "retry", id="404"),
+        pytest.param(429, None, "retry", id="429"),
+        pytest.param(403, None, "retry", id="403"),
+    ],
+)
+def test_drop_verdict_row(status: int | None, code: str | None, verdict: str) -> None:
+    """Only a 2xx or a revocation confirms a drop; anything else keeps it pending."""
+    assert drop_verdict(status, code) == verdict
+
+
+@given(failures=st.integers(min_value=1, max_value=10_000), seed=st.integers())
+def test_a_drop_retry_is_never_later_than_the_interval(failures: int, seed: int) -> None:
+    """A pending drop is retried at least once per `poll.interval`, never in a tight loop."""
+    when = drop_retry_at(failures, NOW, CFG, random.Random(seed))
+    assert NOW + timedelta(seconds=1) <= when <= NOW + CFG.interval
+
+
+def test_a_decision_carries_the_claimed_generation() -> None:
+    """decide_turn fences its update with the generation the user was claimed with."""
+    user = make_user(generation=41)
+    assert decide_turn(user, [(LATEST, out("ok"))], NOW, CFG, rng()).generation == 41
+    assert decide_turn(user, [], NOW, CFG, rng()).generation == 41
+
+
+@pytest.mark.parametrize(
+    ("turn", "due_class"),
+    [
+        pytest.param([(LATEST, "ok"), (STATS, "ok")], "interval", id="ok"),
+        pytest.param([(LATEST, "none"), (STATS, "ok")], "interval", id="none"),
+        pytest.param([(LATEST, "inactive")], "parked", id="inactive"),
+        pytest.param([(LATEST, "unlinked")], "parked", id="unlinked"),
+        pytest.param([(LATEST, "transient")], "backoff", id="transient"),
+        pytest.param([(LATEST, "rejected")], "backoff_parked", id="rejected"),
+        pytest.param([(LATEST, "revoked")], None, id="revoked"),
+        pytest.param([(LATEST, "rate_limited")], None, id="rate-limited"),
+        pytest.param([(LATEST, "ok"), (STATS, "scope_denied")], "interval", id="ok-and-denied"),
+    ],
+)
+def test_a_decision_records_its_schedule_class(
+    turn: list[tuple[Endpoint, OutcomeKind]], due_class: str | None
+) -> None:
+    """Each decision says which setting its next_due_at derives from, to follow changes."""
+    results = [(endpoint, out(kind)) for endpoint, kind in turn]
+    assert decide_turn(make_user(), results, NOW, CFG, rng()).due_class == due_class

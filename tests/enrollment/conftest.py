@@ -1,0 +1,152 @@
+"""Fixtures for enrollment and lifecycle tests: the simulator in-process, a SQLite store,
+a vault, and the worker's objects wired to them, all on one manual clock."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment import Enrollment, Lifecycle
+from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.secret import Secret
+from lta_worker.simulator import (
+    DEMO_CLIENT_ID,
+    DEMO_CLIENT_SECRET,
+    PLAIN_CLIENT_ID,
+    PLAIN_CLIENT_SECRET,
+    ManualClock,
+    Simulator,
+    SimulatorTransport,
+)
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.storage._keyfile import parse_key_file
+from lta_worker.upstream import ApiClient, http_client
+
+BASE_URL = "https://api.sim.example"
+AUTH_URL = "https://api.sim.example/auth"
+REDIRECT_URI = "https://app.example/lta/callback"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Settings:
+    """Settings pointing at the in-process simulator (the auth service under /auth)."""
+    return build_settings(
+        {
+            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL, **service},
+            "client": {"id": client_id, "redirect_uri": REDIRECT_URI},
+        }
+    )
+
+
+def make_vault() -> Vault:
+    """A vault with one fresh key."""
+    return Vault(parse_key_file(generate_key_line(ManualClock().now())))
+
+
+@dataclass
+class World:
+    """Everything a test drives: the simulator, the worker side, and the clock they share."""
+
+    sim: Simulator
+    clock: ManualClock
+    settings: Settings
+    store: Store
+    vault: Vault
+    http: httpx.AsyncClient
+    api: ApiClient
+    client_secret: Secret
+
+    def enrollment(self) -> Enrollment:
+        return Enrollment(self.settings, self.store, self.vault, self.api, self.clock.now)
+
+    def lifecycle(self) -> Lifecycle:
+        return Lifecycle(self.settings, self.store, self.vault, self.api, self.clock.now)
+
+    async def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
+        """Queue a consent for `sim_user`, visit the consent URL, return the redirect."""
+        self.sim.queue_consent(sim_user, scopes)
+        response = await self.http.get(url)
+        assert response.status_code == 302, response.text
+        return response.headers["location"]
+
+    def token_of(self, user: str) -> Secret:
+        """The stored long term token of `user`, decrypted."""
+        row = self.store.get_user(user)
+        assert row is not None
+        assert row.token is not None
+        return self.vault.decrypt(row.token, user=user)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def sim(clock: ManualClock) -> Simulator:
+    return Simulator(clock=clock)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as opened:
+        opened.upgrade()
+        yield opened
+
+
+async def _world(
+    sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str
+) -> AsyncIterator[World]:
+    settings = make_settings(client_id)
+    async with http_client(settings, transport=SimulatorTransport(sim)) as http:
+        yield World(
+            sim=sim,
+            clock=clock,
+            settings=settings,
+            store=store,
+            vault=make_vault(),
+            http=http,
+            api=ApiClient(http, settings, Secret(secret)),
+            client_secret=Secret(secret),
+        )
+
+
+@pytest.fixture
+async def world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
+    """The worker enrolled as `demo-client` (long term mode open)."""
+    async for made in _world(sim, clock, store, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET):
+        yield made
+
+
+@pytest.fixture
+async def plain_world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
+    """The worker enrolled as `plain-client` (long term mode not open)."""
+    async for made in _world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
+        yield made
+
+
+@pytest.fixture
+def rendered_logs() -> Iterator[io.StringIO]:
+    """structlog configured as in production (JSON, redaction), rendered into a buffer."""
+    buffer = io.StringIO()
+    configure_logging("debug", "json", buffer)
+    yield buffer
+    reset_logging()
+
+
+@pytest.fixture(autouse=True)
+def _forget_registered_secrets() -> Iterator[None]:
+    """Each test starts with an empty redaction registry: nothing carries over between tests."""
+    forget_secrets()
+    yield
+    forget_secrets()

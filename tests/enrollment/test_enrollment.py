@@ -1,0 +1,370 @@
+"""Enrollment end to end through the in-process simulator: consent, PKCE, exchange, token."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from lta_worker.cli._failure import classify as cli_failure
+from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
+from lta_worker.domain import classify
+from lta_worker.enrollment import Enrollment, challenge_s256, parse_redirect
+from lta_worker.enrollment._enroll import PENDING_TTL
+from lta_worker.errors import (
+    EX_CONFIG,
+    EX_USAGE,
+    EnrollmentError,
+    ModeNotOpenedError,
+    StorageError,
+    UsageError,
+)
+from lta_worker.secret import Secret
+from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
+from lta_worker.storage import Store
+from support.enroll import basic, query_of
+
+from .conftest import AUTH_URL, REDIRECT_URI, World
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_consent_url_carries_the_flow_parameters(world: World) -> None:
+    """The consent URL asks {auth_url}/oidc/auth for a code with openid + both scopes and S256."""
+    url = world.enrollment().start("alice")
+    assert url.startswith(f"{AUTH_URL}/oidc/auth?")
+    params = query_of(url)
+    assert params["client_id"] == DEMO_CLIENT_ID
+    assert params["redirect_uri"] == REDIRECT_URI
+    assert params["response_type"] == "code"
+    assert params["scope"] == " ".join(("openid", *LONG_TERM_SCOPES))
+    assert params["code_challenge_method"] == "S256"
+    assert len(params["code_challenge"]) == 43
+    assert len(params["state"]) >= 43
+    assert "code_verifier" not in params
+
+
+async def test_consent_to_stored_token(world: World) -> None:
+    """Consent -> code -> exchange -> long term token -> stored encrypted, active, due now."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    result = await enrollment.finish("alice", location)
+    assert result.user == "alice"
+    assert result.scopes == LONG_TERM_SCOPES
+    assert result.rotated is False
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert row.state == "active"
+    assert row.scopes == LONG_TERM_SCOPES
+    assert row.next_due_at == world.clock.now()
+    assert row.token is not None
+    token = world.token_of("alice")
+    assert token.reveal().startswith("dspa_")
+    assert token.reveal().encode() not in row.token.ciphertext
+    answer = await world.api.read("stats", token)
+    assert answer.status == 200
+
+
+async def test_stored_scopes_are_exactly_the_granted_ones(world: World) -> None:
+    """A user who leaves only stats ticked gets a token stored with stats alone."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("bob"), "svc-bob", ["openid", STATS_SCOPE])
+    result = await enrollment.finish("bob", location)
+    assert result.scopes == (STATS_SCOPE,)
+    row = world.store.get_user("bob")
+    assert row is not None
+    assert row.scopes == (STATS_SCOPE,)
+    assert not row.granted("latest-change")
+
+
+async def test_pkce_wrong_verifier_is_refused(world: World) -> None:
+    """A code exchanged with another consent's verifier fails (the service checks PKCE)."""
+    enrollment = world.enrollment()
+    first = enrollment.start("alice")
+    second = enrollment.start("alice")
+    location = await world.consent(first, "svc-alice")
+    other_state = query_of(second)["state"]
+    code = query_of(location)["code"]
+    with pytest.raises(EnrollmentError) as info:
+        await enrollment.finish("alice", f"{REDIRECT_URI}?code={code}&state={other_state}")
+    assert info.value.code == "invalid_grant"
+    assert world.store.get_user("alice") is None
+    token_calls = [r for r in world.sim.requests() if r.path.endswith("/oidc/token")]
+    assert [r.code for r in token_calls] == ["invalid_grant"]
+
+
+async def test_pkce_verifier_is_checked_at_the_token_endpoint(world: World) -> None:
+    """At the token endpoint, a wrong verifier is refused and the right one accepted."""
+    verifier = Secret("a" * 43)
+
+    async def code_for(sim_user: str) -> Secret:
+        world.sim.queue_consent(sim_user)
+        url = world.enrollment().consent_url("s" * 43, challenge_s256(verifier))
+        response = await world.http.get(url)
+        return Secret(query_of(response.headers["location"])["code"])
+
+    with pytest.raises(EnrollmentError, match="invalid_grant"):
+        await world.api.exchange_code(
+            await code_for("svc-carol"),
+            Secret("b" * 43),
+            REDIRECT_URI,
+        )
+    token, scopes = await world.api.exchange_code(
+        await code_for("svc-carol"),
+        verifier,
+        REDIRECT_URI,
+    )
+    assert token.reveal()
+    assert set(LONG_TERM_SCOPES) <= set(scopes)
+
+
+async def test_enrolling_again_rotates_the_token(world: World) -> None:
+    """Enrolling again stores a new token; the old one gets a plain 401, the new one reads."""
+    enrollment = world.enrollment()
+    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
+    old = world.token_of("alice")
+    world.clock.advance(3600)
+    result = await enrollment.finish(
+        "alice", await world.consent(enrollment.start("alice"), "svc-alice")
+    )
+    assert result.rotated is True
+    new = world.token_of("alice")
+    assert new != old
+    stale = await world.api.read("stats", old)
+    assert stale.status == 401
+    outcome = classify("stats", stale)
+    assert outcome.kind == "rejected"
+    assert outcome.code is None
+    fresh = await world.api.read("stats", new)
+    assert fresh.status == 200
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert row.state == "active"
+    assert row.next_due_at == world.clock.now()
+
+
+async def test_reenrolling_a_dropped_user_makes_it_active(world: World) -> None:
+    """A dropped user enrolled again is active with a token and due now."""
+    enrollment = world.enrollment()
+    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
+    await world.lifecycle().drop("alice")
+    world.clock.advance(60)
+    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is not None) == ("active", True)
+    assert row.next_due_at == world.clock.now()
+
+
+async def test_client_without_the_mode_gets_invalid_scope(plain_world: World) -> None:
+    """A client without the mode: the consent answers invalid_scope -> ModeNotOpenedError (78)."""
+    enrollment = plain_world.enrollment()
+    location = await plain_world.consent(enrollment.start("alice"), "svc-alice")
+    assert query_of(location)["error"] == "invalid_scope"
+    with pytest.raises(ModeNotOpenedError) as info:
+        await enrollment.finish("alice", location)
+    assert info.value.exit_code == EX_CONFIG
+    text = str(info.value)
+    assert "invalid_scope" in text
+    assert "not opened on this client" in text
+    assert "operator" in text
+    assert plain_world.store.get_user("alice") is None
+
+
+async def test_denied_consent_is_an_enrollment_error(world: World) -> None:
+    """A user who declines: EnrollmentError(access_denied), nothing stored."""
+    enrollment = world.enrollment()
+    url = enrollment.start("alice")
+    world.sim.queue_consent("svc-alice", deny=True)
+    location = (await world.http.get(url)).headers["location"]
+    with pytest.raises(EnrollmentError) as info:
+        await enrollment.finish("alice", location)
+    assert info.value.code == "access_denied"
+    assert world.store.get_user("alice") is None
+
+
+async def test_state_cannot_be_used_twice(world: World) -> None:
+    """A redirect finished once cannot be finished again."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    await enrollment.finish("alice", location)
+    with pytest.raises(UsageError, match="already used") as info:
+        await enrollment.finish("alice", location)
+    assert info.value.exit_code == EX_USAGE
+
+
+async def test_expired_state_is_refused(world: World) -> None:
+    """A consent older than ten minutes is refused, and the code is never exchanged."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    world.clock.advance(PENDING_TTL.total_seconds() + 1)
+    world.sim.clear_requests()
+    with pytest.raises(UsageError, match="expired"):
+        await enrollment.finish("alice", location)
+    assert world.sim.requests() == []
+
+
+async def test_state_minted_for_another_user_is_refused(world: World) -> None:
+    """A redirect started for alice cannot enroll bob, and is void afterwards."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    with pytest.raises(UsageError, match="another user"):
+        await enrollment.finish("bob", location)
+    assert world.store.get_user("bob") is None
+    with pytest.raises(UsageError):
+        await enrollment.finish("alice", location)
+
+
+async def test_unknown_state_is_refused(world: World) -> None:
+    """A redirect whose state this worker never minted is refused."""
+    with pytest.raises(UsageError, match="unknown"):
+        await world.enrollment().finish("alice", f"{REDIRECT_URI}?code=abcdef&state=forged")
+
+
+async def test_bare_code_finishes_the_users_newest_consent(world: World) -> None:
+    """A bare code (no state) finishes the newest consent started for that user."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    result = await enrollment.finish("alice", query_of(location)["code"])
+    assert result.scopes == LONG_TERM_SCOPES
+    assert world.store.get_user("alice") is not None
+
+
+async def test_bare_code_without_a_started_consent_is_refused(world: World) -> None:
+    """A bare code for a user with no live consent is refused with what to do."""
+    with pytest.raises(UsageError, match="no consent was started"):
+        await world.enrollment().finish("bob", "some-code-value")
+
+
+async def test_bare_code_of_another_consent_fails_pkce(world: World) -> None:
+    """A code from a consent with another verifier fails the exchange: PKCE binds it."""
+    enrollment = world.enrollment()
+    foreign = await world.consent(enrollment.start("carol"), "svc-carol")
+    await world.consent(enrollment.start("alice"), "svc-alice")
+    with pytest.raises(EnrollmentError):
+        await enrollment.finish("alice", query_of(foreign)["code"])
+
+
+async def test_code_with_its_state_enrolls(world: World) -> None:
+    """A bare code with the redirect's state passed alongside enrolls."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("alice"), "svc-alice")
+    params = query_of(location)
+    result = await enrollment.finish("alice", params["code"], state=params["state"])
+    assert result.scopes == LONG_TERM_SCOPES
+
+
+@pytest.mark.parametrize(
+    "text", ["", "   ", f"{REDIRECT_URI}?state=abc", f"{REDIRECT_URI}", "two words"]
+)
+def test_unusable_input_is_a_usage_error(text: str) -> None:
+    """Empty input, a URL without code or error, or several words: UsageError."""
+    with pytest.raises(UsageError):
+        parse_redirect(text)
+
+
+def test_parse_redirect_forms() -> None:
+    """A whole URL, a query string and a bare code are all understood."""
+    url = parse_redirect(f"{REDIRECT_URI}?code=c0de-123&state=st")
+    assert (url.code, url.state) == (Secret("c0de-123"), "st")
+    query = parse_redirect("?state=st&code=c0de-123")
+    assert (query.code, query.state) == (Secret("c0de-123"), "st")
+    bare = parse_redirect("  c0de-123=\n")
+    assert (bare.code, bare.state) == (Secret("c0de-123="), None)
+    error = parse_redirect(f"{REDIRECT_URI}?error=invalid_scope&state=st")
+    assert (error.error, error.code) == ("invalid_scope", None)
+    crafted = parse_redirect(f"{REDIRECT_URI}?error=%3Cscript%3E+dspa_x")
+    assert crafted.error == "unrecognised_error"
+
+
+@pytest.mark.parametrize("user", ["", " alice", "a\nb", "x" * 256])
+async def test_bad_user_ids_are_refused(world: World, user: str) -> None:
+    """User ids must be 1-255 printable characters without surrounding spaces."""
+    with pytest.raises(UsageError):
+        world.enrollment().start(user)
+
+
+async def _user_access_token(world: World, sim_user: str) -> Secret:
+    """A user access token from a long term consent, obtained the way any client would."""
+    world.sim.queue_consent(sim_user)
+    verifier = Secret("v" * 43)
+    url = world.enrollment().consent_url("st" * 22, challenge_s256(verifier))
+    code = query_of((await world.http.get(url)).headers["location"])["code"]
+    response = await world.http.post(
+        f"{AUTH_URL}/oidc/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": REDIRECT_URI,
+            "code_verifier": verifier.reveal(),
+        },
+        headers={"Authorization": basic(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)},
+    )
+    assert response.status_code == 200, response.text
+    return Secret(response.json()["access_token"])
+
+
+async def test_enroll_from_a_user_access_token(world: World) -> None:
+    """A user access token from elsewhere creates and stores the long term token."""
+    user_token = await _user_access_token(world, "svc-dave")
+    result = await world.enrollment().from_user_token("dave", user_token)
+    assert result.scopes == LONG_TERM_SCOPES
+    assert world.token_of("dave").reveal().startswith("dspa_")
+
+
+async def test_refused_user_access_token_stores_nothing(world: World) -> None:
+    """An unknown user access token: EnrollmentError `token_refused` with a hint, whose CLI
+    line says to start again with `enroll url`; nothing stored."""
+    with pytest.raises(EnrollmentError) as info:
+        await world.enrollment().from_user_token("erin", Secret("not-a-real-user-token"))
+    assert info.value.reason == "token_refused" and info.value.hint
+    assert "enroll url" in (cli_failure(info.value).hint or "")
+    assert world.store.get_user("erin") is None
+
+
+async def test_create_token_invalid_scope_means_mode_not_opened(world: World) -> None:
+    """If the operator withdrew the mode between consent and creation: ModeNotOpenedError."""
+    user_token = await _user_access_token(world, "svc-fay")
+    world.sim.withdraw_mode(DEMO_CLIENT_ID)
+    with pytest.raises(ModeNotOpenedError):
+        await world.enrollment().from_user_token("fay", user_token)
+
+
+class FailingStore(Store):
+    """A store whose token write fails, as a full disk or a lost database would."""
+
+    def store_token(self, *args: object, **kwargs: object) -> bool:
+        raise StorageError("the database refused the write")
+
+
+async def test_token_that_cannot_be_stored_is_dropped_upstream(world: World) -> None:
+    """When storing fails, the just-created token is dropped so no unknown live token remains."""
+    failing = FailingStore(world.store.database)
+    enrollment = Enrollment(world.settings, failing, world.vault, world.api, world.clock.now)
+    location = await world.consent(enrollment.start("gus"), "svc-gus")
+    with pytest.raises(StorageError):
+        await enrollment.finish("gus", location)
+    deletes = [r for r in world.sim.requests() if r.method == "DELETE"]
+    assert [(d.client, d.user, d.status) for d in deletes] == [(DEMO_CLIENT_ID, "svc-gus", 204)]
+    assert world.sim.client_info(DEMO_CLIENT_ID)["tokens"] == 0
+
+
+async def test_network_failure_during_exchange_is_reported(world: World) -> None:
+    """An unreachable token endpoint raises EnrollmentError naming the cause."""
+    enrollment = world.enrollment()
+    location = await world.consent(enrollment.start("hal"), "svc-hal")
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
+        from lta_worker.upstream import ApiClient
+
+        broken = Enrollment(
+            world.settings,
+            world.store,
+            world.vault,
+            ApiClient(http, world.settings, world.client_secret),
+            world.clock.now,
+        )
+        with pytest.raises(EnrollmentError, match="connect"):
+            await broken.finish("hal", location)

@@ -1,0 +1,390 @@
+"""Drop and forget through the in-process simulator: upstream DELETE, local deletion, purge."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.enrollment import Lifecycle
+from lta_worker.errors import EX_USAGE, UnknownUserError
+from lta_worker.pacing import Permit
+from lta_worker.secret import Secret
+from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
+from lta_worker.upstream import ApiClient, http_client
+
+from .conftest import World
+
+pytestmark = pytest.mark.anyio
+
+
+async def enroll(world: World, user: str) -> None:
+    enrollment = world.enrollment()
+    await enrollment.finish(user, await world.consent(enrollment.start(user), f"svc-{user}"))
+
+
+def store_results(world: World, user: str) -> None:
+    """Write two snapshots and a history row for `user`, as a pass would."""
+    row = world.store.get_user(user)
+    assert row is not None
+    for minutes, value in ((0, 1), (60, 2)):
+        now = world.clock.now() + timedelta(minutes=minutes)
+        world.store.apply(
+            [
+                UserUpdate(
+                    user_id=row.id,
+                    state="active",
+                    next_due_at=now + timedelta(hours=1),
+                    consecutive_failures=0,
+                    last_outcome="ok",
+                    last_polled_at=now,
+                    snapshots=(
+                        SnapshotWrite("stats", "ok", {"count": value}, now),
+                        SnapshotWrite("latest-change", "none", None, now),
+                    ),
+                )
+            ]
+        )
+
+
+async def test_drop_sends_delete_with_the_credential(world: World) -> None:
+    """drop DELETEs upstream with the user's credential, then deletes the token locally."""
+    await enroll(world, "alice")
+    token = world.token_of("alice")
+    world.sim.clear_requests()
+    result = await world.lifecycle().drop("alice")
+    assert (result.upstream, result.status, result.previous_state) == ("ok", 204, "active")
+    deletes = [r for r in world.sim.requests() if r.method == "DELETE"]
+    assert len(deletes) == 1
+    assert deletes[0].path == "/auth/api/long-term-access/tokens"
+    assert (deletes[0].auth, deletes[0].client, deletes[0].user) == (
+        "long_term",
+        DEMO_CLIENT_ID,
+        "svc-alice",
+    )
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token) == ("dropped", None)
+    after = await world.api.read("stats", token)
+    assert after.status == 401
+
+
+def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:
+    """A Lifecycle whose HTTP client is `http` (a failing or scripted service)."""
+    return Lifecycle(
+        world.settings,
+        world.store,
+        world.vault,
+        ApiClient(http, world.settings, world.client_secret),
+        world.clock.now,
+    )
+
+
+async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
+    """An unreachable service: the user stays `dropping`, token kept for the retry, never read."""
+    await enroll(world, "alice")
+    inner = SimulatorTransport(world.sim)
+
+    async def failing_delete(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            raise httpx.ConnectError("connection refused")
+        return await inner.handle_async_request(request)
+
+    async with http_client(world.settings, transport=httpx.MockTransport(failing_delete)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == ("failed", "dropping")
+    assert result.error is not None
+    assert "connect" in result.error
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is not None) == ("dropping", True)
+    assert result.retry_at is not None and row.next_due_at == result.retry_at
+    assert world.store.count_due(result.retry_at + timedelta(days=1)) == 0
+
+
+async def test_drop_reports_an_unexpected_status(world: World) -> None:
+    """A 5xx answer to the DELETE is reported as failed; the token is kept for the retry."""
+    await enroll(world, "alice")
+
+    def teapot(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500)
+
+    async with http_client(world.settings, transport=httpx.MockTransport(teapot)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.status, result.state) == ("failed", 500, "dropping")
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert row.token is not None
+
+
+async def test_drop_without_a_token_skips_upstream(world: World) -> None:
+    """A user already dropped (no token) is not sent upstream; dropping again is harmless."""
+    await enroll(world, "alice")
+    await world.lifecycle().drop("alice")
+    world.sim.clear_requests()
+    result = await world.lifecycle().drop("alice")
+    assert (result.upstream, result.status, result.previous_state) == ("skipped", None, "dropped")
+    assert world.sim.requests() == []
+
+
+async def test_drop_of_a_revoked_user_changes_nothing(world: World) -> None:
+    """A revoked user is left revoked (no relabel, retention clock kept), with no DELETE."""
+    await enroll(world, "alice")
+    world.store.delete_token("alice", "revoked", world.clock.now())
+    world.clock.advance(3600)
+    world.sim.clear_requests()
+    result = await world.lifecycle().drop("alice")
+    assert (result.upstream, result.state, result.previous_state) == (
+        "skipped",
+        "revoked",
+        "revoked",
+    )
+    assert world.sim.requests() == []
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert row.state == "revoked"
+    with world.store.database.read() as conn:
+        stamps = conn.execute(text("SELECT revoked_at, dropped_at FROM users")).one()
+    assert stamps[1] is None
+    assert stamps[0] is not None
+
+
+async def test_unknown_user_is_a_usage_error(world: World) -> None:
+    """Dropping or forgetting a user that was never enrolled: UnknownUserError (exit 2)."""
+    for action in (world.lifecycle().drop, world.lifecycle().forget):
+        with pytest.raises(UnknownUserError) as info:
+            await action("nobody")
+        assert info.value.exit_code == EX_USAGE
+
+
+async def test_forget_leaves_no_result_of_the_user(world: World) -> None:
+    """forget drops the user and purges every snapshot and history row of theirs, only theirs."""
+    await enroll(world, "alice")
+    await enroll(world, "bob")
+    store_results(world, "alice")
+    store_results(world, "bob")
+    assert list(world.store.export_results("alice"))
+    result = await world.lifecycle().forget("alice")
+    assert result.upstream == "ok"
+    assert result.purged is not None
+    assert result.purged >= 3
+    assert list(world.store.export_results("alice")) == []
+    assert world.store.history("alice", "stats") == []
+    assert world.store.history("alice", "latest-change") == []
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token) == ("dropped", None)
+    assert len(list(world.store.export_results("bob"))) == 2
+    assert world.store.history("bob", "stats")
+
+
+class FreePermits:
+    """A pacer that grants every permit at once and keeps the statuses it is fed."""
+
+    def __init__(self) -> None:
+        self.fed: list[int | None] = []
+
+    async def acquire(self) -> Permit:
+        return Permit(sent_at=0.0)
+
+    def feed(self, permit: Permit | None, headers: object, status: int | None, **_: object) -> None:
+        assert permit is not None  # every DELETE goes with the permit it was granted
+        self.fed.append(status)
+
+    def snapshot(self) -> None:
+        return None
+
+
+def answering(status: int, body: bytes = b"") -> httpx.MockTransport:
+    """A service that answers every request with `status` (and `body`)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_forget_purges_at_once_even_when_the_delete_fails(world: World) -> None:
+    """forget purges the results right away, whatever the DELETE answers; the drop is pending."""
+    await enroll(world, "alice")
+    store_results(world, "alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        result = await failing_lifecycle(world, http).forget("alice")
+    assert (result.upstream, result.state) == ("failed", "dropping")
+    assert result.purged is not None and result.purged >= 3
+    assert list(world.store.export_results("alice")) == []
+
+
+async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
+    """A pending drop is sent again by `retry_pending` once due; the 204 drops the token."""
+    await enroll(world, "alice")
+    token = world.token_of("alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        first = await failing_lifecycle(world, http).drop("alice")
+    assert first.retry_at is not None
+    pacer = FreePermits()
+    early = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
+    assert (early.confirmed, early.pending) == (0, 0)  # not due yet
+    world.clock.advance((first.retry_at - world.clock.now()).total_seconds() + 1)
+    done = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
+    assert (done.confirmed, done.pending, pacer.fed) == (1, 0, [200, 204])  # read, DELETE
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token) == ("dropped", None)
+    after = await world.api.read("stats", token)
+    assert after.status == 401
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "upstream", "state"),
+    [
+        pytest.param(204, b"", "ok", "dropped", id="204-confirmed"),
+        pytest.param(200, b"", "ok", "dropped", id="other-2xx-confirmed"),
+        pytest.param(
+            401, b'{"error":"PermanentAccessRevoked"}', "ok", "dropped", id="401-revoked-confirmed"
+        ),
+        pytest.param(401, b"", "refused", "dropping", id="401-plain-refused"),
+        pytest.param(404, b"", "failed", "dropping", id="404-retried"),
+        pytest.param(503, b"", "failed", "dropping", id="503-retried"),
+    ],
+)
+async def test_what_the_delete_answer_means(
+    world: World, status: int, body: bytes, upstream: str, state: str
+) -> None:
+    """Each answer to the DELETE either confirms the drop or keeps it pending."""
+    await enroll(world, "alice")
+    async with http_client(world.settings, transport=answering(status, body)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == (upstream, state)
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is None) == (state, state == "dropped")
+
+
+async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> None:
+    """A second `drop` of a pending drop retries the DELETE at once."""
+    await enroll(world, "alice")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        await failing_lifecycle(world, http).drop("alice")
+    world.sim.clear_requests()
+    result = await world.lifecycle().drop("alice")
+    assert (result.upstream, result.previous_state, result.state) == ("ok", "dropping", "dropped")
+    assert [r.method for r in world.sim.requests()] == ["GET", "DELETE"]
+
+
+async def test_reenrolling_a_dropping_user_keeps_the_new_token(world: World) -> None:
+    """A confirmation that arrives after a re-enrollment never deletes the new token."""
+    await enroll(world, "alice")
+    start = world.store.begin_drop("alice", world.clock.now())
+    await enroll(world, "alice")
+    assert not world.store.finish_drop(start.after.id, start.after.generation, world.clock.now())
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is not None) == ("active", True)
+
+
+async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: World) -> None:
+    """A tampered token of a pending drop stops neither the retries nor the others."""
+    await enroll(world, "alice")
+    await enroll(world, "bob")
+    async with http_client(world.settings, transport=answering(503)) as http:
+        for user in ("alice", "bob"):
+            await failing_lifecycle(world, http).drop(user)
+    with world.store.database.write() as conn:
+        conn.execute(
+            text("UPDATE users SET token_ciphertext = :junk WHERE user = 'alice'"),
+            {"junk": b"\x00" * 60},
+        )
+
+    world.clock.advance(3 * 3600)
+    done = await world.lifecycle().retry_pending(
+        FreePermits(), owner="i1", lease=timedelta(minutes=5)
+    )
+    assert (done.confirmed, done.pending) == (1, 1)
+    alice, bob = world.store.get_user("alice"), world.store.get_user("bob")
+    assert alice is not None and bob is not None
+    assert (alice.state, alice.last_outcome) == ("dropping", "undecryptable")
+    assert alice.next_due_at == world.clock.now() + world.settings.poll.parked_interval
+    assert (bob.state, bob.token) == ("dropped", None)
+
+
+def with_secret(world: World, secret: str) -> Lifecycle:
+    """The world's Lifecycle, but sending `secret` as the client secret."""
+    api = ApiClient(world.http, world.settings, Secret(secret))
+    return Lifecycle(world.settings, world.store, world.vault, api, world.clock.now)
+
+
+async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
+    world: World,
+) -> None:
+    """With a wrong client secret the service would answer the DELETE 204 and drop nothing:
+    the read before it gets a plain 401, so no DELETE is sent, the drop is refused and the
+    token kept; once the secret is right again the retry drops the grant upstream."""
+    await enroll(world, "alice")
+    token = world.token_of("alice")
+    world.sim.clear_requests()
+    refused = await with_secret(world, "not-the-client-secret").drop("alice")
+    assert (refused.upstream, refused.state) == ("refused", "dropping")
+    assert refused.error is not None and "client secret" in refused.error
+    assert [r.method for r in world.sim.requests()] == ["GET"]
+    row = world.store.get_user("alice")
+    assert row is not None and row.token is not None
+    alive = await world.api.read("stats", token)
+    assert alive.status == 200  # the grant is still live upstream
+    assert refused.retry_at is not None
+    world.clock.advance((refused.retry_at - world.clock.now()).total_seconds() + 1)
+    done = await world.lifecycle().retry_pending(
+        FreePermits(), owner="i1", lease=timedelta(minutes=5)
+    )
+    assert (done.confirmed, done.pending) == (1, 0)
+    gone = await world.api.read("stats", token)
+    assert gone.status == 401
+
+
+async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: World) -> None:
+    """The DELETE went through but its answer was lost: the retry's read gets a 401 for a
+    token that is gone, and that confirms the drop (not a wrong secret, since the read
+    before the lost DELETE was accepted)."""
+    await enroll(world, "alice")
+    inner = SimulatorTransport(world.sim)
+
+    async def answer_lost(request: httpx.Request) -> httpx.Response:
+        response = await inner.handle_async_request(request)
+        if request.method == "DELETE":  # done upstream, the answer never arrives
+            raise httpx.ReadError("connection reset")
+        return response
+
+    async with http_client(world.settings, transport=httpx.MockTransport(answer_lost)) as http:
+        first = await failing_lifecycle(world, http).drop("alice")
+    assert (first.upstream, first.state) == ("failed", "dropping")
+    world.sim.clear_requests()
+    again = await world.lifecycle().drop("alice")
+    assert (again.upstream, again.state) == ("ok", "dropped")
+    sent = [r.method for r in world.sim.requests()]
+    assert sent == ["GET"], sent  # the read's plain 401 confirmed it: no DELETE again
+
+
+async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -> None:
+    """A user the service already refused alone (state rejected) has no live token: the
+    read's plain 401 confirms the drop, no wrong secret is suspected."""
+    await enroll(world, "alice")
+    row = world.store.get_user("alice")
+    assert row is not None
+    world.store.apply(
+        [
+            UserUpdate(
+                user_id=row.id,
+                state="rejected",
+                next_due_at=world.clock.now() + timedelta(hours=1),
+                consecutive_failures=1,
+                last_outcome="rejected",
+                last_polled_at=world.clock.now(),
+            )
+        ]
+    )
+    async with http_client(world.settings, transport=answering(401)) as http:
+        result = await failing_lifecycle(world, http).drop("alice")
+    assert (result.upstream, result.state) == ("ok", "dropped")

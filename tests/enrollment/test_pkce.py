@@ -1,0 +1,72 @@
+"""PKCE (RFC 7636) verifier, S256 challenge and state."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from lta_worker.enrollment import challenge_s256, new_state, new_verifier
+from lta_worker.enrollment._pkce import UNRESERVED, is_valid_verifier
+from lta_worker.secret import Secret
+
+# RFC 7636, appendix B: the 32 random octets, the verifier they give, and its S256 challenge.
+RFC_OCTETS = bytes(
+    [116, 24, 223, 180, 151, 153, 224, 37, 79, 250, 96, 125, 216, 173, 187, 186,
+     22, 212, 37, 77, 105, 214, 191, 240, 91, 88, 5, 88, 83, 132, 141, 121]
+)  # fmt: skip
+RFC_VERIFIER = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+RFC_CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+
+
+def test_rfc7636_appendix_b_octets_give_the_verifier() -> None:
+    """The appendix's octets, base64url-encoded without padding, are its verifier."""
+    assert base64.urlsafe_b64encode(RFC_OCTETS).rstrip(b"=").decode() == RFC_VERIFIER
+
+
+def test_rfc7636_appendix_b_challenge() -> None:
+    """challenge_s256 gives the appendix's challenge for the appendix's verifier."""
+    assert challenge_s256(Secret(RFC_VERIFIER)) == RFC_CHALLENGE
+
+
+def test_new_verifier_is_valid_and_secret() -> None:
+    """A new verifier has 43-128 unreserved characters and is wrapped in a Secret."""
+    verifier = new_verifier()
+    assert isinstance(verifier, Secret)
+    raw = verifier.reveal()
+    assert 43 <= len(raw) <= 128
+    assert set(raw) <= UNRESERVED
+    assert raw not in repr(verifier)
+    assert raw not in f"{verifier}"
+
+
+def test_new_verifiers_differ() -> None:
+    """Verifiers and states are fresh random values each time."""
+    assert len({new_verifier().reveal() for _ in range(50)}) == 50
+    assert len({new_state() for _ in range(50)}) == 50
+
+
+def test_new_state_is_url_safe() -> None:
+    """A state is at least 43 URL-safe characters (256 bits)."""
+    state = new_state()
+    assert len(state) >= 43
+    assert set(state) <= UNRESERVED
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["a" * 42, "a" * 129, "a" * 42 + "!", "a" * 42 + " ", "a" * 42 + "é"],
+)
+def test_invalid_verifiers_are_refused(raw: str) -> None:
+    """Too short, too long or outside the unreserved set: no challenge is computed."""
+    assert not is_valid_verifier(Secret(raw))
+    with pytest.raises(ValueError, match="43 to 128") as info:
+        challenge_s256(Secret(raw))
+    assert raw not in str(info.value)
+
+
+@pytest.mark.parametrize("length", [43, 128])
+def test_boundary_lengths_are_accepted(length: int) -> None:
+    """43 and 128 characters are both valid verifier lengths."""
+    assert is_valid_verifier(Secret("~" * length))
+    assert len(challenge_s256(Secret("~" * length))) == 43

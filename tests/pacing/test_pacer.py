@@ -1,0 +1,641 @@
+"""The pacer: its arithmetic against a model server, and the async shell on a fake clock."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from lta_worker.pacing import RECHECK, Pacer, PacerCore, RateLimitInfo
+
+# -- a model of the service's budget -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of the model server: its length, limit, and when other traffic comes."""
+
+    length: float
+    limit: int
+    others: tuple[float, ...] = ()  # fractions of the window at which other requests arrive
+    # (fraction of the window, new limit): the service changes the quota within the window.
+    changes: tuple[tuple[float, int], ...] = ()
+
+    def limit_at(self, fraction: float) -> int:
+        """The limit in force at `fraction` of the window."""
+        limit = self.limit
+        for at, new in sorted(self.changes):
+            limit = new if at <= fraction else limit
+        return limit
+
+    def limits(self) -> list[int]:
+        """Every limit this window has."""
+        return [self.limit, *(new for _, new in self.changes)]
+
+
+@dataclass
+class Server:
+    """Consecutive fixed windows from t=0; counts every request; answers 200 or 429."""
+
+    windows: Sequence[Window]
+    rounding: bool = False  # report whole seconds (rounded up), as headers do
+    starts: list[float] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
+    worker: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    sends: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        start = 0.0
+        for window in self.windows:
+            self.starts.append(start)
+            start += window.length
+        self.end = start
+        self.used = [0] * len(self.windows)
+        self.worker = [0] * len(self.windows)
+        self.refused = [0] * len(self.windows)
+        self._others = [sorted(w.others) for w in self.windows]
+
+    def request(self, t: float) -> tuple[int, RateLimitInfo]:
+        """One worker request at `t`: count it, answer with the window's figures."""
+        i = max(k for k, s in enumerate(self.starts) if s <= t)
+        window, start = self.windows[i], self.starts[i]
+        while self._others[i] and start + self._others[i][0] * window.length <= t:
+            self._others[i].pop(0)
+            self.used[i] += 1
+        self.worker[i] += 1
+        self.sends.append(t)
+        limit = window.limit_at((t - start) / window.length)
+        allowed = self.used[i] < limit
+        self.used[i] += 1 if allowed else 0
+        self.refused[i] += 0 if allowed else 1
+        left = start + window.length - t
+        reset = float(math.ceil(left)) if self.rounding else left
+        info = RateLimitInfo(
+            limit=limit,
+            remaining=max(0, limit - self.used[i]),
+            reset_after=reset,
+            window=window.length,
+            retry_after=None if allowed else reset,
+            source="model",
+        )
+        return (200 if allowed else 429), info
+
+
+def run(server: Server, cores: Sequence[PacerCore], concurrency: int, latency: float) -> None:
+    """Drive each core like `Pacer.acquire` does: waiters queue, the first re-checks."""
+    events: list[tuple[float, int, str, tuple[object, ...]]] = []
+    queues = [deque(range(concurrency)) for _ in cores]
+    counter = 0
+
+    def push(t: float, kind: str, *data: object) -> None:
+        nonlocal counter
+        heapq.heappush(events, (t, counter, kind, data))
+        counter += 1
+
+    for k in range(len(cores)):
+        push(0.0, "check", k)
+    while events:
+        t, _, kind, data = heapq.heappop(events)
+        if t >= server.end:
+            return
+        k = int(data[0])  # type: ignore[call-overload]
+        core, queue = cores[k], queues[k]
+        if kind == "check":
+            if not queue:
+                continue
+            delay, _ = core.delay(t)
+            if delay > 0:
+                push(t + min(delay, RECHECK), "check", k)
+                continue
+            core.reserve(t)
+            queue.popleft()
+            status, info = server.request(t)
+            push(t + latency, "answer", k, status, info, t)
+            push(t, "check", k)
+        else:
+            _, status, info, sent = data
+            core.observe(t, info, status, sent_at=sent)  # type: ignore[arg-type]
+            queue.append(0)
+            if len(queue) == 1:
+                push(t, "check", k)
+
+
+def allowed(window: Window, reserve: float) -> int:
+    """What the worker may send in a window: the limit less the reserve."""
+    return math.floor(window.limit * (1 - reserve) + 1e-9)
+
+
+window_strategy = st.builds(
+    Window,
+    length=st.sampled_from([5.0, 10.0, 60.0, 90.0, 600.0, 3600.0]),
+    limit=st.integers(min_value=2, max_value=300),
+    others=st.lists(st.floats(min_value=0, max_value=1), max_size=25).map(tuple),
+)
+changing_window_strategy = st.builds(
+    Window,
+    length=st.sampled_from([5.0, 60.0, 600.0, 3600.0]),
+    limit=st.integers(min_value=2, max_value=300),
+    others=st.lists(st.floats(min_value=0, max_value=1), max_size=10).map(tuple),
+    changes=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1) | st.just(0.0),
+            st.integers(min_value=2, max_value=300),
+        ),
+        max_size=3,
+    ).map(tuple),
+)
+reserves = st.sampled_from([0.0, 0.1, 0.25, 0.5])
+latencies = st.sampled_from([0.0, 0.05, 0.5, 2.0])
+SIM = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- the invariant -------------------------------------------------------------------------------
+
+
+@SIM
+@given(
+    windows=st.lists(window_strategy, min_size=1, max_size=4),
+    reserve=reserves,
+    latency=latencies,
+    concurrency=st.integers(min_value=1, max_value=8),
+    rounding=st.booleans(),
+)
+def test_never_more_than_allowed_in_any_window(
+    windows: list[Window], reserve: float, latency: float, concurrency: int, rounding: bool
+) -> None:
+    """Whatever the server answers, no window gets more than its limit less the reserve."""
+    server = Server(windows, rounding=rounding)
+    run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
+    for i, window in enumerate(windows):
+        # max(1, ...): a window's first request is a blind probe, sent before its figures
+        # can be known; the generated limits always allow at least one anyway.
+        assert server.worker[i] <= max(1, allowed(window, reserve)), (i, server.worker)
+
+
+@SIM
+@given(
+    windows=st.lists(changing_window_strategy, min_size=1, max_size=4),
+    reserve=reserves,
+    latency=latencies,
+    concurrency=st.integers(min_value=1, max_value=8),
+)
+def test_never_more_than_allowed_when_the_limit_changes(
+    windows: list[Window], reserve: float, latency: float, concurrency: int
+) -> None:
+    """With the quota raised or lowered within windows, no window gets more than its highest
+    limit less the reserve."""
+    server = Server(windows, rounding=True)
+    run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
+    for i, window in enumerate(windows):
+        most = max(allowed(Window(window.length, limit), reserve) for limit in window.limits())
+        assert server.worker[i] <= max(1, most), (i, server.worker)
+
+
+@SIM
+@given(
+    windows=st.lists(changing_window_strategy, min_size=1, max_size=4),
+    reserve=reserves,
+    rounding=st.booleans(),
+)
+def test_never_stalls_while_remaining_is_above_the_reserve(
+    windows: list[Window], reserve: float, rounding: bool
+) -> None:
+    """Whenever the last answer's remaining is above the reserve of its limit, the next permit
+    goes before that answer's reset and is never 'exhausted', whatever the limit did.
+
+    Whole-second resets may be rounded: a window's end (and so its start) is known only to a
+    second, so the last second of a window and the permits of the second before its start
+    are left out of the claim.
+    """
+    server = Server(windows, rounding=rounding)
+    core = PacerCore(reserve=reserve, fallback_per_hour=60)
+    t, sends = 0.0, 0
+    while t < server.end and sends < 3000:
+        delay, _ = core.delay(t)
+        if delay > 0:
+            t += min(delay, RECHECK)
+            continue
+        core.reserve(t)
+        sends += 1
+        status, answer = server.request(t)
+        core.observe(t, answer, status, sent_at=t)
+        assert answer.limit is not None and answer.remaining is not None
+        assert answer.reset_after is not None
+        start = max(s for s in server.starts if s <= t)
+        unsure = sum(1 for u in server.sends if start - 1.0 <= u < start)
+        spare = answer.remaining - reserve * answer.limit - unsure
+        if status == 200 and spare >= 1 and answer.reset_after > 1.0:
+            delay, reason = core.delay(t)
+            assert reason != "exhausted", (t, answer)
+            assert delay < answer.reset_after, (t, delay, answer)
+
+
+@SIM
+@given(
+    windows=st.lists(window_strategy, min_size=1, max_size=3),
+    instances=st.integers(min_value=2, max_value=4),
+    reserve=reserves,
+    latency=st.sampled_from([0.0, 0.5]),
+    concurrency=st.integers(min_value=1, max_value=6),
+)
+def test_instances_together_stay_within_the_allowance(
+    windows: list[Window], instances: int, reserve: float, latency: float, concurrency: int
+) -> None:
+    """Several instances, each with its share, send no more together than one would."""
+    server = Server(windows, rounding=True)
+    cores = [PacerCore(reserve=reserve, share=1 / instances) for _ in range(instances)]
+    run(server, cores, concurrency, latency)
+    for i, window in enumerate(windows):
+        assert server.worker[i] <= max(instances, allowed(window, reserve)), (i, server.worker)
+
+
+@SIM
+@given(
+    length=st.sampled_from([60.0, 600.0, 3600.0]),
+    limit=st.integers(min_value=2, max_value=300),
+    reserve=reserves,
+    latency=st.sampled_from([0.0, 0.05, 1.0]),
+    concurrency=st.integers(min_value=1, max_value=8),
+)
+def test_without_other_traffic_no_429_and_spread_out(
+    length: float, limit: int, reserve: float, latency: float, concurrency: int
+) -> None:
+    """Alone on the budget, the worker is never refused and never bursts."""
+    window = Window(length, limit)
+    server = Server([window] * 3, rounding=True)
+    run(server, [PacerCore(reserve=reserve)], concurrency, latency)
+    assert server.refused == [0, 0, 0]
+    # Usable time: the window less what uncertainty about its reset costs at each end
+    # (latency, whole-second rounding, the margin, the probe's round trip).
+    usable = length - (2 * latency + 3)
+    per_tenth = allowed(window, reserve) * (length / 10) / usable
+    for t in server.sends:
+        burst = sum(1 for u in server.sends if t <= u < t + length / 10)
+        assert burst <= math.ceil(per_tenth) + 2
+
+
+def test_spends_the_allowance_when_alone() -> None:
+    """Pacing does not waste the budget: the worker sends its whole allowance per window."""
+    window = Window(3600.0, 120)
+    server = Server([window] * 3, rounding=True)
+    run(server, [PacerCore(reserve=0.1)], 8, 0.5)
+    assert server.worker == [108, 108, 108]
+
+
+# -- single rules --------------------------------------------------------------------------------
+
+
+def info(remaining: int, reset: float, limit: int | None = 100, **kw: float) -> RateLimitInfo:
+    """Rate limit figures as an answer would carry them."""
+    return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, **kw)  # type: ignore[arg-type]
+
+
+def test_first_permit_is_immediate_and_fallback_paces_the_rest() -> None:
+    """With no header ever seen, permits go at the configured fallback rate."""
+    core = PacerCore(fallback_per_hour=60)
+    assert core.reserve(0.0) == 0.0
+    assert core.reserve(0.0) == pytest.approx(60.0)
+    assert core.reserve(0.0) == pytest.approx(120.0)
+
+
+def test_initial_burst_goes_at_once_before_any_header() -> None:
+    """Before any header, `initial_burst` permits go at once; then the fallback rate applies."""
+    core = PacerCore(fallback_per_hour=60, initial_burst=5)
+    assert [core.reserve(0.0) for _ in range(5)] == [0.0] * 5
+    assert core.reserve(0.0) == pytest.approx(60.0)
+
+
+def test_initial_burst_does_not_apply_once_a_window_is_known() -> None:
+    """After a header, the window's spacing rules, whatever burst was configured."""
+    core = PacerCore(reserve=0.0, initial_burst=5)
+    core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
+    assert core.reserve(0.0) == 0.0
+    assert core.reserve(0.0) == pytest.approx(10.05)
+
+
+@given(
+    times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200),
+    burst=st.integers(min_value=1, max_value=8),
+)
+def test_fallback_rate_with_burst_is_bounded(times: list[float], burst: int) -> None:
+    """Without headers, no hour holds more than the burst plus fallback_per_hour permits."""
+    core = PacerCore(fallback_per_hour=30, initial_burst=burst)
+    slots = sorted(t + core.reserve(t) for t in sorted(times))
+    for s in slots:
+        assert sum(1 for u in slots if s <= u < s + 3600) <= 30 + burst
+
+
+@given(times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200))
+def test_fallback_rate_respected_with_no_headers(times: list[float]) -> None:
+    """Without headers, no hour holds more than fallback_per_hour permits (plus one)."""
+    core = PacerCore(fallback_per_hour=30)
+    slots = sorted(t + core.reserve(t) for t in sorted(times))
+    for s in slots:
+        assert sum(1 for u in slots if s <= u < s + 3600) <= 31
+
+
+def test_allowance_is_spread_over_the_time_left() -> None:
+    """The i-th permit of A goes at start + i * time_left / A: no burst at the window's start."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
+    slots = [core.reserve(0.0) for _ in range(10)]
+    assert slots == pytest.approx([0.0, 10.05, 20.1, 30.15, 40.2, 50.25, 60.3, 70.35, 80.4, 90.45])
+
+
+def test_reserve_and_share_shrink_the_allowance() -> None:
+    """The allowance is remaining less reserve*limit, times the instance's share."""
+    core = PacerCore(reserve=0.2, share=0.5)
+    core.observe(0.0, info(remaining=100, reset=1000.5, limit=100), 200)
+    in_window = [d for d in (core.reserve(0.0) for _ in range(60)) if d < 1000.5]
+    assert len(in_window) == 40  # (100 - 20) * 0.5
+
+
+def test_the_reserve_is_a_share_of_the_limit() -> None:
+    """docs/config.md's example: limit 120, remaining 50, reserve 0.1 allow 38 reads (the
+    last 12 of the window stay the client's other traffic's), not 45."""
+    core = PacerCore(reserve=0.1)
+    core.observe(0.0, info(remaining=50, reset=1000.5, limit=120), 200)
+    assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == 38
+
+
+def test_spent_allowance_waits_for_the_reset() -> None:
+    """Once the allowance is spent the next permit waits for the reset (plus a margin)."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=2, reset=30.5, limit=10), 200)
+    assert core.reserve(0.0) == 0.0
+    assert core.reserve(0.0) == pytest.approx(15.25)
+    delay, reason = core.delay(16.0)
+    assert (delay, reason) == (pytest.approx(30.5 + 1.0 - 16.0), "exhausted")
+
+
+@given(
+    fallback=st.sampled_from([30.0, 60.0, 360.0]),
+    reserve=reserves,
+    left=st.floats(min_value=0.0, max_value=1.0),
+    latency=st.floats(min_value=0.0, max_value=5.0),
+)
+def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
+    fallback: float, reserve: float, left: float, latency: float
+) -> None:
+    """Answers with nothing left and a reset already past never make permits go faster
+    than the fallback rate: each such answer is not a fresh window to probe again."""
+    core = PacerCore(reserve=reserve, fallback_per_hour=fallback)
+    remaining = math.floor(left * reserve * 100)  # within the reserve: nothing for the worker
+    sends: list[float] = []
+    t = 0.0
+    while t < 2 * 3600.0 and len(sends) <= 3 * fallback:
+        delay, _ = core.delay(t)
+        if delay > 0:
+            t += delay
+            continue
+        core.reserve(t)
+        sends.append(t)
+        t += latency
+        core.observe(t, info(remaining, 0.0, limit=100), 200, sent_at=sends[-1])
+    for i, s in enumerate(sends):
+        assert bisect_left(sends, s + 3600) - i <= fallback + 1, len(sends)
+
+
+def test_a_short_window_is_not_taken_for_an_hour() -> None:
+    """A 10-second window with 5 requests is paced over those 10 seconds."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=5, reset=10.5, limit=5, window=10.0), 200)
+    assert [core.reserve(0.0) for _ in range(5)] == pytest.approx([0.0, 2.1, 4.2, 6.3, 8.4])
+
+
+def test_in_flight_permits_are_counted() -> None:
+    """An answer that does not yet reflect requests in flight cannot reopen the budget."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=4, reset=100.0, limit=4), 200)
+    for _ in range(3):
+        core.reserve(0.0)  # three requests in flight
+    core.observe(1.0, info(remaining=3, reset=99.0, limit=4), 200)  # reflects only one
+    assert core.snapshot(1.0).remaining == 1
+    core.reserve(1.0)
+    assert core.delay(1.0)[1] == "exhausted"
+
+
+def test_other_traffic_lowers_the_allowance() -> None:
+    """A remaining lower than the local count (other traffic) wins within the window."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=50, reset=100.0, limit=50), 200)
+    core.reserve(0.0)
+    core.observe(1.0, info(remaining=5, reset=99.0, limit=50), 200)
+    assert core.snapshot(1.0).remaining == 5
+
+
+def test_reset_moving_forward_starts_a_new_window() -> None:
+    """A later reset with a higher remaining is a fresh window, not a stale answer."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=0, reset=60.0, limit=10, window=60.0), 200)
+    core.observe(61.0, info(remaining=9, reset=59.0, limit=10, window=60.0), 200)
+    snap = core.snapshot(61.0)
+    assert (snap.remaining, snap.reset_in) == (9, pytest.approx(59.0))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ((5000, 4999, 3600.0), (50000, 49998, 3590.0)),  # raised within the window
+        ((5000, 4999, 3600.0), (50000, 49998, 3600.0)),  # raised at the same reset
+        ((5000, 10, 3600.0), (50000, 49990, 3590.0)),  # raised after the old one was spent
+        ((50000, 49999, 3600.0), (5000, 4998, 3590.0)),  # lowered within the window
+    ],
+)
+def test_a_changed_limit_is_followed_at_once(
+    before: tuple[int, int, float], after: tuple[int, int, float]
+) -> None:
+    """A quota raised or lowered within a window: the next permit follows the new figures
+    at once (the allowance is the new remaining less the reserve of the new limit)."""
+    core = PacerCore(reserve=0.1)
+    limit, remaining, reset = before
+    core.observe(0.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=0.0)
+    limit, remaining, reset = after
+    core.observe(10.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=10.0)
+    assert core.delay(10.0) == (0.0, "none")
+    assert core.snapshot(10.0).remaining == remaining
+    delays = [core.reserve(10.0) for _ in range(remaining + 1)]
+    assert sum(1 for d in delays if d < reset) == math.floor(remaining - 0.1 * limit)
+
+
+def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
+    """An answer sent before the one that reported a new limit cannot restore the old one."""
+    core = PacerCore(reserve=0.1)
+    core.observe(0.0, info(remaining=4999, reset=3600.0, limit=5000), 200, sent_at=0.0)
+    core.observe(10.0, info(remaining=400, reset=3590.0, limit=500), 200, sent_at=9.0)
+    core.observe(11.0, info(remaining=4990, reset=3589.0, limit=5000), 200, sent_at=5.0)
+    assert core.snapshot(11.0).limit == 500
+    assert core.snapshot(11.0).remaining == 400
+
+
+def test_a_late_answer_from_an_old_window_is_ignored() -> None:
+    """An answer whose reset lies well before the known window's cannot rewind it."""
+    core = PacerCore(reserve=0.0)
+    core.observe(0.0, info(remaining=9, reset=600.0, limit=10, window=600.0), 200)
+    core.observe(1.0, info(remaining=0, reset=10.0, limit=10, window=600.0), 200)
+    assert core.snapshot(1.0).remaining == 9
+
+
+def test_429_pauses_every_permit_until_retry_after() -> None:
+    """After a 429 nothing goes before Retry-After; then one probe, then the slow rate."""
+    core = PacerCore(fallback_per_hour=60)
+    core.observe(0.0, info(remaining=50, reset=3000.0), 200)
+    core.observe(5.0, info(remaining=0, reset=2995.0, retry_after=30.0), 429)
+    for t in (5.0, 10.0, 34.9):
+        delay, reason = core.delay(t)
+        assert t + delay >= 35.0
+        assert reason == "retry_after"
+    assert core.paused_for(20.0) == pytest.approx(15.0)
+    assert core.reserve(35.0) == pytest.approx(1.0)  # the probe, just past the pause
+    assert core.reserve(36.0) >= 60.0  # then the conservative rate until a header
+
+
+def test_answers_that_overtook_a_429_do_not_reopen_the_budget() -> None:
+    """A 200 arriving during a 429 pause leaves the pause and the spent window alone."""
+    core = PacerCore()
+    core.observe(0.0, info(remaining=0, reset=100.0, retry_after=100.0), 429)
+    core.observe(1.0, info(remaining=80, reset=99.0), 200)
+    assert core.delay(1.0)[0] >= 99.0
+
+
+def test_429_without_figures_pauses_a_minute() -> None:
+    """A bare 429 still pauses, for a sane default."""
+    core = PacerCore()
+    core.observe(0.0, None, 429)
+    assert core.paused_for(0.0) == 60.0
+
+
+def test_share_is_validated() -> None:
+    """A share must be in (0, 1]."""
+    core = PacerCore()
+    with pytest.raises(ValueError, match="share"):
+        core.share = 0.0
+    core.share = 0.25
+    assert core.share == 0.25
+
+
+# -- the async shell -------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Monotonic seconds that only move when a sleeper sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
+
+
+WALL = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def make_pacer(**core: float) -> tuple[Pacer, FakeClock]:
+    clock = FakeClock()
+    return Pacer(PacerCore(**core), clock, clock.sleep, wall_clock=lambda: WALL), clock
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_acquire_sleeps_on_the_injected_clock() -> None:
+    """acquire waits by the injected sleep, never the real one, and paces by the headers."""
+    pacer, clock = make_pacer(reserve=0.0)
+    pacer.feed(None, {"ratelimit": '"p";r=3;t=31', "ratelimit-policy": '"p";q=3;w=60'}, 200)
+    start = clock.now
+    for _ in range(3):
+        await pacer.acquire()
+    assert clock.now - start == pytest.approx(20.0, abs=0.01)  # 0, 10, 20: spread over 30 s
+
+
+@pytest.mark.anyio
+async def test_429_holds_every_waiter() -> None:
+    """A 429 fed while others wait holds all of them until Retry-After."""
+    pacer, clock = make_pacer()
+    pacer.feed(None, {"ratelimit": '"p";r=100;t=3600'}, 200)
+    permit = await pacer.acquire()
+    pacer.feed(permit, {"retry-after": "120"}, 429)
+    released: list[float] = []
+
+    async def waiter() -> None:
+        await pacer.acquire()
+        released.append(clock.now)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(waiter)
+    assert len(released) == 3
+    assert min(released) >= 1000.0 + 120.0
+    assert max(clock.slept) <= RECHECK
+
+
+@pytest.mark.anyio
+async def test_feed_uses_the_time_since_acquire_as_latency() -> None:
+    """The reset of an answer is measured from when its permit was granted."""
+    pacer, clock = make_pacer(reserve=0.0)
+    permit = await pacer.acquire()
+    clock.now += 5.0  # a slow answer
+    pacer.feed(permit, {"ratelimit": '"p";r=1;t=10.5', "ratelimit-policy": '"p";q=2'}, 200)
+    # The window may end as early as send + 10.5 = 1010.5, not 1015.5: the permit left
+    # is usable until then, and after that only past the latest end (1015.5 + margin).
+    assert pacer.core.delay(1010.4) == (0.0, "none")
+    assert pacer.core.delay(1010.6) == (pytest.approx(5.9), "exhausted")
+
+
+@pytest.mark.anyio
+async def test_long_waits_are_logged() -> None:
+    """A wait over a second logs `ratelimit.wait` with its reason."""
+    pacer, _ = make_pacer(fallback_per_hour=60)
+    with capture_logs() as logs:
+        await pacer.acquire()
+        await pacer.acquire()
+    waits = [e for e in logs if e["event"] == "ratelimit.wait"]
+    assert len(waits) == 1
+    assert waits[0]["reason"] == "pacing"
+    assert waits[0]["wait_s"] == pytest.approx(60.0)
+
+
+def test_budget_seen_reports_the_last_answer() -> None:
+    """budget_seen turns the last reported figures into a storage record."""
+    pacer, clock = make_pacer()
+    assert pacer.budget_seen(WALL) is None
+    pacer.feed(
+        None,
+        {"x-ratelimit-limit": "120", "x-ratelimit-remaining": "80", "x-ratelimit-reset": "600"},
+        200,
+    )
+    clock.now += 10
+    seen = pacer.budget_seen(WALL)
+    assert seen is not None
+    assert (seen.limit, seen.remaining) == (120, 80)
+    assert seen.reset_at == WALL + timedelta(seconds=590)
+    assert seen.observed_at == WALL - timedelta(seconds=10)
+    snap = pacer.snapshot()
+    assert (snap.limit, snap.remaining) == (120, 80)
+
+
+def test_set_share_reaches_the_core() -> None:
+    """set_share changes the core's share."""
+    pacer, _ = make_pacer()
+    pacer.set_share(0.5)
+    assert pacer.core.share == 0.5

@@ -1,0 +1,413 @@
+"""The RateLimit parser: every header format, malformed input, and round trips."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lta_worker.pacing import RateLimitInfo, answer_time, parse_ratelimit, response_time
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, _sf_list, _sf_parse, parse_answer
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+EPOCH = int(NOW.timestamp())
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        pytest.param(
+            {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=100;w=3600'},
+            RateLimitInfo(100, 50, 30.0, 3600.0, None, "draft-08"),
+            id="draft-08",
+        ),
+        pytest.param(
+            {"RateLimit": "default;r=50;t=30", "RateLimit-Policy": "default;q=100;w=60"},
+            RateLimitInfo(100, 50, 30.0, 60.0, None, "draft-08"),
+            id="draft-08-token-names",
+        ),
+        pytest.param(
+            {
+                "RateLimit": '"hour";r=50;t=1800, "day";r=7;t=40000',
+                "RateLimit-Policy": '"day";q=1000;w=86400, "hour";q=100;w=3600',
+            },
+            RateLimitInfo(1000, 7, 40000.0, 86400.0, None, "draft-08"),
+            id="draft-08-most-restrictive-by-name",
+        ),
+        pytest.param(
+            {"RateLimit": '"p";r=5;t=10'},
+            RateLimitInfo(None, 5, 10.0, None, None, "draft-08"),
+            id="draft-08-without-policy",
+        ),
+        pytest.param(
+            {"ratelimit": "limit=100, remaining=50, reset=30"},
+            RateLimitInfo(100, 50, 30.0, None, None, "draft-07"),
+            id="draft-07-dictionary",
+        ),
+        pytest.param(
+            {"RateLimit": "limit=100, remaining=0, reset=5", "RateLimit-Policy": "100;w=60"},
+            RateLimitInfo(100, 0, 5.0, 60.0, None, "draft-07"),
+            id="draft-07-with-policy",
+        ),
+        pytest.param(
+            {"RateLimit-Limit": "100", "RateLimit-Remaining": "7", "RateLimit-Reset": "20"},
+            RateLimitInfo(100, 7, 20.0, None, None, "triple"),
+            id="triple",
+        ),
+        pytest.param(
+            {
+                "RateLimit-Limit": "100, 100;w=3600, 1000;w=86400",
+                "RateLimit-Remaining": "7",
+                "RateLimit-Reset": "20",
+            },
+            RateLimitInfo(100, 7, 20.0, 3600.0, None, "triple"),
+            id="triple-with-quota-policies",
+        ),
+        pytest.param(
+            {
+                "X-RateLimit-Limit": "60",
+                "X-RateLimit-Remaining": "59",
+                "X-RateLimit-Reset": str(EPOCH + 90),
+            },
+            RateLimitInfo(60, 59, 90.0, None, None, "x-ratelimit"),
+            id="x-epoch-seconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str((EPOCH + 12) * 1000)},
+            RateLimitInfo(None, 3, 12.0, None, None, "x-ratelimit"),
+            id="x-epoch-milliseconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "45"},
+            RateLimitInfo(60, 0, 45.0, None, None, "x-ratelimit"),
+            id="x-delta-seconds",
+        ),
+        pytest.param(
+            {"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": str(EPOCH - 50)},
+            RateLimitInfo(None, 1, 0.0, None, None, "x-ratelimit"),
+            id="x-epoch-in-the-past-is-now",
+        ),
+        pytest.param(
+            {"Retry-After": "120"},
+            RateLimitInfo(None, None, None, None, 120.0, "retry-after"),
+            id="retry-after-seconds",
+        ),
+        pytest.param(
+            {"Retry-After": format_datetime(NOW + timedelta(seconds=75), usegmt=True)},
+            RateLimitInfo(None, None, None, None, 75.0, "retry-after"),
+            id="retry-after-http-date",
+        ),
+        pytest.param(
+            {"RateLimit": '"p";r=0;t=30', "Retry-After": "10"},
+            RateLimitInfo(None, 0, 30.0, None, 10.0, "draft-08"),
+            id="retry-after-alongside",
+        ),
+    ],
+)
+def test_formats(headers: dict[str, str], expected: RateLimitInfo) -> None:
+    """Each supported header format reads to the same plain figures."""
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="none"),
+        pytest.param({"Content-Type": "application/json"}, id="unrelated"),
+        pytest.param({"RateLimit": "garbage;;;"}, id="garbage"),
+        pytest.param({"RateLimit": '"p";r=-5;t=10'}, id="negative-remaining"),
+        pytest.param({"RateLimit-Remaining": "-1"}, id="negative-triple"),
+        pytest.param({"X-RateLimit-Limit": "ten"}, id="words"),
+        pytest.param({"Retry-After": "soon"}, id="retry-after-words"),
+        pytest.param({"Retry-After": "-3"}, id="retry-after-negative"),
+        pytest.param({"RateLimit": "limit=?1"}, id="boolean"),
+        pytest.param({"RateLimit": '"p";r=1é'}, id="non-ascii"),
+        pytest.param({"X-RateLimit-Remaining": "9" * 40}, id="absurdly-long"),
+        pytest.param({"RateLimit-Limit": "0.0\x1f"}, id="control-character"),
+        pytest.param({"RateLimit-Limit": "5\x0b", "RateLimit-Remaining": "\x1c3"}, id="vt-fs"),
+    ],
+)
+def test_malformed_fields_are_ignored(headers: dict[str, str]) -> None:
+    """Missing or malformed fields give None, never an exception."""
+    assert parse_ratelimit(headers, NOW) is None
+
+
+def test_spaces_and_tabs_around_a_number_are_allowed() -> None:
+    """HTTP's optional whitespace (space, tab) around a plain number is read as usual."""
+    info = parse_ratelimit({"RateLimit-Limit": " 10\t", "RateLimit-Remaining": "\t2.5 "}, NOW)
+    assert info is not None
+    assert (info.limit, info.remaining) == (10, 2)
+
+
+def test_negative_values_are_dropped_but_the_rest_is_kept() -> None:
+    """A negative reset is ignored while the valid remaining of the same answer is kept."""
+    info = parse_ratelimit({"RateLimit": "limit=10, remaining=4, reset=-3"}, NOW)
+    assert info == RateLimitInfo(10, 4, None, None, None, "draft-07")
+
+
+def test_header_names_are_case_insensitive() -> None:
+    """Field names match in any case."""
+    info = parse_ratelimit({"x-RATELIMIT-remaining": "5", "X-RateLimit-RESET": "9"}, NOW)
+    assert info is not None
+    assert (info.remaining, info.reset_after) == (5, 9.0)
+
+
+def test_draft_08_wins_over_older_formats() -> None:
+    """With several formats present, the newest one is read."""
+    headers = {
+        "RateLimit": '"p";r=3;t=10',
+        "X-RateLimit-Remaining": "99",
+        "X-RateLimit-Reset": "100",
+    }
+    info = parse_ratelimit(headers, NOW)
+    assert info is not None
+    assert (info.source, info.remaining) == ("draft-08", 3)
+
+
+def test_without_now_an_epoch_or_date_is_not_guessed() -> None:
+    """With no reference time, an epoch reset and an HTTP-date Retry-After are left out."""
+    headers = {
+        "X-RateLimit-Remaining": "2",
+        "X-RateLimit-Reset": str(EPOCH + 30),
+        "Retry-After": format_datetime(NOW, usegmt=True),
+    }
+    assert parse_ratelimit(headers, None) == RateLimitInfo(None, 2, None, None, None, "x-ratelimit")
+
+
+def test_wait_prefers_retry_after_over_reset() -> None:
+    """`wait` is Retry-After when present, else the reset."""
+    assert RateLimitInfo(reset_after=30.0, retry_after=5.0).wait == 5.0
+    assert RateLimitInfo(reset_after=30.0).wait == 30.0
+    assert RateLimitInfo().wait is None
+
+
+def test_response_time_reads_the_date_header() -> None:
+    """`response_time` is the answer's Date, or None when absent or malformed."""
+    assert response_time({"Date": format_datetime(NOW, usegmt=True)}) == NOW
+    assert response_time({"date": "yesterday"}) is None
+    assert response_time({}) is None
+
+
+header_names = st.sampled_from(
+    [
+        "RateLimit",
+        "RateLimit-Policy",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "X-RateLimit-Reset-After",
+        "Retry-After",
+        "Date",
+    ]
+)
+sf_like = st.text(alphabet=st.sampled_from(list('abrtqwlimt"=;, -.0123456789?*:()@%')), max_size=60)
+
+
+@given(
+    headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
+    now=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
+)
+def test_arbitrary_values_never_raise(headers: dict[str, str], now: datetime | None) -> None:
+    """Whatever the values, the parser returns figures or None and never raises."""
+    info = parse_ratelimit(headers, now)
+    if info is not None:
+        for value in (info.limit, info.remaining, info.reset_after, info.window, info.retry_after):
+            assert value is None or value >= 0
+
+
+@given(
+    headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
+    fallback=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
+)
+def test_parse_answer_is_parse_against_the_answer_time(
+    headers: dict[str, str], fallback: datetime | None
+) -> None:
+    """`parse_answer` reads exactly what `parse_ratelimit` reads at `answer_time`."""
+    expected = parse_ratelimit(headers, answer_time(headers, fallback))
+    assert parse_answer(headers, fallback) == expected
+
+
+def http_date(when: datetime) -> str:
+    return format_datetime(when, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        pytest.param("Fri, 31 Dec 9999 23:59:59 GMT", id="year-9999"),
+        pytest.param("Thu, 01 Jan 1970 00:00:00 GMT", id="year-1970"),
+        pytest.param(http_date(NOW + timedelta(seconds=MAX_CLOCK_SKEW + 1)), id="just-ahead"),
+        pytest.param(http_date(NOW - timedelta(seconds=MAX_CLOCK_SKEW + 1)), id="just-behind"),
+        pytest.param("yesterday", id="garbage"),
+    ],
+)
+def test_a_date_far_from_the_local_clock_is_ignored(date: str) -> None:
+    """A Date more than MAX_CLOCK_SKEW off: an epoch reset is measured from the local clock."""
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(EPOCH + 30),
+        "Retry-After": http_date(NOW + timedelta(seconds=30)),
+        "Date": date,
+    }
+    assert parse_answer(headers, NOW) == RateLimitInfo(None, 0, 30.0, None, 30.0, "x-ratelimit")
+
+
+def test_a_date_behind_the_local_clock_by_a_plausible_skew_is_the_servers_clock() -> None:
+    """A server clock 2 minutes behind ours: its epoch reset is measured from its Date."""
+    server_now = NOW - timedelta(minutes=2)
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(int(server_now.timestamp()) + 30),
+        "Date": http_date(server_now),
+    }
+    info = parse_answer(headers, NOW)
+    assert info is not None and info.reset_after == 30.0
+
+
+def test_without_a_local_clock_the_date_is_not_used() -> None:
+    """With no local time to check it against, a Date is not trusted for epochs or dates."""
+    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(EPOCH + 30)}
+    headers["Date"] = http_date(NOW)
+    assert parse_answer(headers, None) == RateLimitInfo(None, 0, None, None, None, "x-ratelimit")
+
+
+# Any Date: arbitrary datetimes (mostly far off), ones near the local clock, and garbage.
+any_date = st.one_of(
+    st.datetimes(timezones=st.just(UTC)).map(http_date),
+    st.floats(min_value=-2 * MAX_CLOCK_SKEW, max_value=2 * MAX_CLOCK_SKEW).map(
+        lambda s: http_date(NOW + timedelta(seconds=s))
+    ),
+    st.text(max_size=40),
+)
+
+
+@given(date=any_date, ahead=st.integers(min_value=1, max_value=10**6))
+def test_a_date_never_shortens_a_reset_and_lengthens_it_at_most_by_the_skew(
+    date: str, ahead: int
+) -> None:
+    """A reset (epoch or HTTP-date) `ahead` s after the local clock reads as at least that,
+    whatever the Date; as exactly that unless the Date is behind by at most MAX_CLOCK_SKEW."""
+    headers = {
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(EPOCH + ahead),
+        "Retry-After": http_date(NOW + timedelta(seconds=ahead)),
+        "Date": date,
+    }
+    info = parse_answer(headers, NOW)
+    assert info is not None and info.reset_after is not None and info.retry_after is not None
+    server = response_time(headers)
+    lag = 0.0 if server is None else (NOW - server).total_seconds()
+    expected = ahead + (lag if 0 < lag <= MAX_CLOCK_SKEW else 0.0)
+    assert info.reset_after == pytest.approx(expected)
+    assert info.retry_after == pytest.approx(expected)
+    assert ahead <= info.reset_after <= ahead + MAX_CLOCK_SKEW
+
+
+counts = st.integers(min_value=0, max_value=10**6)
+delays = st.integers(min_value=0, max_value=10**6)
+windows = st.integers(min_value=1, max_value=10**6)
+
+
+@given(limit=counts, remaining=counts, reset=delays, window=windows)
+def test_draft_08_round_trip(limit: int, remaining: int, reset: int, window: int) -> None:
+    """Well-formed draft 08 fields read back exactly."""
+    headers = {
+        "RateLimit": f'"default";r={remaining};t={reset}',
+        "RateLimit-Policy": f'"default";q={limit};w={window}',
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), float(window), None, "draft-08")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=delays)
+def test_draft_07_round_trip(limit: int, remaining: int, reset: int) -> None:
+    """Well-formed draft 07 dictionaries read back exactly."""
+    headers = {"RateLimit": f"limit={limit}, remaining={remaining}, reset={reset}"}
+    expected = RateLimitInfo(limit, remaining, float(reset), None, None, "draft-07")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=delays, window=windows)
+def test_triple_round_trip(limit: int, remaining: int, reset: int, window: int) -> None:
+    """Well-formed RateLimit-Limit/-Remaining/-Reset fields read back exactly."""
+    headers = {
+        "RateLimit-Limit": f"{limit}, {limit};w={window}",
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": str(reset),
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), float(window), None, "triple")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(limit=counts, remaining=counts, reset=st.integers(min_value=0, max_value=10**7))
+def test_x_ratelimit_epoch_round_trip(limit: int, remaining: int, reset: int) -> None:
+    """An epoch X-RateLimit-Reset reads back as the delay from now."""
+    headers = {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": str(EPOCH + reset),
+    }
+    expected = RateLimitInfo(limit, remaining, float(reset), None, None, "x-ratelimit")
+    assert parse_ratelimit(headers, NOW) == expected
+
+
+@given(seconds=st.integers(min_value=0, max_value=10**7))
+def test_retry_after_round_trip(seconds: int) -> None:
+    """Retry-After as seconds or as an HTTP-date reads back as the same delay."""
+    as_date = format_datetime(NOW + timedelta(seconds=seconds), usegmt=True)
+    for value in (str(seconds), as_date):
+        info = parse_ratelimit({"Retry-After": value}, NOW)
+        assert info is not None
+        assert info.retry_after == float(seconds)
+
+
+sf_keys = st.sampled_from(["r", "t", "q", "w", "pk", "a.b", "x-1", "R", "1r", "*"])
+sf_numbers = st.one_of(
+    st.integers(min_value=0, max_value=10**16).map(str),
+    st.sampled_from(["007", "-1", "1.5", "", "٣", "1e3"]),
+)
+sf_params = st.lists(st.tuples(sf_keys, sf_numbers).map(lambda kv: f";{kv[0]}={kv[1]}"))
+sf_names = st.one_of(
+    st.text(alphabet="abcXYZ09_.:/-", max_size=10), st.sampled_from(["a b", "a\\\\b", "é"])
+)
+rate_limit_items = st.builds(
+    lambda quoted, name, params, tail: (f'"{name}"' if quoted else name) + "".join(params) + tail,
+    st.sampled_from([True, True, True, False]),
+    sf_names,
+    sf_params,
+    st.sampled_from(["", "", "", " ", ', "b";r=1', ";t", "\t"]),
+)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '"default";r=50;t=30',
+        '"a";r=007;r=5',
+        '"";q=1',
+        '"a";r=123456789012345',
+        '"a";r=1234567890123456',
+        '"a";r=\u0663',
+        '"a";R=1',
+        '"a b";r=1',
+        '"a";r=-1',
+        '"a";r=1.5',
+    ],
+)
+def test_rate_limit_fast_path_reads_edge_cases_as_the_full_parser(raw: str) -> None:
+    """Leading zeros, repeated keys, 16 digits, non-ASCII digits: as the full parser reads them."""
+    full = _sf_parse(raw)
+    assert _sf_list(raw) == (None if full is None else [(v, dict(p)) for v, p in full])
+
+
+@given(raw=st.one_of(rate_limit_items, sf_like))
+def test_rate_limit_fast_path_reads_as_the_full_parser(raw: str) -> None:
+    """The usual `RateLimit` shape, read without the full parser, gives what the parser gives."""
+    full = _sf_parse(raw)
+    assert _sf_list(raw) == (None if full is None else [(v, dict(p)) for v, p in full])

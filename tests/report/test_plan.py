@@ -1,0 +1,112 @@
+"""The freshness plan a pass uses (`PlanCache`): made from what the store holds, renewed
+every few minutes (the plan's arithmetic is the domain's: tests/domain/test_freshness.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lta_worker.config import PollSettings, build_settings
+from lta_worker.domain import (
+    ChangeEstimate,
+    FreshnessConfig,
+    SchedulePlan,
+    population_prior,
+)
+from lta_worker.domain._estimate import DEFAULT_PRIOR, observe
+from lta_worker.report import PlanCache, capacity_plan, schedule_summary
+from lta_worker.report._plan import REPLAN, for_active
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+ADAPTIVE = FreshnessConfig(
+    schedule="adaptive",
+    interval=timedelta(minutes=15),
+    max_interval=timedelta(hours=24),
+    stats="on_change",
+    stats_max_age=timedelta(hours=24),
+    rate_half_life=timedelta(days=3),
+)
+
+
+class FakeStore:
+    """What `plan_for_pass` reads of the store, counting the scans of the users table."""
+
+    def __init__(self) -> None:
+        self.scans = 0
+
+    def budget_seen(self, client_id: str) -> None:
+        return None
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 100, "parked": 4}
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        self.scans += 1
+        return [(ChangeEstimate().buckets(), 100.0)]
+
+    def sample_estimates(self) -> list[ChangeEstimate]:
+        busy = ChangeEstimate()
+        for n in range(20):
+            busy = observe(busy, str(n), NOW + n * HOUR, ADAPTIVE)
+        return [ChangeEstimate(), busy]
+
+
+def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
+    """Under `adaptive` the plan comes from the stored buckets and the fallback budget (and
+    the population's prior from the sample of estimates), is reused for `REPLAN`, then made
+    again; under `fixed` the store is not read at all."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0},
+        }
+    )
+    policy = settings.poll.policy()
+    store, cache = FakeStore(), PlanCache()
+    plan = cache.get(store, settings, policy, NOW)  # type: ignore[arg-type]
+    assert plan.scale > 0  # 20 reads an hour cannot read 100 users every 15 minutes
+    assert plan.budget_per_hour == pytest.approx(20.0 - 4 / 24)
+    assert cache.get(store, settings, policy, NOW + REPLAN / 2) is plan  # type: ignore[arg-type]
+    cache.get(store, settings, policy, NOW + REPLAN)  # type: ignore[arg-type]
+    assert store.scans == 2
+    assert plan.expected_delay_s is not None
+    assert plan.expected_delay_s > ADAPTIVE.interval.total_seconds() / 2
+    assert plan.prior == population_prior(store.sample_estimates())
+    assert plan.prior != DEFAULT_PRIOR
+    fixed = PollSettings().policy()
+    assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]
+
+
+class _Buckets:
+    """The store's users as `schedule_summary` reads them: 100 new active users."""
+
+    def rate_buckets(self) -> list[tuple[tuple[int, ...], float]]:
+        return [(ChangeEstimate().buckets(), 100.0)]
+
+
+def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
+    """`status`'s capacity and the freshness plan's budget come from one mapping of the
+    settings (`capacity_plan`): an active user costs a read per granted scope, the plan's
+    budget is what is available less the re-checks, and the schedule's parked class counts
+    the users the capacity re-checks."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0},
+        }
+    )
+    counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
+    capacity = capacity_plan(settings, counts, None)
+    assert capacity.rechecks_per_hour == pytest.approx(6 / 24)
+    assert capacity.reads_needed_per_hour == pytest.approx(100 * 4 + 6 / 24)
+    assert for_active(capacity) == pytest.approx(20 - 6 / 24)
+    summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
+    assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
+    parked = {"class": "parked", "users": 6, "interval_s": 86400, "expected_delay_s": None}
+    assert summary["classes"][-1] == parked

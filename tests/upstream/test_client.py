@@ -1,0 +1,742 @@
+"""The API client against httpx.MockTransport: URLs, headers, body cap, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from functools import cache
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+
+from lta_worker import __version__
+from lta_worker.config import Settings, build_settings
+from lta_worker.domain import classify
+from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.logs import scrub
+from lta_worker.secret import Secret
+from lta_worker.upstream import (
+    ApiClient,
+    check_secure_url,
+    http_client,
+    join_url,
+    long_term_credential,
+)
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
+CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+USER_TOKEN = Secret("user-access-token-abcdef123456")
+CAP = 2048
+
+Handler = Callable[[httpx.Request], Any]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_settings(
+    base_url: str = "https://api.example/some/prefix",
+    auth_url: str = "https://account.example/auth/prefix",
+    **service: Any,
+) -> Settings:
+    return build_settings(
+        {
+            "service": {
+                "base_url": base_url,
+                "auth_url": auth_url,
+                "max_response_bytes": CAP,
+                **service,
+            },
+            "client": {"id": "demo-client"},
+        }
+    )
+
+
+def make_api(handler: Handler, settings: Settings | None = None) -> ApiClient:
+    settings = settings or make_settings()
+    return ApiClient(
+        http_client(settings, transport=httpx.MockTransport(handler)), settings, CLIENT_SECRET
+    )
+
+
+class Recorder:
+    """A MockTransport handler that records requests and answers with a fixed response."""
+
+    def __init__(self, response: Callable[[], httpx.Response] | None = None) -> None:
+        self.requests: list[httpx.Request] = []
+        self._response = response or (lambda: httpx.Response(200, json={"ok": True}))
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.requests.append(request)
+        return self._response()
+
+
+def test_join_url_keeps_the_path_prefix() -> None:
+    """A base URL's path prefix survives joining (urljoin would drop it)."""
+    assert (
+        join_url("https://host/some/prefix", "/api/v1/history/stats")
+        == "https://host/some/prefix/api/v1/history/stats"
+    )
+    assert join_url("https://host/", "/x") == "https://host/x"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "path"),
+    [
+        ("latest-change", "/some/prefix/api/v1/history/latest-change"),
+        ("stats", "/some/prefix/api/v1/history/stats"),
+    ],
+)
+async def test_read_keeps_the_base_url_prefix(endpoint: Any, path: str) -> None:
+    """Reads go to {base_url}/api/v1/history/..., prefix included, the first and every later one."""
+    rec = Recorder()
+    api = make_api(rec)
+    for _ in range(2):
+        answer = await api.read(endpoint, TOKEN)
+        assert answer.status == 200
+    assert [(r.url.host, r.url.path) for r in rec.requests] == [("api.example", path)] * 2
+
+
+async def test_credential_travels_only_in_the_authorization_header() -> None:
+    """The read sends `Bearer <token>.<secret>` in Authorization, nowhere else, no client id."""
+    rec = Recorder()
+    await make_api(rec).read("stats", TOKEN)
+    request = rec.requests[0]
+    assert request.method == "GET"
+    expected = f"Bearer {TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert request.headers["authorization"] == expected
+    assert "ds-api-client-id" not in request.headers
+    assert request.content == b""
+    others = [v for k, v in request.headers.items() if k != "authorization"]
+    for raw in (TOKEN.reveal(), CLIENT_SECRET.reveal()):
+        assert raw not in str(request.url)
+        assert all(raw not in v for v in others)
+
+
+async def test_answer_headers_are_lower_case() -> None:
+    """Header names in an Answer are lower-case."""
+    rec = Recorder(
+        lambda: httpx.Response(200, headers={"RateLimit-Policy": '"h";q=120;w=3600'}, json={})
+    )
+    answer = await make_api(rec).read("stats", TOKEN)
+    assert answer.headers["ratelimit-policy"] == '"h";q=120;w=3600'
+    assert all(name == name.lower() for name in answer.headers)
+
+
+async def test_body_within_the_cap_is_whole() -> None:
+    """A body of exactly the cap is read whole and not marked truncated."""
+    rec = Recorder(lambda: httpx.Response(200, content=b"x" * CAP))
+    answer = await make_api(rec).read("stats", TOKEN)
+    assert answer.body == b"x" * CAP
+    assert not answer.truncated
+
+
+async def test_body_over_the_cap_is_cut() -> None:
+    """A larger body is cut at max_response_bytes and marked truncated."""
+    rec = Recorder(lambda: httpx.Response(200, content=b"y" * (CAP * 3)))
+    answer = await make_api(rec).read("stats", TOKEN)
+    assert answer.status == 200
+    assert answer.body == b"y" * CAP
+    assert answer.truncated
+
+
+async def test_endless_body_stops_at_the_cap() -> None:
+    """A streamed body that never ends is read only up to the cap."""
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while True:
+            sent += 512
+            yield b"z" * 512
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless())
+
+    answer = await make_api(handler).read("stats", TOKEN)
+    assert answer.truncated
+    assert len(answer.body) == CAP
+    assert sent <= CAP + 512
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (httpx.ConnectTimeout("t"), "timeout"),
+        (httpx.ReadTimeout("t"), "timeout"),
+        (httpx.ConnectError("refused"), "connect"),
+        (httpx.ReadError("reset"), "reset"),
+        (httpx.RemoteProtocolError("bad"), "protocol"),
+        (ConnectionResetError("reset"), "reset"),
+    ],
+)
+async def test_network_errors_become_answers(exc: Exception, kind: str) -> None:
+    """Timeouts, refused connections, resets and protocol errors give Answer(status=None)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    answer = await make_api(handler).read("latest-change", TOKEN)
+    assert answer.status is None
+    assert answer.error == kind
+    assert answer.body == b""
+
+
+async def test_broken_body_becomes_an_answer() -> None:
+    """A connection that breaks in the middle of the body gives status None, headers kept."""
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield b'{"partial": '
+        raise httpx.ReadError("connection reset")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"RateLimit": '"h";r=5;t=60'}, content=broken())
+
+    answer = await make_api(handler).read("stats", TOKEN)
+    assert answer.status is None
+    assert answer.error == "reset"
+    assert answer.headers.get("ratelimit") == '"h";r=5;t=60'
+
+
+def test_check_secure_url() -> None:
+    """https anywhere and http to loopback pass; http elsewhere is refused."""
+    check_secure_url("https://api.example/x")
+    check_secure_url("http://127.0.0.1:8080/x")
+    check_secure_url("http://localhost/x")
+    check_secure_url("http://[::1]/x")
+    for url in ("http://api.example/x", "http://10.0.0.1/x", "ftp://api.example/x"):
+        with pytest.raises(ConfigError):
+            check_secure_url(url)
+
+
+async def test_api_client_refuses_http_to_a_remote_host() -> None:
+    """Even when settings were bypassed, no request goes over http to a non-loopback host."""
+    rec = Recorder()
+    good = make_settings()
+    bad = replace(good, service=replace(good.service, base_url="http://api.example"))
+    api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad, CLIENT_SECRET)
+    for _ in range(2):  # the second read too (its URL is parsed once)
+        with pytest.raises(ConfigError, match="only https"):
+            await api.read("stats", TOKEN)
+    assert rec.requests == []
+
+
+async def test_http_client_hook_refuses_http_to_a_remote_host() -> None:
+    """The wired client's request hook refuses plain http to a remote host on its own."""
+    rec = Recorder()
+    async with http_client(make_settings(), transport=httpx.MockTransport(rec)) as client:
+        with pytest.raises(ConfigError):
+            await client.get("http://api.example/api/v1/history/stats")
+        response = await client.get("http://127.0.0.1:9/ok")
+    assert response.status_code == 200
+    assert [str(r.url) for r in rec.requests] == ["http://127.0.0.1:9/ok"]
+
+
+async def test_http_client_sends_user_agent_and_follows_no_redirect() -> None:
+    """The wired client names itself lta-worker/<version> and never follows a redirect."""
+    rec = Recorder(lambda: httpx.Response(302, headers={"Location": "https://elsewhere/"}))
+    settings = make_settings()
+    api = make_api(rec, settings)
+    answer = await api.read("stats", TOKEN)
+    assert answer.status == 302
+    assert len(rec.requests) == 1
+    assert rec.requests[0].headers["user-agent"] == f"lta-worker/{__version__}"
+
+
+@pytest.mark.parametrize("status", [200, 201, 202])
+async def test_create_token_accepts_any_2xx(status: int) -> None:
+    """Token creation succeeds on any 2xx, returning the token and exactly the scopes."""
+    scopes = ["cloud-sync.permanent.stats"]
+    rec = Recorder(lambda: httpx.Response(status, json={"token": TOKEN.reveal(), "scopes": scopes}))
+    token, granted = await make_api(rec).create_token(USER_TOKEN)
+    assert token == TOKEN
+    assert granted == ("cloud-sync.permanent.stats",)
+    request = rec.requests[0]
+    assert request.method == "POST"
+    assert request.url.path == "/auth/prefix/api/long-term-access/tokens"
+    assert request.headers["authorization"] == f"Bearer {USER_TOKEN.reveal()}"
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        (lambda: httpx.Response(401, json={"error": "invalid_token"}), "invalid_token"),
+        (lambda: httpx.Response(403, json={"code": "MissingScope"}), None),  # not allowlisted
+        (lambda: httpx.Response(401, json={"message": "Unauthorized"}), None),
+        (
+            lambda: httpx.Response(403, json={"errors": [{"code": "insufficient_scope"}]}),
+            "insufficient_scope",
+        ),
+        (
+            lambda: httpx.Response(
+                403,
+                json={"type": "https://api.example/problems/invalid_scope", "title": "x"},
+            ),
+            "invalid_scope",
+        ),
+        (
+            lambda: httpx.Response(
+                401, headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'}
+            ),
+            "invalid_token",
+        ),
+        (lambda: httpx.Response(500, text="boom"), None),
+        (lambda: httpx.Response(200, json={"token": "not-a-dspa", "scopes": []}), None),
+        (lambda: httpx.Response(200, json={"token": TOKEN.reveal()}), None),
+        (lambda: httpx.Response(200, text="<html>"), None),
+    ],
+)
+async def test_create_token_errors(
+    response: Callable[[], httpx.Response], code: str | None
+) -> None:
+    """Refusals and malformed answers raise EnrollmentError with the code, never a token."""
+    with pytest.raises(EnrollmentError) as info:
+        await make_api(Recorder(response)).create_token(USER_TOKEN)
+    assert info.value.code == code
+    assert info.value.hint
+    text = str(info.value)
+    for raw in (TOKEN.reveal(), USER_TOKEN.reveal(), "not-a-dspa"):
+        assert raw not in text
+
+
+async def test_create_token_network_error() -> None:
+    """An unreachable service during creation is an EnrollmentError naming the cause."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(EnrollmentError, match="connect"):
+        await make_api(handler).create_token(USER_TOKEN)
+
+
+async def test_drop_token_sends_delete_with_the_credential() -> None:
+    """drop_token DELETEs the tokens URL with the credential and returns the status."""
+    rec = Recorder(lambda: httpx.Response(204))
+    status = await make_api(rec).drop_token(TOKEN)
+    assert status == 204
+    request = rec.requests[0]
+    assert request.method == "DELETE"
+    assert request.url.path == "/auth/prefix/api/long-term-access/tokens"
+    assert request.headers["authorization"] == f"Bearer {TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert request.content == b""
+
+
+async def test_drop_token_network_error_is_upstream_error() -> None:
+    """A drop that cannot reach the service raises UpstreamError (exit 75)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow")
+
+    with pytest.raises(UpstreamError, match="timeout"):
+        await make_api(handler).drop_token(TOKEN)
+
+
+async def test_exchange_code_posts_the_form_with_basic_auth() -> None:
+    """The code exchange posts grant, code, redirect and verifier with client_secret_basic."""
+    rec = Recorder(
+        lambda: httpx.Response(
+            200,
+            json={
+                "access_token": USER_TOKEN.reveal(),
+                "token_type": "Bearer",
+                "scope": "openid cloud-sync.permanent.stats",
+            },
+        )
+    )
+    token, scopes = await make_api(rec).exchange_code(
+        Secret("the-code-123456"),
+        Secret("v" * 43),
+        "https://app.example/cb",
+    )
+    assert token == USER_TOKEN
+    assert scopes == ("openid", "cloud-sync.permanent.stats")
+    request = rec.requests[0]
+    assert request.method == "POST"
+    assert str(request.url) == "https://account.example/auth/prefix/oidc/token"
+    form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
+    assert form == {
+        "grant_type": "authorization_code",
+        "code": "the-code-123456",
+        "redirect_uri": "https://app.example/cb",
+        "code_verifier": "v" * 43,
+    }
+    basic = base64.b64encode(f"demo-client:{CLIENT_SECRET.reveal()}".encode()).decode()
+    assert request.headers["authorization"] == f"Basic {basic}"
+    assert "the-code" not in str(request.url)
+
+
+async def test_exchange_code_uses_token_url_when_set() -> None:
+    """service.token_url overrides the default {auth_url}/oidc/token."""
+    rec = Recorder(lambda: httpx.Response(200, json={"access_token": "at-123456"}))
+    settings = make_settings(token_url="https://sso.example/realm/token")
+    await make_api(rec, settings).exchange_code(
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb"
+    )
+    assert str(rec.requests[0].url) == "https://sso.example/realm/token"
+
+
+async def test_exchange_code_oauth_error() -> None:
+    """An OAuth error answer raises EnrollmentError(code=<error>) without the code or verifier."""
+    rec = Recorder(
+        lambda: httpx.Response(
+            400, json={"error": "invalid_grant", "error_description": "PKCE failed"}
+        )
+    )
+    with pytest.raises(EnrollmentError) as info:
+        await make_api(rec).exchange_code(
+            Secret("c-secret-code"), Secret("v" * 43), "https://a.example/cb"
+        )
+    assert info.value.code == "invalid_grant"
+    assert "c-secret-code" not in str(info.value)
+    assert "v" * 43 not in str(info.value)
+
+
+def post_only_server(request: httpx.Request) -> httpx.Response:
+    """A token endpoint that accepts client_secret_post only, as some servers do."""
+    form = {k: v[0] for k, v in parse_qs(request.read().decode()).items()}
+    if "authorization" in request.headers or form.get("client_secret") != CLIENT_SECRET.reveal():
+        return httpx.Response(401, json={"error": "invalid_client"})
+    return httpx.Response(200, json={"access_token": "at-post-123456", "scope": "openid"})
+
+
+async def exchange(api: ApiClient) -> Secret:
+    token, _ = await api.exchange_code(
+        Secret("c-123456"), Secret("v" * 43), "https://app.example/cb"
+    )
+    return token
+
+
+async def test_exchange_code_with_client_secret_post() -> None:
+    """client.token_auth = client_secret_post sends the credentials in the form, no header."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://account.example"},
+            "client": {"id": "demo-client", "token_auth": "client_secret_post"},
+        }
+    )
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return post_only_server(request)
+
+    assert await exchange(make_api(handler, settings)) == Secret("at-post-123456")
+    assert len(seen) == 1
+
+
+async def test_exchange_code_falls_back_to_the_other_client_auth_once() -> None:
+    """invalid_client to client_secret_basic is retried once with client_secret_post."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return post_only_server(request)
+
+    assert await exchange(make_api(handler)) == Secret("at-post-123456")
+    assert len(seen) == 2
+    assert "authorization" in seen[0].headers
+    assert "authorization" not in seen[1].headers
+
+
+async def test_exchange_code_rejected_by_both_client_auths_is_invalid_client() -> None:
+    """A client the token endpoint refuses either way gets EnrollmentError(invalid_client)."""
+    rec = Recorder(lambda: httpx.Response(401, json={"error": "invalid_client"}))
+    with pytest.raises(EnrollmentError) as info:
+        await exchange(make_api(rec))
+    assert info.value.code == "invalid_client"
+    assert len(rec.requests) == 2
+
+
+def test_long_term_credential_is_token_dot_secret_and_redacted() -> None:
+    """The credential is `<token>.<secret>`, masked whole by the log redactor's pattern."""
+    credential = long_term_credential(TOKEN, CLIENT_SECRET)
+    assert credential.reveal() == f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}"
+    assert TOKEN.reveal() not in json.dumps(scrub(f"{credential.reveal()}"))
+    assert CLIENT_SECRET.reveal() not in json.dumps(scrub(f"{credential.reveal()}"))
+
+
+@pytest.mark.parametrize("token", [Secret("abc"), Secret("dspa_"), Secret("Bearer dspa_x")])
+def test_long_term_credential_refuses_a_non_dspa_token(token: Secret) -> None:
+    """Only a `dspa_` token makes a long term credential."""
+    with pytest.raises(ValueError, match="dspa_"):
+        long_term_credential(token, CLIENT_SECRET)
+
+
+# -- the direct path: requests handed to the transport, not through httpx's send -------------
+
+
+async def _every_request(api: ApiClient) -> None:
+    await api.read("latest-change", TOKEN)
+    await api.read("stats", TOKEN)
+    await api.drop_token(TOKEN)
+    with pytest.raises(EnrollmentError):  # the recorder's answer is not a token
+        await api.create_token(USER_TOKEN)
+    with pytest.raises(EnrollmentError):
+        await exchange(api)
+
+
+def _wire(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]], bytes]:
+    return request.method, str(request.url), request.headers.multi_items(), request.content
+
+
+async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
+    """Handed straight to the transport, every request is the one httpx's send would send."""
+
+    def reply() -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "s=1"})
+
+    direct, sent = Recorder(reply), Recorder(reply)
+    settings = make_settings()
+    fast = http_client(settings, transport=httpx.MockTransport(direct))
+    slow = http_client(settings, transport=httpx.MockTransport(sent))
+    assert fast.direct is not None
+    slow.direct = None  # the same client, through `send`
+    async with fast, slow:
+        await _every_request(ApiClient(fast, settings, CLIENT_SECRET))
+        await _every_request(ApiClient(slow, settings, CLIENT_SECRET))
+    assert len(direct.requests) == len(sent.requests) == 5
+    assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
+
+
+async def test_direct_path_answers_like_httpx_send() -> None:
+    """Status, headers, body and the size cap come back the same either way."""
+    body = b'{"k": "' + b"x" * (CAP * 2) + b'"}'
+
+    def reply() -> httpx.Response:
+        return httpx.Response(418, content=body, headers={"X-A": "1", "RateLimit": "r=1"})
+
+    settings = make_settings()
+    answers = []
+    for direct in (True, False):
+        client = http_client(settings, transport=httpx.MockTransport(Recorder(reply)))
+        if not direct:
+            client.direct = None
+        async with client:
+            answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+        answers.append((answer.status, answer.headers, answer.body, answer.truncated))
+    assert answers[0] == answers[1]
+    assert answers[0][3] is True and len(answers[0][2]) == CAP
+
+
+async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -> None:
+    """A closed client sends nothing, on the direct path as through httpx's send."""
+    rec = Recorder()
+    settings = make_settings()
+    client = http_client(settings, transport=httpx.MockTransport(rec))
+    async with client:
+        pass
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+    assert rec.requests == []
+
+
+async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
+    """With `service.https_proxy`, a read opens a CONNECT tunnel at the proxy (httpx's send
+    picks the proxy transport); nothing goes to the service directly."""
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
+    async with server, http_client(settings) as client:
+        assert client.direct is None
+        answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+    assert answer.status is None  # the tunnel was refused: an error answer, no crash
+    assert len(seen) == 1
+    assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
+    assert TOKEN.reveal().encode() not in seen[0]  # the credential stays inside the tunnel
+
+
+# -- Content-Encoding: none asked for, any other is a broken body; the byte cap bounds the read
+
+BOMB_CAP = 64 * 1024
+BOMB_SIZE = 64 * 1024 * 1024
+# The read may hold the cap and a chunk or two: far less than this (when the client still
+# decoded gzip, before it was bounded: 47 MB for one layer, 148 MB for two).
+PEAK_BOUND = 2 * 1024 * 1024
+
+
+def _compress(chunks: Any, wbits: int) -> bytes:
+    squeezer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return b"".join(squeezer.compress(chunk) for chunk in chunks) + squeezer.flush()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    return _compress([data], 16 + zlib.MAX_WBITS)
+
+
+@cache
+def gzip_bomb() -> bytes:
+    """64 MiB of zeros, gzip-compressed (about 64 KB), built without holding the 64 MiB."""
+    zeros = bytes(1024 * 1024)
+    return _compress((zeros for _ in range(BOMB_SIZE // len(zeros))), 16 + zlib.MAX_WBITS)
+
+
+async def _streamed(body: bytes, size: int = 16 * 1024) -> AsyncIterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def encoded_api(body: bytes, encoding: str | None, cap: int = CAP) -> ApiClient:
+    """An API client whose every answer is `body`, streamed as a server sends it."""
+    headers = {"Content-Encoding": encoding} if encoding is not None else {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, content=_streamed(body))
+
+    return make_api(handler, make_settings(max_response_bytes=cap))
+
+
+async def _peak_of_read(api: ApiClient) -> tuple[Any, int]:
+    """The answer of one read and the peak of memory allocated during it."""
+    # A first read imports and caches what every later read reuses: not the read's memory.
+    await make_api(Recorder()).read("stats", TOKEN)
+    tracemalloc.start()
+    try:
+        answer = await api.read("stats", TOKEN)
+        return answer, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("encoding", "layers"), [("gzip", 1), ("gzip, gzip", 2)])
+async def test_a_gzip_bomb_is_a_broken_body_read_in_bounded_memory(
+    encoding: str, layers: int
+) -> None:
+    """64 MiB behind one or two gzip layers is a broken body, never inflated: a few MB."""
+    body = gzip_bomb()
+    for _ in range(layers - 1):
+        body = gzip_bytes(body)
+    answer, peak = await _peak_of_read(encoded_api(body, encoding, cap=BOMB_CAP))
+    assert (answer.status, answer.error, answer.body) == (200, "decoding", b"")
+    assert classify("stats", answer).reason == "broken body"
+    assert peak < PEAK_BOUND, f"peak {peak:,} bytes"
+
+
+ORIGINAL = json.dumps({"items": [{"id": n, "name": f"item {n}"} for n in range(40)]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        ("gzip", gzip_bytes(ORIGINAL)),
+        ("x-gzip", gzip_bytes(ORIGINAL)),
+        ("GZIP", gzip_bytes(ORIGINAL)),
+        ("deflate", _compress([ORIGINAL], zlib.MAX_WBITS)),  # zlib-wrapped, as the RFC says
+        ("deflate", _compress([ORIGINAL], -zlib.MAX_WBITS)),  # raw, as some servers send it
+        ("gzip, identity", gzip_bytes(ORIGINAL)),
+        ("deflate, gzip", gzip_bytes(_compress([ORIGINAL], zlib.MAX_WBITS))),
+        (", ".join(["gzip"] * 6), gzip_bytes(ORIGINAL)),
+        ("br, zstd, junk", b"\x8b\x01not-really-brotli"),
+        ("gzip", b"this is not gzip at all"),
+        ("gzip", gzip_bytes(ORIGINAL)[:10] + b"\xff" * 64),
+        ("deflate", b"\xff\xff neither zlib nor raw deflate"),
+        ("gzip", gzip_bytes(ORIGINAL) + bytes(CAP * 4)),  # junk past the cap on the wire
+    ],
+)
+async def test_any_content_encoding_is_a_broken_body_of_its_answer(
+    encoding: str, body: bytes
+) -> None:
+    """A body under any coding (valid, corrupt, unknown, stacked) is a broken body of the
+    answer that came (its status kept), not a network failure counting the service down."""
+    answer = await encoded_api(body, encoding).read("stats", TOKEN)
+    assert (answer.status, answer.error, answer.body) == (200, "decoding", b"")
+    assert classify("stats", answer).reason == "broken body"
+
+
+@pytest.mark.parametrize("encoding", ["identity", "Identity", "identity, identity", None])
+async def test_identity_is_no_coding_and_an_empty_body_has_none(encoding: str | None) -> None:
+    """`identity` leaves the body as sent; an empty body under any coding is just empty."""
+    answer = await encoded_api(ORIGINAL, encoding).read("stats", TOKEN)
+    assert (answer.status, answer.error, answer.body) == (200, None, ORIGINAL)
+    empty = await encoded_api(b"", "gzip").read("stats", TOKEN)
+    assert (empty.status, empty.error, empty.body) == (200, None, b"")
+
+
+@pytest.mark.parametrize("size", [CAP - 1, CAP, CAP + 1, CAP * 5])
+async def test_a_body_without_content_encoding_is_unchanged(size: int) -> None:
+    """Without Content-Encoding, a streamed body is read as sent, cut at the cap."""
+    body = bytes(range(256)) * (size // 256) + b"e" * (size % 256)
+    answer = await encoded_api(body, None).read("stats", TOKEN)
+    assert (answer.body, answer.truncated) == (body[:CAP], size > CAP)
+
+
+async def test_the_client_asks_for_no_content_coding() -> None:
+    """Requests send `Accept-Encoding: identity`, whatever decoders httpx has installed."""
+    rec = Recorder()
+    await make_api(rec).read("stats", TOKEN)
+    assert rec.requests[0].headers["accept-encoding"] == "identity"
+
+
+async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
+    """A gzip answer (normal or a bomb) comes back the same on the direct path and through send."""
+    settings = make_settings(max_response_bytes=BOMB_CAP)
+    for body in (gzip_bytes(ORIGINAL), gzip_bomb()):
+        answers = []
+        for direct in (True, False):
+
+            def handler(request: httpx.Request, body: bytes = body) -> httpx.Response:
+                return httpx.Response(
+                    200, headers={"Content-Encoding": "gzip"}, content=_streamed(body)
+                )
+
+            client = http_client(settings, transport=httpx.MockTransport(handler))
+            if not direct:
+                client.direct = None
+            async with client:
+                answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+            answers.append((answer.status, answer.error, answer.body, answer.truncated))
+        assert answers[0] == answers[1] == (200, "decoding", b"", False)
+
+
+@pytest.mark.parametrize(
+    ("body", "echoed"),
+    [
+        pytest.param(json.dumps({"k": CLIENT_SECRET.reveal()}).encode(), True, id="client-secret"),
+        pytest.param(json.dumps({"k": TOKEN.reveal()}).encode(), True, id="token"),
+        pytest.param(b'{"k": "\\u0063l1ent-s3cret-value"}', True, id="client-secret-escaped"),
+        pytest.param(b'{"k": "plain"}', False, id="no-credential"),
+    ],
+)
+async def test_a_success_echoing_a_credential_is_marked_by_the_client(
+    body: bytes, echoed: bool
+) -> None:
+    """The client, which alone holds the client secret, marks a success body holding the
+    token, the client secret or any `dspa_` token; classify makes it `credential echoed`."""
+    answer = await make_api(Recorder(lambda: httpx.Response(200, content=body))).read(
+        "stats", TOKEN
+    )
+    assert answer.echoed is echoed
+    outcome = classify("stats", answer)
+    assert (outcome.reason == "credential echoed") is echoed
+
+
+async def test_a_token_that_cannot_make_a_credential_sends_nothing() -> None:
+    """A read or drop with a token that is not a usable `dspa_` token raises ValueError
+    before any request."""
+    rec = Recorder()
+    api = make_api(rec)
+    for token in (Secret("abc"), Secret("dspa_"), Secret("dspa_a b")):
+        with pytest.raises(ValueError, match="long term token"):
+            await api.read("stats", token)
+        with pytest.raises(ValueError, match="long term token"):
+            await api.drop(token)
+    assert rec.requests == []
