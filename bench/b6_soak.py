@@ -87,6 +87,7 @@ from bench.common import (
 )
 from bench.faultproxy import FaultProxy
 from bench.webhook_sink import WebhookSink
+from lta_worker.domain import EVENT_TYPES
 
 EX_TEMPFAIL = 75
 READ_PATH = "/api/v1/history/"
@@ -98,18 +99,7 @@ STOP_TIMEOUT_S = 30.0
 # there before the workspace is removed (to look into a figure).
 KEEP_ENV = "LTA_BENCH_B6_KEEP"
 CLI_TIMEOUT_S = 120.0
-STATE_EVENTS = (
-    "user.enrolled",
-    "user.rotated",
-    "user.revoked",
-    "user.parked",
-    "user.unlinked",
-    "user.rejected",
-    "user.scope_denied",
-    "user.dropping",
-    "user.dropped",
-    "user.active",
-)
+STATE_EVENTS = tuple(t for t in EVENT_TYPES if t.startswith("user."))
 
 
 @dataclass(frozen=True)
