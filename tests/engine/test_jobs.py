@@ -218,3 +218,42 @@ async def test_a_lost_key_file_is_logged_once_and_its_return_too(
     names = [e["event"] for e in logs]
     assert names.count("service.key_file_lost") == 1
     assert names.count("service.key_file_back") == 1
+
+
+def _new_key_file(line: str) -> str:
+    """A key file from `keys generate` now: another key id."""
+    from datetime import UTC, datetime
+
+    from lta_worker.storage import generate_key_line
+
+    return generate_key_line(datetime.now(UTC)) + "\n"
+
+
+def _same_id_other_key(line: str) -> str:
+    """The key id in force, another key under it (an edit, a copy from the wrong host)."""
+    import base64
+    import os
+
+    key_id = line.split(":", 1)[0]
+    return f"{key_id}:{base64.b64encode(os.urandom(32)).decode()}\n"
+
+
+@pytest.mark.parametrize("replace", [_new_key_file, _same_id_other_key], ids=["new-id", "same-id"])
+async def test_a_replaced_key_file_is_lost_naming_the_key_id(
+    virtual_harness: Harness, replace: Any
+) -> None:
+    """The key file replaced by one that cannot decrypt what the keys in force can (another
+    key id, or another key under the same id): `service.key_file_lost` naming the key id in
+    force, health marked, and never the key itself."""
+    h = virtual_harness
+    line = h.key_file.read_text(encoding="utf-8").strip()
+    async with runtime(h) as rt:
+        key_id = rt.vault.current_key_id
+        with capture_logs() as logs:
+            h.key_file.write_text(replace(line), encoding="utf-8")
+            h.key_file.chmod(0o600)
+            await jobs.check_key_file(rt)
+            assert rt.problems() != []
+    (lost,) = events(logs, "service.key_file_lost")
+    assert repr(key_id) in lost["message"]
+    assert line.split(":", 1)[1] not in repr(logs)

@@ -11,6 +11,7 @@ Plaintext goes in and comes out only as `Secret`; no repr or error message holds
 
 from __future__ import annotations
 
+import hmac
 import os
 import struct
 from collections.abc import Iterable
@@ -105,6 +106,16 @@ class Vault:
         missing = sorted(set(key_ids) - set(self._keyring.keys))
         if missing:
             raise UnknownKeyError(missing[0])
+
+    def keys_missing_from(self, other: Vault) -> list[str]:
+        """The key ids (sorted) whose key `other` lacks or holds another key under: what it
+        could not decrypt that this vault can (compared in constant time, never shown)."""
+        theirs = other._keyring.keys
+        return sorted(
+            key_id
+            for key_id, material in self._keyring.keys.items()
+            if not hmac.compare_digest(material, theirs.get(key_id, b""))
+        )
 
     def is_current(self, token: EncryptedToken) -> bool:
         """True when `token` is already encrypted under the newest key."""

@@ -182,18 +182,18 @@ class Worker:
 
     def watch_key_file(self) -> str | None:
         """Read the key file again and compare it with the keys in force: what is wrong
-        with it (deleted, unreadable, broken, or without a key id the keys in force hold),
-        or None. The keys in force stay as they are either way; the problem is kept for
-        health (`problems`) until the file is right again."""
+        with it (deleted, unreadable, broken, or lacking a key in force: its key id gone,
+        or another key under that id), or None. The keys in force stay as they are either
+        way; the problem is kept for health (`problems`) until the file is right again."""
         try:
             on_disk = self.runtime.read_key_file()
         except LtaError as exc:
             problem: str | None = exc.message
         else:
-            lost = sorted(set(self.vault.key_ids) - set(on_disk.key_ids))
+            lost = self.vault.keys_missing_from(on_disk)
             problem = (
-                f"crypto.key_file: the key file no longer holds key id(s) "
-                f"{', '.join(map(repr, lost))} of the keys in force"
+                f"crypto.key_file: the key file no longer holds the key(s) in force under "
+                f"key id(s) {', '.join(map(repr, lost))}"
                 if lost
                 else None
             )
