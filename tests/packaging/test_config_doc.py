@@ -17,7 +17,8 @@ from lta_worker.config._loader import _env_overrides, _systemd_defaults
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "config.md"
 
 # Defaults the table gives in words: the words, and the value they stand for.
 WORDED = {
@@ -133,3 +134,42 @@ def test_credential_table_is_every_secret_file_and_its_credential() -> None:
         for value in [filled.get(key.partition(".")[0], {}).get(key.partition(".")[2], "")]
     }
     assert credential_rows(DOC.read_text(encoding="utf-8")) == expected
+
+
+# Where the variables that are no setting are read: the program, the admin script, the
+# benchmarks, the tests and CI.
+READERS = [
+    ROOT / "src",
+    ROOT / "deploy",
+    ROOT / "bench",
+    ROOT / "tests",
+    ROOT / "dev.py",
+    ROOT / ".ci",
+]
+
+
+def _read_literally() -> set[str]:
+    """Every `LTA_*` name written out in a file that may read it (not the docs)."""
+    names: set[str] = set()
+    for place in READERS:
+        files = [place] if place.is_file() else [p for p in place.rglob("*") if p.is_file()]
+        for path in files:
+            if path.suffix in {".md", ".pyc"} or path.name == Path(__file__).name:
+                continue
+            names |= set(re.findall(r"\bLTA_[A-Z0-9_]+\b", path.read_text("utf-8", "replace")))
+    return names
+
+
+def test_every_variable_the_docs_name_is_read() -> None:
+    """Each `LTA_*` variable README.md and docs/ name is a setting's (the loader maps it to a
+    key that exists) or one the program, its scripts or its tests read: none stale."""
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {n for p in texts for n in re.findall(r"\bLTA_[A-Z0-9_]+\b", p.read_text("utf-8"))}
+    literal = _read_literally()
+    stale = []
+    for name in sorted(named - literal):
+        overrides, _ = _env_overrides({name: "x"})
+        keys = {f"{s}.{k}" for s, values in overrides.items() for k in values}
+        if not keys or not keys <= set(FIELDS):
+            stale.append(name)
+    assert stale == [], "named in the docs, read nowhere"
