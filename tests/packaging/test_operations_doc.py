@@ -4,6 +4,7 @@ states the runbooks cover, and the files of each way of running."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -163,3 +164,84 @@ def test_each_way_of_running_names_shipped_files() -> None:
             assert (ROOT / path).is_file(), path
     timer = rows[1][1]
     assert "+ `.timer`" in timer and (ROOT / "deploy" / "lta-worker-run.timer").is_file()
+
+
+# --- the common error lines -------------------------------------------------------------
+
+# Words of the line that come from the database driver or the system, not from lta-worker.
+DRIVER = frozenset({
+    "database disk image is malformed",  # SQLite
+    'database "x" does not exist',  # libpq
+    'role "x" does not exist',
+    "invalid sslmode value",
+    "Connection refused",  # the system
+})  # fmt: skip
+# What the table writes for a value filled in at run time, and where one piece of the
+# program's text ends and another begins.
+PLACEHOLDERS = (
+    r"; |\.\.\.|'K'|'FILE'|'DIR'|\b0\d{3}\b|\bFIFO\b|\bN\b|\bMIN\b|\bMAX\b|\bV\b| / |\(|\)"
+)
+SETTING = re.compile(r"^(SECTION\.KEY|[a-z]+\.[a-z_]+): ")
+
+
+@functools.cache
+def _texts() -> list[tuple[list[str], int | None]]:
+    """Every string of the package, as its literal pieces, with the exit code of the error
+    it is given to (the LtaError class called with it or defining it), or None."""
+    import ast
+    import inspect
+
+    from lta_worker import errors
+
+    classes = {
+        name: cls.exit_code
+        for name, cls in vars(errors).items()
+        if inspect.isclass(cls) and issubclass(cls, errors.LtaError)
+    }
+    out: list[tuple[list[str], int | None]] = []
+    for path in (ROOT / "src" / "lta_worker").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                pieces = [v.value for v in node.values if isinstance(v, ast.Constant)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                pieces = [node.value]
+            else:
+                continue
+            code, up = None, parents.get(node)
+            while up is not None and code is None:
+                if isinstance(up, ast.ClassDef):
+                    code = classes.get(up.name)
+                elif isinstance(up, ast.Call):
+                    func = up.func
+                    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                    code = classes.get(name)
+                up = parents.get(up)
+            out.append(([str(p) for p in pieces], code))
+    return out
+
+
+ERROR_LINES = table("| error line names | code | what to do |")
+
+
+@pytest.mark.parametrize("row", ERROR_LINES, ids=[r[0][:40] for r in ERROR_LINES])
+def test_each_common_error_line_is_one_the_code_writes(row: list[str]) -> None:
+    """Every piece of the lines a row names is text of the program (or the driver's own
+    words), and the row's code is the exit code of an error that text is given to (a line
+    that starts with a setting's name is a configuration error, 78)."""
+    texts = _texts()
+    codes: set[int] = set()
+    for named in re.findall(r"`([^`]+)`", row[0]):
+        setting = SETTING.match(named)
+        if setting:
+            codes.add(78)
+        line = named[setting.end() :] if setting else named
+        for part in re.split(PLACEHOLDERS, line):
+            piece = part.strip(" ;:,'")
+            if len(piece) < 6 or piece in DRIVER:
+                continue
+            found = [code for pieces, code in texts if any(piece in p for p in pieces)]
+            assert found, f"no text of the program says {piece!r}"
+            codes |= {code for code in found if code is not None}
+    assert int(row[1]) in codes, (row[0], codes)
