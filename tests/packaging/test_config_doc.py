@@ -173,3 +173,29 @@ def test_every_variable_the_docs_name_is_read() -> None:
         if not keys or not keys <= set(FIELDS):
             stale.append(name)
     assert stale == [], "named in the docs, read nowhere"
+
+
+def toml_blocks() -> dict[str, str]:
+    """Every ```toml block of README.md and docs/, by FILE:LINE."""
+    blocks = {}
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for found in re.finditer(r"^```toml\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
+            blocks[f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, found.start()) + 1}"] = (
+                found.group(1)
+            )
+    return blocks
+
+
+@pytest.mark.parametrize(("where", "block"), sorted(toml_blocks().items()))
+def test_every_toml_block_holds_valid_settings(where: str, block: str) -> None:
+    """A config excerpt in the docs, its commented-out `# key = value` lines switched on,
+    names only real keys with values the loader takes (the keys it leaves out aside)."""
+    import tomllib
+
+    from lta_worker.config._fields import REQUIRED, read_section
+
+    data = tomllib.loads(re.sub(r"(?m)^# ?([a-z_]+ = )", r"\1", block))
+    errors: list[tuple[str, str]] = []
+    read_section(Settings, data, "", errors)
+    assert [e for e in errors if e[1] != REQUIRED] == [], where
