@@ -1,14 +1,22 @@
 """The webhook event types the docs list are the code's `EVENT_TYPES`, with the code's
-`client_action` for each."""
+`client_action` for each; the example bodies and headers are what the sender makes."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
-from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES
+from lta_worker import __version__
+from lta_worker.config import build_settings
+from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES, PendingEvent, ResultChanged, StateEvent
+from lta_worker.secret import Secret
+from lta_worker.upstream._webhook import USER_AGENT, WebhookSender
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -45,3 +53,64 @@ def test_every_list_of_types_names_each_type(doc: str, row: str) -> None:
     line = text[text.index(row) :].split("\n", 1)[0]
     listed = set(re.findall(r"`((?:user|result)\.[a-z_]+)`", line))
     assert listed == set(EVENT_TYPES)
+
+
+def _block(text: str, lang: str, after: str) -> str:
+    """The first ```LANG block after the heading `after`."""
+    found = re.search(rf"^```{lang}\n(.*?)^```", text[text.index(after) :], re.M | re.S)
+    assert found, f"no {lang} block after {after}"
+    return found.group(1)
+
+
+def test_examples_are_the_bodies_the_code_sends() -> None:
+    """webhooks.md's `result.changed` example and the request's body are exactly what the
+    code makes of the values they show (every field, no other), and the request's
+    user agent is the sender's."""
+    text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
+    changed = json.loads(_block(text, "json", "### `result.changed`"))
+    data = changed["data"]
+    assert (
+        ResultChanged(
+            user=data["user"],
+            endpoint=data["endpoint"],
+            status=data["status"],
+            content_hash=data["content_hash"],
+            previous_hash=data["previous_hash"],
+            at=datetime.fromisoformat(data["read_at"]),
+        ).payload()
+        == changed
+    )
+    head, _, body = _block(text, "http", "## The request").partition("\n\n")
+    sent = json.loads(body)
+    data = sent["data"]
+    assert (
+        StateEvent(
+            type=sent["type"],
+            user=data["user"],
+            old_state=data["old_state"],
+            new_state=data["new_state"],
+            reason=data["reason"],
+            at=datetime.fromisoformat(sent["timestamp"]),
+            endpoint=data["endpoint"],
+        ).payload()
+        == sent
+    )
+    headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])
+    assert headers["user-agent"].replace("<version>", __version__) == USER_AGENT
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
+            "client": {"id": "c"},
+            "webhook": {"url": "https://app.example/lta/webhook"},
+        }
+    )
+    secret = Secret("whsec_" + base64.b64encode(bytes(32)).decode())
+    event = PendingEvent(
+        1, headers["webhook-id"], "alice", sent["type"], sent, datetime.now(UTC), 0
+    )
+    body, signed = WebhookSender(httpx.AsyncClient(), settings, secret).signed(
+        event, datetime.now(UTC)
+    )
+    assert json.loads(body) == sent
+    assert set(headers) == {"user-agent", *signed}
+    assert headers["content-type"] == signed["content-type"]
