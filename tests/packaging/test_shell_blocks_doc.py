@@ -41,7 +41,6 @@ NOT_RUN = {
     "cd /usr/local/share/lta-worker\ncp lta-worker.service": "systemctl: installs and starts units",
     "systemd-run --quiet --wait": "systemd-run: a transient unit",
     "pip install 'lta-worker[web]'": "installs from an index (the network)",
-    "# 1. Add a new key as the LAST line": "systemctl restarts and $EDITOR between its steps",
     "createuser lta_worker": "creates a role on a PostgreSQL server (its administrator's)",
     "*/15 * * * *": "a crontab line (deploy/cron.example), not a command",
 }
@@ -151,6 +150,31 @@ def cursor_kept(ctx: Ctx, stdout: str) -> None:
     assert (tmp / "app" / "lta-cursor").read_text(encoding="utf-8").strip().isdigit()
 
 
+def keyed_and_enrolled(ctx: Ctx) -> None:
+    """The key file where the unit's credential comes from, a user's token stored under it."""
+    keys = ctx.tmp / "etc" / "token-keys"
+    keys.write_bytes(ctx.world.key_file.read_bytes())
+    keys.chmod(0o600)
+    ctx.world.key_file = keys
+    ctx.world.write_config()
+    ctx.world.enroll(["ada"])
+
+
+def rotated(ctx: Ctx, stdout: str) -> None:
+    """Only the new key is left, the service was restarted at steps 2 and 4, and the token
+    re-encrypted under the new key reads: the old key is no longer needed."""
+    world = ctx.world
+    lines = world.key_file.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1
+    assert (ctx.tmp / "systemctl.log").read_text(encoding="utf-8").splitlines() == [
+        "restart lta-worker.service"
+    ] * 2
+    before = len(world.sim.requests())
+    done = world.cli("run")
+    assert done.returncode == 0, done.stderr
+    assert [e.status for e in world.sim.requests()[before:]] == [200, 200]
+
+
 def webhook_secret(ctx: Ctx, stdout: str) -> None:
     """A `whsec_` secret in a private file."""
     path = ctx.tmp / "etc" / "webhook-secret"
@@ -175,6 +199,7 @@ RUN = {
     "lta-worker-admin status --check --format json": Case(prepare=enrolled_and_read, check=quiet),
     "lta-worker-admin check\n": Case(prepare=set_up, stdout="ok    database"),
     "python3 -c \"import base64, os; print('whsec_'": Case(check=webhook_secret),
+    "# 1. Add a new key as the LAST line": Case(prepare=keyed_and_enrolled, check=rotated),
     "curl -s -X POST localhost:8765/_sim/faults": Case(
         prepare=with_user_ada_served, check=faults_and_revoke
     ),
@@ -245,12 +270,21 @@ def sim_on_free_port() -> Iterator[int]:
 
 def _shims(tmp: Path, world: World) -> Path:
     """`lta-worker` is this checkout's; `lta-worker-admin` runs it with the config, as the
-    unit would (the real script needs systemd)."""
+    unit would (the real script needs systemd); `systemctl` notes what it was asked in
+    systemctl.log; `edit-drop-first-line`, the $EDITOR, removes a file's first line (the
+    old key, in key rotation)."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     main = f'exec {sys.executable} -m lta_worker "$@"\n'
     admin = f'exec {sys.executable} -m lta_worker --config {world.config} "$@"\n'
-    for name, body in (("lta-worker", main), ("lta-worker-admin", admin)):
+    systemctl = f'echo "$*" >> {tmp / "systemctl.log"}\n'
+    editor = 'sed -i 1d "$1"\n'
+    for name, body in (
+        ("lta-worker", main),
+        ("lta-worker-admin", admin),
+        ("systemctl", systemctl),
+        ("edit-drop-first-line", editor),
+    ):
         (bin_dir / name).write_text("#!/bin/sh\n" + body, encoding="utf-8")
         (bin_dir / name).chmod(0o755)
     return bin_dir
@@ -303,6 +337,7 @@ def test_block_runs_and_does_what_its_text_says(
         env = child_env(
             PATH=f"{_shims(tmp_path, world)}:{os.environ['PATH']}",
             LTA_WORKER_CONFIG=str(world.config),
+            EDITOR="edit-drop-first-line",
         )
         script = _localised(block, tmp_path, port)
         parts = [script]
