@@ -339,7 +339,14 @@ class FailingStore(Store):
 async def test_token_that_cannot_be_stored_is_dropped_upstream(world: World) -> None:
     """When storing fails, the just-created token is dropped so no unknown live token remains."""
     failing = FailingStore(world.store.database)
-    enrollment = Enrollment(world.settings, failing, world.vault, world.api, world.clock.now)
+    enrollment = Enrollment(
+        world.settings.client,
+        failing,
+        world.vault,
+        world.api,
+        world.clock.now,
+        auth_url=world.settings.service.auth_url,
+    )
     location = await world.consent(enrollment.start("gus"), "svc-gus")
     with pytest.raises(StorageError):
         await enrollment.finish("gus", location)
@@ -360,11 +367,12 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
         from lta_worker.upstream import ApiClient
 
         broken = Enrollment(
-            world.settings,
+            world.settings.client,
             world.store,
             world.vault,
-            ApiClient(http, world.settings, world.client_secret),
+            ApiClient(http, world.settings.service, world.settings.client, world.client_secret),
             world.clock.now,
+            auth_url=world.settings.service.auth_url,
         )
         with pytest.raises(EnrollmentError, match="connect"):
             await broken.finish("hal", location)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
     Pacer,
@@ -160,7 +161,7 @@ class VirtualClock:
 
 def make_pacer(max_wait: float = DEFAULT_MAX_WAIT) -> tuple[Pacer, VirtualClock]:
     clock = VirtualClock()
-    core = PacerCore(reserve=0.0, max_wait=max_wait)
+    core = PacerCore(RateLimitSettings(reserve=0.0, max_wait=timedelta(seconds=max_wait)))
     return Pacer(core, clock, clock.sleep, wall_clock=lambda: WALL), clock
 
 
@@ -313,7 +314,7 @@ def test_a_spent_window_waits_for_its_reset_whatever_the_date(form: str, date: s
 async def test_a_hostile_date_does_not_let_requests_past_a_spent_window(date: str) -> None:
     """A service answering remaining 0, reset 30 s ahead, Date absurd: no request before it."""
     clock = VirtualClock()
-    core = PacerCore(reserve=0.0)
+    core = PacerCore(RateLimitSettings(reserve=0.0))
     pacer = Pacer(
         core, clock, clock.sleep, wall_clock=lambda: WALL + timedelta(seconds=clock.now - 1000)
     )

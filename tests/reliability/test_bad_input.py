@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.domain import OUTCOME_KINDS, Answer, classify
 from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
@@ -186,7 +187,7 @@ def test_pacer_survives_any_parsed_headers(iterations: float) -> None:
     @_fuzz(_examples(iterations) // 5)
     @given(answers=steps)
     def check(answers: list[tuple[dict[str, str], int | None, float]]) -> None:
-        core = PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5)
+        core = PacerCore(RateLimitSettings(reserve=0.1, fallback_per_hour=60.0), initial_burst=5)
         now = 1000.0
         for headers, status, gap in answers:
             now += gap

@@ -15,9 +15,12 @@ from lta_worker.config._loader import (
     read_webhook_secret,
 )
 from lta_worker.config._settings import (
+    ClientSettings,
     PollSettings,
     RateLimitSettings,
+    ServiceSettings,
     Settings,
+    WebhookSettings,
     is_loopback_host,
     parse_listen,
 )
@@ -28,9 +31,12 @@ __all__ = [
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "STATS_SCOPE",
+    "ClientSettings",
     "PollSettings",
     "RateLimitSettings",
+    "ServiceSettings",
     "Settings",
+    "WebhookSettings",
     "build_settings",
     "config_path",
     "format_duration",

@@ -59,8 +59,11 @@ from lta_worker.storage import TokenDecryptError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from lta_worker.config import PollSettings
     from lta_worker.domain import Answer, UserRow
     from lta_worker.pacing import PacerLike
+    from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient
 
 UpstreamResult = Literal["ok", "failed", "refused", "skipped", "in_flight"]
 DROP_BATCH = 20
@@ -131,15 +134,26 @@ class Lifecycle(ClientOperation):
     """Drops and forgets users, and retries the drops the service did not confirm.
 
     Args:
-        settings: for the leases and the retry backoff.
+        poll: the `[poll]` section: the lease, the retry backoff and the parked interval.
         store: users, tokens and results.
         vault: decrypts the token for the read and the DELETE.
         api: the service's HTTP interface, holding the client credentials.
         clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
-            `now`); the system clock by default.
+            `now`).
     """
 
     rng: random.Random = random.Random()
+
+    def __init__(
+        self,
+        poll: PollSettings,
+        store: Store,
+        vault: Vault,
+        api: ApiClient | Callable[[], ApiClient],
+        clock: Callable[[], datetime],
+    ) -> None:
+        super().__init__(store, vault, api, clock)
+        self._poll = poll
 
     @staticmethod
     async def _paced(
@@ -189,7 +203,7 @@ class Lifecycle(ClientOperation):
         if row.token is not None:  # a key file problem: found before any change
             register_secret(self._vault.decrypt(row.token, user=user))
         now = self._clock()
-        lease_until = now + self._settings.poll.lease_duration
+        lease_until = now + self._poll.lease_duration
         start = await to_thread.run_sync(
             partial(self._store.begin_drop, user, now, lease_until=lease_until)
         )
@@ -343,7 +357,7 @@ class Lifecycle(ClientOperation):
         )
 
     def _policy(self) -> PolicyConfig:
-        return self._settings.poll.policy()
+        return self._poll.policy()
 
     async def retry_pending(
         self,
@@ -390,7 +404,7 @@ class Lifecycle(ClientOperation):
                         user=row.user,
                         key_id=row.token.key_id if row.token else None,
                     )
-                    retry_at = self._clock() + self._settings.poll.parked_interval
+                    retry_at = self._clock() + self._poll.parked_interval
                     await to_thread.run_sync(
                         partial(
                             self._store.defer_drop,

@@ -232,7 +232,10 @@ class Runtime:
         if self._http is None:
             from lta_worker.upstream import http_client
 
-            self._http = http_client(self.settings, transport=self._transport)
+            concurrency = self.settings.poll.concurrency
+            self._http = http_client(
+                self.settings.service, concurrency=concurrency, transport=self._transport
+            )
             self._async_stack().push_async_callback(self._http.aclose)
         return self._http
 
@@ -243,7 +246,9 @@ class Runtime:
         if self._api is None:
             from lta_worker.upstream import ApiClient
 
-            self._api = ApiClient(self.http, self.settings, self.secret("client_secret"))
+            settings = self.settings
+            secret = self.secret("client_secret")
+            self._api = ApiClient(self.http, settings.service, settings.client, secret)
         return self._api
 
     @property
@@ -253,12 +258,7 @@ class Runtime:
             from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 
             rl, service = self.settings.ratelimit, self.settings.service
-            core = PacerCore(
-                reserve=rl.reserve,
-                fallback_per_hour=rl.fallback_per_hour,
-                initial_burst=self.settings.poll.breaker_threshold,
-                max_wait=rl.max_wait.total_seconds(),
-            )
+            core = PacerCore(rl, initial_burst=self.settings.poll.breaker_threshold)
             shared = None
             if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
                 shared = SharedBudget(
@@ -286,9 +286,10 @@ class Runtime:
         if self.settings.webhook.url is not None:
             from lta_worker.upstream import WebhookSender, webhook_http_client
 
-            client = webhook_http_client(self.settings, transport=self._webhook_transport)
+            webhook = self.settings.webhook
+            client = webhook_http_client(webhook, transport=self._webhook_transport)
             hooks = await self._async_stack().enter_async_context(client)
-            self.webhooks = WebhookSender(hooks, self.settings, self.secret("webhook_secret"))
+            self.webhooks = WebhookSender(hooks, webhook, self.secret("webhook_secret"))
         _ = self.pacer
 
     # -- what commands build of them -----------------------------------------------------
@@ -297,8 +298,15 @@ class Runtime:
         """Enrollment over these parts (the key file loaded first, then the store)."""
         from lta_worker.enrollment import Enrollment
 
-        vault = self.vault
-        return Enrollment(self.settings, self.store, vault, lambda: self.api, self.clock.now)
+        vault, settings = self.vault, self.settings
+        return Enrollment(
+            settings.client,
+            self.store,
+            vault,
+            lambda: self.api,
+            self.clock.now,
+            auth_url=settings.service.auth_url,
+        )
 
     def lifecycle(self) -> Lifecycle:
         """Drops and forgets over these parts; the key file and the client secret are read
@@ -307,7 +315,7 @@ class Runtime:
 
         vault = self.vault
         self.secret("client_secret")
-        return Lifecycle(self.settings, self.store, vault, lambda: self.api, self.clock.now)
+        return Lifecycle(self.settings.poll, self.store, vault, lambda: self.api, self.clock.now)
 
     # -- SIGHUP --------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from urllib.parse import quote_plus, urlsplit
 import anyio
 import httpx
 
-from lta_worker.config import Settings, is_loopback_host
+from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
@@ -144,24 +144,29 @@ class ApiClient:
     Args:
         http: the client to send with; its transport decides where requests really go.
             A `ServiceClient` naming its transport is sent through that transport directly.
-        settings: service URLs, timeouts and the response size cap, the client id and its
-            token endpoint authentication come from here.
+        service: URLs, timeouts and the response size cap (`[service]`).
+        client: the client id and its token endpoint authentication (`[client]`).
         client_secret: the client's secret (read from `client.secret_file` and registered
             with the log redactor by `runtime.Runtime`, the one place that reads it).
     """
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings, client_secret: Secret) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        service: ServiceSettings,
+        client: ClientSettings,
+        client_secret: Secret,
+    ) -> None:
         self._http = http
         self._direct = http.direct if isinstance(http, ServiceClient) else None
-        self._service = settings.service
+        self._service = service
         self._timeout = httpx.Timeout(
-            self._service.read_timeout.total_seconds(),
-            connect=self._service.connect_timeout.total_seconds(),
+            service.read_timeout.total_seconds(), connect=service.connect_timeout.total_seconds()
         )
         self._cap = self._service.max_response_bytes
         self._deadline = self._service.request_timeout.total_seconds()
-        self._token_auth = settings.client.token_auth
-        self._client_id = settings.client.id
+        self._token_auth = client.token_auth
+        self._client_id = client.id
         self._client_secret = client_secret
         # What a success body must not hold besides the token (`echoes`); a secret too short
         # to be told from data (the log redactor's bound) is not looked for.
