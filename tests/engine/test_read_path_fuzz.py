@@ -27,9 +27,15 @@ from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import RateLimitSettings, Settings, build_settings
 from lta_worker.domain import ALLOWED_CODES, Answer, Endpoint, echoes
-from lta_worker.pacing import Pacer, PacerCore, parse_ratelimit
-from lta_worker.pacing._shared import Settlement, observation, transact
-from lta_worker.pacing._window import MAX_COUNT
+from lta_worker.pacing import (
+    MAX_COUNT,
+    Pacer,
+    PacerCore,
+    Settlement,
+    observation,
+    parse_ratelimit,
+    transact,
+)
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault, generate_key_line
 from lta_worker.worker import PassEngine

@@ -21,22 +21,19 @@ from hypothesis import strategies as st
 from lta_worker.config import RateLimitSettings
 from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
+    FALLBACK_429_WAIT,
+    MAX_CLOCK_SKEW,
+    MAX_COUNT,
+    MIN_429_WAIT,
     Pacer,
     PacerCore,
     RateLimitInfo,
     bound,
+    observation,
     response_time,
     wait_after_429,
 )
-from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW
-from lta_worker.pacing._shared import observation
-from lta_worker.pacing._window import (
-    FALLBACK_429_WAIT,
-    MAX_COUNT,
-    MIN_429_WAIT,
-    RESET_MARGIN,
-    pause_after_429,
-)
+from lta_worker.pacing._window import RESET_MARGIN, pause_after_429
 from support.hostile import hostile_ratelimit_headers
 
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
