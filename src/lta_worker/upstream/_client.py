@@ -173,16 +173,11 @@ class ApiClient:
         raw_secret = client_secret.reveal().encode()
         self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         # Each read endpoint's URL, parsed once: httpx parses a str URL on every request.
-        self._read_urls: dict[Endpoint, httpx.URL] = {}
-
-    def url_for(self, endpoint: Endpoint) -> str:
-        """The full URL of a read endpoint under `service.base_url`."""
-        return join_url(self._service.base_url, READ_PATHS[endpoint])
-
-    @property
-    def tokens_url(self) -> str:
-        """Where long term tokens are created and dropped, under `service.auth_url`."""
-        return join_url(self._service.auth_url, TOKENS_PATH)
+        self._read_urls: dict[Endpoint, httpx.URL] = {
+            endpoint: httpx.URL(join_url(service.base_url, path))
+            for endpoint, path in READ_PATHS.items()
+        }
+        self._tokens_url = join_url(service.auth_url, TOKENS_PATH)
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """GET one read endpoint with the user's long term credential (`<token>.<client
@@ -201,10 +196,8 @@ class ApiClient:
             ValueError: the token is not `usable_token` (nothing is sent).
         """
         credential = long_term_credential(token, self._client_secret)
-        url = self._read_urls.get(endpoint)
-        if url is None:
-            url = self._read_urls[endpoint] = httpx.URL(self.url_for(endpoint))
-        answer = await self._send("GET", url, {"Authorization": f"Bearer {credential.reveal()}"})
+        bearer = {"Authorization": f"Bearer {credential.reveal()}"}
+        answer = await self._send("GET", self._read_urls[endpoint], bearer)
         if (
             answer.body
             and answer.status is not None
@@ -226,7 +219,7 @@ class ApiClient:
         """
         register_secret(user_access_token)
         answer = await self._send(
-            "POST", self.tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
+            "POST", self._tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
         )
         if answer.status is None:
             raise EnrollmentError(
@@ -294,7 +287,7 @@ class ApiClient:
         """
         credential = long_term_credential(token, self._client_secret)
         return await self._send(
-            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
+            "DELETE", self._tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
         )
 
     async def exchange_code(
