@@ -34,6 +34,13 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
 CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+
+
+def api_for(http: httpx.AsyncClient, settings: Settings) -> ApiClient:
+    """The API client over `http` with `settings`' sections and the test's client secret."""
+    return ApiClient(http, settings.service, settings.client, CLIENT_SECRET)
+
+
 USER_TOKEN = Secret("user-access-token-abcdef123456")
 CAP = 2048
 
@@ -66,7 +73,7 @@ def make_settings(
 def make_api(handler: Handler, settings: Settings | None = None) -> ApiClient:
     settings = settings or make_settings()
     http = http_client(settings.service, transport=httpx.MockTransport(handler))
-    return ApiClient(http, settings.service, settings.client, CLIENT_SECRET)
+    return api_for(http, settings)
 
 
 class Recorder:
@@ -226,7 +233,7 @@ async def test_api_client_refuses_http_to_a_remote_host() -> None:
     good = make_settings()
     bad = replace(good, service=replace(good.service, base_url="http://api.example"))
     http = httpx.AsyncClient(transport=httpx.MockTransport(rec))
-    api = ApiClient(http, bad.service, bad.client, CLIENT_SECRET)
+    api = api_for(http, bad)
     for _ in range(2):  # the second read too (its URL is parsed once)
         with pytest.raises(ConfigError, match="only https"):
             await api.read("stats", TOKEN)
@@ -504,8 +511,8 @@ async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
     assert fast.direct is not None
     slow.direct = None  # the same client, through `send`
     async with fast, slow:
-        await _every_request(ApiClient(fast, settings.service, settings.client, CLIENT_SECRET))
-        await _every_request(ApiClient(slow, settings.service, settings.client, CLIENT_SECRET))
+        await _every_request(api_for(fast, settings))
+        await _every_request(api_for(slow, settings))
     assert len(direct.requests) == len(sent.requests) == 5
     assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
 
@@ -524,9 +531,7 @@ async def test_direct_path_answers_like_httpx_send() -> None:
         if not direct:
             client.direct = None
         async with client:
-            answer = await ApiClient(client, settings.service, settings.client, CLIENT_SECRET).read(
-                "stats", TOKEN
-            )
+            answer = await api_for(client, settings).read("stats", TOKEN)
         answers.append((answer.status, answer.headers, answer.body, answer.truncated))
     assert answers[0] == answers[1]
     assert answers[0][3] is True and len(answers[0][2]) == CAP
@@ -540,9 +545,7 @@ async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -
     async with client:
         pass
     with pytest.raises(RuntimeError, match="client has been closed"):
-        await ApiClient(client, settings.service, settings.client, CLIENT_SECRET).read(
-            "stats", TOKEN
-        )
+        await api_for(client, settings).read("stats", TOKEN)
     assert rec.requests == []
 
 
@@ -562,9 +565,7 @@ async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
     settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
     async with server, http_client(settings.service) as client:
         assert client.direct is None
-        answer = await ApiClient(client, settings.service, settings.client, CLIENT_SECRET).read(
-            "stats", TOKEN
-        )
+        answer = await api_for(client, settings).read("stats", TOKEN)
     assert answer.status is None  # the tunnel was refused: an error answer, no crash
     assert len(seen) == 1
     assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
@@ -708,9 +709,7 @@ async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
             if not direct:
                 client.direct = None
             async with client:
-                answer = await ApiClient(
-                    client, settings.service, settings.client, CLIENT_SECRET
-                ).read("stats", TOKEN)
+                answer = await api_for(client, settings).read("stats", TOKEN)
             answers.append((answer.status, answer.error, answer.body, answer.truncated))
         assert answers[0] == answers[1] == (200, "decoding", b"", False)
 
