@@ -44,7 +44,6 @@ from anyio import CancelScope, to_thread
 
 from lta_worker.domain import (
     ENDPOINTS,
-    PolicyConfig,
     authenticated,
     classify,
     drop_retry_at,
@@ -211,25 +210,16 @@ class Lifecycle(ClientOperation):
         if purge:
             purged = await to_thread.run_sync(self._store.purge_results, user)
         before, after = start.before, start.after
-        if start.in_flight:
+        if start.in_flight or after.state != "dropping":  # another DELETE is out; no token
+            held = before if start.in_flight else after
             return DropResult(
-                user=user,
-                upstream="in_flight",
-                status=None,
-                error=None,
-                previous_state=before.state,
-                state=before.state,
-                retry_at=before.next_due_at,
-                purged=purged,
-            )
-        if after.state != "dropping":
-            return DropResult(
-                user=user,
-                upstream="skipped",
-                status=None,
-                error=None,
-                previous_state=before.state,
-                state=after.state,
+                user,
+                "in_flight" if start.in_flight else "skipped",
+                None,
+                None,
+                before.state,
+                state=held.state,
+                retry_at=before.next_due_at if start.in_flight else None,
                 purged=purged,
             )
         if before.state != "dropping":
@@ -316,7 +306,7 @@ class Lifecycle(ClientOperation):
                 "the service refused the credential (HTTP 401): check client.secret_file; "
                 "the token may still be live upstream"
             )
-        retry_at = drop_retry_at(row.consecutive_failures + 1, now, self._policy(), self.rng)
+        retry_at = drop_retry_at(row.consecutive_failures + 1, now, self._poll.policy(), self.rng)
         # A DELETE sent after an accepted read may have dropped the token though no answer
         # came: remembered, so that the next read's plain 401 confirms the drop.
         mark = UNANSWERED if accepted and status is None else f"drop_{upstream}"
@@ -355,9 +345,6 @@ class Lifecycle(ClientOperation):
             retry_at=retry_at,
             overtaken=True,
         )
-
-    def _policy(self) -> PolicyConfig:
-        return self._poll.policy()
 
     async def retry_pending(
         self,
