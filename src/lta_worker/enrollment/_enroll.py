@@ -147,11 +147,7 @@ class Enrollment(ClientOperation):
 
     Args:
         client: the client id, redirect URI and scopes the consent asks for (`[client]`).
-        store: where pending enrollments and tokens are kept.
-        vault: encrypts the verifier and the token at rest.
-        api: the service's HTTP interface, holding the client id and secret.
-        clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
-            `now`).
+        store, vault, api, clock: as `ClientOperation`'s.
         auth_url: the account service (`service.auth_url`), where consent is asked.
     """
 

@@ -134,11 +134,7 @@ class Lifecycle(ClientOperation):
 
     Args:
         poll: the `[poll]` section: the lease, the retry backoff and the parked interval.
-        store: users, tokens and results.
-        vault: decrypts the token for the read and the DELETE.
-        api: the service's HTTP interface, holding the client credentials.
-        clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
-            `now`).
+        store, vault, api, clock: as `ClientOperation`'s.
     """
 
     rng: random.Random = random.Random()
