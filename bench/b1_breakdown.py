@@ -215,10 +215,11 @@ def _log_events(count: int) -> float:
 
 
 async def _pacer(count: int) -> float:
+    from lta_worker.config import RateLimitSettings
     from lta_worker.pacing import Pacer, PacerCore
 
     pacer = Pacer(
-        PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5),
+        PacerCore(RateLimitSettings(reserve=0.1, fallback_per_hour=60.0), initial_burst=5),
         clock=time.monotonic,
         sleep=anyio.sleep,
         wall_clock=lambda: datetime.now(UTC),

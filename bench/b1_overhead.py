@@ -165,8 +165,8 @@ async def api_pass(settings: Any, tokens: Sequence[tuple[str, str]]) -> Timing:
     from lta_worker.simulator import DEMO_CLIENT_SECRET
     from lta_worker.upstream import ApiClient, http_client
 
-    async with http_client(settings) as http:
-        api = ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET))
+    async with http_client(settings.service) as http:
+        api = ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET))
 
         async def read_user(_user: str, token: str, statuses: Counter[str]) -> None:
             for endpoint in ("latest-change", "stats"):

@@ -118,6 +118,7 @@ def run(size: Size) -> BenchResult:
 
 def _virtual_hours(result: BenchResult, size: Size) -> None:  # noqa: PLR0915
     """The hour-long variant on virtual time (see the module's docstring)."""
+    from lta_worker.config import RateLimitSettings
     from lta_worker.pacing import RECHECK, PacerCore, RateLimitInfo
 
     limit, window, reserve, latency, concurrency = 120, 3600.0, 0.1, 0.4, CONCURRENCY
@@ -128,7 +129,7 @@ def _virtual_hours(result: BenchResult, size: Size) -> None:  # noqa: PLR0915
     used = [0] * hours
     worker = [0] * hours
     refused = 0
-    core = PacerCore(reserve=reserve, fallback_per_hour=60.0, initial_burst=5)
+    core = PacerCore(RateLimitSettings(reserve=reserve, fallback_per_hour=60.0), initial_burst=5)
     events: list[tuple[float, int, str, tuple[object, ...]]] = []
     queue = deque(range(concurrency))
     counter = 0

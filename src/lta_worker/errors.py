@@ -31,9 +31,12 @@ application that imports this package has no such commands.
 from __future__ import annotations
 
 EX_OK = 0
+EX_UNHEALTHY = 1  # `status --check`: the worker is not healthy (also a bug's code)
 EX_USAGE = 2
 EX_TEMPFAIL = 75
 EX_CONFIG = 78
+EX_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+EX_BROKEN_PIPE = 141  # 128 + SIGPIPE: standard output's reader went away
 
 
 class LtaError(Exception):

@@ -29,7 +29,7 @@ from lta_worker.errors import (
 )
 from lta_worker.storage import load_key_file
 from lta_worker.storage._keyfile import parse_key_file
-from lta_worker.upstream._refusals import create_reason, exchange_reason
+from lta_worker.upstream import create_reason, exchange_reason
 
 PACKAGE = Path(lta_worker.__file__).parent
 # The operator's own code: the CLI, the narrated demo, and the simulator's stand-in service.

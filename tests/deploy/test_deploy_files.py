@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.config import Settings, load_settings
-from lta_worker.config._fields import field_types, read_section
+from lta_worker.config import Settings, field_types, load_settings, read_section
 from support.queries import (
     DS_LOKI,
     DS_PROMETHEUS,

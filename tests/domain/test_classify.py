@@ -22,8 +22,7 @@ from lta_worker.domain import (
     find_code,
     strict_json,
 )
-from lta_worker.pacing import DEFAULT_MAX_WAIT, wait_after_429
-from lta_worker.pacing._window import FALLBACK_429_WAIT
+from lta_worker.pacing import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT, wait_after_429
 
 LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"

@@ -78,13 +78,13 @@ async def lifecycle(
     settings = harness.settings()
     with harness.store() as store:
         async with http_client(
-            settings, transport=transport or SimulatorTransport(harness.sim)
+            settings.service, transport=transport or SimulatorTransport(harness.sim)
         ) as http:
             yield Lifecycle(
-                settings,
+                settings.poll,
                 store,
                 Vault.from_settings(settings),
-                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
+                ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
             )
 
@@ -291,12 +291,12 @@ async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> N
         raise httpx.ConnectError("connection refused")
 
     with harness.store() as store:
-        async with http_client(settings, transport=httpx.MockTransport(down)) as http:
+        async with http_client(settings.service, transport=httpx.MockTransport(down)) as http:
             result = await Lifecycle(
-                settings,
+                settings.poll,
                 store,
                 Vault.from_settings(settings),
-                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
+                ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
             ).drop("x")
     assert (result.state, result.retry_at is not None) == ("dropping", True)

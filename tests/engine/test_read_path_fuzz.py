@@ -25,11 +25,17 @@ from hypothesis import strategies as st
 
 from lta_worker.cli._results_cmd import result_json
 from lta_worker.cli._users_cmd import user_json
-from lta_worker.config import Settings, build_settings
+from lta_worker.config import RateLimitSettings, Settings, build_settings
 from lta_worker.domain import ALLOWED_CODES, Answer, Endpoint, echoes
-from lta_worker.pacing import Pacer, PacerCore, parse_ratelimit
-from lta_worker.pacing._shared import Settlement, observation, transact
-from lta_worker.pacing._window import MAX_COUNT
+from lta_worker.pacing import (
+    MAX_COUNT,
+    Pacer,
+    PacerCore,
+    Settlement,
+    observation,
+    parse_ratelimit,
+    transact,
+)
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault, generate_key_line
 from lta_worker.worker import PassEngine
@@ -175,7 +181,11 @@ def test_any_answer_goes_through_the_whole_read_path(
     token = vault.encrypt(Secret("dspa_fuzzT0ken"), user="fz")
     store.store_token("fz", token, SCOPES, now=store_wall, next_due_at=store_wall)
     pacer = Pacer(
-        PacerCore(reserve=0.0, max_wait=MAX_WAIT, fallback_per_hour=3600.0 * 1000),
+        PacerCore(
+            RateLimitSettings(
+                reserve=0.0, max_wait=timedelta(seconds=MAX_WAIT), fallback_per_hour=3600.0 * 1000
+            )
+        ),
         clocks.monotonic,
         clocks.sleep,
         wall_clock=clocks.now,

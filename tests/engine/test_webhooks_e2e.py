@@ -118,12 +118,12 @@ async def drop(harness: Harness, user: str) -> None:
     """`users drop` through the real Lifecycle (DELETE confirmed by the simulator)."""
     settings = harness.settings()
     with harness.store() as store:
-        async with http_client(settings, transport=SimulatorTransport(harness.sim)) as http:
+        async with http_client(settings.service, transport=SimulatorTransport(harness.sim)) as http:
             lifecycle = Lifecycle(
-                settings,
+                settings.poll,
                 store,
                 Vault.from_settings(settings),
-                ApiClient(http, settings, Secret(DEMO_CLIENT_SECRET)),
+                ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET)),
                 harness.clock.now,
             )
             await lifecycle.drop(user)

@@ -67,10 +67,17 @@ class World:
     client_secret: Secret
 
     def enrollment(self) -> Enrollment:
-        return Enrollment(self.settings, self.store, self.vault, self.api, self.clock.now)
+        return Enrollment(
+            self.settings.client,
+            self.store,
+            self.vault,
+            self.api,
+            self.clock.now,
+            auth_url=self.settings.service.auth_url,
+        )
 
     def lifecycle(self) -> Lifecycle:
-        return Lifecycle(self.settings, self.store, self.vault, self.api, self.clock.now)
+        return Lifecycle(self.settings.poll, self.store, self.vault, self.api, self.clock.now)
 
     async def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
         """Queue a consent for `sim_user`, visit the consent URL, return the redirect."""
@@ -108,7 +115,7 @@ async def _world(
     sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str
 ) -> AsyncIterator[World]:
     settings = make_settings(client_id)
-    async with http_client(settings, transport=SimulatorTransport(sim)) as http:
+    async with http_client(settings.service, transport=SimulatorTransport(sim)) as http:
         yield World(
             sim=sim,
             clock=clock,
@@ -116,7 +123,7 @@ async def _world(
             store=store,
             vault=make_vault(),
             http=http,
-            api=ApiClient(http, settings, Secret(secret)),
+            api=ApiClient(http, settings.service, settings.client, Secret(secret)),
             client_secret=Secret(secret),
         )
 

@@ -123,9 +123,10 @@ async def _browser(
     settings = enroll_settings(client[0], public_url)
     vault = make_vault()
     links = EnrollLinks([KEY], f"{public_url}/enroll/start")
-    async with http_client(settings, transport=SimulatorTransport(sim)) as api_http:
-        api = ApiClient(api_http, settings, Secret(client[1]))
-        enrollment = Enrollment(settings, store, vault, api, clock.now)
+    async with http_client(settings.service, transport=SimulatorTransport(sim)) as api_http:
+        api = ApiClient(api_http, settings.service, settings.client, Secret(client[1]))
+        auth_url = settings.service.auth_url
+        enrollment = Enrollment(settings.client, store, vault, api, clock.now, auth_url=auth_url)
         flow = BrowserFlow(enrollment, store, links, clock.now)
         app = build_enroll_app(
             flow,

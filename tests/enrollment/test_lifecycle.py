@@ -75,10 +75,10 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
 def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:
     """A Lifecycle whose HTTP client is `http` (a failing or scripted service)."""
     return Lifecycle(
-        world.settings,
+        world.settings.poll,
         world.store,
         world.vault,
-        ApiClient(http, world.settings, world.client_secret),
+        ApiClient(http, world.settings.service, world.settings.client, world.client_secret),
         world.clock.now,
     )
 
@@ -93,7 +93,9 @@ async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
             raise httpx.ConnectError("connection refused")
         return await inner.handle_async_request(request)
 
-    async with http_client(world.settings, transport=httpx.MockTransport(failing_delete)) as http:
+    async with http_client(
+        world.settings.service, transport=httpx.MockTransport(failing_delete)
+    ) as http:
         result = await failing_lifecycle(world, http).drop("alice")
     assert (result.upstream, result.state) == ("failed", "dropping")
     assert result.error is not None
@@ -112,7 +114,7 @@ async def test_drop_reports_an_unexpected_status(world: World) -> None:
     def teapot(request: httpx.Request) -> httpx.Response:
         return httpx.Response(500)
 
-    async with http_client(world.settings, transport=httpx.MockTransport(teapot)) as http:
+    async with http_client(world.settings.service, transport=httpx.MockTransport(teapot)) as http:
         result = await failing_lifecycle(world, http).drop("alice")
     assert (result.upstream, result.status, result.state) == ("failed", 500, "dropping")
     row = world.store.get_user("alice")
@@ -211,7 +213,7 @@ async def test_forget_purges_at_once_even_when_the_delete_fails(world: World) ->
     """forget purges the results right away, whatever the DELETE answers; the drop is pending."""
     await enroll(world, "alice")
     store_results(world, "alice")
-    async with http_client(world.settings, transport=answering(503)) as http:
+    async with http_client(world.settings.service, transport=answering(503)) as http:
         result = await failing_lifecycle(world, http).forget("alice")
     assert (result.upstream, result.state) == ("failed", "dropping")
     assert result.purged is not None and result.purged >= 3
@@ -222,7 +224,7 @@ async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
     """A pending drop is sent again by `retry_pending` once due; the 204 drops the token."""
     await enroll(world, "alice")
     token = world.token_of("alice")
-    async with http_client(world.settings, transport=answering(503)) as http:
+    async with http_client(world.settings.service, transport=answering(503)) as http:
         first = await failing_lifecycle(world, http).drop("alice")
     assert first.retry_at is not None
     pacer = FreePermits()
@@ -256,7 +258,7 @@ async def test_what_the_delete_answer_means(
 ) -> None:
     """Each answer to the DELETE either confirms the drop or keeps it pending."""
     await enroll(world, "alice")
-    async with http_client(world.settings, transport=answering(status, body)) as http:
+    async with http_client(world.settings.service, transport=answering(status, body)) as http:
         result = await failing_lifecycle(world, http).drop("alice")
     assert (result.upstream, result.state) == (upstream, state)
     row = world.store.get_user("alice")
@@ -267,7 +269,7 @@ async def test_what_the_delete_answer_means(
 async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> None:
     """A second `drop` of a pending drop retries the DELETE at once."""
     await enroll(world, "alice")
-    async with http_client(world.settings, transport=answering(503)) as http:
+    async with http_client(world.settings.service, transport=answering(503)) as http:
         await failing_lifecycle(world, http).drop("alice")
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
@@ -290,7 +292,7 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
     """A tampered token of a pending drop stops neither the retries nor the others."""
     await enroll(world, "alice")
     await enroll(world, "bob")
-    async with http_client(world.settings, transport=answering(503)) as http:
+    async with http_client(world.settings.service, transport=answering(503)) as http:
         for user in ("alice", "bob"):
             await failing_lifecycle(world, http).drop(user)
     with world.store.database.write() as conn:
@@ -313,8 +315,8 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
 
 def with_secret(world: World, secret: str) -> Lifecycle:
     """The world's Lifecycle, but sending `secret` as the client secret."""
-    api = ApiClient(world.http, world.settings, Secret(secret))
-    return Lifecycle(world.settings, world.store, world.vault, api, world.clock.now)
+    api = ApiClient(world.http, world.settings.service, world.settings.client, Secret(secret))
+    return Lifecycle(world.settings.poll, world.store, world.vault, api, world.clock.now)
 
 
 async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
@@ -357,7 +359,9 @@ async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: 
             raise httpx.ReadError("connection reset")
         return response
 
-    async with http_client(world.settings, transport=httpx.MockTransport(answer_lost)) as http:
+    async with http_client(
+        world.settings.service, transport=httpx.MockTransport(answer_lost)
+    ) as http:
         first = await failing_lifecycle(world, http).drop("alice")
     assert (first.upstream, first.state) == ("failed", "dropping")
     world.sim.clear_requests()
@@ -385,6 +389,6 @@ async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -
             )
         ]
     )
-    async with http_client(world.settings, transport=answering(401)) as http:
+    async with http_client(world.settings.service, transport=answering(401)) as http:
         result = await failing_lifecycle(world, http).drop("alice")
     assert (result.upstream, result.state) == ("ok", "dropped")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.domain import BudgetSeen
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 
@@ -29,7 +30,7 @@ async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
     """A waiter held by the blind fallback rate goes as soon as a fresh header arrives,
     not at its next periodic re-check (a second later)."""
     pacer = Pacer(
-        PacerCore(fallback_per_hour=3600, initial_burst=1),
+        PacerCore(RateLimitSettings(fallback_per_hour=3600), initial_burst=1),
         time.monotonic,
         anyio.sleep,
         wall_clock=lambda: datetime.now(UTC),

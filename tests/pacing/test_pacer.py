@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -16,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.pacing import RECHECK, Pacer, PacerCore, RateLimitInfo
+
+
+def pacer_core(*, share: float = 1.0, initial_burst: int = 1, **ratelimit: Any) -> PacerCore:
+    """A core over `[ratelimit]` with `ratelimit`'s values, the rest its defaults."""
+    return PacerCore(RateLimitSettings(**ratelimit), share=share, initial_burst=initial_burst)
+
 
 # -- a model of the service's budget -----------------------------------------------------------
 
@@ -176,7 +184,7 @@ def test_never_more_than_allowed_in_any_window(
 ) -> None:
     """Whatever the server answers, no window gets more than its limit less the reserve."""
     server = Server(windows, rounding=rounding)
-    run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
+    run(server, [pacer_core(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
     for i, window in enumerate(windows):
         # max(1, ...): a window's first request is a blind probe, sent before its figures
         # can be known; the generated limits always allow at least one anyway.
@@ -196,7 +204,7 @@ def test_never_more_than_allowed_when_the_limit_changes(
     """With the quota raised or lowered within windows, no window gets more than its highest
     limit less the reserve."""
     server = Server(windows, rounding=True)
-    run(server, [PacerCore(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
+    run(server, [pacer_core(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
     for i, window in enumerate(windows):
         most = max(allowed(Window(window.length, limit), reserve) for limit in window.limits())
         assert server.worker[i] <= max(1, most), (i, server.worker)
@@ -219,7 +227,7 @@ def test_never_stalls_while_remaining_is_above_the_reserve(
     are left out of the claim.
     """
     server = Server(windows, rounding=rounding)
-    core = PacerCore(reserve=reserve, fallback_per_hour=60)
+    core = pacer_core(reserve=reserve, fallback_per_hour=60)
     t, sends = 0.0, 0
     while t < server.end and sends < 3000:
         delay, _ = core.delay(t)
@@ -254,7 +262,7 @@ def test_instances_together_stay_within_the_allowance(
 ) -> None:
     """Several instances, each with its share, send no more together than one would."""
     server = Server(windows, rounding=True)
-    cores = [PacerCore(reserve=reserve, share=1 / instances) for _ in range(instances)]
+    cores = [pacer_core(reserve=reserve, share=1 / instances) for _ in range(instances)]
     run(server, cores, concurrency, latency)
     for i, window in enumerate(windows):
         assert server.worker[i] <= max(instances, allowed(window, reserve)), (i, server.worker)
@@ -274,7 +282,7 @@ def test_without_other_traffic_no_429_and_spread_out(
     """Alone on the budget, the worker is never refused and never bursts."""
     window = Window(length, limit)
     server = Server([window] * 3, rounding=True)
-    run(server, [PacerCore(reserve=reserve)], concurrency, latency)
+    run(server, [pacer_core(reserve=reserve)], concurrency, latency)
     assert server.refused == [0, 0, 0]
     # Usable time: the window less what uncertainty about its reset costs at each end
     # (latency, whole-second rounding, the margin, the probe's round trip).
@@ -289,7 +297,7 @@ def test_spends_the_allowance_when_alone() -> None:
     """Pacing does not waste the budget: the worker sends its whole allowance per window."""
     window = Window(3600.0, 120)
     server = Server([window] * 3, rounding=True)
-    run(server, [PacerCore(reserve=0.1)], 8, 0.5)
+    run(server, [pacer_core(reserve=0.1)], 8, 0.5)
     assert server.worker == [108, 108, 108]
 
 
@@ -303,7 +311,7 @@ def info(remaining: int, reset: float, limit: int | None = 100, **kw: float) -> 
 
 def test_first_permit_is_immediate_and_fallback_paces_the_rest() -> None:
     """With no header ever seen, permits go at the configured fallback rate."""
-    core = PacerCore(fallback_per_hour=60)
+    core = pacer_core(fallback_per_hour=60)
     assert core.reserve(0.0) == 0.0
     assert core.reserve(0.0) == pytest.approx(60.0)
     assert core.reserve(0.0) == pytest.approx(120.0)
@@ -311,14 +319,14 @@ def test_first_permit_is_immediate_and_fallback_paces_the_rest() -> None:
 
 def test_initial_burst_goes_at_once_before_any_header() -> None:
     """Before any header, `initial_burst` permits go at once; then the fallback rate applies."""
-    core = PacerCore(fallback_per_hour=60, initial_burst=5)
+    core = pacer_core(fallback_per_hour=60, initial_burst=5)
     assert [core.reserve(0.0) for _ in range(5)] == [0.0] * 5
     assert core.reserve(0.0) == pytest.approx(60.0)
 
 
 def test_initial_burst_does_not_apply_once_a_window_is_known() -> None:
     """After a header, the window's spacing rules, whatever burst was configured."""
-    core = PacerCore(reserve=0.0, initial_burst=5)
+    core = pacer_core(reserve=0.0, initial_burst=5)
     core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
     assert core.reserve(0.0) == 0.0
     assert core.reserve(0.0) == pytest.approx(10.05)
@@ -330,7 +338,7 @@ def test_initial_burst_does_not_apply_once_a_window_is_known() -> None:
 )
 def test_fallback_rate_with_burst_is_bounded(times: list[float], burst: int) -> None:
     """Without headers, no hour holds more than the burst plus fallback_per_hour permits."""
-    core = PacerCore(fallback_per_hour=30, initial_burst=burst)
+    core = pacer_core(fallback_per_hour=30, initial_burst=burst)
     slots = sorted(t + core.reserve(t) for t in sorted(times))
     for s in slots:
         assert sum(1 for u in slots if s <= u < s + 3600) <= 30 + burst
@@ -339,7 +347,7 @@ def test_fallback_rate_with_burst_is_bounded(times: list[float], burst: int) -> 
 @given(times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200))
 def test_fallback_rate_respected_with_no_headers(times: list[float]) -> None:
     """Without headers, no hour holds more than fallback_per_hour permits (plus one)."""
-    core = PacerCore(fallback_per_hour=30)
+    core = pacer_core(fallback_per_hour=30)
     slots = sorted(t + core.reserve(t) for t in sorted(times))
     for s in slots:
         assert sum(1 for u in slots if s <= u < s + 3600) <= 31
@@ -347,7 +355,7 @@ def test_fallback_rate_respected_with_no_headers(times: list[float]) -> None:
 
 def test_allowance_is_spread_over_the_time_left() -> None:
     """The i-th permit of A goes at start + i * time_left / A: no burst at the window's start."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
     slots = [core.reserve(0.0) for _ in range(10)]
     assert slots == pytest.approx([0.0, 10.05, 20.1, 30.15, 40.2, 50.25, 60.3, 70.35, 80.4, 90.45])
@@ -355,7 +363,7 @@ def test_allowance_is_spread_over_the_time_left() -> None:
 
 def test_reserve_and_share_shrink_the_allowance() -> None:
     """The allowance is remaining less reserve*limit, times the instance's share."""
-    core = PacerCore(reserve=0.2, share=0.5)
+    core = pacer_core(reserve=0.2, share=0.5)
     core.observe(0.0, info(remaining=100, reset=1000.5, limit=100), 200)
     in_window = [d for d in (core.reserve(0.0) for _ in range(60)) if d < 1000.5]
     assert len(in_window) == 40  # (100 - 20) * 0.5
@@ -364,14 +372,14 @@ def test_reserve_and_share_shrink_the_allowance() -> None:
 def test_the_reserve_is_a_share_of_the_limit() -> None:
     """docs/config.md's example: limit 120, remaining 50, reserve 0.1 allow 38 reads (the
     last 12 of the window stay the client's other traffic's), not 45."""
-    core = PacerCore(reserve=0.1)
+    core = pacer_core(reserve=0.1)
     core.observe(0.0, info(remaining=50, reset=1000.5, limit=120), 200)
     assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == 38
 
 
 def test_spent_allowance_waits_for_the_reset() -> None:
     """Once the allowance is spent the next permit waits for the reset (plus a margin)."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=2, reset=30.5, limit=10), 200)
     assert core.reserve(0.0) == 0.0
     assert core.reserve(0.0) == pytest.approx(15.25)
@@ -390,7 +398,7 @@ def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
 ) -> None:
     """Answers with nothing left and a reset already past never make permits go faster
     than the fallback rate: each such answer is not a fresh window to probe again."""
-    core = PacerCore(reserve=reserve, fallback_per_hour=fallback)
+    core = pacer_core(reserve=reserve, fallback_per_hour=fallback)
     remaining = math.floor(left * reserve * 100)  # within the reserve: nothing for the worker
     sends: list[float] = []
     t = 0.0
@@ -409,14 +417,14 @@ def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
 
 def test_a_short_window_is_not_taken_for_an_hour() -> None:
     """A 10-second window with 5 requests is paced over those 10 seconds."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=5, reset=10.5, limit=5, window=10.0), 200)
     assert [core.reserve(0.0) for _ in range(5)] == pytest.approx([0.0, 2.1, 4.2, 6.3, 8.4])
 
 
 def test_in_flight_permits_are_counted() -> None:
     """An answer that does not yet reflect requests in flight cannot reopen the budget."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=4, reset=100.0, limit=4), 200)
     for _ in range(3):
         core.reserve(0.0)  # three requests in flight
@@ -428,7 +436,7 @@ def test_in_flight_permits_are_counted() -> None:
 
 def test_other_traffic_lowers_the_allowance() -> None:
     """A remaining lower than the local count (other traffic) wins within the window."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=50, reset=100.0, limit=50), 200)
     core.reserve(0.0)
     core.observe(1.0, info(remaining=5, reset=99.0, limit=50), 200)
@@ -437,7 +445,7 @@ def test_other_traffic_lowers_the_allowance() -> None:
 
 def test_reset_moving_forward_starts_a_new_window() -> None:
     """A later reset with a higher remaining is a fresh window, not a stale answer."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=0, reset=60.0, limit=10, window=60.0), 200)
     core.observe(61.0, info(remaining=9, reset=59.0, limit=10, window=60.0), 200)
     snap = core.snapshot(61.0)
@@ -458,7 +466,7 @@ def test_a_changed_limit_is_followed_at_once(
 ) -> None:
     """A quota raised or lowered within a window: the next permit follows the new figures
     at once (the allowance is the new remaining less the reserve of the new limit)."""
-    core = PacerCore(reserve=0.1)
+    core = pacer_core(reserve=0.1)
     limit, remaining, reset = before
     core.observe(0.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=0.0)
     limit, remaining, reset = after
@@ -471,7 +479,7 @@ def test_a_changed_limit_is_followed_at_once(
 
 def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
     """An answer sent before the one that reported a new limit cannot restore the old one."""
-    core = PacerCore(reserve=0.1)
+    core = pacer_core(reserve=0.1)
     core.observe(0.0, info(remaining=4999, reset=3600.0, limit=5000), 200, sent_at=0.0)
     core.observe(10.0, info(remaining=400, reset=3590.0, limit=500), 200, sent_at=9.0)
     core.observe(11.0, info(remaining=4990, reset=3589.0, limit=5000), 200, sent_at=5.0)
@@ -481,7 +489,7 @@ def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
 
 def test_a_late_answer_from_an_old_window_is_ignored() -> None:
     """An answer whose reset lies well before the known window's cannot rewind it."""
-    core = PacerCore(reserve=0.0)
+    core = pacer_core(reserve=0.0)
     core.observe(0.0, info(remaining=9, reset=600.0, limit=10, window=600.0), 200)
     core.observe(1.0, info(remaining=0, reset=10.0, limit=10, window=600.0), 200)
     assert core.snapshot(1.0).remaining == 9
@@ -489,7 +497,7 @@ def test_a_late_answer_from_an_old_window_is_ignored() -> None:
 
 def test_429_pauses_every_permit_until_retry_after() -> None:
     """After a 429 nothing goes before Retry-After; then one probe, then the slow rate."""
-    core = PacerCore(fallback_per_hour=60)
+    core = pacer_core(fallback_per_hour=60)
     core.observe(0.0, info(remaining=50, reset=3000.0), 200)
     core.observe(5.0, info(remaining=0, reset=2995.0, retry_after=30.0), 429)
     for t in (5.0, 10.0, 34.9):
@@ -547,9 +555,9 @@ class FakeClock:
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def make_pacer(**core: float) -> tuple[Pacer, FakeClock]:
+def make_pacer(**ratelimit: float) -> tuple[Pacer, FakeClock]:
     clock = FakeClock()
-    return Pacer(PacerCore(**core), clock, clock.sleep, wall_clock=lambda: WALL), clock
+    return Pacer(pacer_core(**ratelimit), clock, clock.sleep, wall_clock=lambda: WALL), clock
 
 
 @pytest.fixture

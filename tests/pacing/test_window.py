@@ -18,24 +18,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
+    FALLBACK_429_WAIT,
+    MAX_CLOCK_SKEW,
+    MAX_COUNT,
+    MIN_429_WAIT,
     Pacer,
     PacerCore,
     RateLimitInfo,
     bound,
+    observation,
     response_time,
     wait_after_429,
 )
-from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW
-from lta_worker.pacing._shared import observation
-from lta_worker.pacing._window import (
-    FALLBACK_429_WAIT,
-    MAX_COUNT,
-    MIN_429_WAIT,
-    RESET_MARGIN,
-    pause_after_429,
-)
+from lta_worker.pacing._window import RESET_MARGIN, pause_after_429
 from support.hostile import hostile_ratelimit_headers
 
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
@@ -160,7 +158,7 @@ class VirtualClock:
 
 def make_pacer(max_wait: float = DEFAULT_MAX_WAIT) -> tuple[Pacer, VirtualClock]:
     clock = VirtualClock()
-    core = PacerCore(reserve=0.0, max_wait=max_wait)
+    core = PacerCore(RateLimitSettings(reserve=0.0, max_wait=timedelta(seconds=max_wait)))
     return Pacer(core, clock, clock.sleep, wall_clock=lambda: WALL), clock
 
 
@@ -313,7 +311,7 @@ def test_a_spent_window_waits_for_its_reset_whatever_the_date(form: str, date: s
 async def test_a_hostile_date_does_not_let_requests_past_a_spent_window(date: str) -> None:
     """A service answering remaining 0, reset 30 s ahead, Date absurd: no request before it."""
     clock = VirtualClock()
-    core = PacerCore(reserve=0.0)
+    core = PacerCore(RateLimitSettings(reserve=0.0))
     pacer = Pacer(
         core, clock, clock.sleep, wall_clock=lambda: WALL + timedelta(seconds=clock.now - 1000)
     )

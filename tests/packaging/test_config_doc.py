@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from lta_worker.config import Settings, parse_duration
-from lta_worker.config._fields import field_types
+from lta_worker.config import Settings, field_types, parse_duration
 from lta_worker.config._loader import _env_overrides, _systemd_defaults
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES

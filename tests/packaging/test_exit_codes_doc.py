@@ -9,22 +9,16 @@ from pathlib import Path
 import pytest
 
 from lta_worker import errors
-from lta_worker.cli import _EX_INTERRUPTED
-from lta_worker.cli._status_cmd import EX_UNHEALTHY
-from lta_worker.cli._stdio import EX_BROKEN_PIPE
 from lta_worker.domain import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
 
-# Every code a command other than `run` exits with: the EX_* constants, a bug (an
-# exception's default code, as `status --check` unhealthy), SIGPIPE and an interruption.
+# Every code a command other than `run` exits with: the EX_* constants (with `status
+# --check` unhealthy, SIGPIPE and an interruption) and a bug (an exception's default code).
 COMMAND_CODES = {
     *(v for k, v in vars(errors).items() if k.startswith("EX_")),
     errors.LtaError.exit_code,
-    EX_UNHEALTHY,
-    EX_BROKEN_PIPE,
-    _EX_INTERRUPTED,
 }
 
 

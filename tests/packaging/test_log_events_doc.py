@@ -13,7 +13,7 @@ from typing import get_args
 import pytest
 
 from lta_worker.domain import ALLOWED_CODES, EXIT_CODES, OUTCOME_KINDS, Trip
-from lta_worker.enrollment._enroll import FAILURE_STAGES, STATE_FAILURES
+from lta_worker.enrollment import FAILURE_STAGES, STATE_FAILURES
 from lta_worker.protocol import ENDPOINTS
 from lta_worker.worker._metrics_http import SERVER_JOBS
 from lta_worker.worker._scheduler import JOB_IDS

@@ -276,13 +276,14 @@ class Deployment:
         vault = self.vault()
         with Store.open(self.db_url) as store:
             store.upgrade()
-            async with http_client(settings) as http:
+            async with http_client(settings.service) as http:
                 enrollment = Enrollment(
-                    settings,
+                    settings.client,
                     store,
                     vault,
-                    ApiClient(http, settings, Secret(self.client_secret)),
+                    ApiClient(http, settings.service, settings.client, Secret(self.client_secret)),
                     lambda: datetime.now(UTC),
+                    auth_url=settings.service.auth_url,
                 )
                 for user in users:
                     url = enrollment.start(user)

@@ -30,16 +30,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lta_worker.config import RateLimitSettings
 from lta_worker.domain import OUTCOME_KINDS, Answer, classify
 from lta_worker.pacing import (
     DEFAULT_MAX_WAIT,
+    MIN_429_WAIT,
     PacerCore,
     RateLimitInfo,
     parse_ratelimit,
     response_time,
+    trusted_wait,
     wait_after_429,
 )
-from lta_worker.pacing._window import MIN_429_WAIT, trusted_wait
 from lta_worker.storage import generate_key_line
 
 from .harness import render_toml, write_private
@@ -186,7 +188,7 @@ def test_pacer_survives_any_parsed_headers(iterations: float) -> None:
     @_fuzz(_examples(iterations) // 5)
     @given(answers=steps)
     def check(answers: list[tuple[dict[str, str], int | None, float]]) -> None:
-        core = PacerCore(reserve=0.1, fallback_per_hour=60.0, initial_burst=5)
+        core = PacerCore(RateLimitSettings(reserve=0.1, fallback_per_hour=60.0), initial_burst=5)
         now = 1000.0
         for headers, status, gap in answers:
             now += gap
@@ -513,8 +515,7 @@ def broken_runs(
 def test_every_range_has_a_broken_row() -> None:
     """The matrix breaks at least one duration, size and count setting of every section
     that has a range (so a new range is exercised through the CLI, not only in-process)."""
-    from lta_worker.config import Settings
-    from lta_worker.config._fields import ranges
+    from lta_worker.config import Settings, ranges
 
     broken = " ".join(b[3] + " " + b[0] for b in BROKEN)
     sections = {key.split(".")[0] for key in ranges(Settings)}

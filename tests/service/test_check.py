@@ -163,15 +163,12 @@ def test_check_fails_where_serve_lacks_the_web_extra(
     from click.testing import CliRunner
 
     from lta_worker.cli import _serve_cmd, cli
-    from lta_worker.cli._app import App
 
     world.enroll(["ada"])
     link_key_open(world)
     world.tmp.joinpath("enroll-link-key").chmod(0o600)
     monkeypatch.setattr(_serve_cmd, "WEB_EXTRA", ("no_such_module_for_the_test",))
-    result = CliRunner().invoke(
-        cli, ["--config", str(world.config), "check", "--format", "json"], obj=App()
-    )
+    result = CliRunner().invoke(cli, ["--config", str(world.config), "check", "--format", "json"])
     data = json.loads(result.stdout)
     failed = [c for c in data["checks"] if not c["ok"]]
     assert [(c["name"], c["exit_code"]) for c in failed] == [("enroll_listen", 78)]

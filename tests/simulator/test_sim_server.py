@@ -6,7 +6,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from lta_worker.cli._simulator_cmd import simulator
+from lta_worker.cli import cli
 from lta_worker.simulator import ManualClock, Simulator, start_in_thread
 
 from .helpers import STATS, bearer
@@ -80,7 +80,7 @@ def test_the_whole_flow_over_a_real_socket() -> None:
 def test_cli_refuses_a_non_loopback_host_from_the_environment() -> None:
     """A non-loopback host that was not given as --host is refused before anything listens."""
     result = CliRunner().invoke(
-        simulator, ["serve"], env={"LTA_SIMULATOR_HOST": "0.0.0.0"}, standalone_mode=True
+        cli, ["simulator", "serve"], env={"LTA_SIMULATOR_HOST": "0.0.0.0"}, standalone_mode=True
     )
 
     assert result.exit_code == 2
@@ -89,7 +89,7 @@ def test_cli_refuses_a_non_loopback_host_from_the_environment() -> None:
 
 def test_cli_serve_help_lists_its_options() -> None:
     """`simulator serve --help` documents port, host, window, budget and header format."""
-    result = CliRunner().invoke(simulator, ["serve", "--help"])
+    result = CliRunner().invoke(cli, ["simulator", "serve", "--help"])
 
     assert result.exit_code == 0
     for option in ("--port", "--host", "--window", "--budget", "--header-format"):

@@ -34,6 +34,13 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
 CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+
+
+def api_for(http: httpx.AsyncClient, settings: Settings) -> ApiClient:
+    """The API client over `http` with `settings`' sections and the test's client secret."""
+    return ApiClient(http, settings.service, settings.client, CLIENT_SECRET)
+
+
 USER_TOKEN = Secret("user-access-token-abcdef123456")
 CAP = 2048
 
@@ -65,9 +72,8 @@ def make_settings(
 
 def make_api(handler: Handler, settings: Settings | None = None) -> ApiClient:
     settings = settings or make_settings()
-    return ApiClient(
-        http_client(settings, transport=httpx.MockTransport(handler)), settings, CLIENT_SECRET
-    )
+    http = http_client(settings.service, transport=httpx.MockTransport(handler))
+    return api_for(http, settings)
 
 
 class Recorder:
@@ -226,7 +232,8 @@ async def test_api_client_refuses_http_to_a_remote_host() -> None:
     rec = Recorder()
     good = make_settings()
     bad = replace(good, service=replace(good.service, base_url="http://api.example"))
-    api = ApiClient(httpx.AsyncClient(transport=httpx.MockTransport(rec)), bad, CLIENT_SECRET)
+    http = httpx.AsyncClient(transport=httpx.MockTransport(rec))
+    api = api_for(http, bad)
     for _ in range(2):  # the second read too (its URL is parsed once)
         with pytest.raises(ConfigError, match="only https"):
             await api.read("stats", TOKEN)
@@ -236,7 +243,7 @@ async def test_api_client_refuses_http_to_a_remote_host() -> None:
 async def test_http_client_hook_refuses_http_to_a_remote_host() -> None:
     """The wired client's request hook refuses plain http to a remote host on its own."""
     rec = Recorder()
-    async with http_client(make_settings(), transport=httpx.MockTransport(rec)) as client:
+    async with http_client(make_settings().service, transport=httpx.MockTransport(rec)) as client:
         with pytest.raises(ConfigError):
             await client.get("http://api.example/api/v1/history/stats")
         response = await client.get("http://127.0.0.1:9/ok")
@@ -499,13 +506,13 @@ async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
 
     direct, sent = Recorder(reply), Recorder(reply)
     settings = make_settings()
-    fast = http_client(settings, transport=httpx.MockTransport(direct))
-    slow = http_client(settings, transport=httpx.MockTransport(sent))
+    fast = http_client(settings.service, transport=httpx.MockTransport(direct))
+    slow = http_client(settings.service, transport=httpx.MockTransport(sent))
     assert fast.direct is not None
     slow.direct = None  # the same client, through `send`
     async with fast, slow:
-        await _every_request(ApiClient(fast, settings, CLIENT_SECRET))
-        await _every_request(ApiClient(slow, settings, CLIENT_SECRET))
+        await _every_request(api_for(fast, settings))
+        await _every_request(api_for(slow, settings))
     assert len(direct.requests) == len(sent.requests) == 5
     assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
 
@@ -520,11 +527,11 @@ async def test_direct_path_answers_like_httpx_send() -> None:
     settings = make_settings()
     answers = []
     for direct in (True, False):
-        client = http_client(settings, transport=httpx.MockTransport(Recorder(reply)))
+        client = http_client(settings.service, transport=httpx.MockTransport(Recorder(reply)))
         if not direct:
             client.direct = None
         async with client:
-            answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+            answer = await api_for(client, settings).read("stats", TOKEN)
         answers.append((answer.status, answer.headers, answer.body, answer.truncated))
     assert answers[0] == answers[1]
     assert answers[0][3] is True and len(answers[0][2]) == CAP
@@ -534,11 +541,11 @@ async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -
     """A closed client sends nothing, on the direct path as through httpx's send."""
     rec = Recorder()
     settings = make_settings()
-    client = http_client(settings, transport=httpx.MockTransport(rec))
+    client = http_client(settings.service, transport=httpx.MockTransport(rec))
     async with client:
         pass
     with pytest.raises(RuntimeError, match="client has been closed"):
-        await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+        await api_for(client, settings).read("stats", TOKEN)
     assert rec.requests == []
 
 
@@ -556,9 +563,9 @@ async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
     server = await asyncio.start_server(proxy, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
-    async with server, http_client(settings) as client:
+    async with server, http_client(settings.service) as client:
         assert client.direct is None
-        answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+        answer = await api_for(client, settings).read("stats", TOKEN)
     assert answer.status is None  # the tunnel was refused: an error answer, no crash
     assert len(seen) == 1
     assert seen[0].startswith(b"CONNECT api.example:443 HTTP/1.1\r\n")
@@ -698,11 +705,11 @@ async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
                     200, headers={"Content-Encoding": "gzip"}, content=_streamed(body)
                 )
 
-            client = http_client(settings, transport=httpx.MockTransport(handler))
+            client = http_client(settings.service, transport=httpx.MockTransport(handler))
             if not direct:
                 client.direct = None
             async with client:
-                answer = await ApiClient(client, settings, CLIENT_SECRET).read("stats", TOKEN)
+                answer = await api_for(client, settings).read("stats", TOKEN)
             answers.append((answer.status, answer.error, answer.body, answer.truncated))
         assert answers[0] == answers[1] == (200, "decoding", b"", False)
 

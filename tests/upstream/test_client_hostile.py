@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings, load_settings
@@ -24,6 +25,13 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
 CLIENT_SECRET = Secret("cl1ent-s3cret-value")
+
+
+def api_for(http: httpx.AsyncClient, settings: Settings) -> ApiClient:
+    """The API client over `http` with `settings`' sections and the test's client secret."""
+    return ApiClient(http, settings.service, settings.client, CLIENT_SECRET)
+
+
 CREDENTIAL = Secret(f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}")
 # A dripping answer is cut at request_timeout (1 s); anything near this bound is a hang.
 DEADLINE_BOUND_S = 6.0
@@ -86,8 +94,8 @@ async def test_a_dripping_body_is_cut_at_the_request_deadline(
     server.script(path, Step(200, body=json_body({"token": "x" * 200}), drip=0.2))
     settings = settings_for(server.url, read_timeout="5s", request_timeout="1s")
     started = time.monotonic()
-    async with http_client(settings) as http:
-        api = ApiClient(http, settings, CLIENT_SECRET)
+    async with http_client(settings.service) as http:
+        api = api_for(http, settings)
         if failure is None:
             answer = await operation(api)
             assert (answer.status, answer.error) == (None, "timeout")
@@ -103,8 +111,8 @@ async def test_a_certificate_failure_is_tls_not_connect(tmp_path: Path) -> None:
     """A self-signed certificate fails verification and is classified `tls`."""
     with HostileServer(tls=self_signed_tls(tmp_path)) as tls_server:
         settings = settings_for(tls_server.url)
-        async with http_client(settings) as http:
-            answer = await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
+        async with http_client(settings.service) as http:
+            answer = await api_for(http, settings).read("latest-change", TOKEN)
     assert (answer.status, answer.error) == (None, "tls")
     assert classify("latest-change", answer).reason == "tls"
 
@@ -114,8 +122,8 @@ async def test_a_refused_connection_is_still_network_connect() -> None:
     with HostileServer() as gone:
         url = gone.url
     settings = settings_for(url, connect_timeout="2s")
-    async with http_client(settings) as http:
-        answer = await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
+    async with http_client(settings.service) as http:
+        answer = await api_for(http, settings).read("latest-change", TOKEN)
     assert classify("latest-change", answer).reason == "network connect"
 
 
@@ -125,8 +133,8 @@ def read_through_env(url: str, env: dict[str, str]) -> Any:
     async def read() -> Any:
         service = {"LTA_WORKER_SERVICE_BASE_URL": url, "LTA_WORKER_SERVICE_AUTH_URL": url}
         settings = load_settings(None, {**env, **service, "LTA_WORKER_CLIENT_ID": "demo-client"})
-        async with http_client(settings) as http:
-            return await ApiClient(http, settings, CLIENT_SECRET).read("latest-change", TOKEN)
+        async with http_client(settings.service) as http:
+            return await api_for(http, settings).read("latest-change", TOKEN)
 
     return read()
 
@@ -176,8 +184,8 @@ async def test_a_cookie_the_service_sets_is_never_sent_back(
     cookie = ("Set-Cookie", "session=user-a-0123456789; Path=/")
     server.default = Step(200, [cookie, ("Content-Type", "application/json")], json_body({}))
     settings = settings_for(server.url)
-    async with http_client(settings) as http:
-        api = ApiClient(http, settings, CLIENT_SECRET)
+    async with http_client(settings.service) as http:
+        api = api_for(http, settings)
         await _read(api)
         with contextlib.suppress(EnrollmentError, UpstreamError):  # `{}` is no token: fine
             await operation(api)
@@ -212,8 +220,9 @@ async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None
             "poll": {"concurrency": 2},
         }
     )
-    async with server, http_client(settings) as http:
-        api = ApiClient(http, settings, CLIENT_SECRET)
+    concurrency = settings.poll.concurrency
+    async with server, http_client(settings.service, concurrency=concurrency) as http:
+        api = api_for(http, settings)
         for _ in range(3):
             assert (await _read(api)).status == 200
         assert accepted == 1
@@ -237,8 +246,8 @@ async def test_reads_cut_at_their_deadline_give_their_connection_back(
             "poll": {"concurrency": 1},  # room for two requests at a time
         }
     )
-    async with http_client(settings) as http:
-        api = ApiClient(http, settings, CLIENT_SECRET)
+    async with http_client(settings.service) as http:
+        api = api_for(http, settings)
         cut = await asyncio.gather(*(_read(api) for _ in range(3)))
         assert [(a.status, a.error) for a in cut] == [(None, "timeout")] * 3
         stalling = False

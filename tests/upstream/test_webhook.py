@@ -123,8 +123,8 @@ async def test_the_library_verifies_what_the_sender_signs() -> None:
         return httpx.Response(200)
 
     cfg = settings(url="https://hooks.example/x")
-    async with webhook_http_client(cfg, transport=httpx.MockTransport(handler)) as http:
-        sender = WebhookSender(http, cfg, Secret(SECRET))
+    async with webhook_http_client(cfg.webhook, transport=httpx.MockTransport(handler)) as http:
+        sender = WebhookSender(http, cfg.webhook, Secret(SECRET))
         assert await sender.send(pending(), datetime.now(UTC)) is None
     (request,) = seen
     headers = dict(request.headers)
@@ -151,8 +151,8 @@ async def test_a_failed_delivery_says_why_and_never_raises(answer: Any, expected
         return httpx.Response(answer, headers={"location": "https://elsewhere.example/"})
 
     cfg = settings(url="https://hooks.example/x", timeout="1s")
-    async with webhook_http_client(cfg, transport=httpx.MockTransport(handler)) as http:
-        sender = WebhookSender(http, cfg, Secret(SECRET))
+    async with webhook_http_client(cfg.webhook, transport=httpx.MockTransport(handler)) as http:
+        sender = WebhookSender(http, cfg.webhook, Secret(SECRET))
         with anyio.fail_after(5):
             assert await sender.send(pending(), NOW) == expected
 

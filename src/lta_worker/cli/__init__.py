@@ -21,8 +21,6 @@ __all__ = [
     "main",
 ]
 
-_EX_INTERRUPTED = 130
-
 
 @click.group(cls=_commands.LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
@@ -111,8 +109,10 @@ def _main(argv: list[str] | None) -> None:
         if exit_code is not None:
             sys.exit(exit_code)
         if isinstance(exc, KeyboardInterrupt | click.exceptions.Abort):
+            from lta_worker.errors import EX_INTERRUPTED
+
             click.echo("Aborted.", err=True)
-            sys.exit(_EX_INTERRUPTED)
+            sys.exit(EX_INTERRUPTED)
         from lta_worker.cli._failure import log_format, report
 
         fmt = log_format(app.loaded_log_format, os.environ)

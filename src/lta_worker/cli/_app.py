@@ -17,6 +17,7 @@ from lta_worker.config import load_settings
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
+    from lta_worker.runtime import Runtime
 
 
 @dataclass
@@ -54,6 +55,14 @@ class App:
             journal=stderr_is_journal(os.environ, sys.stderr),
         )
         self._logging_ready = True
+
+    def runtime(self, *, read_only: bool = False) -> Runtime:
+        """A `Runtime` over the settings, logging configured (the settings load first)."""
+        settings = self.settings
+        self.configure_logging()
+        from lta_worker.runtime import Runtime
+
+        return Runtime(settings, read_only=read_only)
 
 
 pass_app = click.make_pass_decorator(App)

@@ -19,11 +19,9 @@ def upgrade(app: App) -> None:
 
     Exits 78 when the database was migrated by a newer lta-worker (nothing is changed).
     """
-    from lta_worker.runtime import Runtime
     from lta_worker.storage import HEAD_REVISION
 
-    app.configure_logging()
-    with Runtime(app.settings) as runtime:
+    with app.runtime() as runtime:
         _ = runtime.store  # opening it applies the pending migrations
     if runtime.migrated:
         click.echo(f"database schema upgraded to revision {HEAD_REVISION}")

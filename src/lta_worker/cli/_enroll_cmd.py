@@ -60,15 +60,11 @@ def enroll() -> None:
 @pass_app
 def url(app: App, user: str) -> None:
     """Print the consent URL for USER (PKCE S256 and state saved for 10 minutes)."""
-    settings = app.settings
-    app.configure_logging()
-
+    runtime = app.runtime()
     import anyio
 
-    from lta_worker.runtime import Runtime
-
     async def main() -> str:
-        async with Runtime(settings) as runtime:
+        async with runtime:
             return runtime.enrollment().start(user)
 
     click.echo(anyio.run(main))
@@ -107,19 +103,17 @@ def _enroll_from_stdin(
     action: Callable[[Enrollment, Secret], Awaitable[EnrollResult]],
 ) -> None:
     """Read one secret from stdin, run `action` with it, print the confirmation."""
-    settings = app.settings
-    app.configure_logging()
+    runtime = app.runtime()
     secret = read_secret_input(prompt)
 
     import anyio
 
     from lta_worker.logs import register_secret
-    from lta_worker.runtime import Runtime
 
     register_secret(secret)
 
     async def main() -> EnrollResult:
-        async with Runtime(settings) as runtime:
+        async with runtime:
             return await action(runtime.enrollment(), secret)
 
     click.echo(_confirmation(anyio.run(main)))

@@ -58,11 +58,9 @@ def rotate(app: App, batch_size: int) -> None:
     list or the key file is unusable.
     """
     from lta_worker.logs import get_logger
-    from lta_worker.runtime import Runtime
     from lta_worker.storage import rotate_keys
 
-    app.configure_logging()
-    with Runtime(app.settings) as runtime:
+    with app.runtime() as runtime:
         vault = runtime.vault  # the key file first: a problem with it touches nothing
         report = rotate_keys(runtime.store, vault, runtime.clock.now(), batch=batch_size)
     get_logger("lta_worker.keys").info(

@@ -87,11 +87,7 @@ def export(
     if cursor is not None and history:
         raise click.UsageError("--changed-since and --history are two exports: choose one")
     after = _since(since) if since is not None else None
-    settings = app.settings
-    app.configure_logging()
-    from lta_worker.runtime import Runtime
-
-    with Runtime(settings, read_only=True) as runtime:
+    with app.runtime(read_only=True) as runtime:
         store = runtime.store
         if user is not None and store.get_user(user) is None:
             raise UnknownUserError(user)

@@ -17,11 +17,10 @@ from typing import Any
 import click
 
 from lta_worker.cli._app import App, pass_app
+from lta_worker.errors import EX_UNHEALTHY
 from lta_worker.report import collect_status
 
-EX_UNHEALTHY = 1
-
-__all__ = ["EX_UNHEALTHY", "collect_status", "render_table", "status"]
+__all__ = ["collect_status", "render_table", "status"]
 
 
 def _or_unknown(value: object) -> str:

@@ -22,11 +22,8 @@ from __future__ import annotations
 import io
 import os
 import sys
-from typing import Final
 
-from lta_worker.errors import UsageError
-
-EX_BROKEN_PIPE: Final = 141
+from lta_worker.errors import EX_BROKEN_PIPE, UsageError
 
 
 class _ClosedOutput(io.TextIOBase):

@@ -109,11 +109,7 @@ def users() -> None:
 @pass_app
 def list_(app: App, fmt: str) -> None:
     """One row per user: state, token held, scopes, last poll, next due time."""
-    settings = app.settings
-    app.configure_logging()
-    from lta_worker.runtime import Runtime
-
-    with Runtime(settings, read_only=True) as runtime:
+    with app.runtime(read_only=True) as runtime:
         rows = list(runtime.store.list_users())
     if fmt == "json":
         click.echo(json.dumps([user_json(r) for r in rows], indent=2))
@@ -174,15 +170,11 @@ def _report(result: DropResult, verb: str) -> int:
 
 
 def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
-    settings = app.settings
-    app.configure_logging()
-
+    runtime = app.runtime()
     import anyio
 
-    from lta_worker.runtime import Runtime
-
     async def main() -> DropResult:
-        async with Runtime(settings) as runtime:
+        async with runtime:
             lifecycle = runtime.lifecycle()
             return await (lifecycle.forget(user) if forget else lifecycle.drop(user))
 

@@ -6,6 +6,7 @@ Nothing outside this package reads the environment for settings.
 from __future__ import annotations
 
 from lta_worker.config._enroll import read_link_keys, start_path, start_url
+from lta_worker.config._fields import field_types, ranges, read_section
 from lta_worker.config._loader import (
     build_settings,
     config_path,
@@ -15,9 +16,12 @@ from lta_worker.config._loader import (
     read_webhook_secret,
 )
 from lta_worker.config._settings import (
+    ClientSettings,
     PollSettings,
     RateLimitSettings,
+    ServiceSettings,
     Settings,
+    WebhookSettings,
     is_loopback_host,
     parse_listen,
 )
@@ -28,19 +32,25 @@ __all__ = [
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "STATS_SCOPE",
+    "ClientSettings",
     "PollSettings",
     "RateLimitSettings",
+    "ServiceSettings",
     "Settings",
+    "WebhookSettings",
     "build_settings",
     "config_path",
+    "field_types",
     "format_duration",
     "is_loopback_host",
     "key_file_path",
     "load_settings",
     "parse_duration",
     "parse_listen",
+    "ranges",
     "read_client_secret",
     "read_link_keys",
+    "read_section",
     "read_webhook_secret",
     "start_path",
     "start_url",

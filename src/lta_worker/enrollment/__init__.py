@@ -16,6 +16,8 @@ from __future__ import annotations
 from lta_worker.enrollment._base import ClientOperation
 from lta_worker.enrollment._browser import BrowserFlow, Outcome
 from lta_worker.enrollment._enroll import (
+    FAILURE_STAGES,
+    STATE_FAILURES,
     Enrollment,
     EnrollResult,
     check_user_id,
@@ -27,6 +29,8 @@ from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.enrollment._web import build_enroll_app
 
 __all__ = [
+    "FAILURE_STAGES",
+    "STATE_FAILURES",
     "BrowserFlow",
     "ClientOperation",
     "DropResult",

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lta_worker.config import Settings
-
 if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
     from lta_worker.upstream import ApiClient
@@ -17,7 +15,6 @@ class ClientOperation:
     """Holds the collaborators of a user operation.
 
     Args:
-        settings: the validated settings.
         store: users, tokens, pending enrollments and results.
         vault: encrypts and decrypts tokens and verifiers at rest.
         api: the service's HTTP interface, which holds the client credentials; or a
@@ -29,13 +26,11 @@ class ClientOperation:
 
     def __init__(
         self,
-        settings: Settings,
         store: Store,
         vault: Vault,
         api: ApiClient | Callable[[], ApiClient],
         clock: Callable[[], datetime],
     ) -> None:
-        self._settings = settings
         self._store = store
         self._vault = vault
         self._api_source = api

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
@@ -48,6 +48,14 @@ from lta_worker.errors import (
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.protocol import AUTHORIZE_PATH, LONG_TERM_SCOPES, OPENID_SCOPE
 from lta_worker.secret import Secret
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+
+    from lta_worker.config import ClientSettings
+    from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient
 
 PENDING_TTL: Final = timedelta(minutes=10)
 MAX_USER_LEN: Final = 255
@@ -138,17 +146,28 @@ class Enrollment(ClientOperation):
     """Enrolls users: the consent URL, the redirect back, or a user access token directly.
 
     Args:
-        settings: client id, redirect URI, scopes, service URLs.
-        store: where pending enrollments and tokens are kept.
-        vault: encrypts the verifier and the token at rest.
-        api: the service's HTTP interface, holding the client id and secret.
-        clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
-            `now`); the system clock by default.
+        client: the client id, redirect URI and scopes the consent asks for (`[client]`).
+        store, vault, api, clock: as `ClientOperation`'s.
+        auth_url: the account service (`service.auth_url`), where consent is asked.
     """
+
+    def __init__(
+        self,
+        client: ClientSettings,
+        store: Store,
+        vault: Vault,
+        api: ApiClient | Callable[[], ApiClient],
+        clock: Callable[[], datetime],
+        *,
+        auth_url: str,
+    ) -> None:
+        super().__init__(store, vault, api, clock)
+        self._client = client
+        self._auth_url = auth_url
 
     def consent_url(self, state: str, challenge: str) -> str:
         """The authorization URL for one consent: `{auth_url}/oidc/auth?...`."""
-        client = self._settings.client
+        client = self._client
         query = urlencode(
             {
                 "client_id": client.id,
@@ -163,7 +182,7 @@ class Enrollment(ClientOperation):
         )
         from lta_worker.upstream import join_url
 
-        return f"{join_url(self._settings.service.auth_url, AUTHORIZE_PATH)}?{query}"
+        return f"{join_url(self._auth_url, AUTHORIZE_PATH)}?{query}"
 
     def start(self, user: str, *, state: str | None = None) -> str:
         """Begin enrolling `user`; returns the consent URL to send their browser to.
@@ -179,7 +198,7 @@ class Enrollment(ClientOperation):
         pending = PendingEnrollment(
             user=user,
             verifier=self._vault.encrypt(verifier, user=user, purpose="verifier"),
-            redirect_uri=self._settings.client.redirect_uri,
+            redirect_uri=self._client.redirect_uri,
             created_at=now,
             expires_at=now + PENDING_TTL,
         )
@@ -187,7 +206,7 @@ class Enrollment(ClientOperation):
         _log().info(
             "enroll.started",
             user=user,
-            scopes=list(self._settings.client.scopes),
+            scopes=list(self._client.scopes),
             expires_at=pending.expires_at.isoformat(),
         )
         return self.consent_url(state, challenge_s256(verifier))

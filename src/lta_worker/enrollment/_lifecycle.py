@@ -44,7 +44,6 @@ from anyio import CancelScope, to_thread
 
 from lta_worker.domain import (
     ENDPOINTS,
-    PolicyConfig,
     authenticated,
     classify,
     drop_retry_at,
@@ -59,8 +58,11 @@ from lta_worker.storage import TokenDecryptError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from lta_worker.config import PollSettings
     from lta_worker.domain import Answer, UserRow
     from lta_worker.pacing import PacerLike
+    from lta_worker.storage import Store, Vault
+    from lta_worker.upstream import ApiClient
 
 UpstreamResult = Literal["ok", "failed", "refused", "skipped", "in_flight"]
 DROP_BATCH = 20
@@ -131,15 +133,22 @@ class Lifecycle(ClientOperation):
     """Drops and forgets users, and retries the drops the service did not confirm.
 
     Args:
-        settings: for the leases and the retry backoff.
-        store: users, tokens and results.
-        vault: decrypts the token for the read and the DELETE.
-        api: the service's HTTP interface, holding the client credentials.
-        clock: returns the current aware UTC datetime (`SystemClock().now`, a test clock's
-            `now`); the system clock by default.
+        poll: the `[poll]` section: the lease, the retry backoff and the parked interval.
+        store, vault, api, clock: as `ClientOperation`'s.
     """
 
     rng: random.Random = random.Random()
+
+    def __init__(
+        self,
+        poll: PollSettings,
+        store: Store,
+        vault: Vault,
+        api: ApiClient | Callable[[], ApiClient],
+        clock: Callable[[], datetime],
+    ) -> None:
+        super().__init__(store, vault, api, clock)
+        self._poll = poll
 
     @staticmethod
     async def _paced(
@@ -189,7 +198,7 @@ class Lifecycle(ClientOperation):
         if row.token is not None:  # a key file problem: found before any change
             register_secret(self._vault.decrypt(row.token, user=user))
         now = self._clock()
-        lease_until = now + self._settings.poll.lease_duration
+        lease_until = now + self._poll.lease_duration
         start = await to_thread.run_sync(
             partial(self._store.begin_drop, user, now, lease_until=lease_until)
         )
@@ -197,25 +206,16 @@ class Lifecycle(ClientOperation):
         if purge:
             purged = await to_thread.run_sync(self._store.purge_results, user)
         before, after = start.before, start.after
-        if start.in_flight:
+        if start.in_flight or after.state != "dropping":  # another DELETE is out; no token
+            held = before if start.in_flight else after
             return DropResult(
-                user=user,
-                upstream="in_flight",
-                status=None,
-                error=None,
-                previous_state=before.state,
-                state=before.state,
-                retry_at=before.next_due_at,
-                purged=purged,
-            )
-        if after.state != "dropping":
-            return DropResult(
-                user=user,
-                upstream="skipped",
-                status=None,
-                error=None,
-                previous_state=before.state,
-                state=after.state,
+                user,
+                "in_flight" if start.in_flight else "skipped",
+                None,
+                None,
+                before.state,
+                state=held.state,
+                retry_at=before.next_due_at if start.in_flight else None,
                 purged=purged,
             )
         if before.state != "dropping":
@@ -302,7 +302,7 @@ class Lifecycle(ClientOperation):
                 "the service refused the credential (HTTP 401): check client.secret_file; "
                 "the token may still be live upstream"
             )
-        retry_at = drop_retry_at(row.consecutive_failures + 1, now, self._policy(), self.rng)
+        retry_at = drop_retry_at(row.consecutive_failures + 1, now, self._poll.policy(), self.rng)
         # A DELETE sent after an accepted read may have dropped the token though no answer
         # came: remembered, so that the next read's plain 401 confirms the drop.
         mark = UNANSWERED if accepted and status is None else f"drop_{upstream}"
@@ -341,9 +341,6 @@ class Lifecycle(ClientOperation):
             retry_at=retry_at,
             overtaken=True,
         )
-
-    def _policy(self) -> PolicyConfig:
-        return self._settings.poll.policy()
 
     async def retry_pending(
         self,
@@ -390,7 +387,7 @@ class Lifecycle(ClientOperation):
                         user=row.user,
                         key_id=row.token.key_id if row.token else None,
                     )
-                    retry_at = self._clock() + self._settings.poll.parked_interval
+                    retry_at = self._clock() + self._poll.parked_interval
                     await to_thread.run_sync(
                         partial(
                             self._store.defer_drop,

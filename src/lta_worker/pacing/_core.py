@@ -36,7 +36,6 @@ from typing import Final, Literal
 from lta_worker.config import RateLimitSettings
 from lta_worker.pacing._ratelimit import RateLimitInfo
 from lta_worker.pacing._window import (
-    DEFAULT_MAX_WAIT,
     RESET_MARGIN,
     RESET_TOLERANCE,
     bound,
@@ -49,7 +48,6 @@ WaitReason = Literal["none", "pacing", "exhausted", "retry_after"]
 MAX_LATENCY: Final = 300.0
 _SLOTS_KEPT: Final = 4096
 _EPSILON: Final = 1e-9
-_DEFAULT: Final = RateLimitSettings()  # the defaults and ranges of reserve and the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,31 +80,27 @@ class PacerCore:
     """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
 
     Args:
-        reserve: Fraction of the limit left for the client's other traffic
-            (`ratelimit.reserve`).
-        fallback_per_hour: The conservative rate used before any header is seen
-            (`ratelimit.fallback_per_hour`).
+        ratelimit: the `[ratelimit]` section: the reserve (a fraction of the limit left for
+            the client's other traffic), the conservative rate used before any header is
+            seen (`fallback_per_hour`), and `max_wait`, beyond which no reset, Retry-After
+            or window is trusted.
         share: This instance's share of the allowance (0 < share <= 1).
         initial_burst: Permits that go at once before any header is known (then the
             fallback rate applies). The runner sets it to `poll.breaker_threshold`.
-        max_wait: No reset, Retry-After or window is trusted beyond these seconds
-            (`ratelimit.max_wait`).
     """
 
     def __init__(
         self,
+        ratelimit: RateLimitSettings = RateLimitSettings(),  # noqa: B008 (frozen)
         *,
-        reserve: float = _DEFAULT.reserve,
-        fallback_per_hour: float = _DEFAULT.fallback_per_hour,
         share: float = 1.0,
         initial_burst: int = 1,
-        max_wait: float = DEFAULT_MAX_WAIT,
     ) -> None:
         if initial_burst < 1:
             raise ValueError("initial_burst must be at least 1")
-        self.reserve_fraction = reserve
-        self.max_wait = max_wait
-        self.fallback_per_hour = fallback_per_hour
+        self.reserve_fraction = ratelimit.reserve
+        self.max_wait = ratelimit.max_wait.total_seconds()
+        self.fallback_per_hour = ratelimit.fallback_per_hour
         # Before any header is known, this many permits go at once (then the fallback
         # rate): enough for the breaker to see a wrong client secret in seconds, since
         # plain 401s carry no budget of the client.

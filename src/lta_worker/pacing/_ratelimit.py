@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Final
 
 from http_sfv.dictionary import Dictionary
@@ -126,7 +126,7 @@ def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime 
 def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
     now_ts = None if now is None else _aware(now).timestamp()
     retry_after = _retry_after(fields.get(_RETRY_AFTER), now)
-    for reader in (_draft08, _draft07, _triple, _x_ratelimit):
+    for reader in _READERS:
         found = reader(fields, now_ts)
         if found is not None:
             limit, remaining, reset, window, source = found
@@ -154,7 +154,7 @@ def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     if not items:
         return None
     found = [
-        (remaining, _seconds(params.get("t")), name)
+        (remaining, _number(params.get("t")), name)
         for name, params in items
         if (remaining := _count(params.get("r"))) is not None
     ]
@@ -167,7 +167,7 @@ def _draft08(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     named = [p for n, p in policies if n is not None and n == name]
     policy = named[0] if named else (policies[0][1] if len(policies) == 1 else {})
     limit = _count(policy.get("q"))
-    window = _seconds(policy.get("w"))
+    window = _number(policy.get("w"))
     return limit, remaining, reset, window, "draft-08"
 
 
@@ -183,7 +183,7 @@ def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     values = {key: getattr(member, "value", None) for key, member in parsed.items()}
     limit = _count(values.get("limit"))
     remaining = _count(values.get("remaining"))
-    reset_raw = _seconds(values.get("reset"))
+    reset_raw = _number(values.get("reset"))
     reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
     if limit is None and remaining is None and reset is None:
         return None
@@ -191,28 +191,29 @@ def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     return limit, remaining, reset, window, "draft-07"
 
 
-def _triple(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    return _separate(fields, _TRIPLE, now_ts, "triple")
-
-
-def _x_ratelimit(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
-    return _separate(fields, _X_TRIPLE, now_ts, "x-ratelimit")
-
-
 def _separate(
-    fields: Mapping[str, str], prefix: str, now_ts: float | None, source: str
+    fields: Mapping[str, str], now_ts: float | None, *, prefix: str, source: str
 ) -> _Found | None:
+    """The separate fields `<prefix>limit`, `-remaining`, `-reset` (`RateLimit-*`, `X-...`)."""
     limit, window = _limit_field(fields.get(prefix + "limit"))
     remaining = _count(_first_number(fields.get(prefix + "remaining")))
-    reset_raw = _seconds(_first_number(fields.get(prefix + "reset")))
+    reset_raw = _number(_first_number(fields.get(prefix + "reset")))
     reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
     if reset is None:  # some services send a delay here instead (e.g. Discord)
-        reset = _seconds(_first_number(fields.get(prefix + "reset-after")))
+        reset = _number(_first_number(fields.get(prefix + "reset-after")))
     if limit is None and remaining is None and reset is None:
         return None
     if window is None:
         window = _policy_window(fields.get(prefix + "policy"), limit)
     return limit, remaining, reset, window, source
+
+
+_READERS: Final = (
+    _draft08,
+    _draft07,
+    partial(_separate, prefix=_TRIPLE, source="triple"),
+    partial(_separate, prefix=_X_TRIPLE, source="x-ratelimit"),
+)
 
 
 def _limit_field(raw: str | None) -> tuple[int | None, float | None]:
@@ -230,7 +231,7 @@ def _policy_window(raw: str | None, limit: int | None) -> float | None:
 
 def _window_for(items: list[tuple[object, dict[str, object]]], limit: int | None) -> float | None:
     """The `w` of the policy whose quota equals the limit, else of the first with a `w`."""
-    windows = [(value, _seconds(params.get("w"))) for value, params in items]
+    windows = [(value, _number(params.get("w"))) for value, params in items]
     matching = [w for value, w in windows if w is not None and _count(value) == limit]
     anywhere = [w for _, w in windows if w is not None]
     return next(iter(matching or anywhere), None)
@@ -244,7 +245,7 @@ def _retry_after(raw: str | None, now: datetime | None) -> float | None:
     """
     if raw is None:
         return None
-    seconds = _seconds(_first_number(raw)) if _NUMBER.fullmatch(raw) else None
+    seconds = _number(_first_number(raw)) if _NUMBER.fullmatch(raw) else None
     if seconds is not None:
         return seconds
     if _DIGITS.fullmatch(raw):
@@ -341,10 +342,6 @@ def _number(value: object) -> float | None:
 def _count(value: object) -> int | None:
     number = _number(value)
     return None if number is None else int(number)
-
-
-def _seconds(value: object) -> float | None:
-    return _number(value)
 
 
 def _reset_seconds(value: float, now_ts: float | None) -> float | None:

@@ -1,11 +1,5 @@
 """The composition root: `Runtime`, built once from `Settings`, owns the store, the vault,
-the API client, the pacer and the clock, and hands them to whatever runs.
-
-`run` and `serve` hold one through `Worker`; every other command opens one and takes what
-it needs (`status`, `users list`, `results export` and `check` a read-only one: the
-database is never created nor migrated); `check` runs the same steps one by one; the
-enrollment web app and a web application embedding enrollment get `enrollment()`. Tests
-build it with the simulator's transport and their own clock.
+the API client, the pacer and the clock, and hands each part the settings section it reads.
 
 Parts are opened on first use and closed together: `status` never loads the key file and
 a `run` with nothing due never builds the HTTP client (httpx, httpcore and a TLS context
@@ -58,14 +52,10 @@ class Runtime:
     """Store, vault, API client, pacer and clock, built from `settings` on first use.
 
     `with Runtime(settings) as rt:` for what needs no HTTP, `async with` for the rest;
-    everything opened is closed at the end of the block.
-
-    Args:
-        settings: the validated settings.
-        read_only: open the database read-only, its schema checked, never migrated.
-        clock: time (the system clock by default).
-        transport: where the API client's requests go (the network by default).
-        webhook_transport: where the webhook sender's requests go.
+    everything opened is closed at the end of the block. `read_only`: the database is
+    opened read-only, its schema checked, never created nor migrated (`status`, `users
+    list`, `results export`, `check`). `transport` and `webhook_transport` replace the
+    network (tests pass the simulator's).
     """
 
     def __init__(
@@ -93,8 +83,6 @@ class Runtime:
         self.webhooks: WebhookSender | None = None
         self.migrated = False  # opening the store applied a migration
         self._closed = False
-
-    # -- lifetime ------------------------------------------------------------------------
 
     def __enter__(self) -> Self:
         return self
@@ -133,8 +121,6 @@ class Runtime:
             raise RuntimeError("HTTP clients are built inside `async with Runtime(...)` only")
         return self._async
 
-    # -- the parts -----------------------------------------------------------------------
-
     @property
     def store(self) -> Store:
         """The database: migrated on opening (`result.changed` queued as `[webhook]` asks),
@@ -166,7 +152,7 @@ class Runtime:
 
     @property
     def vault(self) -> Vault:
-        """The token vault from `crypto.key_file`, loaded on first use (`read_key_file`)."""
+        """The token vault from `crypto.key_file` (`read_key_file`)."""
         if self._vault is None:
             self._vault = self.read_key_file(explain=True)
         return self._vault
@@ -228,22 +214,27 @@ class Runtime:
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The HTTP client of the service (inside `async with` only), built on first use."""
+        """The HTTP client of the service (inside `async with` only)."""
         if self._http is None:
             from lta_worker.upstream import http_client
 
-            self._http = http_client(self.settings, transport=self._transport)
+            concurrency = self.settings.poll.concurrency
+            self._http = http_client(
+                self.settings.service, concurrency=concurrency, transport=self._transport
+            )
             self._async_stack().push_async_callback(self._http.aclose)
         return self._http
 
     @property
     def api(self) -> ApiClient:
-        """The API client, holding the client id and secret (inside `async with` only),
-        built on first use and again after a `reload`."""
+        """The API client, holding the client id and secret (inside `async with` only);
+        built again after a `reload`."""
         if self._api is None:
             from lta_worker.upstream import ApiClient
 
-            self._api = ApiClient(self.http, self.settings, self.secret("client_secret"))
+            settings = self.settings
+            secret = self.secret("client_secret")
+            self._api = ApiClient(self.http, settings.service, settings.client, secret)
         return self._api
 
     @property
@@ -253,12 +244,7 @@ class Runtime:
             from lta_worker.pacing import Pacer, PacerCore, SharedBudget
 
             rl, service = self.settings.ratelimit, self.settings.service
-            core = PacerCore(
-                reserve=rl.reserve,
-                fallback_per_hour=rl.fallback_per_hour,
-                initial_burst=self.settings.poll.breaker_threshold,
-                max_wait=rl.max_wait.total_seconds(),
-            )
+            core = PacerCore(rl, initial_burst=self.settings.poll.breaker_threshold)
             shared = None
             if self.store.dialect == "postgresql":  # SQLite is single-instance (a file lock)
                 shared = SharedBudget(
@@ -286,19 +272,25 @@ class Runtime:
         if self.settings.webhook.url is not None:
             from lta_worker.upstream import WebhookSender, webhook_http_client
 
-            client = webhook_http_client(self.settings, transport=self._webhook_transport)
+            webhook = self.settings.webhook
+            client = webhook_http_client(webhook, transport=self._webhook_transport)
             hooks = await self._async_stack().enter_async_context(client)
-            self.webhooks = WebhookSender(hooks, self.settings, self.secret("webhook_secret"))
+            self.webhooks = WebhookSender(hooks, webhook, self.secret("webhook_secret"))
         _ = self.pacer
-
-    # -- what commands build of them -----------------------------------------------------
 
     def enrollment(self) -> Enrollment:
         """Enrollment over these parts (the key file loaded first, then the store)."""
         from lta_worker.enrollment import Enrollment
 
-        vault = self.vault
-        return Enrollment(self.settings, self.store, vault, lambda: self.api, self.clock.now)
+        vault, settings = self.vault, self.settings
+        return Enrollment(
+            settings.client,
+            self.store,
+            vault,
+            lambda: self.api,
+            self.clock.now,
+            auth_url=settings.service.auth_url,
+        )
 
     def lifecycle(self) -> Lifecycle:
         """Drops and forgets over these parts; the key file and the client secret are read
@@ -307,9 +299,7 @@ class Runtime:
 
         vault = self.vault
         self.secret("client_secret")
-        return Lifecycle(self.settings, self.store, vault, lambda: self.api, self.clock.now)
-
-    # -- SIGHUP --------------------------------------------------------------------------
+        return Lifecycle(self.settings.poll, self.store, vault, lambda: self.api, self.clock.now)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
         """Re-read the key file and the client secret and take the new settings (SIGHUP).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from lta_worker.upstream._client import ApiClient, check_secure_url
 from lta_worker.upstream._http import http_client
+from lta_worker.upstream._refusals import create_reason, exchange_reason
 from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
 from lta_worker.upstream._wire import (
     READ_PATHS,
@@ -33,6 +34,8 @@ __all__ = [
     "ApiClient",
     "WebhookSender",
     "check_secure_url",
+    "create_reason",
+    "exchange_reason",
     "http_client",
     "join_url",
     "long_term_credential",

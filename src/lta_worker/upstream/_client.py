@@ -35,7 +35,7 @@ from urllib.parse import quote_plus, urlsplit
 import anyio
 import httpx
 
-from lta_worker.config import Settings, is_loopback_host
+from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
@@ -144,40 +144,40 @@ class ApiClient:
     Args:
         http: the client to send with; its transport decides where requests really go.
             A `ServiceClient` naming its transport is sent through that transport directly.
-        settings: service URLs, timeouts and the response size cap, the client id and its
-            token endpoint authentication come from here.
+        service: URLs, timeouts and the response size cap (`[service]`).
+        client: the client id and its token endpoint authentication (`[client]`).
         client_secret: the client's secret (read from `client.secret_file` and registered
             with the log redactor by `runtime.Runtime`, the one place that reads it).
     """
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings, client_secret: Secret) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        service: ServiceSettings,
+        client: ClientSettings,
+        client_secret: Secret,
+    ) -> None:
         self._http = http
         self._direct = http.direct if isinstance(http, ServiceClient) else None
-        self._service = settings.service
+        self._service = service
         self._timeout = httpx.Timeout(
-            self._service.read_timeout.total_seconds(),
-            connect=self._service.connect_timeout.total_seconds(),
+            service.read_timeout.total_seconds(), connect=service.connect_timeout.total_seconds()
         )
         self._cap = self._service.max_response_bytes
         self._deadline = self._service.request_timeout.total_seconds()
-        self._token_auth = settings.client.token_auth
-        self._client_id = settings.client.id
+        self._token_auth = client.token_auth
+        self._client_id = client.id
         self._client_secret = client_secret
         # What a success body must not hold besides the token (`echoes`); a secret too short
         # to be told from data (the log redactor's bound) is not looked for.
         raw_secret = client_secret.reveal().encode()
         self._secret_bytes = (raw_secret,) if len(raw_secret) >= 6 else ()
         # Each read endpoint's URL, parsed once: httpx parses a str URL on every request.
-        self._read_urls: dict[Endpoint, httpx.URL] = {}
-
-    def url_for(self, endpoint: Endpoint) -> str:
-        """The full URL of a read endpoint under `service.base_url`."""
-        return join_url(self._service.base_url, READ_PATHS[endpoint])
-
-    @property
-    def tokens_url(self) -> str:
-        """Where long term tokens are created and dropped, under `service.auth_url`."""
-        return join_url(self._service.auth_url, TOKENS_PATH)
+        self._read_urls: dict[Endpoint, httpx.URL] = {
+            endpoint: httpx.URL(join_url(service.base_url, path))
+            for endpoint, path in READ_PATHS.items()
+        }
+        self._tokens_url = join_url(service.auth_url, TOKENS_PATH)
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """GET one read endpoint with the user's long term credential (`<token>.<client
@@ -196,10 +196,8 @@ class ApiClient:
             ValueError: the token is not `usable_token` (nothing is sent).
         """
         credential = long_term_credential(token, self._client_secret)
-        url = self._read_urls.get(endpoint)
-        if url is None:
-            url = self._read_urls[endpoint] = httpx.URL(self.url_for(endpoint))
-        answer = await self._send("GET", url, {"Authorization": f"Bearer {credential.reveal()}"})
+        bearer = {"Authorization": f"Bearer {credential.reveal()}"}
+        answer = await self._send("GET", self._read_urls[endpoint], bearer)
         if (
             answer.body
             and answer.status is not None
@@ -221,7 +219,7 @@ class ApiClient:
         """
         register_secret(user_access_token)
         answer = await self._send(
-            "POST", self.tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
+            "POST", self._tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
         )
         if answer.status is None:
             raise EnrollmentError(
@@ -289,7 +287,7 @@ class ApiClient:
         """
         credential = long_term_credential(token, self._client_secret)
         return await self._send(
-            "DELETE", self.tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
+            "DELETE", self._tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
         )
 
     async def exchange_code(

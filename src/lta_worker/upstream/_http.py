@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from lta_worker import __version__
-from lta_worker.config import Settings
+from lta_worker.config import PollSettings, ServiceSettings
 from lta_worker.upstream._client import ServiceClient, check_secure_url
 from lta_worker.upstream._lanes import Lanes
 
@@ -43,7 +43,7 @@ def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
 
 
 def _proxy_mounts(
-    settings: Settings, limits: httpx.Limits
+    service: ServiceSettings, limits: httpx.Limits
 ) -> dict[str, httpx.AsyncBaseTransport | None]:
     """Transports for `service.https_proxy`: https requests only, except `service.no_proxy`.
 
@@ -51,7 +51,6 @@ def _proxy_mounts(
     see the credential in clear. An https request through the proxy is a CONNECT tunnel, so
     TLS (and the credential inside it) stays end to end.
     """
-    service = settings.service
     if not service.https_proxy:
         return {}
     mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
@@ -73,10 +72,13 @@ def _proxy_mounts(
 
 
 def http_client(
-    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+    service: ServiceSettings,
+    *,
+    concurrency: int = PollSettings.concurrency,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> ServiceClient:
-    """An `httpx.AsyncClient` for the service: timeouts from settings, a pool sized to
-    `poll.concurrency`, no redirects followed, no cookies kept (`_NoCookies`), an
+    """An `httpx.AsyncClient` for the service: timeouts from `[service]`, a pool sized to
+    `concurrency` (`poll.concurrency`), no redirects followed, no cookies kept (`_NoCookies`), an
     `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
     request time.
 
@@ -87,17 +89,16 @@ def http_client(
     `ApiClient` sends to it directly.
 
     Args:
-        settings: the validated settings.
+        service: the `[service]` section.
+        concurrency: the user turns that may read at once (`poll.concurrency`).
         transport: where requests go (default: the network); tests pass the simulator's.
             An injected transport is used for every request, proxy or not.
     """
-    service = settings.service
-    concurrency = settings.poll.concurrency
     # One connection per concurrent user turn, and one spare for enrollment and drop.
     limits = httpx.Limits(
         max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
     )
-    mounts = _proxy_mounts(settings, limits) if transport is None else {}
+    mounts = _proxy_mounts(service, limits) if transport is None else {}
     transport = transport or _transport(limits)
     return ServiceClient(
         direct=None if mounts else transport,  # several transports: `send` picks

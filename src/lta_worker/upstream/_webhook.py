@@ -19,7 +19,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from lta_worker import __version__
-from lta_worker.config import Settings
+from lta_worker.config import WebhookSettings
 from lta_worker.domain import PendingEvent
 from lta_worker.secret import Secret
 from lta_worker.upstream._client import check_secure_url
@@ -32,10 +32,10 @@ async def _refuse_insecure(request: httpx.Request) -> None:
 
 
 def webhook_http_client(
-    settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+    webhook: WebhookSettings, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for the receiver (timeouts from `webhook.timeout`)."""
-    seconds = settings.webhook.timeout.total_seconds()
+    seconds = webhook.timeout.total_seconds()
     return httpx.AsyncClient(
         transport=transport,
         trust_env=False,
@@ -50,12 +50,12 @@ def webhook_http_client(
 class WebhookSender:
     """Signs and POSTs events to `webhook.url`; never raises for the receiver's trouble."""
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings, secret: Secret) -> None:
-        if settings.webhook.url is None:
+    def __init__(self, http: httpx.AsyncClient, webhook: WebhookSettings, secret: Secret) -> None:
+        if webhook.url is None:
             raise ValueError("WebhookSender needs webhook.url")
         self._http = http
-        self._url = settings.webhook.url
-        self._timeout = settings.webhook.timeout.total_seconds()
+        self._url = webhook.url
+        self._timeout = webhook.timeout.total_seconds()
         self._signer = Webhook(secret.reveal())
 
     def signed(self, event: PendingEvent, now: datetime) -> tuple[bytes, dict[str, str]]:
