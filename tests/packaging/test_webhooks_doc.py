@@ -1,14 +1,17 @@
 """The webhook event types the docs list are the code's `EVENT_TYPES`, with the code's
-`client_action` for each."""
+`client_action` for each; the example bodies have the fields the code sends."""
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES
+from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES, ResultChanged, StateEvent
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -45,3 +48,33 @@ def test_every_list_of_types_names_each_type(doc: str, row: str) -> None:
     line = text[text.index(row) :].split("\n", 1)[0]
     listed = set(re.findall(r"`((?:user|result)\.[a-z_]+)`", line))
     assert listed == set(EVENT_TYPES)
+
+
+def example_bodies(text: str) -> dict[str, dict[str, Any]]:
+    """The JSON bodies webhooks.md shows (in a ```json block, or after a ```http head), by
+    their `type`."""
+    bodies = {}
+    for block in re.findall(r"```(?:json|http)\n(.*?)```", text, re.S):
+        body = json.loads(block[block.index("{") :])
+        bodies[body["type"]] = body
+    return bodies
+
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+SHAPES = {
+    "result.changed": ResultChanged("alice", "latest-change", "ok", "ab", None, AT).payload(),
+    "user.revoked": StateEvent(
+        "user.revoked", "alice", "active", "revoked", "PermanentAccessRevoked", AT
+    ).payload(),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_each_example_body_has_the_shape_the_code_sends(kind: str) -> None:
+    """webhooks.md's example bodies carry exactly the fields the code sends, with the
+    type's own `client_action`."""
+    example = example_bodies((DOCS / "webhooks.md").read_text(encoding="utf-8"))[kind]
+    sent = SHAPES[kind]
+    assert set(example) == set(sent)
+    assert set(example["data"]) == set(sent["data"])
+    assert example["data"]["client_action"] == CLIENT_ACTIONS[kind]
