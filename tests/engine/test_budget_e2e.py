@@ -1,6 +1,6 @@
-"""A budget too small for one window, paced over several windows with no 429: the real
-Worker and the simulator on one virtual clock (trio's MockClock), so windows of seconds or
-of an hour pass without waiting for them."""
+"""A budget too small for one window, paced over several windows with no 429, and a quota
+raised within a window followed at once: the real Worker and the simulator on one virtual
+clock (trio's MockClock), so windows of seconds or of an hour pass without waiting for them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Metrics and health: scraped over HTTP from a running `serve` (`[metrics] listen`) and
-parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`); and
-`serve` stopping with exit 78 when the breaker trips."""
+parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`);
+`serve` stopping with exit 78 when the breaker trips; and health turning unhealthy when the
+service is killed under `serve`."""
 
 from __future__ import annotations
 
