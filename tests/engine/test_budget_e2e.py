@@ -1,6 +1,6 @@
-"""A budget too small for one window, paced over several windows with no 429: the real
-Worker and the simulator on one virtual clock (trio's MockClock), so windows of seconds or
-of an hour pass without waiting for them."""
+"""A budget too small for one window, paced over several windows with no 429, and a quota
+raised within a window followed at once: the real Worker and the simulator on one virtual
+clock (trio's MockClock), so windows of seconds or of an hour pass without waiting for them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 
+from lta_worker.simulator import DEMO_CLIENT_ID
+from lta_worker.worker import PassResult
 from support.virtual_time import autojump, virtual_backend
 
 from .conftest import Harness
@@ -61,3 +64,37 @@ async def test_hour_long_windows_are_paced_on_virtual_time(virtual_harness: Harn
     started = h.clock.now()
     await paced_pass(h, users=6, budget=6, window=3600, fmt="draft")
     assert h.clock.now() - started >= timedelta(hours=2)  # it really paced over the windows
+
+
+@pytest.mark.timeout(60)
+async def test_a_quota_raised_within_the_window_is_followed_at_once(
+    virtual_harness: Harness,
+) -> None:
+    """The service raises the quota 200 s into an hour-long window while a pass spreads a
+    small budget: the reads left go out at the new pace at once (the pass ends minutes, not
+    the rest of the hour, after the raise), with no 429 (issue 26 item 2, end to end)."""
+    h = virtual_harness
+    h.sim.configure(budget=100, window=3600, header_format="draft")
+    async with autojump():
+        for n in range(30):
+            await h.enroll(f"user-{n}")
+        h.sim.clear_requests()
+        assert h.sim.budget_of(DEMO_CLIENT_ID).reset > 3500  # the window has just begun
+        started = h.clock.now()
+        box: dict[str, PassResult] = {}
+
+        async def run() -> None:
+            box["result"] = await h.run_pass()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(200)
+            before = len(h.reads())
+            h.sim.configure(budget=100_000)
+            raised = h.clock.now()
+    result = box["result"]
+    assert (result.exit_code, result.throttled) == (0, 0)
+    reads = h.reads()
+    assert len(reads) == 60 and all(e.status == 200 for e in reads)
+    assert before < 30  # the small budget was being spread when the quota was raised
+    assert max(e.at for e in reads) - raised < timedelta(minutes=2), (started, raised)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from lta_worker.cli._users_cmd import _report
+from lta_worker.cli._users_cmd import _report, iso
 from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import LtaError
 from lta_worker.secret import Secret
@@ -348,26 +348,40 @@ def reported(result: DropResult, capsys: pytest.CaptureFixture[str]) -> tuple[in
     return code, out + err
 
 
+@pytest.mark.parametrize("answer", [204, 503])
 async def test_a_pass_during_a_drop_sends_no_second_delete(
-    harness: Harness, capsys: pytest.CaptureFixture[str]
+    harness: Harness, capsys: pytest.CaptureFixture[str], answer: int
 ) -> None:
     """While `users drop` waits for its DELETE, a pass (and its drop retries) sends none of
-    its own: one DELETE in all, and what the command prints is what was stored."""
+    its own: one DELETE in all, and what the command prints is what was stored (dropped;
+    or, when the DELETE fails, pending with the retry time stored)."""
     await harness.enroll("x")
     await harness.run_pass()
     assert harness.user("x").last_outcome == "ok"
     passes: list[PassResult] = []
+    real = SimulatorTransport(harness.sim)
+
+    async def answering(request: httpx.Request) -> httpx.Response:
+        response = await real.handle_async_request(request)
+        if request.method == "DELETE" and answer != 204:
+            return httpx.Response(answer)  # the service saw it, then failed
+        return response
 
     async def during() -> None:
         passes.append(await harness.run_pass())
 
-    result = await held_drop(harness, during)
+    result = await held_drop(harness, during, httpx.MockTransport(answering))
     assert passes[0].reads == 0
     assert len(deletes(harness)) == 1
     row = harness.user("x")
-    assert (row.state, row.token, row.last_outcome) == ("dropped", None, "dropped")
     code, said = reported(result, capsys)
-    assert code == 0 and "dropped 'x'" in said and "local token deleted" in said
+    if answer == 204:
+        assert (row.state, row.token, row.last_outcome) == ("dropped", None, "dropped")
+        assert code == 0 and "dropped 'x'" in said and "local token deleted" in said
+        return
+    assert (row.state, row.last_outcome) == ("dropping", "drop_failed")
+    assert row.token is not None and row.next_due_at == result.retry_at
+    assert code == 75 and f"(next at {iso(row.next_due_at)})" in said, said
 
 
 async def test_a_drop_while_a_retry_sends_its_delete_sends_none(

@@ -1,6 +1,7 @@
 """Metrics and health: scraped over HTTP from a running `serve` (`[metrics] listen`) and
-parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`); and
-`serve` stopping with exit 78 when the breaker trips."""
+parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`);
+`serve` stopping with exit 78 when the breaker trips; and health turning unhealthy when the
+service is killed under `serve`."""
 
 from __future__ import annotations
 
@@ -173,3 +174,54 @@ def test_serve_notices_its_key_file_gone_and_reads_on(world: World) -> None:
     names = [e["event"] for e in world.log_events()]
     assert names.count("service.key_file_lost") == 1
     assert "token.undecryptable" not in names
+
+
+def test_a_killed_service_turns_healthz_and_status_check_unhealthy_within_the_bound(
+    world: World,
+) -> None:
+    """`serve` against a simulator that is killed: /healthz answers 503 and `status --check`
+    exits 1 within the bound docs/operations.md states (`poll.interval` plus one pass plus
+    `poll.tick`, and the second /healthz reuses its verdict), and both stay unhealthy
+    through the passes that follow, which find every user backed off and read nobody."""
+    port = free_port()
+    interval, tick, fresh = 3.0, 0.2, 1.0
+    world.poll = {"interval": "3s", "tick": "200ms", "max_interval": "3s"}
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.write_config()
+    world.enroll([f"user-{n}" for n in range(6)])
+    health_url = f"http://127.0.0.1:{port}/healthz"
+    proc = world.start_serve(LTA_WORKER_LOG_LEVEL="debug")  # empty passes log at debug
+    try:
+        world.wait_for_event("pass.finished", proc)
+        deadline = time.monotonic() + 20
+        while get(health_url)[0] != 200:
+            assert time.monotonic() < deadline, "never healthy before the outage"
+            time.sleep(0.1)
+        world.running.stop()  # the service is gone: every connection is refused
+        down_at = time.monotonic()
+        while (answer := get(health_url))[0] == 200:
+            assert proc.poll() is None, f"serve exited with {proc.returncode}"
+            assert time.monotonic() - down_at < 10 * interval, "healthy through the outage"
+            time.sleep(0.1)
+        took = time.monotonic() - down_at
+        check = world.cli("status", "--check", "--format", "json")
+        passes = [e for e in world.log_events() if e["event"] == "pass.finished"]
+        longest = max(p["wall_s"] for p in passes)
+        # Still unhealthy three intervals on: passes that read nobody prove nothing.
+        time.sleep(3 * interval)
+        later = get(health_url)
+        later_check = world.cli("status", "--check", "--format", "json")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    # One second of slack for a machine shared with other test runs.
+    assert took <= interval + longest + tick + fresh + 1.0, (took, longest)
+    assert answer[0] == 503
+    assert any("reads are failing" in p for p in json.loads(answer[1])["problems"]), answer
+    assert check.returncode == 1, check.stderr
+    assert json.loads(check.stdout)["healthy"] is False
+    assert later[0] == 503 and later_check.returncode == 1
+    late = [e for e in world.log_events() if e["event"] == "pass.finished"][len(passes) :]
+    assert any(p["reads"] == 0 for p in late)  # and such passes did not make it healthy
+    print(f"unhealthy {took:.2f} s after the kill; longest pass {longest:.2f} s")
