@@ -11,8 +11,9 @@ faults overlap):
 - 15 %: some users revoke their access, some are parked (cloud sync silent > 90 days);
 - 20 %: the service answers 503 to the next reads (twice `touched` of them), and
   `burst_s` later a 429 burst: other traffic spends the client's whole budget, so every read
-  is refused until the window ends (these 429s are the injected ones; the fleet must earn
-  none of its own);
+  is refused until the window ends, and again in the next windows until a read met a 429
+  (`BURST_WINDOWS` at most; these 429s are the injected ones; the fleet must earn none of
+  its own);
 - 25 %: an instance is killed with SIGKILL mid-pass and restarted a few seconds later;
 - 30 %: `users drop` and `users forget` run from the CLI (real processes) during passes;
 - 35 %: half the revoked users enroll again (`enroll url`, consent, `enroll finish`),
@@ -106,6 +107,8 @@ STOP_TIMEOUT_S = 30.0
 KEEP_ENV = "LTA_BENCH_B6_KEEP"
 CLI_TIMEOUT_S = 120.0
 STATE_EVENTS = tuple(t for t in EVENT_TYPES if t.startswith("user."))
+# The 429 burst spends the budget of this many windows at most, until the fleet met one.
+BURST_WINDOWS = 4
 
 
 @dataclass(frozen=True)
@@ -518,17 +521,27 @@ class Soak:
         self.book.injected.append((time.time(), time.time() + self.plan.burst_s, "503"))
 
     def too_many_requests(self) -> None:
-        """Other traffic spends what is left of the budget: a 429 burst to its window's end."""
+        """Other traffic spends what is left of the budget: a 429 burst to its window's end,
+        and again in the next windows until the fleet has met one (a few windows at most):
+        in one window of seconds the fleet may read nothing (its users read just before,
+        or backed off by the 503s, whose reads take precedence over the budget)."""
+        self.background(self._spend_until_refused)
+
+    def _spend_until_refused(self) -> None:
         from lta_worker.simulator import DEMO_CLIENT_ID
 
-        started = time.time()
-        budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
-        if budget["remaining"]:
-            self.control.call(
-                "POST", "/budget/consume", {"client": DEMO_CLIENT_ID, "count": budget["remaining"]}
-            )
-        budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
-        self.book.injected.append((started, float(budget["reset_at"]) + 1.0, "429"))
+        for _ in range(BURST_WINDOWS):
+            started = time.time()
+            budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
+            if budget["remaining"]:
+                spend = {"client": DEMO_CLIENT_ID, "count": budget["remaining"]}
+                self.control.call("POST", "/budget/consume", spend)
+            budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
+            ends = float(budget["reset_at"])
+            self.book.injected.append((started, ends + 1.0, "429"))
+            time.sleep(max(0.0, ends - time.time()))
+            if any(e["status"] == 429 for e in request_log(self.control.base_url)):
+                return
 
     def drop_and_forget(self) -> None:
         def drop(user: str) -> None:
