@@ -282,12 +282,16 @@ def doubles(
     lease_log: list[dict[str, Any]],
     user_ids: dict[str, int],
     started: float,
+    *,
+    margin_s: float,
     preempted: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The reads (200) of a user made while another instance held its lease, or under a
-    lease taken over before it ended by its holder's clock (`at_s`: the read's start, in
-    seconds from `started`; `holder`: the lease's owner then, None for no lease). Reads
-    made after a drop command ended the reader's lease go to `preempted` when given."""
+    lease taken over while its holder may still read (before the end it was given, by its
+    holder's clock, less `margin_s`: a holder sends no read later, `worker._lease_book`)
+    (`at_s`: the read's start, in seconds from `started`; `holder`: the lease's owner then,
+    None for no lease). Reads made after a drop command ended the reader's lease go to
+    `preempted` when given."""
     offsets: dict[str, float] = {}  # instance id: its clock's offset (s)
     reads: list[tuple[int, float, str, dict[str, Any], str]] = []
     for one in fleet.all:
@@ -302,15 +306,24 @@ def doubles(
                 reads.append((user_ids[event["user"]], begun, instance, event, one.log.name))
     held: dict[int, list[tuple[float, str | None]]] = defaultdict(list)  # user: (from, owner)
     early: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    granted: dict[int, float] = {}  # user: the latest end its lease was given (real time)
     for row in lease_log:
-        at = row["at"].timestamp()
-        held[row["user_id"]].append((at, row["owner"]))
-        ended = row["old_expires_at"]
-        if row["op"] == "take" and row["old_owner"] != row["owner"] and ended is not None:
-            # The old lease's end by its holder's clock, in real time.
-            real_end = ended.timestamp() - offsets.get(str(row["old_owner"]), 0.0)
-            if real_end > at:
-                early[(row["user_id"], str(row["owner"]))].append((at, real_end))
+        at, user, owner = row["at"].timestamp(), row["user_id"], row["owner"]
+        held[user].append((at, owner))
+        # Taken over before the end its holder was given, by the holder's clock (a taker's
+        # clock ahead, or a late renewal that shortened the lease), while the holder may
+        # still have been reading (it stops `margin_s` before that end).
+        if (
+            row["op"] == "take"
+            and row["old_owner"] != owner
+            and at < granted.get(user, at) - margin_s
+        ):
+            early[(user, str(owner))].append((at, granted[user] - margin_s))
+        if row["op"] in {"claim", "take"}:
+            granted.pop(user, None)
+        if row["expires_at"] is not None:
+            end = row["expires_at"].timestamp() - offsets.get(str(owner), 0.0)
+            granted[user] = max(granted.get(user, end), end)
     found = []
     for user_id, begun, instance, event, name in reads:
         changes = held.get(user_id, [])
@@ -1011,7 +1024,16 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             user_ids = {user: row["id"] for user, row in final.items()}
             preempted: list[dict[str, Any]] = []
             leases = lease_log(db_url)
-            found = doubles(fleet, leases, user_ids, wall_start, preempted)
+            # The holder's margin (`read_margin`): service.request_timeout (60 s here) or
+            # a third of the lease, whichever is less.
+            found = doubles(
+                fleet,
+                leases,
+                user_ids,
+                wall_start,
+                margin_s=min(60.0, plan.lease_s / 3),
+                preempted=preempted,
+            )
             keep = os.environ.get(KEEP_ENV)
             if keep:
                 _keep(Path(keep), ws.path, entries, sink.events(), leases)

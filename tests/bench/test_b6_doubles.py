@@ -13,6 +13,7 @@ import pytest
 from bench.b6_soak import Fleet, Incarnation, doubles
 
 T0 = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
+MARGIN = 2.0  # a third of a 6 s lease: a holder sends no read later than this before its end
 
 
 def at(seconds: float) -> datetime:
@@ -70,12 +71,20 @@ CASES = [
         1,
     ),
     (
-        "taken over early by a clock 1.5 s ahead, read before the lease's end",
+        "taken over by a clock 2.6 s ahead, while the holder may still read (margin 2 s)",
         [1.0],
-        [5.2],
-        1.5,
-        [change("claim", 0, "A", until=6), change("take", 5.0, "B", "A", until=12, old_until=6)],
+        [3.6],
+        2.6,
+        [change("claim", 0, "A", until=6), change("take", 3.5, "B", "A", until=12, old_until=6)],
         1,
+    ),
+    (
+        "taken over by a clock a quarter lease ahead, within the holder's margin: no double",
+        [1.0, 3.9],
+        [4.7],
+        1.5,
+        [change("claim", 0, "A", until=6), change("take", 4.6, "B", "A", until=12, old_until=6)],
+        0,
     ),
     (
         "taken over after the lease's end: no double",
@@ -84,6 +93,19 @@ CASES = [
         1.5,
         [change("claim", 0, "A", until=6), change("take", 6.1, "B", "A", until=12, old_until=6)],
         0,
+    ),
+    (
+        "a late renewal shortened A's lease, B took it before the end A was given",
+        [1.0],
+        [7.2],
+        None,
+        [
+            change("claim", 0, "A", until=6),
+            change("take", 6.1, "A", "A", until=12, old_until=6),
+            change("renew", 6.5, "A", "A", until=5, old_until=12),
+            change("take", 7.0, "B", "A", until=13, old_until=5),
+        ],
+        1,
     ),
     (
         "users drop ended A's lease while its turn was out: no second instance read",
@@ -109,5 +131,5 @@ def test_a_double_is_a_read_outside_the_readers_own_lease(
     a_reads, b_reads, b_offset, log, expected = case
     a, b = incarnation(tmp_path, "A", a_reads), incarnation(tmp_path, "B", b_reads, b_offset)
     fleet = cast(Fleet, SimpleNamespace(all=[a, b]))
-    found = doubles(fleet, log, {"u1": 1}, T0.timestamp())
+    found = doubles(fleet, log, {"u1": 1}, T0.timestamp(), margin_s=MARGIN)
     assert len(found) == expected, found
