@@ -11,8 +11,9 @@ faults overlap):
 - 15 %: some users revoke their access, some are parked (cloud sync silent > 90 days);
 - 20 %: the service answers 503 to the next reads (twice `touched` of them), and
   `burst_s` later a 429 burst: other traffic spends the client's whole budget, so every read
-  is refused until the window ends (these 429s are the injected ones; the fleet must earn
-  none of its own);
+  is refused until the window ends, and again in the next windows until a read met a 429
+  (`BURST_WINDOWS` at most; these 429s are the injected ones; the fleet must earn none of
+  its own);
 - 25 %: an instance is killed with SIGKILL mid-pass and restarted a few seconds later;
 - 30 %: `users drop` and `users forget` run from the CLI (real processes) during passes;
 - 35 %: half the revoked users enroll again (`enroll url`, consent, `enroll finish`),
@@ -32,10 +33,15 @@ Then the fleet runs two leases past the last fault, the harness waits (bounded) 
 webhook outbox is empty, every instance gets SIGTERM, and the invariants are counted, each
 a figure with its target (`invariants` in the details says what was counted):
 
-- doubles: a (user, endpoint) answered 200 to two different incarnations less than half
-  a lease apart (`poll.read` lines of their logs). A take-over after a SIGKILL comes at
-  least a lease less one renewal after the dead instance's last read; the interval is
-  several leases: neither is counted;
+- doubles: reads (answered 200, `poll.read` lines of the instances' logs) of a user made
+  while another instance held its lease, or under a lease taken over before it ended (the
+  taker's clock ahead of the holder's by more than the holder's margin). Who held each
+  lease when is the database's own record: a trigger the harness adds to `user_leases` in
+  the soak's database logs every claim, take-over, renewal and release with the server's
+  time (`LEASE_LOG_DDL`). Reads of one user by two instances close in time are no double
+  when the first lease ended before the second began (a turn that failed transiently or
+  was stopped is written, its lease released, and its user read again at once): counting
+  pairs closer than half a lease, as B6 first did, counts those;
 - 429s earned by the fleet: answers 429 in the simulator's request log outside the
   injected burst (from the budget's spending to the end of its window, plus a second);
 - revoked users still holding a token (every revoked user not enrolled again);
@@ -66,6 +72,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -95,11 +102,13 @@ READ_PATH = "/api/v1/history/"
 # makes far fewer than that in this many seconds at any budget of the plans.
 COLLECT_S = 5.0
 STOP_TIMEOUT_S = 30.0
-# A directory: the instances' logs, the request log and the webhooks received are copied
-# there before the workspace is removed (to look into a figure).
+# A directory: the instances' logs, the request log, the webhooks received and the lease
+# log are copied there before the workspace is removed (to look into a figure).
 KEEP_ENV = "LTA_BENCH_B6_KEEP"
 CLI_TIMEOUT_S = 120.0
 STATE_EVENTS = tuple(t for t in EVENT_TYPES if t.startswith("user."))
+# The 429 burst spends the budget of this many windows at most, until the fleet met one.
+BURST_WINDOWS = 4
 
 
 @dataclass(frozen=True)
@@ -248,22 +257,109 @@ def _ts(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
 
 
-def doubles(fleet: Fleet, lease_s: float, started: float) -> list[dict[str, Any]]:
-    """Pairs of 200 reads of one (user, endpoint) by two incarnations < half a lease apart
-    (`at_s`: the second read, in seconds from `started`, a wall-clock time)."""
-    reads: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
+# The soak's database records every change of a lease (the server's clock): who held which
+# user's lease when, to count doubles from (see the module). Only in the soak's database.
+LEASE_LOG_DDL = (
+    "CREATE TABLE b6_lease_log (id bigserial PRIMARY KEY,"
+    " at timestamptz NOT NULL DEFAULT clock_timestamp(), op text NOT NULL, user_id integer,"
+    " owner text, expires_at timestamptz, old_owner text, old_expires_at timestamptz)",
+    "CREATE FUNCTION b6_lease_log() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    " IF TG_OP = 'INSERT' THEN INSERT INTO b6_lease_log (op, user_id, owner, expires_at)"
+    " VALUES ('claim', NEW.user_id, NEW.owner, NEW.expires_at);"
+    " ELSIF TG_OP = 'UPDATE' THEN INSERT INTO b6_lease_log"
+    " (op, user_id, owner, expires_at, old_owner, old_expires_at) VALUES"
+    " (CASE WHEN NEW.generation = OLD.generation THEN 'renew' ELSE 'take' END,"
+    " NEW.user_id, NEW.owner, NEW.expires_at, OLD.owner, OLD.expires_at);"
+    " ELSE INSERT INTO b6_lease_log (op, user_id, old_owner, old_expires_at)"
+    " VALUES ('end', OLD.user_id, OLD.owner, OLD.expires_at); END IF; RETURN NULL; END $$",
+    "CREATE TRIGGER b6_lease_log AFTER INSERT OR UPDATE OR DELETE ON user_leases"
+    " FOR EACH ROW EXECUTE FUNCTION b6_lease_log()",
+)
+
+
+def doubles(
+    fleet: Fleet,
+    lease_log: list[dict[str, Any]],
+    user_ids: dict[str, int],
+    started: float,
+    *,
+    margin_s: float,
+    preempted: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The reads (200) of a user made while another instance held its lease, or under a
+    lease taken over while its holder may still read (before the end it was given, by its
+    holder's clock, less `margin_s`: a holder sends no read later, `worker._lease_book`)
+    (`at_s`: the read's start, in seconds from `started`; `holder`: the lease's owner then,
+    None for no lease). Reads made after a drop command ended the reader's lease go to
+    `preempted` when given."""
+    offsets: dict[str, float] = {}  # instance id: its clock's offset (s)
+    reads: list[tuple[int, float, str, dict[str, Any], str]] = []
     for one in fleet.all:
+        started_as = [str(e["instance"]) for e in one.events("service.started")]
+        if not started_as:
+            continue  # exited while starting: it read nothing
+        instance = started_as[0]  # the owner of its leases
+        offsets[instance] = one.clock_offset_s or 0.0
         for event in one.events("poll.read"):
             if event.get("status") == 200:
-                reads[(event["user"], event["endpoint"])].append((_ts(event), one.log.name))
+                begun = _ts(event) - float(event.get("duration_ms") or 0) / 1000
+                reads.append((user_ids[event["user"]], begun, instance, event, one.log.name))
+    held: dict[int, list[tuple[float, str | None]]] = defaultdict(list)  # user: (from, owner)
+    early: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    granted: dict[int, float] = {}  # user: the latest end its lease was given (real time)
+    for row in lease_log:
+        at, user, owner = row["at"].timestamp(), row["user_id"], row["owner"]
+        held[user].append((at, owner))
+        # Taken over before the end its holder was given, by the holder's clock (a taker's
+        # clock ahead, or a late renewal that shortened the lease), while the holder may
+        # still have been reading (it stops `margin_s` before that end).
+        if (
+            row["op"] == "take"
+            and row["old_owner"] != owner
+            and at < granted.get(user, at) - margin_s
+        ):
+            early[(user, str(owner))].append((at, granted[user] - margin_s))
+        if row["op"] in {"claim", "take"}:
+            granted.pop(user, None)
+        if row["expires_at"] is not None:
+            end = row["expires_at"].timestamp() - offsets.get(str(owner), 0.0)
+            granted[user] = max(granted.get(user, end), end)
     found = []
-    for (user, endpoint), seen in reads.items():
-        seen.sort()
-        for (t1, who1), (t2, who2) in pairwise(seen):
-            if who1 != who2 and t2 - t1 < lease_s / 2:
-                found.append({"user": user, "endpoint": endpoint, "gap_s": round(t2 - t1, 3)})
-                found[-1].update(instances=[who1, who2], at_s=round(t2 - started, 1))
+    for user_id, begun, instance, event, name in reads:
+        changes = held.get(user_id, [])
+        before = bisect_right(changes, begun, key=lambda change: change[0])
+        holder = changes[before - 1][1] if before else None
+        taken_early = any(a <= begun < b for a, b in early.get((user_id, instance), []))
+        # No lease, or a drop command's: `users drop` ended the pass's lease while its turn
+        # was out (a lifecycle command wins; the turn's decision is discarded). No second
+        # instance read the user; such reads are listed apart (`preempted_reads`).
+        other = holder is not None and holder != instance and not holder.startswith("drop:")
+        if holder == instance and not taken_early:
+            continue
+        read = {"user": event["user"], "endpoint": event["endpoint"], "log": name}
+        read.update(holder=holder, taken_early=taken_early, at_s=round(begun - started, 3))
+        if other or taken_early:
+            found.append(read)
+        elif preempted is not None:
+            preempted.append(read)
     return found
+
+
+def lease_log(db_url: str) -> list[dict[str, Any]]:
+    """What `LEASE_LOG_DDL` recorded, oldest first."""
+    return _rows(db_url, "SELECT * FROM b6_lease_log ORDER BY at, id")
+
+
+def _execute(db_url: str, statements: Iterable[str]) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(text(statement))
+    finally:
+        engine.dispose()
 
 
 def request_log(base_url: str) -> list[dict[str, Any]]:
@@ -438,17 +534,27 @@ class Soak:
         self.book.injected.append((time.time(), time.time() + self.plan.burst_s, "503"))
 
     def too_many_requests(self) -> None:
-        """Other traffic spends what is left of the budget: a 429 burst to its window's end."""
+        """Other traffic spends what is left of the budget: a 429 burst to its window's end,
+        and again in the next windows until the fleet has met one (a few windows at most):
+        in one window of seconds the fleet may read nothing (its users read just before,
+        or backed off by the 503s, whose reads take precedence over the budget)."""
+        self.background(self._spend_until_refused)
+
+    def _spend_until_refused(self) -> None:
         from lta_worker.simulator import DEMO_CLIENT_ID
 
-        started = time.time()
-        budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
-        if budget["remaining"]:
-            self.control.call(
-                "POST", "/budget/consume", {"client": DEMO_CLIENT_ID, "count": budget["remaining"]}
-            )
-        budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
-        self.book.injected.append((started, float(budget["reset_at"]) + 1.0, "429"))
+        for _ in range(BURST_WINDOWS):
+            started = time.time()
+            budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
+            if budget["remaining"]:
+                spend = {"client": DEMO_CLIENT_ID, "count": budget["remaining"]}
+                self.control.call("POST", "/budget/consume", spend)
+            budget = self.control.call("GET", f"/budget/{DEMO_CLIENT_ID}")
+            ends = float(budget["reset_at"])
+            self.book.injected.append((started, ends + 1.0, "429"))
+            time.sleep(max(0.0, ends - time.time()))
+            if any(e["status"] == 429 for e in request_log(self.control.base_url)):
+                return
 
     def drop_and_forget(self) -> None:
         def drop(user: str) -> None:
@@ -893,6 +999,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             due = datetime.now(UTC) - timedelta(minutes=1)
             tokens = sim.tokens()
             bulk_store_tokens(settings, tokens, due_at=due)
+            _execute(db_url, LEASE_LOG_DDL)
             config = write_config(plan.interval_s)
             fleet = Fleet(ws, config)
             control = Control(sim.base_url)
@@ -913,11 +1020,23 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
             finally:
                 codes = fleet.stop_all()
             entries = collector.finish()
-            found = doubles(fleet, plan.lease_s, wall_start)
             final = _final_users(db_url)
+            user_ids = {user: row["id"] for user, row in final.items()}
+            preempted: list[dict[str, Any]] = []
+            leases = lease_log(db_url)
+            # The holder's margin (`read_margin`): service.request_timeout (60 s here) or
+            # a third of the lease, whichever is less.
+            found = doubles(
+                fleet,
+                leases,
+                user_ids,
+                wall_start,
+                margin_s=min(60.0, plan.lease_s / 3),
+                preempted=preempted,
+            )
             keep = os.environ.get(KEEP_ENV)
             if keep:
-                _keep(Path(keep), ws.path, entries, sink.events())
+                _keep(Path(keep), ws.path, entries, sink.events(), leases)
             reads = [e for e in entries if e["path"].startswith(READ_PATH)]
             lifecycle = check_lifecycle(run.book, final, control, db_url, reads)
             webhooks = check_webhooks(run.book, final, sink.events(), db_url)
@@ -976,6 +1095,7 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
         "reads": len(reads),
         "statuses": dict(sorted(_count(str(e["status"]) for e in reads).items())),
         "doubles": found[:50],
+        "preempted_reads": preempted[:20],
         "unexpected_exits": exits,
         "stop_codes": codes,
         "incarnations": len(fleet.all),
@@ -994,7 +1114,11 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
 
 
 def _keep(
-    to: Path, workspace: Path, entries: list[dict[str, Any]], received: list[dict[str, Any]]
+    to: Path,
+    workspace: Path,
+    entries: list[dict[str, Any]],
+    received: list[dict[str, Any]],
+    leases: list[dict[str, Any]],
 ) -> None:
     import shutil
 
@@ -1003,6 +1127,7 @@ def _keep(
         shutil.copy(path, to / path.name)
     (to / "requests.json").write_text(json.dumps(entries))
     (to / "webhooks.json").write_text(json.dumps(received))
+    (to / "lease_log.json").write_text(json.dumps(leases, default=str))
 
 
 def _holds(value: float, target: str) -> bool:

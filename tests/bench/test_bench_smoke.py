@@ -190,13 +190,8 @@ def test_the_soak_holds_every_invariant(smoke: dict[str, Any]) -> None:
     details = smoke["benchmarks"]["B6"]["details"]
     broken = {name: f for name, f in details["invariants"].items() if not f["held"]}
     assert len(details["faults"]) == 16
-    # Known open defect (issue 28): one short soak in four counted doubles (12 on 73ce7dc in
-    # a clean clone's CI run), cause not found yet. Shown as an expected failure with its
-    # figures, never as a pass; every other invariant must hold.
-    doubles = broken.pop(DOUBLES, None)
+    assert details["invariants"][DOUBLES]["value"] == 0, details["doubles"][:5]
     assert not broken, (broken, details["faults"], details["warnings_and_errors"])
-    if doubles is not None:
-        pytest.xfail(f"issue 28, open: doubles {doubles} {details['doubles'][:5]}")
 
 
 def test_a_smoke_run_judges_no_target(smoke: dict[str, Any]) -> None:

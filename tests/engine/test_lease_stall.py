@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+from collections import defaultdict
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 from lta_worker.storage import Store
@@ -23,6 +25,9 @@ USERS = 20
 LEASE_S = 10
 MARGIN_S = 2  # service.request_timeout: a read sent must end within the lease
 STALL_S = 15
+# Twenty reads a minute: a turn that passed its lease check before the stall can still
+# be waiting for its permit when the pass claims its user again after the stall.
+BUDGET = 20
 
 
 @pytest.fixture
@@ -86,3 +91,67 @@ async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
     assert len(lapsed) == 1  # once per pass, with the turns given up
     assert lapsed[0]["level"] == "warning"
     assert lapsed[0]["users"] >= USERS - len(read_users)
+
+
+def stall_the_database(monkeypatch: pytest.MonkeyPatch, h: Harness, seconds: float) -> None:
+    """From the first lease renewal on, every store call (renewals, claims, the writer's
+    commits) waits until `seconds` after it: a database that holds the bytes, as B6's."""
+    until: list[datetime] = []
+
+    def stalled(name: str) -> None:
+        original: Callable[..., Any] = getattr(Store, name)
+
+        def call(self: Store, *args: Any, **kwargs: Any) -> Any:
+            now = anyio.from_thread.run_sync(h.clock.now)  # store calls run on a thread
+            if name == "renew_leases" and not until:
+                until.append(now + timedelta(seconds=seconds))
+            if until and now < until[0]:
+                stall((until[0] - now).total_seconds())
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Store, name, call)
+
+    for name in ("renew_leases", "claim_due", "apply"):
+        stalled(name)
+
+
+def record_claims(monkeypatch: pytest.MonkeyPatch, h: Harness) -> dict[str, list[datetime]]:
+    """When each user was claimed (virtual time at the claim's return)."""
+    claims: dict[str, list[datetime]] = defaultdict(list)
+    original: Callable[..., Any] = Store.claim_due
+
+    def claim(self: Store, *args: Any, **kwargs: Any) -> Any:
+        rows = original(self, *args, **kwargs)
+        now = anyio.from_thread.run_sync(h.clock.now)
+        for row in rows:
+            claims[row.user].append(now)
+        return rows
+
+    monkeypatch.setattr(Store, "claim_due", claim)
+    return claims
+
+
+@pytest.mark.timeout(60)
+async def test_a_turn_reads_nothing_under_its_users_next_claim(
+    virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database stalls longer than a lease while turns wait for permits; after it, the
+    pass claims those users again (their leases lapsed, its own): a user's reads after its
+    last claim are that claim's one turn, latest-change then stats, never the older turn's
+    too (issue 28: two turns of one user within one lease, the user left half read)."""
+    h = virtual_harness
+    h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=1, concurrency=4)
+    h.configure("service", request_timeout=f"{MARGIN_S}s")
+    h.sim.configure(budget=BUDGET, window=60)  # turns wait long for permits
+    async with autojump():
+        for n in range(USERS):
+            await h.enroll(f"user-{n:02d}")
+        h.sim.clear_requests()
+        claims = record_claims(monkeypatch, h)
+        stall_the_database(monkeypatch, h, STALL_S)
+        await h.run_pass()
+    again = [user for user, times in claims.items() if len(times) > 1]
+    assert again  # the mechanism happened: users claimed again after their lease lapsed
+    for user in again:
+        after = [e.path.rsplit("/", 1)[1] for e in h.reads(user) if e.at >= claims[user][-1]]
+        assert after in (["latest-change", "stats"], ["latest-change"], []), (user, after)

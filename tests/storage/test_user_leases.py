@@ -203,3 +203,16 @@ def test_upgrade_from_0008_keeps_the_leases_without_a_foreign_key(
         assert store.get_user("a") == claimed
         command.downgrade(alembic_config(store.database), "0008")
         assert state() == ([("i1", claimed.generation)], [["id"]])
+
+
+def test_a_late_renewal_never_shortens_a_lease_claimed_after_it(store: Store, vault: Vault) -> None:
+    """A renewal computed before a stall lands after its owner claimed the user again (a
+    later expiry): the lease keeps the later expiry, and no other instance takes it over
+    before then (issue 28: the holder read on, another instance claimed and read too)."""
+    enroll(store, vault, "a", due=T0 - MINUTE)
+    assert [u.user for u in _claim(store, "i1")] == ["a"]  # lease to T0 + LEASE
+    late = LEASE + MINUTE  # the lease lapsed; i1 claims the user again, to late + LEASE
+    assert [u.user for u in _claim(store, "i1", late)] == ["a"]
+    assert store.renew_leases("i1", T0 + 2 * MINUTE + LEASE) == 0  # computed before the stall
+    assert _claim(store, "i2", late + LEASE - MINUTE) == []
+    assert [u.user for u in _claim(store, "i2", late + LEASE + MINUTE)] == ["a"]

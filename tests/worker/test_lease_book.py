@@ -12,6 +12,9 @@ from lta_worker.worker._lease_book import LeaseBook, read_margin
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=10)
 MARGIN = timedelta(seconds=2)
+# A lease of the book: (user id, generation). ONE is the user's first claim, AGAIN its next.
+ONE = (1, 1)
+AGAIN = (1, 2)
 
 
 def at(seconds: float) -> datetime:
@@ -49,34 +52,34 @@ def test_a_read_is_sent_only_while_the_lease_is_certainly_held(
     """A read may be sent only while `now + margin` is before the last bound known held."""
     book = LeaseBook()
     if not claim_late:
-        book.claimed([1], at(0) + LEASE)
+        book.claimed([ONE], at(0) + LEASE)
     if renew_start is not None:
         renewal = book.renewing(at(renew_start) + LEASE)
         if claim_late:
-            book.claimed([1], at(0) + LEASE)  # its claim computed the expiry at 0
+            book.claimed([ONE], at(0) + LEASE)  # its claim computed the expiry at 0
         if renew_end is not None:
             book.renewed(renewal, at(renew_end))
-    assert book.may_read(1, at(read_at), MARGIN) is may
+    assert book.may_read(ONE, at(read_at), MARGIN) is may
 
 
 def test_a_renewal_never_lowers_a_later_claim() -> None:
     """A user claimed again (a later expiry) keeps it when an older renewal returns."""
     book = LeaseBook()
-    book.claimed([1], at(0) + LEASE)
+    book.claimed([ONE], at(0) + LEASE)
     renewal = book.renewing(at(1) + LEASE)
-    book.claimed([1], at(5) + LEASE)
+    book.claimed([ONE], at(5) + LEASE)
     book.renewed(renewal, at(6))
-    assert book.may_read(1, at(12.9), MARGIN)
+    assert book.may_read(ONE, at(12.9), MARGIN)
 
 
 def test_users_not_claimed_or_forgotten_are_never_read() -> None:
     """No claim known, or the turn done: no read."""
     book = LeaseBook()
-    assert not book.may_read(1, at(0), MARGIN)
-    book.claimed([1, 2], at(0) + LEASE)
-    book.forget(1)
-    assert not book.may_read(1, at(1), MARGIN)
-    assert book.may_read(2, at(1), MARGIN)
+    assert not book.may_read(ONE, at(0), MARGIN)
+    book.claimed([ONE, (2, 1)], at(0) + LEASE)
+    book.forget(ONE)
+    assert not book.may_read(ONE, at(1), MARGIN)
+    assert book.may_read((2, 1), at(1), MARGIN)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +92,15 @@ def test_the_margin_is_the_request_timeout_at_most_a_renewal_period(
     """The margin is `service.request_timeout`, but never more than a renewal period."""
     margin = read_margin(timedelta(seconds=lease_s), timedelta(seconds=timeout_s))
     assert margin == timedelta(seconds=margin_s)
+
+
+def test_a_turn_of_a_lapsed_claim_never_reads_under_the_next_claim() -> None:
+    """The pass claims a user again after its lease lapsed: the old turn may not read under
+    the new claim, and the old turn's end leaves the new one's lease alone (issue 28)."""
+    book = LeaseBook()
+    book.claimed([ONE], at(0) + LEASE)
+    book.claimed([AGAIN], at(15) + LEASE)  # after a stall: ONE lapsed at 10
+    assert not book.may_read(ONE, at(16), MARGIN)
+    assert book.may_read(AGAIN, at(16), MARGIN)
+    book.forget(ONE)  # the old turn given up, its decision discarded
+    assert book.may_read(AGAIN, at(16), MARGIN)

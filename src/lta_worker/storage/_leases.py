@@ -208,7 +208,13 @@ def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
 
 
 def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
-    """Extend every lease `owner` holds to `lease_until`; return how many.
+    """Extend every lease `owner` holds to `lease_until`, never shortening one; return
+    how many were extended.
+
+    Never shortening: a renewal computed before a stalled database lands after it, with
+    an expiry older than that of a lease its owner claimed (again) meanwhile; written as
+    it is, it would end that lease early in the database while its holder still reads
+    under it, and another instance could take it over (issue 28).
 
     On PostgreSQL leases locked by another transaction are skipped: that is this owner's
     writer applying (and so releasing) them, or another instance taking over an expired
@@ -217,9 +223,12 @@ def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
     held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
     if db.dialect == "postgresql":
         held = held.with_for_update(skip_locked=True)
+    until = bindparam("b_until", lease_until, type_=UtcDateTime())
     with db.write(durable=False) as conn:
         result = conn.execute(
-            update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
+            update(LEASES)
+            .where(LEASES.c.user_id.in_(held), LEASES.c.expires_at < until)
+            .values(expires_at=until)
         )
     return result.rowcount
 

@@ -48,7 +48,7 @@ from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
 from lta_worker.runtime import Clock
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook, read_margin, renewal_period
+from lta_worker.worker._lease_book import LeaseBook, lease_of, read_margin, renewal_period
 from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
 from lta_worker.worker._ports import PassStore, Reader, TokenVault
 from lta_worker.worker._stop import Interrupted, PassStop
@@ -208,7 +208,7 @@ class PassEngine:
                         lease_until=lease_until,
                     )
                 )
-                self._leases.claimed((user.id for user in batch), lease_until)
+                self._leases.claimed((lease_of(user) for user in batch), lease_until)
                 if not batch:
                     return
                 for user in batch:
@@ -235,16 +235,16 @@ class PassEngine:
             async for user in users:
                 if self.stop.requested.is_set():
                     continue  # claimed but not started: its lease is released at the end
-                self.writer.claimed[user.id] = user
+                self.writer.claimed[lease_of(user)] = user
                 try:
                     update = await self.turns.turn(user)
                 except Interrupted:
-                    self._leases.forget(user.id)
+                    self._leases.forget(lease_of(user))
                     continue  # stopped while waiting for a permit: the user stays due
                 if update is not None:
                     await self._route(user, update, updates)
                 else:  # its token went meanwhile: nothing to write
-                    self.writer.claimed.pop(user.id, None)
+                    self.writer.claimed.pop(lease_of(user), None)
                 self.turns.saw_404.discard(user.id)  # routed: a pass keeps nothing per user read
                 self.result.users += 1
                 if self.on_progress is not None:

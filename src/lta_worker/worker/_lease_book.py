@@ -12,6 +12,14 @@ ends within the lease: no other instance can claim the user and read it too.
 The margin is `service.request_timeout`, the longest a read takes, but at most a
 renewal period: a lease shorter than the timeout (against the advice of docs/config.md)
 still leaves a healthy pass room to read, each read bounded by the renewal that follows it.
+
+The book is kept per lease, `(user id, generation)`, not per user: a pass may claim a user
+again whose lease lapsed while one of its own turns still waits for a permit (a database
+stalled longer than a lease: the claim after it takes the expired lease over, the pass's
+own). The new claim is the new turn's; the old turn's lease stays lapsed, so that turn
+reads nothing more. Kept per user, the new claim's bound let the old turn read on under
+the new lease (two turns of one user in one lease), and the old turn's end (`forget`)
+dropped the new turn's bound, leaving it half read and due for another instance at once.
 """
 
 from __future__ import annotations
@@ -19,11 +27,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, TypeAlias
+
+from lta_worker.domain import UserRow
 
 # The pass renews its leases this many times per lease: a renewal that fails or stalls
 # once still leaves two thirds of the lease to notice.
 RENEWALS_PER_LEASE: Final = 3
+
+# A lease of one claim: the user's id and the generation the claim gave it (its fencing
+# token, `storage._leases`).
+Lease: TypeAlias = tuple[int, int | None]
+
+
+def lease_of(user: UserRow) -> Lease:
+    """The lease a claimed row was returned with."""
+    return (user.id, user.generation)
 
 
 def renewal_period(lease: timedelta) -> timedelta:
@@ -41,39 +60,39 @@ class Renewal:
     """A renewal in flight: the users it covers (claimed before it started) and the expiry
     it writes."""
 
-    users: frozenset[int]
+    leases: frozenset[Lease]
     lease_until: datetime
 
 
 class LeaseBook:
-    """Per claimed user, the time until which its lease is certainly held."""
+    """Per lease claimed, the time until which it is certainly held."""
 
     __slots__ = ("_until",)
 
     def __init__(self) -> None:
-        self._until: dict[int, datetime] = {}
+        self._until: dict[Lease, datetime] = {}
 
-    def claimed(self, users: Iterable[int], lease_until: datetime) -> None:
-        """Users a claim returned, with the expiry computed before the claim call."""
-        for user in users:
-            self._until[user] = lease_until
+    def claimed(self, leases: Iterable[Lease], lease_until: datetime) -> None:
+        """The leases a claim returned, with the expiry computed before the claim call."""
+        for lease in leases:
+            self._until[lease] = lease_until
 
     def renewing(self, lease_until: datetime) -> Renewal:
-        """A renewal about to be sent, writing `lease_until`: it covers the users held now."""
+        """A renewal about to be sent, writing `lease_until`: it covers the leases held now."""
         return Renewal(frozenset(self._until), lease_until)
 
     def renewed(self, renewal: Renewal, now: datetime) -> None:
-        """`renewal` returned successfully at `now`: raise the users it reached in time."""
-        for user in renewal.users:
-            until = self._until.get(user)
+        """`renewal` returned successfully at `now`: raise the leases it reached in time."""
+        for lease in renewal.leases:
+            until = self._until.get(lease)
             if until is not None and now < until < renewal.lease_until:
-                self._until[user] = renewal.lease_until
+                self._until[lease] = renewal.lease_until
 
-    def forget(self, user: int) -> None:
-        """The user's turn is written or given up: the pass no longer reads it."""
-        self._until.pop(user, None)
+    def forget(self, lease: Lease) -> None:
+        """The lease's turn is written or given up: the pass reads under it no more."""
+        self._until.pop(lease, None)
 
-    def may_read(self, user: int, now: datetime, margin: timedelta) -> bool:
-        """Whether a read sent now ends (within `margin`) before the user's lease may lapse."""
-        until = self._until.get(user)
+    def may_read(self, lease: Lease, now: datetime, margin: timedelta) -> bool:
+        """Whether a read sent now ends (within `margin`) before `lease` may lapse."""
+        until = self._until.get(lease)
         return until is not None and now + margin < until

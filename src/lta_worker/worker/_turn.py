@@ -33,7 +33,7 @@ from lta_worker.runtime import Clock
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook
+from lta_worker.worker._lease_book import LeaseBook, lease_of
 from lta_worker.worker._pass import PassOptions, PassResult, ReadObserver
 from lta_worker.worker._ports import Reader, TokenVault
 from lta_worker.worker._stop import Interrupted, LeaseLapsed, PassStop
@@ -160,7 +160,7 @@ class Turns:
 
     def _check_lease(self, user: UserRow) -> None:
         """Raise `LeaseLapsed` unless a read sent now ends while `user`'s lease is held."""
-        if not self.leases.may_read(user.id, self.clock.now(), self.read_margin):
+        if not self.leases.may_read(lease_of(user), self.clock.now(), self.read_margin):
             self.lapsed += 1
             raise LeaseLapsed
 

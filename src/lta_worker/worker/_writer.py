@@ -19,7 +19,7 @@ from anyio.abc import ObjectReceiveStream
 from lta_worker.domain import UserRow, UserUpdate
 from lta_worker.runtime import Clock
 from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook
+from lta_worker.worker._lease_book import Lease, LeaseBook
 from lta_worker.worker._ports import PassStore
 
 # The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions. A commit
@@ -40,9 +40,10 @@ class DecisionWriter:
         self.clock = clock
         self.leases = leases
         self.pending: list[UserUpdate] = []
-        # The rows of the users whose turn is not written yet: the name for
-        # `poll.discarded`, the state before for the events of a decision written.
-        self.claimed: dict[int, UserRow] = {}
+        # The rows of the turns not written yet, per lease (a user claimed again in one
+        # pass has two): the name for `poll.discarded`, the state before for the events
+        # of a decision written.
+        self.claimed: dict[Lease, UserRow] = {}
 
     async def run(self, updates: ObjectReceiveStream[UserUpdate]) -> None:
         """Commit what comes, batch by batch, until the readers are done."""
@@ -75,8 +76,9 @@ class DecisionWriter:
             await anyio.to_thread.run_sync(apply)
         not_written = {id(update): reason for update, reason in discarded}
         for update in batch:  # a pass over a million users keeps only the unwritten rows
-            user = self.claimed.pop(update.user_id, None)
-            self.leases.forget(update.user_id)
+            lease = (update.user_id, update.generation)
+            user = self.claimed.pop(lease, None)
+            self.leases.forget(lease)
             reason = not_written.get(id(update))
             if reason is not None:
                 # `changed`: a lifecycle command (enrollment, drop, forget) or another
