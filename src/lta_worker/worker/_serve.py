@@ -7,7 +7,9 @@ sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the e
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
 configuration and the key file; a broken new one leaves the old one in force, and so does
-a key file without a key id that stored tokens use. With
+a key file without a key id that stored tokens use. A SIGHUP sent while `serve` starts
+waits (`lta_worker.__main__` holds it from the first line) and reloads once the service
+has started. With
 `enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
 from before READY until the passes have drained.
 
@@ -104,6 +106,9 @@ class Service:
             "webhooks": self._scheduled("webhooks", jobs.deliver_webhooks),
         }
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            # Held since the process's first line (`lta_worker.__main__`): a reload asked for
+            # during start-up must not end it. With the handler in place, a pending one comes.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
             scheduler = start_scheduler(jobs_by_id, self._intervals(), self.worker.clock.now())
             self.notifier.ready("started; first pass running")
             log.info(
