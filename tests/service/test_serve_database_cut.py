@@ -3,7 +3,6 @@ SIGHUP does while every database connection is cut."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 
@@ -12,7 +11,7 @@ from bench.faultproxy import FaultProxy
 from sqlalchemy import make_url
 
 from lta_worker.storage import Store
-from support.pg import PG_ENV, PG_SKIP, PgDatabases
+from support.pg import PG_SKIP, PgDatabases
 
 from .helpers import NotifySocket, World, stop
 
@@ -22,18 +21,14 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def cut_world(world: World, pg_databases: PgDatabases | None) -> Iterator[tuple[World, FaultProxy]]:
     """The world's config on a fresh PostgreSQL database reached through a fault proxy."""
-    if pg_databases is None or not os.environ.get(PG_ENV):
+    if pg_databases is None:
         pytest.skip(PG_SKIP)
     direct = make_url(pg_databases.create())
     with Store.open(direct.render_as_string(hide_password=False)) as store:
         store.upgrade()
     with FaultProxy((direct.host or "127.0.0.1", direct.port or 5432)) as proxy:
         proxied = direct.set(host="127.0.0.1", port=proxy.port)
-        sqlite = f"sqlite:///{world.database}"
-        url = proxied.render_as_string(hide_password=False)
-        world.write_config = lambda text=None: World.write_config(  # type: ignore[method-assign]
-            world, (world.config_text() if text is None else text).replace(sqlite, url)
-        )
+        world.database_url = proxied.render_as_string(hide_password=False)
         world.write_config()
         yield world, proxy
 
