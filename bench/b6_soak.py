@@ -200,8 +200,9 @@ class Fleet:
         """SIGHUP to every running instance once it has started; their logs' names."""
         names = []
         for one in self.running():
-            # As systemd does (Type=notify: no reload before READY=1): a process still
-            # starting has no SIGHUP handler yet, and the signal's default action ends it.
+            # As systemd does (Type=notify: no reload before READY=1). `serve` holds a
+            # SIGHUP sent while it starts and reloads once started, but not in the
+            # interpreter's own first milliseconds, before any of its code runs.
             deadline = time.monotonic() + 2 * STOP_TIMEOUT_S
             while not one.events("service.started") and time.monotonic() < deadline:
                 time.sleep(0.2)

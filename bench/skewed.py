@@ -26,7 +26,7 @@ def main(argv: list[str]) -> None:
     SystemClock.now = stepped  # type: ignore[method-assign]
     sys.argv = ["lta-worker", *argv[1:]]
 
-    from lta_worker.cli import main as cli
+    from lta_worker.__main__ import main as cli
 
     cli()
 

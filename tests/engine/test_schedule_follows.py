@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.domain import UserUpdate
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker import Worker
 
-from .conftest import Harness
+from .conftest import Harness, WorkerClock
+
+if TYPE_CHECKING:
+    from lta_worker.worker import PassEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -75,3 +81,40 @@ async def test_a_backoff_is_capped_by_the_interval_in_force(harness: Harness) ->
     harness.configure("poll", interval="20m")
     harness.advance(21 * MINUTE)
     assert (await harness.run_pass()).reads == 2
+
+
+async def test_a_reload_re_plans_what_a_pass_scheduled_under_the_old_interval(
+    harness: Harness,
+) -> None:
+    """One instance's pass runs under 1h while another applies 30m, then this one reloads
+    to 30m mid-pass: every user ends due 30m after its read, those read before the reload
+    (re-planned at its next pass) and those read after it (the pass takes the new policy)."""
+    users = ["a", "b", "c", "d"]
+    for user in users:
+        await harness.enroll(user)
+    harness.configure("poll", concurrency=1, batch_size=1)  # one turn after the other
+    async with Worker(
+        harness.settings(),
+        transport=SimulatorTransport(harness.sim),
+        clock=WorkerClock(harness.clock),
+    ) as worker:
+        harness.configure("poll", interval="30m")
+        done: list[int] = []
+
+        def meanwhile(engine: PassEngine) -> None:
+            done.append(engine.result.users)
+            if len(done) == 1:  # another instance, already reloaded, applies 30m
+                with harness.store() as other:
+                    other.follow_schedule(30 * MINUTE, timedelta(hours=24), harness.clock.now())
+            if len(done) == 3:  # this one is reloaded now, its pass still running
+                worker.reload(harness.settings())
+
+        result = await worker.run_pass(on_progress=meanwhile)
+        assert result.reads == 2 * len(users)
+        last = harness.user("d")  # read after the reload, by the same pass
+        assert last.next_due_at - last.last_polled_at == 30 * MINUTE
+        harness.advance(MINUTE)
+        assert (await worker.run_pass()).reads == 0
+    for user in users:
+        row = harness.user(user)
+        assert row.next_due_at - row.last_polled_at == 30 * MINUTE, user

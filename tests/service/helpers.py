@@ -58,6 +58,7 @@ class World:
     poll: dict[str, str] = field(default_factory=dict)
     serve: dict[str, str] = field(default_factory=dict)
     extra: str = ""
+    database_url: str | None = None  # else the SQLite file `database`
 
     def __post_init__(self) -> None:
         self.secret_file = write_private(self.tmp / "client-secret", DEMO_CLIENT_SECRET + "\n")
@@ -89,7 +90,7 @@ secret_file = "{self.secret_file}"
 redirect_uri = "{REDIRECT}"
 
 [database]
-url = "sqlite:///{self.database}"
+url = "{self.database_url or f"sqlite:///{self.database}"}"
 
 [crypto]
 key_file = "{self.key_file}"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -159,6 +161,56 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
     assert reloaded[0]["level"] == "info"
     assert reloaded[1]["level"] == "error"
     assert "bogus" in reloaded[1]["error"]
+
+
+def _sighup_held(pid: int) -> bool:
+    """Whether the process holds SIGHUP alone (Linux: /proc/PID/status, SigBlk); not the
+    moment glibc blocks every signal while it creates a thread."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    mask = int(next(line.split()[1] for line in status.splitlines() if "SigBlk:" in line), 16)
+    return bool(mask & 1 << (signal.SIGHUP - 1)) and not mask & 1 << (signal.SIGTERM - 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_sighup_all_through_start_up_neither_ends_serve_nor_is_lost(
+    world: World, notify: NotifySocket
+) -> None:
+    """SIGHUP every few milliseconds from serve's first line of Python until it is READY:
+    it starts, serves, and the config rewritten meanwhile is in force (tick 1h -> 0.5 s)."""
+    world.enroll(["alice"])
+    world.poll = {"tick": "1h"}
+    world.write_config()
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    started = threading.Event()
+
+    def hang_up_until_started() -> None:
+        while not started.is_set() and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.005)
+
+    try:
+        deadline = time.monotonic() + 20
+        while not _sighup_held(proc.pid):  # its first act, once the interpreter runs
+            assert proc.poll() is None, f"serve ended with {proc.returncode} before its CLI ran"
+            assert time.monotonic() < deadline, "serve never held SIGHUP"
+        world.poll = {"tick": "0.5s"}
+        world.write_config()
+        spammer = threading.Thread(target=hang_up_until_started)
+        spammer.start()
+        try:
+            notify.wait_for(lambda m: m.get("STATUS", "").startswith("started"))
+        finally:
+            started.set()
+            spammer.join()
+        assert proc.poll() is None, f"serve ended with {proc.returncode} on a SIGHUP"
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 2:"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop(proc)
+    events = world.log_events()
+    assert any(e["event"] == "service.reloaded" and e["ok"] for e in events)
+    assert not any(e["event"] == "service.reloaded" and not e["ok"] for e in events)
 
 
 def test_serve_without_notify_socket_runs_and_stops(world: World) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 
 import click
@@ -48,6 +49,10 @@ __all__ = [
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, debug: bool) -> None:
     """lta-worker: read enrolled users' latest change and statistics with long term tokens."""
+    if ctx.invoked_subcommand != "serve":
+        # Held from the process's first line (`lta_worker.__main__`) for `serve`'s sake:
+        # for any other command, a pending one acts now, and a hang-up ends it as before.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     app = ctx.ensure_object(_app.App)
     app.config_path = config_path
     app.debug = app.debug or debug

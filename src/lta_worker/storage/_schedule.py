@@ -55,7 +55,12 @@ def _insert_once(db: Database, values: dict[str, Any]) -> Executable:
 
 
 def follow_schedule(
-    db: Database, interval: timedelta, parked_interval: timedelta, now: datetime
+    db: Database,
+    interval: timedelta,
+    parked_interval: timedelta,
+    now: datetime,
+    *,
+    force: bool = False,
 ) -> dict[str, int] | None:
     """Recompute due times by class when the intervals differ from those last applied.
 
@@ -63,7 +68,9 @@ def follow_schedule(
     other writers (a lifecycle command, another instance) never wait for the whole table;
     the intervals are recorded last. Every step is idempotent: a run stopped half-way
     recomputes everything at the next start. Returns None when nothing changed, else the
-    number of users rescheduled per class.
+    number of users rescheduled per class. With `force`, the due times are recomputed even
+    when the intervals are those last applied: after a reload, this instance may have
+    written due times under its old intervals since another instance applied the new ones.
     """
     wanted = (interval.total_seconds(), parked_interval.total_seconds())
     with db.read() as conn:
@@ -73,7 +80,7 @@ def follow_schedule(
             )
         ).first()
         last_id = conn.execute(select(func.max(User.id))).scalar_one_or_none() or 0
-    if applied is not None and tuple(applied) == wanted:
+    if not force and applied is not None and tuple(applied) == wanted:
         return None
     # Also when nothing was recorded yet (a database from before 0003): with unchanged
     # intervals it rewrites the same due times.

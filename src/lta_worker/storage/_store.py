@@ -252,13 +252,14 @@ class Store:
         return users.delete_token(self._db, user, state, now)
 
     def follow_schedule(
-        self, interval: timedelta, parked_interval: timedelta, now: datetime
+        self, interval: timedelta, parked_interval: timedelta, now: datetime, *, force: bool = False
     ) -> dict[str, int] | None:
-        """Reschedule users by class when the intervals changed (see `schedule`).
+        """Reschedule users by class when the intervals changed, or always with `force`
+        (see `schedule`).
 
         Returns None when the intervals are those last applied, else users moved per class.
         """
-        return schedule.follow_schedule(self._db, interval, parked_interval, now)
+        return schedule.follow_schedule(self._db, interval, parked_interval, now, force=force)
 
     # -- two-phase drop ---------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -42,7 +43,14 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from lta_worker.domain import EXIT_CODES, Breaker, StopReason, UserRow, UserUpdate
+from lta_worker.domain import (
+    EXIT_CODES,
+    Breaker,
+    PolicyConfig,
+    StopReason,
+    UserRow,
+    UserUpdate,
+)
 from lta_worker.errors import EX_OK
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
@@ -103,6 +111,13 @@ class PassEngine:
             read_margin=read_margin(options.lease_duration, options.request_timeout),
             on_read=on_read,
         )
+
+    def follow(self, policy: PolicyConfig) -> None:
+        """Decide the turns from now on under `policy` (a reload's: SIGHUP), keeping the
+        pass's freshness plan; a pass may last as long as users stay due, and the users it
+        reads must be due at the interval in force, not the one it started under."""
+        self.options = replace(self.options, policy=replace(policy, plan=self.options.policy.plan))
+        self.turns.options = self.options
 
     def request_stop(self, reason: StopReason, grace: float) -> None:
         """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.

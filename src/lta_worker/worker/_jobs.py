@@ -90,10 +90,21 @@ async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
 async def follow_schedule(rt: Worker) -> dict[str, int] | None:
     """Before each pass: reschedule the users when `poll.interval` or `parked_interval` changed.
 
-    By class of user, so a new interval applies at the next `run` or after a reload.
+    By class of user, so a new interval applies at the next `run` or after a reload; after
+    a reload that changed them (`Worker.replan`), whatever the database says was applied.
     """
     poll = rt.settings.poll
-    moved = await _db(rt.store.follow_schedule, poll.interval, poll.parked_interval, rt.clock.now())
+    force, rt.replan = rt.replan, False
+    try:
+        moved = await _db(
+            partial(rt.store.follow_schedule, force=force),
+            poll.interval,
+            poll.parked_interval,
+            rt.clock.now(),
+        )
+    except BaseException:
+        rt.replan = rt.replan or force  # the next pass tries again
+        raise
     if moved is not None:
         log.info(
             "schedule.followed",

@@ -68,10 +68,12 @@ async def _engine(
     rt: Worker, max_duration: timedelta | None, on_progress: ProgressFn | None
 ) -> PassEngine:
     """The engine of one pass, over the runtime's collaborators and the freshness plan."""
-    options = pass_options(rt.settings, rt.instance, max_duration)
     plan = await anyio.to_thread.run_sync(
-        rt.plans.get, rt.store, rt.settings, options.policy, rt.clock.now()
+        rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now()
     )
+    # After the wait: a reload meanwhile is in force from the first turn (none can come
+    # between here and `rt.current`, where a later one reaches the engine).
+    options = pass_options(rt.settings, rt.instance, max_duration)
     options = replace(options, policy=replace(options.policy, plan=plan))
     if rt.metrics is not None:
         rt.metrics.on_plan(plan)

@@ -80,6 +80,8 @@ class Worker:
         self.stop_grace: float | None = None  # set by `request_stop`
         self.plans = PlanCache()  # the freshness plan, renewed every few minutes
         self.key_file_problem: str | None = None  # `watch_key_file`'s last finding
+        # A reload changed the intervals: the next pass re-plans every user (`follow_schedule`).
+        self.replan = False
 
     @property
     def settings(self) -> Settings:
@@ -177,8 +179,19 @@ class Worker:
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
         """Re-read the key file and the client secret and take the new settings (SIGHUP,
         `Runtime.reload`): a key file that lacks one of `key_ids_in_use` leaves the worker
-        as it was, and the next pass would otherwise stop at the first such token."""
+        as it was, and the next pass would otherwise stop at the first such token.
+
+        The pass in progress decides its next turns under the new policy (it may last as
+        long as users stay due); when the intervals changed, the next pass re-plans every
+        user, also those this pass scheduled under the old ones after another instance had
+        applied the new ones (`follow_schedule`)."""
+        before = self.settings.poll
         self.runtime.reload(settings, key_ids_in_use=key_ids_in_use)
+        poll = self.settings.poll
+        if self.current is not None:
+            self.current.follow(poll.policy())
+        if (poll.interval, poll.parked_interval) != (before.interval, before.parked_interval):
+            self.replan = True
 
     def watch_key_file(self) -> str | None:
         """Read the key file again and compare it with the keys in force: what is wrong

@@ -7,7 +7,12 @@ sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the e
 (so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
 in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
 configuration and the key file; a broken new one leaves the old one in force, and so does
-a key file without a key id that stored tokens use. With
+a key file without a key id that stored tokens use. A reload checks the key ids stored
+tokens use in the database: when the database is away (cut, stalled), the reload is
+tried again (`RELOAD_RETRY`, doubling up to `RELOAD_RETRY_MAX`, each failure logged) until
+it completes or another SIGHUP comes, never lost. A SIGHUP sent while `serve` starts
+waits (`lta_worker.__main__` holds it from the first line) and reloads once the service
+has started. With
 `enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
 from before READY until the passes have drained.
 
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from lta_worker.config import Settings, format_duration
-from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
+from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
@@ -55,6 +60,10 @@ if TYPE_CHECKING:
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
 STOP_MARGIN: Final = 2.0
+# A reload the database kept from completing is tried again after this many seconds,
+# doubling up to the maximum, until it completes or another SIGHUP comes.
+RELOAD_RETRY: Final = 2.0
+RELOAD_RETRY_MAX: Final = 60.0
 
 ReloadFn = Callable[[], Settings]
 
@@ -76,6 +85,7 @@ class Service:
         # What ends the process after `service.stopped` when it stops on its own (exit 78).
         self.stop_error: LtaError | None = None
         self.guard = Guard()
+        self._reload_wanted = anyio.Event()  # set by SIGHUP; `_reloader` takes it
 
     @property
     def settings(self) -> Settings:
@@ -104,6 +114,9 @@ class Service:
             "webhooks": self._scheduled("webhooks", jobs.deliver_webhooks),
         }
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            # Held since the process's first line (`lta_worker.__main__`): a reload asked for
+            # during start-up must not end it. With the handler in place, a pending one comes.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
             scheduler = start_scheduler(jobs_by_id, self._intervals(), self.worker.clock.now())
             self.notifier.ready("started; first pass running")
             log.info(
@@ -116,9 +129,10 @@ class Service:
                 if self.notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, self.notifier.watchdog_interval)
                 tg.start_soon(self._stop_when_fatal, scheduler, tg.cancel_scope)
+                tg.start_soon(self._reloader, scheduler)
                 async for signum in signals:
                     if signum == signal.SIGHUP:
-                        await self._reload(scheduler)
+                        self._reload_wanted.set()  # several before it runs: one reload
                         continue
                     await self._stop(scheduler, signal.Signals(signum).name)
                     break
@@ -232,23 +246,54 @@ class Service:
             self.notifier.watchdog()
             await self.worker.clock.sleep(period)
 
-    async def _reload(self, scheduler: AsyncIOScheduler) -> None:
-        """On SIGHUP: the new settings and key file, or the old ones if they are broken."""
+    async def _reloader(self, scheduler: AsyncIOScheduler) -> None:
+        """Reload on each SIGHUP, off the signal loop (a stalled database must not hold a
+        SIGTERM); a reload the database kept from completing is tried again until it does."""
+        retry = RELOAD_RETRY
+        while True:
+            await self._reload_wanted.wait()
+            self._reload_wanted = anyio.Event()
+            if await self._reload(scheduler, retry):
+                retry = RELOAD_RETRY
+                continue
+            with anyio.move_on_after(retry):  # or at once on the next SIGHUP
+                await self._reload_wanted.wait()
+            self._reload_wanted.set()
+            retry = min(2 * retry, RELOAD_RETRY_MAX)
+
+    async def _reload(self, scheduler: AsyncIOScheduler, retry: float) -> bool:
+        """On SIGHUP: the new settings and key file, or the old ones if they are broken.
+        False when the database was away: the old ones stay until the retry in `retry` s."""
         self.notifier.reloading("reloading the configuration and the key file")
         before = self._intervals()
         try:
             settings = self.reload_settings() if self.reload_settings else self.settings
+            # Abandoned on a stop: a stalled database must not hold the service's exit.
             in_use = await anyio.to_thread.run_sync(
-                self.worker.store.key_ids_in_use, self.worker.clock.now()
+                self.worker.store.key_ids_in_use, self.worker.clock.now(), abandon_on_cancel=True
             )
             self.worker.reload(settings, key_ids_in_use=in_use)
+        except StorageError as exc:
+            log.error(
+                "service.reloaded",
+                instance=self.worker.instance,
+                ok=False,
+                error=str(exc),
+                retry_in_s=retry,
+            )
+            self.notifier.ready(
+                "reload waits for the database; the previous configuration "
+                "stays in force until then"
+            )
+            return False
         except LtaError as exc:
             log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
             self.notifier.ready("reload failed, the previous configuration stays in force")
-            return
+            return True
         reschedule(scheduler, before, self._intervals())
         log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
         self.notifier.ready("reloaded")
+        return True
 
 
 async def serve(
