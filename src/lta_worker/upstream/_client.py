@@ -122,28 +122,11 @@ def _service_code(answer: Answer) -> str | None:
     return find_code(answer.headers, answer.body)[1]
 
 
-class ServiceClient(httpx.AsyncClient):
-    """An `httpx.AsyncClient` that names the one transport every request of it goes to.
-
-    `ApiClient` hands its requests to that transport itself (`handle_async_request`,
-    httpx's public interface of a transport), skipping what `send` adds that these requests
-    do not use: auth flows, redirects (never followed), cookies (never kept), event hooks
-    (`ApiClient` checks the URL before building the request): about 0.1 ms of CPU per
-    request (bench B1). A client whose requests may go to several transports (proxy
-    mounts) names none: `direct` is None and `send` is used.
-    """
-
-    def __init__(self, *, direct: httpx.AsyncBaseTransport | None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.direct = direct
-
-
 class ApiClient:
     """The service's HTTP interface, over an injected `httpx.AsyncClient`.
 
     Args:
         http: the client to send with; its transport decides where requests really go.
-            A `ServiceClient` naming its transport is sent through that transport directly.
         service: URLs, timeouts and the response size cap (`[service]`).
         client: the client id and its token endpoint authentication (`[client]`).
         client_secret: the client's secret (read from `client.secret_file` and registered
@@ -158,7 +141,6 @@ class ApiClient:
         client_secret: Secret,
     ) -> None:
         self._http = http
-        self._direct = http.direct if isinstance(http, ServiceClient) else None
         self._service = service
         self._timeout = httpx.Timeout(
             service.read_timeout.total_seconds(), connect=service.connect_timeout.total_seconds()
@@ -390,7 +372,7 @@ class ApiClient:
         body, truncated = b"", False
         with anyio.move_on_after(self._deadline) as deadline:
             try:
-                response = await self._start(request)
+                response = await self._http.send(request, stream=True)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
                 return Answer(
@@ -426,16 +408,6 @@ class ApiClient:
             truncated=truncated,
             elapsed=time.perf_counter() - started,
         )
-
-    async def _start(self, request: httpx.Request) -> httpx.Response:
-        """Send `request` and return the response with its body still to be read."""
-        if self._direct is None:
-            return await self._http.send(request, stream=True)
-        if self._http.is_closed:  # as `send` refuses it
-            raise RuntimeError("Cannot send a request, as the client has been closed.")
-        response = await self._direct.handle_async_request(request)
-        response.request = request
-        return response
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
         """The raw body, at most `max_response_bytes` of it, and True when there was more.
@@ -475,7 +447,6 @@ __all__ = [
     "TOKENS_PATH",
     "TOKEN_PREFIX",
     "ApiClient",
-    "ServiceClient",
     "check_secure_url",
     "join_url",
     "long_term_credential",
