@@ -28,7 +28,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
@@ -57,8 +57,9 @@ def check_secure_url(url: str | httpx.URL) -> None:
     Raises:
         ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
     """
-    scheme, host = _scheme_and_host(str(url))
-    if _may_carry_credentials(scheme, host):
+    parts = urlsplit(str(url))
+    scheme, host = parts.scheme, parts.hostname or ""
+    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
         return
     raise ConfigError(
         f"refusing to send a request to {scheme}://{host}: only https, or http to a "
@@ -66,18 +67,6 @@ def check_secure_url(url: str | httpx.URL) -> None:
         key="service",
         hint="use https:// in service.base_url, service.auth_url and service.token_url",
     )
-
-
-@lru_cache(maxsize=64)
-def _scheme_and_host(url: str) -> tuple[str, str]:
-    """The scheme and host of a URL (a pass reads the same two URLs over and over)."""
-    parts = urlsplit(url)
-    return parts.scheme, parts.hostname or ""
-
-
-@lru_cache(maxsize=64)
-def _may_carry_credentials(scheme: str, host: str) -> bool:
-    return bool(host) and (scheme == "https" or (scheme == "http" and is_loopback_host(host)))
 
 
 def _error_kind(exc: BaseException) -> str:
