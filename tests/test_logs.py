@@ -59,6 +59,18 @@ def test_secrets_are_masked_in_every_field(rendered: io.StringIO) -> None:
         assert leaked not in out
 
 
+def test_numbers_none_and_empty_strings_under_secret_names_are_kept(
+    rendered: io.StringIO,
+) -> None:
+    """A secret-named field is masked only when it holds something: counts, None, "" stay."""
+    get_logger("t").info("x", token=3, client_secret=None, password="", auth_code=1.5)
+    get_logger("t").info("x", token=["a"], secret={"k": 1})
+    first, second = lines(rendered)
+    assert (first["token"], first["client_secret"], first["password"]) == (3, None, "")
+    assert first["auth_code"] == 1.5
+    assert (second["token"], second["secret"]) == ("[redacted]", "[redacted]")
+
+
 def test_error_codes_are_not_mistaken_for_secrets(rendered: io.StringIO) -> None:
     """Fields like `code` and `error_code` carry the service's error codes unmasked."""
     get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")

@@ -22,7 +22,6 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -42,12 +41,6 @@ _PATTERNS = (
     re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9._~+/=-]*"),
     re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
     re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
-)
-# A string none of whose parts could match a pattern above is left as it is without
-# running them: a necessary condition of each, in one scan.
-_MAYBE = re.compile(
-    re.escape(TOKEN_PREFIX)
-    + r"|(?i:bearer|basic)\s|(?i:code|code_verifier|client_secret|access_token|token)="
 )
 _lock = threading.Lock()
 # Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at
@@ -93,34 +86,17 @@ def scrub(text: str) -> str:
     for value in _by_length:
         if value in text:
             text = text.replace(value, REDACTED)
-    if _MAYBE.search(text) is None:
-        return text
     text = _PATTERNS[0].sub(REDACTED, text)
     text = _PATTERNS[1].sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _PATTERNS[2].sub(lambda m: f"{m.group(1)}{REDACTED}", text)
 
 
-@lru_cache(maxsize=1024)
-def _secret_key(key: str) -> bool:
-    """True when a field named `key` holds a secret by its name."""
-    return _SECRET_KEYS.search(key) is not None
-
-
-# Values kept as they are whatever their field's name (most of a `poll.read` line).
-_PLAIN: frozenset[type] = frozenset({int, float, bool, type(None)})
-
-
 def _scrub_value(key: str | None, value: Any) -> Any:
-    if type(value) in _PLAIN:
+    if value is None or isinstance(value, int | float | bool):  # kept, whatever the name
         return value
     if isinstance(value, Secret):
         return REDACTED
-    if (
-        key is not None
-        and _secret_key(key)
-        and value not in (None, "")
-        and not isinstance(value, int | float | bool)
-    ):
+    if key is not None and value != "" and _SECRET_KEYS.search(key):
         return REDACTED
     if isinstance(value, str):
         return scrub(value)
@@ -128,17 +104,13 @@ def _scrub_value(key: str | None, value: Any) -> Any:
         return {k: _scrub_value(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_scrub_value(None, v) for v in value]
-    if isinstance(value, int | float | bool) or value is None:
-        return value
     return scrub(str(value))
 
 
 def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """structlog processor: mask secrets in every field, nested ones included."""
     return {
-        key: value
-        if type(value) in _PLAIN
-        else _scrub_value(key if key != "event" else None, value)
+        key: _scrub_value(key if key != "event" else None, value)
         for key, value in event_dict.items()
     }
 

@@ -481,64 +481,8 @@ def test_long_term_credential_refuses_a_non_dspa_token(token: Secret) -> None:
         long_term_credential(token, CLIENT_SECRET)
 
 
-# -- the direct path: requests handed to the transport, not through httpx's send -------------
-
-
-async def _every_request(api: ApiClient) -> None:
-    await api.read("latest-change", TOKEN)
-    await api.read("stats", TOKEN)
-    await api.drop_token(TOKEN)
-    with pytest.raises(EnrollmentError):  # the recorder's answer is not a token
-        await api.create_token(USER_TOKEN)
-    with pytest.raises(EnrollmentError):
-        await exchange(api)
-
-
-def _wire(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]], bytes]:
-    return request.method, str(request.url), request.headers.multi_items(), request.content
-
-
-async def test_direct_path_sends_exactly_what_httpx_send_would() -> None:
-    """Handed straight to the transport, every request is the one httpx's send would send."""
-
-    def reply() -> httpx.Response:
-        return httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "s=1"})
-
-    direct, sent = Recorder(reply), Recorder(reply)
-    settings = make_settings()
-    fast = http_client(settings.service, transport=httpx.MockTransport(direct))
-    slow = http_client(settings.service, transport=httpx.MockTransport(sent))
-    assert fast.direct is not None
-    slow.direct = None  # the same client, through `send`
-    async with fast, slow:
-        await _every_request(api_for(fast, settings))
-        await _every_request(api_for(slow, settings))
-    assert len(direct.requests) == len(sent.requests) == 5
-    assert [_wire(r) for r in direct.requests] == [_wire(r) for r in sent.requests]
-
-
-async def test_direct_path_answers_like_httpx_send() -> None:
-    """Status, headers, body and the size cap come back the same either way."""
-    body = b'{"k": "' + b"x" * (CAP * 2) + b'"}'
-
-    def reply() -> httpx.Response:
-        return httpx.Response(418, content=body, headers={"X-A": "1", "RateLimit": "r=1"})
-
-    settings = make_settings()
-    answers = []
-    for direct in (True, False):
-        client = http_client(settings.service, transport=httpx.MockTransport(Recorder(reply)))
-        if not direct:
-            client.direct = None
-        async with client:
-            answer = await api_for(client, settings).read("stats", TOKEN)
-        answers.append((answer.status, answer.headers, answer.body, answer.truncated))
-    assert answers[0] == answers[1]
-    assert answers[0][3] is True and len(answers[0][2]) == CAP
-
-
 async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -> None:
-    """A closed client sends nothing, on the direct path as through httpx's send."""
+    """A closed client sends nothing: httpx's send refuses it."""
     rec = Recorder()
     settings = make_settings()
     client = http_client(settings.service, transport=httpx.MockTransport(rec))
@@ -564,7 +508,6 @@ async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
     port = server.sockets[0].getsockname()[1]
     settings = make_settings(https_proxy=f"http://127.0.0.1:{port}")
     async with server, http_client(settings.service) as client:
-        assert client.direct is None
         answer = await api_for(client, settings).read("stats", TOKEN)
     assert answer.status is None  # the tunnel was refused: an error answer, no crash
     assert len(seen) == 1
@@ -691,27 +634,6 @@ async def test_the_client_asks_for_no_content_coding() -> None:
     rec = Recorder()
     await make_api(rec).read("stats", TOKEN)
     assert rec.requests[0].headers["accept-encoding"] == "identity"
-
-
-async def test_direct_path_treats_a_coding_like_httpx_send() -> None:
-    """A gzip answer (normal or a bomb) comes back the same on the direct path and through send."""
-    settings = make_settings(max_response_bytes=BOMB_CAP)
-    for body in (gzip_bytes(ORIGINAL), gzip_bomb()):
-        answers = []
-        for direct in (True, False):
-
-            def handler(request: httpx.Request, body: bytes = body) -> httpx.Response:
-                return httpx.Response(
-                    200, headers={"Content-Encoding": "gzip"}, content=_streamed(body)
-                )
-
-            client = http_client(settings.service, transport=httpx.MockTransport(handler))
-            if not direct:
-                client.direct = None
-            async with client:
-                answer = await api_for(client, settings).read("stats", TOKEN)
-            answers.append((answer.status, answer.error, answer.body, answer.truncated))
-        assert answers[0] == answers[1] == (200, "decoding", b"", False)
 
 
 @pytest.mark.parametrize(

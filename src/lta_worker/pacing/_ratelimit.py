@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from functools import lru_cache, partial
+from functools import partial
 from typing import Final
 
 from http_sfv.dictionary import Dictionary
@@ -275,48 +275,15 @@ def _normalise(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _sf_list(raw: str | None) -> list[tuple[object, dict[str, object]]] | None:
-    """Members of a Structured Field List as (value, params); None when malformed.
-
-    The usual `RateLimit` field (one quoted name with integer parameters, different in
-    every answer) is read by `_simple_item`; any other shape by the full parser, whose
-    answers are kept for fields seen again (`RateLimit-Policy` rarely changes).
-    """
+    """Members of a Structured Field List (RFC 8941) as (value, params); None when malformed."""
     if raw is None:
         return None
-    simple = _simple_item(raw)
-    if simple is not None:
-        return [simple]
-    parsed = _sf_parse(raw)
-    return None if parsed is None else [(value, dict(params)) for value, params in parsed]
-
-
-# `"name";key=1;key=2`: a string without escapes, then lower-case keys with non-negative
-# integers (at most 15 digits, as RFC 8941 allows), no spaces. The full parser reads it
-# the same way (tests/pacing/test_ratelimit.py checks that on generated fields).
-_SIMPLE_ITEM = re.compile(r'"([A-Za-z0-9_.:/-]*)"((?:;[a-z][a-z0-9_.-]*=[0-9]{1,15})*)')
-
-
-def _simple_item(raw: str) -> tuple[object, dict[str, object]] | None:
-    """The one member of a field in the simple shape above, or None for any other."""
-    match = _SIMPLE_ITEM.fullmatch(raw)
-    if match is None:
-        return None
-    params: dict[str, object] = {}
-    for param in match.group(2).split(";")[1:]:
-        key, _, value = param.partition("=")
-        params[key] = int(value)  # a repeated key: the last one wins
-    return match.group(1), params
-
-
-@lru_cache(maxsize=64)
-def _sf_parse(raw: str) -> tuple[tuple[object, dict[str, object]], ...] | None:
-    """The full Structured Field List parser (cached: callers copy the parameters)."""
     try:
         parsed = SFList()
         parsed.parse(raw.encode("ascii"))
-        return tuple((getattr(m, "value", None), dict(m.params)) for m in parsed)
     except Exception:
         return None
+    return [(getattr(member, "value", None), dict(member.params)) for member in parsed]
 
 
 def _first_number(raw: str | None) -> object:
@@ -356,11 +323,8 @@ def _reset_seconds(value: float, now_ts: float | None) -> float | None:
 
 
 def _http_date(raw: str | None) -> datetime | None:
-    return _parse_http_date(raw) if raw else None
-
-
-@lru_cache(maxsize=16)  # a `Date` changes once a second: most answers repeat the last one
-def _parse_http_date(raw: str) -> datetime | None:
+    if not raw:
+        return None
     try:
         return _aware(parsedate_to_datetime(raw))
     except Exception:

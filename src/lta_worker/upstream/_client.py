@@ -28,7 +28,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote_plus, urlsplit
 
@@ -57,8 +57,9 @@ def check_secure_url(url: str | httpx.URL) -> None:
     Raises:
         ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
     """
-    scheme, host = _scheme_and_host(str(url))
-    if _may_carry_credentials(scheme, host):
+    parts = urlsplit(str(url))
+    scheme, host = parts.scheme, parts.hostname or ""
+    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
         return
     raise ConfigError(
         f"refusing to send a request to {scheme}://{host}: only https, or http to a "
@@ -66,18 +67,6 @@ def check_secure_url(url: str | httpx.URL) -> None:
         key="service",
         hint="use https:// in service.base_url, service.auth_url and service.token_url",
     )
-
-
-@lru_cache(maxsize=64)
-def _scheme_and_host(url: str) -> tuple[str, str]:
-    """The scheme and host of a URL (a pass reads the same two URLs over and over)."""
-    parts = urlsplit(url)
-    return parts.scheme, parts.hostname or ""
-
-
-@lru_cache(maxsize=64)
-def _may_carry_credentials(scheme: str, host: str) -> bool:
-    return bool(host) and (scheme == "https" or (scheme == "http" and is_loopback_host(host)))
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -122,28 +111,11 @@ def _service_code(answer: Answer) -> str | None:
     return find_code(answer.headers, answer.body)[1]
 
 
-class ServiceClient(httpx.AsyncClient):
-    """An `httpx.AsyncClient` that names the one transport every request of it goes to.
-
-    `ApiClient` hands its requests to that transport itself (`handle_async_request`,
-    httpx's public interface of a transport), skipping what `send` adds that these requests
-    do not use: auth flows, redirects (never followed), cookies (never kept), event hooks
-    (`ApiClient` checks the URL before building the request): about 0.1 ms of CPU per
-    request (bench B1). A client whose requests may go to several transports (proxy
-    mounts) names none: `direct` is None and `send` is used.
-    """
-
-    def __init__(self, *, direct: httpx.AsyncBaseTransport | None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.direct = direct
-
-
 class ApiClient:
     """The service's HTTP interface, over an injected `httpx.AsyncClient`.
 
     Args:
         http: the client to send with; its transport decides where requests really go.
-            A `ServiceClient` naming its transport is sent through that transport directly.
         service: URLs, timeouts and the response size cap (`[service]`).
         client: the client id and its token endpoint authentication (`[client]`).
         client_secret: the client's secret (read from `client.secret_file` and registered
@@ -158,7 +130,6 @@ class ApiClient:
         client_secret: Secret,
     ) -> None:
         self._http = http
-        self._direct = http.direct if isinstance(http, ServiceClient) else None
         self._service = service
         self._timeout = httpx.Timeout(
             service.read_timeout.total_seconds(), connect=service.connect_timeout.total_seconds()
@@ -390,7 +361,7 @@ class ApiClient:
         body, truncated = b"", False
         with anyio.move_on_after(self._deadline) as deadline:
             try:
-                response = await self._start(request)
+                response = await self._http.send(request, stream=True)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
                 return Answer(
@@ -426,16 +397,6 @@ class ApiClient:
             truncated=truncated,
             elapsed=time.perf_counter() - started,
         )
-
-    async def _start(self, request: httpx.Request) -> httpx.Response:
-        """Send `request` and return the response with its body still to be read."""
-        if self._direct is None:
-            return await self._http.send(request, stream=True)
-        if self._http.is_closed:  # as `send` refuses it
-            raise RuntimeError("Cannot send a request, as the client has been closed.")
-        response = await self._direct.handle_async_request(request)
-        response.request = request
-        return response
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
         """The raw body, at most `max_response_bytes` of it, and True when there was more.
@@ -475,7 +436,6 @@ __all__ = [
     "TOKENS_PATH",
     "TOKEN_PREFIX",
     "ApiClient",
-    "ServiceClient",
     "check_secure_url",
     "join_url",
     "long_term_credential",

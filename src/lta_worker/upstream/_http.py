@@ -10,7 +10,7 @@ import httpx
 
 from lta_worker import __version__
 from lta_worker.config import PollSettings, ServiceSettings
-from lta_worker.upstream._client import ServiceClient, check_secure_url
+from lta_worker.upstream._client import check_secure_url
 from lta_worker.upstream._lanes import Lanes
 
 USER_AGENT = f"lta-worker/{__version__}"
@@ -76,7 +76,7 @@ def http_client(
     *,
     concurrency: int = PollSettings.concurrency,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> ServiceClient:
+) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for the service: timeouts from `[service]`, a pool sized to
     `concurrency` (`poll.concurrency`), no redirects followed, no cookies kept (`_NoCookies`), an
     `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
@@ -84,9 +84,7 @@ def http_client(
 
     The environment is not read here (`trust_env=False`): proxies come from
     `service.https_proxy` and `service.no_proxy` only (the loader fills them from
-    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only. Without
-    one, every request goes to one transport, which the `ServiceClient` names so that
-    `ApiClient` sends to it directly.
+    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only.
 
     Args:
         service: the `[service]` section.
@@ -100,8 +98,7 @@ def http_client(
     )
     mounts = _proxy_mounts(service, limits) if transport is None else {}
     transport = transport or _transport(limits)
-    return ServiceClient(
-        direct=None if mounts else transport,  # several transports: `send` picks
+    return httpx.AsyncClient(
         transport=transport,
         mounts=mounts,
         trust_env=False,
