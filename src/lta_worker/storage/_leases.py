@@ -23,7 +23,7 @@ ever deleted.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 
 from lta_worker.domain import UserRow
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Database, Queries
 from lta_worker.storage._models import User, UserLease, UtcDateTime
 from lta_worker.storage._rows import PG_RAW_USER_COLUMNS, RAW_USER_COLUMNS, raw_user_row
 
@@ -97,7 +97,7 @@ def lease_due(
     )
     if db.dialect == "postgresql":
         return _lease_due_pg(db, candidates, order, owner=owner, now=now, lease_until=lease_until)
-    with db.write(durable=False, checked=False) as conn:
+    with db.write(durable=False) as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
@@ -207,23 +207,6 @@ def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
     return upsert
 
 
-def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
-    """Extend every lease `owner` holds to `lease_until`; return how many.
-
-    On PostgreSQL leases locked by another transaction are skipped: that is this owner's
-    writer applying (and so releasing) them, or another instance taking over an expired
-    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
-    """
-    held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
-    if db.dialect == "postgresql":
-        held = held.with_for_update(skip_locked=True)
-    with db.write(durable=False) as conn:
-        result = conn.execute(
-            update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
-        )
-    return result.rowcount
-
-
 def end_leases(conn: Connection, condition: ColumnElement[bool]) -> int:
     """End the leases matching `condition`, their generation kept in `users`; how many."""
     le = LEASES.c
@@ -257,26 +240,44 @@ def lease_of(user_id: int) -> ColumnElement[bool]:
     return LEASES.c.user_id == user_id
 
 
-def release(db: Database, owner: str, user_ids: Sequence[int] | None = None) -> int:
-    """End the leases `owner` holds (only on `user_ids` when given); return how many."""
-    if user_ids is not None and not user_ids:
-        return 0
-    with db.write() as conn:
-        return end_leases(conn, owned_by(owner, user_ids))
+class LeaseQueries(Queries):
+    """The leases an owner holds: renew them, end them."""
 
+    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+        """Extend every lease `owner` holds to `lease_until`; return how many.
 
-def release_all(db: Database) -> dict[str, int]:
-    """End every lease of an instance; return how many users each owner held.
+        On PostgreSQL leases locked by another transaction are skipped: that is this owner's
+        writer applying (and so releasing) them, or another instance taking over an expired
+        lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+        """
+        held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
+        held = held.with_for_update(skip_locked=True)
+        with self._db.write(durable=False) as conn:
+            result = conn.execute(
+                update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
+            )
+        return result.rowcount
 
-    Only for SQLite at start-up, where the single-instance lock proves every instance dead.
-    A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
-    of commands, and its DELETE may be out now.
-    """
-    of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
-    with db.write() as conn:
-        held = conn.execute(
-            select(LEASES.c.owner, func.count()).where(of_instances).group_by(LEASES.c.owner)
-        ).all()
-        if held:
-            end_leases(conn, of_instances)
-    return {str(owner): int(count) for owner, count in held}
+    def release(self, owner: str, user_ids: Iterable[int] | None = None) -> int:
+        """End the leases `owner` holds (only on `user_ids` when given); return how many."""
+        ids = None if user_ids is None else list(user_ids)
+        if ids is not None and not ids:
+            return 0
+        with self._db.write() as conn:
+            return end_leases(conn, owned_by(owner, ids))
+
+    def release_all(self) -> dict[str, int]:
+        """End every lease of an instance; return how many users each owner held.
+
+        Only for SQLite at start-up, where the single-instance lock proves every instance dead.
+        A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
+        of commands, and its DELETE may be out now.
+        """
+        of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
+        with self._db.write() as conn:
+            held = conn.execute(
+                select(LEASES.c.owner, func.count()).where(of_instances).group_by(LEASES.c.owner)
+            ).all()
+            if held:
+                end_leases(conn, of_instances)
+        return {str(owner): int(count) for owner, count in held}
