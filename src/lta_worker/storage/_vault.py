@@ -106,10 +106,6 @@ class Vault:
         if missing:
             raise UnknownKeyError(missing[0])
 
-    def is_current(self, token: EncryptedToken) -> bool:
-        """True when `token` is already encrypted under the newest key."""
-        return token.key_id == self.current_key_id
-
     def encrypt(self, secret: Secret, *, user: str, purpose: Purpose = "token") -> EncryptedToken:
         """Encrypt `secret` for the row of `user` under the newest key, with a fresh nonce."""
         key_id = self.current_key_id
