@@ -95,36 +95,21 @@ def lease_due(
         .order_by(*order)
         .limit(limit)
     )
-    if db.dialect == "postgresql":
-        return _lease_due_pg(db, candidates, order, owner=owner, now=now, lease_until=lease_until)
-    with db.write(durable=False) as conn:
+    params: dict[str, Any] = {"b_owner": owner, "b_until": lease_until, "b_now": now}
+    if db.dialect == "postgresql":  # one statement (`claim_statement`), the rows in `order`
+        with db.write() as conn:
+            won = conn.execute(claim_statement(candidates, order), params).all()
+        return [raw_user_row(row, row[_WON_GEN]) for row in won], [row[_LEASE_OWNER] for row in won]
+    with db.write() as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
         # The lease's generation: one more than the row's, or the expired lease's it takes.
         claimed = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
-        params: dict[str, Any] = {"b_ids": _ids_param(claimed), "b_owner": owner}
-        params.update(b_until=lease_until, b_now=now)
+        params["b_ids"] = _ids_param(claimed)
         conn.execute(_upsert(), params)
     # The write lock held since the candidates were read: all won as computed.
     rows = [raw_user_row(row, claimed[row[0]]) for row in found]
-    return rows, [row[_LEASE_OWNER] for row in found]
-
-
-def _lease_due_pg(
-    db: Database,
-    candidates: Select[Any],
-    order: Sequence[ColumnElement[Any]],
-    *,
-    owner: str,
-    now: datetime,
-    lease_until: datetime,
-) -> tuple[list[UserRow], list[str | None]]:
-    """PostgreSQL: the claim in one statement (`claim_statement`), the rows in `order`."""
-    params = {"b_owner": owner, "b_until": lease_until, "b_now": now}
-    with db.write() as conn:
-        found = conn.execute(claim_statement(candidates, order), params).all()
-    rows = [raw_user_row(row, row[_WON_GEN]) for row in found]
     return rows, [row[_LEASE_OWNER] for row in found]
 
 
@@ -252,7 +237,7 @@ class LeaseQueries(Queries):
         """
         held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
         held = held.with_for_update(skip_locked=True)
-        with self._db.write(durable=False) as conn:
+        with self._db.write() as conn:
             result = conn.execute(
                 update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
             )
