@@ -120,6 +120,18 @@ def test_a_claim_on_postgresql_is_one_statement(store: Store, vault: Vault) -> N
     assert len(sent) == 1
 
 
+def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault: Vault) -> None:
+    """The claim commits with synchronous=NORMAL; the connection goes back to FULL after,
+    its foreign keys checked."""
+    with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as store:
+        store.upgrade()
+        enroll(store, vault, "a", due=T0 - MINUTE)
+        assert len(_claim(store, "i1")) == 1
+        with store.database.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 2  # FULL
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+
+
 def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
     empty_url: str, vault: Vault
 ) -> None:

@@ -1,11 +1,12 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
-SQLite: WAL, a busy timeout, `synchronous=FULL` (every commit synced), foreign keys on.
-The sqlite3 module's own transaction handling is switched off and SQLAlchemy emits BEGIN
-itself, so that write transactions start with `BEGIN IMMEDIATE`: they take the write lock
-up front and wait for it (busy timeout) instead of failing with "database is locked" when a
-deferred read transaction tries to upgrade while another process writes. Reads use a plain
-deferred BEGIN; under WAL they never block writers.
+SQLite: WAL, a busy timeout, `synchronous=FULL` (NORMAL for leases: `Database.write`),
+foreign keys on. The sqlite3 module's
+own transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
+transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
+(busy timeout) instead of failing with "database is locked" when a deferred read transaction
+tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
+they never block writers.
 
 PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
 `postgresql+psycopg://`.
@@ -160,8 +161,12 @@ def require_sqlite_writable(path: Path) -> None:
     )
 
 
-# The pragmas of every connection: each commit synced to disk, foreign keys checked.
-_PRAGMAS: Final = {"synchronous": "FULL", "foreign_keys": "ON"}
+# The pragmas every connection keeps between transactions (`Database.write` relaxes some
+# for one transaction and puts these back).
+_USUAL_PRAGMAS: Final = {
+    "synchronous": "FULL",
+    "foreign_keys": "ON",
+}
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -170,7 +175,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _enable_wal(cursor)
-        for name, value in _PRAGMAS.items():
+        for name, value in _USUAL_PRAGMAS.items():
             cursor.execute(f"PRAGMA {name} = {value}")
     finally:
         cursor.close()
@@ -256,6 +261,24 @@ def _create_readonly_engine(url: URL) -> Engine:
     return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
 
 
+def _pragmas(conn: Connection, values: dict[str, str]) -> None:
+    """Set SQLite pragmas on the connection, outside any transaction."""
+    cursor = conn.connection.cursor()  # the driver's own: SQLAlchemy would BEGIN first
+    try:
+        for name, value in values.items():
+            cursor.execute(f"PRAGMA {name} = {value}")
+    finally:
+        cursor.close()
+
+
+def _restore_pragmas(conn: Connection, values: dict[str, str]) -> None:
+    """Back to the connection's usual pragmas; one that cannot be is never used again."""
+    try:
+        _pragmas(conn, values)
+    except Exception:
+        conn.invalidate()
+
+
 def _sqlite_on_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
@@ -310,12 +333,19 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
+    def write(self, *, durable: bool = True) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends.
+
+        `durable=False`, for writes a power loss may undo without harm (leases: the
+        instance that took them is gone too): on SQLite the commit is not synced to disk
+        (`synchronous = NORMAL` for this transaction; WAL keeps the order, so a later
+        synced commit syncs it too).
+        """
+        relaxed = {"synchronous": "NORMAL"} if self.dialect == "sqlite" and not durable else {}
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
+            with self._relaxed(conn, relaxed), conn.begin():
                 yield conn
 
     @contextmanager
@@ -323,6 +353,18 @@ class Database:
         """A read transaction (deferred BEGIN on SQLite)."""
         with self._mapped_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
+
+    @contextmanager
+    def _relaxed(self, conn: Connection, relaxed: dict[str, str]) -> Iterator[None]:
+        """`relaxed` for one transaction on SQLite."""
+        if not relaxed:
+            yield
+            return
+        _pragmas(conn, relaxed)
+        try:
+            yield
+        finally:
+            _restore_pragmas(conn, {name: _USUAL_PRAGMAS[name] for name in relaxed})
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:

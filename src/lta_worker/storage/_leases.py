@@ -100,7 +100,7 @@ def lease_due(
         with db.write() as conn:
             won = conn.execute(claim_statement(candidates, order), params).all()
         return [raw_user_row(row, row[_WON_GEN]) for row in won], [row[_LEASE_OWNER] for row in won]
-    with db.write() as conn:
+    with db.write(durable=False) as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
@@ -237,7 +237,7 @@ class LeaseQueries(Queries):
         """
         held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
         held = held.with_for_update(skip_locked=True)
-        with self._db.write() as conn:
+        with self._db.write(durable=False) as conn:
             result = conn.execute(
                 update(LEASES).where(LEASES.c.user_id.in_(held)).values(expires_at=lease_until)
             )
