@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from sqlalchemy import Row, delete, insert, select, update
 
@@ -23,25 +24,16 @@ BudgetFn = Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, T]]
 """Given the row's observation (None: no row) and `reserved`, their new values and a result."""
 
 
+# The budget row has a column per field of `BudgetSeen`, of the same name.
+_SEEN: Final = tuple(field.name for field in fields(BudgetSeen))
+
+
 def _budget_values(seen: BudgetSeen, reserved: int) -> dict[str, Any]:
-    return {
-        "limit": seen.limit,
-        "remaining": seen.remaining,
-        "reset_at": seen.reset_at,
-        "window_seconds": seen.window_seconds,
-        "observed_at": seen.observed_at,
-        "reserved": reserved,
-    }
+    return {**{name: getattr(seen, name) for name in _SEEN}, "reserved": reserved}
 
 
 def _seen(row: Row[Any]) -> BudgetSeen:
-    return BudgetSeen(
-        limit=row.limit,
-        remaining=row.remaining,
-        reset_at=row.reset_at,
-        window_seconds=row.window_seconds,
-        observed_at=row.observed_at,
-    )
+    return BudgetSeen(*(getattr(row, name) for name in _SEEN))
 
 
 def _pass_record(row: Row[Any]) -> PassRecord:
