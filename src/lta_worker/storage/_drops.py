@@ -28,7 +28,7 @@ from lta_worker.errors import UnknownUserError
 from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._db import Queries
-from lta_worker.storage._leases import LEASES, USERS
+from lta_worker.storage._leases import LEASES
 from lta_worker.storage._models import User
 from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
@@ -186,8 +186,7 @@ class DropQueries(Queries):
             User.next_due_at.is_not(None),
             User.next_due_at <= now,
         )
-        order = (USERS.c.next_due_at, USERS.c.id)
         rows, _ = leases.lease_due(
-            self._db, due, order, now=now, limit=limit, owner=owner, lease_until=lease_until
+            self._db, due, now=now, limit=limit, owner=owner, lease_until=lease_until
         )
         return rows

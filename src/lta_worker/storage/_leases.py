@@ -53,6 +53,8 @@ LEASES: Final = UserLease.__table__
 # The owners of the leases `users drop` / `users forget` hold for their DELETE: commands,
 # not instances, so no instance's end (nor SQLite's single-instance lock) ends them.
 DROP_OWNER_PREFIX: Final = "drop:"
+# The order users are claimed in, for a read or a drop's retry: oldest `next_due_at` first.
+DUE_ORDER: Final = (USERS.c.next_due_at, USERS.c.id)
 
 
 # Where a candidate's row holds the user's generation, its lease's owner and generation
@@ -72,14 +74,13 @@ def current_generation() -> ColumnElement[int]:
 def lease_due(
     db: Database,
     condition: ColumnElement[bool],
-    order: Sequence[ColumnElement[Any]],
     *,
     now: datetime,
     limit: int,
     owner: str,
     lease_until: datetime,
 ) -> tuple[list[UserRow], list[str | None]]:
-    """Lease up to `limit` users matching `condition` and no live lease, in `order`.
+    """Lease up to `limit` users matching `condition` and no live lease, in `DUE_ORDER`.
 
     Returns the leased rows (their generation is the lease's, a new one) and the previous
     lease owner of each (None when it was not leased).
@@ -92,13 +93,13 @@ def lease_due(
         select(*columns, le.owner.label("lease_owner"), le.generation.label("lease_gen"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
         .where(condition, or_(le.expires_at.is_(None), le.expires_at < now))
-        .order_by(*order)
+        .order_by(*DUE_ORDER)
         .limit(limit)
     )
     params: dict[str, Any] = {"b_owner": owner, "b_until": lease_until, "b_now": now}
-    if db.dialect == "postgresql":  # one statement (`claim_statement`), the rows in `order`
+    if db.dialect == "postgresql":  # one statement (`claim_statement`)
         with db.write() as conn:
-            won = conn.execute(claim_statement(candidates, order), params).all()
+            won = conn.execute(claim_statement(candidates, DUE_ORDER), params).all()
         return [raw_user_row(row, row[_WON_GEN]) for row in won], [row[_LEASE_OWNER] for row in won]
     with db.write(durable=False) as conn:
         found = conn.execute(candidates).all()

@@ -68,11 +68,6 @@ def _due(due_before: datetime) -> ColumnElement[bool]:
     )
 
 
-def due_order() -> tuple[ColumnElement[Any], ...]:
-    """The order users are claimed in: oldest `next_due_at` first, then id."""
-    return (USERS.c.next_due_at, USERS.c.id)
-
-
 def _stamp(value: datetime) -> ColumnElement[datetime]:
     return literal(value, UtcDateTime())
 
@@ -155,7 +150,7 @@ class UserQueries(Queries):
         owner: str,
         lease_until: datetime,
     ) -> list[UserRow]:
-        """Lease up to `limit` due users to `owner`, in `due_order`.
+        """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
 
         A user is claimable when it holds a token, is not `dropping`, `next_due_at <=
         due_before`, and no live lease covers it (none, or one that expired before `now`).
@@ -169,7 +164,6 @@ class UserQueries(Queries):
         rows, previous = leases.lease_due(
             self._db,
             _due(due_before),
-            due_order(),
             now=now,
             limit=limit,
             owner=owner,
