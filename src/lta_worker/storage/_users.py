@@ -68,10 +68,6 @@ def _due(due_before: datetime) -> ColumnElement[bool]:
     )
 
 
-def _stamp(value: datetime) -> ColumnElement[datetime]:
-    return literal(value, UtcDateTime())
-
-
 def _locked(user: str) -> Select[int, str, bytes | None]:
     """The user's id, state and token, its row locked (`FOR UPDATE` on PostgreSQL; SQLite's
     write transaction already holds the database)."""
@@ -310,6 +306,7 @@ class UserQueries(Queries):
         if state not in TOKENLESS_STATES:
             raise ValueError("delete_token sets state 'revoked' or 'dropped'")
         stamp_column = User.revoked_at if state == "revoked" else User.dropped_at
+        stamp = literal(now, UtcDateTime())
         with self._db.write() as conn:
             current = conn.execute(_locked(user)).first()
             if current is None:
@@ -326,9 +323,9 @@ class UserQueries(Queries):
                         "next_due_at": None,
                         "due_class": None,
                         "generation": User.generation + 1,
-                        stamp_column.key: func.coalesce(stamp_column, _stamp(now))
+                        stamp_column.key: func.coalesce(stamp_column, stamp)
                         if current.token_ciphertext is None
-                        else _stamp(now),
+                        else stamp,
                     }
                 )
             )
