@@ -177,7 +177,7 @@ def _engine_alone(users: int) -> float:
             from lta_worker.worker import Worker
 
             async with Worker(settings, kind="run") as worker:
-                worker.runtime._api = Memory()  # type: ignore[assignment]
+                worker._api = Memory()  # type: ignore[assignment]
                 cpu0 = cpu_seconds()
                 result = await worker.run_pass()
                 return (cpu_seconds() - cpu0) / max(result.reads, 1)

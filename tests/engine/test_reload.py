@@ -71,12 +71,12 @@ async def test_a_key_file_without_a_key_in_use_is_refused_whole(harness: Harness
     changes nothing: the vault, the client secret and the settings stay those in force."""
     settings = harness.settings()
     async with _worker(harness) as worker:
-        vault, secret = worker.vault, worker.runtime.secret("client_secret")
+        vault, secret = worker.vault, worker.secret("client_secret")
         new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
         with pytest.raises(UnknownKeyError) as raised:
             worker.reload(new, key_ids_in_use=[*vault.key_ids, "gone-2024"])
         assert raised.value.key_id == "gone-2024"
-        in_force = (worker.vault, worker.runtime.secret("client_secret"), worker.settings)
+        in_force = (worker.vault, worker.secret("client_secret"), worker.settings)
         assert in_force == (vault, secret, settings)
         worker.reload(new, key_ids_in_use=vault.key_ids)  # every id listed: taken
         assert worker.settings == new

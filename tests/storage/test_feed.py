@@ -113,13 +113,11 @@ def test_a_negative_cursor_is_refused(store: Store) -> None:
 
 def test_feed_reads_in_batches(store: Store, vault: Vault) -> None:
     """More rows than a batch come out whole, in order (keyset over (seq, id))."""
-    from lta_worker.storage import _feed as feed
-
     ids = [enroll(store, vault, f"u{i}").id for i in range(7)]
     for minute in (1, 2):
         store.apply([read(uid, minute, latest_change={"v": minute}) for uid in ids])
     take(store, 0)  # every write ended
-    rows = list(feed.changed_since(store.database, 0, batch=3).rows)
+    rows = list(store.changed_since(0, batch=3).rows)
     assert [(r.user, r.payload["v"]) for r in rows] == [
         (f"u{i}", minute) for minute in (1, 2) for i in range(7)
     ]

@@ -152,7 +152,7 @@ def test_export_in_batches_and_per_user(store: Store, vault: Vault) -> None:
         store.apply(
             [turn(row.id, T0, ("latest-change", "ok", {"u": name}), ("stats", "none", None))]
         )
-    everything = list(results.export_results(store.database, batch=2))
+    everything = list(store.export_results(batch=2))
     assert [(r.user, r.endpoint) for r in everything] == [
         (u, e) for u in ("a", "b", "c") for e in ("latest-change", "stats")
     ]

@@ -1,9 +1,10 @@
 """Storage: the database (SQLite or PostgreSQL), its migrations, and the token vault.
 
 - `Store`: every query the engine, the CLI and enrollment need, over SQLAlchemy 2 Core
-  (`_store`, with the queries in `_users`, `_results`, `_drops`, `_schedule`,
-  `_instances`, `_enrollments`, `_rotation`; a batch of turns written in a few statements
-  in `_apply`, claimed rows turned into records in `_rows`);
+  (`_store`: the query groups of `_users`, `_leases`, `_drops`, `_results`, `_feed`,
+  `_outbox`, `_schedule`, `_freshness`, `_instances`, `_enrollments`, `_rotation` over one
+  database; a batch of turns written in a few statements in `_apply`, rows turned into
+  records in `_rows`);
 - `Vault`, `Keyring`, `TokenDecryptError`, `load_key_file`, `generate_key_line`:
   AES-256-GCM encryption of tokens at rest and the key file (`_vault`, `_keyfile`);
 - `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, bindparam, delete, func, select, tuple_, upda
 from sqlalchemy.sql.dml import Insert
 
 from lta_worker.domain import TOKENLESS_STATES, UserUpdate
-from lta_worker.storage._db import Dialect
+from lta_worker.storage._db import Dialect, insert_for
 from lta_worker.storage._feed import write_seq
 from lta_worker.storage._models import History, Snapshot, User, UserLease, UtcDateTime
 from lta_worker.storage._results import content_hash
@@ -95,7 +95,7 @@ def write_batch(
     `owner`, the written users' leases end. `changes` receives each content stored that
     differs from the one before, once every statement succeeded.
     """
-    hits = _fence(conn, dialect, updates, owner)
+    hits = _fence(conn, updates, owner)
     if not hits:
         return set()
     written = [upd for upd in updates if upd.user_id in hits]
@@ -116,9 +116,7 @@ def write_batch(
     return set(hits)
 
 
-def _fence(
-    conn: Connection, dialect: Dialect, updates: Sequence[UserUpdate], owner: str | None
-) -> dict[int, int]:
+def _fence(conn: Connection, updates: Sequence[UserUpdate], owner: str | None) -> dict[int, int]:
     """The users of `updates` that keep the generation (when given) and the lease (`owner`),
     each with its current generation (its lease's while leased)."""
     u, le = USERS.c, LEASES.c
@@ -126,9 +124,8 @@ def _fence(
         select(u.id, u.generation, le.owner, le.generation.label("lease_generation"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
         .where(u.id.in_([upd.user_id for upd in updates]))
+        .with_for_update(of=USERS)  # PostgreSQL; SQLite's write lock already excludes writers
     )
-    if dialect == "postgresql":
-        query = query.with_for_update(of=USERS)
     current = {row.id: row for row in conn.execute(query)}
     hits: dict[int, int] = {}
     for upd in updates:
@@ -228,13 +225,15 @@ def _write_snapshots(
     if not writes:
         return []
     s = SNAPSHOTS.c
-    query = select(s.user_id, s.endpoint, s.status, s.content_hash, s.fetched_at).where(
-        tuple_(s.user_id, s.endpoint).in_(
-            sorted({(upd.user_id, snap.endpoint) for upd, snap in writes})
+    query = (
+        select(s.user_id, s.endpoint, s.status, s.content_hash, s.fetched_at)
+        .where(
+            tuple_(s.user_id, s.endpoint).in_(
+                sorted({(upd.user_id, snap.endpoint) for upd, snap in writes})
+            )
         )
+        .with_for_update()
     )
-    if dialect == "postgresql":
-        query = query.with_for_update()
     # (user, endpoint) -> (status, content hash, fetched_at), as it stands after each write.
     state: dict[tuple[int, str], tuple[str, str, datetime]] = {
         (row.user_id, row.endpoint): (row.status, row.content_hash, row.fetched_at)
@@ -299,28 +298,10 @@ def _upsert(dialect: Dialect) -> Insert:
     """INSERT a snapshot, or replace the content of the one stored for (user, endpoint)."""
     stmt = _UPSERTS.get(dialect)
     if stmt is None:
-        stmt = _UPSERTS[dialect] = _build_upsert(dialect)
-    return stmt
-
-
-def _build_upsert(dialect: Dialect) -> Insert:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        pg = pg_insert(SNAPSHOTS)
-        return pg.on_conflict_do_update(
-            index_elements=["user_id", "endpoint"], set_=_replaced(pg.excluded)
+        insert = insert_for(dialect, SNAPSHOTS)
+        replaced = ("status", "payload", "content_hash", "fetched_at", "changed_at")
+        stmt = _UPSERTS[dialect] = insert.on_conflict_do_update(
+            index_elements=["user_id", "endpoint"],
+            set_={name: insert.excluded[name] for name in replaced},
         )
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    lite = sqlite_insert(SNAPSHOTS)
-    return lite.on_conflict_do_update(
-        index_elements=["user_id", "endpoint"], set_=_replaced(lite.excluded)
-    )
-
-
-def _replaced(excluded: Any) -> dict[str, Any]:
-    return {
-        name: excluded[name]
-        for name in ("status", "payload", "content_hash", "fetched_at", "changed_at")
-    }
+    return stmt

@@ -1,7 +1,7 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
 SQLite: WAL, a busy timeout, `synchronous=FULL` (NORMAL for leases: `Database.write`),
-foreign keys on (a claim's leases are not checked: `Database.write`). The sqlite3 module's
+foreign keys on. The sqlite3 module's
 own transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
 transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
 (busy timeout) instead of failing with "database is locked" when a deferred read transaction
@@ -28,11 +28,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy import (
+    URL,
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    Select,
+    create_engine,
+    event,
+    make_url,
+    tuple_,
+)
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import StaticPool
 
@@ -321,24 +333,15 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self, *, durable: bool = True, checked: bool = True) -> Iterator[Connection]:
+    def write(self, *, durable: bool = True) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends.
 
         `durable=False`, for writes a power loss may undo without harm (leases: the
         instance that took them is gone too): on SQLite the commit is not synced to disk
         (`synchronous = NORMAL` for this transaction; WAL keeps the order, so a later
         synced commit syncs it too).
-
-        `checked=False`, for writes that only reference rows the same transaction read under
-        its write lock (a claim's leases, of the users it just read): on SQLite foreign keys
-        are not checked in this transaction (each check reads the user's page again, a
-        thousand pages per claim on a big database).
         """
-        relaxed: dict[str, str] = {}
-        if self.dialect == "sqlite" and not durable:
-            relaxed["synchronous"] = "NORMAL"
-        if self.dialect == "sqlite" and not checked:
-            relaxed["foreign_keys"] = "OFF"
+        relaxed = {"synchronous": "NORMAL"} if self.dialect == "sqlite" and not durable else {}
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
@@ -371,6 +374,38 @@ class Database:
         except DBAPIError as exc:
             raise map_driver_error(exc, self.engine.url.password, self.path) from exc
 
+    def pages(
+        self,
+        query: Select[*tuple[Any, ...]],
+        keys: tuple[ColumnElement[Any], ...],
+        after: tuple[Any, ...],
+        batch: int,
+    ) -> Iterator[Row[Any]]:
+        """The rows of `query` past `after` in the order of `keys` (selected columns), read
+        in batches of `batch`, one short transaction each (keyset pagination)."""
+        while True:
+            page = query.where(tuple_(*keys) > tuple_(*after)).order_by(*keys).limit(batch)
+            with self.read() as conn:
+                rows = conn.execute(page).all()
+            if not rows:
+                return
+            yield from rows
+            after = tuple(getattr(rows[-1], key.name) for key in keys)
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
+
+
+def insert_for(dialect: Dialect, table: Any) -> Any:
+    """An INSERT into `table` with its backend's `on_conflict_do_nothing` and
+    `on_conflict_do_update` (the same arguments on both); the dialect module is imported on
+    first use (PostgreSQL's is slow to import)."""
+    return import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
+
+
+class Queries:
+    """A group of queries over one database; `Store` is all of them together."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db

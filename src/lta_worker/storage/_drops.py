@@ -27,8 +27,8 @@ from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
 from lta_worker.errors import UnknownUserError
 from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
-from lta_worker.storage._db import Database
-from lta_worker.storage._leases import LEASES, USERS
+from lta_worker.storage._db import Queries
+from lta_worker.storage._leases import LEASES
 from lta_worker.storage._models import User
 from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
@@ -48,145 +48,11 @@ class DropStart:
     owner: str | None = None
 
 
-def begin_drop(
-    db: Database,
-    user: str,
-    now: datetime,
-    *,
-    lease_until: datetime | None = None,
-) -> DropStart:
-    """Mark the user `dropping` (due for a DELETE now) and bump its generation; with
-    `lease_until`, lease the user to the command until then, for the DELETE it is about to
-    send (`DropStart.owner`).
-
-    A user without a token (revoked, dropped) is left exactly as it is: no relabel, no
-    retention clock restart. A user already `dropping` gets a new generation and is due
-    now (the command retries the DELETE itself), unless another sender holds a live lease
-    on it (`in_flight`: left as it is). A pass's lease on a user being read is ended: a
-    lifecycle command wins over a pass.
-
-    Raises:
-        UnknownUserError: no such user.
-    """
-    with db.write() as conn:
-        query = select(*USER_COLUMNS).where(User.user == user)
-        if db.dialect == "postgresql":
-            query = query.with_for_update()
-        found = conn.execute(query).first()
-        if found is None:
-            raise UnknownUserError(user)
-        before = to_user_row(found)
-        if before.token is None or before.state in TOKENLESS_STATES:
-            return DropStart(before, before)
-        if before.state == "dropping":
-            held_until = conn.execute(
-                select(LEASES.c.expires_at).where(leases.lease_of(before.id))
-            ).scalar_one_or_none()
-            if held_until is not None and held_until >= now:
-                return DropStart(before, before, in_flight=True)
-        leases.end_leases(conn, leases.lease_of(before.id))
-        stmt = (
-            update(User)
-            .where(User.id == before.id)
-            .values(
-                state="dropping",
-                next_due_at=now,
-                due_class=None,
-                consecutive_failures=0,
-                generation=User.generation + 1,
-            )
-            .returning(*USER_COLUMNS)
-        )
-        after = to_user_row(conn.execute(stmt).one())
-        owner = None
-        if lease_until is not None:
-            owner = drop_owner()
-            # The lease's generation is the row's new one: the drop's fencing token as is.
-            conn.execute(
-                insert(LEASES).values(
-                    user_id=after.id,
-                    owner=owner,
-                    expires_at=lease_until,
-                    generation=after.generation,
-                )
-            )
-        outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
-    return DropStart(before, after, owner=owner)
-
-
 def drop_owner() -> str:
     """The lease owner of one drop command: its host and process, and a random part (two
     commands of one process, a pid reused); `DROP_OWNER_PREFIX` marks it as no instance's."""
     host = socket.gethostname()[:64]
     return f"{leases.DROP_OWNER_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def finish_drop(db: Database, user_id: int, generation: int, now: datetime) -> bool:
-    """The service confirmed the DELETE: delete the token, state `dropped`; True if written.
-
-    Written only while the row is still `dropping` with `generation`: a user re-enrolled
-    since (a new token) keeps it.
-    """
-    with db.write() as conn:
-        result = conn.execute(
-            update(User)
-            .where(_still(user_id, generation))
-            .values(
-                state="dropped",
-                token_ciphertext=None,
-                token_key_id=None,
-                next_due_at=None,
-                due_class=None,
-                consecutive_failures=0,
-                last_outcome="dropped",
-                last_code=None,
-                dropped_at=now,
-                generation=leases.current_generation() + 1,
-            )
-            .returning(User.user)
-        )
-        user = result.scalar_one_or_none()
-        if user is not None:
-            conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
-            outbox.record(conn, [change_event(user, "dropping", "dropped", now, "drop")])
-    return user is not None
-
-
-def defer_drop(
-    db: Database, user_id: int, generation: int, *, retry_at: datetime, reason: str
-) -> bool:
-    """The DELETE was not confirmed: stay `dropping`, retried at `retry_at`; True if written."""
-    with db.write() as conn:
-        result = conn.execute(
-            update(User)
-            .where(_still(user_id, generation))
-            .values(
-                next_due_at=retry_at,
-                consecutive_failures=User.consecutive_failures + 1,
-                last_outcome=reason,
-                generation=leases.current_generation(),
-            )
-        )
-        if result.rowcount > 0:
-            conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
-    return result.rowcount > 0
-
-
-def claim_drops(
-    db: Database, *, now: datetime, limit: int, owner: str, lease_until: datetime
-) -> list[UserRow]:
-    """Lease up to `limit` `dropping` users due for a DELETE retry (a new generation each)."""
-    due = and_(
-        User.state == "dropping",
-        User.token_ciphertext.is_not(None),
-        User.next_due_at.is_not(None),
-        User.next_due_at <= now,
-    )
-    order = (USERS.c.next_due_at, USERS.c.id)
-    rows, _ = leases.lease_due(
-        db, due, order, now=now, limit=limit, owner=owner, lease_until=lease_until
-    )
-    return rows
 
 
 def _still(user_id: int, generation: int) -> ColumnElement[bool]:
@@ -195,3 +61,132 @@ def _still(user_id: int, generation: int) -> ColumnElement[bool]:
         User.state == "dropping",
         leases.current_generation() == generation,
     )
+
+
+class DropQueries(Queries):
+    """The two phases of a drop, and the retries of those the service did not confirm."""
+
+    def begin_drop(
+        self,
+        user: str,
+        now: datetime,
+        *,
+        lease_until: datetime | None = None,
+    ) -> DropStart:
+        """Mark the user `dropping` (due for a DELETE now) and bump its generation; with
+        `lease_until`, lease the user to the command until then, for the DELETE it is about to
+        send (`DropStart.owner`).
+
+        A user without a token (revoked, dropped) is left exactly as it is: no relabel, no
+        retention clock restart. A user already `dropping` gets a new generation and is due
+        now (the command retries the DELETE itself), unless another sender holds a live lease
+        on it (`in_flight`: left as it is). A pass's lease on a user being read is ended: a
+        lifecycle command wins over a pass.
+
+        Raises:
+            UnknownUserError: no such user.
+        """
+        with self._db.write() as conn:
+            query = select(*USER_COLUMNS).where(User.user == user).with_for_update()
+            found = conn.execute(query).first()
+            if found is None:
+                raise UnknownUserError(user)
+            before = to_user_row(found)
+            if before.token is None or before.state in TOKENLESS_STATES:
+                return DropStart(before, before)
+            if before.state == "dropping":
+                held_until = conn.execute(
+                    select(LEASES.c.expires_at).where(leases.lease_of(before.id))
+                ).scalar_one_or_none()
+                if held_until is not None and held_until >= now:
+                    return DropStart(before, before, in_flight=True)
+            leases.end_leases(conn, leases.lease_of(before.id))
+            stmt = (
+                update(User)
+                .where(User.id == before.id)
+                .values(
+                    state="dropping",
+                    next_due_at=now,
+                    due_class=None,
+                    consecutive_failures=0,
+                    generation=User.generation + 1,
+                )
+                .returning(*USER_COLUMNS)
+            )
+            after = to_user_row(conn.execute(stmt).one())
+            owner = None
+            if lease_until is not None:
+                owner = drop_owner()
+                # The lease's generation is the row's new one: the drop's fencing token as is.
+                conn.execute(
+                    insert(LEASES).values(
+                        user_id=after.id,
+                        owner=owner,
+                        expires_at=lease_until,
+                        generation=after.generation,
+                    )
+                )
+            outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
+        return DropStart(before, after, owner=owner)
+
+    def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
+        """The service confirmed the DELETE: delete the token, state `dropped`; True if written.
+
+        Written only while the row is still `dropping` with `generation`: a user re-enrolled
+        since (a new token) keeps it.
+        """
+        with self._db.write() as conn:
+            result = conn.execute(
+                update(User)
+                .where(_still(user_id, generation))
+                .values(
+                    state="dropped",
+                    token_ciphertext=None,
+                    token_key_id=None,
+                    next_due_at=None,
+                    due_class=None,
+                    consecutive_failures=0,
+                    last_outcome="dropped",
+                    last_code=None,
+                    dropped_at=now,
+                    generation=leases.current_generation() + 1,
+                )
+                .returning(User.user)
+            )
+            user = result.scalar_one_or_none()
+            if user is not None:
+                conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
+                outbox.record(conn, [change_event(user, "dropping", "dropped", now, "drop")])
+        return user is not None
+
+    def defer_drop(self, user_id: int, generation: int, *, retry_at: datetime, reason: str) -> bool:
+        """The DELETE was not confirmed: stay `dropping`, retried at `retry_at`; True if written."""
+        with self._db.write() as conn:
+            result = conn.execute(
+                update(User)
+                .where(_still(user_id, generation))
+                .values(
+                    next_due_at=retry_at,
+                    consecutive_failures=User.consecutive_failures + 1,
+                    last_outcome=reason,
+                    generation=leases.current_generation(),
+                )
+            )
+            if result.rowcount > 0:
+                conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
+        return result.rowcount > 0
+
+    def claim_drops(
+        self, *, now: datetime, limit: int, owner: str, lease_until: datetime
+    ) -> list[UserRow]:
+        """Lease up to `limit` `dropping` users due for a DELETE retry (a new generation each)."""
+        due = and_(
+            User.state == "dropping",
+            User.token_ciphertext.is_not(None),
+            User.next_due_at.is_not(None),
+            User.next_due_at <= now,
+        )
+        rows, _ = leases.lease_due(
+            self._db, due, now=now, limit=limit, owner=owner, lease_until=lease_until
+        )
+        return rows

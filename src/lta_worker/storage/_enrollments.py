@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, update
 
 from lta_worker.domain import EncryptedToken, PendingEnrollment
 from lta_worker.secret import Secret
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Queries, insert_for
 from lta_worker.storage._models import PendingEnrollmentRow as Row
 
 LINK_MARK: Final = ""
@@ -29,31 +29,6 @@ def state_hash(state: str | Secret) -> str:
     """The sha256 (hex) under which a pending enrollment's OAuth state is stored."""
     raw = state.reveal() if isinstance(state, Secret) else state
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
-
-
-def save_pending(
-    db: Database,
-    *,
-    state: str | Secret,
-    user: str,
-    verifier: EncryptedToken,
-    redirect_uri: str,
-    created_at: datetime,
-    expires_at: datetime,
-) -> None:
-    """Store a started consent under the hash of its OAuth state."""
-    with db.write() as conn:
-        conn.execute(
-            insert(Row).values(
-                state_hash=state_hash(state),
-                user=user,
-                verifier_ciphertext=verifier.ciphertext,
-                verifier_key_id=verifier.key_id,
-                redirect_uri=redirect_uri,
-                created_at=created_at,
-                expires_at=expires_at,
-            )
-        )
 
 
 _RETURNED = (
@@ -66,75 +41,82 @@ _RETURNED = (
 )
 
 
-def _take(db: Database, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
-    """Mark the matching live pending enrollment used, in one UPDATE ... RETURNING."""
-    stmt = (
-        update(Row)
-        .where(match, Row.used_at.is_(None), Row.expires_at > now)
-        .values(used_at=now)
-        .returning(*_RETURNED)
-    )
-    with db.write() as conn:
-        row = conn.execute(stmt).first()
-    if row is None:
-        return None
-    return PendingEnrollment(
-        user=row.user,
-        verifier=EncryptedToken(bytes(row.verifier_ciphertext), row.verifier_key_id),
-        redirect_uri=row.redirect_uri,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
+class EnrollmentQueries(Queries):
+    """Started consents and spent enrollment links."""
 
+    def save_pending(self, state: str | Secret, pending: PendingEnrollment) -> None:
+        """Store a started consent under the hash of its OAuth state."""
+        with self._db.write() as conn:
+            conn.execute(
+                insert(Row).values(
+                    state_hash=state_hash(state),
+                    user=pending.user,
+                    verifier_ciphertext=pending.verifier.ciphertext,
+                    verifier_key_id=pending.verifier.key_id,
+                    redirect_uri=pending.redirect_uri,
+                    created_at=pending.created_at,
+                    expires_at=pending.expires_at,
+                )
+            )
 
-def take_pending(db: Database, state: str | Secret, now: datetime) -> PendingEnrollment | None:
-    """Take the pending enrollment of `state`, once: None if unknown, used or expired.
+    def _take(self, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
+        """Mark the matching live pending enrollment used, in one UPDATE ... RETURNING, so
+        two concurrent takes never both succeed."""
+        stmt = (
+            update(Row)
+            .where(match, Row.used_at.is_(None), Row.expires_at > now)
+            .values(used_at=now)
+            .returning(*_RETURNED)
+        )
+        with self._db.write() as conn:
+            row = conn.execute(stmt).first()
+        if row is None:
+            return None
+        return PendingEnrollment(
+            user=row.user,
+            verifier=EncryptedToken(bytes(row.verifier_ciphertext), row.verifier_key_id),
+            redirect_uri=row.redirect_uri,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+        )
 
-    One UPDATE ... RETURNING marks it used, so two concurrent takes never both succeed.
-    """
-    return _take(db, Row.state_hash == state_hash(state), now)
+    def take_pending(self, state: str | Secret, now: datetime) -> PendingEnrollment | None:
+        """Take the pending enrollment of `state`, once: None if unknown, used or expired."""
+        return self._take(Row.state_hash == state_hash(state), now)
 
+    def take_latest_pending(self, user: str, now: datetime) -> PendingEnrollment | None:
+        """Take the newest live pending enrollment of `user`, once (a bare code has no
+        state)."""
+        newest = (
+            select(Row.state_hash)
+            .where(Row.user == user, Row.used_at.is_(None), Row.expires_at > now)
+            .order_by(Row.created_at.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        return self._take(Row.state_hash == newest, now)
 
-def take_latest_pending(db: Database, user: str, now: datetime) -> PendingEnrollment | None:
-    """Take the newest live pending enrollment of `user`, once (for a bare code, no state)."""
-    newest = (
-        select(Row.state_hash)
-        .where(Row.user == user, Row.used_at.is_(None), Row.expires_at > now)
-        .order_by(Row.created_at.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    return _take(db, Row.state_hash == newest, now)
+    def purge_pending(self, now: datetime) -> int:
+        """Delete pending enrollments that are used or expired; return how many."""
+        spent = or_(Row.used_at.is_not(None), Row.expires_at <= now)
+        link_alive = and_(Row.verifier_key_id == LINK_MARK, Row.expires_at > now)
+        with self._db.write() as conn:
+            return conn.execute(delete(Row).where(spent, ~link_alive)).rowcount
 
-
-def purge_pending(db: Database, now: datetime) -> int:
-    """Delete pending enrollments that are used or expired; return how many."""
-    spent = or_(Row.used_at.is_not(None), Row.expires_at <= now)
-    link_alive = and_(Row.verifier_key_id == LINK_MARK, Row.expires_at > now)
-    with db.write() as conn:
-        return conn.execute(delete(Row).where(spent, ~link_alive)).rowcount
-
-
-def spend_link(db: Database, nonce: str, user: str, now: datetime, expires_at: datetime) -> bool:
-    """Record the enrollment link of `nonce` as used; False when it already was."""
-    values: dict[str, Any] = {
-        "state_hash": state_hash(f"link:{nonce}"),
-        "user": user,
-        "verifier_ciphertext": b"",
-        "verifier_key_id": LINK_MARK,
-        "redirect_uri": "",
-        "created_at": now,
-        "expires_at": expires_at,
-        "used_at": now,
-    }
-    if db.dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql  # imported here: slow to import
-
-        stmt: Any = postgresql.insert(Row).values(values).on_conflict_do_nothing()
-    else:
-        from sqlalchemy.dialects import sqlite
-
-        stmt = sqlite.insert(Row).values(values).on_conflict_do_nothing()
-    with db.write() as conn:
-        # RETURNING says whether the row went in, on both backends (rowcount did not on PG).
-        return conn.execute(stmt.returning(Row.state_hash)).first() is not None
+    def spend_link(self, nonce: str, user: str, now: datetime, expires_at: datetime) -> bool:
+        """Record the enrollment link of `nonce` as used (kept until `expires_at`); False
+        when it already was."""
+        stmt = insert_for(self._db.dialect, Row).values(
+            state_hash=state_hash(f"link:{nonce}"),
+            user=user,
+            verifier_ciphertext=b"",
+            verifier_key_id=LINK_MARK,
+            redirect_uri="",
+            created_at=now,
+            expires_at=expires_at,
+            used_at=now,
+        )
+        with self._db.write() as conn:
+            # RETURNING says whether the row went in, on both backends (rowcount did not on PG).
+            returning = stmt.on_conflict_do_nothing().returning(Row.state_hash)
+            return conn.execute(returning).first() is not None

@@ -20,13 +20,12 @@ read in batches, each in a transaction of its own. Rows older than the feed have
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
-from sqlalchemy import ColumnElement, Connection, literal_column, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, literal_column, select, update
 
-from lta_worker.domain import ChangeFeed, ResultRow
-from lta_worker.storage._db import Database, Dialect
+from lta_worker.domain import ChangeFeed
+from lta_worker.storage._db import Dialect, Queries
 from lta_worker.storage._models import FeedCounter, History, User
 from lta_worker.storage._results import result_row
 
@@ -57,26 +56,20 @@ def _bound(conn: Connection, dialect: Dialect) -> int:
     return int(value or 0) + 1
 
 
-def changed_since(
-    db: Database, cursor: int, user: str | None = None, batch: int = 500
-) -> ChangeFeed:
-    """The results stored at or after `cursor` (0: all), oldest first, and the next cursor.
+class FeedQueries(Queries):
+    """The change feed of `results export --changed-since`."""
 
-    Raises:
-        ValueError: a negative cursor.
-    """
-    if cursor < 0:
-        raise ValueError("a cursor is 0 or a number a previous export printed")
-    with db.read() as conn:
-        bound = _bound(conn, db.dialect)
-    return ChangeFeed(max(cursor, bound), _rows(db, cursor, bound, user, batch))
+    def changed_since(self, cursor: int, user: str | None = None, batch: int = 500) -> ChangeFeed:
+        """The results stored at or after `cursor` (0: all; of one user when given), oldest
+        first, and the cursor to pass next time.
 
-
-def _rows(
-    db: Database, cursor: int, bound: int, user: str | None, batch: int
-) -> Iterator[ResultRow]:
-    after: tuple[int, int] = (cursor, 0)
-    while True:
+        Raises:
+            ValueError: a negative cursor.
+        """
+        if cursor < 0:
+            raise ValueError("a cursor is 0 or a number a previous export printed")
+        with self._db.read() as conn:
+            bound = _bound(conn, self._db.dialect)
         query = (
             select(
                 History.id,
@@ -89,16 +82,11 @@ def _rows(
                 User.state,
             )
             .join(User, User.id == History.user_id)
-            .where(tuple_(History.seq, History.id) > tuple_(*after), History.seq < bound)
-            .order_by(History.seq, History.id)
-            .limit(batch)
+            .where(History.seq < bound)
         )
         if user is not None:
             query = query.where(User.user == user)
-        with db.read() as conn:
-            rows = conn.execute(query).all()
-        if not rows:
-            return
-        for row in rows:
-            yield result_row(row, changed_at=row.fetched_at)
-        after = (rows[-1].seq, rows[-1].id)
+        rows = self._db.pages(query, (History.seq, History.id), (cursor, 0), batch)
+        return ChangeFeed(
+            max(cursor, bound), (result_row(row, changed_at=row.fetched_at) for row in rows)
+        )

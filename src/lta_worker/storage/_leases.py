@@ -23,7 +23,7 @@ ever deleted.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 
 from lta_worker.domain import UserRow
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Database, Queries
 from lta_worker.storage._models import User, UserLease, UtcDateTime
 from lta_worker.storage._rows import PG_RAW_USER_COLUMNS, RAW_USER_COLUMNS, raw_user_row
 
@@ -53,6 +53,8 @@ LEASES: Final = UserLease.__table__
 # The owners of the leases `users drop` / `users forget` hold for their DELETE: commands,
 # not instances, so no instance's end (nor SQLite's single-instance lock) ends them.
 DROP_OWNER_PREFIX: Final = "drop:"
+# The order users are claimed in, for a read or a drop's retry: oldest `next_due_at` first.
+DUE_ORDER: Final = (USERS.c.next_due_at, USERS.c.id)
 
 
 # Where a candidate's row holds the user's generation, its lease's owner and generation
@@ -72,14 +74,13 @@ def current_generation() -> ColumnElement[int]:
 def lease_due(
     db: Database,
     condition: ColumnElement[bool],
-    order: Sequence[ColumnElement[Any]],
     *,
     now: datetime,
     limit: int,
     owner: str,
     lease_until: datetime,
 ) -> tuple[list[UserRow], list[str | None]]:
-    """Lease up to `limit` users matching `condition` and no live lease, in `order`.
+    """Lease up to `limit` users matching `condition` and no live lease, in `DUE_ORDER`.
 
     Returns the leased rows (their generation is the lease's, a new one) and the previous
     lease owner of each (None when it was not leased).
@@ -92,39 +93,24 @@ def lease_due(
         select(*columns, le.owner.label("lease_owner"), le.generation.label("lease_gen"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
         .where(condition, or_(le.expires_at.is_(None), le.expires_at < now))
-        .order_by(*order)
+        .order_by(*DUE_ORDER)
         .limit(limit)
     )
-    if db.dialect == "postgresql":
-        return _lease_due_pg(db, candidates, order, owner=owner, now=now, lease_until=lease_until)
-    with db.write(durable=False, checked=False) as conn:
+    params: dict[str, Any] = {"b_owner": owner, "b_until": lease_until, "b_now": now}
+    if db.dialect == "postgresql":  # one statement (`claim_statement`)
+        with db.write() as conn:
+            won = conn.execute(claim_statement(candidates, DUE_ORDER), params).all()
+        return [raw_user_row(row, row[_WON_GEN]) for row in won], [row[_LEASE_OWNER] for row in won]
+    with db.write(durable=False) as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
         # The lease's generation: one more than the row's, or the expired lease's it takes.
         claimed = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
-        params: dict[str, Any] = {"b_ids": _ids_param(claimed), "b_owner": owner}
-        params.update(b_until=lease_until, b_now=now)
+        params["b_ids"] = _ids_param(claimed)
         conn.execute(_upsert(), params)
     # The write lock held since the candidates were read: all won as computed.
     rows = [raw_user_row(row, claimed[row[0]]) for row in found]
-    return rows, [row[_LEASE_OWNER] for row in found]
-
-
-def _lease_due_pg(
-    db: Database,
-    candidates: Select[Any],
-    order: Sequence[ColumnElement[Any]],
-    *,
-    owner: str,
-    now: datetime,
-    lease_until: datetime,
-) -> tuple[list[UserRow], list[str | None]]:
-    """PostgreSQL: the claim in one statement (`claim_statement`), the rows in `order`."""
-    params = {"b_owner": owner, "b_until": lease_until, "b_now": now}
-    with db.write() as conn:
-        found = conn.execute(claim_statement(candidates, order), params).all()
-    rows = [raw_user_row(row, row[_WON_GEN]) for row in found]
     return rows, [row[_LEASE_OWNER] for row in found]
 
 
@@ -207,32 +193,6 @@ def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
     return upsert
 
 
-def renew_leases(db: Database, owner: str, lease_until: datetime) -> int:
-    """Extend every lease `owner` holds to `lease_until`, never shortening one; return
-    how many were extended.
-
-    Never shortening: a renewal computed before a stalled database lands after it, with
-    an expiry older than that of a lease its owner claimed (again) meanwhile; written as
-    it is, it would end that lease early in the database while its holder still reads
-    under it, and another instance could take it over (issue 28).
-
-    On PostgreSQL leases locked by another transaction are skipped: that is this owner's
-    writer applying (and so releasing) them, or another instance taking over an expired
-    lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
-    """
-    held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
-    if db.dialect == "postgresql":
-        held = held.with_for_update(skip_locked=True)
-    until = bindparam("b_until", lease_until, type_=UtcDateTime())
-    with db.write(durable=False) as conn:
-        result = conn.execute(
-            update(LEASES)
-            .where(LEASES.c.user_id.in_(held), LEASES.c.expires_at < until)
-            .values(expires_at=until)
-        )
-    return result.rowcount
-
-
 def end_leases(conn: Connection, condition: ColumnElement[bool]) -> int:
     """End the leases matching `condition`, their generation kept in `users`; how many."""
     le = LEASES.c
@@ -266,26 +226,53 @@ def lease_of(user_id: int) -> ColumnElement[bool]:
     return LEASES.c.user_id == user_id
 
 
-def release(db: Database, owner: str, user_ids: Sequence[int] | None = None) -> int:
-    """End the leases `owner` holds (only on `user_ids` when given); return how many."""
-    if user_ids is not None and not user_ids:
-        return 0
-    with db.write() as conn:
-        return end_leases(conn, owned_by(owner, user_ids))
+class LeaseQueries(Queries):
+    """The leases an owner holds: renew them, end them."""
 
+    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+        """Extend every lease `owner` holds to `lease_until`, never shortening one; return
+        how many were extended.
 
-def release_all(db: Database) -> dict[str, int]:
-    """End every lease of an instance; return how many users each owner held.
+        Never shortening: a renewal computed before a stalled database lands after it, with
+        an expiry older than that of a lease its owner claimed (again) meanwhile; written as
+        it is, it would end that lease early in the database while its holder still reads
+        under it, and another instance could take it over (issue 28).
 
-    Only for SQLite at start-up, where the single-instance lock proves every instance dead.
-    A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
-    of commands, and its DELETE may be out now.
-    """
-    of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
-    with db.write() as conn:
-        held = conn.execute(
-            select(LEASES.c.owner, func.count()).where(of_instances).group_by(LEASES.c.owner)
-        ).all()
-        if held:
-            end_leases(conn, of_instances)
-    return {str(owner): int(count) for owner, count in held}
+        On PostgreSQL leases locked by another transaction are skipped: that is this owner's
+        writer applying (and so releasing) them, or another instance taking over an expired
+        lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+        """
+        held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
+        held = held.with_for_update(skip_locked=True)
+        until = bindparam("b_until", lease_until, type_=UtcDateTime())
+        with self._db.write(durable=False) as conn:
+            result = conn.execute(
+                update(LEASES)
+                .where(LEASES.c.user_id.in_(held), LEASES.c.expires_at < until)
+                .values(expires_at=until)
+            )
+        return result.rowcount
+
+    def release(self, owner: str, user_ids: Iterable[int] | None = None) -> int:
+        """End the leases `owner` holds (only on `user_ids` when given); return how many."""
+        ids = None if user_ids is None else list(user_ids)
+        if ids is not None and not ids:
+            return 0
+        with self._db.write() as conn:
+            return end_leases(conn, owned_by(owner, ids))
+
+    def release_all(self) -> dict[str, int]:
+        """End every lease of an instance; return how many users each owner held.
+
+        Only for SQLite at start-up, where the single-instance lock proves every instance dead.
+        A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
+        of commands, and its DELETE may be out now.
+        """
+        of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
+        with self._db.write() as conn:
+            held = conn.execute(
+                select(LEASES.c.owner, func.count()).where(of_instances).group_by(LEASES.c.owner)
+            ).all()
+            if held:
+                end_leases(conn, of_instances)
+        return {str(owner): int(count) for owner, count in held}

@@ -5,9 +5,9 @@ connection of its transaction, so an event exists exactly when its change was co
 crash before the commit loses both, a crash after it loses neither. So does a pass's write
 of a content that differs from the stored one (`result.changed`, `watch_turns`), unless
 no receiver gets that type (`Store.result_events`). The delivery claims the
-oldest undelivered event of each user (`claim_heads`, so a user's events go out in order),
-then deletes it (`delivered`) or backs it off (`failed`). Events older than
-`webhook.max_age` are dead-lettered (`dead_letter`): kept with `dead_at`, counted by
+oldest undelivered event of each user (`claim_events`, so a user's events go out in order),
+then deletes it (`events_delivered`) or backs it off (`event_failed`). Events older than
+`webhook.max_age` are dead-lettered (`dead_letter_events`): kept with `dead_at`, counted by
 `status`, skipped by the delivery, deleted after `webhook.keep_dead`.
 """
 
@@ -33,7 +33,7 @@ from lta_worker.domain import (
     turn_events,
 )
 from lta_worker.storage._apply import ResultChange
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Queries
 from lta_worker.storage._models import OutboxEvent, User
 
 _ERROR_CHARS = 200
@@ -124,120 +124,120 @@ def watch_turns(
     record(conn, events)
 
 
-def claim_heads(
-    db: Database, now: datetime, limit: int, lease_until: datetime, owner: str
-) -> list[PendingEvent]:
-    """Lease the oldest live event of up to `limit` users, when due, to `owner`; oldest first.
+class OutboxQueries(Queries):
+    """The delivery's side of the outbox: claim, acknowledge, back off, dead-letter, purge."""
 
-    A claimed event's `next_attempt_at` moves to `lease_until`, so another instance (or a
-    delivery running at the same time) does not send it too; a crash mid-delivery only
-    delays it until then (on SQLite, until the next start: `release_leases`).
-    """
-    inner = OutboxEvent.__table__.alias().c
-    head = (
-        select(func.min(inner.id))
-        .where(inner.user == OutboxEvent.user, inner.dead_at.is_(None))
-        .scalar_subquery()
-    )
-    table = OutboxEvent.__table__
-    query = (
-        select(table)
-        .where(
-            OutboxEvent.dead_at.is_(None),
-            OutboxEvent.next_attempt_at <= now,
-            OutboxEvent.id == head,
+    def claim_events(
+        self, now: datetime, limit: int, lease_until: datetime, owner: str = "-"
+    ) -> list[PendingEvent]:
+        """Lease the oldest live event of up to `limit` users, when due, to `owner`; oldest
+        first (so a user's events go out in order).
+
+        A claimed event's `next_attempt_at` moves to `lease_until`, so another instance (or
+        a delivery running at the same time) does not send it too; a crash mid-delivery
+        only delays it until then (on SQLite, until the next start: `release_events`).
+        """
+        table = OutboxEvent.__table__
+        inner = table.alias().c
+        head = (
+            select(func.min(inner.id))
+            .where(inner.user == OutboxEvent.user, inner.dead_at.is_(None))
+            .scalar_subquery()
         )
-        .order_by(OutboxEvent.id)
-        .limit(limit)
-    )
-    if db.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=table)
-    with db.write() as conn:
-        rows = conn.execute(query).all()
-        if not rows:
-            return []
-        ids = [r.id for r in rows]
-        conn.execute(
-            update(OutboxEvent)
-            .where(OutboxEvent.id.in_(ids))
-            .values(
-                next_attempt_at=lease_until, attempts=OutboxEvent.attempts + 1, lease_owner=owner
+        query = (
+            select(table)
+            .where(
+                OutboxEvent.dead_at.is_(None),
+                OutboxEvent.next_attempt_at <= now,
+                OutboxEvent.id == head,
             )
+            .order_by(OutboxEvent.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=table)
         )
-        return [
-            PendingEvent(
-                id=r.id,
-                event_id=r.event_id,
-                user=r.user,
-                type=r.type,
-                payload=r.payload,
-                created_at=r.created_at,
-                attempts=r.attempts + 1,
+        with self._db.write() as conn:
+            rows = conn.execute(query).all()
+            if not rows:
+                return []
+            conn.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.id.in_([r.id for r in rows]))
+                .values(
+                    next_attempt_at=lease_until,
+                    attempts=OutboxEvent.attempts + 1,
+                    lease_owner=owner,
+                )
             )
-            for r in rows
-        ]
+            return [
+                PendingEvent(
+                    id=r.id,
+                    event_id=r.event_id,
+                    user=r.user,
+                    type=r.type,
+                    payload=r.payload,
+                    created_at=r.created_at,
+                    attempts=r.attempts + 1,
+                )
+                for r in rows
+            ]
 
+    def events_delivered(self, ids: Sequence[int]) -> int:
+        """The receiver acknowledged these events: delete them; return how many."""
+        if not ids:
+            return 0
+        with self._db.write() as conn:
+            return conn.execute(delete(OutboxEvent).where(OutboxEvent.id.in_(ids))).rowcount
 
-def delivered(db: Database, ids: Sequence[int]) -> int:
-    """The receiver acknowledged these events: delete them; return how many."""
-    if not ids:
-        return 0
-    with db.write() as conn:
-        return conn.execute(delete(OutboxEvent).where(OutboxEvent.id.in_(ids))).rowcount
+    def event_failed(self, event_id: int, retry_at: datetime, error: str) -> None:
+        """The delivery failed: try again at `retry_at`; keep a short reason for `status`."""
+        with self._db.write() as conn:
+            conn.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.id == event_id)
+                .values(next_attempt_at=retry_at, last_error=error[:_ERROR_CHARS], lease_owner=None)
+            )
 
+    def release_events(self, now: datetime) -> int:
+        """Make every leased event due now; return how many.
 
-def failed(db: Database, event_id: int, retry_at: datetime, error: str) -> None:
-    """The delivery failed: try again at `retry_at`; keep a short reason for `status`."""
-    with db.write() as conn:
-        conn.execute(
-            update(OutboxEvent)
-            .where(OutboxEvent.id == event_id)
-            .values(next_attempt_at=retry_at, last_error=error[:_ERROR_CHARS], lease_owner=None)
-        )
+        Only for SQLite at start-up, where the single-instance lock proves every owner dead
+        (a delivery killed mid-flight): its events go out at once, not at the lease's end.
+        """
+        with self._db.write() as conn:
+            return conn.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.lease_owner.is_not(None), OutboxEvent.dead_at.is_(None))
+                .values(next_attempt_at=now, lease_owner=None)
+            ).rowcount
 
+    def dead_letter_events(self, now: datetime, max_age: timedelta) -> int:
+        """Mark live events created more than `max_age` ago as dead; return how many."""
+        with self._db.write() as conn:
+            return conn.execute(
+                update(OutboxEvent)
+                .where(OutboxEvent.dead_at.is_(None), OutboxEvent.created_at < now - max_age)
+                .values(dead_at=now)
+            ).rowcount
 
-def release_leases(db: Database, now: datetime) -> int:
-    """Make every leased event due now; return how many.
+    def purge_events(self, now: datetime, keep_dead: timedelta, *, live: bool = False) -> int:
+        """Delete dead events older than `keep_dead` (and every live one when `live`)."""
+        old_dead = and_(OutboxEvent.dead_at.is_not(None), OutboxEvent.dead_at < now - keep_dead)
+        where = OutboxEvent.dead_at.is_(None) | old_dead if live else old_dead
+        with self._db.write() as conn:
+            return conn.execute(delete(OutboxEvent).where(where)).rowcount
 
-    Only for SQLite at start-up, where the single-instance lock proves every owner dead (a
-    delivery killed mid-flight): its events go out at once instead of at the lease's end.
-    """
-    with db.write() as conn:
-        return conn.execute(
-            update(OutboxEvent)
-            .where(OutboxEvent.lease_owner.is_not(None), OutboxEvent.dead_at.is_(None))
-            .values(next_attempt_at=now, lease_owner=None)
-        ).rowcount
-
-
-def dead_letter(db: Database, now: datetime, max_age: timedelta) -> int:
-    """Mark live events created more than `max_age` ago as dead; return how many."""
-    with db.write() as conn:
-        return conn.execute(
-            update(OutboxEvent)
-            .where(OutboxEvent.dead_at.is_(None), OutboxEvent.created_at < now - max_age)
-            .values(dead_at=now)
-        ).rowcount
-
-
-def purge(conn: Connection, now: datetime, keep_dead: timedelta, *, live: bool) -> int:
-    """Delete dead events older than `keep_dead` (and every live one when `live`)."""
-    old_dead = and_(OutboxEvent.dead_at.is_not(None), OutboxEvent.dead_at < now - keep_dead)
-    where = OutboxEvent.dead_at.is_(None) | old_dead if live else old_dead
-    return conn.execute(delete(OutboxEvent).where(where)).rowcount
-
-
-def counts(db: Database) -> OutboxCounts:
-    """Events waiting (backlog) and dead-lettered, and when the oldest waiting one was made."""
-    with db.read() as conn:
-        rows = conn.execute(
-            select(
-                OutboxEvent.dead_at.is_(None).label("live"),
-                func.count(),
-                func.min(OutboxEvent.created_at),
-            ).group_by(OutboxEvent.dead_at.is_(None))
-        ).all()
-    found = {bool(live): (int(n), oldest) for live, n, oldest in rows}
-    backlog, oldest = found.get(True, (0, None))
-    dead, _ = found.get(False, (0, None))
-    return OutboxCounts(backlog=backlog, dead=dead, oldest_at=oldest)
+    def outbox_counts(self) -> OutboxCounts:
+        """Events waiting (backlog) and dead-lettered, and when the oldest waiting one was
+        made."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                select(
+                    OutboxEvent.dead_at.is_(None).label("live"),
+                    func.count(),
+                    func.min(OutboxEvent.created_at),
+                ).group_by(OutboxEvent.dead_at.is_(None))
+            ).all()
+        found = {bool(live): (int(n), oldest) for live, n, oldest in rows}
+        backlog, oldest = found.get(True, (0, None))
+        dead, _ = found.get(False, (0, None))
+        return OutboxCounts(backlog=backlog, dead=dead, oldest_at=oldest)

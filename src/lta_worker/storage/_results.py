@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
+from sqlalchemy import Connection, and_, delete, func, or_, select
 
 from lta_worker.domain import (
     Endpoint,
@@ -26,44 +26,13 @@ from lta_worker.domain import (
     UserState,
     canonical_json,
 )
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Queries
 from lta_worker.storage._models import History, Snapshot, User
 
 
 def content_hash(payload: Any, content: bytes | None = None) -> str:
     """The sha256 (hex) of the payload's canonical JSON form (`content` when known)."""
     return hashlib.sha256(content if content is not None else canonical_json(payload)).hexdigest()
-
-
-def export_results(db: Database, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
-    """The latest result per user and endpoint, by user row id then endpoint, in batches."""
-    after: tuple[int, str] = (0, "")
-    while True:
-        query = (
-            select(
-                Snapshot.user_id,
-                User.user,
-                Snapshot.endpoint,
-                Snapshot.status,
-                Snapshot.payload,
-                Snapshot.fetched_at,
-                Snapshot.changed_at,
-                User.state,
-            )
-            .join(User, User.id == Snapshot.user_id)
-            .where(tuple_(Snapshot.user_id, Snapshot.endpoint) > tuple_(*after))
-            .order_by(Snapshot.user_id, Snapshot.endpoint)
-            .limit(batch)
-        )
-        if user is not None:
-            query = query.where(User.user == user)
-        with db.read() as conn:
-            rows = conn.execute(query).all()
-        if not rows:
-            return
-        for row in rows:
-            yield result_row(row, changed_at=row.changed_at)
-        after = (rows[-1].user_id, rows[-1].endpoint)
 
 
 def result_row(row: Any, *, changed_at: datetime) -> ResultRow:
@@ -79,80 +48,88 @@ def result_row(row: Any, *, changed_at: datetime) -> ResultRow:
     )
 
 
-def export_history(
-    db: Database, user: str | None = None, since: datetime | None = None, batch: int = 500
-) -> Iterator[ResultRow]:
-    """Every stored past content, in the order it was stored (keyset on the history id).
+class ResultQueries(Queries):
+    """Stored results: the latest per (user, endpoint), every past content, one user's purge."""
 
-    Of one user when `user` is given, fetched at or after `since` when given; `changed_at`
-    is the `fetched_at` of the read that stored the content.
-    """
-    after = 0
-    while True:
-        query = (
-            select(
-                History.id,
-                User.user,
-                History.endpoint,
-                History.status,
-                History.payload,
-                History.fetched_at,
-                User.state,
-            )
-            .join(User, User.id == History.user_id)
-            .where(History.id > after)
-            .order_by(History.id)
-            .limit(batch)
-        )
+    def export_results(self, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
+        """The latest result per user and endpoint (of one user when given), by user row id
+        then endpoint, in batches."""
+        query = select(
+            Snapshot.user_id,
+            User.user,
+            Snapshot.endpoint,
+            Snapshot.status,
+            Snapshot.payload,
+            Snapshot.fetched_at,
+            Snapshot.changed_at,
+            User.state,
+        ).join(User, User.id == Snapshot.user_id)
+        if user is not None:
+            query = query.where(User.user == user)
+        keys = (Snapshot.user_id, Snapshot.endpoint)
+        for row in self._db.pages(query, keys, (0, ""), batch):
+            yield result_row(row, changed_at=row.changed_at)
+
+    def export_history(
+        self, user: str | None = None, since: datetime | None = None, batch: int = 500
+    ) -> Iterator[ResultRow]:
+        """Every stored past content, in the order it was stored (keyset on the history id).
+
+        Of one user when `user` is given, fetched at or after `since` when given;
+        `changed_at` is the `fetched_at` of the read that stored the content.
+        """
+        query = select(
+            History.id,
+            User.user,
+            History.endpoint,
+            History.status,
+            History.payload,
+            History.fetched_at,
+            User.state,
+        ).join(User, User.id == History.user_id)
         if user is not None:
             query = query.where(User.user == user)
         if since is not None:
             query = query.where(History.fetched_at >= since)
-        with db.read() as conn:
-            rows = conn.execute(query).all()
-        if not rows:
-            return
-        for row in rows:
+        for row in self._db.pages(query, (History.id,), (0,), batch):
             yield result_row(row, changed_at=row.fetched_at)
-        after = rows[-1].id
 
-
-def history(db: Database, user: str, endpoint: Endpoint) -> list[HistoryRow]:
-    """Every distinct content stored for (user, endpoint), oldest first; [] when none."""
-    with db.read() as conn:
-        rows = conn.execute(
-            select(
-                History.endpoint,
-                History.status,
-                History.payload,
-                History.content_hash,
-                History.fetched_at,
+    def history(self, user: str, endpoint: Endpoint) -> list[HistoryRow]:
+        """Every distinct content stored for (user, endpoint), oldest first; [] when none."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                select(
+                    History.endpoint,
+                    History.status,
+                    History.payload,
+                    History.content_hash,
+                    History.fetched_at,
+                )
+                .join(User, User.id == History.user_id)
+                .where(User.user == user, History.endpoint == endpoint)
+                .order_by(History.fetched_at, History.id)
+            ).all()
+        return [
+            HistoryRow(
+                endpoint=cast(Endpoint, r.endpoint),
+                status=cast(ResultStatus, r.status),
+                payload=r.payload,
+                content_hash=r.content_hash,
+                fetched_at=r.fetched_at,
             )
-            .join(User, User.id == History.user_id)
-            .where(User.user == user, History.endpoint == endpoint)
-            .order_by(History.fetched_at, History.id)
-        ).all()
-    return [
-        HistoryRow(
-            endpoint=cast(Endpoint, r.endpoint),
-            status=cast(ResultStatus, r.status),
-            payload=r.payload,
-            content_hash=r.content_hash,
-            fetched_at=r.fetched_at,
-        )
-        for r in rows
-    ]
+            for r in rows
+        ]
 
-
-def purge_results(db: Database, user: str) -> int:
-    """Delete the user's snapshots and history; return how many rows (0 for an unknown user)."""
-    with db.write() as conn:
-        user_id = conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
-        if user_id is None:
-            return 0
-        snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id == user_id)).rowcount
-        past = conn.execute(delete(History).where(History.user_id == user_id)).rowcount
-    return snapshots + past
+    def purge_results(self, user: str) -> int:
+        """Delete the user's snapshots and history; return how many rows (0 for an unknown
+        user)."""
+        with self._db.write() as conn:
+            user_id = conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
+            if user_id is None:
+                return 0
+            snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id == user_id)).rowcount
+            past = conn.execute(delete(History).where(History.user_id == user_id)).rowcount
+        return snapshots + past
 
 
 def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> PurgeCounts:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy import and_, func, select, update
 
 from lta_worker.domain import EncryptedToken, RotationReport
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Queries
 from lta_worker.storage._models import PendingEnrollmentRow as Pending
 from lta_worker.storage._models import User
 from lta_worker.storage._vault import Purpose, TokenDecryptError
@@ -39,104 +39,105 @@ class StoredSecret:
     secret: EncryptedToken
 
 
-def key_ids_in_use(db: Database, now: datetime) -> dict[str, int]:
-    """How many stored tokens and live verifiers use each key id."""
-    counts: dict[str, int] = {}
-    with db.read() as conn:
-        tokens = conn.execute(
-            select(User.token_key_id, func.count())
-            .where(User.token_key_id.is_not(None))
-            .group_by(User.token_key_id)
-        ).all()
-        verifiers = conn.execute(
-            select(Pending.verifier_key_id, func.count())
-            .where(Pending.used_at.is_(None), Pending.expires_at > now)
-            .group_by(Pending.verifier_key_id)
-        ).all()
-    for key_id, count in [*tokens, *verifiers]:
-        if key_id is not None:
-            counts[key_id] = counts.get(key_id, 0) + count
-    return counts
+class RotationQueries(Queries):
+    """The stored ciphertexts, for `rotate_keys`."""
 
+    def key_ids_in_use(self, now: datetime) -> dict[str, int]:
+        """How many stored tokens and live verifiers use each key id."""
+        counts: dict[str, int] = {}
+        with self._db.read() as conn:
+            tokens = conn.execute(
+                select(User.token_key_id, func.count())
+                .where(User.token_key_id.is_not(None))
+                .group_by(User.token_key_id)
+            ).all()
+            verifiers = conn.execute(
+                select(Pending.verifier_key_id, func.count())
+                .where(Pending.used_at.is_(None), Pending.expires_at > now)
+                .group_by(Pending.verifier_key_id)
+            ).all()
+        for key_id, count in [*tokens, *verifiers]:
+            if key_id is not None:
+                counts[key_id] = counts.get(key_id, 0) + count
+        return counts
 
-def secrets_for_rotation(
-    db: Database,
-    kind: Purpose,
-    *,
-    exclude_key_id: str,
-    now: datetime,
-    after: int | str | None,
-    limit: int,
-) -> list[StoredSecret]:
-    """The next `limit` secrets of `kind` not under `exclude_key_id`, in row order."""
-    found: list[StoredSecret] = []
-    with db.read() as conn:
-        if kind == "token":
-            tokens = (
-                select(User.id, User.user, User.token_ciphertext, User.token_key_id)
-                .where(User.token_key_id.is_not(None), User.token_key_id != exclude_key_id)
-                .order_by(User.id)
+    def secrets_for_rotation(
+        self,
+        kind: Purpose,
+        *,
+        exclude_key_id: str,
+        now: datetime,
+        after: int | str | None = None,
+        limit: int = DEFAULT_BATCH,
+    ) -> list[StoredSecret]:
+        """The next `limit` secrets of `kind` not under `exclude_key_id`, in row order."""
+        found: list[StoredSecret] = []
+        with self._db.read() as conn:
+            if kind == "token":
+                tokens = (
+                    select(User.id, User.user, User.token_ciphertext, User.token_key_id)
+                    .where(User.token_key_id.is_not(None), User.token_key_id != exclude_key_id)
+                    .order_by(User.id)
+                    .limit(limit)
+                )
+                if after is not None:
+                    tokens = tokens.where(User.id > int(after))
+                for row_id, user, ciphertext, key_id in conn.execute(tokens):
+                    if ciphertext is not None and key_id is not None:
+                        secret = EncryptedToken(bytes(ciphertext), key_id)
+                        found.append(StoredSecret(kind, row_id, user, secret))
+                return found
+            verifiers = (
+                select(
+                    Pending.state_hash,
+                    Pending.user,
+                    Pending.verifier_ciphertext,
+                    Pending.verifier_key_id,
+                )
+                .where(
+                    Pending.verifier_key_id != exclude_key_id,
+                    Pending.used_at.is_(None),
+                    Pending.expires_at > now,
+                )
+                .order_by(Pending.state_hash)
                 .limit(limit)
             )
             if after is not None:
-                tokens = tokens.where(User.id > int(after))
-            for row_id, user, ciphertext, key_id in conn.execute(tokens):
-                if ciphertext is not None and key_id is not None:
-                    secret = EncryptedToken(bytes(ciphertext), key_id)
-                    found.append(StoredSecret(kind, row_id, user, secret))
-            return found
-        verifiers = (
-            select(
-                Pending.state_hash,
-                Pending.user,
-                Pending.verifier_ciphertext,
-                Pending.verifier_key_id,
-            )
-            .where(
-                Pending.verifier_key_id != exclude_key_id,
-                Pending.used_at.is_(None),
-                Pending.expires_at > now,
-            )
-            .order_by(Pending.state_hash)
-            .limit(limit)
-        )
-        if after is not None:
-            verifiers = verifiers.where(Pending.state_hash > str(after))
-        for state_hash, user, ciphertext, key_id in conn.execute(verifiers):
-            secret = EncryptedToken(bytes(ciphertext), key_id)
-            found.append(StoredSecret(kind, state_hash, user, secret))
-    return found
+                verifiers = verifiers.where(Pending.state_hash > str(after))
+            for state_hash, user, ciphertext, key_id in conn.execute(verifiers):
+                secret = EncryptedToken(bytes(ciphertext), key_id)
+                found.append(StoredSecret(kind, state_hash, user, secret))
+        return found
 
-
-def reencrypt(db: Database, swaps: Sequence[tuple[StoredSecret, EncryptedToken]]) -> int:
-    """Write each new ciphertext where the row still holds the old one; return how many."""
-    done = 0
-    with db.write() as conn:
-        for old, new in swaps:
-            if old.kind == "token":
-                stmt = (
-                    update(User)
-                    .where(
-                        User.id == int(old.row),
-                        User.token_key_id == old.secret.key_id,
-                        User.token_ciphertext == old.secret.ciphertext,
-                    )
-                    .values(token_ciphertext=new.ciphertext, token_key_id=new.key_id)
-                )
-            else:
-                stmt = (
-                    update(Pending)
-                    .where(
-                        and_(
-                            Pending.state_hash == str(old.row),
-                            Pending.verifier_key_id == old.secret.key_id,
-                            Pending.verifier_ciphertext == old.secret.ciphertext,
+    def reencrypt(self, swaps: Sequence[tuple[StoredSecret, EncryptedToken]]) -> int:
+        """Write each new ciphertext where the row still holds the old one; return how many."""
+        done = 0
+        with self._db.write() as conn:
+            for old, new in swaps:
+                if old.kind == "token":
+                    stmt = (
+                        update(User)
+                        .where(
+                            User.id == int(old.row),
+                            User.token_key_id == old.secret.key_id,
+                            User.token_ciphertext == old.secret.ciphertext,
                         )
+                        .values(token_ciphertext=new.ciphertext, token_key_id=new.key_id)
                     )
-                    .values(verifier_ciphertext=new.ciphertext, verifier_key_id=new.key_id)
-                )
-            done += conn.execute(stmt).rowcount
-    return done
+                else:
+                    stmt = (
+                        update(Pending)
+                        .where(
+                            and_(
+                                Pending.state_hash == str(old.row),
+                                Pending.verifier_key_id == old.secret.key_id,
+                                Pending.verifier_ciphertext == old.secret.ciphertext,
+                            )
+                        )
+                        .values(verifier_ciphertext=new.ciphertext, verifier_key_id=new.key_id)
+                    )
+                done += conn.execute(stmt).rowcount
+        return done
 
 
 def rotate_keys(

@@ -17,9 +17,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Executable, Interval, and_, func, literal, select, update
+from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, update
 
-from lta_worker.storage._db import Database
+from lta_worker.storage._db import Dialect, Queries, insert_for
 from lta_worker.storage._models import ScheduleApplied, User
 
 _ROW_ID = 1
@@ -27,92 +27,86 @@ BATCH = 20_000
 """Users rewritten per transaction (by id range)."""
 
 
-def _plus(db: Database, seconds: float) -> ColumnElement[Any]:
+def _plus(dialect: Dialect, seconds: float) -> ColumnElement[Any]:
     """last_polled_at + `seconds`, in the backend's own date arithmetic."""
-    if db.dialect == "postgresql":
+    if dialect == "postgresql":
         return User.last_polled_at + literal(timedelta(seconds=seconds), Interval())
     # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff'; strftime's %f gives milliseconds.
     shifted = func.strftime("%Y-%m-%d %H:%M:%f", User.last_polled_at, f"+{seconds} seconds")
     return shifted.concat("000")
 
 
-def _earliest(db: Database, due: ColumnElement[Any]) -> ColumnElement[Any]:
+def _earliest(dialect: Dialect, due: ColumnElement[Any]) -> ColumnElement[Any]:
     """The earlier of the current next_due_at and `due`."""
-    if db.dialect == "postgresql":
+    if dialect == "postgresql":
         return func.least(User.next_due_at, due)
     return func.min(User.next_due_at, due)  # SQLite's two-argument min is a scalar
 
 
-def _insert_once(db: Database, values: dict[str, Any]) -> Executable:
-    """INSERT the row unless another instance just did (the values are the same)."""
-    if db.dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql  # imported here: slow to import
+class ScheduleQueries(Queries):
+    """Due times that follow the intervals in force."""
 
-        return postgresql.insert(ScheduleApplied).values(values).on_conflict_do_nothing()
-    from sqlalchemy.dialects import sqlite
+    def follow_schedule(
+        self,
+        interval: timedelta,
+        parked_interval: timedelta,
+        now: datetime,
+        *,
+        force: bool = False,
+    ) -> dict[str, int] | None:
+        """Recompute due times by class when the intervals differ from those last applied.
 
-    return sqlite.insert(ScheduleApplied).values(values).on_conflict_do_nothing()
-
-
-def follow_schedule(
-    db: Database,
-    interval: timedelta,
-    parked_interval: timedelta,
-    now: datetime,
-    *,
-    force: bool = False,
-) -> dict[str, int] | None:
-    """Recompute due times by class when the intervals differ from those last applied.
-
-    The users are rewritten in id ranges of `BATCH`, one short transaction each, so that
-    other writers (a lifecycle command, another instance) never wait for the whole table;
-    the intervals are recorded last. Every step is idempotent: a run stopped half-way
-    recomputes everything at the next start. Returns None when nothing changed, else the
-    number of users rescheduled per class. With `force`, the due times are recomputed even
-    when the intervals are those last applied: after a reload, this instance may have
-    written due times under its old intervals since another instance applied the new ones.
-    """
-    wanted = (interval.total_seconds(), parked_interval.total_seconds())
-    with db.read() as conn:
-        applied = conn.execute(
-            select(ScheduleApplied.interval_s, ScheduleApplied.parked_interval_s).where(
-                ScheduleApplied.id == _ROW_ID
-            )
-        ).first()
-        last_id = conn.execute(select(func.max(User.id))).scalar_one_or_none() or 0
-    if not force and applied is not None and tuple(applied) == wanted:
-        return None
-    # Also when nothing was recorded yet (a database from before 0003): with unchanged
-    # intervals it rewrites the same due times.
-    readable = and_(
-        User.token_ciphertext.is_not(None),
-        User.last_polled_at.is_not(None),
-        User.next_due_at.is_not(None),
-        User.state != "dropping",
-    )
-    every, parked = (_plus(db, s) for s in wanted)
-    plans = {
-        "interval": every,
-        "parked": parked,
-        "backoff": _earliest(db, every),
-        "backoff_parked": _earliest(db, parked),
-    }
-    counts = dict.fromkeys(plans, 0)
-    for low in range(0, last_id, BATCH):
-        in_range = and_(User.id > low, User.id <= low + BATCH)
-        with db.write() as conn:
-            for due_class, due in plans.items():
-                result = conn.execute(
-                    update(User)
-                    .where(in_range, readable, User.due_class == due_class)
-                    .values(next_due_at=due)
+        The users are rewritten in id ranges of `BATCH`, one short transaction each, so that
+        other writers (a lifecycle command, another instance) never wait for the whole table;
+        the intervals are recorded last. Every step is idempotent: a run stopped half-way
+        recomputes everything at the next start. Returns None when nothing changed, else the
+        number of users rescheduled per class. With `force`, the due times are recomputed
+        even when the intervals are those last applied: after a reload, this instance may have
+        written due times under its old intervals since another instance applied the new ones.
+        """
+        wanted = (interval.total_seconds(), parked_interval.total_seconds())
+        with self._db.read() as conn:
+            applied = conn.execute(
+                select(ScheduleApplied.interval_s, ScheduleApplied.parked_interval_s).where(
+                    ScheduleApplied.id == _ROW_ID
                 )
-                counts[due_class] += result.rowcount
-    values = {"interval_s": wanted[0], "parked_interval_s": wanted[1], "applied_at": now}
-    with db.write() as conn:
-        found = conn.execute(
-            update(ScheduleApplied).where(ScheduleApplied.id == _ROW_ID).values(**values)
+            ).first()
+            last_id = conn.execute(select(func.max(User.id))).scalar_one_or_none() or 0
+        if not force and applied is not None and tuple(applied) == wanted:
+            return None
+        # Also when nothing was recorded yet (a database from before 0003): with unchanged
+        # intervals it rewrites the same due times.
+        readable = and_(
+            User.token_ciphertext.is_not(None),
+            User.last_polled_at.is_not(None),
+            User.next_due_at.is_not(None),
+            User.state != "dropping",
         )
-        if found.rowcount == 0:  # first time; another instance may be doing the same
-            conn.execute(_insert_once(db, {"id": _ROW_ID, **values}))
-    return counts
+        dialect = self._db.dialect
+        every, parked = (_plus(dialect, s) for s in wanted)
+        plans = {
+            "interval": every,
+            "parked": parked,
+            "backoff": _earliest(dialect, every),
+            "backoff_parked": _earliest(dialect, parked),
+        }
+        counts = dict.fromkeys(plans, 0)
+        for low in range(0, last_id, BATCH):
+            in_range = and_(User.id > low, User.id <= low + BATCH)
+            with self._db.write() as conn:
+                for due_class, due in plans.items():
+                    result = conn.execute(
+                        update(User)
+                        .where(in_range, readable, User.due_class == due_class)
+                        .values(next_due_at=due)
+                    )
+                    counts[due_class] += result.rowcount
+        values = {"interval_s": wanted[0], "parked_interval_s": wanted[1], "applied_at": now}
+        with self._db.write() as conn:
+            found = conn.execute(
+                update(ScheduleApplied).where(ScheduleApplied.id == _ROW_ID).values(**values)
+            )
+            if found.rowcount == 0:  # first time; another instance may be doing the same
+                insert = insert_for(dialect, ScheduleApplied).values(id=_ROW_ID, **values)
+                conn.execute(insert.on_conflict_do_nothing())
+        return counts

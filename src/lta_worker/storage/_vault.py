@@ -117,10 +117,6 @@ class Vault:
             if not hmac.compare_digest(material, theirs.get(key_id, b""))
         )
 
-    def is_current(self, token: EncryptedToken) -> bool:
-        """True when `token` is already encrypted under the newest key."""
-        return token.key_id == self.current_key_id
-
     def encrypt(self, secret: Secret, *, user: str, purpose: Purpose = "token") -> EncryptedToken:
         """Encrypt `secret` for the row of `user` under the newest key, with a fresh nonce."""
         key_id = self.current_key_id

@@ -117,7 +117,7 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
 
 async def retry_drops(rt: Worker) -> DropRetries:
     """Before each pass: send again, through the pacer, the DELETEs of pending drops."""
-    lifecycle = rt.runtime.lifecycle()  # its API client is built only if a drop is due
+    lifecycle = rt.lifecycle()  # its API client is built only if a drop is due
     if rt.rng is not None:
         lifecycle.rng = rt.rng
     return await lifecycle.retry_pending(

@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,81 +59,56 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.reads = Counter(
-            "lta_worker_reads",
-            "Reads of an endpoint by outcome.",
-            ["endpoint", "outcome"],
-            registry=r,
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.reads = counter(
+            "lta_worker_reads", "Reads of an endpoint by outcome.", ["endpoint", "outcome"]
         )
-        self.read_duration = Histogram(
-            "lta_worker_read_duration_seconds",
-            "Duration of one read.",
-            ["endpoint"],
-            registry=r,
+        self.read_duration = histogram(
+            "lta_worker_read_duration_seconds", "Duration of one read.", ["endpoint"]
         )
-        self.users = Gauge("lta_worker_users", "Users by state.", ["state"], registry=r)
-        self.due = Gauge("lta_worker_users_due", "Users due for a read.", registry=r)
-        self.pending_drops = Gauge(
-            "lta_worker_pending_drops",
-            "Users whose drop the service has not confirmed.",
-            registry=r,
+        self.users = gauge("lta_worker_users", "Users by state.", ["state"])
+        self.due = gauge("lta_worker_users_due", "Users due for a read.")
+        self.pending_drops = gauge(
+            "lta_worker_pending_drops", "Users whose drop the service has not confirmed."
         )
-        self.webhook_backlog = Gauge(
-            "lta_worker_webhook_backlog",
-            "Webhook events waiting for delivery.",
-            registry=r,
+        self.webhook_backlog = gauge(
+            "lta_worker_webhook_backlog", "Webhook events waiting for delivery."
         )
-        self.webhook_dead = Gauge(
-            "lta_worker_webhook_dead_letters",
-            "Webhook events dead-lettered after webhook.max_age.",
-            registry=r,
+        self.webhook_dead = gauge(
+            "lta_worker_webhook_dead_letters", "Webhook events dead-lettered after webhook.max_age."
         )
-        self.budget_remaining = Gauge(
+        self.budget_remaining = gauge(
             "lta_worker_budget_remaining",
             "Requests left in the rate limit window (the pacer's estimate).",
-            registry=r,
         )
-        self.budget_limit = Gauge(
-            "lta_worker_budget_limit", "The rate limit window's limit.", registry=r
-        )
-        self.pacer_wait = Histogram(
+        self.budget_limit = gauge("lta_worker_budget_limit", "The rate limit window's limit.")
+        self.pacer_wait = histogram(
             "lta_worker_pacer_wait_seconds",
             "Time a read waited for a pacer permit.",
             buckets=_WAIT_BUCKETS,
-            registry=r,
         )
-        self.pass_duration = Histogram(
-            "lta_worker_pass_duration_seconds",
-            "Wall time of a pass.",
-            buckets=_PASS_BUCKETS,
-            registry=r,
+        self.pass_duration = histogram(
+            "lta_worker_pass_duration_seconds", "Wall time of a pass.", buckets=_PASS_BUCKETS
         )
-        self.passes = Counter(
-            "lta_worker_passes", "Passes by how they stopped.", ["stopped"], registry=r
+        self.passes = counter("lta_worker_passes", "Passes by how they stopped.", ["stopped"])
+        self.last_pass_end = gauge(
+            "lta_worker_last_pass_end_timestamp_seconds", "When the last pass ended (Unix time)."
         )
-        self.last_pass_end = Gauge(
-            "lta_worker_last_pass_end_timestamp_seconds",
-            "When the last pass ended (Unix time).",
-            registry=r,
-        )
-        self.last_success = Gauge(
+        self.last_success = gauge(
             "lta_worker_last_pass_success_timestamp_seconds",
             "When the last pass with a read the service answered ended (Unix time).",
-            registry=r,
         )
-        self.breaker_trips = Counter(
-            "lta_worker_breaker_trips",
-            "Passes stopped by the circuit breaker.",
-            registry=r,
+        self.breaker_trips = counter(
+            "lta_worker_breaker_trips", "Passes stopped by the circuit breaker."
         )
-        self.expected_delay = Gauge(
+        self.expected_delay = gauge(
             "lta_worker_schedule_expected_delay_seconds",
             "Adaptive schedule: the mean delay the plan expects from a change to its arrival.",
-            registry=r,
         )
         self.expected_delay.set(math.nan)  # unknown (NaN) until an adaptive plan says
-        Gauge("lta_worker_build_info", "The running version.", ["version"], registry=r).labels(
+        gauge("lta_worker_build_info", "The running version.", ["version"]).labels(
             version=__version__
         ).set(1)
         # Every label value, so each series exists from the start (the Prometheus client's

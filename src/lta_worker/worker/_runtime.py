@@ -1,10 +1,10 @@
-"""The runtime of `run` and `serve`: a `Runtime`'s collaborators, opened for passes.
+"""The runtime of `run` and `serve`: a `Runtime` opened for passes.
 
-`Worker` holds a `Runtime` (the composition root: store, vault, API client, pacer, clock),
-opens the store in a worker thread, takes the single-instance lock on SQLite, has the
-runtime load the rest (`Runtime.start`), and registers the instance; it closes everything
-on exit. It is what the pass (`_run`) and the periodic jobs (`_jobs`) take. Tests build it
-with the simulator's transport and their own clock.
+`Worker` is the composition root (store, vault, API client, pacer, clock) with what a
+process that passes needs besides: it opens the store in a worker thread, takes the
+single-instance lock on SQLite, loads the rest (`Runtime.start`), and registers the
+instance; it closes everything on exit. It is what the pass (`_run`) and the periodic jobs
+(`_jobs`) take. Tests build it with the simulator's transport and their own clock.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
 from lta_worker.config import Settings
 from lta_worker.errors import LtaError
 from lta_worker.logs import get_logger
-from lta_worker.pacing import Pacer
 from lta_worker.report import PlanCache
 from lta_worker.runtime import Clock, Runtime
 from lta_worker.worker._pass import PassResult, ProgressFn
@@ -33,8 +32,6 @@ from lta_worker.worker._run import run_pass
 if TYPE_CHECKING:
     import httpx
 
-    from lta_worker.storage import Store, Vault
-    from lta_worker.upstream import ApiClient, WebhookSender
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._metrics import Metrics
 
@@ -50,8 +47,8 @@ def new_instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
-class Worker:
-    """Everything a pass needs, opened once; `async with Worker(settings) as w: ...`."""
+class Worker(Runtime):
+    """A `Runtime` opened for passes; `async with Worker(settings) as w: ...`."""
 
     def __init__(
         self,
@@ -64,7 +61,7 @@ class Worker:
         metrics: Metrics | None = None,
         webhook_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.runtime = Runtime(
+        super().__init__(
             settings, clock=clock, transport=transport, webhook_transport=webhook_transport
         )
         if metrics is None and (settings.metrics.listen or settings.metrics.textfile):
@@ -75,7 +72,7 @@ class Worker:
         self.kind = kind
         self.rng = rng
         self.instance = new_instance_id()
-        self._stack = AsyncExitStack()
+        self._opened = AsyncExitStack()  # what `__aenter__` opened, closed in reverse
         self.current: PassEngine | None = None  # the engine of the pass in progress
         self.stop_grace: float | None = None  # set by `request_stop`
         self.plans = PlanCache()  # the freshness plan, renewed every few minutes
@@ -83,50 +80,15 @@ class Worker:
         # A reload changed the intervals: the next pass re-plans every user (`follow_schedule`).
         self.replan = False
 
-    @property
-    def settings(self) -> Settings:
-        """The settings in force (a reload replaces them)."""
-        return self.runtime.settings
-
-    @property
-    def clock(self) -> Clock:
-        """The runtime's clock."""
-        return self.runtime.clock
-
-    @property
-    def store(self) -> Store:
-        """The runtime's store."""
-        return self.runtime.store
-
-    @property
-    def vault(self) -> Vault:
-        """The runtime's token vault (replaced by a reload)."""
-        return self.runtime.vault
-
-    @property
-    def api(self) -> ApiClient:
-        """The runtime's API client, built on first use: a pass with nobody due and no drop
-        to retry sends nothing, and never builds it."""
-        return self.runtime.api
-
-    @property
-    def pacer(self) -> Pacer:
-        """The runtime's pacer, which outlives passes."""
-        return self.runtime.pacer
-
-    @property
-    def webhooks(self) -> WebhookSender | None:
-        """The runtime's webhook sender, with `webhook.url`."""
-        return self.runtime.webhooks
-
-    async def __aenter__(self) -> Worker:
-        stack, runtime = self._stack, self.runtime
+    async def __aenter__(self) -> Self:
+        stack = self._opened
         try:
-            await stack.enter_async_context(runtime)
-            store = await anyio.to_thread.run_sync(lambda: runtime.store)
+            await super().__aenter__()
+            stack.push_async_exit(super().__aexit__)
+            store = await anyio.to_thread.run_sync(lambda: self.store)
             store.on_lease_expired = _log_lease_expired
             stack.enter_context(store.single_instance_lock())
-            await runtime.start()
+            await self.start()
             if store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(store.prune_instances, self.clock.now(), timedelta(0))
                 for owner, users in (await self._db(store.release_all)).items():
@@ -150,7 +112,7 @@ class Worker:
         tb: TracebackType | None,
     ) -> None:
         with anyio.CancelScope(shield=True):
-            await self._stack.aclose()
+            await self._opened.aclose()
 
     async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -186,7 +148,7 @@ class Worker:
         user, also those this pass scheduled under the old ones after another instance had
         applied the new ones (`follow_schedule`)."""
         before = self.settings.poll
-        self.runtime.reload(settings, key_ids_in_use=key_ids_in_use)
+        super().reload(settings, key_ids_in_use=key_ids_in_use)
         poll = self.settings.poll
         if self.current is not None:
             self.current.follow(poll.policy())
@@ -199,7 +161,7 @@ class Worker:
         or another key under that id), or None. The keys in force stay as they are either
         way; the problem is kept for health (`problems`) until the file is right again."""
         try:
-            on_disk = self.runtime.read_key_file()
+            on_disk = self.read_key_file()
         except LtaError as exc:
             problem: str | None = exc.message
         else:
@@ -221,10 +183,3 @@ class Worker:
             f"{self.key_file_problem}; running on the keys read at start: restore the file "
             "before a restart or SIGHUP"
         ]
-
-    def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
-        """Re-read the key file alone, under the settings in force (`serve`, when a pass
-        met a token under a key id the keys in force lack). Loaded before it replaces them:
-        a file that still lacks one of `key_ids_in_use` (`UnknownKeyError`) or is broken
-        leaves the keys in force as they were."""
-        self.runtime.reload_keys(key_ids_in_use=key_ids_in_use)

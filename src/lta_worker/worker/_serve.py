@@ -324,7 +324,7 @@ async def serve(
                 # Imported only here: starlette and uvicorn are the optional `[web]` extra.
                 from lta_worker.worker._enroll_server import enroll_listener
 
-                async with enroll_listener(worker.runtime):
+                async with enroll_listener(worker):
                     code = await service.run()
         finally:
             if server is not None:

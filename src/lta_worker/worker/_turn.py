@@ -11,8 +11,9 @@ logged, and what the breaker makes of it stops the pass when it says so.
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from lta_worker.domain import (
     Breaker,
@@ -39,41 +40,26 @@ from lta_worker.worker._ports import Reader, TokenVault
 from lta_worker.worker._stop import Interrupted, LeaseLapsed, PassStop
 
 
+@dataclass(kw_only=True)
 class Turns:
     """The turns of one pass's users, over the pass's collaborators and its result."""
 
-    def __init__(
-        self,
-        *,
-        vault: TokenVault,
-        api: Reader,
-        pacer: PacerLike,
-        clock: Clock,
-        options: PassOptions,
-        rng: random.Random,
-        stop: PassStop,
-        leases: LeaseBook,
-        breaker: Breaker[tuple[UserRow, UserUpdate]],
-        result: PassResult,
-        read_margin: timedelta,
-        on_read: ReadObserver | None = None,
-    ) -> None:
-        self.vault = vault
-        self.api = api
-        self.pacer = pacer
-        self.clock = clock
-        self.options = options
-        self.rng = rng
-        self.stop = stop
-        self.leases = leases
-        self.breaker = breaker
-        self.result = result
-        self.read_margin = read_margin
-        self.on_read = on_read
-        self.saw_404: set[int] = set()  # users of this pass that met a 404 (the breaker)
-        self.lapsed = 0  # users whose turn was given up for their lease (`LeaseLapsed`)
-        self.fatal_error: UnknownKeyError | None = None  # what aborted the pass, if anything
-        self._read_log = events.pass_logger()  # one per pass
+    vault: TokenVault
+    api: Reader
+    pacer: PacerLike
+    clock: Clock
+    options: PassOptions
+    rng: random.Random
+    stop: PassStop
+    leases: LeaseBook
+    breaker: Breaker[tuple[UserRow, UserUpdate]]
+    result: PassResult
+    read_margin: timedelta
+    on_read: ReadObserver | None = None
+    saw_404: set[int] = field(default_factory=set)  # users that met a 404 (the breaker)
+    lapsed: int = 0  # users whose turn was given up for their lease (`LeaseLapsed`)
+    fatal_error: UnknownKeyError | None = None  # what aborted the pass, if anything
+    _read_log: Any = field(default_factory=events.pass_logger)  # one per pass
 
     async def turn(self, user: UserRow) -> UserUpdate | None:
         """The user's turn: its decision, or None (no token, or the pass aborted on a key id
