@@ -7,8 +7,8 @@ SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -19,10 +19,11 @@ from structlog.testing import capture_logs
 
 from lta_worker.cli._users_cmd import _report, iso
 from lta_worker.enrollment import DropResult, Lifecycle
-from lta_worker.errors import LtaError
+from lta_worker.errors import LtaError, StorageError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Vault
+from lta_worker.storage._db import Database
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
 
@@ -441,3 +442,34 @@ async def test_a_reenrollment_during_a_drop_is_reported_as_overtaking_it(
     assert code == 75, said
     assert "overtaken by a new consent" in said and "active" in said
     assert "local token deleted" not in said and "next at" not in said
+
+
+async def test_a_forget_cut_off_by_the_database_never_leaves_results_of_a_dropping_user(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away right after the forget's first commit: the user it marked
+    `dropping` has no stored result left (issue 28: the purge was a second transaction)."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    assert results_of(harness, "x")
+    original = Database.write
+    committed: list[bool] = []
+
+    @contextmanager
+    def cut_after_one_commit(self: Database, **kwargs: Any) -> Iterator[Any]:
+        if committed:
+            raise StorageError("the database went away (connection cut)")
+        with original(self, **kwargs) as conn:
+            yield conn
+        committed.append(True)
+
+    async with lifecycle(harness) as lc:
+        monkeypatch.setattr(Database, "write", cut_after_one_commit)
+        with pytest.raises(StorageError):
+            await lc.forget("x")
+        monkeypatch.undo()
+    row = harness.user("x")
+    assert row.state == "dropping" and row.token is not None
+    assert results_of(harness, "x") == []
+    with harness.store() as store:
+        assert store.history("x", "stats") == []

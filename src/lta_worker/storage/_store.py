@@ -268,15 +268,17 @@ class Store:
         now: datetime,
         *,
         lease_until: datetime | None = None,
+        purge: bool = False,
     ) -> drops.DropStart:
         """Mark the user `dropping` (generation bumped), unless it holds no token or another
         sender's DELETE is out (`in_flight`); with `lease_until`, lease it to the command
-        for its DELETE (`DropStart.owner`).
+        for its DELETE (`DropStart.owner`); with `purge`, delete its stored results in the
+        same transaction (`DropStart.purged`).
 
         Raises:
             UnknownUserError: no such user.
         """
-        return drops.begin_drop(self._db, user, now, lease_until=lease_until)
+        return drops.begin_drop(self._db, user, now, lease_until=lease_until, purge=purge)
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
         """The DELETE was confirmed: token deleted, state `dropped` (if still that drop)."""
