@@ -7,6 +7,7 @@ SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
@@ -22,7 +23,7 @@ from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import LtaError, StorageError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.storage import Vault
+from lta_worker.storage import Store, Vault
 from lta_worker.storage._db import Database
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
@@ -473,3 +474,35 @@ async def test_a_forget_cut_off_by_the_database_never_leaves_results_of_a_droppi
     assert results_of(harness, "x") == []
     with harness.store() as store:
         assert store.history("x", "stats") == []
+
+
+async def test_a_pass_reads_no_more_for_a_user_a_drop_took_once_a_renewal_returned(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`users drop` takes the user between the turn's two reads: after the pass's next
+    renewal (which no longer finds the lease) the turn sends no read with the token of a
+    dropping user, though its lease's bound is far off (issue 28)."""
+    harness.configure("poll", lease_duration="3s")
+    await harness.enroll("x")
+    renewed = threading.Event()
+    original = Store.renew_leases
+
+    def renew(self: Store, *args: Any, **kwargs: Any) -> int:
+        out = original(self, *args, **kwargs)
+        renewed.set()
+        return out
+
+    monkeypatch.setattr(Store, "renew_leases", renew)
+
+    async def during() -> None:
+        async with lifecycle(harness) as lc:
+            await lc.drop("x")
+        for _ in range(2):  # the second ran whole after the drop's commit
+            renewed.clear()
+            assert await anyio.to_thread.run_sync(renewed.wait, 10)
+
+    _result, logs = await gated_pass(harness, during)
+    read = [e["endpoint"] for e in logs if e["event"] == "poll.read" and e.get("user") == "x"]
+    assert read == ["latest-change"]
+    assert ("x", "changed") in [(e.get("user"), e.get("reason")) for e in logs]
+    assert harness.user("x").state == "dropped"

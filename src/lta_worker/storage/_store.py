@@ -201,9 +201,12 @@ class Store:
                 self.on_lease_expired(previous, count)
         return rows
 
-    def renew_leases(self, owner: str, lease_until: datetime) -> int:
-        """Extend the leases `owner` holds; return how many."""
-        return leases.renew_leases(self._db, owner, lease_until)
+    def renew_leases(
+        self, owner: str, lease_until: datetime, held: set[tuple[int, int]] | None = None
+    ) -> int:
+        """Extend the leases `owner` holds; return how many; `held` receives the leases
+        (user id, generation) `owner` holds after it."""
+        return leases.renew_leases(self._db, owner, lease_until, held)
 
     def release(self, owner: str, user_ids: Iterable[int] | None = None) -> int:
         """Drop the leases `owner` holds (only on `user_ids` when given); return how many."""
