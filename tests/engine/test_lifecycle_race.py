@@ -7,8 +7,9 @@ SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -19,10 +20,11 @@ from structlog.testing import capture_logs
 
 from lta_worker.cli._users_cmd import _report, iso
 from lta_worker.enrollment import DropResult, Lifecycle
-from lta_worker.errors import LtaError
+from lta_worker.errors import LtaError, StorageError
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.storage import Vault
+from lta_worker.storage import Store, Vault
+from lta_worker.storage._db import Database
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
 
@@ -441,3 +443,66 @@ async def test_a_reenrollment_during_a_drop_is_reported_as_overtaking_it(
     assert code == 75, said
     assert "overtaken by a new consent" in said and "active" in said
     assert "local token deleted" not in said and "next at" not in said
+
+
+async def test_a_forget_cut_off_by_the_database_never_leaves_results_of_a_dropping_user(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away right after the forget's first commit: the user it marked
+    `dropping` has no stored result left (issue 28: the purge was a second transaction)."""
+    await harness.enroll("x")
+    await harness.run_pass()
+    assert results_of(harness, "x")
+    original = Database.write
+    committed: list[bool] = []
+
+    @contextmanager
+    def cut_after_one_commit(self: Database, **kwargs: Any) -> Iterator[Any]:
+        if committed:
+            raise StorageError("the database went away (connection cut)")
+        with original(self, **kwargs) as conn:
+            yield conn
+        committed.append(True)
+
+    async with lifecycle(harness) as lc:
+        monkeypatch.setattr(Database, "write", cut_after_one_commit)
+        with pytest.raises(StorageError):
+            await lc.forget("x")
+        monkeypatch.undo()
+    row = harness.user("x")
+    assert row.state == "dropping" and row.token is not None
+    assert results_of(harness, "x") == []
+    with harness.store() as store:
+        assert store.history("x", "stats") == []
+
+
+async def test_a_pass_reads_no_more_for_a_user_a_drop_took_once_a_renewal_returned(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`users drop` takes the user between the turn's two reads: after the pass's next
+    renewal (which no longer finds the lease) the turn sends no read with the token of a
+    dropping user, though its lease's bound is far off (issue 28)."""
+    harness.configure("poll", lease_duration="3s")
+    await harness.enroll("x")
+    renewed = threading.Event()
+    original = Store.renew_leases
+
+    def renew(self: Store, *args: Any, **kwargs: Any) -> int:
+        out = original(self, *args, **kwargs)
+        renewed.set()
+        return out
+
+    monkeypatch.setattr(Store, "renew_leases", renew)
+
+    async def during() -> None:
+        async with lifecycle(harness) as lc:
+            await lc.drop("x")
+        for _ in range(2):  # the second ran whole after the drop's commit
+            renewed.clear()
+            assert await anyio.to_thread.run_sync(renewed.wait, 10)
+
+    _result, logs = await gated_pass(harness, during)
+    read = [e["endpoint"] for e in logs if e["event"] == "poll.read" and e.get("user") == "x"]
+    assert read == ["latest-change"]
+    assert ("x", "changed") in [(e.get("user"), e.get("reason")) for e in logs]
+    assert harness.user("x").state == "dropped"

@@ -7,15 +7,18 @@ every lifecycle change bumps it. One user's failing write never blocks its batch
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import DROP_START, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.domain._estimate import GRID, GRID_SIZE
-from lta_worker.storage import Store, Vault
+from lta_worker.storage import Store, Vault, _outbox
 from support.storage import MINUTE, T0, enroll, keyring, token_for
 
 HOUR = timedelta(hours=1)
@@ -302,3 +305,68 @@ def test_a_drop_commands_lease_that_expired_is_taken_over(store: Store, vault: V
     (retried,) = store.claim_drops(now=later, limit=5, owner="i1", lease_until=later + MINUTE)
     assert not store.finish_drop(start.after.id, start.after.generation, later)
     assert store.finish_drop(retried.id, retried.generation, later)
+
+
+def _wait_for_a_lock_waiter(store_url: str, started: threading.Event) -> None:
+    """Return once another transaction waits for a row lock (PostgreSQL), or shortly after
+    `started` (SQLite: the writer waits for the write lock, which cannot be seen)."""
+    assert started.wait(10)
+    if not store_url.startswith("postgresql"):
+        time.sleep(0.3)
+        return
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            waiting = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            if waiting and waiting[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the pass's write never waited for the drop's lock")
+
+
+def test_a_write_that_waited_for_a_drops_lock_is_fenced_by_the_drops_lease(
+    store_url: str, vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass's write that began while `users drop` held the user (its lease ended, the
+    drop's taken) is discarded once the drop commits: the user stays `dropping`, nothing
+    of the turn stored (issue 28: PostgreSQL re-read only the users row, not the lease)."""
+    with Store.open(store_url) as fleet, Store.open(store_url) as command:
+        enroll(fleet, vault, "a")
+        claimed = claim_one(fleet)
+        in_drop, write_started = threading.Event(), threading.Event()
+        record = _outbox.record
+
+        def record_then_hold(*args: Any, **kwargs: Any) -> Any:
+            # The last step of begin_drop's transaction: hold it open while the pass writes.
+            out = record(*args, **kwargs)
+            if threading.current_thread().name == "drop":
+                in_drop.set()
+                _wait_for_a_lock_waiter(store_url, write_started)
+            return out
+
+        monkeypatch.setattr(_outbox, "record", record_then_hold)
+        drop = threading.Thread(
+            target=command.begin_drop,
+            args=("a", T0),
+            kwargs={"lease_until": T0 + HOUR},
+            name="drop",
+        )
+        drop.start()
+        assert in_drop.wait(10)
+        discarded: list[tuple[UserUpdate, str]] = []
+        update = turn(claimed)
+        applied: list[int] = []
+
+        def write() -> None:
+            write_started.set()
+            applied.append(fleet.apply([update], owner="i1", discarded=discarded))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        drop.join(20)
+        writer.join(20)
+        assert applied == [0]
+        assert discarded == [(update, "changed")]
+        after = fleet.get_user("a")
+        assert after is not None and after.state == "dropping" and after.token is not None
+        assert list(fleet.export_results("a")) == []

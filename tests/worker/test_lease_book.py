@@ -58,7 +58,7 @@ def test_a_read_is_sent_only_while_the_lease_is_certainly_held(
         if claim_late:
             book.claimed([ONE], at(0) + LEASE)  # its claim computed the expiry at 0
         if renew_end is not None:
-            book.renewed(renewal, at(renew_end))
+            book.renewed(renewal, at(renew_end), held={ONE})
     assert book.may_read(ONE, at(read_at), MARGIN) is may
 
 
@@ -68,7 +68,7 @@ def test_a_renewal_never_lowers_a_later_claim() -> None:
     book.claimed([ONE], at(0) + LEASE)
     renewal = book.renewing(at(1) + LEASE)
     book.claimed([ONE], at(5) + LEASE)
-    book.renewed(renewal, at(6))
+    book.renewed(renewal, at(6), held={ONE})
     assert book.may_read(ONE, at(12.9), MARGIN)
 
 
@@ -104,3 +104,14 @@ def test_a_turn_of_a_lapsed_claim_never_reads_under_the_next_claim() -> None:
     assert book.may_read(AGAIN, at(16), MARGIN)
     book.forget(ONE)  # the old turn given up, its decision discarded
     assert book.may_read(AGAIN, at(16), MARGIN)
+
+
+def test_a_lease_a_renewal_did_not_find_held_is_never_read_under_again() -> None:
+    """`users drop` ended the pass's lease and took the user while its turn was out: once a
+    renewal returns without it, the turn reads no more, well before its bound (issue 28)."""
+    book = LeaseBook()
+    book.claimed([ONE, (2, 1)], at(0) + LEASE)
+    renewal = book.renewing(at(3) + LEASE)
+    book.renewed(renewal, at(3.5), held={(2, 1), (1, 7)})  # ONE's user: another's lease
+    assert not book.may_read(ONE, at(4), MARGIN)
+    assert book.may_read((2, 1), at(10.9), MARGIN)

@@ -26,9 +26,11 @@ What a drop reports is what it stored: when its write finds the row changed mean
 new consent, another sender), it reports the row as it is (`overtaken`).
 
 A user with no token (revoked or already dropped) is left exactly as it is. `forget` also
-purges every stored result of the user (snapshots and history) at once, right after phase
-1, whatever happens to the DELETE: what the client does when one of its users deletes their
-account (spec section 5, rule 7).
+purges every stored result of the user (snapshots and history) at once, in phase 1's
+transaction, whatever happens to the DELETE: what the client does when one of its users
+deletes their account (spec section 5, rule 7). One transaction: a forget cut off by the
+database either purged and marked the user or did neither, never marked it `dropping`
+with its results left for good (issue 28).
 """
 
 from __future__ import annotations
@@ -180,8 +182,8 @@ class Lifecycle(ClientOperation):
     async def forget(self, user: str) -> DropResult:
         """Drop the user and purge every stored result of theirs (snapshots and history).
 
-        The results are purged right after the user is marked `dropping` (so no pass can
-        write any back), before the DELETE, whatever its answer.
+        The results are purged in the transaction that marks the user `dropping` (so no
+        pass can write any back), before the DELETE, whatever its answer.
 
         Raises:
             UnknownUserError: no such user (exit 2).
@@ -200,11 +202,9 @@ class Lifecycle(ClientOperation):
         now = self._clock()
         lease_until = now + self._poll.lease_duration
         start = await to_thread.run_sync(
-            partial(self._store.begin_drop, user, now, lease_until=lease_until)
+            partial(self._store.begin_drop, user, now, lease_until=lease_until, purge=purge)
         )
-        purged: int | None = None
-        if purge:
-            purged = await to_thread.run_sync(self._store.purge_results, user)
+        purged = start.purged
         before, after = start.before, start.after
         if start.in_flight or after.state != "dropping":  # another DELETE is out; no token
             held = before if start.in_flight else after

@@ -4,10 +4,11 @@ A pass writes a turn per user; at hundreds of reads a second, one statement per 
 per snapshot (each built, compiled from the cache and executed alone) cost more than the
 reads. Here a batch of turns takes, whatever its size:
 
-1. one SELECT of the batch's users and their leases (`FOR UPDATE` of the users on
-   PostgreSQL, which every change of a lease but its renewal takes first; SQLite's write
-   transaction already excludes other writers) to see which still have the generation and
-   the lease the turn was decided under: the fence. The others are not written (`changed`);
+1. a `SELECT ... FOR UPDATE` of the batch's users (every change of a lease but its
+   renewal takes their lock first on PostgreSQL; SQLite's write transaction already
+   excludes other writers), then one SELECT of the users and their leases to see which
+   still have the generation and the lease the turn was decided under: the fence. The
+   others are not written (`changed`);
 2. one UPDATE of `users` run with `executemany`, one per shape of update (with a poll
    time or not, what happens to the token), which also writes the lease's generation back
    into the row; then one DELETE of the written users' leases;
@@ -120,11 +121,19 @@ def _fence(conn: Connection, updates: Sequence[UserUpdate], owner: str | None) -
     """The users of `updates` that keep the generation (when given) and the lease (`owner`),
     each with its current generation (its lease's while leased)."""
     u, le = USERS.c, LEASES.c
+    ids = [upd.user_id for upd in updates]
+    # Lock first, then read, in two statements (on SQLite the lock is the write transaction
+    # itself, and `FOR UPDATE` compiles to nothing). One `SELECT ... FOR UPDATE OF users`
+    # joined with the leases that waited for a lifecycle command's lock (`begin_drop` ends
+    # the pass's lease and leases the user to itself) re-reads only the locked users rows
+    # when it gets them: the lease it returns is the one of the statement's start, the
+    # pass's own, so a decision about a user `users drop` took was written (issue 28). The
+    # second statement reads what is committed once the locks are held.
+    conn.execute(select(u.id).where(u.id.in_(ids)).order_by(u.id).with_for_update())
     query = (
         select(u.id, u.generation, le.owner, le.generation.label("lease_generation"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
-        .where(u.id.in_([upd.user_id for upd in updates]))
-        .with_for_update(of=USERS)  # PostgreSQL; SQLite's write lock already excludes writers
+        .where(u.id.in_(ids))
     )
     current = {row.id: row for row in conn.execute(query)}
     hits: dict[int, int] = {}

@@ -27,6 +27,7 @@ from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
 from lta_worker.errors import UnknownUserError
 from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
+from lta_worker.storage import _results as results
 from lta_worker.storage._db import Queries
 from lta_worker.storage._leases import LEASES
 from lta_worker.storage._models import User
@@ -40,12 +41,14 @@ class DropStart:
     `in_flight`: the user is `dropping` and another sender's DELETE is out (its lease is
     live): nothing was changed, and no second DELETE may be sent. `owner`: the lease the
     command holds for its DELETE (to `release` it if the command stops before its write).
+    `purged`: the stored results removed (`purge`), None when none were asked for.
     """
 
     before: UserRow
     after: UserRow
     in_flight: bool = False
     owner: str | None = None
+    purged: int | None = None
 
 
 def drop_owner() -> str:
@@ -72,10 +75,14 @@ class DropQueries(Queries):
         now: datetime,
         *,
         lease_until: datetime | None = None,
+        purge: bool = False,
     ) -> DropStart:
         """Mark the user `dropping` (due for a DELETE now) and bump its generation; with
         `lease_until`, lease the user to the command until then, for the DELETE it is about to
-        send (`DropStart.owner`).
+        send (`DropStart.owner`); with `purge` (`users forget`), delete every stored result of
+        the user in the same transaction, whatever else it does: the results are gone if and
+        only if the command's first write is (a forget cut off before it purged nothing and
+        changed nothing; once it committed no pass can write any back, issue 28).
 
         A user without a token (revoked, dropped) is left exactly as it is: no relabel, no
         retention clock restart. A user already `dropping` gets a new generation and is due
@@ -92,14 +99,15 @@ class DropQueries(Queries):
             if found is None:
                 raise UnknownUserError(user)
             before = to_user_row(found)
+            purged = results.purge_user(conn, before.id) if purge else None
             if before.token is None or before.state in TOKENLESS_STATES:
-                return DropStart(before, before)
+                return DropStart(before, before, purged=purged)
             if before.state == "dropping":
                 held_until = conn.execute(
                     select(LEASES.c.expires_at).where(leases.lease_of(before.id))
                 ).scalar_one_or_none()
                 if held_until is not None and held_until >= now:
-                    return DropStart(before, before, in_flight=True)
+                    return DropStart(before, before, in_flight=True, purged=purged)
             leases.end_leases(conn, leases.lease_of(before.id))
             stmt = (
                 update(User)
@@ -127,7 +135,7 @@ class DropQueries(Queries):
                     )
                 )
             outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
-        return DropStart(before, after, owner=owner)
+        return DropStart(before, after, owner=owner, purged=purged)
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
         """The service confirmed the DELETE: delete the token, state `dropped`; True if written.

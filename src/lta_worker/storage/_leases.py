@@ -229,9 +229,14 @@ def lease_of(user_id: int) -> ColumnElement[bool]:
 class LeaseQueries(Queries):
     """The leases an owner holds: renew them, end them."""
 
-    def renew_leases(self, owner: str, lease_until: datetime) -> int:
+    def renew_leases(
+        self, owner: str, lease_until: datetime, held: set[tuple[int, int]] | None = None
+    ) -> int:
         """Extend every lease `owner` holds to `lease_until`, never shortening one; return
-        how many were extended.
+        how many were extended. `held`, when given, receives the leases (user id, generation)
+        `owner` holds once the renewal is written: one it had that is missing was ended by
+        someone else (a lifecycle command) or written by its own writer, and is read under no
+        more (issue 28: a pass read on a user `users drop` had taken until the lease's end).
 
         Never shortening: a renewal computed before a stalled database lands after it, with
         an expiry older than that of a lease its owner claimed (again) meanwhile; written as
@@ -242,15 +247,18 @@ class LeaseQueries(Queries):
         writer applying (and so releasing) them, or another instance taking over an expired
         lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
         """
-        held = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
-        held = held.with_for_update(skip_locked=True)
+        owned = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
+        owned = owned.with_for_update(skip_locked=True)
         until = bindparam("b_until", lease_until, type_=UtcDateTime())
         with self._db.write(durable=False) as conn:
             result = conn.execute(
                 update(LEASES)
-                .where(LEASES.c.user_id.in_(held), LEASES.c.expires_at < until)
+                .where(LEASES.c.user_id.in_(owned), LEASES.c.expires_at < until)
                 .values(expires_at=until)
             )
+            if held is not None:
+                mine = select(LEASES.c.user_id, LEASES.c.generation).where(LEASES.c.owner == owner)
+                held.update((row.user_id, row.generation) for row in conn.execute(mine))
         return result.rowcount
 
     def release(self, owner: str, user_ids: Iterable[int] | None = None) -> int:

@@ -127,9 +127,14 @@ class ResultQueries(Queries):
             user_id = conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
             if user_id is None:
                 return 0
-            snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id == user_id)).rowcount
-            past = conn.execute(delete(History).where(History.user_id == user_id)).rowcount
-        return snapshots + past
+            return purge_user(conn, user_id)
+
+
+def purge_user(conn: Connection, user_id: int) -> int:
+    """Delete one user's snapshots and history in the caller's transaction; how many rows."""
+    snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id == user_id)).rowcount
+    past = conn.execute(delete(History).where(History.user_id == user_id)).rowcount
+    return int(snapshots + past)
 
 
 def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> PurgeCounts:

@@ -240,8 +240,9 @@ class PassEngine:
                 # The expiry written is computed before the call, but counts as held only
                 # once the call returned, and not for users whose lease lapsed meanwhile.
                 renewal = self._leases.renewing(self.clock.now() + opts.lease_duration)
-                await self._db(self.store.renew_leases, opts.instance, renewal.lease_until)
-                self._leases.renewed(renewal, self.clock.now())
+                held: set[tuple[int, int]] = set()
+                await self._db(self.store.renew_leases, opts.instance, renewal.lease_until, held)
+                self._leases.renewed(renewal, self.clock.now(), held)
 
     async def _reader(
         self, users: ObjectReceiveStream[UserRow], updates: ObjectSendStream[UserUpdate]

@@ -7,7 +7,11 @@ have reached the row while the lease was still held: it started after the user's
 returned, and it returned before the bound it raises (a renewal that lands after the lease
 lapsed may find the user claimed by another instance meanwhile; the time it was stalled is
 never counted as held). A read is sent only while `now + margin` is before the bound, so it
-ends within the lease: no other instance can claim the user and read it too.
+ends within the lease: no other instance can claim the user and read it too. A renewal also
+says which leases the owner still holds: one ended by another meanwhile (`users drop` /
+`users forget` end the pass's lease and take the user, a lifecycle command winning) is
+read under no more from then on, not until its bound (issue 28). A read sent between the
+command's commit and the next renewal still goes out: at most a renewal period's worth.
 
 The margin is `service.request_timeout`, the longest a read takes, but at most a
 renewal period: a lease shorter than the timeout (against the advice of docs/config.md)
@@ -24,7 +28,7 @@ dropped the new turn's bound, leaving it half read and due for another instance 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, TypeAlias
@@ -81,9 +85,14 @@ class LeaseBook:
         """A renewal about to be sent, writing `lease_until`: it covers the leases held now."""
         return Renewal(frozenset(self._until), lease_until)
 
-    def renewed(self, renewal: Renewal, now: datetime) -> None:
-        """`renewal` returned successfully at `now`: raise the leases it reached in time."""
+    def renewed(self, renewal: Renewal, now: datetime, held: Collection[Lease]) -> None:
+        """`renewal` returned successfully at `now`, the owner holding `held` after it:
+        raise the leases it reached in time; a lease it covered that is not held any more
+        was ended by another (`users drop` took the user) and is read under no more."""
         for lease in renewal.leases:
+            if lease not in held:
+                self._until.pop(lease, None)
+                continue
             until = self._until.get(lease)
             if until is not None and now < until < renewal.lease_until:
                 self._until[lease] = renewal.lease_until

@@ -27,8 +27,10 @@ class PassStore(Protocol):
         """Lease up to `limit` users due before `due_before`, oldest due first."""
         ...
 
-    def renew_leases(self, owner: str, lease_until: datetime) -> int:
-        """Extend the leases `owner` holds."""
+    def renew_leases(
+        self, owner: str, lease_until: datetime, held: set[tuple[int, int]] | None = None
+    ) -> int:
+        """Extend the leases `owner` holds; `held` receives those it holds after it."""
         ...
 
     def apply(
