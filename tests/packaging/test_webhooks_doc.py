@@ -108,7 +108,7 @@ def test_examples_are_the_bodies_the_code_sends() -> None:
     event = PendingEvent(
         1, headers["webhook-id"], "alice", sent["type"], sent, datetime.now(UTC), 0
     )
-    body, signed = WebhookSender(httpx.AsyncClient(), settings, secret).signed(
+    body, signed = WebhookSender(httpx.AsyncClient(), settings.webhook, secret).signed(
         event, datetime.now(UTC)
     )
     assert json.loads(body) == sent
