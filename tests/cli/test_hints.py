@@ -28,7 +28,6 @@ from lta_worker.errors import (
     UsageError,
 )
 from lta_worker.storage import load_key_file
-from lta_worker.storage._keyfile import parse_key_file
 from lta_worker.upstream import create_reason, exchange_reason
 
 PACKAGE = Path(lta_worker.__file__).parent
@@ -258,8 +257,10 @@ def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
     CLI's line for them still says which command helps."""
     with pytest.raises(KeyFileError) as missing:
         load_key_file(tmp_path / "nope")
+    (tmp_path / "empty").write_text("# nothing\n")
+    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(KeyFileError) as empty:
-        parse_key_file("# nothing\n")
+        load_key_file(tmp_path / "empty")
     for info, expected in ((missing, RESTORE_OR_MAKE_KEY), (empty, APPEND_KEY)):
         assert "lta-worker" not in str(info.value)
         assert classify(info.value).hint == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 
@@ -10,7 +11,6 @@ from sqlalchemy import text
 
 from lta_worker.cli import main
 from lta_worker.storage import HEAD_REVISION, Keyring, Store, Vault, load_key_file
-from lta_worker.storage._keyfile import format_key_line, parse_key_file
 from support.storage import enroll, keyring, token_for
 
 
@@ -48,6 +48,11 @@ def write_config(tmp_path: Path, url: str, key_file: Path) -> Path:
     return config
 
 
+def key_line(key_id: str, material: bytes) -> str:
+    """A key file line as docs/ describe it: `ID:BASE64(32 bytes)`."""
+    return f"{key_id}:{base64.b64encode(material).decode('ascii')}"
+
+
 def write_keys(path: Path, ring_lines: list[str], mode: int = 0o600) -> Path:
     """Write key lines to `path` with `mode`."""
     path.write_text("# token keys\n" + "\n".join(ring_lines) + "\n")
@@ -55,12 +60,15 @@ def write_keys(path: Path, ring_lines: list[str], mode: int = 0o600) -> Path:
     return path
 
 
-def test_keys_generate_prints_a_key_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_keys_generate_prints_a_key_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """`keys generate` prints one parseable line; two runs give different ids and keys."""
     code, first, _ = run(capsys, "keys", "generate")
     assert code == 0
     _, second, _ = run(capsys, "keys", "generate")
-    one, two = parse_key_file(first), parse_key_file(second)
+    one = load_key_file(write_keys(tmp_path / "one", [first]))
+    two = load_key_file(write_keys(tmp_path / "two", [second]))
     assert first.count("\n") == 1
     assert one.current_id.startswith("k") and one.current_id.endswith("Z")
     assert one.current_id != two.current_id
@@ -77,7 +85,7 @@ def test_keys_rotate_then_old_key_removed(
     with Store.open(store_url) as store:
         for user, token in tokens.items():
             enroll(store, old, user, token=token)
-    lines = [format_key_line(k, m) for k, m in ring.keys.items()]
+    lines = [key_line(k, m) for k, m in ring.keys.items()]
     keys = write_keys(tmp_path / "keys", lines)
     config = write_config(tmp_path, store_url, keys)
     code, out, err = run(capsys, "--config", str(config), "keys", "rotate", "--batch-size", "2")
@@ -102,7 +110,7 @@ def test_keys_rotate_unknown_key_exits_78_and_changes_nothing(
         with store.database.read() as conn:
             before = conn.execute(text("SELECT * FROM users")).all()
     ring = keyring("k-other")
-    keys = write_keys(tmp_path / "keys", [format_key_line(k, m) for k, m in ring.keys.items()])
+    keys = write_keys(tmp_path / "keys", [key_line(k, m) for k, m in ring.keys.items()])
     code, _, err = run(
         capsys, "--config", str(write_config(tmp_path, store_url, keys)), "keys", "rotate"
     )
@@ -130,7 +138,7 @@ def test_keys_rotate_bad_key_file_exits_78(
     """A missing, world-readable or malformed key file is exit 78 naming crypto.key_file."""
     keys = tmp_path / "keys"
     if setup == "world-readable":
-        write_keys(keys, [format_key_line("k1", bytes(32))], mode=0o644)
+        write_keys(keys, [key_line("k1", bytes(32))], mode=0o644)
     elif setup == "malformed":
         write_keys(keys, ["k1:short"])
     code, _, err = run(

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from lta_worker.cli._results_cmd import result_json
-from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import Settings, build_settings
 from lta_worker.errors import EnrollmentError
+from lta_worker.report import result_json, user_json
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault, generate_key_line

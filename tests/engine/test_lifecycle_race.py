@@ -18,9 +18,10 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from lta_worker.cli._users_cmd import _report, iso
+from lta_worker.cli._users_cmd import _report
 from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import LtaError, StorageError
+from lta_worker.report import iso
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Store, Vault

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lta_worker.domain import ENDPOINTS, OUTCOME_KINDS
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
 from lta_worker.worker import Worker
-from lta_worker.worker._metrics import Metrics
 
 from .conftest import Harness
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
-    harness: Harness,
+    harness: Harness, tmp_path: Path
 ) -> None:
     """Before its first read, a new worker's budget gauges say what the database recorded
     (as `status` does) and every `lta_worker_reads_total` series exists at 0."""
@@ -26,15 +27,11 @@ async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
     with h.store() as store:
         seen = store.budget_seen(DEMO_CLIENT_ID)
     assert seen is not None and seen.remaining is not None and seen.remaining < 120
-    metrics = Metrics()
-    worker = Worker(
-        h.settings(),
-        transport=SimulatorTransport(h.sim),
-        clock=h.worker_clock(),
-        metrics=metrics,
-    )
+    h.configure("metrics", textfile=str(tmp_path / "lta_worker.prom"))
+    worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
     async with worker:
-        value = metrics.registry.get_sample_value
+        assert worker.metrics is not None
+        value = worker.metrics.registry.get_sample_value
         assert value("lta_worker_budget_limit") == 120
         assert value("lta_worker_budget_remaining") == seen.remaining
         for endpoint in ENDPOINTS:

@@ -23,8 +23,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lta_worker.cli._results_cmd import result_json
-from lta_worker.cli._users_cmd import user_json
 from lta_worker.config import RateLimitSettings, Settings, build_settings
 from lta_worker.domain import ALLOWED_CODES, Answer, Endpoint, echoes
 from lta_worker.pacing import (
@@ -36,10 +34,10 @@ from lta_worker.pacing import (
     parse_ratelimit,
     transact,
 )
+from lta_worker.report import result_json, user_json
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault, generate_key_line
-from lta_worker.worker import PassEngine
-from lta_worker.worker._pass import pass_options
+from lta_worker.worker import PassEngine, pass_options
 from support.hostile import hostile_ratelimit_headers
 
 CLIENT_SECRET = "fuzz-client-s3cret-value"

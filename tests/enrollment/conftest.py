@@ -4,6 +4,7 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,7 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Store, Vault, generate_key_line
-from lta_worker.storage._keyfile import parse_key_file
+from lta_worker.storage import Keyring, Store, Vault
 from lta_worker.upstream import ApiClient, http_client
 
 BASE_URL = "https://api.sim.example"
@@ -50,7 +50,7 @@ def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Setting
 
 def make_vault() -> Vault:
     """A vault with one fresh key."""
-    return Vault(parse_key_file(generate_key_line(ManualClock().now())))
+    return Vault(Keyring({"k1": os.urandom(32)}))
 
 
 @dataclass

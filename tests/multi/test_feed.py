@@ -25,8 +25,8 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from lta_worker.cli._results_cmd import result_json
 from lta_worker.domain import EncryptedToken, SnapshotWrite, UserUpdate
+from lta_worker.report import result_json
 from lta_worker.storage import History, Store
 from lta_worker.storage._apply import write_batch
 

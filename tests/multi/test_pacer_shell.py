@@ -12,8 +12,7 @@ import pytest
 from lta_worker.config import RateLimitSettings
 from lta_worker.domain import BudgetSeen
 from lta_worker.pacing import Pacer, PacerCore, SharedBudget
-
-from .test_shared_budget import FakeStore
+from support.storage import FakeStore
 
 pytestmark = pytest.mark.anyio
 

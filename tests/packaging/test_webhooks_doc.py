@@ -9,14 +9,13 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from lta_worker import __version__
 from lta_worker.config import build_settings
 from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES, PendingEvent, ResultChanged, StateEvent
 from lta_worker.secret import Secret
-from lta_worker.upstream._webhook import USER_AGENT, WebhookSender
+from lta_worker.upstream import WebhookSender, webhook_http_client
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -96,7 +95,6 @@ def test_examples_are_the_bodies_the_code_sends() -> None:
         == sent
     )
     headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])
-    assert headers["user-agent"].replace("<version>", __version__) == USER_AGENT
     settings = build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
@@ -104,13 +102,13 @@ def test_examples_are_the_bodies_the_code_sends() -> None:
             "webhook": {"url": "https://app.example/lta/webhook"},
         }
     )
+    http = webhook_http_client(settings.webhook)
+    assert headers["user-agent"].replace("<version>", __version__) == http.headers["user-agent"]
     secret = Secret("whsec_" + base64.b64encode(bytes(32)).decode())
     event = PendingEvent(
         1, headers["webhook-id"], "alice", sent["type"], sent, datetime.now(UTC), 0
     )
-    body, signed = WebhookSender(httpx.AsyncClient(), settings.webhook, secret).signed(
-        event, datetime.now(UTC)
-    )
+    body, signed = WebhookSender(http, settings.webhook, secret).signed(event, datetime.now(UTC))
     assert json.loads(body) == sent
     assert set(headers) == {"user-agent", *signed}
     assert headers["content-type"] == signed["content-type"]

@@ -9,12 +9,13 @@ import pytest
 
 from lta_worker.config import PollSettings, build_settings
 from lta_worker.domain import (
+    DEFAULT_PRIOR,
     ChangeEstimate,
     FreshnessConfig,
     SchedulePlan,
+    observe,
     population_prior,
 )
-from lta_worker.domain._estimate import DEFAULT_PRIOR, observe
 from lta_worker.report import PlanCache, capacity_plan, schedule_summary
 from lta_worker.report._plan import REPLAN, for_active
 

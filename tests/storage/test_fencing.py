@@ -16,8 +16,15 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain import DROP_START, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
-from lta_worker.domain._estimate import GRID, GRID_SIZE
+from lta_worker.domain import (
+    DROP_START,
+    GRID,
+    GRID_SIZE,
+    ChangeEstimate,
+    SnapshotWrite,
+    UserRow,
+    UserUpdate,
+)
 from lta_worker.storage import Store, Vault, _outbox
 from support.storage import MINUTE, T0, enroll, keyring, token_for
 

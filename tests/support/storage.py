@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain import UserRow
+from lta_worker.domain import BudgetSeen, UserRow
 from lta_worker.secret import Secret
 from lta_worker.storage import Keyring, Store, Vault
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
+R = TypeVar("R")
 
 
 def keyring(*ids: str) -> Keyring:
@@ -40,3 +44,22 @@ def enroll(
     row = store.get_user(user)
     assert row is not None
     return row
+
+
+class FakeStore:
+    """One budget row in memory, behind a lock, as `Store.update_budget` keeps it."""
+
+    def __init__(self, row: BudgetSeen | None = None, reserved: int = 0) -> None:
+        self.row, self.reserved = row, reserved
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def update_budget(
+        self, client_id: str, fn: Callable[[BudgetSeen | None, int], tuple[Any, int, R]]
+    ) -> R:
+        with self._lock:
+            self.calls += 1
+            new_row, reserved, result = fn(self.row, self.reserved)
+            if new_row is not None:
+                self.row, self.reserved = new_row, reserved
+            return result

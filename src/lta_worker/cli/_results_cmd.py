@@ -10,29 +10,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lta_worker.cli._app import App, pass_app
-from lta_worker.cli._users_cmd import iso
 from lta_worker.errors import UnknownUserError
+from lta_worker.report import result_json
 
 if TYPE_CHECKING:
-    from lta_worker.domain import ResultRow
-
-
-def result_json(row: ResultRow) -> dict[str, Any]:
-    """One exported result as a JSON-ready dict."""
-    return {
-        "user": row.user,
-        "endpoint": row.endpoint,
-        "status": row.status,
-        "payload": row.payload,
-        "fetched_at": iso(row.fetched_at),
-        "changed_at": iso(row.changed_at),
-        "state": row.state,
-    }
+    pass
 
 
 @click.group("results")

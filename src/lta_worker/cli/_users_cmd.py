@@ -10,13 +10,14 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lta_worker.cli._app import App, pass_app
 from lta_worker.errors import EX_OK, ConfigError, UpstreamError
 from lta_worker.protocol import LONG_TERM_FAMILY
+from lta_worker.report import iso, user_json
 
 if TYPE_CHECKING:
     from lta_worker.domain import UserRow
@@ -26,30 +27,6 @@ _COMMAND = {"dropped": "drop", "forgot": "forget"}
 _user_option = click.option(
     "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
 )
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a `Z`, or None."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def user_json(row: UserRow) -> dict[str, Any]:
-    """One user as `users list --format json` shows it (never the token)."""
-    return {
-        "user": row.user,
-        "state": row.state,
-        "has_token": row.token is not None,
-        "scopes": list(row.scopes),
-        "enrolled_at": iso(row.enrolled_at),
-        "last_polled_at": iso(row.last_polled_at),
-        "next_due_at": iso(row.next_due_at),
-        "consecutive_failures": row.consecutive_failures,
-        "last_outcome": row.last_outcome,
-        "last_code": row.last_code,
-        "denied": {endpoint: iso(when) for endpoint, when in sorted(row.denied.items())},
-    }
 
 
 def _short_time(value: datetime | None) -> str:

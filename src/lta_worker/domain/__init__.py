@@ -10,7 +10,9 @@
   capacity plan (`_capacity`); the freshness schedule: a read is due when the delay a
   user's changes accrued reaches the price of a read (the square-root rule for a steady
   rate), stats on change (`_freshness`), the budget's spread over users that sets the price
-  (`_spread`), and the change estimate it learns from the reads (`_estimate`);
+  (`_spread`), and the change estimate it learns from the reads: `observe` folds a read
+  into a `ChangeEstimate`, whose belief is over the rates of `GRID` (`GRID_SIZE` points,
+  `DEFAULT_PRIOR` without a population's) (`_estimate`);
 - durations as operators write them (`_durations`);
 - user state changes as webhook events, with the spec's client action (`_events`).
 
@@ -32,7 +34,7 @@ from lta_worker.domain._classify import (
 )
 from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._durations import format_duration, parse_duration
-from lta_worker.domain._estimate import ChangeEstimate
+from lta_worker.domain._estimate import DEFAULT_PRIOR, GRID, GRID_SIZE, ChangeEstimate, observe
 from lta_worker.domain._events import (
     CLIENT_ACTIONS,
     EVENT_TYPES,
@@ -119,12 +121,15 @@ __all__ = [
     "ALLOWED_CODES",
     "ANSWERED_KINDS",
     "CLIENT_ACTIONS",
+    "DEFAULT_PRIOR",
     "DROP_START",
     "ENDPOINTS",
     "ENDPOINT_SCOPES",
     "EVENT_TYPES",
     "EXIT_CODES",
     "FAILED_KINDS",
+    "GRID",
+    "GRID_SIZE",
     "LATEST_CHANGE_SCOPE",
     "LONG_TERM_SCOPES",
     "OAUTH_CODES",
@@ -198,6 +203,7 @@ __all__ = [
     "format_duration",
     "from_buckets",
     "interval_for",
+    "observe",
     "parse_duration",
     "plan_capacity",
     "plan_scale",

@@ -5,7 +5,9 @@
   (`_status`);
 - `schedule_summary`: the schedule `status` shows; `capacity_plan`: the capacity plan
   from the settings in force; `PlanCache`: the freshness plan a pass uses, made again
-  every few minutes (`_plan`).
+  every few minutes (`_plan`);
+- `user_json`, `result_json`: a user and a result as `users list --format json` and
+  `results export` show them, times by `iso` (`_records`).
 
 It sits below `worker` and above `runtime`, so that `status`, `users list` and
 `results export` start without importing the worker (anyio, structlog, httpx, APScheduler).
@@ -14,6 +16,7 @@ It sits below `worker` and above `runtime`, so that `status`, `users list` and
 from __future__ import annotations
 
 from lta_worker.report._plan import PlanCache, capacity_plan, schedule_summary
+from lta_worker.report._records import iso, result_json, user_json
 from lta_worker.report._status import assess_health, collect_status
 
 __all__ = [
@@ -21,5 +24,8 @@ __all__ = [
     "assess_health",
     "capacity_plan",
     "collect_status",
+    "iso",
+    "result_json",
     "schedule_summary",
+    "user_json",
 ]

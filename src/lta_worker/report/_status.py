@@ -29,15 +29,12 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from lta_worker.report._records import iso
+
 if TYPE_CHECKING:
     from lta_worker.config import Settings
     from lta_worker.domain import PassRecord
     from lta_worker.storage import Store
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 with a `Z`, or None."""
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def _pass_json(last: PassRecord | None) -> dict[str, Any] | None:

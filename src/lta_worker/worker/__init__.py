@@ -3,7 +3,8 @@
 - `PassEngine`: claim, read, classify, decide, write (`_engine`): one user's turn
   (`_turn`), the single writer (`_writer`), how a pass stops (`_stop`), with the narrow
   protocols it needs of its collaborators (`_ports`) and its log lines (`_pass_log`);
-- `PassOptions`, `PassResult`: how a pass runs and how it ended (`_pass`);
+- `PassOptions`, `PassResult`: how a pass runs and how it ended, `pass_options` the
+  options the settings give (`_pass`);
 - `Worker`: passes over a `runtime.Runtime` (the composition root, one layer down), for
   `run` and `serve` (`_runtime`); the pass with its jobs around it (`_run`); the periodic
   jobs, each a function of the runtime (`_jobs`);
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from lta_worker.worker._check import CheckResult, run_checks
 from lta_worker.worker._engine import PassEngine
-from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, stop_error
+from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, pass_options, stop_error
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._serve import serve
 
@@ -30,6 +31,7 @@ __all__ = [
     "PassResult",
     "ProgressFn",
     "Worker",
+    "pass_options",
     "run_checks",
     "serve",
     "stop_error",

@@ -11,12 +11,18 @@ from collections.abc import Iterator
 import pytest
 
 from lta_worker.worker._sdnotify import Notifier
-
-from .helpers import NotifySocket
+from service.helpers import NotifySocket
 
 
 def _fields(data: bytes) -> dict[str, str]:
     return {k: v for k, _, v in (line.partition("=") for line in data.decode().splitlines())}
+
+
+@pytest.fixture
+def notify() -> Iterator[NotifySocket]:
+    sock = NotifySocket()
+    yield sock
+    sock.close()
 
 
 @pytest.fixture

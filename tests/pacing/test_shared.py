@@ -7,7 +7,7 @@ import math
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +32,7 @@ from lta_worker.pacing._shared import (
 )
 from lta_worker.storage import Store
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
+from support.storage import FakeStore
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 PROBE = timedelta(seconds=30)
@@ -402,25 +403,6 @@ def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
 
 
 # -- the shell ------------------------------------------------------------------------------
-
-
-class FakeStore:
-    """One budget row in memory, behind a lock, as `Store.update_budget` keeps it."""
-
-    def __init__(self, row: BudgetSeen | None = None, reserved: int = 0) -> None:
-        self.row, self.reserved = row, reserved
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def update_budget(
-        self, client_id: str, fn: Callable[[BudgetSeen | None, int], tuple[Any, int, R]]
-    ) -> R:
-        with self._lock:
-            self.calls += 1
-            new_row, reserved, result = fn(self.row, self.reserved)
-            if new_row is not None:
-                self.row, self.reserved = new_row, reserved
-            return result
 
 
 class Wall:
