@@ -9,8 +9,8 @@ in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP
 configuration and the key file; a broken new one leaves the old one in force, and so does
 a key file without a key id that stored tokens use. A reload checks the key ids stored
 tokens use in the database: when the database is away (cut, stalled), the reload is
-tried again (`RELOAD_RETRY`, doubling up to `RELOAD_RETRY_MAX`, each failure logged) until
-it completes or another SIGHUP comes, never lost. A SIGHUP sent while `serve` starts
+tried again (`_reload`, each failure logged) until it completes or another SIGHUP comes,
+never lost. A SIGHUP sent while `serve` starts
 waits (`lta_worker.__main__` holds it from the first line) and reloads once the service
 has started. With
 `enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from lta_worker.config import Settings, format_duration
-from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, StorageError, UnknownKeyError
+from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._pass import stop_error
+from lta_worker.worker._reload import Reloader, ReloadFn
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._scheduler import Guard, Job, intervals, reschedule, start_scheduler
+from lta_worker.worker._scheduler import Guard, Job, intervals, start_scheduler
 from lta_worker.worker._sdnotify import Notifier
 
 if TYPE_CHECKING:
@@ -60,12 +61,6 @@ if TYPE_CHECKING:
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
 STOP_MARGIN: Final = 2.0
-# A reload the database kept from completing is tried again after this many seconds,
-# doubling up to the maximum, until it completes or another SIGHUP comes.
-RELOAD_RETRY: Final = 2.0
-RELOAD_RETRY_MAX: Final = 60.0
-
-ReloadFn = Callable[[], Settings]
 
 
 class Service:
@@ -76,7 +71,6 @@ class Service:
     ) -> None:
         self.worker = worker
         self.notifier = notifier
-        self.reload_settings = reload_settings
         self.stopping = False
         self.passes = 0
         self.exit_code = EX_OK
@@ -85,7 +79,7 @@ class Service:
         # What ends the process after `service.stopped` when it stops on its own (exit 78).
         self.stop_error: LtaError | None = None
         self.guard = Guard()
-        self._reload_wanted = anyio.Event()  # set by SIGHUP; `_reloader` takes it
+        self.reloader = Reloader(worker, notifier, reload_settings, self._intervals)
 
     @property
     def settings(self) -> Settings:
@@ -129,10 +123,10 @@ class Service:
                 if self.notifier.watchdog_interval:
                     tg.start_soon(self._watchdog, self.notifier.watchdog_interval)
                 tg.start_soon(self._stop_when_fatal, scheduler, tg.cancel_scope)
-                tg.start_soon(self._reloader, scheduler)
+                tg.start_soon(self.reloader.run, scheduler)
                 async for signum in signals:
                     if signum == signal.SIGHUP:
-                        self._reload_wanted.set()  # several before it runs: one reload
+                        self.reloader.wanted()  # several before it runs: one reload
                         continue
                     await self._stop(scheduler, signal.Signals(signum).name)
                     break
@@ -245,55 +239,6 @@ class Service:
         while True:
             self.notifier.watchdog()
             await self.worker.clock.sleep(period)
-
-    async def _reloader(self, scheduler: AsyncIOScheduler) -> None:
-        """Reload on each SIGHUP, off the signal loop (a stalled database must not hold a
-        SIGTERM); a reload the database kept from completing is tried again until it does."""
-        retry = RELOAD_RETRY
-        while True:
-            await self._reload_wanted.wait()
-            self._reload_wanted = anyio.Event()
-            if await self._reload(scheduler, retry):
-                retry = RELOAD_RETRY
-                continue
-            with anyio.move_on_after(retry):  # or at once on the next SIGHUP
-                await self._reload_wanted.wait()
-            self._reload_wanted.set()
-            retry = min(2 * retry, RELOAD_RETRY_MAX)
-
-    async def _reload(self, scheduler: AsyncIOScheduler, retry: float) -> bool:
-        """On SIGHUP: the new settings and key file, or the old ones if they are broken.
-        False when the database was away: the old ones stay until the retry in `retry` s."""
-        self.notifier.reloading("reloading the configuration and the key file")
-        before = self._intervals()
-        try:
-            settings = self.reload_settings() if self.reload_settings else self.settings
-            # Abandoned on a stop: a stalled database must not hold the service's exit.
-            in_use = await anyio.to_thread.run_sync(
-                self.worker.store.key_ids_in_use, self.worker.clock.now(), abandon_on_cancel=True
-            )
-            self.worker.reload(settings, key_ids_in_use=in_use)
-        except StorageError as exc:
-            log.error(
-                "service.reloaded",
-                instance=self.worker.instance,
-                ok=False,
-                error=str(exc),
-                retry_in_s=retry,
-            )
-            self.notifier.ready(
-                "reload waits for the database; the previous configuration "
-                "stays in force until then"
-            )
-            return False
-        except LtaError as exc:
-            log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
-            self.notifier.ready("reload failed, the previous configuration stays in force")
-            return True
-        reschedule(scheduler, before, self._intervals())
-        log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
-        self.notifier.ready("reloaded")
-        return True
 
 
 async def serve(
