@@ -122,14 +122,15 @@ def _fence(conn: Connection, updates: Sequence[UserUpdate], owner: str | None) -
     each with its current generation (its lease's while leased)."""
     u, le = USERS.c, LEASES.c
     ids = [upd.user_id for upd in updates]
-    # Lock first, then read, in two statements (on SQLite the lock is the write transaction
-    # itself, and `FOR UPDATE` compiles to nothing). One `SELECT ... FOR UPDATE OF users`
+    # PostgreSQL: lock first, then read, in two statements (SQLite's write transaction is
+    # the lock already: nothing to send there). One `SELECT ... FOR UPDATE OF users`
     # joined with the leases that waited for a lifecycle command's lock (`begin_drop` ends
     # the pass's lease and leases the user to itself) re-reads only the locked users rows
     # when it gets them: the lease it returns is the one of the statement's start, the
     # pass's own, so a decision about a user `users drop` took was written (issue 28). The
     # second statement reads what is committed once the locks are held.
-    conn.execute(select(u.id).where(u.id.in_(ids)).order_by(u.id).with_for_update())
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(u.id).where(u.id.in_(ids)).order_by(u.id).with_for_update())
     query = (
         select(u.id, u.generation, le.owner, le.generation.label("lease_generation"))
         .select_from(USERS.outerjoin(LEASES, le.user_id == u.id))
