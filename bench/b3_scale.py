@@ -166,7 +166,7 @@ def claims(
     # by sqlite3 alone: what the SQL and the commit cost, without SQLAlchemy and the
     # conversion of rows to UserRow. The commit is synced as the store's claim syncs it.
     con = sqlite3.connect(db_path, isolation_level=None)
-    con.execute(f"PRAGMA synchronous = {_claim_synchronous(db_path)}")
+    con.execute("PRAGMA synchronous = FULL")
     sql_times: list[float] = []
     rows: list[Any] = []
     try:
@@ -200,16 +200,6 @@ def _page_size(db_path: Any) -> int:
         return int(con.execute("PRAGMA page_size").fetchone()[0])
     finally:
         con.close()
-
-
-def _claim_synchronous(db_path: Any) -> str:
-    """How the store commits a claim: NORMAL since leases have their own table (0007)."""
-    con = sqlite3.connect(db_path)
-    try:
-        names = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
-    finally:
-        con.close()
-    return "NORMAL" if "user_leases" in names else "FULL"
 
 
 def _apply_like(db_path: Any, due: datetime, owner: str | None = "bench") -> None:

@@ -121,8 +121,8 @@ def test_a_claim_on_postgresql_is_one_statement(store: Store, vault: Vault) -> N
 
 
 def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault: Vault) -> None:
-    """The claim commits with synchronous=NORMAL; the connection goes back to FULL after,
-    its foreign keys checked."""
+    """The claim commits as every write does: its connection stays synchronous=FULL, its
+    foreign keys checked."""
     with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as store:
         store.upgrade()
         enroll(store, vault, "a", due=T0 - MINUTE)

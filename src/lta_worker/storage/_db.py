@@ -1,7 +1,6 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
-SQLite: WAL, a busy timeout, `synchronous=FULL` (NORMAL for leases: `Database.write`),
-foreign keys on. The sqlite3 module's
+SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on. The sqlite3 module's
 own transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
 transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
 (busy timeout) instead of failing with "database is locked" when a deferred read transaction
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 from sqlalchemy import (
@@ -161,22 +160,14 @@ def require_sqlite_writable(path: Path) -> None:
     )
 
 
-# The pragmas every connection keeps between transactions (`Database.write` relaxes some
-# for one transaction and puts these back).
-_USUAL_PRAGMAS: Final = {
-    "synchronous": "FULL",
-    "foreign_keys": "ON",
-}
-
-
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (see `_sqlite_on_begin`)
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _enable_wal(cursor)
-        for name, value in _USUAL_PRAGMAS.items():
-            cursor.execute(f"PRAGMA {name} = {value}")
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
 
@@ -261,24 +252,6 @@ def _create_readonly_engine(url: URL) -> Engine:
     return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
 
 
-def _pragmas(conn: Connection, values: dict[str, str]) -> None:
-    """Set SQLite pragmas on the connection, outside any transaction."""
-    cursor = conn.connection.cursor()  # the driver's own: SQLAlchemy would BEGIN first
-    try:
-        for name, value in values.items():
-            cursor.execute(f"PRAGMA {name} = {value}")
-    finally:
-        cursor.close()
-
-
-def _restore_pragmas(conn: Connection, values: dict[str, str]) -> None:
-    """Back to the connection's usual pragmas; one that cannot be is never used again."""
-    try:
-        _pragmas(conn, values)
-    except Exception:
-        conn.invalidate()
-
-
 def _sqlite_on_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
@@ -333,19 +306,12 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends.
-
-        `durable=False`, for writes a power loss may undo without harm (leases: the
-        instance that took them is gone too): on SQLite the commit is not synced to disk
-        (`synchronous = NORMAL` for this transaction; WAL keeps the order, so a later
-        synced commit syncs it too).
-        """
-        relaxed = {"synchronous": "NORMAL"} if self.dialect == "sqlite" and not durable else {}
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-            with self._relaxed(conn, relaxed), conn.begin():
+            with conn.begin():
                 yield conn
 
     @contextmanager
@@ -353,18 +319,6 @@ class Database:
         """A read transaction (deferred BEGIN on SQLite)."""
         with self._mapped_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
-
-    @contextmanager
-    def _relaxed(self, conn: Connection, relaxed: dict[str, str]) -> Iterator[None]:
-        """`relaxed` for one transaction on SQLite."""
-        if not relaxed:
-            yield
-            return
-        _pragmas(conn, relaxed)
-        try:
-            yield
-        finally:
-            _restore_pragmas(conn, {name: _USUAL_PRAGMAS[name] for name in relaxed})
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:

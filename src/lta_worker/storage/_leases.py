@@ -101,7 +101,7 @@ def lease_due(
         with db.write() as conn:
             won = conn.execute(claim_statement(candidates, DUE_ORDER), params).all()
         return [raw_user_row(row, row[_WON_GEN]) for row in won], [row[_LEASE_OWNER] for row in won]
-    with db.write(durable=False) as conn:
+    with db.write() as conn:
         found = conn.execute(candidates).all()
         if not found:
             return [], []
@@ -250,7 +250,7 @@ class LeaseQueries(Queries):
         owned = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
         owned = owned.with_for_update(skip_locked=True)
         until = bindparam("b_until", lease_until, type_=UtcDateTime())
-        with self._db.write(durable=False) as conn:
+        with self._db.write() as conn:
             result = conn.execute(
                 update(LEASES)
                 .where(LEASES.c.user_id.in_(owned), LEASES.c.expires_at < until)
