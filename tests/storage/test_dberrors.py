@@ -13,8 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from lta_worker.errors import ConfigError, LtaError, StorageError
-from lta_worker.storage import map_driver_error
-from lta_worker.storage._db import Database
+from lta_worker.storage import Store, map_driver_error
 
 PG_ENV = "LTA_TEST_DATABASE_URL"
 PASSWORD = "hunter2-pw"
@@ -28,13 +27,9 @@ def _server() -> str:
 
 
 def _failure(url: str) -> LtaError:
-    db = Database.open(url)
-    try:
-        with pytest.raises(LtaError) as info, db.read() as conn:
-            conn.execute(text("SELECT 1"))
-        return info.value
-    finally:
-        db.dispose()
+    with Store.open(url) as store, pytest.raises(LtaError) as info, store.database.read() as conn:
+        conn.execute(text("SELECT 1"))
+    return info.value
 
 
 @pytest.mark.postgres
@@ -101,7 +96,7 @@ def test_sqlite_in_a_read_only_file_is_configuration(tmp_path: Path) -> None:
     """An existing SQLite database the user may not write (read-only file): exit 78 naming
     database.url with the permission hint, not a temporary failure."""
     path = tmp_path / "lta.db"
-    Database.open(f"sqlite:///{path}").dispose()
+    Store.open(f"sqlite:///{path}").close()
     path.chmod(stat.S_IRUSR | stat.S_IWUSR)
     import sqlite3
 
@@ -150,12 +145,12 @@ def test_corrupt_sqlite_database_is_configuration(tmp_path: Path) -> None:
     damaged[4096:8192] = os.urandom(4096)
     path.write_bytes(bytes(damaged))
     path.chmod(0o600)
-    db = Database.open(f"sqlite:///{path}")
-    try:
-        with pytest.raises(LtaError) as info, db.read() as conn:
-            conn.execute(text("SELECT count(*), max(x) FROM t")).all()
-    finally:
-        db.dispose()
+    with (
+        Store.open(f"sqlite:///{path}") as store,
+        pytest.raises(LtaError) as info,
+        store.database.read() as conn,
+    ):
+        conn.execute(text("SELECT count(*), max(x) FROM t")).all()
     error = info.value
     assert isinstance(error, ConfigError) and error.key == "database.url", error
     assert "malformed" in str(error)
