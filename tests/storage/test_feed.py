@@ -100,7 +100,7 @@ def test_one_users_changes_and_feed_after_forget(store: Store, vault: Vault) -> 
     store.apply([read(b, 1, latest_change={"v": 1})])
     cursor, rows = take(store, 0, "b")
     assert rows == [("b", "latest-change", {"v": 1})]
-    assert store.purge_results("b") == 2
+    assert store.begin_drop("b", T0, purge=True).purged == 2
     store.apply([read(a, 2, latest_change={"v": 2})])
     assert take(store, cursor)[1] == [("a", "latest-change", {"v": 2})]
 

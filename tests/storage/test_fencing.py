@@ -96,8 +96,7 @@ def test_a_forgotten_users_results_are_never_written_back(store: Store, vault: V
     """After begin_drop and the purge, the pass's late update writes no snapshot nor history."""
     enroll(store, vault, "a")
     claimed = claim_one(store)
-    store.begin_drop("a", T0)
-    store.purge_results("a")
+    store.begin_drop("a", T0, purge=True)
     assert store.apply([turn(claimed)], owner="i1") == 0
     assert list(store.export_results("a")) == []
     assert store.history("a", "stats") == []

@@ -160,16 +160,16 @@ def test_export_in_batches_and_per_user(store: Store, vault: Vault) -> None:
     assert list(store.export_results("nobody")) == []
 
 
-def test_purge_results(store: Store, vault: Vault) -> None:
-    """purge_results deletes one user's snapshots and history and reports the row count."""
+def test_forget_purges_one_users_results(store: Store, vault: Vault) -> None:
+    """A drop with `purge` (forget) deletes the user's snapshots and history, no one else's,
+    and reports the row count."""
     a = enroll(store, vault, "a")
     b = enroll(store, vault, "b")
     store.apply([turn(a.id, T0, ("stats", "ok", {"v": 1}))])
     store.apply([turn(a.id, T0 + HOUR, ("stats", "ok", {"v": 2}))])
     store.apply([turn(b.id, T0, ("stats", "ok", {"v": 1}))])
-    assert store.purge_results("a") == 3
-    assert store.purge_results("a") == 0
-    assert store.purge_results("nobody") == 0
+    assert store.begin_drop("a", T0, purge=True).purged == 3
+    assert store.begin_drop("a", T0, purge=True).purged == 0
     assert [r.user for r in store.export_results()] == ["b"]
 
 

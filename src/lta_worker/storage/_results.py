@@ -120,15 +120,6 @@ class ResultQueries(Queries):
             for r in rows
         ]
 
-    def purge_results(self, user: str) -> int:
-        """Delete the user's snapshots and history; return how many rows (0 for an unknown
-        user)."""
-        with self._db.write() as conn:
-            user_id = conn.execute(select(User.id).where(User.user == user)).scalar_one_or_none()
-            if user_id is None:
-                return 0
-            return purge_user(conn, user_id)
-
 
 def purge_user(conn: Connection, user_id: int) -> int:
     """Delete one user's snapshots and history in the caller's transaction; how many rows."""
