@@ -90,7 +90,7 @@ def collect_status(
         success = success or db.last_pass(answered=True)
         last_reads = last if last is not None and last.reads else db.last_pass(read=True)
         reads = db.read_health()
-        first = None if success is not None else db.first_pass()
+        first = None if success is not None else db.last_pass(first=True)
         budget = db.budget_seen(settings.client.id)
         instances = db.live_instances(now, instance_ttl(settings))
         plan = capacity_plan(settings, counts, budget)

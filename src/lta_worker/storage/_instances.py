@@ -52,20 +52,11 @@ def _pass_record(row: Row[Any]) -> PassRecord:
 class InstanceQueries(Queries):
     """Live instances, pass summaries, and the client's budget as the service reported it."""
 
-    def register_instance(
-        self,
-        instance: str,
-        kind: InstanceKind,
-        now: datetime,
-        *,
-        host: str | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Record (or refresh) this process as a live instance (host and pid default to
-        this process)."""
+    def register_instance(self, instance: str, kind: InstanceKind, now: datetime) -> None:
+        """Record (or refresh) this process as a live instance."""
         values = {
-            "host": host if host is not None else socket.gethostname(),
-            "pid": pid if pid is not None else os.getpid(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
             "kind": kind,
             "started_at": now,
             "heartbeat_at": now,
@@ -132,20 +123,13 @@ class InstanceQueries(Queries):
             conn.execute(delete(Pass).where(Pass.id <= new_id - PASSES_KEPT))
 
     def last_pass(
-        self,
-        stopped: str | None = None,
-        *,
-        first: bool = False,
-        read: bool = False,
-        answered: bool = False,
+        self, *, first: bool = False, read: bool = False, answered: bool = False
     ) -> PassRecord | None:
-        """The summary of the pass that finished last (`first`: the oldest kept) of those
-        that stopped as `stopped` (any when None), made reads (`read`), or had reads the
-        service answered (`answered`: `PassRecord.answered`), or None."""
+        """The summary of the pass that finished last (`first`: the oldest kept), of those
+        that made reads (`read`) or had reads the service answered (`answered`:
+        `PassRecord.answered`), or None."""
         order = (Pass.finished_at, Pass.id) if first else (Pass.finished_at.desc(), Pass.id.desc())
         query = select(Pass).order_by(*order)
-        if stopped is not None:
-            query = query.where(Pass.stopped == stopped)
         if read or answered:
             query = query.where(Pass.reads > 0)
         with self._db.read() as conn:
@@ -159,10 +143,6 @@ class InstanceQueries(Queries):
                 if record.answered:
                     return record
         return None
-
-    def first_pass(self) -> PassRecord | None:
-        """The oldest pass summary kept, or None."""
-        return self.last_pass(first=True)
 
     def record_budget(self, client_id: str, seen: BudgetSeen) -> None:
         """Store what the service reported about the budget; `reserved` restarts at 0.

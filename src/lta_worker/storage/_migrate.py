@@ -67,12 +67,6 @@ def classify(revision: str | None) -> SchemaStatus:
     )
 
 
-def schema_status(db: Database) -> SchemaStatus:
-    """The schema's status against this code (SchemaTooNewError when it is newer)."""
-    with db.read() as conn:
-        return classify(current_revision(conn))
-
-
 def alembic_config(db: Database | None = None) -> Config:
     """An Alembic config pointing at the packaged migrations (no alembic.ini needed)."""
     from alembic.config import Config
@@ -92,8 +86,9 @@ def upgrade(db: Database) -> bool:
     SQLite `BEGIN IMMEDIATE` serialize the upgrades, and Alembic re-reads the version inside
     that transaction.
     """
-    if schema_status(db) == "current":
-        return False
+    with db.read() as conn:
+        if classify(current_revision(conn)) == "current":
+            return False
     from alembic import command
 
     command.upgrade(alembic_config(db), "head")
