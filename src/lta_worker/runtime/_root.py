@@ -15,7 +15,6 @@ from contextlib import AsyncExitStack, ExitStack
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 from lta_worker.config import Settings, read_client_secret, read_link_keys, read_webhook_secret
@@ -100,12 +99,7 @@ class Runtime:
         self._async = AsyncExitStack()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         import anyio
 
         try:

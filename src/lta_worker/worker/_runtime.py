@@ -16,7 +16,6 @@ import socket
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -105,12 +104,7 @@ class Worker(Runtime):
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
             await self._opened.aclose()
 
