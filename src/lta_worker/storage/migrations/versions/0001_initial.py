@@ -145,25 +145,3 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_passes")),
     )
     op.create_index("ix_passes_finished_at", "passes", ["finished_at"])
-
-
-def downgrade() -> None:
-    """Drop every table (loses all data)."""
-    for index, table in (
-        ("ix_passes_finished_at", "passes"),
-        ("ix_pending_enrollments_expires_at", "pending_enrollments"),
-        ("ix_history_user_id_endpoint_fetched_at", "history"),
-        ("ix_users_lease_owner", "users"),
-        ("ix_users_due", "users"),
-    ):
-        op.drop_index(index, table_name=table)
-    for table in (
-        "passes",
-        "client_budget",
-        "instances",
-        "pending_enrollments",
-        "history",
-        "snapshots",
-        "users",
-    ):
-        op.drop_table(table)

@@ -36,10 +36,3 @@ def upgrade() -> None:
         postgresql_where=_HOLDS_TOKEN,
     )
     op.create_index("ix_users_state", "users", ["state"])
-
-
-def downgrade() -> None:
-    """Back to the full due index, without the per-state index."""
-    op.drop_index("ix_users_state", table_name="users")
-    op.drop_index("ix_users_due", table_name="users")
-    op.create_index("ix_users_due", "users", ["next_due_at", "id"])

@@ -30,7 +30,6 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-_OLD_STATES = "'active', 'parked', 'unlinked', 'rejected', 'revoked', 'dropped'"
 _NEW_STATES = "'active', 'parked', 'unlinked', 'rejected', 'revoked', 'dropping', 'dropped'"
 
 
@@ -76,14 +75,3 @@ def upgrade() -> None:
     )
     for due_class, where in _BACKFILL:
         op.execute(sa.update(_users).where(read_before, where).values(due_class=due_class))
-
-
-def downgrade() -> None:
-    """Back to 0002: users still dropping are taken as dropped (their token is kept)."""
-    op.drop_table("schedule_applied")
-    op.execute("UPDATE users SET state = 'dropped' WHERE state = 'dropping'")
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("due_class")
-        batch.drop_constraint(op.f("ck_users_state"), type_="check")
-        batch.create_check_constraint(op.f("ck_users_state"), sa.text(f"state IN ({_OLD_STATES})"))
-        batch.drop_column("generation")

@@ -29,11 +29,3 @@ def upgrade() -> None:
         batch.add_column(sa.Column("estimate", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("plan_bucket", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("rate_bucket", sa.Integer(), nullable=True))
-
-
-def downgrade() -> None:
-    """Back to 0003: the estimates are dropped (they rebuild from the next reads)."""
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("rate_bucket")
-        batch.drop_column("plan_bucket")
-        batch.drop_column("estimate")

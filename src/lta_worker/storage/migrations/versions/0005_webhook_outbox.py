@@ -43,8 +43,3 @@ def upgrade() -> None:
     )
     op.create_index("ix_webhook_outbox_user_id", "webhook_outbox", ["user", "id"])
     op.create_index("ix_webhook_outbox_next_attempt_at", "webhook_outbox", ["next_attempt_at"])
-
-
-def downgrade() -> None:
-    """Drop the outbox (undelivered events are lost)."""
-    op.drop_table("webhook_outbox")

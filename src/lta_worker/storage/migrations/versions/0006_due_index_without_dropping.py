@@ -20,22 +20,11 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-_DUE = sa.text("token_ciphertext IS NOT NULL AND state != 'dropping'")
-_HOLDS_TOKEN = sa.text("token_ciphertext IS NOT NULL")
-
-
-def _due_index(where: sa.TextClause) -> None:
-    op.drop_index("ix_users_due", table_name="users")
-    op.create_index(
-        "ix_users_due", "users", ["next_due_at", "id"], sqlite_where=where, postgresql_where=where
-    )
-
 
 def upgrade() -> None:
     """The due index's condition becomes the due condition."""
-    _due_index(_DUE)
-
-
-def downgrade() -> None:
-    """Back to the token-only condition of migration 0002."""
-    _due_index(_HOLDS_TOKEN)
+    due = sa.text("token_ciphertext IS NOT NULL AND state != 'dropping'")
+    op.drop_index("ix_users_due", table_name="users")
+    op.create_index(
+        "ix_users_due", "users", ["next_due_at", "id"], sqlite_where=due, postgresql_where=due
+    )

@@ -51,19 +51,3 @@ def upgrade() -> None:
     op.drop_index("ix_users_lease_owner", table_name="users")
     op.drop_column("users", "lease_expires_at")
     op.drop_column("users", "lease_owner")
-
-
-def downgrade() -> None:
-    """Back to the lease columns of `users`, with the live leases and their generations."""
-    op.add_column("users", sa.Column("lease_owner", sa.String(128), nullable=True))
-    op.add_column("users", sa.Column("lease_expires_at", UtcDateTime(), nullable=True))
-    op.create_index("ix_users_lease_owner", "users", ["lease_owner"])
-    leases = "FROM user_leases WHERE user_leases.user_id = users.id"
-    op.execute(
-        f"UPDATE users SET lease_owner = (SELECT owner {leases}), "  # noqa: S608 - constants
-        f"lease_expires_at = (SELECT expires_at {leases}), "
-        f"generation = (SELECT generation {leases}) "
-        f"WHERE id IN (SELECT user_id FROM user_leases)"
-    )
-    op.drop_index("ix_user_leases_owner", table_name="user_leases")
-    op.drop_table("user_leases")

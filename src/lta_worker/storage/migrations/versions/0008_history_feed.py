@@ -37,11 +37,3 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_feed_counter")),
     )
     op.bulk_insert(counter, [{"id": 1, "value": 0}])
-
-
-def downgrade() -> None:
-    """Drop the feed's column, index and counter."""
-    op.drop_table("feed_counter")
-    op.drop_index("ix_history_seq", table_name="history")
-    with op.batch_alter_table("history") as batch:
-        batch.drop_column("seq")

@@ -32,9 +32,3 @@ def upgrade() -> None:
     """Drop `user_leases.user_id`'s foreign key."""
     with op.batch_alter_table("user_leases") as batch:
         batch.drop_constraint(_KEY, type_="foreignkey")
-
-
-def downgrade() -> None:
-    """Put the foreign key back (every lease's user exists: no row of `users` is deleted)."""
-    with op.batch_alter_table("user_leases") as batch:
-        batch.create_foreign_key(_KEY, "users", ["user_id"], ["id"], ondelete="CASCADE")
