@@ -44,11 +44,6 @@ class CheckResult:
     detail: str
     error: BaseException | None = None
 
-    @property
-    def ok(self) -> bool:
-        """True when the check passed."""
-        return self.error is None
-
 
 _SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
     "client_secret": lambda s: f"{s.client.secret_file}: readable, one line",
