@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 
 from lta_worker.domain import EncryptedToken, RotationReport
 from lta_worker.storage._db import Queries
@@ -39,6 +39,27 @@ class StoredSecret:
     secret: EncryptedToken
 
 
+# Where each kind of secret is stored: its table, and the columns of its row key, user,
+# ciphertext and key id.
+_STORED: Final[dict[Purpose, tuple[Any, ...]]] = {
+    "token": (User, User.id, User.user, User.token_ciphertext, User.token_key_id),
+    "verifier": (
+        Pending,
+        Pending.state_hash,
+        Pending.user,
+        Pending.verifier_ciphertext,
+        Pending.verifier_key_id,
+    ),
+}
+
+
+def _live(kind: Purpose, now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """The rows that hold a secret of `kind` to keep: a token, or a verifier still usable."""
+    if kind == "token":
+        return (User.token_key_id.is_not(None),)
+    return (Pending.used_at.is_(None), Pending.expires_at > now)
+
+
 class RotationQueries(Queries):
     """The stored ciphertexts, for `rotate_keys`."""
 
@@ -46,19 +67,10 @@ class RotationQueries(Queries):
         """How many stored tokens and live verifiers use each key id."""
         counts: dict[str, int] = {}
         with self._db.read() as conn:
-            tokens = conn.execute(
-                select(User.token_key_id, func.count())
-                .where(User.token_key_id.is_not(None))
-                .group_by(User.token_key_id)
-            ).all()
-            verifiers = conn.execute(
-                select(Pending.verifier_key_id, func.count())
-                .where(Pending.used_at.is_(None), Pending.expires_at > now)
-                .group_by(Pending.verifier_key_id)
-            ).all()
-        for key_id, count in [*tokens, *verifiers]:
-            if key_id is not None:
-                counts[key_id] = counts.get(key_id, 0) + count
+            for kind, (*_, key_id) in _STORED.items():
+                query = select(key_id, func.count()).where(*_live(kind, now)).group_by(key_id)
+                for found, count in conn.execute(query):
+                    counts[found] = counts.get(found, 0) + count
         return counts
 
     def secrets_for_rotation(
@@ -71,71 +83,36 @@ class RotationQueries(Queries):
         limit: int = DEFAULT_BATCH,
     ) -> list[StoredSecret]:
         """The next `limit` secrets of `kind` not under `exclude_key_id`, in row order."""
-        found: list[StoredSecret] = []
+        _, row, user, ciphertext, key_id = _STORED[kind]
+        query = (
+            select(row, user, ciphertext, key_id)
+            .where(*_live(kind, now), key_id != exclude_key_id)
+            .order_by(row)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(row > after)
         with self._db.read() as conn:
-            if kind == "token":
-                tokens = (
-                    select(User.id, User.user, User.token_ciphertext, User.token_key_id)
-                    .where(User.token_key_id.is_not(None), User.token_key_id != exclude_key_id)
-                    .order_by(User.id)
-                    .limit(limit)
-                )
-                if after is not None:
-                    tokens = tokens.where(User.id > int(after))
-                for row_id, user, ciphertext, key_id in conn.execute(tokens):
-                    if ciphertext is not None and key_id is not None:
-                        secret = EncryptedToken(bytes(ciphertext), key_id)
-                        found.append(StoredSecret(kind, row_id, user, secret))
-                return found
-            verifiers = (
-                select(
-                    Pending.state_hash,
-                    Pending.user,
-                    Pending.verifier_ciphertext,
-                    Pending.verifier_key_id,
-                )
-                .where(
-                    Pending.verifier_key_id != exclude_key_id,
-                    Pending.used_at.is_(None),
-                    Pending.expires_at > now,
-                )
-                .order_by(Pending.state_hash)
-                .limit(limit)
-            )
-            if after is not None:
-                verifiers = verifiers.where(Pending.state_hash > str(after))
-            for state_hash, user, ciphertext, key_id in conn.execute(verifiers):
-                secret = EncryptedToken(bytes(ciphertext), key_id)
-                found.append(StoredSecret(kind, state_hash, user, secret))
-        return found
+            return [
+                StoredSecret(kind, found, name, EncryptedToken(bytes(secret), key))
+                for found, name, secret, key in conn.execute(query)
+            ]
 
     def reencrypt(self, swaps: Sequence[tuple[StoredSecret, EncryptedToken]]) -> int:
         """Write each new ciphertext where the row still holds the old one; return how many."""
         done = 0
         with self._db.write() as conn:
             for old, new in swaps:
-                if old.kind == "token":
-                    stmt = (
-                        update(User)
-                        .where(
-                            User.id == int(old.row),
-                            User.token_key_id == old.secret.key_id,
-                            User.token_ciphertext == old.secret.ciphertext,
-                        )
-                        .values(token_ciphertext=new.ciphertext, token_key_id=new.key_id)
+                table, row, _, ciphertext, key_id = _STORED[old.kind]
+                stmt = (
+                    update(table)
+                    .where(
+                        row == old.row,
+                        key_id == old.secret.key_id,
+                        ciphertext == old.secret.ciphertext,
                     )
-                else:
-                    stmt = (
-                        update(Pending)
-                        .where(
-                            and_(
-                                Pending.state_hash == str(old.row),
-                                Pending.verifier_key_id == old.secret.key_id,
-                                Pending.verifier_ciphertext == old.secret.ciphertext,
-                            )
-                        )
-                        .values(verifier_ciphertext=new.ciphertext, verifier_key_id=new.key_id)
-                    )
+                    .values({ciphertext: new.ciphertext, key_id: new.key_id})
+                )
                 done += conn.execute(stmt).rowcount
         return done
 
