@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Row,
     Select,
     and_,
@@ -41,8 +42,8 @@ from lta_worker.domain import (
 from lta_worker.errors import UnknownUserError
 from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
-from lta_worker.storage._apply import USERS, without_repeats, write_batch
-from lta_worker.storage._db import Queries, insert_for
+from lta_worker.storage._apply import USERS, ResultChange, without_repeats, write_batch
+from lta_worker.storage._db import Dialect, Queries, insert_for
 from lta_worker.storage._models import User, UtcDateTime
 from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
@@ -78,10 +79,27 @@ def _locked(user: str) -> Select[int, str, bytes | None]:
     )
 
 
-def _forget_after(changes: list[Any] | None, mark: int) -> None:
-    """Drop the changes reported by a write that was then rolled back."""
-    if changes is not None:
-        del changes[mark:]
+def _attempt(
+    conn: Connection,
+    dialect: Dialect,
+    run: Sequence[UserUpdate],
+    owner: str | None,
+    now: datetime | None,
+    *,
+    changes: list[ResultChange] | None,
+) -> set[int] | None:
+    """`write_batch` under a SAVEPOINT: the users written, or None when it failed and was
+    rolled back (with the changes it reported). A failure of the database itself raises."""
+    mark = len(changes or ())
+    try:
+        with conn.begin_nested():
+            return write_batch(conn, dialect, run, owner, now, changes=changes)
+    except (OperationalError, InterfaceError):
+        raise  # the database itself is in trouble: not one user's problem
+    except Exception:
+        if changes is not None:
+            del changes[mark:]  # rolled back: no event for them
+        return None
 
 
 class UserQueries(Queries):
@@ -212,33 +230,14 @@ class UserQueries(Queries):
         ):
             written, changes = turns.written, turns.changes
             for run in without_repeats(updates):
-                mark = len(changes or ())
-                try:
-                    with conn.begin_nested():
-                        hits: set[int] | None = write_batch(
-                            conn, db.dialect, run, owner, now, changes=changes
-                        )
-                except (OperationalError, InterfaceError):
-                    raise  # the database itself is in trouble: not one user's problem
-                except Exception:
-                    hits = None  # one user's write failed: find it, one user at a time
-                    _forget_after(changes, mark)  # rolled back: no event for them
+                hits = _attempt(conn, db.dialect, run, owner, now, changes=changes)
                 for upd in run:
-                    if hits is None:
-                        mark = len(changes or ())
-                        try:
-                            with conn.begin_nested():
-                                hit = bool(
-                                    write_batch(
-                                        conn, db.dialect, [upd], owner, now, changes=changes
-                                    )
-                                )
-                        except (OperationalError, InterfaceError):
-                            raise
-                        except Exception:
-                            _forget_after(changes, mark)
+                    if hits is None:  # one user's write failed: find it, one user at a time
+                        one = _attempt(conn, db.dialect, [upd], owner, now, changes=changes)
+                        if one is None:
                             not_applied.append((upd, "failed"))
                             continue
+                        hit = bool(one)
                     else:
                         hit = upd.user_id in hits
                     if hit:
