@@ -160,19 +160,19 @@ def require_sqlite_writable(path: Path) -> None:
     )
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_on_connect_ro(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (see `_sqlite_on_begin`)
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _enable_wal(cursor)
-        cursor.execute("PRAGMA synchronous = FULL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-    finally:
-        cursor.close()
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-def _enable_wal(cursor: Any) -> None:
+def _sqlite_on_connect(dbapi_connection: Any, record: Any) -> None:
+    _sqlite_on_connect_ro(dbapi_connection, record)
+    _enable_wal(dbapi_connection)
+    dbapi_connection.execute("PRAGMA synchronous = FULL")
+    dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _enable_wal(conn: Any) -> None:
     """Switch the file to WAL (persistent: a no-op once done), riding out a busy file.
 
     SQLite may answer "database is locked" to the switch without calling the busy handler
@@ -182,22 +182,13 @@ def _enable_wal(cursor: Any) -> None:
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
-            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def _sqlite_on_connect_ro(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()
 
 
 def _existing_sqlite_file(path: Path) -> None:
