@@ -59,12 +59,6 @@ def for_active(capacity: CapacityPlan) -> float:
     return max(capacity.available_per_hour - capacity.rechecks_per_hour, 0.0)
 
 
-def budget_for_active(store: Store, settings: Settings) -> float:
-    """`for_active` of the users and budget the store holds now."""
-    seen = store.budget_seen(settings.client.id)
-    return for_active(capacity_plan(settings, store.count_by_state(), seen))
-
-
 def schedule_summary(
     store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
 ) -> dict[str, Any]:
@@ -145,7 +139,8 @@ def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> Sch
     """The plan the pass schedules with (the empty plan under `poll.schedule = "fixed"`)."""
     if policy.schedule != "adaptive":
         return SchedulePlan()
-    budget = budget_for_active(store, settings)
+    seen = store.budget_seen(settings.client.id)
+    budget = for_active(capacity_plan(settings, store.count_by_state(), seen))
     rates = from_buckets(store.rate_buckets())
     plan = plan_scale(rates, budget, policy.freshness)
     sample = store.sample_estimates()
