@@ -33,23 +33,15 @@ from lta_worker.report._records import iso
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
-    from lta_worker.domain import PassRecord
+    from lta_worker.domain import BudgetSeen, InstanceRow, PassRecord
     from lta_worker.storage import Store
 
 
-def _pass_json(last: PassRecord | None) -> dict[str, Any] | None:
-    if last is None:
+def _json(record: PassRecord | BudgetSeen | InstanceRow | None) -> dict[str, Any] | None:
+    """A record's fields as JSON-able data, in their order, times by `iso`."""
+    if record is None:
         return None
-    return {
-        "instance": last.instance,
-        "started_at": iso(last.started_at),
-        "finished_at": iso(last.finished_at),
-        "stopped": last.stopped,
-        "exit_code": last.exit_code,
-        "reads": last.reads,
-        "throttled": last.throttled,
-        "counts": dict(last.counts),
-    }
+    return {k: iso(v) if isinstance(v, datetime) else v for k, v in asdict(record).items()}
 
 
 def collect_status(
@@ -103,22 +95,14 @@ def collect_status(
         "version": __version__,
         "users": {state: counts.get(state, 0) for state in USER_STATES},
         "due": due,
-        "last_pass": _pass_json(last),
-        "last_success": _pass_json(success),
-        "last_reads": _pass_json(last_reads),
+        "last_pass": _json(last),
+        "last_success": _json(success),
+        "last_reads": _json(last_reads),
         "reads": {
             "last_answered_at": iso(reads.last_answered_at),
             "failing": reads.failing,
         },
-        "budget": None
-        if budget is None
-        else {
-            "limit": budget.limit,
-            "remaining": budget.remaining,
-            "reset_at": iso(budget.reset_at),
-            "window_seconds": budget.window_seconds,
-            "observed_at": iso(budget.observed_at),
-        },
+        "budget": _json(budget),
         "capacity": {
             "reads_needed_per_hour": round(plan.reads_needed_per_hour, 1),
             "available_per_hour": round(plan.available_per_hour, 1),
@@ -135,10 +119,7 @@ def collect_status(
             "dead_letter": outbox.dead,
             "oldest_backlog_at": iso(outbox.oldest_at),
         },
-        "instances": [
-            {k: iso(v) if isinstance(v, datetime) else v for k, v in asdict(i).items()}
-            for i in instances
-        ],
+        "instances": [_json(instance) for instance in instances],
     }
     found = assess_health(
         data,
