@@ -24,8 +24,10 @@ BudgetFn = Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, T]]
 """Given the row's observation (None: no row) and `reserved`, their new values and a result."""
 
 
-# The budget row has a column per field of `BudgetSeen`, of the same name.
+# The budget row has a column per field of `BudgetSeen`, of the same name; so has a pass's
+# row per field of `PassRecord`.
 _SEEN: Final = tuple(field.name for field in fields(BudgetSeen))
+_PASS: Final = tuple(field.name for field in fields(PassRecord))
 
 
 def _budget_values(seen: BudgetSeen, reserved: int) -> dict[str, Any]:
@@ -37,16 +39,8 @@ def _seen(row: Row[Any]) -> BudgetSeen:
 
 
 def _pass_record(row: Row[Any]) -> PassRecord:
-    return PassRecord(
-        instance=row.instance,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        stopped=row.stopped,
-        exit_code=row.exit_code,
-        reads=row.reads,
-        throttled=row.throttled,
-        counts={str(k): int(v) for k, v in (row.counts or {}).items()},
-    )
+    counts = {str(k): int(v) for k, v in (row.counts or {}).items()}
+    return PassRecord(**{**{name: getattr(row, name) for name in _PASS}, "counts": counts})
 
 
 class InstanceQueries(Queries):
@@ -106,20 +100,9 @@ class InstanceQueries(Queries):
     def record_pass(self, record: PassRecord) -> None:
         """Store a pass summary; keep the newest `PASSES_KEPT`."""
         with self._db.write() as conn:
-            new_id = conn.execute(
-                insert(Pass)
-                .values(
-                    instance=record.instance,
-                    started_at=record.started_at,
-                    finished_at=record.finished_at,
-                    stopped=record.stopped,
-                    exit_code=record.exit_code,
-                    reads=record.reads,
-                    throttled=record.throttled,
-                    counts=dict(record.counts),
-                )
-                .returning(Pass.id)
-            ).scalar_one()
+            values = {name: getattr(record, name) for name in _PASS}
+            values["counts"] = dict(record.counts)
+            new_id = conn.execute(insert(Pass).values(values).returning(Pass.id)).scalar_one()
             conn.execute(delete(Pass).where(Pass.id <= new_id - PASSES_KEPT))
 
     def last_pass(
