@@ -102,7 +102,9 @@ async def test_a_locked_database_does_not_stall_the_loop_or_lose_writes(
     assert (result.stopped, result.users, result.reads) == ("completed", USERS, 2 * USERS)
     assert transport.locked_at is not None
     assert finished - transport.locked_at >= HOLD_S * 0.9  # the pass waited for the lock
-    assert longest_gap < HOLD_S / 2  # ... off the loop, which went on meanwhile
+    # ... off the loop, which went on meanwhile: a call on the loop would block it for the
+    # rest of the hold; the margin is for a loaded machine (0.56 s seen at load 8)
+    assert longest_gap < HOLD_S * 0.8
     assert claims and applies
     assert loop_thread not in claims + applies  # every call went one way: to a thread
     with harness.store() as store:
