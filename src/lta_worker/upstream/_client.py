@@ -39,16 +39,10 @@ from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
 from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
 from lta_worker.logs import register_secret
+from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
-from lta_worker.upstream._wire import (
-    READ_PATHS,
-    TOKEN_PREFIX,
-    TOKENS_PATH,
-    join_url,
-    long_term_credential,
-    sendable,
-)
+from lta_worker.upstream._wire import join_url, long_term_credential, sendable
 
 
 def check_secure_url(url: str | httpx.URL) -> None:
@@ -429,14 +423,3 @@ def _encoded(headers: httpx.Headers) -> bool:
 
 def _lower(headers: httpx.Headers) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
-
-
-__all__ = [
-    "READ_PATHS",
-    "TOKENS_PATH",
-    "TOKEN_PREFIX",
-    "ApiClient",
-    "check_secure_url",
-    "join_url",
-    "long_term_credential",
-]
