@@ -42,7 +42,6 @@ from lta_worker.errors import (
     EnrollmentError,
     ModeNotOpenedError,
     StorageError,
-    UpstreamError,
     UsageError,
 )
 from lta_worker.logs import get_logger, register_secret
@@ -346,8 +345,8 @@ class Enrollment(ClientOperation):
         return EnrollResult(user=user, scopes=scopes, rotated=rotated)
 
     async def _drop_orphan(self, token: Secret) -> None:
-        with contextlib.suppress(UpstreamError, ValueError):
-            await self._api.drop_token(token)
+        with contextlib.suppress(ValueError):  # never sent: nothing to drop
+            await self._api.drop(token)
 
 
 def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:

@@ -37,7 +37,7 @@ import httpx
 
 from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
-from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.errors import ConfigError, EnrollmentError
 from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
@@ -226,20 +226,6 @@ class ApiClient:
                 reason="no_scopes",
             )
         return Secret(token), tuple(scopes)
-
-    async def drop_token(self, token: Secret) -> int:
-        """DELETE the long term token `token`; returns the status (204 expected).
-
-        Raises:
-            UpstreamError: the service could not be reached or the answer was cut.
-            ValueError: the token is not `usable_token` (nothing is sent).
-        """
-        answer = await self.drop(token)
-        if answer.status is None:
-            raise UpstreamError(
-                f"could not reach the service to drop the long term token ({answer.error})"
-            )
-        return answer.status
 
     async def drop(self, token: Secret) -> Answer:
         """DELETE the long term token `token`; the answer, never raising for HTTP trouble.
