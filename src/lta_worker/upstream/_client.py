@@ -338,44 +338,34 @@ class ApiClient:
         )
         started = time.perf_counter()
         response: httpx.Response | None = None
-        body, truncated = b"", False
+        body, truncated, error = b"", False, None
         with anyio.move_on_after(self._deadline) as deadline:
             try:
                 response = await self._http.send(request, stream=True)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
-                return Answer(
-                    status=None,
-                    headers=_lower(response.headers) if response is not None else {},
-                    error=_error_kind(exc),
-                    elapsed=time.perf_counter() - started,
-                )
+                error = _error_kind(exc)
             finally:
                 if response is not None:
                     with anyio.CancelScope(shield=True):
                         await response.aclose()
-        if deadline.cancelled_caught or response is None:
-            return Answer(
-                status=None,
-                headers=_lower(response.headers) if response is not None else {},
-                error="timeout",
-                elapsed=time.perf_counter() - started,
-            )
+        elapsed = time.perf_counter() - started
+        headers = _lower(response.headers) if response is not None else {}
+        if error is None and (deadline.cancelled_caught or response is None):
+            error = "timeout"
+        if error is not None or response is None:
+            return Answer(status=None, headers=headers, error=error, elapsed=elapsed)
         if body and _encoded(response.headers):
             # Asked for none, a coding came: the service answered, with a body this client
             # does not read (a broken body of that answer, not a network failure).
-            return Answer(
-                status=response.status_code,
-                headers=_lower(response.headers),
-                error="decoding",
-                elapsed=time.perf_counter() - started,
-            )
+            body, truncated, error = b"", False, "decoding"
         return Answer(
             status=response.status_code,
-            headers=_lower(response.headers),
+            headers=headers,
             body=body,
             truncated=truncated,
-            elapsed=time.perf_counter() - started,
+            error=error,
+            elapsed=elapsed,
         )
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
