@@ -92,7 +92,6 @@ class RedirectParams:
     code: Secret | None
     state: str | None
     error: str | None = None
-    error_description: str | None = None
 
 
 def check_user_id(user: str) -> str:
@@ -133,7 +132,6 @@ def parse_redirect(text: str) -> RedirectParams:
             code=Secret(code) if code else None,
             state=params.get("state") or None,
             error=_safe_error(params.get("error")),
-            error_description=params.get("error_description") or None,
         )
     if any(c.isspace() for c in text):
         raise UsageError("a code is one word; paste the code or the whole redirect URL")
