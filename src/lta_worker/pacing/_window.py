@@ -134,7 +134,7 @@ def wait_after_429(
     Args:
         headers: The 429's headers (lower-case names).
         now: When it arrived (the local clock); an HTTP-date `Retry-After` or an epoch
-            reset is measured from it, or from the answer's `Date` (`answer_time`).
+            reset is measured from it, or from the answer's `Date` (`parse_answer`).
         max_wait: `ratelimit.max_wait` in seconds: the wait is never longer.
     """
     try:
