@@ -63,6 +63,11 @@ def check_secure_url(url: str | httpx.URL) -> None:
     )
 
 
+async def refuse_insecure(request: httpx.Request) -> None:
+    """Request hook of every client built here: a last `check_secure_url` before sending."""
+    check_secure_url(request.url)
+
+
 def _error_kind(exc: BaseException) -> str:
     """A short, secret-free name for a transport failure (`Answer.error`)."""
     if isinstance(exc, httpx.TimeoutException):
