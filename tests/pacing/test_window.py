@@ -40,11 +40,6 @@ WALL = datetime(2025, 1, 1, tzinfo=UTC)
 HOUR = 3600.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("given_info", "max_wait", "expected"),
     [

@@ -47,11 +47,6 @@ CAP = 2048
 Handler = Callable[[httpx.Request], Any]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def make_settings(
     base_url: str = "https://api.example/some/prefix",
     auth_url: str = "https://account.example/auth/prefix",

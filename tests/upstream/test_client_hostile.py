@@ -37,11 +37,6 @@ CREDENTIAL = Secret(f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}")
 DEADLINE_BOUND_S = 6.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def settings_for(url: str, **service: Any) -> Settings:
     return build_settings(
         {
