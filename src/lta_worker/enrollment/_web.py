@@ -39,12 +39,6 @@ COOKIE_TTL: Final = 600
 log = get_logger("lta_worker.enroll_web")
 
 
-def cookie_name(secure: bool) -> str:
-    """`__Host-lta-enroll` over https (bound to the exact host, Secure, Path=/), else
-    `lta-enroll`."""
-    return "__Host-lta-enroll" if secure else "lta-enroll"
-
-
 class SecurityHeaders:
     """ASGI middleware: adds `SECURITY_HEADERS` to every answer, error pages included."""
 
@@ -91,7 +85,8 @@ def build_enroll_app(
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
 
-    name = cookie_name(secure)
+    # Over https the `__Host-` prefix binds the cookie to the exact host (Secure, Path=/).
+    name = "__Host-lta-enroll" if secure else "lta-enroll"
 
     def answer(outcome: Outcome, path: str) -> Response:
         emit = log.info if outcome.kind == "enrolled" else log.warning

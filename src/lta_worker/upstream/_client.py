@@ -355,7 +355,7 @@ class ApiClient:
                     with anyio.CancelScope(shield=True):
                         await response.aclose()
         elapsed = time.perf_counter() - started
-        headers = _lower(response.headers) if response is not None else {}
+        headers = {} if response is None else {k.lower(): v for k, v in response.headers.items()}
         if error is None and (deadline.cancelled_caught or response is None):
             error = "timeout"
         if error is not None or response is None:
@@ -400,7 +400,3 @@ def _encoded(headers: httpx.Headers) -> bool:
         return False
     codings = headers.get_list("content-encoding", split_commas=True)
     return any(c.strip().lower() not in ("", "identity") for c in codings)
-
-
-def _lower(headers: httpx.Headers) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers.items()}
