@@ -48,8 +48,6 @@ MAX_COUNT: Final = 2**31 - 1
 
 def finite_seconds(value: float | None) -> float | None:
     """`value` when it is a finite number of seconds at least 0, else None."""
-    if type(value) is float:  # the usual case, several times per answer
-        return value if 0.0 <= value < math.inf else None
     if value is None or isinstance(value, bool):
         return None
     try:
