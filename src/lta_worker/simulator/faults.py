@@ -14,8 +14,8 @@ same error.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Final, Literal, get_args
+from dataclasses import dataclass, replace
+from typing import Final, Literal, get_args
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -59,10 +59,6 @@ class FaultRule:
     rate: float | None = None
     remaining: int | None = None
     delay: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The rule as JSON-ready data."""
-        return asdict(self)
 
 
 class FaultPlan:
