@@ -20,6 +20,12 @@ settings.register_profile("lta", deadline=None)
 settings.load_profile("lta")
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (the worker's loop), not on every backend anyio finds."""
+    return "asyncio"
+
+
 @pytest.fixture(autouse=True)
 def _quiet_json_logs() -> Iterator[io.StringIO]:
     """Render logs the way production does (JSON, redaction on) without printing them."""

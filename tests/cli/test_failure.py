@@ -45,9 +45,7 @@ def test_classify_picks_the_telling_leaf_and_its_code(
     error, then a bug, never a cancellation), with the documented exit code."""
     failure = classify(exc)
     assert (failure.exit_code, failure.error) == (exit_code, error)
-    assert failure.bug == (exit_code == 1)
-    if failure.bug:
-        assert failure.hint == DEBUG_HINT
+    assert (failure.hint == DEBUG_HINT) == (exit_code == 1)
 
 
 def test_json_line_is_one_error_event_with_key_and_hint() -> None:

@@ -134,9 +134,6 @@ def test_log_lines_scroll_above_the_progress_line() -> None:
     print("third event", file=line, flush=True)
     line.show("[bar 2]")
     assert screen(term.getvalue()) == ["first event", "second event", "third event", "[bar 2]"]
-    line.clear()
-    print("after", file=line)
-    assert screen(term.getvalue()) == ["first event", "second event", "third event", "after", ""]
 
 
 def test_an_ended_line_stays_above_later_lines() -> None:

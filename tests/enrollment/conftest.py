@@ -14,7 +14,7 @@ import pytest
 
 from lta_worker.config import Settings, build_settings
 from lta_worker.enrollment import Enrollment, Lifecycle
-from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.logs import configure_logging, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -31,11 +31,6 @@ from lta_worker.upstream import ApiClient, http_client
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
 REDIRECT_URI = "https://app.example/lta/callback"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Settings:
@@ -149,11 +144,3 @@ def rendered_logs() -> Iterator[io.StringIO]:
     configure_logging("debug", "json", buffer)
     yield buffer
     reset_logging()
-
-
-@pytest.fixture(autouse=True)
-def _forget_registered_secrets() -> Iterator[None]:
-    """Each test starts with an empty redaction registry: nothing carries over between tests."""
-    forget_secrets()
-    yield
-    forget_secrets()

@@ -560,11 +560,6 @@ def make_pacer(**ratelimit: float) -> tuple[Pacer, FakeClock]:
     return Pacer(pacer_core(**ratelimit), clock, clock.sleep, wall_clock=lambda: WALL), clock
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_acquire_sleeps_on_the_injected_clock() -> None:
     """acquire waits by the injected sleep, never the real one, and paces by the headers."""

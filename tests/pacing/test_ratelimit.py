@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.pacing import RateLimitInfo, answer_time, parse_ratelimit, response_time
-from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, parse_answer
+from lta_worker.pacing import MAX_CLOCK_SKEW, RateLimitInfo, parse_answer, parse_ratelimit
+from lta_worker.pacing._ratelimit import _http_date
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 EPOCH = int(NOW.timestamp())
@@ -184,13 +184,6 @@ def test_wait_prefers_retry_after_over_reset() -> None:
     assert RateLimitInfo().wait is None
 
 
-def test_response_time_reads_the_date_header() -> None:
-    """`response_time` is the answer's Date, or None when absent or malformed."""
-    assert response_time({"Date": format_datetime(NOW, usegmt=True)}) == NOW
-    assert response_time({"date": "yesterday"}) is None
-    assert response_time({}) is None
-
-
 header_names = st.sampled_from(
     [
         "RateLimit",
@@ -225,12 +218,13 @@ def test_arbitrary_values_never_raise(headers: dict[str, str], now: datetime | N
     headers=st.dictionaries(header_names, st.one_of(st.text(max_size=80), sf_like), max_size=8),
     fallback=st.one_of(st.none(), st.datetimes(timezones=st.just(UTC))),
 )
-def test_parse_answer_is_parse_against_the_answer_time(
+def test_without_a_date_parse_answer_is_parse_at_the_local_time(
     headers: dict[str, str], fallback: datetime | None
 ) -> None:
-    """`parse_answer` reads exactly what `parse_ratelimit` reads at `answer_time`."""
-    expected = parse_ratelimit(headers, answer_time(headers, fallback))
-    assert parse_answer(headers, fallback) == expected
+    """Without a `Date`, `parse_answer` reads exactly what `parse_ratelimit` reads at the
+    local time (with one, the Date tests below)."""
+    headers.pop("Date", None)
+    assert parse_answer(headers, fallback) == parse_ratelimit(headers, fallback)
 
 
 def http_date(when: datetime) -> str:
@@ -301,7 +295,7 @@ def test_a_date_never_shortens_a_reset_and_lengthens_it_at_most_by_the_skew(
     }
     info = parse_answer(headers, NOW)
     assert info is not None and info.reset_after is not None and info.retry_after is not None
-    server = response_time(headers)
+    server = _http_date(date)
     lag = 0.0 if server is None else (NOW - server).total_seconds()
     expected = ahead + (lag if 0 < lag <= MAX_CLOCK_SKEW else 0.0)
     assert info.reset_after == pytest.approx(expected)

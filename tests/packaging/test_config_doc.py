@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lta_worker.config import Settings, field_types, parse_duration
-from lta_worker.config._loader import _env_overrides, _systemd_defaults
+from lta_worker.config import Settings, field_types, load_settings, parse_duration
+from lta_worker.config._loader import _env_overrides  # the name rule alone, before any value
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES
 
@@ -125,12 +125,19 @@ def credential_rows(text: str) -> dict[str, str]:
 def test_credential_table_is_every_secret_file_and_its_credential() -> None:
     """One row per `*_file` setting, naming the credential systemd's directory fills it
     from (`(set the path)` for one it does not)."""
-    filled = _systemd_defaults({"enroll": {}}, {"CREDENTIALS_DIRECTORY": "/creds"})
+    env = {
+        "CREDENTIALS_DIRECTORY": "/creds",
+        "LTA_WORKER_SERVICE_BASE_URL": "https://api.example",
+        "LTA_WORKER_SERVICE_AUTH_URL": "https://auth.example",
+        "LTA_WORKER_CLIENT_ID": "c",
+        "LTA_WORKER_ENROLL_RETURN_URL": "",  # an [enroll] section, left as by default
+    }
+    settings = load_settings(None, env)
     expected = {
         key: f"`{Path(value).name}`" if str(value).startswith("/creds/") else "(set the path)"
         for key in FIELDS
         if key.endswith("_file")
-        for value in [filled.get(key.partition(".")[0], {}).get(key.partition(".")[2], "")]
+        for value in [getattr(getattr(settings, key.partition(".")[0]), key.partition(".")[2])]
     }
     assert credential_rows(DOC.read_text(encoding="utf-8")) == expected
 

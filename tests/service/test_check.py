@@ -162,12 +162,12 @@ def test_check_fails_where_serve_lacks_the_web_extra(
     `check` exits 78 naming `enroll.listen`, as `serve` would at start."""
     from click.testing import CliRunner
 
-    from lta_worker.cli import _serve_cmd, cli
+    from lta_worker.cli import _app, cli
 
     world.enroll(["ada"])
     link_key_open(world)
     world.tmp.joinpath("enroll-link-key").chmod(0o600)
-    monkeypatch.setattr(_serve_cmd, "WEB_EXTRA", ("no_such_module_for_the_test",))
+    monkeypatch.setattr(_app, "EXTRA_MODULES", ("no_such_module_for_the_test",))
     result = CliRunner().invoke(cli, ["--config", str(world.config), "check", "--format", "json"])
     data = json.loads(result.stdout)
     failed = [c for c in data["checks"] if not c["ok"]]

@@ -13,12 +13,6 @@ from .helpers import BASE, Flow
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    """Run the async tests on asyncio only."""
-    return "asyncio"
-
-
-@pytest.fixture
 def clock() -> ManualClock:
     """A clock that moves only when a test moves it."""
     return ManualClock()

@@ -34,11 +34,6 @@ SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def settings(**webhook: Any) -> Any:
     """Settings with a `[webhook]` section."""
     return build_settings(

@@ -103,7 +103,9 @@ def _main(argv: list[str] | None) -> None:
     try:
         args = _stdio.arguments(argv)
         code = cli.main(args=args, prog_name="lta-worker", standalone_mode=False, obj=app)
-        _stdio.flush()
+        # What stdout still buffers goes now: a reader gone is noticed here (`reader_gone`),
+        # not by the interpreter on its way out (after `prepare` there is a `sys.stdout`).
+        sys.stdout.flush()
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `lta-worker`: the help
         exc.show()
         sys.exit(exc.exit_code)

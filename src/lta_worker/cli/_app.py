@@ -6,14 +6,16 @@ them, so that `lta-worker run` with nothing due starts fast from cron.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 from lta_worker.config import load_settings
+from lta_worker.errors import ConfigError
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
@@ -66,3 +68,26 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+
+# What the `[web]` and `[simulator]` extras install: `run` and `serve` never import them
+# (but `serve` with `enroll.listen` set).
+EXTRA_MODULES = ("starlette", "uvicorn")
+
+
+def require_extra(extra: Literal["web", "simulator"]) -> None:
+    """Stop with one line (exit 78) when a module of the `[web]` extra (the browser enrollment
+    `serve` hosts with `enroll.listen`) or the `[simulator]` extra is not installed.
+
+    Raises:
+        ConfigError: starlette or uvicorn cannot be found.
+    """
+    web = extra == "web"
+    for name in EXTRA_MODULES:
+        if importlib.util.find_spec(name) is None:
+            raise ConfigError(
+                f"{'serving the browser enrollment' if web else 'the simulator'} needs {name}, "
+                "which is not installed",
+                key="enroll.listen" if web else None,
+                hint=f"install the extra: pip install 'lta-worker[{extra}]'"
+                + (", or unset enroll.listen" if web else ""),
+            )

@@ -70,10 +70,10 @@ def check(app: App, fmt: str) -> None:
                 errors.append(result.error)
                 checks.append({**failed(result.name, result.error), "detail": result.detail})
         if settings.enroll.listen is not None:  # what `serve` refuses at start, in the CLI
-            from lta_worker.cli._serve_cmd import require_web_extra
+            from lta_worker.cli._app import require_extra
 
             try:
-                require_web_extra()
+                require_extra("web")
                 checks.append({"name": "enroll_listen", "ok": True, "detail": "[web] installed"})
             except LtaError as exc:
                 errors.append(exc)

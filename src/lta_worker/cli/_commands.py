@@ -57,11 +57,3 @@ class LazyGroup(click.Group):
             if command is not None:
                 self.add_command(command, cmd_name)
         return command
-
-
-def register(group: click.Group) -> None:
-    """Add every command to `group` (imports them all)."""
-    for name in COMMANDS:
-        command = load(name)
-        assert command is not None
-        group.add_command(command, name)

@@ -313,9 +313,10 @@ class Demo:
         self.say(f"{UNLINKED} is still {claude.state}: nothing changed on his side.", bullet=True)
 
     def _show_status(self) -> None:
-        from lta_worker.cli._status_cmd import collect_status, render_table
+        from lta_worker.cli._status_cmd import render_table
         from lta_worker.cli._users_cmd import render_table as users_table
         from lta_worker.cli._users_cmd import table_rows
+        from lta_worker.report import collect_status
 
         self.title("5. What `lta-worker status` shows now")
         self.verbatim(render_table(collect_status(self.settings, self.clock.now())))

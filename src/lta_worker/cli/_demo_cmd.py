@@ -22,9 +22,9 @@ import click
 )
 def demo(directory: Path | None, keep_serving: bool) -> None:
     """Run the narrated demo: 20 users enrolled and read by the worker, in under a minute."""
-    from lta_worker.cli._simulator_cmd import require_simulator_extra
+    from lta_worker.cli._app import require_extra
 
-    require_simulator_extra()
+    require_extra("simulator")
     from lta_worker.cli._demo import run_demo
 
     sys.exit(run_demo(sys.stdout, directory, keep_serving=keep_serving))

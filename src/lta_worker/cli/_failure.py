@@ -74,7 +74,6 @@ class Failure:
     error: str
     message: str
     hint: str | None = None
-    bug: bool = False
     key: str | None = None
 
     def as_event(self) -> dict[str, object]:
@@ -173,7 +172,7 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, OSError):
         return _os_failure(exc)
     message = f"unexpected {type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return Failure(1, type(exc).__name__, message, DEBUG_HINT, bug=True)
+    return Failure(1, type(exc).__name__, message, DEBUG_HINT)
 
 
 def _database_failure(exc: BaseException) -> Failure | None:

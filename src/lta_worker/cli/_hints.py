@@ -103,6 +103,3 @@ def hint_line(exc: LtaError) -> str | None:
     """The hint the CLI shows for `exc`: the error's own hint, then the table's advice."""
     parts = [part for part in (exc.hint, advice(exc)) if part]
     return "; ".join(parts) or None
-
-
-__all__ = ["HINTS", "RESTART", "advice", "hint_line"]

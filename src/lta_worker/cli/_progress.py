@@ -80,14 +80,6 @@ class ProgressLine:
                 self.stream.write(CLEAR + line)
                 self.stream.flush()
 
-    def clear(self) -> None:
-        """Erase the progress line; later writes go to the terminal as they are."""
-        with self._lock:
-            if self.line and not self._mid_line:
-                self.stream.write(CLEAR)
-                self.stream.flush()
-            self.line = ""
-
     def end(self) -> None:
         """End the progress line as it stands, with a newline: its last figures stay on
         screen, and later writes (the error line, the shell's prompt) start below it."""
@@ -125,7 +117,7 @@ def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[Progre
                 done=engine.result.users,
                 due=engine.due_at_start,
                 reads=engine.result.reads,
-                remaining=getattr(snap, "remaining", None),
+                remaining=snap.remaining,
                 time_left=left,
             )
         )

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import click
 
 from lta_worker.cli._app import App, pass_app
 from lta_worker.errors import UnknownUserError
 from lta_worker.report import result_json
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.group("results")

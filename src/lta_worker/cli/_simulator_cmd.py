@@ -6,39 +6,20 @@ named explicitly on the command line (a host from the environment alone is refus
 
 from __future__ import annotations
 
-import importlib
 import signal
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
+from lta_worker.cli._app import require_extra
 from lta_worker.config import is_loopback_host
-from lta_worker.errors import ConfigError
 
 if TYPE_CHECKING:
     from lta_worker.simulator import Simulator
 
 HEADER_FORMAT_CHOICES = ("draft", "combined", "triple", "x", "none")
 ERROR_STYLE_CHOICES = ("json", "code", "nested", "problem", "header")
-# What the `[simulator]` extra installs; `run` and `serve` never import them.
-SIMULATOR_EXTRA = ("starlette", "uvicorn")
-
-
-def require_simulator_extra() -> None:
-    """Stop with one line (exit 78) when the simulator's libraries are not installed.
-
-    Raises:
-        ConfigError: starlette or uvicorn cannot be imported.
-    """
-    for name in SIMULATOR_EXTRA:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            raise ConfigError(
-                f"the simulator needs {name}, which is not installed",
-                hint="install the extra: pip install 'lta-worker[simulator]'",
-            ) from None
 
 
 @click.group(name="simulator")
@@ -77,7 +58,7 @@ def serve(
     consent_page: bool,
 ) -> None:
     """Serve the simulator until Ctrl-C; prints its URLs and the demo clients' secrets."""
-    require_simulator_extra()
+    require_extra("simulator")
     from lta_worker.simulator import SimSettings, Simulator, start_in_thread
 
     source = ctx.get_parameter_source("host")

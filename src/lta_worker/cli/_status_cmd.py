@@ -20,8 +20,6 @@ from lta_worker.cli._app import App, pass_app
 from lta_worker.errors import EX_UNHEALTHY
 from lta_worker.report import collect_status
 
-__all__ = ["collect_status", "render_table", "status"]
-
 
 def _or_unknown(value: object) -> str:
     return "unknown" if value is None else str(value)

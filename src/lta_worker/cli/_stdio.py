@@ -78,13 +78,6 @@ def reader_gone(exc: BaseException) -> bool:
     return isinstance(exc, SystemExit) and exc.code == 1 and wrapped
 
 
-def flush() -> None:
-    """Write out what standard output still buffers, so that a reader gone is noticed here
-    (`reader_gone`) and not by the interpreter on its way out (after `prepare`, there is
-    always a `sys.stdout`)."""
-    sys.stdout.flush()
-
-
 def end_quietly() -> None:
     """After a reader went away: point descriptor 1 at /dev/null (so that nothing tries to
     flush into the broken pipe again) and exit 141."""

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, get_args
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from anyio import to_thread
@@ -42,7 +42,6 @@ from lta_worker.errors import (
     EnrollmentError,
     ModeNotOpenedError,
     StorageError,
-    UpstreamError,
     UsageError,
 )
 from lta_worker.logs import get_logger, register_secret
@@ -70,10 +69,7 @@ StateFailure = Literal["no_pending", "unknown_state", "other_user"]
 STATE_FAILURES: Final[tuple[StateFailure, ...]] = get_args(StateFailure)
 
 
-def _log() -> Any:
-    # Looked up per event, not bound at import: a logger bound before `configure_logging`
-    # would keep structlog's default configuration.
-    return get_logger("lta_worker.enroll")
+log = get_logger("lta_worker.enroll")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +89,6 @@ class RedirectParams:
     code: Secret | None
     state: str | None
     error: str | None = None
-    error_description: str | None = None
 
 
 def check_user_id(user: str) -> str:
@@ -134,7 +129,6 @@ def parse_redirect(text: str) -> RedirectParams:
             code=Secret(code) if code else None,
             state=params.get("state") or None,
             error=_safe_error(params.get("error")),
-            error_description=params.get("error_description") or None,
         )
     if any(c.isspace() for c in text):
         raise UsageError("a code is one word; paste the code or the whole redirect URL")
@@ -203,7 +197,7 @@ class Enrollment(ClientOperation):
             expires_at=now + PENDING_TTL,
         )
         self._store.save_pending(state, pending)
-        _log().info(
+        log.info(
             "enroll.started",
             user=user,
             scopes=list(self._client.scopes),
@@ -342,12 +336,12 @@ class Enrollment(ClientOperation):
             await self._drop_orphan(token)
             _failed(user, "store", None)
             raise
-        _log().info("enroll.completed", user=user, scopes=list(scopes), rotated=rotated)
+        log.info("enroll.completed", user=user, scopes=list(scopes), rotated=rotated)
         return EnrollResult(user=user, scopes=scopes, rotated=rotated)
 
     async def _drop_orphan(self, token: Secret) -> None:
-        with contextlib.suppress(UpstreamError, ValueError):
-            await self._api.drop_token(token)
+        with contextlib.suppress(ValueError):  # never sent: nothing to drop
+            await self._api.drop(token)
 
 
 def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:
@@ -380,4 +374,4 @@ def _mode_not_opened() -> ModeNotOpenedError:
 
 
 def _failed(user: str | None, stage: FailureStage, error_code: str | StateFailure | None) -> None:
-    _log().warning("enroll.failed", user=user, stage=stage, error_code=error_code)
+    log.warning("enroll.failed", user=user, stage=stage, error_code=error_code)

@@ -82,10 +82,7 @@ REFUSED_READ = (
 )
 
 
-def _log() -> Any:
-    # Looked up per event, not bound at import: a logger bound before `configure_logging`
-    # would keep structlog's default configuration.
-    return get_logger("lta_worker.lifecycle")
+log = get_logger("lta_worker.lifecycle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +216,7 @@ class Lifecycle(ClientOperation):
                 purged=purged,
             )
         if before.state != "dropping":
-            _log().info(
+            log.info(
                 "user.state_changed",
                 user=user,
                 **{"from": before.state},
@@ -285,15 +282,15 @@ class Lifecycle(ClientOperation):
         now = self._clock()
         if verdict == "confirmed":
             if await to_thread.run_sync(self._store.finish_drop, row.id, row.generation, now):
-                _log().warning("token.deleted", user=row.user, reason=reason)
-                _log().info(
+                log.warning("token.deleted", user=row.user, reason=reason)
+                log.info(
                     "user.state_changed",
                     user=row.user,
                     **{"from": "dropping"},
                     to="dropped",
                     reason=reason,
                 )
-                _log().info("drop.confirmed", user=row.user, status=status, code=code)
+                log.info("drop.confirmed", user=row.user, status=status, code=code)
                 return DropResult(row.user, "ok", status, None, "dropping", state="dropped")
             return await self._as_stored(row, "ok", status, None)
         upstream: UpstreamResult = "refused" if verdict == "refused" else "failed"
@@ -311,7 +308,7 @@ class Lifecycle(ClientOperation):
         )
         if not deferred:
             return await self._as_stored(row, upstream, status, error)
-        _log().warning(
+        log.warning(
             "drop.pending",
             user=row.user,
             upstream=upstream,
@@ -376,13 +373,13 @@ class Lifecycle(ClientOperation):
                     done.interrupted += 1
                     given_back.append(row.id)
                     continue
-                _log().info("drop.retried", user=row.user, attempt=row.consecutive_failures + 1)
+                log.info("drop.retried", user=row.user, attempt=row.consecutive_failures + 1)
                 try:
                     result = await self._send_drop(row, reason="dropped", pacer=pacer)
                 except TokenDecryptError:
                     # A tampered or copied row: nothing can be sent for it. It stays
                     # `dropping` (never read) and is tried again a parked interval later.
-                    _log().error(
+                    log.error(
                         "token.undecryptable",
                         user=row.user,
                         key_id=row.token.key_id if row.token else None,
@@ -410,7 +407,7 @@ class Lifecycle(ClientOperation):
 
 
 def _dropped_event(result: DropResult) -> None:
-    _log().info(
+    log.info(
         "user.dropped",
         user=result.user,
         upstream=result.upstream,

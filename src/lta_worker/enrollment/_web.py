@@ -19,7 +19,7 @@ the outcome.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from lta_worker.enrollment._browser import FlowStopped
 from lta_worker.enrollment._links import START_QUERY
@@ -36,14 +36,7 @@ if TYPE_CHECKING:
 COOKIE_TTL: Final = 600
 
 
-def _log() -> Any:
-    return get_logger("lta_worker.enroll_web")
-
-
-def cookie_name(secure: bool) -> str:
-    """`__Host-lta-enroll` over https (bound to the exact host, Secure, Path=/), else
-    `lta-enroll`."""
-    return "__Host-lta-enroll" if secure else "lta-enroll"
+log = get_logger("lta_worker.enroll_web")
 
 
 class SecurityHeaders:
@@ -92,11 +85,11 @@ def build_enroll_app(
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
 
-    name = cookie_name(secure)
+    # Over https the `__Host-` prefix binds the cookie to the exact host (Secure, Path=/).
+    name = "__Host-lta-enroll" if secure else "lta-enroll"
 
     def answer(outcome: Outcome, path: str) -> Response:
-        logger = _log()
-        emit = logger.info if outcome.kind == "enrolled" else logger.warning
+        emit = log.info if outcome.kind == "enrolled" else log.warning
         emit(
             "enroll.page",
             path=path,
@@ -114,7 +107,7 @@ def build_enroll_app(
         # Link checkers and mail scanners send HEAD before, or instead of, a GET. Both routes
         # act on a GET (the start uses its link up, the callback its code), so a HEAD is
         # answered without looking at the query: it neither uses nor tests anything.
-        _log().info("enroll.page", path=path, outcome="head", status=200, user=None)
+        log.info("enroll.page", path=path, outcome="head", status=200, user=None)
         return Response(status_code=200, media_type="text/html")
 
     async def start(request: Request) -> Response:
@@ -124,9 +117,7 @@ def build_enroll_app(
             started = await flow.start(request.query_params.get(START_QUERY))
         except FlowStopped as stop:
             return answer(stop.outcome, start_path)
-        _log().info(
-            "enroll.page", path=start_path, outcome="consent", status=303, user=started.user
-        )
+        log.info("enroll.page", path=start_path, outcome="consent", status=303, user=started.user)
         response = RedirectResponse(started.consent_url, status_code=303)
         response.set_cookie(
             name,
@@ -154,7 +145,7 @@ def build_enroll_app(
     async def bug(request: Request, exc: Exception) -> Response:
         # A bug: logged here with its traceback (frames without locals, secrets masked);
         # uvicorn's own records are kept off the log stream.
-        _log().error(
+        log.error(
             "enroll.page",
             path=request.url.path,
             outcome="failed",

@@ -1,8 +1,8 @@
 """Pacing: spend the client's shared hourly budget evenly, never beyond what the service allows.
 
-- `parse_ratelimit`, `RateLimitInfo`, `response_time`, `answer_time`: every RateLimit header
-  format, as one plain record, and the time its epochs are read at (`_ratelimit`, pure;
-  `MAX_CLOCK_SKEW`);
+- `parse_ratelimit`, `RateLimitInfo`: every RateLimit header format, as one plain record;
+  `parse_answer`, the same read at the answer's `Date` within `MAX_CLOCK_SKEW` of the local
+  clock (`_ratelimit`, pure);
 - the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
   keep hostile figures bounded: `bound`, `trusted_wait`, `wait_after_429` and their limits
   (`DEFAULT_MAX_WAIT`, `FALLBACK_429_WAIT`, `MIN_429_WAIT`, `MAX_COUNT`) (`_window`);
@@ -22,9 +22,8 @@ from lta_worker.pacing._protocol import PacerLike
 from lta_worker.pacing._ratelimit import (
     MAX_CLOCK_SKEW,
     RateLimitInfo,
-    answer_time,
+    parse_answer,
     parse_ratelimit,
-    response_time,
 )
 from lta_worker.pacing._shared import Settlement, SharedBudget, observation, transact
 from lta_worker.pacing._window import (
@@ -52,11 +51,10 @@ __all__ = [
     "RateLimitInfo",
     "Settlement",
     "SharedBudget",
-    "answer_time",
     "bound",
     "observation",
+    "parse_answer",
     "parse_ratelimit",
-    "response_time",
     "transact",
     "trusted_wait",
     "wait_after_429",

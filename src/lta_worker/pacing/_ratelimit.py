@@ -49,7 +49,7 @@ _NUMBER = re.compile(r"[ \t]*(\d{1,15})(?:\.(\d{1,9}))?[ \t]*")
 # Digits beyond `_NUMBER`'s fifteen: a `Retry-After` that far ahead (see `_retry_after`).
 _DIGITS = re.compile(r"[ \t]*\d+[ \t]*")
 # A `Date` further than this from the local clock is a broken or hostile clock, not skew
-# (AWS SigV4 refuses requests 15 minutes off): it is ignored (see `answer_time`).
+# (AWS SigV4 refuses requests 15 minutes off): it is ignored (see `_answer_time`).
 MAX_CLOCK_SKEW: Final = 900.0
 
 
@@ -85,7 +85,8 @@ def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLim
 
     Args:
         headers: The response headers; names are matched case-insensitively.
-        now: When the response was produced (`answer_time`: its `Date` where believable);
+        now: When the response was produced (`parse_answer` passes its `Date` where
+            believable);
             needed to turn an epoch reset or an HTTP-date `Retry-After` into seconds. With
             None those two are ignored.
 
@@ -96,25 +97,22 @@ def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLim
 
 
 def parse_answer(headers: Mapping[str, str], local_now: datetime | None) -> RateLimitInfo | None:
-    """`parse_ratelimit` at `answer_time` (the answer's `Date` where it can be believed, else
-    `local_now`): what the pacer reads from every answer, its headers read once."""
+    """`parse_ratelimit` at the answer's time (`_answer_time`: its `Date` where it can be
+    believed, else `local_now`): what the pacer reads from every answer, its headers read once.
+    """
     fields = _normalise(headers)
     return _parse(fields, _answer_time(_http_date(fields.get("date")), local_now))
 
 
-def answer_time(headers: Mapping[str, str], local_now: datetime | None) -> datetime | None:
+def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime | None:
     """The time an answer's epoch reset and HTTP-date `Retry-After` are measured from.
 
-    The answer's `Date` corrects for skew between the two clocks, but only towards waiting
-    longer: the earlier of `Date` and `local_now`, so no `Date` can make a reset look nearer
-    than the local clock says (nor a spent window look reset). A `Date` more than
-    `MAX_CLOCK_SKEW` away from `local_now` is ignored, so a broken one cannot stretch waits
-    either. Without `local_now` the `Date` cannot be checked, and None is returned.
+    The answer's `date` (its `Date` header) corrects for skew between the two clocks, but
+    only towards waiting longer: the earlier of `date` and `local_now`, so no `Date` can make
+    a reset look nearer than the local clock says (nor a spent window look reset). A `Date`
+    more than `MAX_CLOCK_SKEW` away from `local_now` is ignored, so a broken one cannot
+    stretch waits either. Without `local_now` the `Date` cannot be checked: None.
     """
-    return _answer_time(response_time(headers), local_now)
-
-
-def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime | None:
     if local_now is None:
         return None
     local = _aware(local_now)
@@ -134,14 +132,6 @@ def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | N
     if retry_after is not None:
         return RateLimitInfo(retry_after=retry_after, source="retry-after")
     return None
-
-
-def response_time(headers: Mapping[str, str]) -> datetime | None:
-    """The response's own `Date` (the server's clock), or None when absent or malformed.
-
-    Untrusted: `answer_time` decides whether epoch resets and HTTP-dates are measured from it.
-    """
-    return _http_date(_normalise(headers).get("date"))
 
 
 # -- the formats -------------------------------------------------------------------------

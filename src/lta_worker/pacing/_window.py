@@ -48,8 +48,6 @@ MAX_COUNT: Final = 2**31 - 1
 
 def finite_seconds(value: float | None) -> float | None:
     """`value` when it is a finite number of seconds at least 0, else None."""
-    if type(value) is float:  # the usual case, several times per answer
-        return value if 0.0 <= value < math.inf else None
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -134,7 +132,7 @@ def wait_after_429(
     Args:
         headers: The 429's headers (lower-case names).
         now: When it arrived (the local clock); an HTTP-date `Retry-After` or an epoch
-            reset is measured from it, or from the answer's `Date` (`answer_time`).
+            reset is measured from it, or from the answer's `Date` (`parse_answer`).
         max_wait: `ratelimit.max_wait` in seconds: the wait is never longer.
     """
     try:

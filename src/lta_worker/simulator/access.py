@@ -58,7 +58,6 @@ class Caller:
     client: str | None = None
     user: str | None = None
     scopes: tuple[str, ...] = ()
-    grant: str | None = None
     refusal: Refusal | None = None
 
 
@@ -78,7 +77,6 @@ class EnrollAnswer:
     status: int = 401
     body: dict[str, Any] | None = None
     refusal: Refusal | None = None
-    rotated: bool = False
 
 
 def bearer_of(authorization: str | None) -> str | None:
@@ -139,11 +137,11 @@ def identify(
         proven = _prove_long_term(world, bearer) if long_term else None
         if proven is None:
             return Caller(kind, refusal=UNAUTHORIZED)
-        token_hash, grant = proven
+        _, grant = proven
         if grant.revoked:
             return Caller(kind, grant.client, grant.user, refusal=Refusal(401, REVOKED))
         grant.last_used_at = now
-        return Caller(kind, grant.client, grant.user, grant.scopes, token_hash)
+        return Caller(kind, grant.client, grant.user, grant.scopes)
     record = world.user_tokens.get(digest(bearer))
     if record is None or record.expires_at <= now or client_header != record.client:
         return Caller(kind, refusal=UNAUTHORIZED)
@@ -219,7 +217,6 @@ def enroll(
         caller,
         status=settings.enroll_status,
         body={"token": token, "scopes": list(scopes)},
-        rotated=previous is not None,
     )
 
 

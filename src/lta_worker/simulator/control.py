@@ -178,7 +178,7 @@ def control_routes(sim: Simulator) -> list[Route]:  # noqa: PLR0915 - one flat t
         return {"client": client, "remaining": remaining}
 
     async def get_faults(_: Request, __: dict[str, Any]) -> Any:
-        return {"seed": sim.faults.seed, "rules": [r.as_dict() for r in sim.faults.rules]}
+        return {"seed": sim.faults.seed, "rules": [asdict(r) for r in sim.faults.rules]}
 
     async def add_fault(_: Request, body: dict[str, Any]) -> Any:
         if "seed" in body:
@@ -190,7 +190,7 @@ def control_routes(sim: Simulator) -> list[Route]:  # noqa: PLR0915 - one flat t
             count=_field(body, "next", int, None),
             delay=None if ms is None else ms / 1000,
         )
-        return rule.as_dict()
+        return asdict(rule)
 
     async def clear_faults(_: Request, __: dict[str, Any]) -> Any:
         sim.clear_faults()

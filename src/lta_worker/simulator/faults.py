@@ -14,11 +14,13 @@ same error.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Final, Literal, get_args
+from dataclasses import dataclass, replace
+from typing import Final, Literal, get_args
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from lta_worker.simulator.responses import with_headers
 
 FaultKind = Literal["500", "502", "503", "drop", "broken_json", "latency", "stall"]
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
@@ -57,10 +59,6 @@ class FaultRule:
     rate: float | None = None
     remaining: int | None = None
     delay: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The rule as JSON-ready data."""
-        return asdict(self)
 
 
 class FaultPlan:
@@ -133,9 +131,7 @@ class FaultPlan:
 class DropResponse(Response):
     """Starts a 200 answer, sends a fragment of the body, then drops the connection."""
 
-    def __init__(self, fragment: bytes = b'{"id": "chg_') -> None:
-        super().__init__(b"", status_code=200, media_type="application/json")
-        self.fragment = fragment
+    fragment = b'{"id": "chg_'
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Send the status line and a fragment, then raise `SimulatedDrop`."""
@@ -169,15 +165,10 @@ def error_response(kind: FaultKind, headers: list[tuple[str, str]]) -> Response:
         response = Response(b"Service Unavailable", 503, media_type="text/plain")
     else:
         raise ValueError(f"{kind!r} is not an error fault")
-    for name, value in headers:
-        response.headers.append(name, value)
-    return response
+    return with_headers(response, headers)
 
 
 def broken_json(body: bytes, headers: list[tuple[str, str]]) -> Response:
     """A 200 whose JSON body is cut in half, so it cannot be parsed."""
     cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
-    response = Response(cut, 200, media_type="application/json")
-    for name, value in headers:
-        response.headers.append(name, value)
-    return response
+    return with_headers(Response(cut, 200, media_type="application/json"), headers)

@@ -37,18 +37,12 @@ import httpx
 
 from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
-from lta_worker.errors import ConfigError, EnrollmentError, UpstreamError
+from lta_worker.errors import ConfigError, EnrollmentError
 from lta_worker.logs import register_secret
+from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
-from lta_worker.upstream._wire import (
-    READ_PATHS,
-    TOKEN_PREFIX,
-    TOKENS_PATH,
-    join_url,
-    long_term_credential,
-    sendable,
-)
+from lta_worker.upstream._wire import join_url, long_term_credential, sendable
 
 
 def check_secure_url(url: str | httpx.URL) -> None:
@@ -67,6 +61,11 @@ def check_secure_url(url: str | httpx.URL) -> None:
         key="service",
         hint="use https:// in service.base_url, service.auth_url and service.token_url",
     )
+
+
+async def refuse_insecure(request: httpx.Request) -> None:
+    """Request hook of every client built here: a last `check_secure_url` before sending."""
+    check_secure_url(request.url)
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -233,20 +232,6 @@ class ApiClient:
             )
         return Secret(token), tuple(scopes)
 
-    async def drop_token(self, token: Secret) -> int:
-        """DELETE the long term token `token`; returns the status (204 expected).
-
-        Raises:
-            UpstreamError: the service could not be reached or the answer was cut.
-            ValueError: the token is not `usable_token` (nothing is sent).
-        """
-        answer = await self.drop(token)
-        if answer.status is None:
-            raise UpstreamError(
-                f"could not reach the service to drop the long term token ({answer.error})"
-            )
-        return answer.status
-
     async def drop(self, token: Secret) -> Answer:
         """DELETE the long term token `token`; the answer, never raising for HTTP trouble.
 
@@ -358,44 +343,34 @@ class ApiClient:
         )
         started = time.perf_counter()
         response: httpx.Response | None = None
-        body, truncated = b"", False
+        body, truncated, error = b"", False, None
         with anyio.move_on_after(self._deadline) as deadline:
             try:
                 response = await self._http.send(request, stream=True)
                 body, truncated = await self._read_capped(response)
             except (httpx.HTTPError, OSError) as exc:
-                return Answer(
-                    status=None,
-                    headers=_lower(response.headers) if response is not None else {},
-                    error=_error_kind(exc),
-                    elapsed=time.perf_counter() - started,
-                )
+                error = _error_kind(exc)
             finally:
                 if response is not None:
                     with anyio.CancelScope(shield=True):
                         await response.aclose()
-        if deadline.cancelled_caught or response is None:
-            return Answer(
-                status=None,
-                headers=_lower(response.headers) if response is not None else {},
-                error="timeout",
-                elapsed=time.perf_counter() - started,
-            )
+        elapsed = time.perf_counter() - started
+        headers = {} if response is None else {k.lower(): v for k, v in response.headers.items()}
+        if error is None and (deadline.cancelled_caught or response is None):
+            error = "timeout"
+        if error is not None or response is None:
+            return Answer(status=None, headers=headers, error=error, elapsed=elapsed)
         if body and _encoded(response.headers):
             # Asked for none, a coding came: the service answered, with a body this client
             # does not read (a broken body of that answer, not a network failure).
-            return Answer(
-                status=response.status_code,
-                headers=_lower(response.headers),
-                error="decoding",
-                elapsed=time.perf_counter() - started,
-            )
+            body, truncated, error = b"", False, "decoding"
         return Answer(
             status=response.status_code,
-            headers=_lower(response.headers),
+            headers=headers,
             body=body,
             truncated=truncated,
-            elapsed=time.perf_counter() - started,
+            error=error,
+            elapsed=elapsed,
         )
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
@@ -425,18 +400,3 @@ def _encoded(headers: httpx.Headers) -> bool:
         return False
     codings = headers.get_list("content-encoding", split_commas=True)
     return any(c.strip().lower() not in ("", "identity") for c in codings)
-
-
-def _lower(headers: httpx.Headers) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers.items()}
-
-
-__all__ = [
-    "READ_PATHS",
-    "TOKENS_PATH",
-    "TOKEN_PREFIX",
-    "ApiClient",
-    "check_secure_url",
-    "join_url",
-    "long_term_credential",
-]

@@ -10,7 +10,7 @@ import httpx
 
 from lta_worker import __version__
 from lta_worker.config import PollSettings, ServiceSettings
-from lta_worker.upstream._client import check_secure_url
+from lta_worker.upstream._client import refuse_insecure
 from lta_worker.upstream._lanes import Lanes
 
 USER_AGENT = f"lta-worker/{__version__}"
@@ -29,11 +29,6 @@ class _NoCookies(CookieJar):
 
     def extract_cookies(self, response: Any, request: Any) -> None:
         """Read nothing from answers."""
-
-
-async def _refuse_insecure(request: httpx.Request) -> None:
-    """Request hook: a last check that no request goes over plain http to a remote host."""
-    check_secure_url(request.url)
 
 
 def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
@@ -112,5 +107,5 @@ def http_client(
         # No coding: `ApiClient` reads bodies as sent, within its cap, and refuses a coded
         # one (httpx would otherwise ask for gzip, deflate, and br or zstd when installed).
         headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
-        event_hooks={"request": [_refuse_insecure]},
+        event_hooks={"request": [refuse_insecure]},
     )

@@ -22,13 +22,9 @@ from lta_worker import __version__
 from lta_worker.config import WebhookSettings
 from lta_worker.domain import PendingEvent
 from lta_worker.secret import Secret
-from lta_worker.upstream._client import check_secure_url
+from lta_worker.upstream._client import refuse_insecure
 
 USER_AGENT: Final = f"lta-worker/{__version__} webhook"
-
-
-async def _refuse_insecure(request: httpx.Request) -> None:
-    check_secure_url(request.url)
 
 
 def webhook_http_client(
@@ -43,7 +39,7 @@ def webhook_http_client(
         limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
         follow_redirects=False,
         headers={"User-Agent": USER_AGENT},
-        event_hooks={"request": [_refuse_insecure]},
+        event_hooks={"request": [refuse_insecure]},
     )
 
 

@@ -7,18 +7,8 @@ module keeps httpx out of them.
 
 from __future__ import annotations
 
-from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
+from lta_worker.protocol import TOKEN_PREFIX
 from lta_worker.secret import Secret
-
-__all__ = [
-    "READ_PATHS",
-    "TOKENS_PATH",
-    "TOKEN_PREFIX",
-    "join_url",
-    "long_term_credential",
-    "sendable",
-    "usable_token",
-]
 
 
 def join_url(base: str, path: str) -> str:
