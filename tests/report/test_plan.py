@@ -91,9 +91,10 @@ class _Buckets:
 
 def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     """`status`'s capacity and the freshness plan's budget come from one mapping of the
-    settings (`capacity_plan`): an active user costs a read per granted scope, the plan's
-    budget is what is available less the re-checks, and the schedule's parked class counts
-    the users the capacity re-checks."""
+    settings (`capacity_plan`): an active user costs a read per granted scope each
+    `max_interval` under the adaptive schedule (not each `interval`), the plan's budget is
+    what is available less the re-checks, and the schedule's parked class counts the users
+    the capacity re-checks."""
     settings = build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
@@ -105,9 +106,25 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
     capacity = capacity_plan(settings, counts, None)
     assert capacity.rechecks_per_hour == pytest.approx(6 / 24)
-    assert capacity.reads_needed_per_hour == pytest.approx(100 * 4 + 6 / 24)
+    assert capacity.reads_needed_per_hour == pytest.approx(100 / 24 + 6 / 24)
+    assert capacity.warning is None  # 20 an hour covers everyone at max_interval (24 h)
     assert for_active(capacity) == pytest.approx(20 - 6 / 24)
     summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
     assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
     parked = {"class": "parked", "users": 6, "interval_s": 86400, "expected_delay_s": None}
     assert summary["classes"][-1] == parked
+
+
+def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval() -> None:
+    """Adaptive: a budget that cannot read every user each `max_interval` is the warning,
+    and it names `poll.max_interval` (fixed: `poll.interval`)."""
+    base = {
+        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+        "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
+        "ratelimit": {"fallback_per_hour": 2.0},
+    }
+    counts = {"active": 100}
+    for schedule, key in (("adaptive", "poll.max_interval"), ("fixed", "poll.interval")):
+        settings = build_settings({**base, "poll": {"schedule": schedule, "interval": "15m"}})
+        warning = capacity_plan(settings, counts, None).warning
+        assert warning is not None and f"raise {key} or" in warning
