@@ -128,3 +128,61 @@ def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval(
         settings = build_settings({**base, "poll": {"schedule": schedule, "interval": "15m"}})
         warning = capacity_plan(settings, counts, None).warning
         assert warning is not None and f"raise {key} or" in warning
+
+
+class _Learned:
+    """A store whose active users were learned: 20 busy ones (a change every hour) and 80
+    idle ones (none in four days)."""
+
+    def __init__(self) -> None:
+        busy = idle = ChangeEstimate()
+        for n in range(48):
+            busy = observe(busy, str(n), NOW + n * HOUR, ADAPTIVE)
+        for n in range(0, 96, 6):
+            idle = observe(idle, "same", NOW + n * HOUR, ADAPTIVE)
+        self.estimates = [busy] * 20 + [idle] * 80
+
+    def budget_seen(self, client_id: str) -> None:
+        return None
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 100}
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        counts: dict[tuple[int, int], float] = {}
+        for est in self.estimates:
+            counts[est.buckets()] = counts.get(est.buckets(), 0.0) + 1.0
+        return sorted(counts.items())
+
+    def sample_estimates(self) -> list[ChangeEstimate]:
+        return self.estimates
+
+
+def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None:
+    """Issue 29 item 6: `status` shows per class of learned users (by estimated rate) how
+    many, the interval in force (shorter for the busy class) and the expected delay (half
+    of it); the overall expected delay is the plan's figure the metric exports, weighted
+    towards the busy class."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
+            "ratelimit": {"fallback_per_hour": 40.0},
+        }
+    )
+    store, counts = _Learned(), {"active": 100}
+    summary = schedule_summary(store, settings, counts, capacity_plan(settings, counts, None))  # type: ignore[arg-type]
+    learned = {c["class"]: c for c in summary["classes"] if c["class"] != "parked"}
+    assert len(learned) == 2, learned
+    busy, idle = sorted(learned.values(), key=lambda c: c["interval_s"])
+    assert (busy["users"], idle["users"]) == (20, 80)
+    assert 900 <= busy["interval_s"] < idle["interval_s"] <= 86400
+    for c in (busy, idle):
+        assert abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1
+    plan = PlanCache().get(store, settings, settings.poll.policy(), NOW)  # type: ignore[arg-type]
+    assert (
+        plan.expected_delay_s is not None
+    )  # what `lta_worker_schedule_expected_delay_seconds` shows
+    assert summary["expected_delay_s"] == round(plan.expected_delay_s)
+    assert busy["expected_delay_s"] <= summary["expected_delay_s"] < idle["expected_delay_s"]
