@@ -91,9 +91,10 @@ class _Buckets:
 
 def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     """`status`'s capacity and the freshness plan's budget come from one mapping of the
-    settings (`capacity_plan`): an active user costs a read per granted scope, the plan's
-    budget is what is available less the re-checks, and the schedule's parked class counts
-    the users the capacity re-checks."""
+    settings (`capacity_plan`): an active user costs a read per granted scope each
+    `max_interval` under the adaptive schedule (not each `interval`), the plan's budget is
+    what is available less the re-checks, and the schedule's parked class counts the users
+    the capacity re-checks."""
     settings = build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
@@ -105,9 +106,83 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
     capacity = capacity_plan(settings, counts, None)
     assert capacity.rechecks_per_hour == pytest.approx(6 / 24)
-    assert capacity.reads_needed_per_hour == pytest.approx(100 * 4 + 6 / 24)
+    assert capacity.reads_needed_per_hour == pytest.approx(100 / 24 + 6 / 24)
+    assert capacity.warning is None  # 20 an hour covers everyone at max_interval (24 h)
     assert for_active(capacity) == pytest.approx(20 - 6 / 24)
     summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
     assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
     parked = {"class": "parked", "users": 6, "interval_s": 86400, "expected_delay_s": None}
     assert summary["classes"][-1] == parked
+
+
+def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval() -> None:
+    """Adaptive: a budget that cannot read every user each `max_interval` is the warning,
+    and it names `poll.max_interval` (fixed: `poll.interval`)."""
+    base = {
+        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+        "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
+        "ratelimit": {"fallback_per_hour": 2.0},
+    }
+    counts = {"active": 100}
+    for schedule, key in (("adaptive", "poll.max_interval"), ("fixed", "poll.interval")):
+        settings = build_settings({**base, "poll": {"schedule": schedule, "interval": "15m"}})
+        warning = capacity_plan(settings, counts, None).warning
+        assert warning is not None and f"raise {key} or" in warning
+
+
+class _Learned:
+    """A store whose active users were learned: 20 busy ones (a change every hour) and 80
+    idle ones (none in four days)."""
+
+    def __init__(self) -> None:
+        busy = idle = ChangeEstimate()
+        for n in range(48):
+            busy = observe(busy, str(n), NOW + n * HOUR, ADAPTIVE)
+        for n in range(0, 96, 6):
+            idle = observe(idle, "same", NOW + n * HOUR, ADAPTIVE)
+        self.estimates = [busy] * 20 + [idle] * 80
+
+    def budget_seen(self, client_id: str) -> None:
+        return None
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 100}
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        counts: dict[tuple[int, int], float] = {}
+        for est in self.estimates:
+            counts[est.buckets()] = counts.get(est.buckets(), 0.0) + 1.0
+        return sorted(counts.items())
+
+    def sample_estimates(self) -> list[ChangeEstimate]:
+        return self.estimates
+
+
+def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None:
+    """Issue 29 item 6: `status` shows per class of learned users (by estimated rate) how
+    many, the interval in force (shorter for the busy class) and the expected delay (half
+    of it); the overall expected delay is the plan's figure the metric exports, weighted
+    towards the busy class."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
+            "ratelimit": {"fallback_per_hour": 40.0},
+        }
+    )
+    store, counts = _Learned(), {"active": 100}
+    summary = schedule_summary(store, settings, counts, capacity_plan(settings, counts, None))  # type: ignore[arg-type]
+    learned = {c["class"]: c for c in summary["classes"] if c["class"] != "parked"}
+    assert len(learned) == 2, learned
+    busy, idle = sorted(learned.values(), key=lambda c: c["interval_s"])
+    assert (busy["users"], idle["users"]) == (20, 80)
+    assert 900 <= busy["interval_s"] < idle["interval_s"] <= 86400
+    for c in (busy, idle):
+        assert abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1
+    plan = PlanCache().get(store, settings, settings.poll.policy(), NOW)  # type: ignore[arg-type]
+    assert (
+        plan.expected_delay_s is not None
+    )  # what `lta_worker_schedule_expected_delay_seconds` shows
+    assert summary["expected_delay_s"] == round(plan.expected_delay_s)
+    assert busy["expected_delay_s"] <= summary["expected_delay_s"] < idle["expected_delay_s"]

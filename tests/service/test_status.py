@@ -221,6 +221,7 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> Non
     assert sched["expected_delay_s"] == learned[0]["expected_delay_s"]
     table = world.cli("status").stdout
     assert "schedule: adaptive, stats on_change" in table
+    assert "each user read at least every 1d (per class: schedule)" in table  # max_interval
     assert re.search(r"every \S+, expected delay \S+", table)
     assert "on average (expected)" in table
     assert re.search(r"parked\s+2\s+every 1d", table)

@@ -58,7 +58,10 @@ def render_table(data: dict[str, Any]) -> str:
         f"{cap['available_per_hour']} reads/h" + ("" if cap["budget_known"] else " (fallback rate)")
     )
     effective = format_duration(timedelta(seconds=cap["effective_interval_s"]))
-    lines.append(f"  each user read every {effective}")
+    if data["schedule"]["mode"] == "adaptive":  # the capacity is that of max_interval
+        lines.append(f"  each user read at least every {effective} (per class: schedule)")
+    else:
+        lines.append(f"  each user read every {effective}")
     if cap["warning"]:
         lines.append(f"  WARNING: {cap['warning']}")
     sched = data["schedule"]

@@ -44,6 +44,7 @@ def plan_capacity(
     budget_limit: int | None,
     budget_window_seconds: float | None,
     fallback_per_hour: float,
+    interval_key: str = "poll.interval",
 ) -> CapacityPlan:
     """Work out the reads per hour the enrolled users need and what the budget allows.
 
@@ -59,6 +60,7 @@ def plan_capacity(
             only for this estimate; the pacer itself never assumes it).
         fallback_per_hour: the configured conservative rate used before any header is seen.
             The budget is per client: more instances share it, they do not add to it.
+        interval_key: the setting `interval` comes from, for the warning.
 
     Returns:
         The plan, with a warning when the budget cannot sustain the configured interval.
@@ -85,7 +87,7 @@ def plan_capacity(
         warning = (
             f"the budget allows about {available:.0f} reads/h but the enrolled users need "
             f"{needed:.0f} reads/h at the configured interval: each user will be read about "
-            f"every {format_duration(effective)} instead; raise poll.interval or ask for "
+            f"every {format_duration(effective)} instead; raise {interval_key} or ask for "
             "a larger budget"
         )
     return CapacityPlan(

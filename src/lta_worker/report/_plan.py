@@ -42,10 +42,14 @@ def capacity_plan(
 ) -> CapacityPlan:
     """The capacity plan for these users (per state) and the budget last seen: the one
     mapping of the settings to the plan's inputs, for `status` and the freshness plan."""
+    adaptive = settings.poll.schedule == "adaptive"
     return plan_capacity(
         users_by_state=counts,
         reads_per_active_user=len(settings.client.scopes),
-        interval=settings.poll.interval,
+        # The adaptive schedule spreads the budget by change rate and promises only
+        # `max_interval`: the budget must cover that, not every user each `interval`.
+        interval=settings.poll.policy().max_interval if adaptive else settings.poll.interval,
+        interval_key="poll.max_interval" if adaptive else "poll.interval",
         parked_interval=settings.poll.parked_interval,
         reserve=settings.ratelimit.reserve,
         budget_limit=seen.limit if seen else None,

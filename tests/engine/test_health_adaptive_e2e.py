@@ -1,0 +1,79 @@
+"""Health in an outage under `poll.schedule = "adaptive"`, end to end on virtual time: the real
+worker's passes every `poll.tick` (as `serve` starts them) against the simulator answering
+503 to every read, and the verdict `status --check` and `/healthz` give (`collect_status`)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from lta_worker.report import collect_status
+from support.virtual_time import autojump, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+INTERVAL = timedelta(minutes=10)
+TICK = timedelta(minutes=1)
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+async def _serve(h: Harness, tick: timedelta = TICK) -> None:
+    """Passes every `tick`, as `serve` starts them, until cancelled."""
+    while True:
+        await h.run_pass()
+        await anyio.sleep(tick.total_seconds())
+
+
+async def _until_unhealthy(h: Harness, limit: timedelta) -> timedelta:
+    """How long until the verdict says unhealthy (checked every 10 s, passes running)."""
+    start = h.clock.now()
+    while h.clock.now() - start < limit:
+        if not collect_status(h.settings(), h.clock.now())["healthy"]:
+            break
+        await anyio.sleep(10)
+    return h.clock.now() - start
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("users", "busy", "budget", "max_interval"),
+    [(3, 0, 1_000_000, "24h"), (4, 1, 12, "6h"), (6, 0, 12, "12h"), (6, 2, 24, "24h")],
+)
+async def test_an_outage_under_the_adaptive_schedule_shows_within_the_documented_bound(
+    virtual_harness: Harness, users: int, busy: int, budget: int, max_interval: str
+) -> None:
+    """Under the adaptive schedule a small install, its users (all but `busy`) learned as
+    idle, is healthy on a budget that covers them at `max_interval` but not at `interval`,
+    and turns unhealthy within twice `poll.interval` + `poll.tick` + 1 s of the service
+    answering 503 to every read (docs/operations.md, "How soon an outage shows")."""
+    h = virtual_harness
+    h.configure("poll", schedule="adaptive", interval="10m", max_interval=max_interval)
+    h.configure("poll", stats="on_change", tick="1m")
+    h.sim.configure(budget=budget, window=3600, header_format="draft")
+    async with autojump():
+        for n in range(users):
+            await h.enroll(f"user-{n}")
+            h.sim.set_payload(f"user-{n}", "latest-change", {"changed_at": "2025-01-01T00:00Z"})
+        for step in range(6 * 60 // 7):  # 6 h: only the busy users change
+            for n in range(busy):
+                h.sim.set_payload(f"user-{n}", "latest-change", {"changed_at": f"{step}"})
+            await h.run_pass()
+            await anyio.sleep(7 * 60)
+        before = collect_status(h.settings(), h.clock.now())
+        assert before["healthy"] is True, before["problems"]
+        h.sim.inject_fault("503", rate=1.0)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_serve, h)
+            took = await _until_unhealthy(h, timedelta(hours=30))
+            tasks.cancel_scope.cancel()
+    bound = 2 * INTERVAL + TICK + timedelta(seconds=1)
+    assert took <= bound, f"unhealthy {took} after the outage"
