@@ -46,7 +46,7 @@ async def _until_unhealthy(h: Harness, limit: timedelta) -> timedelta:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("users", "busy", "budget", "max_interval"),
-    [(3, 0, 1_000_000, "24h"), (4, 1, 12, "6h"), (6, 0, 12, "12h"), (6, 2, 24, "24h")],
+    [(3, 0, 1_000_000, "24h"), (6, 2, 24, "24h")],  # a generous budget; a tight one
 )
 async def test_an_outage_under_the_adaptive_schedule_shows_within_the_documented_bound(
     virtual_harness: Harness, users: int, busy: int, budget: int, max_interval: str
