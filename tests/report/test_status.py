@@ -92,6 +92,18 @@ def test_assess_health(
         assert len(problems) == 1 and problem in problems[0], problems
 
 
+def test_failing_reads_name_the_last_answered_pass_when_no_user_read_still_stands() -> None:
+    """Every user's last read failed, a pass had answered reads before: the problem names that
+    pass's time, not 'ever'."""
+    earlier = _pass("completed", timedelta(minutes=5))
+    given = data(failing=3, active=3, due=0, success=earlier)
+    problems = assess_health(given, now=NOW, interval=HOUR, failing_after=5)
+    assert problems == [
+        "reads are failing: the last read of 3 user(s) failed (5xx, network or broken answer) "
+        f"and no read was answered since {earlier['finished_at']}; see the poll.read events"
+    ]
+
+
 def test_answered_kinds_are_the_policys_authenticated_rows() -> None:
     """What health counts as an answered read is what the policy counts as authenticated."""
     from lta_worker.domain import ANSWERED_KINDS, RULES

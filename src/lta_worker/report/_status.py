@@ -162,20 +162,19 @@ def assess_health(
     reads = data.get("reads") or {}
     users = data.get("users", {})
     failing = reads.get("failing", 0)
-    if failing and failing >= max(1, min(failing_after, users.get("active", 0))):
-        since = reads.get("last_answered_at")
-        problems.append(
-            f"reads are failing: the last read of {failing} user(s) failed (5xx, network or "
-            f"broken answer) and no read was answered since {since or 'ever'}; "
-            "see the poll.read events"
-        )
-    stale_after = 2 * interval
-    due = data.get("due", 0)
     success = data.get("last_success")
     # The later of the users' latest answered read and the last pass that had one: a user
     # answered then failed later still counts, and pass summaries are kept only so long.
     known = [reads.get("last_answered_at"), (success or {}).get("finished_at")]
     answered = max((a for a in known if a), key=datetime.fromisoformat, default=None)
+    if failing and failing >= max(1, min(failing_after, users.get("active", 0))):
+        problems.append(
+            f"reads are failing: the last read of {failing} user(s) failed (5xx, network or "
+            f"broken answer) and no read was answered since {answered or 'ever'}; "
+            "see the poll.read events"
+        )
+    stale_after = 2 * interval
+    due = data.get("due", 0)
     if due and answered is not None:
         if now - datetime.fromisoformat(answered) > stale_after:
             problems.append(
