@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
+from lta_worker.storage import generate_key_line
 
 from .helpers import REDIRECT, World, reads, write_private
 
@@ -63,6 +66,25 @@ def test_check_open_secret_file_is_78(world: World) -> None:
     assert list(failed) == ["client_secret"]
     assert "client.secret_file" in failed["client_secret"]["message"]
     assert failed["client_secret"]["exit_code"] == 78
+
+
+def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: World) -> None:
+    """A key file whose ids are the database's but whose keys are not: the key_file check
+    fails with 78 naming crypto.key_file (else every token would fail at the next pass);
+    nothing is changed and no key or token is shown."""
+    world.enroll(["ada"])
+    key_id, material = world.key_file.read_text().strip().split(":", 1)
+    other = generate_key_line(datetime.now(UTC)).split(":", 1)[1]
+    write_private(world.key_file, f"{key_id}:{other}\n")
+    before = world.database.read_bytes()
+    code, data = _check(world)
+    assert code == 78, data
+    failed = {c["name"]: c for c in data["checks"] if not c["ok"]}
+    assert list(failed) == ["key_file"]
+    assert failed["key_file"]["message"].startswith("crypto.key_file: ")
+    assert key_id in failed["key_file"]["message"]
+    assert material not in json.dumps(data)
+    assert world.database.read_bytes() == before
 
 
 def test_check_unreachable_service_is_75(world: World) -> None:

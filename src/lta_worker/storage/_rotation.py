@@ -73,6 +73,19 @@ class RotationQueries(Queries):
                     counts[found] = counts.get(found, 0) + count
         return counts
 
+    def one_secret_per_key_id(self, now: datetime) -> list[StoredSecret]:
+        """One stored token and one live verifier under each key id in use (for `check`:
+        a key file holding another key under a listed id fails to decrypt it)."""
+        found: list[StoredSecret] = []
+        with self._db.read() as conn:
+            for kind, (_, row, user, ciphertext, key_id) in _STORED.items():
+                ids = select(key_id).where(*_live(kind, now)).distinct()
+                for (key,) in conn.execute(ids).all():
+                    first = select(row, user, ciphertext).where(*_live(kind, now), key_id == key)
+                    at, name, secret = conn.execute(first.order_by(row).limit(1)).one()
+                    found.append(StoredSecret(kind, at, name, EncryptedToken(bytes(secret), key)))
+        return found
+
     def secrets_for_rotation(
         self,
         kind: Purpose,

@@ -6,7 +6,9 @@ Each check runs whatever the others found, so one call lists every problem:
   with `webhook.url` set `webhook_secret` (`webhook.secret_file`), with `enroll.listen` set
   `enroll_link_key` (`enroll.link_key_file`): the secret files `run` and `serve` read at
   start, with their readers (`Runtime.secret_files`), so `check` fails where they would;
-- `key_file`: `crypto.key_file` (the rule, and well-formed key lines);
+- `key_file`: `crypto.key_file` (the rule, well-formed key lines, and under each listed key
+  id one stored token and one live verifier decrypted: a key file with the right ids but
+  other keys fails here, not at the next pass);
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
   SQLite file and its directory writable by this user (`os.access`: nothing is written);
@@ -50,6 +52,20 @@ _SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
     "webhook_secret": lambda s: f"{s.webhook.secret_file}: readable, a whsec_ secret",
     "enroll_link_key": lambda s: f"{s.enroll.link_key_file}: readable, one key per line",
 }
+
+
+def _keys_open_what_is_stored(runtime: Runtime, vault: Vault) -> None:
+    """Decrypt one stored secret under each key id the key file lists (never shown): a key
+    file with the right ids but other keys fails here, not at the next pass (TokenDecryptError,
+    exit 78). A key id the key file lacks, or a database that cannot be read, is the
+    database check's to report."""
+    try:
+        samples = runtime.store.one_secret_per_key_id(runtime.clock.now())
+    except Exception:  # the database check reports it
+        return
+    for sample in samples:
+        if sample.secret.key_id in vault.key_ids:
+            vault.decrypt(sample.secret, user=sample.user, purpose=sample.kind)
 
 
 def _database(runtime: Runtime, vault: Vault | None) -> str:
@@ -111,6 +127,7 @@ async def run_checks(
         vault: Vault | None = None
         try:
             vault = runtime.vault
+            _keys_open_what_is_stored(runtime, vault)
             detail = f"{len(vault.key_ids)} key(s), newest {vault.current_key_id}"
             results.append(CheckResult("key_file", detail))
         except Exception as exc:
