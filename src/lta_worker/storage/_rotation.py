@@ -82,8 +82,10 @@ class RotationQueries(Queries):
                 ids = select(key_id).where(*_live(kind, now)).distinct()
                 for (key,) in conn.execute(ids).all():
                     first = select(row, user, ciphertext).where(*_live(kind, now), key_id == key)
-                    at, name, secret = conn.execute(first.order_by(row).limit(1)).one()
-                    found.append(StoredSecret(kind, at, name, EncryptedToken(bytes(secret), key)))
+                    # None: dropped or rotated since (PostgreSQL reads each statement afresh)
+                    if hit := conn.execute(first.order_by(row).limit(1)).first():
+                        secret = EncryptedToken(bytes(hit[2]), key)
+                        found.append(StoredSecret(kind, hit[0], hit[1], secret))
         return found
 
     def secrets_for_rotation(
