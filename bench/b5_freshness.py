@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import workloads
-from bench.b5_policies import Schedule, oracle, round_robin, round_robin_on_change
+from bench.b5_policies import (
+    PopulationLearner,
+    Schedule,
+    oracle,
+    round_robin,
+    round_robin_on_change,
+)
 from bench.b5_workload import Workload, classes, hourly_intensity, load
 from bench.common import BenchResult, Size, log
 from lta_worker.config import PollSettings

@@ -26,6 +26,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 # How long before `max_interval` (or four slots, if longer) the oracle reads a user whatever
 # its index (hours): a turn takes up to two slots, and several users can come due together.
@@ -152,36 +153,80 @@ def accrued_delay(intensity: Sequence[float], since: float, now: float) -> float
     return total
 
 
+class Knowledge(Protocol):
+    """What a yardstick knows of a user's change rate after each of its reads."""
+
+    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
+        """User `i`'s change rate, changes per hour, for the `hours` hours from hour `base`,
+        after a latest-change read at `at` (the one before at `since`, -inf for none)."""
+        ...
+
+
+@dataclass
+class TrueRates:
+    """The known-rate oracle's knowledge: each user's true hourly intensity."""
+
+    intensity: Sequence[Sequence[float]]
+
+    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
+        row = self.intensity[i]
+        return [row[min(h, len(row) - 1)] for h in range(base, base + hours)]
+
+
 def oracle(
     changes: Sequence[Sequence[float]],
-    intensity: Sequence[Sequence[float]],
+    intensity: Sequence[Sequence[float]] | Knowledge,
     per_hour: float,
     end: float,
     *,
     max_interval: float,
     stats_max_age: float,
 ) -> Schedule:
-    """The known-rate oracle: each slot, the user with the largest expected delay per cost.
+    """The oracle: each slot, the user with the largest expected delay per read cost.
 
     Args:
         changes: Each user's change times (hours, sorted): what its reads see.
         intensity: Each user's true change rate, changes per hour, hour by hour from 0
-            (at least `ceil(end)` values).
+            (at least `ceil(end)` values): the known-rate oracle; or a `Knowledge` that
+            learns them from the reads (`PopulationLearner`).
         per_hour: Reads an hour.
         end: The run's end (hours).
         max_interval: Hours after which a user is read whatever its index.
         stats_max_age: Hours after which stats are read whatever latest-change says.
     """
+    know = TrueRates(intensity) if isinstance(intensity, Sequence) else intensity
     n = len(changes)
     out, slot = _empty(n), 1.0 / per_hour
-    hours = max(1, math.ceil(end))
-    cum_l, cum_m = _cumulative(intensity, hours)
+    width = math.ceil(max_interval) + 4  # hours ahead of a read its rates are known for
+    # Per user, its rates from hour base[i] on and their running integrals: L (of lambda)
+    # and M (of s lambda(s)) at each hour mark, relative to the mark at base[i].
+    base = [0] * n
+    row: list[list[float]] = [[] for _ in range(n)]
+    cum_l: list[list[float]] = [[] for _ in range(n)]
+    cum_m: list[list[float]] = [[] for _ in range(n)]
+
+    def learn(i: int, since: float, at: float, arrived: float) -> None:
+        b = int(arrived)
+        rates = know.rates(i, since, at, b, width)
+        lc, mc, acc_l, acc_m = [0.0], [0.0], 0.0, 0.0
+        for k, lam_h in enumerate(rates):
+            acc_l += lam_h
+            acc_m += lam_h * (b + k + 0.5)
+            lc.append(acc_l)
+            mc.append(acc_m)
+        base[i], row[i], cum_l[i], cum_m[i] = b, rates, lc, mc
+
+    def mark(i: int, h: int) -> int:
+        return min(max(h - base[i], 0), width - 1)
 
     def at(i: int, t: float) -> tuple[float, float]:
-        h = min(int(t), hours - 1)
-        lam = intensity[i][h]
-        return cum_l[i][h] + lam * (t - h), cum_m[i][h] + lam * (t * t - h * h) / 2
+        k = mark(i, int(t))
+        h = base[i] + k
+        lam_h = row[i][k]
+        return cum_l[i][k] + lam_h * (t - h), cum_m[i][k] + lam_h * (t * t - h * h) / 2
 
+    for i in range(n):
+        learn(i, -math.inf, 0.0, 0.0)
     read_at = [0.0] * n  # the last arrival: the reference of the accrued delay
     lr, mr = [0.0] * n, [0.0] * n  # L and M at read_at
     state = _Reads.start(n, stats_max_age, per_hour)
@@ -192,15 +237,16 @@ def oracle(
 
     def rebase(i: int) -> None:
         # Within the hour [H, H+1), with u = t - H: N = n0 + lam u, A = a0 + n0 u + lam u^2 / 2.
-        n0[i] = cum_l[i][hour] - lr[i]
-        a0[i] = hour * n0[i] - (cum_m[i][hour] - mr[i])
-        lam[i] = intensity[i][hour]
+        k = mark(i, hour)
+        n0[i] = cum_l[i][k] - lr[i]
+        a0[i] = hour * n0[i] - (cum_m[i][k] - mr[i])
+        lam[i] = row[i][k]
 
     t, cap, sweep = 0.0, max_interval - max(CAP_MARGIN_H, 4 * slot), 0
     exp = math.exp
     while t < end:
         if int(t) != hour:
-            hour = min(int(t), hours - 1)
+            hour = int(t)
             for i in range(n):
                 rebase(i)
         while oldest[0][0] != read_at[oldest[0][1]]:
@@ -217,8 +263,10 @@ def oracle(
             best = max(index)
             if best > 1e-12:
                 pick = index.index(best)
+        since, started = state.last[pick], t
         t = _turn(out, changes[pick], pick, t, state)
         read_at[pick] = t
+        learn(pick, since, started, t)
         lr[pick], mr[pick] = at(pick, t)
         heapq.heappush(oldest, (t, pick))
         rebase(pick)
@@ -226,20 +274,61 @@ def oracle(
     return out
 
 
-def _cumulative(
-    intensity: Sequence[Sequence[float]], hours: int
-) -> tuple[list[list[float]], list[list[float]]]:
-    """Per user, at each hour mark h: L(h), the integral of lambda over [0, h], and M(h),
-    that of s lambda(s)."""
-    cum_l: list[list[float]] = []
-    cum_m: list[list[float]] = []
-    for rates in intensity:
-        lc, mc, acc_l, acc_m = [0.0], [0.0], 0.0, 0.0
-        for h in range(hours):
-            acc_l += rates[h]
-            acc_m += rates[h] * (h + 0.5)
-            lc.append(acc_l)
-            mc.append(acc_m)
-        cum_l.append(lc)
-        cum_m.append(mc)
-    return cum_l, cum_m
+# A profile whose likelihood falls this far (natural log) below the best one's is dropped
+# from a user's belief: it weighs under 1e-10 of it.
+PRUNE = 23.0
+
+
+@dataclass
+class PopulationLearner:
+    """Knowledge learned from the reads, as well as the population allows.
+
+    It knows every user's true intensity, hour by hour, but not whose is whose: a user's
+    belief starts uniform over the other users' intensities (leave one out) and each
+    latest-change read weighs each by its likelihood, 1 - exp(-N) for a change seen and
+    exp(-N) for none (N the changes the intensity expects over the read's interval), from
+    the same changed/unchanged bits the worker sees. Its rates are the belief's mean. Fed
+    to the oracle's rule, it is what learning from everyone can give at best with the
+    worker's information (up to reads made only to learn, which it does not make).
+    """
+
+    changes: Sequence[Sequence[float]]
+    intensity: Sequence[Sequence[float]]
+    beliefs: dict[int, dict[int, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._cum = []
+        for rates in self.intensity:
+            acc, lc = 0.0, [0.0]
+            for lam in rates:
+                acc += lam
+                lc.append(acc)
+            self._cum.append(lc)
+
+    def _expected(self, k: int, t: float) -> float:
+        """Changes profile `k` expects over [0, t]."""
+        rates, lc = self.intensity[k], self._cum[k]
+        h = min(max(int(t), 0), len(rates) - 1)
+        return lc[h] + rates[h] * (t - h)
+
+    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
+        logw = self.beliefs.get(i)
+        if logw is None:
+            logw = self.beliefs[i] = {k: 0.0 for k in range(len(self.intensity)) if k != i}
+        if since > -math.inf and at > since:
+            moved = _changed(self.changes[i], since, at)
+            for k in logw:
+                n = self._expected(k, at) - self._expected(k, since)
+                logw[k] += math.log(-math.expm1(-max(n, 1e-9))) if moved else -n
+            top = max(logw.values())
+            for k in [k for k, v in logw.items() if v < top - PRUNE]:
+                del logw[k]
+        top = max(logw.values())
+        weights = {k: math.exp(v - top) for k, v in logw.items()}
+        total = sum(weights.values())
+        out = [0.0] * hours
+        for k, w in weights.items():
+            row, share = self.intensity[k], w / total
+            last = len(row) - 1
+            out = [o + share * row[min(h, last)] for o, h in zip(out, range(base, base + hours), strict=True)]
+        return out
