@@ -74,7 +74,7 @@ POLICY = PollSettings(
 ).policy()
 TOKEN = EncryptedToken(b"x", "k")
 SCOPES = LONG_TERM_SCOPES
-POLICIES = ("worker", "round_robin", "round_robin_on_change", "oracle")
+POLICIES = ("worker", "round_robin", "round_robin_on_change", "oracle", "learning_oracle")
 SIZES = {"full": (1000, 14), "quick": (300, 14), "smoke": (40, 3)}
 
 
@@ -206,6 +206,14 @@ def compare(workload: Workload, budget: int, seed: int) -> dict[str, Any]:
         "round_robin": round_robin(len(changes), per_hour, end),
         "round_robin_on_change": round_robin_on_change(changes, per_hour, end, age),
         "oracle": oracle(changes, intensity, per_hour, end, max_interval=cap, stats_max_age=age),
+        "learning_oracle": oracle(
+            changes,
+            PopulationLearner(changes, intensity),
+            per_hour,
+            end,
+            max_interval=cap,
+            stats_max_age=age,
+        ),
     }
     out: dict[str, Any] = {"reads_per_hour": per_hour}
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})

@@ -173,6 +173,38 @@ class TrueRates:
         return [row[min(h, len(row) - 1)] for h in range(base, base + hours)]
 
 
+@dataclass
+class _Known:
+    """A user's rates from hour `base` on, as known after its last read, and their running
+    integrals at each hour mark from `base`: L (of lambda) and M (of s lambda(s))."""
+
+    base: int
+    rates: list[float]
+    cum_l: list[float]
+    cum_m: list[float]
+
+    @classmethod
+    def of(cls, base: int, rates: list[float]) -> _Known:
+        lc, mc, acc_l, acc_m = [0.0], [0.0], 0.0, 0.0
+        for k, lam in enumerate(rates):
+            acc_l += lam
+            acc_m += lam * (base + k + 0.5)
+            lc.append(acc_l)
+            mc.append(acc_m)
+        return cls(base, rates, lc, mc)
+
+    def hour(self, h: int) -> tuple[float, float, float]:
+        """(L, M at the mark of hour h, the rate in hour h), within what is known."""
+        k = min(max(h - self.base, 0), len(self.rates) - 1)
+        return self.cum_l[k], self.cum_m[k], self.rates[k]
+
+    def at(self, t: float) -> tuple[float, float]:
+        """(L, M) at time t."""
+        h = min(max(int(t), self.base), self.base + len(self.rates) - 1)
+        l0, m0, lam = self.hour(h)
+        return l0 + lam * (t - h), m0 + lam * (t * t - h * h) / 2
+
+
 def oracle(
     changes: Sequence[Sequence[float]],
     intensity: Sequence[Sequence[float]] | Knowledge,
@@ -198,35 +230,7 @@ def oracle(
     n = len(changes)
     out, slot = _empty(n), 1.0 / per_hour
     width = math.ceil(max_interval) + 4  # hours ahead of a read its rates are known for
-    # Per user, its rates from hour base[i] on and their running integrals: L (of lambda)
-    # and M (of s lambda(s)) at each hour mark, relative to the mark at base[i].
-    base = [0] * n
-    row: list[list[float]] = [[] for _ in range(n)]
-    cum_l: list[list[float]] = [[] for _ in range(n)]
-    cum_m: list[list[float]] = [[] for _ in range(n)]
-
-    def learn(i: int, since: float, at: float, arrived: float) -> None:
-        b = int(arrived)
-        rates = know.rates(i, since, at, b, width)
-        lc, mc, acc_l, acc_m = [0.0], [0.0], 0.0, 0.0
-        for k, lam_h in enumerate(rates):
-            acc_l += lam_h
-            acc_m += lam_h * (b + k + 0.5)
-            lc.append(acc_l)
-            mc.append(acc_m)
-        base[i], row[i], cum_l[i], cum_m[i] = b, rates, lc, mc
-
-    def mark(i: int, h: int) -> int:
-        return min(max(h - base[i], 0), width - 1)
-
-    def at(i: int, t: float) -> tuple[float, float]:
-        k = mark(i, int(t))
-        h = base[i] + k
-        lam_h = row[i][k]
-        return cum_l[i][k] + lam_h * (t - h), cum_m[i][k] + lam_h * (t * t - h * h) / 2
-
-    for i in range(n):
-        learn(i, -math.inf, 0.0, 0.0)
+    known = [_Known.of(0, know.rates(i, -math.inf, 0.0, 0, width)) for i in range(n)]
     read_at = [0.0] * n  # the last arrival: the reference of the accrued delay
     lr, mr = [0.0] * n, [0.0] * n  # L and M at read_at
     state = _Reads.start(n, stats_max_age, per_hour)
@@ -237,10 +241,9 @@ def oracle(
 
     def rebase(i: int) -> None:
         # Within the hour [H, H+1), with u = t - H: N = n0 + lam u, A = a0 + n0 u + lam u^2 / 2.
-        k = mark(i, hour)
-        n0[i] = cum_l[i][k] - lr[i]
-        a0[i] = hour * n0[i] - (cum_m[i][k] - mr[i])
-        lam[i] = row[i][k]
+        cum_l, cum_m, lam[i] = known[i].hour(hour)
+        n0[i] = cum_l - lr[i]
+        a0[i] = hour * n0[i] - (cum_m - mr[i])
 
     t, cap, sweep = 0.0, max_interval - max(CAP_MARGIN_H, 4 * slot), 0
     exp = math.exp
@@ -266,8 +269,8 @@ def oracle(
         since, started = state.last[pick], t
         t = _turn(out, changes[pick], pick, t, state)
         read_at[pick] = t
-        learn(pick, since, started, t)
-        lr[pick], mr[pick] = at(pick, t)
+        known[pick] = _Known.of(int(t), know.rates(pick, since, started, int(t), width))
+        lr[pick], mr[pick] = known[pick].at(t)
         heapq.heappush(oldest, (t, pick))
         rebase(pick)
         t += slot
@@ -328,7 +331,6 @@ class PopulationLearner:
         total = sum(weights.values())
         out = [0.0] * hours
         for k, w in weights.items():
-            row, share = self.intensity[k], w / total
-            last = len(row) - 1
-            out = [o + share * row[min(h, last)] for o, h in zip(out, range(base, base + hours), strict=True)]
+            row, share, last = self.intensity[k], w / total, len(self.intensity[k]) - 1
+            out = [o + share * row[min(base + h, last)] for h, o in enumerate(out)]
         return out
