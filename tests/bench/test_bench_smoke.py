@@ -92,7 +92,13 @@ EXPECTED = {
         f"{population}{budget}/h per 400: mean delay, {who}"
         for population in ("", "sessions: ")
         for budget in (100, 200, 400)
-        for who in ("worker / round robin", "round robin", "worker", "worker / oracle")
+        for who in (
+            "worker / round robin",
+            "round robin",
+            "worker",
+            "worker / oracle",
+            "worker / learning oracle",
+        )
     ),
     "B7": (
         "delay to the receiver, median (interval 500ms)",
@@ -166,13 +172,19 @@ def test_the_work_was_done(smoke: dict[str, Any]) -> None:
 
 
 def test_b5_holds_every_policy_per_workload_and_budget(smoke: dict[str, Any]) -> None:
-    """results.json holds B5's four policies for both populations at each budget, per class."""
+    """results.json holds B5's five policies for both populations at each budget, per class."""
     workloads = smoke["benchmarks"]["B5"]["workloads"]
     assert set(workloads) == {"builtin", "sessions"}
     for workload in workloads.values():
         assert set(workload["budgets"]) == {"100", "200", "400"}
         for figures in workload["budgets"].values():
-            for policy in ("worker", "round_robin", "round_robin_on_change", "oracle"):
+            for policy in (
+                "worker",
+                "round_robin",
+                "round_robin_on_change",
+                "oracle",
+                "learning_oracle",
+            ):
                 assert figures[policy]["mean_delay_h"] > 0, policy
                 assert figures[policy]["budget_used"] > 0.9, policy
                 assert figures[policy]["classes"], policy
