@@ -55,14 +55,15 @@ MAX_RATE: Final = 1 / 60.0
 # The level's belief: a probability per rate of a log grid, 0.01 to 1000 changes a day.
 GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
-# Waking windows' lengths in hours: one, 16 h (B5: 12 and 16 h did no better, at twice the
-# windows; a window's neighbours mixed make a shorter or longer day).
+# Waking windows' lengths in hours: one, 16 h (B5: 12 and 16 h within 0.02 either way, at
+# twice the windows' cost; neighbouring windows mixed make a shorter or longer day).
 LENGTHS: Final = (16,)
 # A window's rate outside its hours, as a share of inside (nobody is certainly asleep).
 OUTSIDE: Final = 0.05
 # The prior's weight on a flat day, the rest shared by the windows: a window must be earned,
 # and a user who starts over (wakes after days idle) is read all day until its reads say
-# when (B5: 0.2 left woken users 1.03 x round robin's delay at 100 reads an hour, 0.6 0.99).
+# when (B5, 12 and 16 h windows: 0.2 left woken users 1.03 x round robin's delay at 100
+# reads an hour, 0.6 0.98).
 FLAT_PRIOR: Final = 0.6
 # The stored summary for versions before the window: four-hour slices, each as if observed
 # this long (a few of their half-lives of reads before their own counts outweigh it).
