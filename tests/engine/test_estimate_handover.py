@@ -108,7 +108,6 @@ async def _handover(h: Harness) -> None:
         assert handover[user] == ["latest-change"]
         assert after_est.content == before_est.content
         assert after_est.stats_at == before_est.stats_at  # no stats read: no change seen
-        assert sum(after_est.changes) <= sum(before_est.changes)
         assert after_est.level < before_est.level  # a quiet interval: the rate comes down
         assert after_est.seen_at > before_est.seen_at
     assert after["busy"][0].content != left["busy"][0].content

@@ -3,20 +3,28 @@
 Pure; no I/O, every function takes `now`. After Cho and Garcia-Molina ("Estimating
 frequency of change", TOIT 2003): a read only tells whether latest-change's content
 differs from the stored one (its content hash), not how many changes happened in between.
-`observe` folds each such observation into two things. The day's shape: a decayed count of
-changes and of time observed per slice of the day in UTC (an EM step for interval-censored
-Poisson changes: a changed read over an interval counts Lambda / (1 - exp(-Lambda))
-expected changes, Lambda the changes the estimate expected, so at least one), so that a
-user who changes only in its own waking hours, whatever its time zone, is read then. The
-level, the mean rate: a belief over a log grid of rates (`GRID`, 41 numbers), updated by
-Bayes' rule with each read's likelihood (1 - exp(-rate span) for a change seen,
-exp(-rate span) for none). Its prior is the population's (`_spread.population_prior`, the
-mean of the users' beliefs: empirical Bayes), so a busy user whose every read sees a
-change is pulled towards the rates the population has, not to a fixed one change a day.
+`observe` folds each such observation into two beliefs, each updated by Bayes' rule with
+the read's likelihood (1 - exp(-x) for a change seen, exp(-x) for none, x the changes
+expected over the interval since the last read):
+
+- The level, the mean rate over the day: a belief over a log grid of rates (`GRID`, 41
+  numbers). Its prior is the population's (`_spread.population_prior`, the mean of the
+  users' beliefs: empirical Bayes), so a busy user whose every read sees a change is pulled
+  towards the rates the population has, not to a fixed one change a day.
+- The day's shape: a belief over `WINDOWS`, a flat day or a waking window of
+  `LENGTHS` hours starting at any hour (UTC), with `OUTSIDE` of the rate outside, so that
+  a user who changes only in its own waking hours, whatever its time zone, is read then.
+  Each window's likelihood is taken at the current level; the level's at the window
+  belief's mean shape. `ChangeEstimate.hourly` is that mean shape, hour by hour.
+
 A user may start over at any time (`update_belief`: a hidden Markov model that returns to
-the population's prior at the pace of `rate_half_life`), so a user who wakes
-after days idle, or turns busy or quiet, is relearned within a read or two of the change:
-its old reads weigh only as long as they keep explaining the new ones.
+the prior at the pace of `rate_half_life`, for both beliefs), so a user who wakes after days
+idle, turns busy or quiet, or moves its hours, is relearned within a read or two: its old
+reads weigh only as long as they keep explaining the new ones.
+
+The stored form (`to_json`) keeps what versions before the window read, `c` / `o` per
+four-hour slice, as a summary of the window belief, and adds `w`; an estimate stored
+without `w` reads back with the window belief its counts say (`_seeded_window`).
 """
 
 from __future__ import annotations
@@ -24,28 +32,49 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from itertools import accumulate, repeat
+from operator import mul, truediv
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from lta_worker.domain._freshness import FreshnessConfig
 
 HOUR: Final = 3600.0
-BINS: Final = 6
-BIN_SECONDS: Final = 24 * HOUR / BINS
-# The day's shape's prior: as if a quarter change had been seen over six hours (one a day)
-# in every slice, so that a slice without reads keeps the mean's share.
-PRIOR_CHANGES: Final = 0.25
-PRIOR_SECONDS: Final = 6 * HOUR
+DAY: Final = 24 * HOUR
+# The schedule walks the day hour by hour (`slices`, `ChangeEstimate.rates`).
+BINS: Final = 24
+BIN_SECONDS: Final = DAY / BINS
+# Before any interval was read: one change a day.
+UNREAD_RATE: Final = 1 / DAY
 # Reads go as rate**EXPONENT: 1/2 is the square-root rule (B5: 0.6 and 0.7 do worse).
 EXPONENT: Final = 0.5
-# No rate above one change a minute is believed (keeps the EM step finite when every
-# read saw a change).
+# No rate above one change a minute is believed (keeps the likelihoods finite).
 MAX_RATE: Final = 1 / 60.0
 # The level's belief: a probability per rate of a log grid, 0.01 to 1000 changes a day.
 GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
+# Waking windows' lengths in hours: one, 16 h (B5: 12 and 16 h within 0.02 either way, at
+# twice the windows' cost; neighbouring windows mixed make a shorter or longer day).
+LENGTHS: Final = (16,)
+# A window's rate outside its hours, as a share of inside (nobody is certainly asleep).
+OUTSIDE: Final = 0.05
+# The prior's weight on a flat day, the rest shared by the windows: a window must be earned,
+# and a user who starts over (wakes after days idle) is read all day until its reads say
+# when (B5, 12 and 16 h windows: 0.2 left woken users 1.03 x round robin's delay at 100
+# reads an hour, 0.6 0.98).
+FLAT_PRIOR: Final = 0.6
+# The stored summary for versions before the window: four-hour slices, each as if observed
+# this long (a few of their half-lives of reads before their own counts outweigh it).
+SUMMARY_BINS: Final = 6
+SUMMARY_SECONDS: Final = DAY
+# Stored window weights: tenths of a nat below the largest (a 5 % step), down to a billionth.
+LOG_SCALE: Final = 10.0
+WEIGHT_FLOOR: Final = 1e-9
+_WEIGHTS: Final = {
+    -k: math.exp(-k / LOG_SCALE) for k in range(1 + round(-LOG_SCALE * math.log(WEIGHT_FLOOR)))
+}
 
 
 def _default_prior() -> tuple[float, ...]:
@@ -58,16 +87,72 @@ def _default_prior() -> tuple[float, ...]:
 DEFAULT_PRIOR: Final = _default_prior()
 
 
+def _window_table() -> tuple[tuple[int, int, float, float], ...]:
+    """(first hour, end hour on a two-day axis, rate outside, inside less outside) per window,
+    rates as a share of the day's mean: the flat day first, then each length's 24 starts."""
+    table = [(0, 24, 1.0, 0.0)]
+    for length in LENGTHS:
+        inside = BINS / (length + (BINS - length) * OUTSIDE)
+        table += [(s, s + length, OUTSIDE * inside, inside - OUTSIDE * inside) for s in range(BINS)]
+    return tuple(table)
+
+
+WINDOWS: Final = _window_table()
+WINDOW_PRIOR: Final = (FLAT_PRIOR,) + ((1 - FLAT_PRIOR) / (len(WINDOWS) - 1),) * (len(WINDOWS) - 1)
+
+
+def _window_hours(window: tuple[int, int, float, float]) -> tuple[float, ...]:
+    start, end, outside, more = window
+    return tuple(
+        outside + (more if start <= h < end or start <= h + BINS < end else 0.0)
+        for h in range(BINS)
+    )
+
+
+WINDOW_HOURS: Final = tuple(_window_hours(w) for w in WINDOWS)
+# Each window's mean rate per stored four-hour slice (the summary, and reading it back).
+_PER_SLICE: Final = BINS // SUMMARY_BINS
+WINDOW_SLICES: Final = tuple(
+    tuple(sum(h[k * _PER_SLICE : (k + 1) * _PER_SLICE]) / _PER_SLICE for k in range(SUMMARY_BINS))
+    for h in WINDOW_HOURS
+)
+
+
+def hourly_shape(window: tuple[float, ...] | None) -> tuple[float, ...]:
+    """The window belief's mean shape: rate per hour of the day (UTC) over the day's mean.
+
+    Per length, the weight of the windows covering hour h is a moving sum over their starts
+    (a prefix sum over two days), so the cost is a few passes of 24, not windows x hours.
+    """
+    if window is None:
+        return _PRIOR_HOURS
+    return _hourly(window)
+
+
+def _hourly(window: tuple[float, ...]) -> tuple[float, ...]:
+    out = [window[0]] * BINS
+    at = 1
+    for length in LENGTHS:
+        starts = window[at : at + BINS]
+        outside, more = WINDOWS[at][2], WINDOWS[at][3]
+        at += BINS
+        q = list(accumulate(starts * 2, initial=0.0))
+        base = outside * q[BINS]
+        out = [
+            o + base + more * (q[h + BINS + 1] - q[h + BINS + 1 - length])
+            for h, o in enumerate(out)
+        ]
+    return tuple(out)
+
+
+_PRIOR_HOURS: Final = _hourly(WINDOW_PRIOR)
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeEstimate:
     """What the reads of one user have observed, stored with the user.
 
-    The day is cut into `BINS` slices of UTC time, so that a user who changes only in
-    their own waking hours (whatever their time zone) is read then, not at night.
-
     Attributes:
-        changes: Decayed expected number of changes seen, per slice of the day.
-        observed: Decayed seconds of observation, per slice of the day.
         content: The content hash of the last latest-change answer (None: never read).
         seen_at: When that answer was read.
         stats_at: When stats was last read successfully.
@@ -75,32 +160,33 @@ class ChangeEstimate:
             read.
         belief: The probability of each rate of `GRID` being the user's (`update_belief`);
             None before any interval was read (then the population's prior).
+        window: The probability of each of `WINDOWS` being the user's day; None before any
+            interval was read (then `WINDOW_PRIOR`).
     """
 
-    changes: tuple[float, ...] = (0.0,) * BINS
-    observed: tuple[float, ...] = (0.0,) * BINS
     content: str | None = None
     seen_at: datetime | None = None
     stats_at: datetime | None = None
     level: float | None = None
     belief: tuple[float, ...] | None = None
+    window: tuple[float, ...] | None = None
+    # `hourly()`'s, worked out when first asked (the schedule asks after each read; a read
+    # of the stored row for its content hash alone does not).
+    _hourly: tuple[float, ...] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def hourly(self) -> tuple[float, ...]:
+        """Rate per hour of the day (UTC) over the mean: `window`'s mean shape."""
+        hours = self._hourly
+        if hours is None:
+            hours = hourly_shape(self.window)
+            object.__setattr__(self, "_hourly", hours)
+        return hours
 
     def rates(self) -> tuple[float, ...]:
-        """Estimated changes per second in each slice of the day (the prior until reads say
-        otherwise): the day's shape from the counts per slice, scaled to `level`."""
-        shape = self.shape_rates()
-        if self.level is None:
-            return shape
-        mean = sum(shape) / BINS
-        return tuple(min(self.level * r / mean, MAX_RATE) for r in shape)
-
-    def shape_rates(self) -> tuple[float, ...]:
-        """Changes per second per slice from the counts per slice alone (the EM step's)."""
-        prior_c, prior_s = PRIOR_CHANGES / BINS, PRIOR_SECONDS / BINS
-        return tuple(
-            min((c + prior_c) / (o + prior_s), MAX_RATE)
-            for c, o in zip(self.changes, self.observed, strict=True)
-        )
+        """Estimated changes per second in each hour of the day (UTC): the level times the
+        day's shape (one change a day before any interval was read)."""
+        level = UNREAD_RATE if self.level is None else self.level
+        return tuple(min(level * h, MAX_RATE) for h in self.hourly())
 
     def rate(self) -> float:
         """The rate the budget plans with: (mean of sqrt(rate) over the day) squared.
@@ -111,35 +197,65 @@ class ChangeEstimate:
         return float((sum(r**EXPONENT for r in self.rates()) / BINS) ** (1 / EXPONENT))
 
     def to_json(self) -> dict[str, Any]:
-        """The estimate as stored (JSON: floats rounded, times as ISO strings)."""
-        return {
-            "c": [round(c, 4) for c in self.changes],
-            "o": [round(o, 1) for o in self.observed],
+        """The estimate as stored (JSON: floats rounded, times as ISO strings).
+
+        `c` / `o` are what versions before the window read: the changes per four-hour slice
+        the rates say in `SUMMARY_SECONDS` of it. `w`: each window's log weight over the
+        largest, in tenths of a nat (`LOG_SCALE`).
+        """
+        level = UNREAD_RATE if self.level is None else self.level
+        hours = self.hourly()
+        out: dict[str, Any] = {
+            "c": [
+                round(
+                    level
+                    * sum(hours[k * _PER_SLICE : (k + 1) * _PER_SLICE])
+                    / _PER_SLICE
+                    * SUMMARY_SECONDS,
+                    4,
+                )
+                for k in range(SUMMARY_BINS)
+            ],
+            "o": [SUMMARY_SECONDS] * SUMMARY_BINS,
             "h": self.content,
             "s": self.seen_at.isoformat() if self.seen_at else None,
             "t": self.stats_at.isoformat() if self.stats_at else None,
             "l": self.level,
             "b": None if self.belief is None else [float(f"{b:.4g}") for b in self.belief],
         }
+        out["w"] = None  # present: the new form (absent: an older one's, read by its counts)
+        if self.window is not None:
+            scale = 1 / max(self.window)
+            out["w"] = [  # rounded, and never below the floor's
+                int(LOG_SCALE * math.log(w * scale + WEIGHT_FLOOR) - 0.5) for w in self.window
+            ]
+        return out
 
     @classmethod
     def from_json(cls, raw: Any) -> ChangeEstimate | None:
-        """The estimate back from `to_json`; None for anything else (a fresh start)."""
+        """The estimate back from `to_json`, or from an older version's (its window belief
+        from its counts per slice); None for anything else (a fresh start)."""
         try:
             changes = tuple(float(c) for c in raw["c"])
             observed = tuple(float(o) for o in raw["o"])
-            if len(changes) != BINS or len(observed) != BINS:
+            if len(changes) != SUMMARY_BINS or len(observed) != SUMMARY_BINS:
                 return None
             belief = _stored_belief(raw, changes, observed)
-            level = None if belief is None else _mean(belief)
+            window: tuple[float, ...] | None
+            stored = raw.get("w")
+            if "w" in raw and stored is None:
+                window = None
+            else:
+                window = _stored_window(stored)
+                if window is None and belief is not None:
+                    window = _seeded_window(changes, observed)
             return cls(
-                belief=belief,
-                changes=changes,
-                observed=observed,
                 content=str(raw["h"]) if raw.get("h") is not None else None,
                 seen_at=_stamp(raw.get("s")),
                 stats_at=_stamp(raw.get("t")),
-                level=level,
+                level=None if belief is None else _mean(belief),
+                belief=belief,
+                window=window,
             )
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
@@ -154,7 +270,7 @@ class ChangeEstimate:
 
     def per_day(self) -> float:
         """Estimated changes per day."""
-        return self.mean_rate() * 24 * HOUR
+        return self.mean_rate() * DAY
 
 
 def content_hash(status: str, content: bytes) -> str:
@@ -164,7 +280,36 @@ def content_hash(status: str, content: bytes) -> str:
 
 def _mean(belief: Sequence[float]) -> float:
     """The mean rate a belief over `GRID` gives."""
-    return sum(b * g for b, g in zip(belief, GRID, strict=True))
+    return float(sum(map(mul, belief, GRID)))
+
+
+def _stored_window(stored: Any) -> tuple[float, ...] | None:
+    """The window belief as stored (`w`); None when it is not one (absent, or of another
+    layout of `WINDOWS`): then the counts say it."""
+    if stored is None or len(stored) != len(WINDOWS):
+        return None
+    weights = [_WEIGHTS.get(w) for w in stored]
+    if None in weights:
+        return None
+    found = [w for w in weights if w is not None]
+    return tuple(map(truediv, found, repeat(sum(found))))
+
+
+def _seeded_window(changes: Sequence[float], observed: Sequence[float]) -> tuple[float, ...]:
+    """The window belief an older version's counts per four-hour slice say: the prior times
+    each window's likelihood of them (Poisson counts at its rate per slice, the level at its
+    best for that window: sum c log s - C log sum s o, s the window's rate per slice)."""
+    total = sum(changes)
+    logs = [
+        math.log(p)
+        + sum(c * math.log(s) for c, s in zip(changes, shape, strict=True) if c > 0)
+        - total * math.log(max(sum(map(mul, shape, observed)), 1e-9))
+        for p, shape in zip(WINDOW_PRIOR, WINDOW_SLICES, strict=True)
+    ]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    norm = sum(weights)
+    return tuple(w / norm for w in weights)
 
 
 def _stored_belief(
@@ -209,7 +354,7 @@ def _stamp(value: Any) -> datetime | None:
 
 
 def slices(start: datetime, seconds: float) -> list[tuple[int, float]]:
-    """(slice of the day, seconds) covered by [start, start + seconds)."""
+    """(hour of the day, seconds) covered by [start, start + seconds)."""
     out: list[tuple[int, float]] = []
     at = start.timestamp()
     left = seconds
@@ -222,6 +367,22 @@ def slices(start: datetime, seconds: float) -> list[tuple[int, float]]:
     return out
 
 
+def _covered(start: datetime, seconds: float) -> list[float]:
+    """Prefix sums over two days of hours of the seconds [start, start + seconds) spent in
+    each hour of the day: hours a to b (b <= a + 24) hold p[b] - p[a] of them."""
+    days, rest = divmod(seconds, DAY)
+    cover = [days * HOUR] * BINS
+    at = start.timestamp() % DAY
+    hour = int(at // HOUR)
+    take = min(rest, (hour + 1) * HOUR - at)
+    while rest > 0:
+        cover[hour % BINS] += take
+        rest -= take
+        hour += 1
+        take = min(rest, HOUR)
+    return list(accumulate(cover * 2, initial=0.0))
+
+
 def observe(
     est: ChangeEstimate,
     content: str,
@@ -231,50 +392,63 @@ def observe(
 ) -> ChangeEstimate:
     """Fold one latest-change read (its content hash) into the estimate.
 
-    Two parts. The day's shape: the interval since the previous read is observed time,
-    shared out over the slices of the day it covered; a change seen counts lambda / (1 -
-    exp(-lambda)) expected changes (lambda: the changes the shape expected, so at least
-    one), shared over the slices in proportion to what each expected. The level (`level`,
-    changes per second over the day): the mean of the belief over `GRID` after the read
-    (`update_belief`, `prior` the population's, `DEFAULT_PRIOR` without one), the
-    interval measured at the shape's mean rate. The EM step alone learns a busy user's
-    rate slowly: when almost every read sees a change, each adds barely more than the
-    estimate already expected; the belief weighs the reads that saw none, which say how
-    busy it really is, and the population, which says how busy users are.
+    The interval since the previous read is each window's `span`: its seconds weighted by
+    the window's rate over the mean. The window belief is updated at the current level
+    (a window that puts the interval in the user's waking hours expects more changes), and
+    the level's (`update_belief`, `prior` the population's, `DEFAULT_PRIOR` without one) at
+    the span the window belief expects before this read.
     """
     if est.content is None or est.seen_at is None:
         return replace(est, content=content, seen_at=now)
     seconds = (now - est.seen_at).total_seconds()
     if seconds <= 0:
         return replace(est, content=content, seen_at=now)
-    decay = 0.5 ** (seconds / cfg.rate_half_life.total_seconds())
-    changes = [c * decay for c in est.changes]
-    observed = [o * decay for o in est.observed]
-    rates = est.shape_rates()
-    mean = sum(rates) / BINS
-    parts = slices(est.seen_at, seconds)
-    for index, took in parts:
-        observed[index] += took
-    weights = [(index, rates[index] * took) for index, took in parts]
-    expected = sum(w for _, w in weights)
-    span = expected / mean  # the interval in seconds at the mean rate
+    prior = prior or DEFAULT_PRIOR
     moved = content != est.content
-    if moved:
-        total = expected / -math.expm1(-expected) if expected > 1e-9 else 1.0
-        for index, weight in weights:
-            changes[index] += total * weight / expected if expected > 1e-9 else total / len(parts)
-    belief = update_belief(
-        est.belief, moved, span=span, seconds=seconds, cfg=cfg, prior=prior or DEFAULT_PRIOR
-    )
+    cover = _covered(est.seen_at, seconds)
+    spans = [out * seconds + more * (cover[e] - cover[s]) for s, e, out, more in WINDOWS]
+    old = WINDOW_PRIOR if est.window is None else est.window
+    level = _mean(prior) if est.level is None else est.level
+    start = -math.expm1(-seconds * math.log(2) / cfg.rate_half_life.total_seconds())
+    window = _bayes(old, WINDOW_PRIOR, spans, level, moved, start)
+    span = sum(map(mul, old, spans))  # the interval at the mean rate
+    belief = _bayes(prior if est.belief is None else est.belief, prior, GRID, span, moved, start)
     return ChangeEstimate(
-        changes=tuple(changes),
-        observed=tuple(observed),
         content=content,
         seen_at=now,
         stats_at=est.stats_at,
         level=_mean(belief),
         belief=belief,
+        window=window,
     )
+
+
+def _bayes(  # noqa: PLR0917  (one call per belief, each argument a part of the step)
+    old: Sequence[float],
+    prior: Sequence[float],
+    base: Sequence[float],
+    scale: float,
+    moved: bool,
+    start: float,
+) -> tuple[float, ...]:
+    """A belief after a read whose hypotheses expected `base` x `scale` changes: the chance
+    `start` of starting over from `prior`, then Bayes' rule (1 - exp(-x) for a change seen,
+    exp(-x) for none). `prior` when nothing explains the read."""
+    keep = 1 - start
+    if moved:
+        out = [
+            (keep * b + start * p) * -math.expm1(-scale * x)
+            for b, p, x in zip(old, prior, base, strict=True)
+        ]
+    else:
+        out = [
+            (keep * b + start * p) * math.exp(-scale * x)
+            for b, p, x in zip(old, prior, base, strict=True)
+        ]
+    total = sum(out)
+    if not total > 0:
+        return tuple(prior)
+    return tuple(map(truediv, out, repeat(total)))
 
 
 def update_belief(
@@ -291,18 +465,9 @@ def update_belief(
     whose user may at any time start over with a rate drawn from `prior` (with
     probability 1 - 2^(-seconds / rate_half_life)), then Bayes' rule with the read's
     likelihood, 1 - exp(-rate span) for a change seen, exp(-rate span) for none."""
-    half = cfg.rate_half_life.total_seconds()
-    start = -math.expm1(-seconds * math.log(2) / half)
+    start = -math.expm1(-seconds * math.log(2) / cfg.rate_half_life.total_seconds())
     old = prior if belief is None else belief
-    out = []
-    for b, p, g in zip(old, prior, GRID, strict=True):
-        x = g * span
-        like = -math.expm1(-x) if moved else math.exp(-x)
-        out.append(((1 - start) * b + start * p) * like)
-    total = sum(out)
-    if total <= 0:
-        return tuple(prior)
-    return tuple(w / total for w in out)
+    return _bayes(old, prior, GRID, span, moved, start)
 
 
 def changed(est: ChangeEstimate | None, content: str) -> bool:

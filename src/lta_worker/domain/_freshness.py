@@ -6,8 +6,9 @@ The aim is the smallest delay from a change upstream to its arrival in the local
 for the reads the budget allows. Three ideas, after Cho and Garcia-Molina ("Synchronizing a
 database to improve freshness", SIGMOD 2000; "Estimating frequency of change", TOIT 2003):
 
-- **Estimate each user's change rate from what the reads observe** (`_estimate`), per
-  slice of the day, from whether latest-change's content moved between two reads.
+- **Estimate each user's change rate from what the reads observe** (`_estimate`), its
+  level and its waking window (UTC), from whether latest-change's content moved between
+  two reads.
 - **Spread the reads by expected gain.** A change waits until the next read; the delay a
   user's changes have accrued t after a read is D(t), the integral of the changes expected
   to be pending. A read is due when D reaches the price of a read (`next_due`): the
@@ -96,8 +97,8 @@ class SchedulePlan:
 
     scale: float = 0.0
     budget_per_hour: float | None = None
-    # How much dearer a read is in each slice of the day than on average: the users'
-    # summed sqrt(rate) per slice over its mean. Users of a few time zones wake together;
+    # How much dearer a read is in each hour of the day than on average: the users'
+    # summed sqrt(rate) per hour over its mean. Users of a few time zones wake together;
     # without it their reads pile up in their mornings while the budget is flat.
     shape: tuple[float, ...] = (1.0,) * BINS
     # The mean delay from a change to its arrival this plan expects (`_spread.expected_delay`),
@@ -180,7 +181,7 @@ def next_due(
     """When a user read successfully at `now` is due again.
 
     Adaptive: when the delay its changes since `now` are expected to have waited (the
-    integral of the expected changes pending, from the estimated rate per slice of the
+    integral of the expected changes pending, from the estimated rate per hour of the
     day) reaches the price of a read, (scale * shape)^2 / 2 times its `read_cost`. With a
     steady rate that is the square-root rule, I = scale / sqrt(rate) (at full cost); a
     user is read more often in the hours it changes in, and pending changes at the end of
@@ -233,8 +234,8 @@ class Waiting:
     def crossing(
         self, rate: float, took: float, price: float, stats_at: float, cfg: FreshnessConfig
     ) -> float | None:
-        """Seconds into a slice of `took` seconds at which the delay reaches the price (to
-        `RESOLUTION`), or None when it does not within the slice."""
+        """Seconds into an hour's `took` seconds at which the delay reaches the price (to
+        `RESOLUTION`), or None when it does not within them."""
         if self.short(rate, took, price, stats_at, cfg) < 0:
             return None
         low, high = 0.0, took

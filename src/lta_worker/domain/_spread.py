@@ -106,7 +106,7 @@ def expected_delay(
 
 
 def day_shape(estimates: Iterable[ChangeEstimate]) -> tuple[float, ...]:
-    """The users' summed sqrt(rate) per slice of the day, over its mean (`SchedulePlan`)."""
+    """The users' summed sqrt(rate) per hour of the day, over its mean (`SchedulePlan`)."""
     sums = [0.0] * BINS
     for est in estimates:
         for index, rate in enumerate(est.rates()):
