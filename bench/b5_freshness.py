@@ -18,8 +18,9 @@ first sweep) and before the last day, the longest any user went unread, the shar
 budget used, each also per class of user. Targets: the worker's mean delay <= 1.15 x the
 learning oracle's (issue 29 asked for 1.15 x the known-rate oracle's, which no learner of the
 reads reaches: see bench/README.md); guard rails: no class worse off than under round robin,
-nobody unread longer than `poll.max_interval`, budget used >= 0.97; and, on the built-in
-population, the earlier target of <= 0.5 x round robin.
+nobody unread longer than `poll.max_interval`, budget used >= 0.97. The earlier target,
+<= 0.5 x round robin, is reported, no longer judged: the learning oracle misses it at 100
+reads an hour on the built-in population (0.50), the known-rate one at 0.46.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ BUDGETS = (100, 200, 400)  # reads an hour per 400 users
 # the known-rate oracle's; learning from the reads' bits, even knowing every user's true
 # intensity but not whose is whose, costs 1.10-1.25 x it (bench/README.md, B5).
 TARGET_VS_LEARNING = 1.15
-TARGET_VS_ROUND_ROBIN = 0.5  # the earlier target, judged on the built-in population
 MIN_BUDGET_USED = 0.97
 # The worker's settings in this benchmark (docs/config.md recommends them for a small budget).
 POLICY = PollSettings(
@@ -288,7 +288,6 @@ def _add_figures(
         f"{tag}: mean delay, worker / round robin",
         _ratio(mean["worker"], mean["round_robin"]),
         "x",
-        at_most=TARGET_VS_ROUND_ROBIN if name == "builtin" else None,
     )
     result.add(f"{tag}: mean delay, round robin", mean["round_robin"], "h")
     result.add(f"{tag}: mean delay, worker", mean["worker"], "h")
