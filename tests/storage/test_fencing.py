@@ -183,13 +183,16 @@ def test_begin_drop_follows_the_drop_table(store: Store, vault: Vault, state: st
 
 
 def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault) -> None:
-    """New intervals: interval/parked users due at read + new interval; backoffs capped."""
-    rows = {name: enroll(store, vault, name) for name in ("i", "p", "b", "n")}
+    """New intervals: interval/parked users due at read + new interval; backoffs capped;
+    adaptive users at the interval's floor follow it, those above it keep their due time."""
+    rows = {name: enroll(store, vault, name) for name in ("i", "p", "b", "n", "a", "h")}
     plans = {
         "i": ("active", T0 + HOUR, "interval"),
         "p": ("parked", T0 + 24 * HOUR, "parked"),
         "b": ("active", T0 + 50 * MINUTE, "backoff"),
         "n": ("active", T0 + 3 * HOUR, None),
+        "a": ("active", T0 + HOUR, "adaptive"),  # the plan's scale was 0: at the floor
+        "h": ("active", T0 + 5 * HOUR, "adaptive"),  # set by its estimate and the budget
     }
     for name, (state, due, due_class) in plans.items():
         store.apply(
@@ -207,18 +210,38 @@ def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault)
     assert store.follow_schedule(HOUR, 24 * HOUR, T0) is not None  # first: records (same)
     assert store.follow_schedule(HOUR, 24 * HOUR, T0) is None  # unchanged: nothing to do
     moved = store.follow_schedule(30 * MINUTE, 2 * HOUR, T0)
-    assert moved == {"interval": 1, "parked": 1, "backoff": 1, "backoff_parked": 0}
+    assert moved == {"interval": 1, "parked": 1, "backoff": 1, "backoff_parked": 0, "adaptive": 1}
     due = {name: store.get_user(name).next_due_at for name in plans}  # type: ignore[union-attr]
     assert due == {
         "i": T0 + 30 * MINUTE,
         "p": T0 + 2 * HOUR,
         "b": T0 + 30 * MINUTE,
         "n": T0 + 3 * HOUR,  # not derived from a setting: untouched
+        "a": T0 + 30 * MINUTE,
+        "h": T0 + 5 * HOUR,
     }
     store.follow_schedule(2 * HOUR, 48 * HOUR, T0)
     due = {name: store.get_user(name).next_due_at for name in plans}  # type: ignore[union-attr]
-    assert due["i"] == T0 + 2 * HOUR  # later, from its own read: no burst
+    assert due["i"] == due["a"] == T0 + 2 * HOUR  # later, from its own read: no burst
     assert due["b"] == T0 + 30 * MINUTE  # a backoff is never moved later
+    assert due["h"] == T0 + 5 * HOUR
+    store.follow_schedule(6 * HOUR, 48 * HOUR, T0)
+    assert store.get_user("h").next_due_at == T0 + 6 * HOUR  # type: ignore[union-attr]
+
+
+def test_a_forced_follow_moves_adaptive_users_at_this_instance_s_old_floor(
+    store: Store, vault: Vault
+) -> None:
+    """After a reload from 1h to 30m that another instance already applied, an adaptive user
+    this instance scheduled at its old 1h floor is due 30m after its read."""
+    row = enroll(store, vault, "a")
+    store.follow_schedule(30 * MINUTE, 24 * HOUR, T0)  # the other instance's
+    late = turn(row, next_due_at=T0 + HOUR, due_class="adaptive", snapshots=(), generation=None)
+    store.apply([late])
+    assert store.follow_schedule(30 * MINUTE, 24 * HOUR, T0, force=True) is not None
+    assert store.get_user("a").next_due_at == T0 + HOUR  # type: ignore[union-attr]
+    store.follow_schedule(30 * MINUTE, 24 * HOUR, T0, force=True, floor=HOUR)
+    assert store.get_user("a").next_due_at == T0 + 30 * MINUTE  # type: ignore[union-attr]
 
 
 def test_two_instances_starting_together_both_record_the_schedule(store_url: str) -> None:

@@ -9,7 +9,11 @@ UPDATE each:
 - `interval` / `parked`: due at last_polled_at + the new interval (a lower one makes users
   due at once; a higher one moves them later, spread as their reads were);
 - `backoff` / `backoff_parked`: the backoff kept, but never later than last_polled_at + the
-  new cap.
+  new cap;
+- `adaptive`: `interval` is the floor of the freshness schedule's due times. A user at the
+  old floor (the budget covered it at `interval`: the plan's scale was 0) is due at
+  last_polled_at + the new interval, as under `interval`; one above both floors keeps its
+  due time, set by its estimate and the budget (a new plan applies at its next read).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, update
+from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, true, update
 
 from lta_worker.storage._db import Dialect, Queries, insert_for
 from lta_worker.storage._models import ScheduleApplied, User
@@ -43,6 +47,11 @@ def _earliest(dialect: Dialect, due: ColumnElement[Any]) -> ColumnElement[Any]:
     return func.min(User.next_due_at, due)  # SQLite's two-argument min is a scalar
 
 
+# An adaptive due time this close above last_polled_at + the interval is at the floor
+# (SQLite's date arithmetic keeps milliseconds; a second is far below any plan's step).
+FLOOR_SLACK_S = 1.0
+
+
 class ScheduleQueries(Queries):
     """Due times that follow the intervals in force."""
 
@@ -53,6 +62,7 @@ class ScheduleQueries(Queries):
         now: datetime,
         *,
         force: bool = False,
+        floor: timedelta | None = None,
     ) -> dict[str, int] | None:
         """Recompute due times by class when the intervals differ from those last applied.
 
@@ -62,7 +72,9 @@ class ScheduleQueries(Queries):
         recomputes everything at the next start. Returns None when nothing changed, else the
         number of users rescheduled per class. With `force`, the due times are recomputed
         even when the intervals are those last applied: after a reload, this instance may have
-        written due times under its old intervals since another instance applied the new ones.
+        written due times under its old intervals since another instance applied the new ones;
+        `floor` is then the longest interval it wrote them with (the floor of its adaptive due
+        times, beside the one last applied).
         """
         wanted = (interval.total_seconds(), parked_interval.total_seconds())
         with self._db.read() as conn:
@@ -84,12 +96,19 @@ class ScheduleQueries(Queries):
         )
         dialect = self._db.dialect
         every, parked = (_plus(dialect, s) for s in wanted)
+        # Adaptive users at or below the highest floor their due times may have been set
+        # with (the one applied, this instance's, the new one) are at the new floor; the
+        # others keep theirs, which is above it.
+        floors = [wanted[0], *(() if applied is None else (applied[0],))]
+        highest = max(*floors, floor.total_seconds() if floor is not None else 0.0)
         plans = {
             "interval": every,
             "parked": parked,
             "backoff": _earliest(dialect, every),
             "backoff_parked": _earliest(dialect, parked),
+            "adaptive": every,
         }
+        only = {"adaptive": User.next_due_at <= _plus(dialect, highest + FLOOR_SLACK_S)}
         counts = dict.fromkeys(plans, 0)
         for low in range(0, last_id, BATCH):
             in_range = and_(User.id > low, User.id <= low + BATCH)
@@ -98,6 +117,7 @@ class ScheduleQueries(Queries):
                     result = conn.execute(
                         update(User)
                         .where(in_range, readable, User.due_class == due_class)
+                        .where(only.get(due_class, true()))
                         .values(next_due_at=due)
                     )
                     counts[due_class] += result.rowcount

@@ -94,16 +94,17 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
     a reload that changed them (`Worker.replan`), whatever the database says was applied.
     """
     poll = rt.settings.poll
-    force, rt.replan = rt.replan, False
+    floor, rt.replan = rt.replan, None
     try:
         moved = await _db(
-            partial(rt.store.follow_schedule, force=force),
+            partial(rt.store.follow_schedule, force=floor is not None, floor=floor),
             poll.interval,
             poll.parked_interval,
             rt.clock.now(),
         )
     except BaseException:
-        rt.replan = rt.replan or force  # the next pass tries again
+        if floor is not None:  # the next pass tries again
+            rt.replan = max(rt.replan or floor, floor)
         raise
     if moved is not None:
         log.info(

@@ -76,8 +76,10 @@ class Worker(Runtime):
         self.stop_grace: float | None = None  # set by `request_stop`
         self.plans = PlanCache()  # the freshness plan, renewed every few minutes
         self.key_file_problem: str | None = None  # `watch_key_file`'s last finding
-        # A reload changed the intervals: the next pass re-plans every user (`follow_schedule`).
-        self.replan = False
+        # A reload changed the intervals: the next pass re-plans every user (`follow_schedule`),
+        # taking the longest `poll.interval` this instance scheduled with since as the floor
+        # of the adaptive due times it wrote. None: nothing to re-plan.
+        self.replan: timedelta | None = None
 
     async def __aenter__(self) -> Self:
         stack = self._opened
@@ -147,7 +149,7 @@ class Worker(Runtime):
         if self.current is not None:
             self.current.follow(poll.policy())
         if (poll.interval, poll.parked_interval) != (before.interval, before.parked_interval):
-            self.replan = True
+            self.replan = max(self.replan or before.interval, before.interval)
 
     def watch_key_file(self) -> str | None:
         """Read the key file again and compare it with the keys in force: what is wrong
