@@ -1,0 +1,116 @@
+"""A database written under `poll.schedule = "fixed"` meets the adaptive default: the real
+worker through the simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.worker import Worker
+from support.virtual_time import autojump, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+HOUR = timedelta(hours=1)
+MAX_INTERVAL = timedelta(hours=12)
+READ = ("busy", "steady", "idle")  # read every hour under fixed
+USERS = (*READ, "flaky", "parked")
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+def _worker(h: Harness) -> Worker:
+    return Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
+
+
+def _changed_at(n: int) -> dict[str, str]:
+    return {"changed_at": f"2025-01-{1 + n // 24:02}T{n % 24:02}:00:00Z"}
+
+
+def _rows(h: Harness) -> dict[str, Any]:
+    return {u: h.user(u) for u in USERS}
+
+
+async def _under_fixed(h: Harness) -> None:
+    """Twelve hours of passes under `fixed` / `always`: busy changes every hour, steady
+    twice, idle never; parked is parked at its first read; flaky, read at half past, fails
+    its last read and is backing off."""
+    for user in (*READ, "parked"):
+        await h.enroll(user, last_sync_age_days=100 if user == "parked" else 1.0)
+        h.sim.set_payload(user, "latest-change", _changed_at(0))
+    worker = _worker(h)
+    async with worker:
+        await worker.run_pass()
+        await anyio.sleep(HOUR.total_seconds() / 2)
+        await h.enroll("flaky")
+        await worker.run_pass()
+        for n in range(1, 13):
+            await anyio.sleep(HOUR.total_seconds() / 2)
+            h.sim.set_payload("busy", "latest-change", _changed_at(n))
+            if n in (4, 8):
+                h.sim.set_payload("steady", "latest-change", _changed_at(n))
+            await worker.run_pass()
+            await anyio.sleep(HOUR.total_seconds() / 2)
+            if n == 12:
+                h.sim.inject_fault("500", count=1)
+            await worker.run_pass()
+
+
+@pytest.mark.timeout(120)
+async def test_a_fixed_database_keeps_every_schedule_under_the_adaptive_default(
+    virtual_harness: Harness,
+) -> None:
+    """After passes under `fixed`, the default (adaptive, stats on change) reads nobody
+    before its stored due time, moves no due time that was not yet reached, leaves the
+    parked and backed-off users as they were, goes on from the estimates gathered under
+    `fixed`, and after its first read of a user sets a due time within [interval,
+    max_interval]."""
+    h = virtual_harness
+    h.configure("poll", schedule="fixed", stats="always", backoff_base="20m")
+    h.configure("poll", max_interval="12h", max_pass_duration="50m")
+    h.sim.configure(budget=1000, window=3600, header_format="draft")
+    async with autojump():
+        await _under_fixed(h)
+        left = _rows(h)
+        assert (left["flaky"].last_outcome, left["flaky"].consecutive_failures) == ("transient", 1)
+        assert left["parked"].state == "parked"
+        assert all(left[u].estimate.belief is not None for u in READ)
+
+        for key in ("schedule", "stats"):  # an operator's config that does not set them
+            del h.overrides["poll"][key]
+        assert h.settings().poll.schedule == "adaptive" and h.settings().poll.stats == "on_change"
+        h.sim.configure(budget=4, window=3600)  # too few for every user each hour
+        first_read: dict[str, Any] = {}
+        worker = _worker(h)
+        async with worker:
+            for user in sorted(("flaky", *READ), key=lambda u: left[u].next_due_at):
+                await anyio.sleep(max((left[user].next_due_at - h.clock.now()).total_seconds(), 0))
+                seen = len(h.reads())
+                await worker.run_pass()
+                for e in h.reads()[seen:]:
+                    first_read.setdefault(e.user, e.at)
+                for other in set(USERS) - set(first_read):  # not read yet: as it was left
+                    assert h.user(other) == left[other], other
+        after = _rows(h)
+    assert set(first_read) == {"flaky", *READ}
+    for user, at in first_read.items():
+        assert left[user].next_due_at <= at < left[user].next_due_at + HOUR, user
+    assert after["flaky"].consecutive_failures == 0
+    assert after["parked"] == left["parked"]  # re-checked at its own time, 24h on
+    for user in READ:
+        before, now = left[user].estimate, after[user].estimate
+        assert sum(now.observed) > sum(before.observed), user  # gone on from, not reset
+        assert now.seen_at > before.seen_at
+    for user in ("flaky", *READ):
+        row = after[user]
+        assert HOUR <= row.next_due_at - row.last_polled_at <= MAX_INTERVAL, user
+    assert after["idle"].next_due_at - after["idle"].last_polled_at > HOUR  # the plan in force
