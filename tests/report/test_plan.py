@@ -10,13 +10,14 @@ import pytest
 from lta_worker.config import PollSettings, build_settings
 from lta_worker.domain import (
     DEFAULT_PRIOR,
+    BudgetSeen,
     ChangeEstimate,
     FreshnessConfig,
     SchedulePlan,
     observe,
     population_prior,
 )
-from lta_worker.report import PlanCache, capacity_plan, schedule_summary
+from lta_worker.report import PlanCache, budget_moved, capacity_plan, schedule_summary
 from lta_worker.report._plan import REPLAN, for_active
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,9 +37,10 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.scans = 0
+        self.seen: BudgetSeen | None = None
 
-    def budget_seen(self, client_id: str) -> None:
-        return None
+    def budget_seen(self, client_id: str) -> BudgetSeen | None:
+        return self.seen
 
     def count_by_state(self) -> dict[str, int]:
         return {"active": 100, "parked": 4}
@@ -80,6 +82,53 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     assert plan.prior != DEFAULT_PRIOR
     fixed = PollSettings().policy()
     assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]
+
+
+def _seen(limit: int | None, window: float | None = 3600.0) -> BudgetSeen:
+    return BudgetSeen(limit, limit, None, window, NOW)
+
+
+@pytest.mark.parametrize(
+    ("planned", "seen", "moved"),
+    [
+        (None, None, False),  # nothing reported: the fallback holds
+        (None, _seen(1200), True),  # a new install's first limit
+        (_seen(100), _seen(199), False),
+        (_seen(100), _seen(200), True),  # raised twice as large
+        (_seen(100), _seen(50), True),  # lowered to half
+        (_seen(100), _seen(51), False),
+        (_seen(100), _seen(100, 60.0), True),  # the same limit a minute: 60 times as many
+        (_seen(100), _seen(None), False),  # a report without a limit says nothing new
+        (_seen(100), None, False),
+    ],
+)
+def test_a_plan_is_out_of_date_once_the_budget_reported_moved(
+    planned: BudgetSeen | None, seen: BudgetSeen | None, moved: bool
+) -> None:
+    """A plan's budget moved with a first limit, or one twice or half as large an hour."""
+    assert budget_moved(planned, seen) is moved
+
+
+def test_the_plan_is_made_again_at_once_when_the_stored_budget_moved() -> None:
+    """A plan made from the fallback (nothing seen) is made again before `REPLAN` once the
+    store holds a limit, from it, and kept while the limit stays within twice of it."""
+    settings = build_settings(
+        {
+            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+            "client": {"id": "c"},
+            "poll": {"schedule": "adaptive", "interval": "15m"},
+            "ratelimit": {"fallback_per_hour": 20.0, "reserve": 0.0},
+        }
+    )
+    policy = settings.poll.policy()
+    store, cache = FakeStore(), PlanCache()
+    fallback = cache.get(store, settings, policy, NOW)  # type: ignore[arg-type]
+    store.seen = _seen(1200)
+    plan = cache.get(store, settings, policy, NOW + REPLAN / 10)  # type: ignore[arg-type]
+    assert plan is not fallback and plan.budget_per_hour == pytest.approx(1200 - 4 / 24)
+    store.seen = _seen(1500)
+    assert cache.get(store, settings, policy, NOW + REPLAN / 5) is plan  # type: ignore[arg-type]
+    assert store.scans == 2
 
 
 class _Buckets:

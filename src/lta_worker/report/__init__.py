@@ -5,7 +5,7 @@
   (`_status`);
 - `schedule_summary`: the schedule `status` shows; `capacity_plan`: the capacity plan
   from the settings in force; `PlanCache`: the freshness plan a pass uses, made again
-  every few minutes (`_plan`);
+  every few minutes or once the budget reported moved (`budget_moved`) (`_plan`);
 - `user_json`, `result_json`: a user and a result as `users list --format json` and
   `results export` show them, times by `iso` (`_records`).
 
@@ -15,13 +15,14 @@ It sits below `worker` and above `runtime`, so that `status`, `users list` and
 
 from __future__ import annotations
 
-from lta_worker.report._plan import PlanCache, capacity_plan, schedule_summary
+from lta_worker.report._plan import PlanCache, budget_moved, capacity_plan, schedule_summary
 from lta_worker.report._records import iso, result_json, user_json
 from lta_worker.report._status import assess_health, collect_status
 
 __all__ = [
     "PlanCache",
     "assess_health",
+    "budget_moved",
     "capacity_plan",
     "collect_status",
     "iso",

@@ -1,6 +1,7 @@
 """The freshness plan of a pass: the budget an hour, spread over the users' change rates.
 
-Read once before each pass (`poll.schedule = "adaptive"` only): the budget the service
+Made before a pass (`poll.schedule = "adaptive"` only), and again as soon as the budget
+the service reports moves from the one it was made from (`budget_moved`): the budget it
 last reported (less `ratelimit.reserve`; the configured fallback rate before any), less
 the re-checks of the users in `RECHECKED_STATES` (parked, unlinked, rejected), is shared
 by the active users with `domain.plan_scale` over their stored rate buckets, and the day's
@@ -35,6 +36,28 @@ if TYPE_CHECKING:
 
 REPLAN: Final = timedelta(minutes=10)
 """How long a plan is used before the users are scanned again (estimates move slowly)."""
+MOVED: Final = 2.0
+"""How many times larger or smaller the budget reported must be than the plan's to make it
+again before `REPLAN`."""
+
+
+def _per_hour(seen: BudgetSeen | None) -> float | None:
+    """The reads an hour a report allows, or None without a reported limit."""
+    if seen is None or seen.limit is None:
+        return None
+    return seen.limit * 3600.0 / (seen.window_seconds or 3600.0)
+
+
+def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:
+    """Whether a plan made from the budget `planned` is out of date once `seen` is
+    reported: a limit where there was none (the plan used `ratelimit.fallback_per_hour`),
+    or one `MOVED` times larger or smaller."""
+    before, now = _per_hour(planned), _per_hour(seen)
+    if now is None:
+        return False
+    if before is None:
+        return True
+    return now >= before * MOVED or now * MOVED <= before
 
 
 def capacity_plan(
@@ -121,29 +144,40 @@ def schedule_summary(
 
 
 class PlanCache:
-    """The last plan and when it was made: `serve` passes every `poll.tick`, and the plan
-    (a scan of the users table) needs renewing only every `REPLAN`."""
+    """The last plan, when it was made and from which budget: `serve` passes every
+    `poll.tick`, and the plan (a scan of the users table) needs renewing only every
+    `REPLAN`, or as soon as the stored budget moved (`budget_moved`)."""
 
     def __init__(self) -> None:
         self.plan: SchedulePlan | None = None
         self.made_at: datetime | None = None
+        self.seen: BudgetSeen | None = None  # the budget the plan was made from
 
     def get(
         self, store: Store, settings: Settings, policy: PolicyConfig, now: datetime
     ) -> SchedulePlan:
-        """The cached plan while younger than `REPLAN`, else a new one."""
+        """The cached plan while younger than `REPLAN` and its budget holds, else a new one."""
         if policy.schedule != "adaptive":
             return SchedulePlan()
-        if self.plan is None or self.made_at is None or now - self.made_at >= REPLAN:
-            self.plan, self.made_at = plan_for_pass(store, settings, policy), now
+        seen = store.budget_seen(settings.client.id)
+        if (
+            self.plan is None
+            or self.made_at is None
+            or now - self.made_at >= REPLAN
+            or budget_moved(self.seen, seen)
+        ):
+            self.plan, self.made_at = plan_for_pass(store, settings, policy, seen), now
+            self.seen = seen
         return self.plan
 
 
-def plan_for_pass(store: Store, settings: Settings, policy: PolicyConfig) -> SchedulePlan:
-    """The plan the pass schedules with (the empty plan under `poll.schedule = "fixed"`)."""
+def plan_for_pass(
+    store: Store, settings: Settings, policy: PolicyConfig, seen: BudgetSeen | None
+) -> SchedulePlan:
+    """The plan the pass schedules with (the empty plan under `poll.schedule = "fixed"`),
+    from the budget `seen` the store holds."""
     if policy.schedule != "adaptive":
         return SchedulePlan()
-    seen = store.budget_seen(settings.client.id)
     budget = for_active(capacity_plan(settings, store.count_by_state(), seen))
     rates = from_buckets(store.rate_buckets())
     plan = plan_scale(rates, budget, policy.freshness)

@@ -47,6 +47,7 @@ from lta_worker.domain import (
     EXIT_CODES,
     Breaker,
     PolicyConfig,
+    SchedulePlan,
     StopReason,
     UserRow,
     UserUpdate,
@@ -117,6 +118,12 @@ class PassEngine:
         pass's freshness plan; a pass may last as long as users stay due, and the users it
         reads must be due at the interval in force, not the one it started under."""
         self.options = replace(self.options, policy=replace(policy, plan=self.options.policy.plan))
+        self.turns.options = self.options
+
+    def follow_plan(self, plan: SchedulePlan) -> None:
+        """Decide the turns from now on with `plan`, made again because the budget the
+        service reports moved (`_budget_watch`), keeping the policy in force."""
+        self.options = replace(self.options, policy=replace(self.options.policy, plan=plan))
         self.turns.options = self.options
 
     def request_stop(self, reason: StopReason, grace: float) -> None:

@@ -4,7 +4,8 @@ When each runs:
 
 - before every pass (`run` and `serve`): `refresh_share`, `follow_schedule`, `retry_drops`;
 - while a pass runs: `keep_alive` (a heartbeat and the share every `serve.heartbeat`) and,
-  on PostgreSQL, `settle_shared`;
+  on PostgreSQL, `settle_shared`; `keep_budget` when the budget reported moved
+  (`_budget_watch`);
 - after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
   then `run` (not `serve`) calls `deliver_webhooks`;
 - in `serve`, on their own intervals (`_scheduler`): `check_key_file` before
@@ -142,10 +143,16 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
         counts=dict(result.counts),
     )
     await _db(rt.store.record_pass, record)
+    await keep_budget(rt)
+    return record
+
+
+async def keep_budget(rt: Worker) -> None:
+    """After each pass, and during an adaptive one once it moved (`_budget_watch`): the
+    budget the pacer last saw into the store, unless a shared row keeps it live."""
     budget = rt.pacer.budget_seen(rt.clock.now())
     if budget is not None and rt.pacer.shared is None:
         await _db(rt.store.record_budget, rt.settings.client.id, budget)
-    return record
 
 
 async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:

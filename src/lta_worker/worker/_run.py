@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from lta_worker.worker import _jobs as jobs
+from lta_worker.worker._budget_watch import BudgetWatch
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassResult, ProgressFn, pass_options
 
@@ -30,7 +31,8 @@ async def run_pass(
     await jobs.refresh_share(rt)
     await jobs.follow_schedule(rt)
     await jobs.retry_drops(rt)
-    engine = await _engine(rt, max_duration, on_progress)
+    watch = BudgetWatch(rt)
+    engine = await _engine(rt, max_duration, on_progress, watch)
     if rt.stop_grace is not None:  # a stop came before the engine existed
         engine.request_stop("cancelled", rt.stop_grace)
     rt.current = engine
@@ -40,6 +42,7 @@ async def run_pass(
     try:
         async with anyio.create_task_group() as alongside:
             alongside.start_soon(jobs.keep_alive, rt)
+            alongside.start_soon(watch.run, engine)
             if shared is not None:
                 alongside.start_soon(jobs.settle_shared, rt, shared)
             try:
@@ -65,9 +68,13 @@ async def run_pass(
 
 
 async def _engine(
-    rt: Worker, max_duration: timedelta | None, on_progress: ProgressFn | None
+    rt: Worker,
+    max_duration: timedelta | None,
+    on_progress: ProgressFn | None,
+    watch: BudgetWatch,
 ) -> PassEngine:
-    """The engine of one pass, over the runtime's collaborators and the freshness plan."""
+    """The engine of one pass, over the runtime's collaborators and the freshness plan
+    (made again when `watch` sees the budget move)."""
     plan = await anyio.to_thread.run_sync(
         rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now()
     )
@@ -86,7 +93,7 @@ async def _engine(
         options=options,
         rng=rt.rng,
         on_progress=on_progress,
-        on_read=None if rt.metrics is None else rt.metrics.on_read,
+        on_read=watch.on_read,
     )
 
 

@@ -1,0 +1,134 @@
+"""The adaptive plan follows the budget the service reports as soon as it reports it: a new
+install's first pass, a quota raised or lowered mid-pass. The real worker through the
+simulator on virtual time, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from lta_worker.domain import BudgetSeen
+from lta_worker.simulator import DEMO_CLIENT_ID
+from support.virtual_time import autojump, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+USERS = 120
+INTERVAL = timedelta(hours=1)
+# Users whose read may still be decided under the plan in force before the budget moved:
+# the turns in flight (`poll.concurrency` = 4) and the reads until the next check of it.
+LAG = 8
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
+    """`USERS` users under the adaptive schedule (stats on change), a budget of `budget`
+    reads an hour at the simulator and, when `seen` is given, that budget already stored
+    as last reported (an earlier pass saw it)."""
+    h.configure("poll", schedule="adaptive", stats="on_change", interval="1h")
+    h.configure("poll", max_interval="24h", max_pass_duration="3h")
+    h.sim.configure(budget=budget, window=3600, header_format="draft")
+    for n in range(USERS):
+        await h.enroll(f"user-{n:03}")
+    if seen is not None:
+        with h.store() as store:
+            store.record_budget(
+                DEMO_CLIENT_ID,
+                BudgetSeen(seen, seen, h.clock.now() + INTERVAL, 3600.0, h.clock.now()),
+            )
+
+
+def _spacing(h: Harness, since: datetime) -> list[tuple[datetime, timedelta]]:
+    """(read at, due again after) of the users read successfully since `since` and due
+    again later (not those whose turn the pass's deadline cut short: they stay due), by time."""
+    with h.store() as store:
+        spaced = [
+            (row.last_polled_at, row.next_due_at - row.last_polled_at)
+            for row in store.list_users()
+            if row.last_outcome == "ok"
+            and row.last_polled_at is not None
+            and row.next_due_at is not None
+            and row.next_due_at > row.last_polled_at >= since
+        ]
+    return sorted(spaced)
+
+
+async def _pass_with(h: Harness, after: timedelta, **budget: int) -> datetime:
+    """One pass; `after` into it the simulator's budget changes to `budget`. When it changed."""
+    box: dict[str, datetime] = {}
+
+    async def change() -> None:
+        await anyio.sleep(after.total_seconds())
+        h.sim.configure(**budget)
+        box["at"] = h.clock.now()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(change)
+        await h.run_pass()
+    return box["at"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_new_installs_first_pass_spaces_its_users_by_the_budget_reported(
+    virtual_harness: Harness,
+) -> None:
+    """A new install (no budget ever seen) whose real budget, 1,200 an hour, covers every
+    user each `interval`: after the first pass every user but the first few read is due
+    again at `interval`, not at the spacing `ratelimit.fallback_per_hour` (60) would give."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 1200)
+        started = h.clock.now()
+        await h.run_pass()
+    spaced = _spacing(h, started)
+    assert len(spaced) == USERS
+    late = [gap for _, gap in spaced[LAG:] if gap != INTERVAL]
+    assert not late, f"{len(late)} users spaced for the fallback, up to {max(late)}"
+
+
+@pytest.mark.timeout(120)
+async def test_a_quota_raised_mid_pass_is_followed_by_the_users_read_after_it(
+    virtual_harness: Harness,
+) -> None:
+    """The plan made from 100 reads an hour spaces the users read first over hours; once
+    the service reports 10,000 mid-pass, the users read after it (the first few aside)
+    are due again at `interval`."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 100, seen=100)
+        started = h.clock.now()
+        raised = await _pass_with(h, timedelta(minutes=10), budget=10_000)
+    before = [gap for at, gap in _spacing(h, started) if at < raised]
+    after = [gap for at, gap in _spacing(h, raised)]
+    assert before and all(gap > INTERVAL for gap in before)  # the small budget's plan
+    late = [gap for gap in after[LAG:] if gap != INTERVAL]
+    assert len(after) > USERS / 2 and not late, f"{len(late)} of {len(after)} kept the old plan"
+
+
+@pytest.mark.timeout(120)
+async def test_a_quota_lowered_mid_pass_below_what_was_spent_is_followed_after_the_429s(
+    virtual_harness: Harness,
+) -> None:
+    """The plan made from 1,200 reads an hour gives every user `interval`; once the service
+    lowers the quota to 40 an hour, below what the window has spent (429s until it
+    resets), the users read after it (the first few aside) are spaced wider than twice
+    `interval`, as 40 an hour for 120 users needs."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 1200, seen=1200)
+        started = h.clock.now()
+        lowered = await _pass_with(h, timedelta(minutes=3), budget=40)
+    before = [gap for at, gap in _spacing(h, started) if at < lowered]
+    after = [gap for at, gap in _spacing(h, lowered)]
+    assert before and all(gap == INTERVAL for gap in before)  # the large budget's plan
+    narrow = [gap for gap in after[LAG:] if gap <= 2 * INTERVAL]
+    assert len(after) > 2 * LAG and not narrow, f"{len(narrow)} of {len(after)} kept the old plan"
