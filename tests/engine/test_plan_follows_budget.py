@@ -10,8 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from lta_worker.domain import BudgetSeen
+from lta_worker.domain import BudgetSeen, SchedulePlan
+from lta_worker.report import PlanCache
 from lta_worker.simulator import DEMO_CLIENT_ID
+from lta_worker.worker import REPLAN_GAP
 from support.virtual_time import autojump, virtual_backend
 
 from .conftest import Harness
@@ -132,3 +134,38 @@ async def test_a_quota_lowered_mid_pass_below_what_was_spent_is_followed_after_t
     assert before and all(gap == INTERVAL for gap in before)  # the large budget's plan
     narrow = [gap for gap in after[LAG:] if gap <= 2 * INTERVAL]
     assert len(after) > 2 * LAG and not narrow, f"{len(narrow)} of {len(after)} kept the old plan"
+
+
+@pytest.mark.timeout(120)
+async def test_a_budget_that_keeps_swinging_is_planned_for_at_most_once_a_gap(
+    virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quota that swings between 100 and 10,000 an hour every 5 seconds for 5 minutes
+    makes the pass plan again at most once per `REPLAN_GAP` (a scan of the users table each), not
+    once per swing."""
+    h = virtual_harness
+    made: list[datetime] = []
+    get = PlanCache.get
+
+    def counted(self: PlanCache, *args: Any) -> SchedulePlan:
+        before = self.made_at
+        plan = get(self, *args)
+        if self.made_at != before and self.made_at is not None:
+            made.append(self.made_at)
+        return plan
+
+    monkeypatch.setattr(PlanCache, "get", counted)
+
+    async def swing() -> None:
+        for n in range(60):
+            await anyio.sleep(5)
+            h.sim.configure(budget=10_000 if n % 2 == 0 else 100)
+
+    async with autojump():
+        await _install(h, 100, seen=100)
+        started = h.clock.now()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(swing)
+            await h.run_pass()
+    swinging = [at for at in made if started < at <= started + timedelta(minutes=5)]
+    assert 1 <= len(swinging) <= 1 + timedelta(minutes=5) / REPLAN_GAP

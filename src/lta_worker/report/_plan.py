@@ -154,12 +154,19 @@ class PlanCache:
         self.seen: BudgetSeen | None = None  # the budget the plan was made from
 
     def get(
-        self, store: Store, settings: Settings, policy: PolicyConfig, now: datetime
+        self,
+        store: Store,
+        settings: Settings,
+        policy: PolicyConfig,
+        now: datetime,
+        seen: BudgetSeen | None = None,
     ) -> SchedulePlan:
-        """The cached plan while younger than `REPLAN` and its budget holds, else a new one."""
+        """The cached plan while younger than `REPLAN` and its budget holds, else a new one;
+        from `seen`, the pacer's own reading during a pass, or the budget stored."""
         if policy.schedule != "adaptive":
             return SchedulePlan()
-        seen = store.budget_seen(settings.client.id)
+        if seen is None:
+            seen = store.budget_seen(settings.client.id)
         if (
             self.plan is None
             or self.made_at is None

@@ -8,13 +8,16 @@ budget that is not there, until their next reads, hours later.
 
 Each read's answer is compared with the plan's budget (in memory, `on_read`); once it
 moved, the budget is stored as after a pass (`jobs.keep_budget`, the one path by which a
-report reaches `store.budget_seen`) and the plan made again from it on a worker thread
-(`PlanCache.get`), and the engine decides the turns from then on with it (`follow_plan`).
+report reaches `store.budget_seen`; on PostgreSQL with a shared budget, the shared row
+settles it) and the plan made again on a worker thread from the pacer's own reading
+(`PlanCache.get`, which the shared row may not hold yet), and the engine decides the turns
+from then on with it (`follow_plan`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
@@ -24,6 +27,12 @@ from lta_worker.worker import _jobs as jobs
 if TYPE_CHECKING:
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._runtime import Worker
+
+
+REPLAN_GAP: Final = timedelta(seconds=60)
+"""The least time between two re-plans of one pass: a budget that keeps swinging, or a
+shared row on PostgreSQL that lags the pacer's own reading, costs at most one scan of the
+users table (or one read of the budget row) per `REPLAN_GAP`, not one per read."""
 
 
 class BudgetWatch:
@@ -48,12 +57,14 @@ class BudgetWatch:
         rt = self._rt
         while True:
             await self._moved.wait()
+            seen = rt.pacer.budget_seen(rt.clock.now())
             await jobs.keep_budget(rt)
             plan = await anyio.to_thread.run_sync(
-                rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now()
+                rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now(), seen
             )
             engine.follow_plan(plan)
             if rt.metrics is not None:
                 rt.metrics.on_plan(plan)
+            await rt.clock.sleep(REPLAN_GAP.total_seconds())
             # Only now: the reads answered meanwhile are compared with the new plan's budget.
             self._moved = anyio.Event()
