@@ -295,6 +295,12 @@ def test_a_user_who_changes_only_in_a_window_of_hours_gets_that_window_within_da
     assert awake > 3 * asleep
 
 
+def _older_form(counts: list[float], seconds: list[float], **more: Any) -> dict[str, Any]:
+    """An estimate as a version before the window stored it: counts and seconds observed per
+    four-hour slice, the last content hash read now, and `more` of its keys."""
+    return {"c": counts, "o": seconds, "h": "a", "s": NOW.isoformat(), "t": None, **more}
+
+
 @pytest.mark.parametrize(
     ("counts", "busy", "quiet"),
     [
@@ -308,8 +314,7 @@ def test_an_estimate_stored_before_the_window_keeps_its_day(
     """An estimate stored by a version before the window (counts per four-hour slice, a
     belief) reads back with a day busy where its counts were: its hours with changes at
     least 4 times as busy as those without."""
-    raw = {"c": counts, "o": [36000.0] * SUMMARY_BINS, "h": "a", "s": NOW.isoformat(), "t": None}
-    raw["b"] = list(DEFAULT_PRIOR)
+    raw = _older_form(counts, [36000.0] * SUMMARY_BINS, b=list(DEFAULT_PRIOR))
     est = ChangeEstimate.from_json(raw)
     assert est is not None and est.window is not None
     hours = est.hourly()
@@ -325,7 +330,7 @@ def test_any_older_counts_read_back_as_a_window_belief(
 ) -> None:
     """Whatever an older version's counts per slice, they read back as a distribution over
     `WINDOWS` (or none, without any observation)."""
-    raw = {"c": list(counts), "o": list(seconds), "h": "a", "s": NOW.isoformat(), "t": None}
+    raw = _older_form(list(counts), list(seconds))
     est = ChangeEstimate.from_json(raw)
     assert est is not None
     if est.window is not None:
@@ -350,13 +355,7 @@ def test_what_an_older_version_reads_of_a_stored_estimate_is_its_day(est: Change
 def test_an_estimate_stored_before_the_level_keeps_its_rate() -> None:
     """An estimate stored without a level (an older version) reads back near the mean rate
     of its counts (24 a day here), and its next read folds into that."""
-    raw = {
-        "c": [10.0] * SUMMARY_BINS,
-        "o": [36000.0] * SUMMARY_BINS,
-        "h": "a",
-        "s": NOW.isoformat(),
-        "t": None,
-    }
+    raw = _older_form([10.0] * SUMMARY_BINS, [36000.0] * SUMMARY_BINS)
     est = ChangeEstimate.from_json(raw)
     assert est is not None and est.level is not None
     assert est.per_day() == pytest.approx(24.0, rel=0.15)
@@ -368,16 +367,13 @@ def test_an_estimate_stored_with_the_level_keeps_its_rate() -> None:
     """An estimate stored by the version before the belief (the level and its evidence: 30
     reads of an hour that saw a change, 20 h of reads that saw none) reads back with a
     belief that says what those reads said: about 1.2 changes an hour."""
-    raw = {
-        "c": [1.0] * SUMMARY_BINS,
-        "o": [3600.0] * SUMMARY_BINS,
-        "h": "a",
-        "s": NOW.isoformat(),
-        "t": None,
-        "q": 72000.0,
-        "m": {"12": 30.0},  # 60 s x 2^6 = 3840 s
-        "l": 3e-4,
-    }
+    raw = _older_form(
+        [1.0] * SUMMARY_BINS,
+        [3600.0] * SUMMARY_BINS,
+        q=72000.0,
+        m={"12": 30.0},  # 60 s x 2^6 = 3840 s
+        l=3e-4,
+    )
     est = ChangeEstimate.from_json(raw)
     assert est is not None and est.belief is not None
     assert 15 < est.per_day() < 45

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
 from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
-from lta_worker.domain._capacity import CapacityPlan, plan_capacity
+from lta_worker.domain._capacity import CapacityPlan, per_hour, plan_capacity
 from lta_worker.domain._classify import (
     ALLOWED_CODES,
     OAUTH_CODES,
@@ -205,6 +205,7 @@ __all__ = [
     "interval_for",
     "observe",
     "parse_duration",
+    "per_hour",
     "plan_capacity",
     "plan_scale",
     "population_prior",

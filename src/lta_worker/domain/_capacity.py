@@ -34,6 +34,11 @@ class CapacityPlan:
     warning: str | None
 
 
+def per_hour(limit: float, window_seconds: float | None) -> float:
+    """Reads an hour a reported limit allows over its window (an hour when not reported)."""
+    return limit * HOUR / (window_seconds or HOUR)
+
+
 def plan_capacity(
     *,
     users_by_state: Mapping[str, int],
@@ -72,8 +77,7 @@ def plan_capacity(
 
     known = budget_limit is not None
     if budget_limit is not None:
-        window = budget_window_seconds or HOUR
-        available = budget_limit * (1.0 - reserve) * HOUR / window
+        available = per_hour(budget_limit, budget_window_seconds) * (1.0 - reserve)
     else:
         available = fallback_per_hour
 

@@ -118,18 +118,12 @@ WINDOW_SLICES: Final = tuple(
 )
 
 
-def hourly_shape(window: tuple[float, ...] | None) -> tuple[float, ...]:
+def _hourly(window: tuple[float, ...]) -> tuple[float, ...]:
     """The window belief's mean shape: rate per hour of the day (UTC) over the day's mean.
 
     Per length, the weight of the windows covering hour h is a moving sum over their starts
     (a prefix sum over two days), so the cost is a few passes of 24, not windows x hours.
     """
-    if window is None:
-        return _PRIOR_HOURS
-    return _hourly(window)
-
-
-def _hourly(window: tuple[float, ...]) -> tuple[float, ...]:
     out = [window[0]] * BINS
     at = 1
     for length in LENGTHS:
@@ -178,7 +172,7 @@ class ChangeEstimate:
         """Rate per hour of the day (UTC) over the mean: `window`'s mean shape."""
         hours = self._hourly
         if hours is None:
-            hours = hourly_shape(self.window)
+            hours = _PRIOR_HOURS if self.window is None else _hourly(self.window)
             object.__setattr__(self, "_hourly", hours)
         return hours
 
@@ -409,10 +403,9 @@ def observe(
     spans = [out * seconds + more * (cover[e] - cover[s]) for s, e, out, more in WINDOWS]
     old = WINDOW_PRIOR if est.window is None else est.window
     level = _mean(prior) if est.level is None else est.level
-    start = -math.expm1(-seconds * math.log(2) / cfg.rate_half_life.total_seconds())
-    window = _bayes(old, WINDOW_PRIOR, spans, level, moved, start)
+    window = _bayes(old, WINDOW_PRIOR, spans, level, moved, _start_over(seconds, cfg))
     span = sum(map(mul, old, spans))  # the interval at the mean rate
-    belief = _bayes(prior if est.belief is None else est.belief, prior, GRID, span, moved, start)
+    belief = update_belief(est.belief, moved, span=span, seconds=seconds, cfg=cfg, prior=prior)
     return ChangeEstimate(
         content=content,
         seen_at=now,
@@ -465,9 +458,13 @@ def update_belief(
     whose user may at any time start over with a rate drawn from `prior` (with
     probability 1 - 2^(-seconds / rate_half_life)), then Bayes' rule with the read's
     likelihood, 1 - exp(-rate span) for a change seen, exp(-rate span) for none."""
-    start = -math.expm1(-seconds * math.log(2) / cfg.rate_half_life.total_seconds())
     old = prior if belief is None else belief
-    return _bayes(old, prior, GRID, span, moved, start)
+    return _bayes(old, prior, GRID, span, moved, _start_over(seconds, cfg))
+
+
+def _start_over(seconds: float, cfg: FreshnessConfig) -> float:
+    """The chance that a user started over in `seconds`: 1 - 2^(-seconds / rate_half_life)."""
+    return -math.expm1(-seconds * math.log(2) / cfg.rate_half_life.total_seconds())
 
 
 def changed(est: ChangeEstimate | None, content: str) -> bool:

@@ -25,6 +25,7 @@ from lta_worker.domain import (
     day_shape,
     expected_delay,
     from_buckets,
+    per_hour,
     plan_capacity,
     plan_scale,
     population_prior,
@@ -45,7 +46,7 @@ def _per_hour(seen: BudgetSeen | None) -> float | None:
     """The reads an hour a report allows, or None without a reported limit."""
     if seen is None or seen.limit is None:
         return None
-    return seen.limit * 3600.0 / (seen.window_seconds or 3600.0)
+    return per_hour(seen.limit, seen.window_seconds)
 
 
 def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:

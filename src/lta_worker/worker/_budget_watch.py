@@ -25,6 +25,7 @@ from lta_worker.report import budget_moved
 from lta_worker.worker import _jobs as jobs
 
 if TYPE_CHECKING:
+    from lta_worker.domain import BudgetSeen, SchedulePlan
     from lta_worker.worker._engine import PassEngine
     from lta_worker.worker._runtime import Worker
 
@@ -33,6 +34,18 @@ REPLAN_GAP: Final = timedelta(seconds=60)
 """The least time between two re-plans of one pass: a budget that keeps swinging, or a
 shared row on PostgreSQL that lags the pacer's own reading, costs at most one scan of the
 users table (or one read of the budget row) per `REPLAN_GAP`, not one per read."""
+
+
+async def make_plan(rt: Worker, seen: BudgetSeen | None = None) -> SchedulePlan:
+    """The freshness plan from the runtime's cache (a scan of the users table when it is
+    made again, so on a worker thread), from `seen` or the budget stored; reported to the
+    metrics."""
+    plan = await anyio.to_thread.run_sync(
+        rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now(), seen
+    )
+    if rt.metrics is not None:
+        rt.metrics.on_plan(plan)
+    return plan
 
 
 class BudgetWatch:
@@ -59,12 +72,7 @@ class BudgetWatch:
             await self._moved.wait()
             seen = rt.pacer.budget_seen(rt.clock.now())
             await jobs.keep_budget(rt)
-            plan = await anyio.to_thread.run_sync(
-                rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now(), seen
-            )
-            engine.follow_plan(plan)
-            if rt.metrics is not None:
-                rt.metrics.on_plan(plan)
+            engine.follow_plan(await make_plan(rt, seen))
             await rt.clock.sleep(REPLAN_GAP.total_seconds())
             # Only now: the reads answered meanwhile are compared with the new plan's budget.
             self._moved = anyio.Event()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from lta_worker.worker import _jobs as jobs
-from lta_worker.worker._budget_watch import BudgetWatch
+from lta_worker.worker._budget_watch import BudgetWatch, make_plan
 from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassResult, ProgressFn, pass_options
 
@@ -75,15 +75,11 @@ async def _engine(
 ) -> PassEngine:
     """The engine of one pass, over the runtime's collaborators and the freshness plan
     (made again when `watch` sees the budget move)."""
-    plan = await anyio.to_thread.run_sync(
-        rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now()
-    )
+    plan = await make_plan(rt)
     # After the wait: a reload meanwhile is in force from the first turn (none can come
     # between here and `rt.current`, where a later one reaches the engine).
     options = pass_options(rt.settings, rt.instance, max_duration)
     options = replace(options, policy=replace(options.policy, plan=plan))
-    if rt.metrics is not None:
-        rt.metrics.on_plan(plan)
     return PassEngine(
         store=rt.store,
         vault=rt.vault,
