@@ -14,7 +14,8 @@ application that imports this package has no such commands.
 
     LtaError                      base; exit 1
     ├── UsageError                a command was given something it cannot use; exit 2
-    │   └── UnknownUserError      no such user in the database
+    │   ├── UnknownUserError      no such user in the database
+    │   └── CursorError           a feed cursor this database never issued
     ├── ConfigError               the configuration is wrong; names the key; exit 78
     │   ├── KeyFileError          key file missing, unreadable, readable by others, or malformed
     │   └── UnknownKeyError       a stored token's key id is not in the key file
@@ -66,6 +67,20 @@ class UnknownUserError(UsageError):
     def __init__(self, user: str) -> None:
         super().__init__(f"no user {user!r} in the database")
         self.user = user
+
+
+class CursorError(UsageError):
+    """A change feed cursor this database never issued: `reason` is `malformed`, `legacy`
+    (a plain number of an older lta-worker), `other_database` (another database's, or from
+    before a restore into another PostgreSQL cluster) or `ahead` (beyond what the database
+    issued: forged, or from before a restore). The way back is to read again from `0`."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(
+            message,
+            hint="read the feed again from cursor 0 and take its rows as the whole truth",
+            reason=reason,
+        )
 
 
 class ConfigError(LtaError):

@@ -35,7 +35,12 @@ def read(user_id: int, minute: int, payload: Any) -> UserUpdate:
     )
 
 
-def export(config: Path, url: str, cursor: int) -> tuple[list[dict[str, Any]], int]:
+def position(cursor: str | int) -> int:
+    """Where a cursor stands in its history (`0`: the start)."""
+    return int(str(cursor).rpartition(".")[2])
+
+
+def export(config: Path, url: str, cursor: str | int) -> tuple[list[dict[str, Any]], str]:
     """The rows `results export --changed-since CURSOR` printed, and its last line's cursor,
     called again with that cursor until it passed every row stored (on PostgreSQL another
     session's open transaction, a parallel test's, holds the feed back until it ends)."""
@@ -49,10 +54,10 @@ def export(config: Path, url: str, cursor: int) -> tuple[list[dict[str, Any]], i
         assert done.returncode == 0, done.stderr
         *rows, last = [json.loads(line) for line in done.stdout.splitlines()]
         assert set(last) == {"cursor"}
-        assert last["cursor"] >= cursor
+        assert position(last["cursor"]) >= position(cursor)
         out += rows
         cursor = last["cursor"]
-        if cursor > newest:
+        if position(cursor) > newest:
             return out, cursor
         assert time.monotonic() < deadline, "the feed never passed the newest row"
 
@@ -61,7 +66,7 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
     tmp_path: Path, store_url: str
 ) -> None:
     """From 0 every stored content, each a results line; from the printed cursor only what
-    was stored since, and nothing when nothing was."""
+    was stored since, and nothing when nothing was; after a forget, a line naming the user."""
     config = write_config(tmp_path, store_url)
     with Store.open(store_url) as store:
         alice = enroll(store, Vault(keyring("k1")), "alice").id
@@ -74,13 +79,33 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
     ]
     assert rows[0]["state"] == "active"
     again, same = export(config, store_url, cursor)
-    assert (again, same >= cursor) == ([], True)
+    assert (again, position(same) >= position(cursor)) == ([], True)
     with Store.open(store_url) as store:
         store.apply([read(alice, 3, {"v": 2})])  # the same content: no change
         store.apply([read(alice, 4, {"v": 4})])
     rows, later = export(config, store_url, same)
     assert [r["payload"] for r in rows] == [{"v": 4}]
-    assert later > cursor
+    assert position(later) > position(cursor)
+    with Store.open(store_url) as store:
+        store.begin_drop("alice", T0 + 5 * MINUTE, purge=True)
+    rows, _ = export(config, store_url, later)
+    at = "2025-06-01T12:05:00Z"
+    assert rows == [{"user": "alice", "forgotten": True, "reason": "forget", "at": at}]
+
+
+@pytest.mark.parametrize("cursor", ["1000000000", "ahead"])
+def test_a_cursor_the_database_never_issued_is_a_usage_error(
+    tmp_path: Path, store_url: str, cursor: str
+) -> None:
+    """A cursor ahead of the database (or a bare number) exits 2 naming the way
+    back, `--changed-since 0`, and prints nothing on stdout."""
+    config = write_config(tmp_path, store_url)
+    if cursor == "ahead":
+        _, issued = export(config, store_url, 0)
+        cursor = f"{str(issued).rpartition('.')[0]}.{2**62}"
+    done = cli(config, "results", "export", "--changed-since", cursor)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "--changed-since 0" in done.stderr
 
 
 @pytest.mark.parametrize(

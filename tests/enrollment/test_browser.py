@@ -424,3 +424,20 @@ async def test_a_head_request_uses_up_neither_the_link_nor_the_code(browser: Bro
     assert browser.store.get_user("alice") is None  # the code is not exchanged by a HEAD
     page = await browser.get(callback)
     assert (page.status_code, outcome_of(page)) == (200, "enrolled")
+
+
+async def test_a_link_issued_before_a_forget_is_refused_and_a_new_one_enrolls(
+    browser: Browser,
+) -> None:
+    """After `forget`, a link issued before it is refused as expired (410) and brings
+    nothing back; a link issued after it enrolls the id again as a new user."""
+    await browser.get(await browser.consent(await browser.open_link(), "allow"))
+    old = browser.links.make("alice", browser.clock.now(), timedelta(hours=1))
+    browser.clock.advance(1)
+    browser.store.begin_drop("alice", browser.clock.now(), purge=True)
+    browser.clock.advance(1)
+    page = await browser.get(old)
+    assert (page.status_code, outcome_of(page)) == (410, "link_expired")
+    assert browser.store.get_user("alice").state == "dropping"  # type: ignore[union-attr]
+    await browser.get(await browser.consent(await browser.open_link(), "allow"))
+    assert browser.store.get_user("alice").state == "active"  # type: ignore[union-attr]

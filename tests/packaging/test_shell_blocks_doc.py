@@ -147,7 +147,8 @@ def cursor_kept(ctx: Ctx, stdout: str) -> None:
     tmp = ctx.tmp
     lines = (tmp / "changes.jsonl").read_text(encoding="utf-8").splitlines()
     assert any(json.loads(line).get("user") == "ada" for line in lines[:-1])
-    assert (tmp / "app" / "lta-cursor").read_text(encoding="utf-8").strip().isdigit()
+    kept = (tmp / "app" / "lta-cursor").read_text(encoding="utf-8").strip()
+    assert json.loads(lines[-1]) == {"cursor": kept}
 
 
 def keyed_and_enrolled(ctx: Ctx) -> None:

@@ -4,15 +4,21 @@ backend (two instances and out-of-order commits on PostgreSQL: tests/multi/test_
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import func, select
 
-from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.domain import ResultRow, SnapshotWrite, UserUpdate
+from lta_worker.errors import CursorError
 from lta_worker.storage import History, Store, Vault
+from support.pg import PgDatabases
 from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
@@ -41,7 +47,14 @@ def read(user_id: int, minute: int, **payloads: Any) -> UserUpdate:
     )
 
 
-def take(store: Store, cursor: int, user: str | None = None) -> tuple[int, list[tuple[Any, ...]]]:
+def position(cursor: str | int) -> int:
+    """Where a cursor stands in its history (`0`: the start)."""
+    return int(str(cursor).rpartition(".")[2])
+
+
+def take(
+    store: Store, cursor: str | int, user: str | None = None
+) -> tuple[str, list[tuple[Any, ...]]]:
     """The feed from `cursor` until it passed every row stored so far: the next cursor and
     (user, endpoint, payload) of each row.
 
@@ -54,10 +67,13 @@ def take(store: Store, cursor: int, user: str | None = None) -> tuple[int, list[
     deadline = time.monotonic() + 30
     while True:
         feed = store.changed_since(cursor, user)
-        rows += [(r.user, r.endpoint, r.payload) for r in feed.rows]
-        assert feed.cursor >= cursor
+        rows += [
+            (r.user, r.endpoint, r.payload) if isinstance(r, ResultRow) else (r.user, r.reason)
+            for r in feed.rows
+        ]
+        assert position(feed.cursor) >= position(cursor)
         cursor = feed.cursor
-        if cursor > newest:
+        if position(cursor) > newest:
             return cursor, rows
         assert time.monotonic() < deadline, "the feed never passed the newest row"
         time.sleep(0.01)
@@ -86,7 +102,7 @@ def test_each_change_once_in_the_order_stored(store: Store, vault: Vault) -> Non
         ("b", "latest-change", {"v": 2}),
         ("b", "latest-change", {"v": 3}),
     ]
-    assert c2 > c1
+    assert position(c2) > position(c1)
     assert take(store, c2)[1] == []
     assert len(take(store, 0)[1]) == 6
 
@@ -102,13 +118,87 @@ def test_one_users_changes_and_feed_after_forget(store: Store, vault: Vault) -> 
     assert rows == [("b", "latest-change", {"v": 1})]
     assert store.begin_drop("b", T0, purge=True).purged == 2
     store.apply([read(a, 2, latest_change={"v": 2})])
-    assert take(store, cursor)[1] == [("a", "latest-change", {"v": 2})]
+    assert take(store, cursor)[1] == [("b", "forget"), ("a", "latest-change", {"v": 2})]
+    assert take(store, cursor, "a")[1] == [("a", "latest-change", {"v": 2})]
 
 
-def test_a_negative_cursor_is_refused(store: Store) -> None:
-    """A negative cursor is a ValueError that says what a cursor is."""
-    with pytest.raises(ValueError, match="cursor"):
-        store.changed_since(-1)
+def test_a_retention_purge_is_a_feed_line(store: Store, vault: Vault) -> None:
+    """Results purged by retention show in the feed as a line naming the user; the line
+    itself goes with the history's retention."""
+    a = enroll(store, vault, "a").id
+    store.apply([read(a, 1, latest_change={"v": 1})])
+    cursor, _ = take(store, 0)
+    store.delete_token("a", "revoked", T0 + HOUR)
+    assert store.purge_expired(T0 + 2 * HOUR, timedelta(0)).users == 1
+    assert take(store, cursor)[1] == [("a", "retention")]
+    store.purge_expired(T0 + 400 * 24 * HOUR, timedelta(0), history=timedelta(days=365))
+    assert take(store, 0)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("cursor", "reason"),
+    [
+        ("-1", "malformed"),
+        ("yesterday", "malformed"),
+        ("abc.12.3", "malformed"),
+        (str(2**63), "legacy"),
+        ("1000000000", "legacy"),
+        ("0123456789abcdef.5", "other_database"),
+        ("0123456789abcdef." + "9" * 20, "malformed"),
+    ],
+)
+def test_a_cursor_never_issued_is_refused(store: Store, cursor: str, reason: str) -> None:
+    """A cursor that is not this database's (malformed, a bare number, huge, another
+    database's) is a CursorError naming the way back, never an empty answer."""
+    with pytest.raises(CursorError) as raised:
+        store.changed_since(cursor)
+    assert raised.value.reason == reason
+    assert raised.value.hint is not None and "0" in raised.value.hint
+
+
+def test_a_cursor_ahead_of_the_database_is_refused(store: Store, vault: Vault) -> None:
+    """A cursor of this history beyond what it issued is refused as `ahead`."""
+    history = take(store, 0)[0].rpartition(".")[0]
+    with pytest.raises(CursorError) as raised:
+        store.changed_since(f"{history}.{2**62}")
+    assert raised.value.reason == "ahead"
+
+
+def test_a_cursor_of_another_database_is_refused(store: Store, tmp_path: Path) -> None:
+    """Each database names its own history: a cursor one printed is refused by another."""
+    with Store.open(f"sqlite:///{tmp_path / 'other.db'}") as second:
+        second.upgrade()
+        cursor = second.changed_since(0).cursor
+    with pytest.raises(CursorError) as raised:
+        store.changed_since(cursor)
+    assert raised.value.reason == "other_database"
+
+
+def test_a_restored_sqlite_file_never_skips_what_it_stores_after(
+    tmp_path: Path, sqlite_template: Path, vault: Vault
+) -> None:
+    """Backup, write more, read (cursor C), restore the backup: C is refused until the
+    restored database stores something, then C returns every row stored since the restore."""
+    live, backup = tmp_path / "lta.db", tmp_path / "backup.db"
+    shutil.copyfile(sqlite_template, live)
+    live.chmod(0o600)
+    url = f"sqlite:///{live}"
+    with Store.open(url) as store:
+        a = enroll(store, vault, "a").id
+        store.apply([read(a, 1, latest_change={"v": 1})])
+    shutil.copyfile(live, backup)
+    with Store.open(url) as store:
+        store.apply([read(a, 2, latest_change={"v": 2})])
+        store.apply([read(a, 3, latest_change={"v": 3})])
+        cursor, rows = take(store, 0)
+    assert len(rows) == 3
+    shutil.copyfile(backup, live)
+    with Store.open(url) as store:
+        with pytest.raises(CursorError) as raised:
+            store.changed_since(cursor)
+        assert raised.value.reason == "ahead"
+        store.apply([read(a, 4, latest_change={"v": 4})])
+        assert take(store, cursor)[1] == [("a", "latest-change", {"v": 4})]
 
 
 def test_feed_reads_in_batches(store: Store, vault: Vault) -> None:
@@ -121,3 +211,42 @@ def test_feed_reads_in_batches(store: Store, vault: Vault) -> None:
     assert [(r.user, r.payload["v"]) for r in rows] == [
         (f"u{i}", minute) for minute in (1, 2) for i in range(7)
     ]
+
+
+@pytest.mark.postgres
+def test_a_pg_dump_restored_into_another_cluster_renumbers_and_refuses_old_cursors(
+    pg_databases: PgDatabases | None, vault: Vault
+) -> None:
+    """`pg_dump` into another database, made to look like another cluster's (its cluster
+    stamp differs, its rows numbered above this cluster's transaction ids): an old cursor is
+    refused before `db upgrade` (ahead) and after it (the history got a new id); from 0
+    every restored row, then what is stored after the restore."""
+    if pg_databases is None or shutil.which("pg_dump") is None:
+        pytest.skip("needs PostgreSQL (LTA_TEST_DATABASE_URL) and pg_dump")
+    source, target = pg_databases.create(), pg_databases.create()
+    with Store.open(source) as store:
+        store.upgrade()
+        a = enroll(store, vault, "a").id
+        store.apply([read(a, 1, latest_change={"v": 1})])
+        store.apply([read(a, 2, latest_change={"v": 2})])
+        cursor, _ = take(store, 0)
+    dump = subprocess.run(["pg_dump", "--no-owner", source], check=True, capture_output=True)
+    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", target], input=dump.stdout, check=True)
+    moved = 10**12
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("UPDATE feed_counter SET pg_system = '1'")
+        conn.execute("UPDATE history SET seq = seq + %s", (moved,))
+    history, _, at = cursor.rpartition(".")
+    old = f"{history}.{int(at) + moved}"
+    with Store.open(target) as store:
+        with pytest.raises(CursorError) as raised:
+            store.changed_since(old)
+        assert raised.value.reason == "ahead"
+        store.upgrade()
+        with pytest.raises(CursorError) as raised:
+            store.changed_since(old)
+        assert raised.value.reason == "other_database"
+        fresh, rows = take(store, 0)
+        assert [r[2] for r in rows] == [{"v": 1}, {"v": 2}]
+        store.apply([read(a, 3, latest_change={"v": 3})])
+        assert take(store, fresh)[1] == [("a", "latest-change", {"v": 3})]

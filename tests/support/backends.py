@@ -24,7 +24,7 @@ from support.pg import PG_ENV, PG_SKIP, PgDatabases
 
 TABLES = (
     "users, user_leases, snapshots, history, pending_enrollments, instances, client_budget, "
-    "passes, webhook_outbox"
+    "passes, webhook_outbox, feed_gone"
 )
 
 

@@ -69,6 +69,7 @@ def test_event_names_cover_the_issue_list() -> None:
         "user.scope_denied",
         "user.dropping",
         "user.dropped",
+        "user.forgotten",
         "user.active",
         "result.changed",
     }

@@ -20,6 +20,7 @@ from typing import Final
 
 from lta_worker.errors import (
     ConfigError,
+    CursorError,
     EnrollmentError,
     KeyFileError,
     LtaError,
@@ -62,6 +63,8 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (UnknownUserError, None): (
         "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
     ),
+    # A feed cursor the database never issued: the way back.
+    (CursorError, None): "`lta-worker results export --changed-since 0`",
     # The token key file.
     (ConfigError, "key_file_unset"): (
         "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"

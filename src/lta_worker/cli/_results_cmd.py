@@ -1,9 +1,11 @@
 """`lta-worker results export [--format jsonl] [--user ID] [--history [--since T]]
 [--changed-since CURSOR]`: the latest result per user and endpoint (or, with `--history`,
 every stored past content; with `--changed-since`, the contents stored after a cursor, then
-`{"cursor": N}` to pass next time), one JSON object per line: `user`, `endpoint`, `status`
+`{"cursor": C}` to pass next time), one JSON object per line: `user`, `endpoint`, `status`
 (`ok`|`none`), `payload`, `fetched_at`, `changed_at`, and the user's `state` now (revoked
-and dropped users' results are recognisable).
+and dropped users' results are recognisable); in the feed, a user whose results were purged
+as `{"user", "forgotten": true, "reason", "at"}`. A cursor the database never issued is
+a usage error (`CursorError`, exit 2): read again from `0`.
 """
 
 from __future__ import annotations
@@ -49,9 +51,8 @@ def results() -> None:
     "--changed-since",
     "cursor",
     metavar="CURSOR",
-    type=click.IntRange(min=0),
-    help="Only the contents stored after CURSOR (0: all), oldest first, then a last line "
-    '{"cursor": N}: pass N next time.',
+    help="Only the contents stored after CURSOR (0: all), oldest first (a forgotten "
+    'user\'s line says its data is gone), then a last line {"cursor": C}: pass C next time.',
 )
 @pass_app
 def export(
@@ -61,7 +62,7 @@ def export(
     history: bool,
     since: str | None,
     *,
-    cursor: int | None,
+    cursor: str | None,
 ) -> None:
     """Print the latest stored result per user and endpoint (or the change history, or the
     changes stored after a cursor)."""
@@ -90,7 +91,8 @@ def export(
                 from lta_worker.logs import get_logger  # structlog: only when needed
 
                 log = get_logger("lta_worker.results")
-                log.warning("results.skipped", user=row.user, endpoint=row.endpoint)
+                endpoint = getattr(row, "endpoint", None)
+                log.warning("results.skipped", user=row.user, endpoint=endpoint)
                 continue
             click.echo(line)
         if feed is not None:

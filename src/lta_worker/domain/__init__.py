@@ -46,6 +46,7 @@ from lta_worker.domain._events import (
     StateEvent,
     change_event,
     enrollment_event,
+    forgotten_event,
     turn_events,
 )
 from lta_worker.domain._freshness import (
@@ -80,6 +81,7 @@ from lta_worker.domain._model import (
     ResultStatus,
     RotationReport,
     SnapshotWrite,
+    UserForgotten,
     UserRow,
     UserState,
     UserUpdate,
@@ -178,6 +180,7 @@ __all__ = [
     "StatsMode",
     "StopReason",
     "Trip",
+    "UserForgotten",
     "UserRow",
     "UserState",
     "UserUpdate",
@@ -200,6 +203,7 @@ __all__ = [
     "enrollment_event",
     "expected_delay",
     "find_code",
+    "forgotten_event",
     "format_duration",
     "from_buckets",
     "interval_for",

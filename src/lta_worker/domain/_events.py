@@ -26,6 +26,7 @@ EventType = Literal[
     "user.scope_denied",
     "user.dropping",
     "user.dropped",
+    "user.forgotten",
     "user.active",
     "result.changed",
 ]
@@ -45,6 +46,7 @@ CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
     "user.scope_denied": "Re-enroll asking for that scope",
     "user.dropping":     "None; the worker finishes the drop with the service",
     "user.dropped":      "None; the client dropped the user's access",
+    "user.forgotten":    "Delete what you hold of the user: the worker purged its results",
     "user.active":       "None; access is back",
     "result.changed":    "Read the user's new result (or take it from `content`)",
 }
@@ -130,6 +132,11 @@ def change_event(
     if old == new:
         return None
     return StateEvent(STATE_EVENTS[new], user, old, new, reason, at)
+
+
+def forgotten_event(user: str, old: UserState, new: UserState, at: datetime) -> StateEvent:
+    """`users forget` purged the user's results (whatever its state, even unchanged)."""
+    return StateEvent("user.forgotten", user, old, new, "forget", at)
 
 
 def turn_events(

@@ -135,12 +135,24 @@ class ResultRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ChangeFeed:
-    """The results stored after a cursor (`rows`, in the order stored) and the cursor to
-    pass next time: every later result is after it, no earlier one is."""
+class UserForgotten:
+    """A line of the change feed: every stored result of `user` is gone, `at` that time
+    (`reason`: `forget`, by `users forget`; `retention`, by the retention purge)."""
 
-    cursor: int
-    rows: Iterator[ResultRow]
+    user: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFeed:
+    """The results stored after a cursor (`rows`, in the order stored, with a
+    `UserForgotten` where a user's results were purged) and the cursor to pass next time
+    (opaque: this database's history id and a position in it): every later result is
+    after it, no earlier one is."""
+
+    cursor: str
+    rows: Iterator[ResultRow | UserForgotten]
 
 
 @dataclass(frozen=True, slots=True)

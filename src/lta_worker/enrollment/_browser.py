@@ -150,8 +150,8 @@ class BrowserFlow:
         """Verify and spend the link, start the consent, bind its state to a new cookie.
 
         Raises:
-            FlowStopped: the link is invalid, expired or already used (or the database or
-                the key file failed).
+            FlowStopped: the link is invalid, expired (or issued before the user was
+                forgotten) or already used (or the database or the key file failed).
         """
         now = self._clock()
         try:
@@ -159,6 +159,8 @@ class BrowserFlow:
         except LinkError as exc:
             raise FlowStopped(Outcome(exc.problem, exc.user)) from None
         try:
+            if await to_thread.run_sync(self._store.forgotten_since, claim.user, claim.issued_at):
+                raise FlowStopped(Outcome("link_expired", claim.user))  # issued before a forget
             fresh = await to_thread.run_sync(
                 self._store.spend_link, claim.nonce, claim.user, now, claim.expires_at
             )

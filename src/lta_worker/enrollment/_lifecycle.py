@@ -26,11 +26,13 @@ What a drop reports is what it stored: when its write finds the row changed mean
 new consent, another sender), it reports the row as it is (`overtaken`).
 
 A user with no token (revoked or already dropped) is left exactly as it is. `forget` also
-purges every stored result of the user (snapshots and history) at once, in phase 1's
-transaction, whatever happens to the DELETE: what the client does when one of its users
-deletes their account (spec section 5, rule 7). One transaction: a forget cut off by the
-database either purged and marked the user or did neither, never marked it `dropping`
-with its results left for good (issue 28).
+purges every stored result of the user (snapshots and history), its events waiting in the
+webhook outbox and what the worker learned of it (the estimate), refuses the enrollment
+links issued before it, and writes a feed line and a `user.forgotten` event, at once, in
+phase 1's transaction, whatever the user's state and whatever happens to the DELETE: what
+the client does when one of its users deletes their account (spec section 5, rule 7). One
+transaction: a forget cut off by the database either purged and marked the user or did
+neither, never marked it `dropping` with its results left for good (issue 28).
 """
 
 from __future__ import annotations
@@ -177,10 +179,12 @@ class Lifecycle(ClientOperation):
         return result
 
     async def forget(self, user: str) -> DropResult:
-        """Drop the user and purge every stored result of theirs (snapshots and history).
+        """Drop the user and purge every stored result of theirs (snapshots and history),
+        its waiting webhook events and its estimate; older enrollment links stop working.
 
-        The results are purged in the transaction that marks the user `dropping` (so no
-        pass can write any back), before the DELETE, whatever its answer.
+        All of it happens in the transaction that marks the user `dropping` (so no pass can
+        write any back), before the DELETE, whatever its answer and whatever the user's
+        state; the feed gets a `UserForgotten` line and the receiver `user.forgotten`.
 
         Raises:
             UnknownUserError: no such user (exit 2).

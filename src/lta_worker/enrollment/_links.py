@@ -2,7 +2,8 @@
 
 The `link` value is an itsdangerous `URLSafeSerializer` token (HMAC-SHA1 over a salted,
 derived key; the library's own format, not a hand-made one) of a small JSON object: the
-user id, the expiry (epoch seconds) and a random nonce. The keys come from
+user id, the expiry (epoch seconds), when it was issued (epoch milliseconds: a link issued
+before the user was forgotten is refused) and a random nonce. The keys come from
 `enroll.link_key_file`: the newest signs, every key verifies (itsdangerous key rotation).
 
 A link is signed, not encrypted: whoever holds it can read the user id in it. It carries no
@@ -51,6 +52,7 @@ class LinkClaim:
     user: str
     expires_at: datetime
     nonce: str
+    issued_at: datetime | None = None  # None: a link of an older version
 
 
 class EnrollLinks:
@@ -81,6 +83,7 @@ class EnrollLinks:
         payload = {
             "u": user,
             "x": int((now + valid).timestamp()),
+            "i": int(now.timestamp() * 1000),
             "n": secrets.token_urlsafe(16),
         }
         token = self._serializer.dumps(payload)
@@ -118,8 +121,12 @@ def _claim(payload: Any) -> LinkClaim | None:
         return None
     if not isinstance(expiry, int) or isinstance(expiry, bool) or not 0 < expiry < 2**33:
         return None
+    issued = payload.get("i")
+    if issued is not None and (type(issued) is not int or not 0 < issued < 2**43):
+        return None
     try:
         check_user_id(user)
     except UsageError:
         return None
-    return LinkClaim(user, datetime.fromtimestamp(expiry, UTC), nonce)
+    at = None if issued is None else datetime.fromtimestamp(issued / 1000, UTC)
+    return LinkClaim(user, datetime.fromtimestamp(expiry, UTC), nonce, at)

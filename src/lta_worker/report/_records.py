@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lta_worker.domain import ResultRow, UserRow
+    from lta_worker.domain import ResultRow, UserForgotten, UserRow
 
 
 def iso(value: datetime | None) -> str | None:
@@ -34,8 +34,13 @@ def user_json(row: UserRow) -> dict[str, Any]:
     }
 
 
-def result_json(row: ResultRow) -> dict[str, Any]:
-    """One exported result (a line of `results export`) as a JSON-ready dict."""
+def result_json(row: ResultRow | UserForgotten) -> dict[str, Any]:
+    """One exported result (a line of `results export`) as a JSON-ready dict; in the change
+    feed, a user's purged results as `{"user", "forgotten": true, "reason", "at"}`."""
+    from lta_worker.domain import UserForgotten  # loaded already: the row is one of its
+
+    if isinstance(row, UserForgotten):
+        return {"user": row.user, "forgotten": True, "reason": row.reason, "at": iso(row.at)}
     return {
         "user": row.user,
         "endpoint": row.endpoint,

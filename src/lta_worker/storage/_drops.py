@@ -21,16 +21,17 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, delete, insert, select, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, insert, select, update
 
-from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event
+from lta_worker.domain import TOKENLESS_STATES, UserRow, change_event, forgotten_event
 from lta_worker.errors import UnknownUserError
 from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage import _results as results
 from lta_worker.storage._db import Queries
+from lta_worker.storage._feed import record_gone
 from lta_worker.storage._leases import LEASES
-from lta_worker.storage._models import User
+from lta_worker.storage._models import OutboxEvent, User
 from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
 
@@ -49,6 +50,10 @@ class DropStart:
     in_flight: bool = False
     owner: str | None = None
     purged: int | None = None
+
+
+# What the worker learned of a user, erased by a forget (a reused id inherits none of it).
+_LEARNED = ("estimate", "plan_bucket", "rate_bucket", "last_polled_at", "last_code")
 
 
 def drop_owner() -> str:
@@ -99,7 +104,7 @@ class DropQueries(Queries):
             if found is None:
                 raise UnknownUserError(user)
             before = to_user_row(found)
-            purged = results.purge_user(conn, before.id) if purge else None
+            purged = self._forget(conn, before, now) if purge else None
             if before.token is None or before.state in TOKENLESS_STATES:
                 return DropStart(before, before, purged=purged)
             if before.state == "dropping":
@@ -134,8 +139,25 @@ class DropQueries(Queries):
                         generation=after.generation,
                     )
                 )
-            outbox.record(conn, [change_event(user, before.state, after.state, now, "drop")])
+            reason = "forget" if purge else "drop"
+            outbox.record(conn, [change_event(user, before.state, after.state, now, reason)])
         return DropStart(before, after, owner=owner, purged=purged)
+
+    def _forget(self, conn: Connection, row: UserRow, now: datetime) -> int:
+        """`users forget`'s part of `begin_drop`: purge the user's results, its waiting
+        events (their content with them) and what the worker learned of it; refuse the
+        links issued before now; tell the feed and the receiver. How many results went."""
+        purged = results.purge_user(conn, row.id)
+        conn.execute(delete(OutboxEvent).where(OutboxEvent.user == row.user))
+        conn.execute(
+            update(User)
+            .where(User.id == row.id)
+            .values(forgotten_at=now, **dict.fromkeys(_LEARNED), denied={})
+        )
+        record_gone(conn, self._db.dialect, [row.user], "forget", now)
+        state = "dropping" if row.token is not None and row.state != "dropping" else row.state
+        outbox.record(conn, [forgotten_event(row.user, row.state, state, now)])
+        return purged
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
         """The service confirmed the DELETE: delete the token, state `dropped`; True if written.
@@ -159,13 +181,19 @@ class DropQueries(Queries):
                     dropped_at=now,
                     generation=leases.current_generation() + 1,
                 )
-                .returning(User.user)
+                .returning(User.user, User.forgotten_at, User.enrolled_at)
             )
-            user = result.scalar_one_or_none()
-            if user is not None:
+            done = result.first()
+            if done is not None:
                 conn.execute(delete(LEASES).where(leases.lease_of(user_id)))
-                outbox.record(conn, [change_event(user, "dropping", "dropped", now, "drop")])
-        return user is not None
+                # A forget's drop unless the user enrolled again after its last forget.
+                forget = done.forgotten_at is not None and (
+                    done.enrolled_at is None or done.forgotten_at >= done.enrolled_at
+                )
+                reason = "forget" if forget else "drop"
+                event = change_event(done.user, "dropping", "dropped", now, reason)
+                outbox.record(conn, [event])
+        return done is not None
 
     def defer_drop(self, user_id: int, generation: int, *, retry_at: datetime, reason: str) -> bool:
         """The DELETE was not confirmed: stay `dropping`, retried at `retry_at`; True if written."""

@@ -21,6 +21,7 @@ from lta_worker.domain import EncryptedToken, PendingEnrollment
 from lta_worker.secret import Secret
 from lta_worker.storage._db import Queries, insert_for
 from lta_worker.storage._models import PendingEnrollmentRow as Row
+from lta_worker.storage._models import User
 
 LINK_MARK: Final = ""
 
@@ -120,3 +121,10 @@ class EnrollmentQueries(Queries):
             # RETURNING says whether the row went in, on both backends (rowcount did not on PG).
             returning = stmt.on_conflict_do_nothing().returning(Row.state_hash)
             return conn.execute(returning).first() is not None
+
+    def forgotten_since(self, user: str, issued_at: datetime | None) -> bool:
+        """Whether `user` was forgotten at or after `issued_at` (None: at any time): a link
+        issued before a forget is refused."""
+        with self._db.read() as conn:
+            at = conn.execute(select(User.forgotten_at).where(User.user == user)).scalar()
+        return at is not None and (issued_at is None or at >= issued_at)

@@ -1,76 +1,184 @@
 """The change feed: the results stored after a cursor, and the cursor to pass next time.
 
-Each history row (a content that differs from the one stored before it) carries `seq`, the
-number of the transaction that wrote it, and a reader takes the rows with `cursor <= seq <
-bound`, where `bound` is a number below which every writing transaction has ended:
+Each history row (a content that differs from the one stored before it) and each forget
+line (`feed_gone`: a user's results purged) carries `seq`, the number of the transaction
+that wrote it, and a reader takes the rows with `cursor <= seq < bound`, where `bound` is a
+number below which every writing transaction has ended:
 
 - PostgreSQL: `seq` is the writing transaction's id (`pg_current_xact_id()`, the top-level
-  one even under a SAVEPOINT), and `bound` the oldest transaction still running when the
-  reader looks (`pg_snapshot_xmin(pg_current_snapshot())`). A transaction that took its id
-  before another but commits after it is still running at the reader's look, so its rows
-  are not skipped: the reader stops below it and returns them next time. Ids grow across
-  every connection of the server, so two instances and a clock step change nothing; a
-  transaction left open for long only delays the feed.
-- SQLite: one writer at a time; each write that appends history takes the next value of
-  `feed_counter` in its own transaction, and `bound` is the counter's value plus one.
+  one even under a SAVEPOINT) plus `feed_counter.pg_offset`, and `bound` the oldest
+  transaction still running when the reader looks (`pg_snapshot_xmin`) plus the same. A
+  transaction that took its id before another but commits after it is still running at
+  the reader's look, so its rows are not skipped: the reader stops below it and returns
+  them next time. Ids grow across every connection of the server, so two instances and a
+  clock step change nothing; a transaction left open for long only delays the feed.
+- SQLite: one writer at a time; each write that appends to the feed takes the next value of
+  `feed_counter` in its own transaction (never less than the database's clock in
+  microseconds, so that writes after a restore from a backup number above every cursor
+  issued before it), and `bound` is the counter's value plus one.
 
 `bound` is read before the rows: every row below it is committed by then, so the rows can be
 read in batches, each in a transaction of its own. Rows older than the feed have seq 0.
+
+A cursor is `HISTORY_ID.BOUND` (or `0`: from the start): it names this database's history
+(`feed_counter.history_id`, random, made by migration 0010), so a cursor of another
+database is refused, as one beyond the bound is (forged, or kept from before a restore:
+this database never issued it), never answered with nothing. A restore of a PostgreSQL dump
+into another cluster (whose transaction ids start again) is found by `follow_cluster` when
+`run`, `serve` or `db upgrade` start: the history gets a new id (every older cursor is
+refused) and an offset that numbers new rows above the restored ones.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import heapq
+import re
+import secrets
+from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Connection, literal_column, select, update
+from sqlalchemy import Connection, func, literal_column, select, union_all, update
 
-from lta_worker.domain import ChangeFeed
-from lta_worker.storage._db import Dialect, Queries
-from lta_worker.storage._models import FeedCounter, History, User
+from lta_worker.domain import ChangeFeed, UserForgotten
+from lta_worker.errors import CursorError
+from lta_worker.storage._db import Database, Dialect, Queries
+from lta_worker.storage._models import FeedCounter, FeedGone, History, User
 from lta_worker.storage._results import result_row
 
 # The writing transaction's id as a number (xid8 has no cast to bigint but through text).
 _PG_XACT: Final = "pg_current_xact_id()::text::bigint"
 _PG_BOUND: Final = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+_PG_NEXT: Final = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+_PG_OFFSET: Final = "coalesce((SELECT pg_offset FROM feed_counter WHERE id = 1), 0)"
+_PG_SYSTEM: Final = "(SELECT system_identifier::text FROM pg_control_system())"
+_SQLITE_NOW_US: Final = "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+_CURSOR: Final = re.compile(r"([0-9a-f]{1,32})\.([0-9]{1,19})")
+_MAX_SEQ: Final = 2**63 - 1
 
 
-def write_seq(conn: Connection, dialect: Dialect) -> ColumnElement[int] | int:
-    """The `seq` of history rows this transaction writes (call once per write of history)."""
+def write_seq(conn: Connection, dialect: Dialect) -> Any:
+    """The `seq` of feed rows this transaction writes (call once per write to the feed)."""
     if dialect == "postgresql":
-        return literal_column(_PG_XACT)
+        return literal_column(f"({_PG_XACT} + {_PG_OFFSET})")
     value = FeedCounter.__table__.c.value
     bumped = conn.execute(
-        update(FeedCounter).where(FeedCounter.id == 1).values(value=value + 1).returning(value)
+        update(FeedCounter)
+        .where(FeedCounter.id == 1)
+        .values(value=func.max(value + 1, literal_column(_SQLITE_NOW_US)))
+        .returning(value)
     ).scalar_one_or_none()
     if bumped is None:  # a database made from the models, not the migrations
-        conn.execute(FeedCounter.__table__.insert().values(id=1, value=1))
-        return 1
+        first = int(conn.execute(select(literal_column(_SQLITE_NOW_US))).scalar_one())
+        conn.execute(
+            FeedCounter.__table__.insert().values(
+                id=1, value=first, history_id=secrets.token_hex(8)
+            )
+        )
+        return first
     return int(bumped)
 
 
-def _bound(conn: Connection, dialect: Dialect) -> int:
-    """Every transaction numbered below this has ended (committed or rolled back)."""
+def _position(conn: Connection, dialect: Dialect) -> tuple[str, int]:
+    """This database's history id, and a number below which every transaction has ended."""
+    row = conn.execute(
+        select(FeedCounter.history_id, FeedCounter.value, FeedCounter.pg_offset).where(
+            FeedCounter.id == 1
+        )
+    ).first()
+    history = (row.history_id if row is not None else None) or "0"
     if dialect == "postgresql":
-        return int(conn.execute(select(literal_column(_PG_BOUND))).scalar_one())
-    value = conn.execute(select(FeedCounter.value).where(FeedCounter.id == 1)).scalar()
-    return int(value or 0) + 1
+        offset = row.pg_offset if row is not None else 0
+        return history, int(conn.execute(select(literal_column(_PG_BOUND))).scalar_one()) + offset
+    return history, (int(row.value) if row is not None else 0) + 1
+
+
+def follow_cluster(db: Database) -> bool:
+    """PostgreSQL: after a restore into another cluster (its transaction ids start again),
+    give the history a new id and an offset numbering new rows above every stored one;
+    True when it did. Stamps the cluster on first use; a no-op on SQLite."""
+    if db.dialect != "postgresql":
+        return False
+    with db.write() as conn:
+        row = conn.execute(
+            select(FeedCounter.pg_system, FeedCounter.pg_offset)
+            .where(FeedCounter.id == 1)
+            .with_for_update()
+        ).first()
+        if row is None:
+            return False
+        system = str(conn.execute(select(literal_column(_PG_SYSTEM))).scalar_one())
+        nxt = int(conn.execute(select(literal_column(_PG_NEXT))).scalar_one())
+        seqs = union_all(select(func.max(History.seq)), select(func.max(FeedGone.seq))).subquery()
+        newest = int(conn.execute(select(func.max(seqs.c[0]))).scalar() or 0)
+        moved = row.pg_system is not None and row.pg_system != system
+        if not moved and newest < nxt + row.pg_offset:
+            if row.pg_system is None:
+                conn.execute(update(FeedCounter).values(pg_system=system))
+            return False
+        conn.execute(
+            update(FeedCounter).values(
+                pg_system=system,
+                pg_offset=max(row.pg_offset, newest - nxt + 1),
+                history_id=secrets.token_hex(8),
+            )
+        )
+    return True
+
+
+def parse_cursor(cursor: str | int, history: str, bound: int) -> int:
+    """The position a cursor names in this history (`0`: the start).
+
+    Raises:
+        CursorError: the database never issued it (see the error's reasons).
+    """
+    text = str(cursor).strip()
+    if text == "0":
+        return 0
+    if text.isdigit():
+        raise CursorError(
+            f"cursor {text[:24]!r} is a plain number, as lta-worker printed before cursors "
+            "named their database: it cannot show that it came from this one",
+            reason="legacy",
+        )
+    found = _CURSOR.fullmatch(text)
+    if found is None or int(found[2]) > _MAX_SEQ:
+        raise CursorError(
+            f"{text[:80]!r} is not a cursor this feed printed (a cursor is 0 or the "
+            '"cursor" of the last line of a previous export)',
+            reason="malformed",
+        )
+    if found[1] != history:
+        raise CursorError(
+            "the cursor comes from another database's history (or from before this "
+            "database was restored into another PostgreSQL cluster)",
+            reason="other_database",
+        )
+    position = int(found[2])
+    if position > bound:
+        raise CursorError(
+            "the cursor is ahead of everything this database stored: it never issued it "
+            "(forged, or kept from before a restore from an older backup)",
+            reason="ahead",
+        )
+    return position
 
 
 class FeedQueries(Queries):
     """The change feed of `results export --changed-since`."""
 
-    def changed_since(self, cursor: int, user: str | None = None, batch: int = 500) -> ChangeFeed:
-        """The results stored at or after `cursor` (0: all; of one user when given), oldest
-        first, and the cursor to pass next time.
+    def changed_since(
+        self, cursor: str | int, user: str | None = None, batch: int = 500
+    ) -> ChangeFeed:
+        """The results stored at or after `cursor` (`0`: all; of one user when given),
+        oldest first, each purge of a user's results as a `UserForgotten` in its place, and
+        the cursor to pass next time.
 
         Raises:
-            ValueError: a negative cursor.
+            CursorError: a cursor this database never issued (read again from `0`).
         """
-        if cursor < 0:
-            raise ValueError("a cursor is 0 or a number a previous export printed")
         with self._db.read() as conn:
-            bound = _bound(conn, self._db.dialect)
-        query = (
+            history, bound = _position(conn, self._db.dialect)
+        after = parse_cursor(cursor, history, bound)
+        results = (
             select(
                 History.id,
                 History.seq,
@@ -84,9 +192,31 @@ class FeedQueries(Queries):
             .join(User, User.id == History.user_id)
             .where(History.seq < bound)
         )
+        gone = select(FeedGone.id, FeedGone.seq, FeedGone.user, FeedGone.reason, FeedGone.at)
+        gone = gone.where(FeedGone.seq < bound)
         if user is not None:
-            query = query.where(User.user == user)
-        rows = self._db.pages(query, (History.seq, History.id), (cursor, 0), batch)
-        return ChangeFeed(
-            max(cursor, bound), (result_row(row, changed_at=row.fetched_at) for row in rows)
+            results = results.where(User.user == user)
+            gone = gone.where(FeedGone.user == user)
+        rows = heapq.merge(
+            self._db.pages(results, (History.seq, History.id), (after, 0), batch),
+            self._db.pages(gone, (FeedGone.seq, FeedGone.id), (after, 0), batch),
+            key=lambda row: row.seq,
         )
+        return ChangeFeed(
+            f"{history}.{bound}",
+            (
+                result_row(row, changed_at=row.fetched_at)
+                if hasattr(row, "endpoint")
+                else UserForgotten(row.user, row.reason, row.at)
+                for row in rows
+            ),
+        )
+
+
+def record_gone(conn: Connection, dialect: Dialect, users: list[str], reason: str, at: Any) -> None:
+    """Write a feed line per user whose results were just purged (in the purge's
+    transaction)."""
+    if not users:
+        return
+    insert = FeedGone.__table__.insert().values(seq=write_seq(conn, dialect))
+    conn.execute(insert, [{"user": u, "reason": reason, "at": at} for u in users])

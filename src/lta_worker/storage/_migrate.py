@@ -29,6 +29,7 @@ REVISIONS: Final[tuple[str, ...]] = (
     "0007",
     "0008",
     "0009",
+    "0010",
 )
 """Every revision this code knows, oldest first."""
 HEAD_REVISION: Final[str] = REVISIONS[-1]

@@ -156,6 +156,8 @@ class User(Base):
     estimate = column(JSON)
     plan_bucket = column(Integer)
     rate_bucket = column(Integer)
+    # When the user was last forgotten (migration 0010): links issued before it are refused.
+    forgotten_at = _when(nullable=True)
 
 
 class UserLease(Base):
@@ -218,18 +220,36 @@ class History(Base):
 
 
 class FeedCounter(Base):
-    """SQLite's transaction counter for `History.seq` (one row, migration 0008).
+    """The feed's one row (migration 0008): its identity and SQLite's counter.
 
-    SQLite has no transaction id: each write that appends history takes the next value,
+    SQLite has no transaction id: each write that appends history takes the next `value`,
     under the database's one write lock, so values follow commit order and never repeat
-    (a row id would: SQLite reuses the largest one once its row is deleted). Unused on
-    PostgreSQL, whose transaction ids serve.
+    (a row id would: SQLite reuses the largest one once its row is deleted). PostgreSQL's
+    transaction ids serve instead, plus `pg_offset`, counted on the cluster `pg_system`
+    (migration 0010). `history_id` names this database's history in every cursor.
     """
 
     __tablename__ = "feed_counter"
 
     id = column(Integer, primary_key=True, autoincrement=False)
     value = column(BigInteger, nullable=False)
+    history_id = column(String(32))
+    pg_system = column(String(32))
+    pg_offset = column(BigInteger, nullable=False, default=0, server_default=text("0"))
+
+
+class FeedGone(Base):
+    """A line of the feed saying a user's results are gone (`users forget`, the retention
+    purge; migration 0010), numbered like the history rows (`seq`)."""
+
+    __tablename__ = "feed_gone"
+    __table_args__ = (Index("ix_feed_gone_seq", "seq", "id"),)
+
+    id = column(Integer, primary_key=True, autoincrement=True)
+    user = column(String(255), nullable=False)
+    seq = column(BigInteger, nullable=False)
+    reason = column(String(16), nullable=False)
+    at = _when()
 
 
 class PendingEnrollmentRow(Base):

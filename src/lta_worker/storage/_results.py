@@ -128,8 +128,11 @@ def purge_user(conn: Connection, user_id: int) -> int:
     return int(snapshots + past)
 
 
-def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> PurgeCounts:
-    """Delete results of users revoked or dropped at least `after` ago (0 means at once)."""
+def purge_expired_results(
+    conn: Connection, now: datetime, after: timedelta
+) -> tuple[PurgeCounts, list[str]]:
+    """Delete results of users revoked or dropped at least `after` ago (0 means at once);
+    the counts and the users whose results went."""
     cutoff = now - after
     expired = select(User.id).where(
         or_(
@@ -143,12 +146,16 @@ def purge_expired_results(conn: Connection, now: datetime, after: timedelta) -> 
         .union(select(History.user_id).where(History.user_id.in_(expired)))
         .subquery()
     )
-    users = conn.execute(select(with_rows.c.user_id)).scalars().all()
-    if not users:
-        return PurgeCounts()
+    found = conn.execute(
+        select(User.id, User.user).where(User.id.in_(select(with_rows.c.user_id)))
+    ).all()
+    if not found:
+        return PurgeCounts(), []
+    users = [r.id for r in found]
     snapshots = conn.execute(delete(Snapshot).where(Snapshot.user_id.in_(users))).rowcount
     past = conn.execute(delete(History).where(History.user_id.in_(users))).rowcount
-    return PurgeCounts(users=len(users), snapshots=snapshots, history=past)
+    counts = PurgeCounts(users=len(users), snapshots=snapshots, history=past)
+    return counts, [r.user for r in found]
 
 
 def prune_history(conn: Connection, now: datetime, keep: timedelta) -> int:

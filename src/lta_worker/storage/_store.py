@@ -18,10 +18,11 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import URL
+from sqlalchemy import URL, delete
 
 from lta_worker.domain import PurgeCounts
 from lta_worker.errors import InstanceLockedError, SchemaOutdatedError
+from lta_worker.storage import _feed as feed
 from lta_worker.storage import _migrate as migrate
 from lta_worker.storage import _results as results
 from lta_worker.storage._db import Database, Dialect
@@ -31,6 +32,7 @@ from lta_worker.storage._feed import FeedQueries
 from lta_worker.storage._freshness import FreshnessQueries
 from lta_worker.storage._instances import InstanceQueries
 from lta_worker.storage._leases import LeaseQueries
+from lta_worker.storage._models import FeedGone
 from lta_worker.storage._outbox import OutboxQueries
 from lta_worker.storage._results import ResultQueries
 from lta_worker.storage._rotation import RotationQueries
@@ -88,12 +90,15 @@ class Store(
     # -- schema ---------------------------------------------------------------------------
 
     def upgrade(self) -> bool:
-        """Migrate to the schema this code knows; True when a migration ran.
+        """Migrate to the schema this code knows; True when a migration ran. On PostgreSQL,
+        also renumber the feed after a restore into another cluster (`_feed.follow_cluster`).
 
         Raises:
             SchemaTooNewError: the database was migrated by a newer lta-worker.
         """
-        return migrate.upgrade(self._db)
+        ran = migrate.upgrade(self._db)
+        feed.follow_cluster(self._db)
+        return ran
 
     def schema_revision(self) -> str | None:
         """The schema revision stamped in the database (None when empty)."""
@@ -122,11 +127,15 @@ class Store(
     def purge_expired(
         self, now: datetime, after: timedelta, history: timedelta | None = None
     ) -> PurgeCounts:
-        """Retention purge: results of users revoked/dropped `after` ago, dead consents, and
-        (with `history`) past contents older than that, each (user, endpoint)'s newest kept."""
+        """Retention purge: results of users revoked/dropped `after` ago (a feed line each
+        says so), dead consents, and (with `history`) past contents and feed lines older than
+        that, each (user, endpoint)'s newest content kept."""
         with self._db.write() as conn:
-            counts = results.purge_expired_results(conn, now, after)
+            counts, gone = results.purge_expired_results(conn, now, after)
+            feed.record_gone(conn, self.dialect, gone, "retention", now)
             pruned = results.prune_history(conn, now, history) if history is not None else 0
+            if history is not None:
+                conn.execute(delete(FeedGone).where(FeedGone.at < now - history))
         pending = self.purge_pending(now)
         return dataclasses.replace(counts, pending=pending, history_pruned=pruned)
 
