@@ -4,6 +4,7 @@ backend (two instances and out-of-order commits on PostgreSQL: tests/multi/test_
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import time
@@ -250,3 +251,31 @@ def test_a_pg_dump_restored_into_another_cluster_renumbers_and_refuses_old_curso
         assert [r[2] for r in rows] == [{"v": 1}, {"v": 2}]
         store.apply([read(a, 3, latest_change={"v": 3})])
         assert take(store, fresh)[1] == [("a", "latest-change", {"v": 3})]
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_not_read_the_cluster_id_still_upgrades_and_feeds(
+    pg_databases: PgDatabases | None, vault: Vault
+) -> None:
+    """A managed service's role without `pg_control_system()`: `db upgrade`, the feed and
+    the restore check work, judging a restore by the stored rows' numbers alone."""
+    if pg_databases is None:
+        pytest.skip("needs PostgreSQL (LTA_TEST_DATABASE_URL)")
+    url = pg_databases.create()
+    role = f"lta_plain_{secrets.token_hex(4)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        try:
+            admin.execute(f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" OWNER TO "{role}"')
+            admin.execute("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+            plain = url.replace("postgres@", f"{role}@", 1)
+            with Store.open(plain) as store:
+                store.upgrade()
+                store.upgrade()  # the restore check again, with its stamp unreadable
+                a = enroll(store, vault, "a").id
+                store.apply([read(a, 1, latest_change={"v": 1})])
+                assert take(store, 0)[1] == [("a", "latest-change", {"v": 1})]
+        finally:
+            admin.execute(f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" OWNER TO CURRENT_USER')
+            admin.execute(f'DROP OWNED BY "{role}" CASCADE')
+            admin.execute(f'DROP ROLE "{role}"')

@@ -37,6 +37,7 @@ import secrets
 from typing import Any, Final
 
 from sqlalchemy import Connection, func, literal_column, select, union_all, update
+from sqlalchemy.exc import DBAPIError
 
 from lta_worker.domain import ChangeFeed, UserForgotten
 from lta_worker.errors import CursorError
@@ -105,23 +106,34 @@ def follow_cluster(db: Database) -> bool:
         ).first()
         if row is None:
             return False
-        system = str(conn.execute(select(literal_column(_PG_SYSTEM))).scalar_one())
+        system = _cluster(conn)
         nxt = int(conn.execute(select(literal_column(_PG_NEXT))).scalar_one())
         seqs = union_all(select(func.max(History.seq)), select(func.max(FeedGone.seq))).subquery()
         newest = int(conn.execute(select(func.max(seqs.c[0]))).scalar() or 0)
-        moved = row.pg_system is not None and row.pg_system != system
+        moved = None not in (row.pg_system, system) and row.pg_system != system
         if not moved and newest < nxt + row.pg_offset:
             if row.pg_system is None:
                 conn.execute(update(FeedCounter).values(pg_system=system))
             return False
         conn.execute(
             update(FeedCounter).values(
-                pg_system=system,
+                pg_system=system or row.pg_system,
                 pg_offset=max(row.pg_offset, newest - nxt + 1),
                 history_id=secrets.token_hex(8),
             )
         )
     return True
+
+
+def _cluster(conn: Connection) -> str | None:
+    """The cluster's system identifier, or None where the role may not read it (a managed
+    service may revoke `pg_control_system()`): then only the stored rows' numbers tell a
+    restore into another cluster."""
+    try:
+        with conn.begin_nested():
+            return str(conn.execute(select(literal_column(_PG_SYSTEM))).scalar_one())
+    except DBAPIError:
+        return None
 
 
 def parse_cursor(cursor: str | int, history: str, bound: int) -> int:
