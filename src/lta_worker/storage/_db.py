@@ -44,11 +44,11 @@ from sqlalchemy import (
     make_url,
     tuple_,
 )
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from lta_worker.errors import ConfigError, SchemaOutdatedError
-from lta_worker.storage._dberrors import SQLITE_WRITABLE_HINT, map_driver_error
+from lta_worker.storage._dberrors import DATABASE_ERRORS, SQLITE_WRITABLE_HINT, map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -316,7 +316,7 @@ class Database:
         """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`."""
         try:
             yield
-        except DBAPIError as exc:
+        except DATABASE_ERRORS as exc:
             raise map_driver_error(exc, self.engine.url.password, self.path) from exc
 
     def pages(
