@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import select
 import socket
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from lta_worker.storage import Store
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import MetricsServer, shared
 from support.sockets import closed_within
@@ -222,4 +224,29 @@ def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
         hung.released.set()
         for probe in probes:
             probe.close()
+        server.close()
+
+
+def test_a_locked_sqlite_database_answers_unhealthy_within_the_wait(sqlite_store: Store) -> None:
+    """Another process holding SQLite's lock makes a read wait out the busy timeout (30 s):
+    /healthz answers 503 "the database does not answer" within the wait all the same."""
+    path = sqlite_store.database.path
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE feed_counter SET value = value")
+
+    def status() -> dict[str, Any]:
+        healthy = sum(sqlite_store.count_by_state().values()) >= 0
+        return {"healthy": healthy, "problems": [], "generated_at": "now", "version": "test"}
+
+    server = MetricsServer("127.0.0.1", 0, Metrics(), status, health_wait=0.2)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert answer.value.code == 503
+        assert "the database does not answer" in answer.value.read().decode()
+    finally:
+        holder.close()
         server.close()
