@@ -130,10 +130,11 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _Shared:
     """`health` computed in a thread of its own, at most one computation at a time, shared by
-    every caller; a success reused for `fresh_for` seconds (a failure is not kept: the next
-    caller starts again). A caller waits at most until `wait_s` after the computation started
-    (a hung database cannot hold a probe, nor its connection, longer); past `max_waiting`
-    callers waiting, a new one does not wait at all, so that probes never fill the server."""
+    every caller; a success reused for `fresh_for` seconds from its start (a failure is not
+    kept: the next caller starts again). A caller waits at most until `wait_s` after the
+    computation started (a hung database cannot hold a probe, nor its connection, longer);
+    past `max_waiting` callers waiting, a new one does not wait at all, so that probes never
+    fill the server."""
 
     def __init__(self, health: HealthFn, fresh_for: float, wait_s: float, max_waiting: int) -> None:
         self.health, self.fresh_for, self.wait_s = health, fresh_for, wait_s
@@ -152,10 +153,10 @@ class _Shared:
         except BaseException as exc:  # handed to the callers waiting for this run
             outcome = exc
         with self.done:
-            self.started = None
+            started, self.started = self.started, None
             self.finished = (run, outcome)
-            if not isinstance(outcome, BaseException):
-                self.fresh = (time.monotonic(), outcome)
+            if not isinstance(outcome, BaseException) and started is not None:
+                self.fresh = (started, outcome)  # as old as the state it read
             self.done.notify_all()
 
     def __call__(self) -> dict[str, Any]:
