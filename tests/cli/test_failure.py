@@ -8,6 +8,7 @@ import io
 import json
 
 import pytest
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from lta_worker.cli._failure import DEBUG_HINT, classify, render, report
 from lta_worker.errors import ConfigError, StorageError, UnknownKeyError, UsageError
@@ -34,6 +35,8 @@ from lta_worker.errors import ConfigError, StorageError, UnknownKeyError, UsageE
         (OSError(errno.EROFS, "Read-only file system"), 78, "OSError"),
         (OSError(errno.ECONNRESET, "reset"), 75, "ConnectionResetError"),
         (ExceptionGroup("g", [OSError(errno.ENOSPC, "full"), KeyError("k")]), 75, "OSError"),
+        (PoolTimeout("QueuePool limit"), 75, "StorageError"),
+        (ExceptionGroup("g", [KeyError("k"), PoolTimeout("QueuePool limit")]), 75, "StorageError"),
         (RuntimeError("boom"), 1, "RuntimeError"),
         (ExceptionGroup("g", [TypeError("t")]), 1, "TypeError"),
     ],

@@ -3,17 +3,19 @@ SIGHUP does while every database connection is cut."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 
 import pytest
 from bench.faultproxy import FaultProxy
-from sqlalchemy import make_url
+from sqlalchemy import create_engine, make_url, text
 
 from lta_worker.storage import Store
 from support.pg import PG_SKIP, PgDatabases
 
 from .helpers import NotifySocket, World, stop
+from .test_metrics import free_port, get
 
 pytestmark = pytest.mark.postgres
 
@@ -68,3 +70,51 @@ def test_a_sighup_during_a_database_cut_is_retried_until_it_applies(
     assert failed, "the reload during the cut should have failed first"
     assert all(not e["ok"] and e["level"] == "error" and e["retry_in_s"] > 0 for e in failed)
     assert all("database" in e["error"] for e in failed)
+
+
+def snapshots(url: str) -> set[tuple[object, ...]]:
+    """The (user, endpoint) of every stored result, read straight from the database."""
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"))
+    try:
+        with engine.connect() as conn:
+            return {
+                tuple(row) for row in conn.execute(text("SELECT user_id, endpoint FROM snapshots"))
+            }
+    finally:
+        engine.dispose()
+
+
+def test_a_stalled_database_leaves_health_answering_and_sigterm_obeyed(
+    cut_world: tuple[World, FaultProxy], notify: NotifySocket
+) -> None:
+    """Every database connection stalled under `serve`: /healthz answers 503 naming the
+    database, /metrics answers, SIGTERM ends `serve` (exit 75) within the unit's
+    TimeoutStopSec with no bug line, and every result stored before the stall is kept."""
+    world, proxy = cut_world
+    port = free_port()
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.poll = {"tick": "0.2s", "interval": "0.5s"}
+    world.serve = {"grace_period": "1s"}
+    world.write_config()
+    world.enroll(["ada", "bob"])
+    proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
+    try:
+        notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
+        proxy.stall()
+        host, pg_port = proxy.target
+        direct = make_url(world.database_url or "").set(host=host, port=pg_port)
+        stored = snapshots(direct.render_as_string(hide_password=False))
+        for _ in range(2):
+            status, body = get(f"http://127.0.0.1:{port}/healthz")
+            assert status == 503
+            assert "the database does not answer" in json.loads(body)["problems"][0]
+        assert get(f"http://127.0.0.1:{port}/metrics")[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)  # the unit's TimeoutStopSec
+    finally:
+        stop(proc)
+        proxy.resume()
+    assert code == 75
+    assert not [e for e in world.log_events() if e.get("exit_code") == 1]
+    assert world.log_events()[-1]["error"] == "StorageError"
+    assert stored and stored <= snapshots(direct.render_as_string(hide_password=False))

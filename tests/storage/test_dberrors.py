@@ -155,3 +155,21 @@ def test_corrupt_sqlite_database_is_configuration(tmp_path: Path) -> None:
     assert isinstance(error, ConfigError) and error.key == "database.url", error
     assert "malformed" in str(error)
     assert error.hint is not None and "PRAGMA integrity_check" in error.hint
+
+
+@pytest.mark.postgres
+def test_postgresql_waits_are_bounded_unless_the_url_says_otherwise() -> None:
+    """A statement and a lock wait at most 30 s on PostgreSQL (a stalled or locked database
+    is a storage error, not a hang); the URL's own `options` win."""
+    url = f"postgresql://postgres@{_server()}/test"
+    with Store.open(url) as store, store.database.read() as conn:
+        shown = [
+            conn.execute(text(f"SHOW {name}")).scalar()
+            for name in ("statement_timeout", "lock_timeout")
+        ]
+    assert shown == ["30s", "30s"]
+    with (
+        Store.open(url + "?options=-c%20lock_timeout%3D1500ms") as store,
+        store.database.read() as conn,
+    ):
+        assert conn.execute(text("SHOW lock_timeout")).scalar() == "1500ms"

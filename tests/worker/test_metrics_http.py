@@ -1,25 +1,29 @@
 """The metrics and health server under load: a flood of `/healthz` costs the database one
 status a second, an idle client is let go, a client that trickles its request head is cut
-at the head deadline, and slow clients never lock a scrape or a probe out."""
+at the head deadline, slow clients never lock a scrape or a probe out, and neither do
+probes waiting on a hung database."""
 
 from __future__ import annotations
 
 import select
 import socket
+import sqlite3
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
 
+from lta_worker.storage import Store
 from lta_worker.worker._metrics import Metrics
 from lta_worker.worker._metrics_http import MetricsServer, shared
 from support.sockets import closed_within
 
 
 def test_a_flood_of_health_checks_computes_the_status_once() -> None:
-    """Twenty concurrent callers within the freshness window share one computation."""
+    """Sixteen concurrent callers within the freshness window share one computation."""
     calls: list[float] = []
 
     def slow_status() -> dict[str, Any]:
@@ -29,13 +33,13 @@ def test_a_flood_of_health_checks_computes_the_status_once() -> None:
 
     health = shared(slow_status, fresh_for=5.0)
     results: list[dict[str, Any]] = []
-    threads = [threading.Thread(target=lambda: results.append(health())) for _ in range(20)]
+    threads = [threading.Thread(target=lambda: results.append(health())) for _ in range(16)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(5)
     assert len(calls) == 1
-    assert results == [{"healthy": True}] * 20
+    assert results == [{"healthy": True}] * 16
 
 
 def test_a_failed_status_is_not_kept() -> None:
@@ -168,4 +172,81 @@ def test_a_client_trickling_its_head_is_cut_at_the_head_deadline() -> None:
         assert time.monotonic() - started >= 1.0
     finally:
         drippers.close()
+        server.close()
+
+
+class _Hung:
+    """A status that hangs (a stalled database) until `release`, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.released = threading.Event()
+
+    def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        self.released.wait(30)
+        return {"healthy": True, "problems": [], "generated_at": "now", "version": "test"}
+
+
+def test_a_hung_status_answers_unhealthy_at_once_after_the_wait() -> None:
+    """While the status hangs, every probe gets 503 "the database does not answer" once the
+    wait is over, and the hung status is the only one computing."""
+    hung = _Hung()
+    server = MetricsServer("127.0.0.1", 0, Metrics(), hung, health_wait=0.2)
+    try:
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+            assert answer.value.code == 503
+            assert "the database does not answer" in answer.value.read().decode()
+        assert hung.calls == 1
+    finally:
+        hung.released.set()
+        server.close()
+
+
+def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
+    """40 probes sent while the status hangs, at a cap of 32 connections: once every one of
+    them is past its request head, a scrape is still answered."""
+    hung = _Hung()
+    server = MetricsServer("127.0.0.1", 0, Metrics(), hung)
+    probes = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+    try:
+        for probe in probes:
+            probe.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        admission = server.server.admission
+        while admission.waiting or admission.kept < 16:
+            time.sleep(0.01)  # until each probe is answered, waiting, or refused
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        hung.released.set()
+        for probe in probes:
+            probe.close()
+        server.close()
+
+
+def test_a_locked_sqlite_database_answers_unhealthy_within_the_wait(sqlite_store: Store) -> None:
+    """Another process holding SQLite's lock makes a read wait out the busy timeout (30 s):
+    /healthz answers 503 "the database does not answer" within the wait all the same."""
+    path = sqlite_store.database.path
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE feed_counter SET value = value")
+
+    def status() -> dict[str, Any]:
+        healthy = sum(sqlite_store.count_by_state().values()) >= 0
+        return {"healthy": healthy, "problems": [], "generated_at": "now", "version": "test"}
+
+    server = MetricsServer("127.0.0.1", 0, Metrics(), status, health_wait=0.2)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert answer.value.code == 503
+        assert "the database does not answer" in answer.value.read().decode()
+    finally:
+        holder.close()
         server.close()

@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from structlog.testing import capture_logs
 
 from lta_worker.errors import ConfigError, StorageError
@@ -87,6 +89,14 @@ def service(run_pass: Any) -> tuple[Service, StandInWorker, RecordingNotifier]:
             75,
             False,
         ),
+        # Every pooled connection held by a stalled database, then a cut: no bug either.
+        (
+            ExceptionGroup("pass", [StorageError("gone"), PoolTimeout("QueuePool limit")]),
+            "StorageError",
+            75,
+            False,
+        ),
+        (OperationalError("SELECT 1", {}, Exception("closed")), "StorageError", 75, False),
         (
             ExceptionGroup("pass", [StorageError("gone"), RuntimeError("a bug")]),
             "ExceptionGroup",

@@ -5,7 +5,8 @@
     OSError                  75 for the machine's resources (disk full, too many files,
                              I/O error), 78 for a path or a permission (the file named in
                              the error is configuration)
-    SQLAlchemy driver error  classified by `storage.dberrors` (75 or 78, naming database.url)
+    SQLAlchemy driver error  classified by `storage.dberrors` (75 or 78, naming database.url);
+                             a pool with no connection free in time: 75
     anything else            a bug: exit 1, naming the error type, with the debug hint
     (Base)ExceptionGroup     the most telling leaf of the group (anyio task groups wrap)
 
@@ -111,7 +112,7 @@ def _rank(exc: BaseException) -> int:
     cancellations and exits that a failing sibling causes in a task group."""
     if isinstance(exc, LtaError):
         return 0
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or _is_database_error(exc):
         return 1
     if isinstance(exc, Exception):
         return 2
@@ -175,17 +176,22 @@ def classify(exc: BaseException) -> Failure:
     return Failure(1, type(exc).__name__, message, DEBUG_HINT)
 
 
-def _database_failure(exc: BaseException) -> Failure | None:
-    """A driver error that escaped the storage layer's mapping, classified the same way."""
+def _is_database_error(exc: BaseException) -> bool:
+    """True for a driver error or a pool timeout (`storage.DATABASE_ERRORS`)."""
     if "sqlalchemy" not in sys.modules:  # never imported: it cannot be one
-        return None
-    from sqlalchemy.exc import DBAPIError
+        return False
+    from lta_worker.storage import DATABASE_ERRORS
 
-    if not isinstance(exc, DBAPIError):
+    return isinstance(exc, DATABASE_ERRORS)
+
+
+def _database_failure(exc: BaseException) -> Failure | None:
+    """A database error that escaped the storage layer's mapping, classified the same way."""
+    if not _is_database_error(exc):
         return None
     from lta_worker.storage import map_driver_error
 
-    return classify(map_driver_error(exc))
+    return classify(map_driver_error(exc))  # type: ignore[arg-type]
 
 
 def render(failure: Failure, *, as_json: bool) -> str:

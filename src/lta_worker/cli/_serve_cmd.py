@@ -27,4 +27,4 @@ def serve(app: App) -> None:
     def reload() -> Settings:
         return load_settings(app.config_path, os.environ)
 
-    sys.exit(anyio.run(lambda: serve_forever(settings, reload_settings=reload)))
+    sys.exit(anyio.run(lambda: serve_forever(settings, reload_settings=reload, bounded=True)))

@@ -8,9 +8,10 @@
 - `Vault`, `Keyring`, `TokenDecryptError`, `load_key_file`, `generate_key_line`:
   AES-256-GCM encryption of tokens at rest and the key file (`_vault`, `_keyfile`);
 - `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this
-  code knows (`_migrate`); `map_driver_error`: a driver error as a configuration (78) or
-  temporary (75) error (`_dberrors`); `require_sqlite_writable`: what `check` asks of a
-  SQLite file and its directory, without writing (`_db`);
+  code knows (`_migrate`); `map_driver_error`: a driver error (or a pool with no connection
+  free, both `DATABASE_ERRORS`) as a configuration (78) or temporary (75) error
+  (`_dberrors`); `require_sqlite_writable`: what `check` asks of a SQLite file and its
+  directory, without writing (`_db`);
 - the tables (`User`, `UserLease`, `History`, `PendingEnrollmentRow`, `OutboxEvent`) and
   `schema_metadata`, for the migrations, the benchmarks' bulk loads and the tests that look
   at rows (`_models`).
@@ -21,7 +22,7 @@ The records it takes and returns are the domain's (`lta_worker.domain`).
 from __future__ import annotations
 
 from lta_worker.storage._db import require_sqlite_writable
-from lta_worker.storage._dberrors import map_driver_error
+from lta_worker.storage._dberrors import DATABASE_ERRORS, map_driver_error
 from lta_worker.storage._keyfile import Keyring, generate_key_line, load_key_file
 from lta_worker.storage._migrate import HEAD_REVISION
 from lta_worker.storage._models import (
@@ -37,6 +38,7 @@ from lta_worker.storage._store import Store
 from lta_worker.storage._vault import TokenDecryptError, Vault
 
 __all__ = [
+    "DATABASE_ERRORS",
     "HEAD_REVISION",
     "History",
     "Keyring",

@@ -8,7 +8,12 @@ tries to upgrade while another process writes. Reads use a plain deferred BEGIN;
 they never block writers.
 
 PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
-`postgresql+psycopg://`.
+`postgresql+psycopg://`. No wait is unbounded (`WAIT_S`, the same bound as SQLite's busy
+timeout): connecting (`connect_timeout`), data the server does not acknowledge
+(`tcp_user_timeout`), a statement and a lock (`statement_timeout`, `lock_timeout`; not for
+migrations, which may take long), a pooled connection (`pool_timeout`). Past it the call
+fails as a `StorageError` (75). The URL's own `connect_timeout`, `tcp_user_timeout` and
+`options` (`-c lock_timeout=...`) win.
 
 Read-only (`Database.open(url, read_only=True)`, for `status`, `users list`, `results export`
 and `check`): SQLite opens the existing file with `mode=ro` (never creating it, its
@@ -44,15 +49,17 @@ from sqlalchemy import (
     make_url,
     tuple_,
 )
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from lta_worker.errors import ConfigError, SchemaOutdatedError
-from lta_worker.storage._dberrors import SQLITE_WRITABLE_HINT, map_driver_error
+from lta_worker.storage._dberrors import DATABASE_ERRORS, SQLITE_WRITABLE_HINT, map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
 
-BUSY_TIMEOUT_MS = 30_000
+# The longest one database operation waits (see the module), in seconds.
+WAIT_S = 30
+BUSY_TIMEOUT_MS = WAIT_S * 1000
 _BEGIN_OPTION = "lta_sqlite_begin"
 # JSON columns hold strict JSON only (RFC 8259): a NaN or an infinity is refused at the
 # write instead of being stored as `NaN`/`Infinity`, which no JSON reader accepts.
@@ -239,8 +246,9 @@ def _create_readonly_engine(url: URL) -> Engine:
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
     # A read-only command: a small pool, and every transaction read-only on the server.
-    options = {"options": "-c default_transaction_read_only=on"}
-    return _postgresql_engine(url, pool_size=2, max_overflow=2, connect_args=options)
+    return _postgresql_engine(
+        url, "-c default_transaction_read_only=on", pool_size=2, max_overflow=2
+    )
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
@@ -265,11 +273,32 @@ def create_store_engine(url: URL) -> Engine:
     return _postgresql_engine(url, pool_size=5, max_overflow=10)
 
 
-def _postgresql_engine(url: URL, **pool: Any) -> Engine:
-    """A PostgreSQL engine through psycopg 3 (ConfigError naming the extra without it)."""
+def _postgresql_engine(url: URL, options: str = "", **pool: Any) -> Engine:
+    """A PostgreSQL engine through psycopg 3, every wait bounded (see the module), `options`
+    last (ConfigError naming the extra without psycopg)."""
+    query = url.query
+    bounds = {"connect_timeout": WAIT_S, "tcp_user_timeout": WAIT_S * 1000}
+    connect_args: dict[str, Any] = {k: v for k, v in bounds.items() if k not in query}
+    given = query.get("options", "")
+    connect_args["options"] = " ".join(
+        filter(
+            None,
+            (
+                f"-c statement_timeout={WAIT_S}s -c lock_timeout={WAIT_S}s",
+                given if isinstance(given, str) else " ".join(given),
+                options,
+            ),
+        )
+    )
     try:
         return create_engine(
-            url, hide_parameters=True, json_serializer=_STRICT_JSON, pool_pre_ping=True, **pool
+            url,
+            hide_parameters=True,
+            json_serializer=_STRICT_JSON,
+            pool_pre_ping=True,
+            pool_timeout=WAIT_S,
+            connect_args=connect_args,
+            **pool,
         )
     except ImportError:
         raise ConfigError(
@@ -316,7 +345,7 @@ class Database:
         """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`."""
         try:
             yield
-        except DBAPIError as exc:
+        except DATABASE_ERRORS as exc:
             raise map_driver_error(exc, self.engine.url.password, self.path) from exc
 
     def pages(

@@ -6,7 +6,9 @@ be opened or written, a SQLite file that is not a database (SQLITE_NOTADB) or is
 (SQLITE_CORRUPT): the operator fixes `database.url` (or the file's directory, or restores
 the file), so it is a `ConfigError` naming `database.url`. A server that is down or
 starting, too many connections, a full disk, a lock, a serialization failure: a rerun later
-can succeed, so it is a `StorageError` (75). Anything not recognised is temporary.
+can succeed, so it is a `StorageError` (75). Anything not recognised is temporary, and so
+is a pool with no connection free in time (every one held by a call the database does not
+answer: a stall).
 
 PostgreSQL reports no SQLSTATE for a failed connection (libpq's message is all there is),
 so connection errors are matched on libpq's English messages; a server whose
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from lta_worker.errors import ConfigError, LtaError, StorageError
 
@@ -108,11 +111,22 @@ def _damaged_sqlite(exc: DBAPIError, path: Path | None) -> ConfigError | None:
     return ConfigError(message, key=_SETTING, hint=_CORRUPT_HINT)
 
 
+# What the database layer raises that `map_driver_error` sorts: a driver error, or the
+# pool's "no connection free in time".
+DATABASE_ERRORS: Final = (DBAPIError, PoolTimeout)
+
+
 def map_driver_error(
-    exc: DBAPIError, password: str | None = None, path: Path | None = None
+    exc: DBAPIError | PoolTimeout, password: str | None = None, path: Path | None = None
 ) -> LtaError:
     """The lta-worker error for a driver error: ConfigError (78) or StorageError (75);
     `path` is the SQLite file, named in the message when the file itself is damaged."""
+    if not isinstance(exc, DBAPIError):
+        return StorageError(
+            "no database connection came free in time: the database answers slowly or not "
+            "at all, and every pooled connection waits for it",
+            hint=_TEMPORARY_HINT,
+        )
     damaged = _damaged_sqlite(exc, path)
     if damaged is not None:
         return damaged

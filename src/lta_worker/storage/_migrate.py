@@ -97,5 +97,8 @@ def upgrade(db: Database) -> bool:
 
 
 def pg_upgrade_lock(conn: Connection) -> None:
-    """Serialize concurrent upgrades on PostgreSQL (released at the transaction's end)."""
+    """Serialize concurrent upgrades on PostgreSQL (released at the transaction's end); a
+    migration, which may take long, runs without the statement and lock timeouts."""
+    conn.execute(text("SET LOCAL statement_timeout = 0"))
+    conn.execute(text("SET LOCAL lock_timeout = 0"))
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})

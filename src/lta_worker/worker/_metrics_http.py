@@ -6,7 +6,8 @@ daemon thread beside the event loop (a scrape never waits for a pass, nor a pass
 scrape). `/healthz` answers 200 when healthy, 503 when not, with a JSON body holding the
 same `healthy` and `problems` as `status --format json` (and `generated_at`, `version`).
 The server writes no access log (stderr carries JSON events only). Slow clients cannot
-lock a scrape or a probe out: see `MAX_CONNECTIONS`, `HEAD_DEADLINE` and `Admission`.
+lock a scrape or a probe out: see `MAX_CONNECTIONS`, `HEAD_DEADLINE` and `Admission`; nor
+can probes waiting on a stalled database (`HEALTH_WAIT_S`, `MAX_HEALTH_WAITING`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
-from lta_worker.errors import ConfigError, LtaError
+from lta_worker.errors import ConfigError, LtaError, StorageError
 from lta_worker.logs import get_logger
 from lta_worker.worker._admission import Admission
 
@@ -53,6 +54,12 @@ HEAD_DEADLINE = 10.0
 # `/healthz` reads the database: one status at a time, reused this long, so that a flood
 # of health checks costs the passes' database pool one status a second, not one a request.
 HEALTH_FRESH_S = 1.0
+# A probe waits at most this long for the status (computed in a thread of its own): past
+# it, `/healthz` answers 503, "the database does not answer", and the status runs on.
+HEALTH_WAIT_S = 5.0
+# At most this many probes wait for the status at once; more are answered at once (503):
+# waiting probes never take every connection, so a scrape always gets in.
+MAX_HEALTH_WAITING = MAX_CONNECTIONS // 2
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -121,21 +128,75 @@ class _QuietHandler(WSGIRequestHandler):
         """No plain-text access log on stderr."""
 
 
-def shared(health: HealthFn, fresh_for: float = HEALTH_FRESH_S) -> HealthFn:
-    """`health` computed by one caller at a time, its result reused for `fresh_for` seconds
-    (a failure is not kept: the next caller tries again)."""
-    lock = threading.Lock()
-    last: list[tuple[float, dict[str, Any]]] = []
+class _Shared:
+    """`health` computed in a thread of its own, at most one computation at a time, shared by
+    every caller; a success reused for `fresh_for` seconds from its start (a failure is not
+    kept: the next caller starts again). A caller waits at most until `wait_s` after the
+    computation started (a hung database cannot hold a probe, nor its connection, longer);
+    past `max_waiting` callers waiting, a new one does not wait at all, so that probes never
+    fill the server."""
 
-    def once() -> dict[str, Any]:
-        with lock:
-            if last and time.monotonic() - last[0][0] < fresh_for:
-                return last[0][1]
-            data = health()
-            last[:] = [(time.monotonic(), data)]
-            return data
+    def __init__(self, health: HealthFn, fresh_for: float, wait_s: float, max_waiting: int) -> None:
+        self.health, self.fresh_for, self.wait_s = health, fresh_for, wait_s
+        self.max_waiting = max_waiting
+        self.done = threading.Condition()
+        self.fresh: tuple[float, dict[str, Any]] | None = None  # (when computed, the data)
+        self.started: float | None = None  # the computation in flight, since
+        self.runs = 0  # computations started
+        self.finished: tuple[int, dict[str, Any] | BaseException] = (0, {})  # (run, outcome)
+        self.waiting = 0
 
-    return once
+    def _compute(self, run: int) -> None:
+        outcome: dict[str, Any] | BaseException
+        try:
+            outcome = self.health()
+        except BaseException as exc:  # handed to the callers waiting for this run
+            outcome = exc
+        with self.done:
+            started, self.started = self.started, None
+            self.finished = (run, outcome)
+            if not isinstance(outcome, BaseException) and started is not None:
+                self.fresh = (started, outcome)  # as old as the state it read
+            self.done.notify_all()
+
+    def __call__(self) -> dict[str, Any]:
+        with self.done:
+            now = time.monotonic()
+            if self.fresh is not None and now - self.fresh[0] < self.fresh_for:
+                return self.fresh[1]
+            if self.started is None:
+                self.started, self.runs = now, self.runs + 1
+                name = "lta-worker-health"
+                threading.Thread(
+                    target=self._compute, args=(self.runs,), name=name, daemon=True
+                ).start()
+            run, since = self.runs, self.started
+            if self.waiting < self.max_waiting:
+                self.waiting += 1
+                try:
+                    self.done.wait_for(lambda: self.finished[0] >= run, since + self.wait_s - now)
+                finally:
+                    self.waiting -= 1
+            if self.finished[0] >= run:
+                outcome = self.finished[1]
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
+            waited = time.monotonic() - since
+        raise StorageError(
+            f"the database does not answer (the status has waited {waited:.0f} s for it)",
+            hint="check that the database is up and reachable; the passes wait for it too",
+        )
+
+
+def shared(
+    health: HealthFn,
+    fresh_for: float = HEALTH_FRESH_S,
+    wait_s: float = HEALTH_WAIT_S,
+    max_waiting: int = MAX_HEALTH_WAITING,
+) -> HealthFn:
+    """`health` computed by one thread at a time for every caller, bounded: `_Shared`."""
+    return _Shared(health, fresh_for, wait_s, max_waiting)
 
 
 def health_app(health: HealthFn) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
@@ -193,13 +254,14 @@ class MetricsServer:
         *,
         max_connections: int = MAX_CONNECTIONS,
         head_deadline: float = HEAD_DEADLINE,
+        health_wait: float = HEALTH_WAIT_S,
     ) -> None:
         server_class = _Server6 if ":" in host else _Server
         try:
             self.server = make_server(
                 host,
                 port,
-                dispatcher(metrics, shared(health)),
+                dispatcher(metrics, shared(health, wait_s=health_wait)),
                 server_class=server_class,
                 handler_class=_QuietHandler,
             )

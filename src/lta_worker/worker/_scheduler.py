@@ -127,10 +127,15 @@ class Guard:
 
 
 def _explained(exc: BaseException) -> LtaError | None:
-    """The `LtaError` that explains `exc`: itself, or the first of an exception group (a
-    pass's task groups wrap what a reader raises) whose every leaf is one; None for a bug."""
+    """The `LtaError` that explains `exc`: itself (a database error that escaped the storage
+    layer's mapping, mapped), or the first of an exception group (a pass's task groups wrap
+    what a reader raises) whose every leaf is one; None for a bug."""
+    from lta_worker.storage import DATABASE_ERRORS, map_driver_error
+
     if isinstance(exc, LtaError):
         return exc
+    if isinstance(exc, DATABASE_ERRORS):
+        return map_driver_error(exc)
     if not isinstance(exc, BaseExceptionGroup):
         return None
     leaves = [_explained(inner) for inner in exc.exceptions]

@@ -30,6 +30,12 @@ read again first: a key added after the start (step 1 of key rotation) and a use
 under it is no configuration problem, and the service goes on with the new keys
 (`service.keys_reloaded`).
 
+A stop waits for the database at most `STOP_BOUND` beyond the grace period: a database
+that stalls (no error, no answer) would otherwise hold the process past systemd's
+TimeoutStopSec. Past it, `serve` logs a `StorageError` `error` event and exits 75 at once;
+what was committed stays, and the users its last pass held are due again once their leases
+lapse.
+
 `[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
 """
 
@@ -37,6 +43,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -44,7 +52,14 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from lta_worker.config import Settings, format_duration
-from lta_worker.errors import EX_CONFIG, EX_OK, LtaError, UnknownKeyError
+from lta_worker.errors import (
+    EX_CONFIG,
+    EX_OK,
+    EX_TEMPFAIL,
+    LtaError,
+    StorageError,
+    UnknownKeyError,
+)
 from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
@@ -61,6 +76,10 @@ if TYPE_CHECKING:
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
 STOP_MARGIN: Final = 2.0
+# Beyond the grace period, the longest a stop waits for the database (the pass's last
+# commit, the instance's unregistering): a stalled one never answers, and `serve` then
+# exits 75 without it, well within the unit's TimeoutStopSec (30 s at the default grace).
+STOP_BOUND: Final = 3 * STOP_MARGIN
 
 
 class Service:
@@ -79,6 +98,10 @@ class Service:
         # What ends the process after `service.stopped` when it stops on its own (exit 78).
         self.stop_error: LtaError | None = None
         self.guard = Guard()
+        # The bound of a stop (`STOP_BOUND`), armed by a stop when `bounded`: only the `serve`
+        # command's process sets it, as the bound ends the process.
+        self.bounded = False
+        self.deadline: threading.Timer | None = None
         self.reloader = Reloader(worker, notifier, reload_settings, self._intervals)
 
     @property
@@ -148,6 +171,11 @@ class Service:
         """Stop claiming, let the running jobs finish within the grace period, then end."""
         grace = self.settings.serve.grace_period.total_seconds()
         self.stopping = True
+        if self.bounded and self.deadline is None:
+            bound = grace + STOP_BOUND
+            self.deadline = threading.Timer(bound, self._abandon, (bound,))
+            self.deadline.daemon = True
+            self.deadline.start()
         self.notifier.stopping(
             f"stopping on {signame}" if signame else f"stopping: {self._fatal_cause}"
         )
@@ -164,6 +192,20 @@ class Service:
         scheduler.shutdown(wait=False)  # cancels whatever still runs past the grace period
         with anyio.move_on_after(STOP_MARGIN):
             await self.guard.idle.wait()
+
+    def _abandon(self, waited: float) -> None:
+        """The stop has waited `waited` s (a database call that does not return): exit 75
+        now, from this timer thread, whatever the event loop is stuck in. What was committed
+        stays; the users the last pass held are due again once their leases lapse."""
+        log.error(
+            "error",
+            error=StorageError.__name__,
+            message=f"the stop waited {waited:.0f} s for the database, which does not answer",
+            hint="nothing committed is lost; check that the database is up and reachable",
+            exit_code=EX_TEMPFAIL,
+        )
+        sys.stderr.flush()
+        os._exit(EX_TEMPFAIL)
 
     async def _pass_job(self) -> None:
         """Every `poll.tick`: the key file checked, then a pass; its breaker or a key id
@@ -248,32 +290,41 @@ async def serve(
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Clock | None = None,
     notifier: Notifier | None = None,
+    bounded: bool = False,
 ) -> int:
-    """Open a worker and serve until a stop signal; return the exit code.
+    """Open a worker and serve until a stop signal; return the exit code. `bounded`: a stop
+    that waits `STOP_BOUND` past the grace period for the database ends the process (75).
 
     Raises:
         PassStoppedError: the breaker stopped the service (exit 78), after `service.stopped`.
         UnknownKeyError: a stored token's key id is missing from the key file (exit 78).
     """
-    async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
-        service = Service(worker, notifier or Notifier(), reload_settings)
-        server = None
-        if settings.metrics.listen:  # imported only when configured
-            from lta_worker.worker._metrics_http import metrics_server
+    service: Service | None = None
+    try:
+        async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:
+            service = Service(worker, notifier or Notifier(), reload_settings)
+            service.bounded = bounded
+            server = None
+            if settings.metrics.listen:  # imported only when configured
+                from lta_worker.worker._metrics_http import metrics_server
 
-            server = metrics_server(worker)
-        try:
-            if settings.enroll.listen is None:
-                code = await service.run()
-            else:
-                # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-                from lta_worker.worker._enroll_server import enroll_listener
-
-                async with enroll_listener(worker):
+                server = metrics_server(worker)
+            try:
+                if settings.enroll.listen is None:
                     code = await service.run()
-        finally:
-            if server is not None:
-                server.close()
+                else:
+                    # Imported only here: starlette and uvicorn are the optional `[web]` extra.
+                    from lta_worker.worker._enroll_server import enroll_listener
+
+                    async with enroll_listener(worker):
+                        code = await service.run()
+            finally:
+                if server is not None:
+                    server.close()
+    finally:
+        # Stopped in time: the bound is off. A job still stuck in the database keeps it.
+        if service is not None and service.deadline is not None and service.guard.idle.is_set():
+            service.deadline.cancel()
     if service.stop_error is not None:  # the CLI writes it: the `error` event, the last line
         raise service.stop_error
     return code
