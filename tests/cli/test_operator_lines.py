@@ -32,24 +32,44 @@ def run(capsys: pytest.CaptureFixture[str], config: Path, *args: str) -> tuple[i
     return int(info.value.code or 0), out, err
 
 
-def test_check_tries_the_metrics_address(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _listening(tmp_path: Path, section: str, port: int) -> str:
+    """The config lines that make `serve` listen on `port` for `section`."""
+    if section == "metrics":
+        return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    keys = tmp_path / "link-key"
+    keys.write_text("k" * 44 + "\n")
+    keys.chmod(0o600)
+    public = f"http://127.0.0.1:{port}"
+    return (
+        f'[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f"link_key_file = {str(keys)!r}\n"
+    )
+
+
+@pytest.mark.parametrize("section", ["metrics", "enroll"])
+def test_check_tries_the_listen_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
 ) -> None:
-    """`metrics.listen` on a port another process holds: `check` fails it with 78 naming the
-    key and a hint, as `serve` would; a free port passes and is let go at once."""
+    """`metrics.listen` or `enroll.listen` on a port another process holds: `check` fails it
+    with 78 naming the key and a hint saying what to do, as `serve` would stop; a free port
+    passes and is let go at once."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
-    base = config.read_text()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config.write_text(base + f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+        base = config.read_text().replace(
+            "[client]\n", f'[client]\nredirect_uri = "http://127.0.0.1:{port}/lta/callback"\n'
+        )
+        config.write_text(base + _listening(tmp_path, section, port))
         code, out, _ = run(capsys, config, "check", "--format", "json")
-    listen = {c["name"]: c for c in json.loads(out)["checks"]}["metrics_listen"]
+    listen = {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]
     assert (code, listen["ok"], listen["exit_code"]) == (78, False, 78)
-    assert listen["message"].startswith("metrics.listen: ") and listen["hint"]
-    run(capsys, config, "check", "--format", "json")  # now free: passes, and holds nothing
-    with socket.socket() as again:
+    assert listen["message"].startswith(f"{section}.listen: ")
+    assert "another process holds it" in listen["hint"]
+    code, out, _ = run(capsys, config, "check", "--format", "json")  # now free
+    assert {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]["ok"]
+    with socket.socket() as again:  # and let go at once
         again.bind(("127.0.0.1", port))
 
 
