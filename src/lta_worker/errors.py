@@ -26,6 +26,7 @@ application that imports this package has no such commands.
     └── StorageError              the database refuses; exit 75
         ├── SchemaTooNewError     the database was migrated by a newer lta-worker; exit 78
         ├── SchemaOutdatedError   a read-only command found no schema or an older one; exit 78
+        ├── NoDatabaseError       a read-only command found no database (no SQLite file); exit 78
         └── InstanceLockedError   another instance holds this SQLite database; exit 75
 """
 
@@ -174,6 +175,12 @@ class SchemaOutdatedError(StorageError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint, reason="schema_outdated")
+
+
+class NoDatabaseError(StorageError):
+    """A read-only command found no database to read: a SQLite file never created."""
+
+    exit_code = EX_CONFIG
 
 
 class InstanceLockedError(StorageError):

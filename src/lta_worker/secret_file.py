@@ -60,7 +60,8 @@ def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigE
 
     Raises:
         ConfigError: (or `error`) naming `key`, when the file breaks the rule or cannot be read;
-            reason `missing` when it does not exist.
+            reason `missing` when it does not exist, `unreadable` when this user may not
+            read it.
     """
     source = f"{str(path)!r}"
     try:
@@ -71,6 +72,10 @@ def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigE
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise error(f"{source} does not exist", key=key, reason="missing") from None
+    except PermissionError as exc:  # root's file under a unit's DynamicUser (cli/_hints.py)
+        raise error(
+            f"{source} cannot be read ({exc.strerror})", key=key, reason="unreadable"
+        ) from None
     except OSError as exc:
         raise error(f"{source} cannot be read ({exc.strerror})", key=key) from None
     try:

@@ -20,6 +20,7 @@ from lta_worker.errors import (
     KeyFileError,
     LtaError,
     ModeNotOpenedError,
+    NoDatabaseError,
     PassStoppedError,
     StorageError,
     UnknownKeyError,
@@ -35,6 +36,7 @@ CLI_SIDE = ("cli/", "simulator/")
 # Text that names a command to describe a situation, not to advise one: (module, text).
 DESCRIPTIONS = {("storage/_store.py", "another lta-worker run or serve is already working on ")}
 USERS = "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
+UNREADABLE = HINTS[(ConfigError, "unreadable")]  # the key file: the rule for every file
 MAKE_KEY = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
 RESTORE_OR_MAKE_KEY = (
     "restore it if the database holds tokens (`lta-worker check` names the key ids it needs); "
@@ -191,6 +193,8 @@ CASES: list[tuple[LtaError, str | None]] = [
     (KeyFileError("x", key="crypto.key_file", reason="no_key"), APPEND_KEY),
     (KeyFileError("x", key="crypto.key_file", reason="malformed"), APPEND_KEY),
     (StorageError("x", reason="schema_outdated"), "run `lta-worker db upgrade`"),
+    (NoDatabaseError("x"), "create it with `lta-worker db upgrade` (`run` and `serve` do too)"),
+    (KeyFileError("x", key="crypto.key_file", reason="unreadable"), UNREADABLE),
     (
         PassStoppedError("x", exit_code=75, reason="deadline"),
         "see the capacity in `lta-worker status`",

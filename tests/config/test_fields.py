@@ -83,3 +83,14 @@ def test_an_unknown_key_is_named_with_its_section() -> None:
     with pytest.raises(ConfigError, match="spelling") as info:
         build_settings(_with("poll", "intervall", "5m"))
     assert info.value.key == "poll.intervall"
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "meant"),
+    [("poll", "concurency", "poll.concurrency"), ("webhook", "secretfile", "webhook.secret_file")],
+)
+def test_an_unknown_key_suggests_the_closest_known_one(section: str, name: str, meant: str) -> None:
+    """A misspelt key's error names the known key it most resembles (did you mean ...?)."""
+    with pytest.raises(ConfigError, match=f"did you mean {meant}") as info:
+        build_settings(_with(section, name, 4))
+    assert info.value.key == f"{section}.{name}"

@@ -26,7 +26,9 @@ EnvironmentFiles=/etc/default/lta-worker (ignore_errors=yes)
 LoadCredential=client-secret:/etc/lta-worker/client-secret
 LoadCredential=token-keys:/etc/lta-worker/token-keys
 LoadCredential=pgpass:/etc/lta-worker/pgpass
+LoadCredential=webhook-secret:/etc/lta-worker/webhook-secret
 LoadCredentialEncrypted=
+SetCredential=webhook-secret:unset
 User=lta-worker
 Group=
 DynamicUser=yes
@@ -83,8 +85,10 @@ def test_admin_passes_the_units_environment_and_credentials(tmp_path: Path) -> N
         f"PGPASSFILE=/run/credentials/{unit}.service/pgpass"
     ) in args
     assert "--property=EnvironmentFile=-/etc/default/lta-worker" in args
-    for credential in ("client-secret", "token-keys", "pgpass"):
+    for credential in ("client-secret", "token-keys", "pgpass", "webhook-secret"):
         assert f"--property=LoadCredential={credential}:/etc/lta-worker/{credential}" in args
+    # The placeholder too: without it a missing optional file fails the transient unit.
+    assert "--property=SetCredential=webhook-secret:unset" in args
     for prop in ("DynamicUser=yes", "User=lta-worker", "StateDirectory=lta-worker", "UMask=0077"):
         assert f"--property={prop}" in args
     assert not any(a in {"--property=Group=", "--property=SupplementaryGroups="} for a in args)

@@ -310,6 +310,8 @@ SANDBOX = {
 CREDENTIALS = {
     "client-secret:/etc/lta-worker/client-secret",
     "token-keys:/etc/lta-worker/token-keys",
+    "webhook-secret:/etc/lta-worker/webhook-secret",
+    "enroll-link-key:/etc/lta-worker/enroll-link-key",
 }
 
 
@@ -327,6 +329,46 @@ def test_service_unit_has_required_directives() -> None:
         assert d[key] == [value], key
     # TimeoutStopSec must cover serve.grace_period (10 s) with room for the last commit.
     assert int(d["TimeoutStopSec"][0].removesuffix("s")) >= 20
+
+
+# Every secret file the config finds under $CREDENTIALS_DIRECTORY when its setting is unset,
+# by setting, with the credential name it is read under.
+SECRET_FILES = {
+    ("client", "secret_file"): "client-secret",
+    ("crypto", "key_file"): "token-keys",
+    ("webhook", "secret_file"): "webhook-secret",
+    ("enroll", "link_key_file"): "enroll-link-key",
+}
+
+
+@pytest.mark.parametrize("unit", [SERVICE, RUN_SERVICE], ids=lambda p: p.name)
+def test_units_pass_every_secret_file_the_config_reads(unit: Path, tmp_path: Path) -> None:
+    """Under a DynamicUser that cannot read /etc/lta-worker, each secret file is handed over
+    by `LoadCredential=` under the name the config's default reads, so every documented
+    feature runs with the unit as shipped; an optional one (webhook, enrollment) falls back
+    to an empty `SetCredential=`, so that the unit starts without it."""
+    d = _directives(unit)
+    loaded = dict(line.split(":", 1) for line in d["LoadCredential"])
+    optional = {line.split(":", 1)[0] for line in d.get("SetCredential", [])}
+    data = {
+        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
+        "client": {"id": "c", "redirect_uri": "http://127.0.0.1:8080/lta/callback"},
+        "webhook": {"url": "https://app.example/hook"},
+        "enroll": {"listen": "127.0.0.1:8080", "public_url": "http://127.0.0.1:8080"},
+    }
+    path = tmp_path / "config.toml"
+    path.write_text(
+        "".join(
+            f"[{name}]\n" + "".join(f"{k} = {v!r}\n" for k, v in values.items())
+            for name, values in data.items()
+        ).replace("'", '"')
+    )
+    env = {"CREDENTIALS_DIRECTORY": "/run/credentials/lta-worker.service"}
+    settings = load_settings(path, env=env)
+    for (section, key), name in SECRET_FILES.items():
+        assert str(getattr(getattr(settings, section), key)).endswith(f"/{name}"), key
+        assert loaded[name] == f"/etc/lta-worker/{name}", name
+    assert optional == {"webhook-secret", "enroll-link-key"}
 
 
 def test_run_unit_and_timer_have_required_directives() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from lta_worker.simulator import DEMO_CLIENT_ID
-from lta_worker.worker import PassResult
+from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
+from lta_worker.worker import PassResult, Worker
 from support.virtual_time import autojump, virtual_backend
 
 from .conftest import Harness
@@ -98,3 +98,46 @@ async def test_a_quota_raised_within_the_window_is_followed_at_once(
     assert len(reads) == 60 and all(e.status == 200 for e in reads)
     assert before < 30  # the small budget was being spread when the quota was raised
     assert max(e.at for e in reads) - raised < timedelta(minutes=2), (started, raised)
+
+
+@pytest.mark.timeout(60)
+async def test_each_result_is_stamped_with_its_own_read(virtual_harness: Harness) -> None:
+    """A tight budget spreads one user's two reads 20 s apart: each stored result (and its
+    `result.changed`) carries its own read's time, not the end of the user's turn."""
+    h = virtual_harness
+    h.sim.configure(budget=4, window=60)
+    h.configure("poll", stats="always")
+    async with autojump():
+        await h.enroll("alice")
+        h.sim.clear_requests()
+        await h.run_pass()
+    sent = {e.path.rsplit("/", 1)[-1]: e.at for e in h.reads("alice")}
+    assert sent["stats"] - sent["latest-change"] >= timedelta(seconds=10)
+    with h.store() as store:
+        stored = {row.endpoint: row.fetched_at for row in store.export_results("alice")}
+    assert stored == sent
+
+
+@pytest.mark.timeout(60)
+async def test_a_user_read_counts_in_users_when_the_pass_is_aborted(
+    virtual_harness: Harness,
+) -> None:
+    """A user whose first read was made counts in `pass.finished`'s `users` even when the
+    pass is aborted (breaker, configuration) while it waits for its next permit."""
+    h = virtual_harness
+    h.sim.configure(budget=4, window=60)
+    h.configure("poll", stats="always")
+    async with autojump():
+        await h.enroll("alice")
+        worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.clock)
+        async with worker, anyio.create_task_group() as tg:
+            box: dict[str, PassResult] = {}
+
+            async def run() -> None:
+                box["result"] = await worker.run_pass()
+
+            tg.start_soon(run)
+            await anyio.sleep(5)  # alice's first read is back; the next waits ~20 s
+            assert worker.current is not None
+            worker.current.stop.abort("config")
+    assert (box["result"].reads, box["result"].users) == (1, 1)

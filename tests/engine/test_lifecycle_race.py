@@ -204,6 +204,7 @@ async def test_state_and_token_events_of_an_applied_decision_follow_its_commit(
         ("user.state_changed", ("revoked", False)),
         ("token.deleted", ("revoked", False)),
     ]
+    assert [e["log_level"] for e in logs if e["event"] == "token.deleted"] == ["warning"]
 
 
 async def test_a_pass_of_only_404s_changes_nothing_and_exits_78(harness: Harness) -> None:

@@ -7,6 +7,7 @@ from datetime import timedelta
 import httpx
 import pytest
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.enrollment import Lifecycle
@@ -70,6 +71,18 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
     assert (row.state, row.token) == ("dropped", None)
     after = await world.api.read("stats", token)
     assert after.status == 401
+
+
+async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World) -> None:
+    """`token.deleted` of a drop or forget the operator asked for is info, not a warning (a
+    revocation's stays one: tests/engine/test_lifecycle_race.py)."""
+    await enroll(world, "alice")
+    await enroll(world, "bob")
+    with capture_logs() as logs:
+        await world.lifecycle().drop("alice")
+        await world.lifecycle().forget("bob")
+    deleted = [(e["user"], e["log_level"]) for e in logs if e["event"] == "token.deleted"]
+    assert deleted == [("alice", "info"), ("bob", "info")]
 
 
 def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:

@@ -642,3 +642,22 @@ def test_set_share_reaches_the_core() -> None:
     pacer, _ = make_pacer()
     pacer.set_share(0.5)
     assert pacer.core.share == 0.5
+
+
+@pytest.mark.anyio
+async def test_a_wait_cut_short_by_an_answer_is_not_logged() -> None:
+    """A permit held back only until the answer in flight brings the budget is never
+    logged as `ratelimit.wait` (before any header the plan says a minute)."""
+    pacer, clock = make_pacer(fallback_per_hour=60)
+    first = await pacer.acquire()  # the initial burst: the next one is planned a minute away
+
+    async def answer() -> None:
+        await anyio.lowlevel.checkpoint()  # the second acquire is waiting by now
+        pacer.feed(first, {"ratelimit": '"p";r=9000;t=60', "ratelimit-policy": '"p";q=9000'}, 200)
+
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer)
+            await pacer.acquire()
+    assert [e for e in logs if e["event"] == "ratelimit.wait"] == []
+    assert clock.now - 1000.0 <= RECHECK

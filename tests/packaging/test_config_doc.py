@@ -33,6 +33,7 @@ FILLED = {
     "client.secret_file": "`$CREDENTIALS_DIRECTORY/client-secret`",
     "crypto.key_file": "`$CREDENTIALS_DIRECTORY/token-keys`",
     "enroll.link_key_file": "`$CREDENTIALS_DIRECTORY/enroll-link-key`",
+    "webhook.secret_file": "`$CREDENTIALS_DIRECTORY/webhook-secret`",
 }
 
 
@@ -131,6 +132,7 @@ def test_credential_table_is_every_secret_file_and_its_credential() -> None:
         "LTA_WORKER_SERVICE_AUTH_URL": "https://auth.example",
         "LTA_WORKER_CLIENT_ID": "c",
         "LTA_WORKER_ENROLL_RETURN_URL": "",  # an [enroll] section, left as by default
+        "LTA_WORKER_WEBHOOK_INCLUDE_CONTENT": "false",  # and a [webhook] one
     }
     settings = load_settings(None, env)
     expected = {

@@ -10,6 +10,7 @@ import pytest
 from lta_worker.config import PollSettings, build_settings
 from lta_worker.domain import (
     DEFAULT_PRIOR,
+    RECHECKED_STATES,
     BudgetSeen,
     ChangeEstimate,
     FreshnessConfig,
@@ -160,8 +161,11 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     assert for_active(capacity) == pytest.approx(20 - 6 / 24)
     summary = schedule_summary(_Buckets(), settings, counts, capacity)  # type: ignore[arg-type]
     assert summary["budget_per_hour"] == round(20 - 6 / 24, 1)
-    parked = {"class": "parked", "users": 6, "interval_s": 86400, "expected_delay_s": None}
-    assert summary["classes"][-1] == parked
+    rechecked = [
+        {"class": state, "users": n, "interval_s": 86400, "expected_delay_s": None}
+        for state, n in (("parked", 4), ("unlinked", 1), ("rejected", 1))
+    ]
+    assert summary["classes"][-3:] == rechecked  # each state its own, not all `parked`
 
 
 def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval() -> None:
@@ -222,7 +226,7 @@ def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None
     )
     store, counts = _Learned(), {"active": 100}
     summary = schedule_summary(store, settings, counts, capacity_plan(settings, counts, None))  # type: ignore[arg-type]
-    learned = {c["class"]: c for c in summary["classes"] if c["class"] != "parked"}
+    learned = {c["class"]: c for c in summary["classes"] if c["class"] not in RECHECKED_STATES}
     assert len(learned) == 2, learned
     busy, idle = sorted(learned.values(), key=lambda c: c["interval_s"])
     assert (busy["users"], idle["users"]) == (20, 80)

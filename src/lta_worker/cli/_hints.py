@@ -24,6 +24,7 @@ from lta_worker.errors import (
     EnrollmentError,
     KeyFileError,
     LtaError,
+    NoDatabaseError,
     PassStoppedError,
     StorageError,
     UnknownUserError,
@@ -65,6 +66,14 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     ),
     # A feed cursor the database never issued: the way back.
     (CursorError, None): "`lta-worker results export --changed-since 0`",
+    # A secret file this user may not read: most often root's 0600 file named in the
+    # config while the unit runs as its DynamicUser.
+    (ConfigError, "unreadable"): (
+        "under systemd, leave the setting unset: the units pass /etc/lta-worker/client-secret, "
+        "token-keys, webhook-secret and enroll-link-key with LoadCredential= "
+        "(deploy/lta-worker.service) and the worker reads them in $CREDENTIALS_DIRECTORY; "
+        "else make the file readable by the user lta-worker runs as (mode 0600 or 0400)"
+    ),
     # The token key file.
     (ConfigError, "key_file_unset"): (
         "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"
@@ -81,6 +90,7 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (KeyFileError, "malformed"): _APPEND_KEY,
     # The database.
     (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
+    (NoDatabaseError, None): "create it with `lta-worker db upgrade` (`run` and `serve` do too)",
     # A pass that stopped early.
     (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
     (

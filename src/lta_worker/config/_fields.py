@@ -157,10 +157,14 @@ def read_section(
             pass
         except ValueError as exc:
             errors.append((key, str(exc)))
-    names = {name for name, *_ in known}
+    names = [name for name, *_ in known]
     for name in data:
         if name not in names:
-            errors.append((f"{prefix}.{name}" if prefix else str(name), UNKNOWN))
+            import difflib  # only for a misspelt key: every command's start stays lean
+
+            close = difflib.get_close_matches(str(name), names, n=1)
+            meant = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+            errors.append((f"{prefix}.{name}" if prefix else str(name), UNKNOWN + meant))
     return cls(**values) if len(errors) == before else None
 
 

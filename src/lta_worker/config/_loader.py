@@ -3,7 +3,9 @@
 Precedence, lowest first: built-in defaults, the TOML file, `LTA_WORKER_<SECTION>_<KEY>`
 environment variables. Secrets never come from the environment or an argument: the client
 secret and the token keys are read from files (`client.secret_file`, `crypto.key_file`, or
-`$CREDENTIALS_DIRECTORY/client-secret` and `$CREDENTIALS_DIRECTORY/token-keys`).
+`$CREDENTIALS_DIRECTORY/client-secret` and `$CREDENTIALS_DIRECTORY/token-keys`; the webhook
+secret and the link keys likewise, `webhook-secret` and `enroll-link-key`, where their
+section is set).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ ENV_PREFIX = "LTA_WORKER_"
 CONFIG_ENV = "LTA_WORKER_CONFIG"
 SECRET_CREDENTIAL = "client-secret"  # noqa: S105 - a credential *name*
 KEYS_CREDENTIAL = "token-keys"
+WEBHOOK_CREDENTIAL = "webhook-secret"
 # The usual proxy variables, first found wins. HTTP_PROXY is deliberately not among them:
 # plain http goes only to loopback, and a proxy there would see the credential in clear.
 HTTPS_PROXY_ENV = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -120,9 +123,13 @@ def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str,
         client["secret_file"] = str(Path(creds) / SECRET_CREDENTIAL)
     if creds and isinstance(crypto, dict) and "key_file" not in crypto:
         crypto["key_file"] = str(Path(creds) / KEYS_CREDENTIAL)
-    enroll = data.get("enroll")
-    if creds and isinstance(enroll, dict) and "link_key_file" not in enroll:
-        enroll["link_key_file"] = str(Path(creds) / LINK_KEY_CREDENTIAL)
+    for section, key, name in (
+        ("enroll", "link_key_file", LINK_KEY_CREDENTIAL),
+        ("webhook", "secret_file", WEBHOOK_CREDENTIAL),
+    ):
+        values = data.get(section)  # only where the section is used at all
+        if creds and isinstance(values, dict) and key not in values:
+            values[key] = str(Path(creds) / name)
     if state and isinstance(database, dict) and "url" not in database:
         first = state.split(":")[0]
         database["url"] = f"sqlite:///{Path(first) / 'lta.db'}"
@@ -247,7 +254,8 @@ def read_webhook_secret(settings: Settings) -> Secret:
         raise ConfigError(
             "webhook.url is set but no webhook secret file is configured",
             key=key,
-            hint="write a whsec_... secret to a file (chmod 600) and set webhook.secret_file",
+            hint="write a whsec_... secret to a file (chmod 600) and set webhook.secret_file, "
+            f"or run under systemd with LoadCredential={WEBHOOK_CREDENTIAL}",
         )
     value = read_secret_file(path, key=key).strip(b" \t\r\n")
     text = value.decode("ascii", errors="replace")

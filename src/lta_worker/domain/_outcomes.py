@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, get_args
 
 OutcomeKind = Literal[
@@ -69,7 +70,8 @@ class Outcome:
     `payload` is set for `ok`, and `content`, its canonical JSON (`canonical_json`): what
     its hashes are taken of, serialised once; `code` is the service's error code when it gave one;
     `wait` is seconds to wait for `rate_limited`; `reason` explains `transient` and
-    `rejected` in words fit for a log (never a secret).
+    `rejected` in words fit for a log (never a secret); `at` is when the answer came (the
+    shell stamps it: each stored result carries its own read's time; None: the decision's).
     """
 
     kind: OutcomeKind
@@ -79,6 +81,7 @@ class Outcome:
     wait: float | None = None
     reason: str | None = None
     content: bytes | None = None
+    at: datetime | None = None
 
     def canonical(self) -> bytes:
         """`content`, or the payload's canonical JSON when the outcome was built without it."""

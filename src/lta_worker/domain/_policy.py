@@ -314,10 +314,11 @@ def decide_turn(
         failures = _failures(rule.failures, failures)
         delete_token = delete_token or rule.token_action == DELETE
         if rule.snapshot is not None and endpoint is not None:
+            at = outcome.at or now
             if rule.snapshot == "ok":
-                snapshot = SnapshotWrite(endpoint, "ok", outcome.payload, now, outcome.content)
+                snapshot = SnapshotWrite(endpoint, "ok", outcome.payload, at, outcome.content)
             else:
-                snapshot = SnapshotWrite(endpoint, rule.snapshot, None, now)
+                snapshot = SnapshotWrite(endpoint, rule.snapshot, None, at)
             snapshots.append(snapshot)
             denied.pop(endpoint, None)  # it answered: it is granted after all
         if rule.deny_endpoint and endpoint is not None:

@@ -286,7 +286,7 @@ class Lifecycle(ClientOperation):
         now = self._clock()
         if verdict == "confirmed":
             if await to_thread.run_sync(self._store.finish_drop, row.id, row.generation, now):
-                log.warning("token.deleted", user=row.user, reason=reason)
+                log.info("token.deleted", user=row.user, reason=reason)  # as asked
                 log.info(
                     "user.state_changed",
                     user=row.user,

@@ -90,6 +90,7 @@ class Pacer:
         """
         async with self._lock:
             logged = False
+            began: float | None = None
             while True:
                 now = self._clock()
                 delay, reason = self.core.delay(now)
@@ -103,8 +104,11 @@ class Pacer:
                     tag = self.shared.take() if self.shared is not None else None
                     self.core.reserve(now)
                     return Permit(sent_at=now, tag=tag)
-                if delay > LOG_WAIT_OVER and not logged:
-                    self._log_wait(delay, reason)
+                # Logged once it has held a request back a second: a wait that the answer
+                # in flight cuts short (the budget it brings) is no wait to report.
+                began = now if began is None else began
+                if now - began >= LOG_WAIT_OVER and not logged:
+                    self._log_wait(now - began + delay, reason)
                     logged = True
                 await self._nap(min(delay, RECHECK))
 

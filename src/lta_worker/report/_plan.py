@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from lta_worker.domain import (
     RECHECKED_STATES,
+    USER_STATES,
     BudgetSeen,
     CapacityPlan,
     PolicyConfig,
@@ -92,7 +93,7 @@ def schedule_summary(
 ) -> dict[str, Any]:
     """What `status` shows of the schedule: the mode and, per class of active user, how
     many, the interval the current plan gives them and the mean delay it expects from a
-    change to its arrival (plus the parked re-check, which expects none), and the mean
+    change to its arrival (plus one class per re-checked state, which expects none), and the mean
     expected delay over every active user, from the users per state and the capacity
     `status` has already worked out."""
     poll = settings.poll
@@ -125,15 +126,17 @@ def schedule_summary(
             }
         ]
         mean_delay = every / 2 if active else None
-    rechecked = sum(counts.get(s, 0) for s in RECHECKED_STATES)
-    classes.append(
+    # One class per re-checked state, each its own users (not all under `parked`).
+    classes += [
         {
-            "class": "parked",
-            "users": rechecked,
+            "class": state,
+            "users": counts.get(state, 0),
             "interval_s": round(poll.parked_interval.total_seconds()),
             "expected_delay_s": None,  # re-checked for access, not read for changes
         }
-    )
+        for state in USER_STATES
+        if state in RECHECKED_STATES
+    ]
     return {
         "mode": policy.schedule,
         "stats": policy.stats,

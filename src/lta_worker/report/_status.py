@@ -63,7 +63,8 @@ def collect_status(
             key file gone under it), added to the verdict's.
 
     Raises:
-        SchemaOutdatedError: no database or an older schema (exit 78: `db upgrade`).
+        SchemaOutdatedError: no schema or an older one; NoDatabaseError: no SQLite file
+            (exit 78: `db upgrade`).
         StorageError: the database cannot be reached (exit 75).
     """
     from lta_worker import __version__

@@ -121,7 +121,8 @@ class Runtime:
         or with `read_only` only checked.
 
         Raises:
-            SchemaOutdatedError: read-only, and no database, no schema or an older one.
+            SchemaOutdatedError: read-only, and no schema or an older one (NoDatabaseError:
+                no SQLite file).
             SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
             StorageError: the database cannot be reached (exit 75).
         """

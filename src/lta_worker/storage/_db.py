@@ -52,7 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
-from lta_worker.errors import ConfigError, SchemaOutdatedError
+from lta_worker.errors import ConfigError, NoDatabaseError
 from lta_worker.storage._dberrors import DATABASE_ERRORS, SQLITE_WRITABLE_HINT, map_driver_error
 
 Dialect = Literal["sqlite", "postgresql"]
@@ -202,13 +202,13 @@ def _existing_sqlite_file(path: Path) -> None:
     """A read-only open needs the file: a missing one is a database never set up.
 
     Raises:
-        SchemaOutdatedError: the file does not exist (exit 78, advice `db upgrade`).
+        NoDatabaseError: the file does not exist (exit 78, advice `db upgrade`).
         ConfigError: naming `database.url`, when it cannot be used (as `check_database_mode`).
     """
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise SchemaOutdatedError(
+        raise NoDatabaseError(
             f"the SQLite database {str(path)!r} does not exist; this command only reads "
             "and never creates it"
         ) from None

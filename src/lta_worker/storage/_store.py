@@ -60,7 +60,7 @@ class Store(
         """Open the database at `url` (SQLite file or PostgreSQL); connects lazily.
 
         `read_only`: never create the SQLite file, and refuse every write at the database
-        (the read-only commands); a missing SQLite file raises SchemaOutdatedError.
+        (the read-only commands); a missing SQLite file raises NoDatabaseError.
         """
         return cls(Database.open(url, read_only=read_only))
 

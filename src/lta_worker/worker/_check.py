@@ -12,6 +12,8 @@ Each check runs whatever the others found, so one call lists every problem:
 - `database`: reachable, opened read-only, the schema this code knows (never created or
   migrated), every key id its tokens are encrypted under listed in the key file, and a
   SQLite file and its directory writable by this user (`os.access`: nothing is written);
+- `metrics_listen`, `enroll_listen`: with `metrics.listen` / `enroll.listen` set, the address
+  is bound as `serve` binds it and let go at once (taken: exit 78, naming the key);
 - `service`: `service.base_url` and `service.auth_url` answer HTTP, without any credential,
   so the client's read budget is never spent. Under `service.base_url`, a `GET` of the stats
   read path: without a credential it answers 401 (any status but 404 passes); a 404 says the
@@ -140,4 +142,23 @@ async def run_checks(
             results.append(CheckResult("service", await _service(runtime)))
         except Exception as exc:
             results.append(CheckResult("service", "unreachable", exc))
+    listeners = (
+        ("metrics.listen", settings.metrics.listen),
+        ("enroll.listen", settings.enroll.listen),
+    )
+    for key, listen in listeners:
+        if listen:
+            results.append(_listen(key, listen))
     return results
+
+
+def _listen(key: str, listen: str) -> CheckResult:
+    """Bind `listen` as `serve` will and let it go at once: taken, `serve` would exit 78."""
+    from lta_worker.worker._listen import listen_socket
+
+    name = key.replace(".", "_")
+    try:
+        listen_socket(listen, key=key).close()
+    except ConfigError as exc:
+        return CheckResult(name, "unusable", exc)
+    return CheckResult(name, f"{listen}: free")

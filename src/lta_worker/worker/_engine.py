@@ -269,7 +269,6 @@ class PassEngine:
                 else:  # its token went meanwhile: nothing to write
                     self.writer.claimed.pop(lease_of(user), None)
                 self.turns.saw_404.discard(user.id)  # routed: a pass keeps nothing per user read
-                self.result.users += 1
                 if self.on_progress is not None:
                     self.on_progress(self)
 

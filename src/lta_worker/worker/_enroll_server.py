@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import anyio
 import uvicorn
 
-from lta_worker.config import parse_listen, start_path, start_url
+from lta_worker.config import start_path, start_url
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, build_enroll_app
 from lta_worker.errors import ConfigError
 from lta_worker.logs import get_logger
@@ -45,6 +45,7 @@ from lta_worker.worker._enroll_guard import (
     report_accept_failures,
     sweep,
 )
+from lta_worker.worker._listen import listen_socket
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -80,32 +81,6 @@ def _quiet_uvicorn_logs() -> None:
     logger.propagate = False
 
 
-def bind(listen: str) -> socket.socket:
-    """A listening TCP socket on `HOST:PORT`.
-
-    Raises:
-        ConfigError: naming `enroll.listen`, when the address cannot be bound.
-    """
-    host, port = parse_listen(listen)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family = infos[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {listen} ({exc})", key="enroll.listen") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(infos[0][4])
-        sock.listen(BACKLOG)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"cannot listen on {listen} ({exc.strerror})", key="enroll.listen"
-        ) from None
-    sock.setblocking(False)
-    return sock
-
-
 def enroll_app(runtime: Runtime) -> ASGIApp:
     """The enrollment app over the runtime's collaborators and link keys, behind
     `RefuseAmbiguousFraming`."""
@@ -128,7 +103,8 @@ async def enroll_listener(runtime: Runtime) -> AsyncIterator[None]:
     settings = runtime.settings
     assert settings.enroll.listen is not None
     app = enroll_app(runtime)
-    sock = bind(settings.enroll.listen)
+    sock = listen_socket(settings.enroll.listen, key="enroll.listen", backlog=BACKLOG)
+    sock.setblocking(False)
     _quiet_uvicorn_logs()
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     admission = Admission(connection_cap(soft_limit), REQUEST_DEADLINE)

@@ -28,6 +28,7 @@ from prometheus_client import make_wsgi_app
 from lta_worker.errors import ConfigError, LtaError, StorageError
 from lta_worker.logs import get_logger
 from lta_worker.worker._admission import Admission
+from lta_worker.worker._listen import LISTEN_HINT
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -269,7 +270,7 @@ class MetricsServer:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__})",
                 key="metrics.listen",
-                hint="pick a free port, or an address of this host",
+                hint=LISTEN_HINT,
             ) from None
         self.server.admission = Admission(max_connections, head_deadline)
         self.server.admission_lock = threading.Lock()

@@ -1,10 +1,11 @@
 """The runtime of `run` and `serve`: a `Runtime` opened for passes.
 
 `Worker` is the composition root (store, vault, API client, pacer, clock) with what a
-process that passes needs besides: it opens the store in a worker thread, takes the
-single-instance lock on SQLite, loads the rest (`Runtime.start`), and registers the
-instance; it closes everything on exit. It is what the pass (`_run`) and the periodic jobs
-(`_jobs`) take. Tests build it with the simulator's transport and their own clock.
+process that passes needs besides: it reads the secret files, opens the store in a worker
+thread, loads the rest (`Runtime.start`), takes the single-instance lock on SQLite (so that
+a broken file is named before another instance's lock), and registers the instance; it
+closes everything on exit. It is what the pass (`_run`) and the periodic jobs (`_jobs`) take.
+Tests build it with the simulator's transport and their own clock.
 """
 
 from __future__ import annotations
@@ -86,10 +87,12 @@ class Worker(Runtime):
         try:
             await super().__aenter__()
             stack.push_async_exit(super().__aexit__)
+            for read in self.secret_files().values():  # a broken file first: it needs fixing
+                read()
             store = await anyio.to_thread.run_sync(lambda: self.store)
             store.on_lease_expired = _log_lease_expired
+            await self.start()  # the key file too, before another instance's lock is named
             stack.enter_context(store.single_instance_lock())
-            await self.start()
             if store.dialect == "sqlite":  # the lock proves every other one dead
                 await self._db(store.prune_instances, self.clock.now(), timedelta(0))
                 for owner, users in (await self._db(store.release_all)).items():

@@ -88,7 +88,7 @@ class Turns:
             if not still_wanted(user, endpoint, results, self.clock.now(), opts.policy):
                 continue  # `poll.stats = "on_change"`: latest-change did not move
             try:
-                outcome = await self._read(user, endpoint, token)
+                outcome = await self._read(user, endpoint, token, first=not results)
             except Interrupted:
                 if not results:
                     raise
@@ -107,11 +107,14 @@ class Turns:
         token is kept, and the user is tried again rarely (`undecryptable`)."""
         unusable = Outcome(kind="undecryptable")
         self.result.counts[unusable.kind] += 1
+        self.result.users += 1
         return decide_turn(
             user, [(None, unusable)], self.clock.now(), self.options.policy, self.rng
         )
 
-    async def _read(self, user: UserRow, endpoint: Endpoint, token: Secret) -> Outcome:
+    async def _read(
+        self, user: UserRow, endpoint: Endpoint, token: Secret, *, first: bool
+    ) -> Outcome:
         attempt = 0
         while True:
             attempt += 1
@@ -122,6 +125,10 @@ class Turns:
             except LeaseLapsed:
                 self.pacer.feed(permit, {}, None)  # taken, not used: the pacer is told
                 raise
+            # Counted as its first read goes out: a pass cut short later (breaker, grace
+            # over) still counts every user it read.
+            if first and attempt == 1:
+                self.result.users += 1
             begun = self.clock.monotonic()
             try:
                 answer = await self.api.read(endpoint, token)
@@ -130,9 +137,10 @@ class Turns:
                 # came. The pacer outlives the pass in `serve`, so it must be told.
                 self.pacer.feed(permit, {}, None)
                 raise
-            outcome = classify(endpoint, answer)
+            read_at = self.clock.now()
+            outcome = replace(classify(endpoint, answer), at=read_at)
             if outcome.kind == "rate_limited":
-                wait = wait_after_429(answer.headers, self.clock.now(), self.options.max_wait)
+                wait = wait_after_429(answer.headers, read_at, self.options.max_wait)
                 outcome = replace(outcome, wait=wait)
             if answer.status == 404:
                 self.saw_404.add(user.id)

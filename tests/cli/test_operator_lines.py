@@ -1,0 +1,122 @@
+"""Lines an operator reads, through the real entry point in-process: `check` tries the
+listeners' addresses, `run` names a broken secret file before the database's lock, a missing
+SQLite file says that it does not exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from lta_worker.cli import main
+from lta_worker.storage import Store
+
+from .test_readonly_cmds import write_config
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("LTA_WORKER_") or name in {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY"}:
+            monkeypatch.delenv(name)
+
+
+def run(capsys: pytest.CaptureFixture[str], config: Path, *args: str) -> tuple[int, str, str]:
+    """`lta-worker --config CONFIG ARGS`; (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as info:
+        main(["--config", str(config), *args])
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
+def _listening(tmp_path: Path, section: str, port: int) -> str:
+    """The config lines that make `serve` listen on `port` for `section`."""
+    if section == "metrics":
+        return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    keys = tmp_path / "link-key"
+    keys.write_text("k" * 44 + "\n")
+    keys.chmod(0o600)
+    public = f"http://127.0.0.1:{port}"
+    return (
+        f'[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f"link_key_file = {str(keys)!r}\n"
+    )
+
+
+@pytest.mark.parametrize("section", ["metrics", "enroll"])
+def test_check_tries_the_listen_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
+) -> None:
+    """`metrics.listen` or `enroll.listen` on a port another process holds: `check` fails it
+    with 78 naming the key and a hint saying what to do, as `serve` would stop; a free port
+    passes and is let go at once."""
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = config.read_text().replace(
+            "[client]\n", f'[client]\nredirect_uri = "http://127.0.0.1:{port}/lta/callback"\n'
+        )
+        config.write_text(base + _listening(tmp_path, section, port))
+        code, out, _ = run(capsys, config, "check", "--format", "json")
+    listen = {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]
+    assert (code, listen["ok"], listen["exit_code"]) == (78, False, 78)
+    assert listen["message"].startswith(f"{section}.listen: ")
+    assert "another process holds it" in listen["hint"]
+    code, out, _ = run(capsys, config, "check", "--format", "json")  # now free
+    assert {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]["ok"]
+    with socket.socket() as again:  # and let go at once
+        again.bind(("127.0.0.1", port))
+
+
+def test_run_names_a_broken_secret_file_before_the_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` with an unusable client secret file while another instance holds the SQLite
+    database: exit 78 naming `client.secret_file`, not 75 for the lock."""
+    url = f"sqlite:///{tmp_path / 'lta.db'}"
+    config = write_config(tmp_path, url)
+    (tmp_path / "secret").chmod(0o644)
+    with Store.open(url) as store:
+        store.upgrade()
+        with store.single_instance_lock():
+            code, _, err = run(capsys, config, "run")
+    event = json.loads(err.splitlines()[-1])
+    assert (code, event["key"]) == (78, "client.secret_file"), event
+
+
+def test_a_missing_sqlite_file_is_said_not_to_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status` on a SQLite file never created: the error says the database does not exist
+    (not an outdated schema) and names `lta-worker db upgrade`."""
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
+    code, _, err = run(capsys, config, "status")
+    event = json.loads(err.splitlines()[-1])
+    assert (code, event["error"]) == (78, "NoDatabaseError"), event
+    assert "does not exist" in str(event["message"])
+    assert "lta-worker db upgrade" in str(event["hint"])
+
+
+def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret file this user may not read (a root-owned 0600 file under the unit's
+    DynamicUser): `check` fails it with 78 and a hint naming `LoadCredential=`."""
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
+    secret, real_open = str(tmp_path / "secret"), os.open
+
+    def denied(path: object, *args: object, **kwargs: object) -> int:
+        if str(path) == secret:  # as root, no mode makes the file unreadable: say it is
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    code, out, _ = run(capsys, config, "check", "--format", "json")
+    failed = {c["name"]: c for c in json.loads(out)["checks"]}["client_secret"]
+    assert (code, failed["exit_code"]) == (78, 78)
+    assert "Permission denied" in failed["message"] and "LoadCredential=" in failed["hint"]
