@@ -16,6 +16,7 @@ from lta_worker.cli._failure import classify, render
 from lta_worker.cli._hints import HINTS, RESTART, advice, hint_line
 from lta_worker.errors import (
     ConfigError,
+    CursorError,
     EnrollmentError,
     KeyFileError,
     LtaError,
@@ -195,6 +196,14 @@ CASES: list[tuple[LtaError, str | None]] = [
     (StorageError("x", reason="schema_outdated"), "run `lta-worker db upgrade`"),
     (NoDatabaseError("x"), "create it with `lta-worker db upgrade` (`run` and `serve` do too)"),
     (KeyFileError("x", key="crypto.key_file", reason="unreadable"), UNREADABLE),
+    *[
+        (
+            CursorError("x", reason=reason),
+            "read the feed again from cursor 0 and take its rows as the whole truth; "
+            "`lta-worker results export --changed-since 0`",
+        )
+        for reason in ("malformed", "legacy", "other_database", "ahead")
+    ],
     (
         PassStoppedError("x", exit_code=75, reason="deadline"),
         "see the capacity in `lta-worker status`",

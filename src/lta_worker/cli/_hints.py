@@ -64,8 +64,11 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (UnknownUserError, None): (
         "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
     ),
-    # A feed cursor the database never issued: the way back.
-    (CursorError, None): "`lta-worker results export --changed-since 0`",
+    # A feed cursor the database never issued: the way back, whatever the reason.
+    **{
+        (CursorError, reason): "`lta-worker results export --changed-since 0`"
+        for reason in ("malformed", "legacy", "other_database", "ahead")
+    },
     # A secret file this user may not read: most often root's 0600 file named in the
     # config while the unit runs as its DynamicUser.
     (ConfigError, "unreadable"): (
