@@ -16,7 +16,8 @@ from typing import Any, Final, Literal
 
 from lta_worker.domain._model import UserState, UserUpdate
 
-EventType = Literal[
+# A user's state change (or a denied scope), and every type (`result.changed` too).
+UserEventType = Literal[
     "user.enrolled",
     "user.rotated",
     "user.revoked",
@@ -27,8 +28,8 @@ EventType = Literal[
     "user.dropping",
     "user.dropped",
     "user.active",
-    "result.changed",
 ]
+EventType = Literal[UserEventType, "result.changed"]
 # What `result.changed` carries of the new content: nothing (the event is not written), its
 # hashes only (the application reads the row), or the content itself too.
 ResultEvents = Literal["off", "hash", "content"]
@@ -47,6 +48,23 @@ CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
     "user.dropped":      "None; the client dropped the user's access",
     "user.active":       "None; access is back",
     "result.changed":    "Read the user's new result (or take it from `content`)",
+}
+# The same as a code a program can switch on (the event's `action`; docs/webhooks.md).
+ActionCode = Literal[
+    "none", "enroll_again", "wait", "link_cloud_sync", "check_configuration", "read_result"
+]
+ACTION_CODES: Final[Mapping[EventType, ActionCode]] = {
+    "user.enrolled":     "none",
+    "user.rotated":      "none",
+    "user.revoked":      "enroll_again",
+    "user.parked":       "wait",
+    "user.unlinked":     "link_cloud_sync",
+    "user.rejected":     "check_configuration",
+    "user.scope_denied": "enroll_again",
+    "user.dropping":     "none",
+    "user.dropped":      "none",
+    "user.active":       "none",
+    "result.changed":    "read_result",
 }
 STATE_EVENTS: Final[Mapping[UserState, EventType]] = {
     "active":   "user.active",
@@ -85,6 +103,7 @@ class StateEvent:
                 "reason": self.reason,
                 "endpoint": self.endpoint,
                 "client_action": CLIENT_ACTIONS[self.type],
+                "action": ACTION_CODES[self.type],
             },
         }
 
@@ -113,6 +132,7 @@ class ResultChanged:
             "content_hash": self.content_hash,
             "previous_hash": self.previous_hash,
             "client_action": CLIENT_ACTIONS[self.type],
+            "action": ACTION_CODES[self.type],
         }
         if self.with_content:
             data["content"] = self.content
