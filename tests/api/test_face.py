@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 from typing import Any, is_typeddict
 
 from lta_worker import api
 
 FACE = Path(__file__).with_name("face.txt")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hint(value: Any) -> str:
@@ -54,3 +56,14 @@ def test_the_face_is_the_one_checked_in() -> None:
         "lta_worker.api changed: if on purpose, write face() to tests/api/face.txt and say "
         "so in docs/python-api.md and CHANGELOG"
     )
+
+
+def test_every_reason_the_doc_lists_is_one_the_code_gives() -> None:
+    """Each `reason` in docs/python-api.md's table of errors is a literal of the package."""
+    doc = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+    table = doc[doc.index("## Errors") : doc.index("## Logs inside")].splitlines()
+    rows = [row.rsplit("|", 2)[1] for row in table if row.startswith("| `")]
+    listed = {code for cell in rows for code in re.findall(r"`([a-z_]+)`", cell)}
+    source = "".join(p.read_text("utf-8") for p in (ROOT / "src" / "lta_worker").rglob("*.py"))
+    assert len(listed) > 20
+    assert sorted(code for code in listed if f'"{code}"' not in source) == []
