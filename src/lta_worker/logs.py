@@ -256,40 +256,32 @@ class _PackageLogger:
     """A logger that follows `configure_logging` when it is in force, else writes
     redacted JSON records to stdlib `logging` (see the module)."""
 
-    __slots__ = ("_name", "_stdlib")
+    __slots__ = ("_proxy", "_stdlib")
 
     def __init__(self, name: str | None) -> None:
-        self._name = name
-        self._stdlib: Any = None
+        initial: dict[str, Any] = {"_logger": name} if name else {}
+        # Initial values go to the lazy proxy, which reads the configuration at each call
+        # (`logger` is a parameter name of structlog's wrap_logger, hence `_logger`).
+        self._proxy = structlog.get_logger(**initial)
+        self._stdlib = structlog.wrap_logger(
+            logging.getLogger(name or "lta_worker"),
+            processors=[
+                structlog.stdlib.filter_by_level,
+                structlog.contextvars.merge_contextvars,
+                _drop_color_message,
+                structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
+                redact,
+                structlog.processors.JSONRenderer(sort_keys=False),
+            ],
+            # Not stdlib's BoundLogger: its `exception` hands stdlib the traceback, which
+            # stdlib would render unredacted; this one calls `error`.
+            wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
+            cache_logger_on_first_use=True,
+            **initial,
+        )
 
     def __getattr__(self, attr: str) -> Any:
-        if _configured:
-            # Initial values go to the lazy proxy, which reads the configuration at each
-            # call (`logger` is a parameter name of wrap_logger, hence `_logger`).
-            return getattr(structlog.get_logger(**self._initial()), attr)
-        if self._stdlib is None:
-            self._stdlib = structlog.wrap_logger(
-                logging.getLogger(self._name or "lta_worker"),
-                processors=[
-                    structlog.stdlib.filter_by_level,
-                    structlog.contextvars.merge_contextvars,
-                    _drop_color_message,
-                    structlog.processors.ExceptionRenderer(
-                        ExceptionDictTransformer(show_locals=False)
-                    ),
-                    redact,
-                    structlog.processors.JSONRenderer(sort_keys=False),
-                ],
-                # Not stdlib's BoundLogger: its `exception` hands stdlib the traceback,
-                # which stdlib would render unredacted; this one calls `error`.
-                wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
-                cache_logger_on_first_use=True,
-                **self._initial(),
-            )
-        return getattr(self._stdlib, attr)
-
-    def _initial(self) -> dict[str, Any]:
-        return {"_logger": self._name} if self._name else {}
+        return getattr(self._proxy if _configured else self._stdlib, attr)
 
 
 def get_logger(name: str | None = None) -> Any:
