@@ -18,6 +18,7 @@ import lta_worker
 
 FACES = [
     "lta_worker",
+    "lta_worker.api",
     "lta_worker.cli",
     "lta_worker.config",
     "lta_worker.domain",

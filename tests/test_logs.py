@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lta_worker.logs import (
+    SecretFilter,
     configure_logging,
     forget_secrets,
     get_logger,
@@ -177,3 +179,57 @@ def test_stderr_is_journal_compares_device_and_inode(tmp_path: Path) -> None:
         assert stderr_is_journal({"JOURNAL_STREAM": "x:y"}, stream) is False
         assert stderr_is_journal({}, stream) is False
         assert stderr_is_journal(env, io.StringIO()) is False
+
+
+def test_inside_a_host_the_events_reach_stdlib_logging_redacted() -> None:
+    """Without `configure_logging` (a host application that set structlog up its own way,
+    with no redaction), the package's events reach stdlib logging as JSON records, at their
+    level, under their logger's name, with every planted secret masked in the rendered text."""
+    import structlog
+
+    reset_logging()
+    structlog.configure(processors=[structlog.processors.KeyValueRenderer()])  # the host's
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("lta_worker")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        register_secret(CLIENT_SECRET)
+        log = get_logger("lta_worker.enroll")
+        log.warning("enroll.failed", note=f"with {CLIENT_SECRET}", token="abc-123-def")
+        try:
+            raise ValueError(f"boom {TOKEN} {CLIENT_SECRET}")
+        except ValueError:
+            log.exception("pass.crashed", url="https://app.example/cb?code=c0de-c0de&state=s")
+        log.debug("poll.read")  # below the host's level: never rendered
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(logging.NOTSET)
+        structlog.reset_defaults()
+    text = stream.getvalue()
+    assert [line.split(" ", 2)[:2] for line in text.splitlines()] == [
+        ["WARNING", "lta_worker.enroll"],
+        ["ERROR", "lta_worker.enroll"],
+    ]
+    first = json.loads(text.splitlines()[0].split(" ", 2)[2])
+    assert (first["event"], first["logger"]) == ("enroll.failed", "lta_worker.enroll")
+    for secret in (CLIENT_SECRET, "abc-123-def", TOKEN, "c0de-c0de"):
+        assert secret not in text
+    assert "poll.read" not in text
+
+
+def test_secret_filter_masks_the_code_in_an_access_log_line() -> None:
+    """`SecretFilter` on a web server's access logger masks the callback's `?code=`."""
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s"',
+        ("1.2.3.4", "GET", "/lta/callback?code=SplxlOBeZQQYbYS6WxSbIA&state=xyz"),
+        None,
+    )
+    assert SecretFilter().filter(record)
+    assert record.getMessage() == '1.2.3.4 - "GET /lta/callback?code=[redacted]&state=xyz"'

@@ -6,6 +6,13 @@ defence against a secret reaching a log line: it masks fields whose names say se
 long-term token (`dspa_...`), bearer credentials, and every value registered with
 `register_secret`. Tracebacks are rendered without frame locals.
 
+Inside a host application (the Python API, `lta_worker.api`: nothing called
+`configure_logging`), the package's events go to stdlib `logging` instead, whatever the
+host did to structlog: to the logger named by `get_logger`'s name (under `lta_worker`), at
+the event's level, as one redacted JSON object per record, for the host's handlers
+(JSON, Sentry, files) to take. `SecretFilter` masks the same shapes in the host's own
+records, such as the `?code=` its web server's access log would print.
+
 Two knobs beyond the level: `read_level = "debug"` turns the per-read `poll.read` line down
 alone (it is logged at debug, and dropped unless the level is debug), so `pass.finished` and
 state changes stay at info; and when stderr is the systemd journal (`$JOURNAL_STREAM` names
@@ -51,6 +58,8 @@ _registered: dict[str, None] = {}
 _by_length: tuple[str, ...] = ()
 _MIN_REGISTERED = 6
 _MAX_REGISTERED = 64
+# True while `configure_logging` is in force (the CLI); else events go to stdlib `logging`.
+_configured = False
 
 
 def register_secret(value: str | Secret) -> None:
@@ -219,17 +228,63 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+    global _configured  # noqa: PLW0603 - the one switch between the CLI's lines and a host's
+    _configured = True
 
 
 def reset_logging() -> None:
     """Undo `configure_logging` (tests)."""
+    global _configured  # noqa: PLW0603
+    _configured = False
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
 
 
+class SecretFilter(logging.Filter):
+    """A stdlib logging filter masking every secret shape `scrub` knows (a `?code=`, a
+    token) in a record's message: add it to a web server's access logger, whose lines
+    hold the callback's URL (`logging.getLogger("uvicorn.access").addFilter(SecretFilter())`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep the record, its message masked and merged with its arguments."""
+        record.msg, record.args = scrub(record.getMessage()), None
+        return True
+
+
+class _PackageLogger:
+    """A logger that follows `configure_logging` when it is in force, else writes
+    redacted JSON records to stdlib `logging` (see the module)."""
+
+    __slots__ = ("_proxy", "_stdlib")
+
+    def __init__(self, name: str | None) -> None:
+        initial: dict[str, Any] = {"_logger": name} if name else {}
+        # Initial values go to the lazy proxy, which reads the configuration at each call
+        # (`logger` is a parameter name of structlog's wrap_logger, hence `_logger`).
+        self._proxy = structlog.get_logger(**initial)
+        self._stdlib = structlog.wrap_logger(
+            logging.getLogger(name or "lta_worker"),
+            processors=[
+                structlog.stdlib.filter_by_level,
+                structlog.contextvars.merge_contextvars,
+                _drop_color_message,
+                structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
+                redact,
+                structlog.processors.JSONRenderer(sort_keys=False),
+            ],
+            # Not stdlib's BoundLogger: its `exception` hands stdlib the traceback, which
+            # stdlib would render unredacted; this one calls `error`.
+            wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
+            cache_logger_on_first_use=True,
+            **initial,
+        )
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._proxy if _configured else self._stdlib, attr)
+
+
 def get_logger(name: str | None = None) -> Any:
-    """A structlog logger; `name` becomes the `logger` field."""
-    # Initial values go to the lazy proxy: `.bind()` here would build the logger now, with
-    # whatever configuration is in force at import time, and ignore `configure_logging`.
-    # (`logger` itself is a parameter name of structlog's wrap_logger, hence `_logger`.)
-    return structlog.get_logger(_logger=name) if name else structlog.get_logger()
+    """A structlog logger; `name` becomes the `logger` field (and the stdlib logger's name
+    inside a host application)."""
+    return _PackageLogger(name)

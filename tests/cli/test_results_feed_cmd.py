@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.storage import History, Store, Vault
+from support.schemas import line_problems
 from support.storage import MINUTE, T0, enroll, keyring
 
 from .test_readonly_cmds import cli, one_error_line, write_config
@@ -53,6 +54,7 @@ def export(config: Path, url: str, cursor: str | int) -> tuple[list[dict[str, An
         done = cli(config, *args)
         assert done.returncode == 0, done.stderr
         *rows, last = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [p for line in (*rows, last) for p in line_problems(line)] == []
         assert set(last) == {"cursor"}
         assert position(last["cursor"]) >= position(cursor)
         out += rows

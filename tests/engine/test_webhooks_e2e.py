@@ -31,6 +31,7 @@ from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Vault
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import Worker
+from support.schemas import webhook_problems
 
 from .conftest import Harness, WorkerClock
 
@@ -175,7 +176,9 @@ async def test_every_state_change_is_delivered_signed_in_order(
         "reason": "PermanentAccessRevoked",
         "endpoint": None,
         "client_action": "Access is gone and the token deleted; enroll the user again to read",
+        "action": "enroll_again",
     }
+    assert [p for e in receiver.events() for p in webhook_problems(e)] == []
     denied = next(e for e in receiver.events() if e["type"] == "user.scope_denied")
     assert denied["data"]["endpoint"] == "stats"
     assert denied["data"]["client_action"] == "Re-enroll asking for that scope"
@@ -336,6 +339,7 @@ async def test_include_content_puts_the_stored_payload_in_the_event(
     latest = next(c for c in receiver.changes("bob") if c["endpoint"] == "latest-change")
     assert latest["content"] == {"distance": 12.5, "tags": ["a"]}
     assert latest["content_hash"] == content_hash(latest["content"])
+    assert [p for e in receiver.events() for p in webhook_problems(e)] == []
 
 
 async def test_events_lists_the_types_the_receiver_gets(

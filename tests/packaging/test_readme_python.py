@@ -66,7 +66,7 @@ def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
         world.sim.queue_consent("svc-42")
         code = block.replace(
             "\n    ...\n", "\n    redirect_url = (await consent(url)).headers['location']\n"
-        )
+        ).replace('"/etc/lta-worker/config.toml"', repr(str(world.config)))
         body = "async def main():\n" + "".join(f"    {line}\n" for line in code.splitlines())
 
         async def consent(url: str) -> httpx.Response:
@@ -75,7 +75,6 @@ def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
 
         async def go() -> None:
             namespace: dict[str, Any] = {
-                "settings": settings,
                 "consent": consent,
                 "access_token": await user_access_token(world, settings),
             }

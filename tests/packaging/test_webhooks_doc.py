@@ -13,30 +13,45 @@ import pytest
 
 from lta_worker import __version__
 from lta_worker.config import build_settings
-from lta_worker.domain import CLIENT_ACTIONS, EVENT_TYPES, PendingEvent, ResultChanged, StateEvent
+from lta_worker.domain import (
+    ACTION_CODES,
+    CLIENT_ACTIONS,
+    EVENT_TYPES,
+    PendingEvent,
+    ResultChanged,
+    StateEvent,
+)
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def events_table(text: str) -> list[tuple[str, str]]:
-    """(type, client_action) of each row of webhooks.md's *Events* table."""
+def events_table(text: str) -> list[tuple[str, str, str]]:
+    """(type, client_action, action) of each row of webhooks.md's *Events* table."""
     start = text.index("| `type` | the change | `client_action`")
     rows = []
     for line in text[start:].splitlines()[2:]:
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows.append((cells[0].strip("`"), cells[2]))
+        rows.append((cells[0].strip("`"), cells[2], cells[3].strip("`")))
     return rows
 
 
 def test_events_table_is_the_codes_types_and_actions() -> None:
-    """docs/webhooks.md's table: every type in the code's order, with its `client_action`."""
+    """docs/webhooks.md's table: every type in the code's order, with its `client_action`
+    and its `action` code."""
     rows = events_table((DOCS / "webhooks.md").read_text(encoding="utf-8"))
-    assert rows == list(CLIENT_ACTIONS.items())
-    assert [t for t, _ in rows] == list(EVENT_TYPES)
+    assert rows == [(t, CLIENT_ACTIONS[t], ACTION_CODES[t]) for t in EVENT_TYPES]
+
+
+def test_the_receiver_shown_is_the_example_that_runs() -> None:
+    """webhooks.md's receiver is, verbatim, the one of docs/examples/lta_app.py (tested)."""
+    text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
+    block = _block(text, "python", "## A receiver")
+    assert "def receive(" in block
+    assert block in (DOCS / "examples" / "lta_app.py").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """`serve` delivers webhooks: after its pass, and from its own job for changes another process
-made (a `users drop` while it runs), and each changed result, to a receiver on loopback that
-verifies them with the `standardwebhooks` library; SIGTERM still exits 0."""
+made (a `users drop` while it runs), to a receiver on loopback that verifies them with the
+`standardwebhooks` library; SIGTERM still exits 0. (Changed results under `serve`:
+test_examples_serve.py.)"""
 
 from __future__ import annotations
 
@@ -35,15 +36,6 @@ class Received:
                 b["type"]
                 for b in self.bodies
                 if b["data"]["user"] == user and b["type"].startswith("user.")
-            ]
-
-    def changes(self, user: str) -> list[dict[str, Any]]:
-        """The `data` of the result.changed events one user got, in order."""
-        with self.lock:
-            return [
-                b["data"]
-                for b in self.bodies
-                if b["data"]["user"] == user and b["type"] == "result.changed"
             ]
 
 
@@ -113,33 +105,3 @@ def test_serve_delivers_after_its_pass_and_from_its_job(
     finally:
         stop(proc)
     assert "webhook.delivered" in {e["event"] for e in world.log_events()}
-
-
-def test_serve_sends_each_changed_result_soon_after_its_read(
-    world: World, receiver: tuple[Received, int]
-) -> None:
-    """The first results and a later change reach the receiver as result.changed, verified
-    by the library, with the previous hash chained; reads of the same content send none."""
-    received, port = receiver
-    secret_file = write_private(world.tmp / "webhook-secret", SECRET + "\n")
-    world.poll = {"interval": "500ms", "tick": "200ms"}
-    world.extra = (
-        f'[webhook]\nurl = "http://127.0.0.1:{port}/hook"\n'
-        f'secret_file = "{secret_file}"\ninterval = "200ms"\n'
-    )
-    world.write_config()
-    world.enroll(["reader"])
-    world.sim.set_payload("reader", "latest-change", {"n": 1})
-    proc = world.start_serve()
-    try:
-        wait_until(lambda: len(received.changes("reader")) == 2)
-        world.wait_for_event("pass.finished", proc)  # and more passes: nothing changed
-        world.sim.set_payload("reader", "latest-change", {"n": 2})
-        wait_until(lambda: len(received.changes("reader")) == 3)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0, world.log_events()[-5:]
-    finally:
-        stop(proc)
-    first, _, third = received.changes("reader")
-    assert (first["endpoint"], third["endpoint"]) == ("latest-change", "latest-change")
-    assert third["previous_hash"] == first["content_hash"] != third["content_hash"]

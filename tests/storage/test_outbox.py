@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from lta_worker.domain import UserUpdate
+from lta_worker.domain import ACTION_CODES, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import write_batch
@@ -88,6 +88,7 @@ def test_a_pass_decision_queues_its_change(
             "reason": code or state,
             "endpoint": None,
             "client_action": queued(store)[-1][2]["client_action"],
+            "action": ACTION_CODES[event],
         },
     )
 

@@ -78,6 +78,7 @@ def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, va
             "content_hash": sha({"v": 1}),
             "previous_hash": None,
             "client_action": changes(store)[0]["client_action"],
+            "action": "read_result",
         },
         {
             "user": "alice",
@@ -87,6 +88,7 @@ def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, va
             "content_hash": sha({"s": 1}),
             "previous_hash": None,
             "client_action": changes(store)[0]["client_action"],
+            "action": "read_result",
         },
         {
             "user": "alice",
@@ -96,6 +98,7 @@ def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, va
             "content_hash": sha({"v": 2}),
             "previous_hash": sha({"v": 1}),
             "client_action": changes(store)[0]["client_action"],
+            "action": "read_result",
         },
     ]
 

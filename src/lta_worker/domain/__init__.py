@@ -36,14 +36,17 @@ from lta_worker.domain._drop import DROP_START, drop_retry_at, drop_verdict
 from lta_worker.domain._durations import format_duration, parse_duration
 from lta_worker.domain._estimate import DEFAULT_PRIOR, GRID, GRID_SIZE, ChangeEstimate, observe
 from lta_worker.domain._events import (
+    ACTION_CODES,
     CLIENT_ACTIONS,
     EVENT_TYPES,
+    ActionCode,
     EventType,
     OutboxCounts,
     PendingEvent,
     ResultChanged,
     ResultEvents,
     StateEvent,
+    UserEventType,
     change_event,
     enrollment_event,
     forgotten_event,
@@ -120,6 +123,7 @@ from lta_worker.domain._spread import (
 )
 
 __all__ = [
+    "ACTION_CODES",
     "ALLOWED_CODES",
     "ANSWERED_KINDS",
     "CLIENT_ACTIONS",
@@ -144,6 +148,7 @@ __all__ = [
     "STATS_SCOPE",
     "TOKENLESS_STATES",
     "USER_STATES",
+    "ActionCode",
     "Answer",
     "Breaker",
     "BudgetSeen",
@@ -180,6 +185,7 @@ __all__ = [
     "StatsMode",
     "StopReason",
     "Trip",
+    "UserEventType",
     "UserForgotten",
     "UserRow",
     "UserState",

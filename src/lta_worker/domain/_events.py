@@ -16,7 +16,8 @@ from typing import Any, Final, Literal
 
 from lta_worker.domain._model import UserState, UserUpdate
 
-EventType = Literal[
+# A user's state change (or a denied scope), and every type (`result.changed` too).
+UserEventType = Literal[
     "user.enrolled",
     "user.rotated",
     "user.revoked",
@@ -28,8 +29,8 @@ EventType = Literal[
     "user.dropped",
     "user.forgotten",
     "user.active",
-    "result.changed",
 ]
+EventType = Literal[UserEventType, "result.changed"]
 # What `result.changed` carries of the new content: nothing (the event is not written), its
 # hashes only (the application reads the row), or the content itself too.
 ResultEvents = Literal["off", "hash", "content"]
@@ -49,6 +50,25 @@ CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
     "user.forgotten":    "Delete what you hold of the user: the worker purged its results",
     "user.active":       "None; access is back",
     "result.changed":    "Read the user's new result (or take it from `content`)",
+}
+# The same as a code a program can switch on (the event's `action`; docs/webhooks.md).
+ActionCode = Literal[
+    "none", "enroll_again", "wait", "link_cloud_sync", "check_configuration", "read_result",
+    "delete_data",
+]
+ACTION_CODES: Final[Mapping[EventType, ActionCode]] = {
+    "user.enrolled":     "none",
+    "user.rotated":      "none",
+    "user.revoked":      "enroll_again",
+    "user.parked":       "wait",
+    "user.unlinked":     "link_cloud_sync",
+    "user.rejected":     "check_configuration",
+    "user.scope_denied": "enroll_again",
+    "user.dropping":     "none",
+    "user.dropped":      "none",
+    "user.forgotten":    "delete_data",
+    "user.active":       "none",
+    "result.changed":    "read_result",
 }
 STATE_EVENTS: Final[Mapping[UserState, EventType]] = {
     "active":   "user.active",
@@ -87,6 +107,7 @@ class StateEvent:
                 "reason": self.reason,
                 "endpoint": self.endpoint,
                 "client_action": CLIENT_ACTIONS[self.type],
+                "action": ACTION_CODES[self.type],
             },
         }
 
@@ -115,6 +136,7 @@ class ResultChanged:
             "content_hash": self.content_hash,
             "previous_hash": self.previous_hash,
             "client_action": CLIENT_ACTIONS[self.type],
+            "action": ACTION_CODES[self.type],
         }
         if self.with_content:
             data["content"] = self.content

@@ -3,9 +3,10 @@ store, the vault, the API client, the pacer and the clock (`_root`).
 
 - `Runtime`: `run` and `serve` hold one through `worker.Worker`; `status`, `users list`,
   `results export` and `check` open a read-only one (the database is never created nor
-  migrated); the enrollment web app and a web application embedding enrollment get
-  `Runtime.enrollment()`; `instance_ttl`: how long an instance counts as live;
-  `missing_key_file`, `READERS`: the key file explained, the secret files' readers (`_root`);
+  migrated); the enrollment web app gets `Runtime.enrollment()`, and the Python API
+  (`lta_worker.api`) a runtime that never migrates (`migrate=False`); `instance_ttl`: how
+  long an instance counts as live; `missing_key_file`, `READERS`: the key file explained,
+  the secret files' readers (`_root`);
 - `Clock`, `SystemClock`: time, injected (`_clock`).
 
 It sits below `report` and `worker`, above storage, upstream, pacing, enrollment and

@@ -53,8 +53,9 @@ class Runtime:
     `with Runtime(settings) as rt:` for what needs no HTTP, `async with` for the rest;
     everything opened is closed at the end of the block. `read_only`: the database is
     opened read-only, its schema checked, never created nor migrated (`status`, `users
-    list`, `results export`, `check`). `transport` and `webhook_transport` replace the
-    network (tests pass the simulator's).
+    list`, `results export`, `check`). `migrate=False`: written to but never migrated, its
+    schema checked as with `read_only` (the Python API, `lta_worker.api`). `transport` and
+    `webhook_transport` replace the network (tests pass the simulator's).
     """
 
     def __init__(
@@ -62,12 +63,14 @@ class Runtime:
         settings: Settings,
         *,
         read_only: bool = False,
+        migrate: bool = True,
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         webhook_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.read_only = read_only
+        self._migrate = migrate and not read_only
         self.clock: Clock = clock or SystemClock()
         self._transport = transport
         self._webhook_transport = webhook_transport
@@ -117,11 +120,11 @@ class Runtime:
 
     @property
     def store(self) -> Store:
-        """The database: migrated on opening (`result.changed` queued as `[webhook]` asks),
-        or with `read_only` only checked.
+        """The database: migrated on opening, or with `read_only` or `migrate=False` only
+        checked (`result.changed` queued as `[webhook]` asks unless read-only).
 
         Raises:
-            SchemaOutdatedError: read-only, and no schema or an older one (NoDatabaseError:
+            SchemaOutdatedError: not migrating, and no schema or an older one (NoDatabaseError:
                 no SQLite file).
             SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
             StorageError: the database cannot be reached (exit 75).
@@ -133,11 +136,12 @@ class Runtime:
 
             store = Store.open(self.settings.database.url, read_only=self.read_only)
             try:
-                if self.read_only:
-                    store.check_schema()
-                else:
+                if not self.read_only:
                     store.result_events = self.settings.webhook.result_events
+                if self._migrate:
                     self.migrated = bool(store.upgrade())
+                else:
+                    store.check_schema()
             except BaseException:
                 store.close()
                 raise

@@ -1,0 +1,85 @@
+"""The Python API for an application that embeds lta-worker (docs/python-api.md): what this
+face lists is promised, and a test holds its names and signatures.
+
+- `load_settings`, `Settings`: the worker's configuration (its TOML file and environment);
+- `LtaApi`: enrollment (consent URL, the redirect back, a user access token), signed
+  links, drop and forget, a user's state and latest results, the change feed (`_api`);
+  `Changes`, `EnrollResult`, `DropResult`: what the calls return;
+- the payloads as types (`_payloads`): `WebhookEvent` (`UserEvent`, `ResultChangedEvent`),
+  `ResultLine`, `UserStatus`, and `ActionCode`, the events' machine-readable `action`;
+- `SecretFilter`: masks a `?code=` in the host's own log records (its access log);
+- the errors, each with a stable `reason` where one class covers several cases.
+
+It sits at the top of the layers, beside `cli`, and uses the packages through their faces.
+"""
+
+from __future__ import annotations
+
+from lta_worker.api._api import Changes, LtaApi
+from lta_worker.api._payloads import (
+    FeedLine,
+    ResultChangedData,
+    ResultChangedEvent,
+    ResultLine,
+    UserEvent,
+    UserEventData,
+    UserForgottenLine,
+    UserStatus,
+    WebhookEvent,
+)
+from lta_worker.config import Settings, load_settings
+from lta_worker.domain import ActionCode
+from lta_worker.enrollment import DropResult, EnrollResult
+from lta_worker.errors import (
+    ConfigError,
+    CursorError,
+    EnrollmentError,
+    InstanceLockedError,
+    KeyFileError,
+    LtaError,
+    ModeNotOpenedError,
+    NoDatabaseError,
+    SchemaOutdatedError,
+    SchemaTooNewError,
+    StorageError,
+    UnknownKeyError,
+    UnknownUserError,
+    UpstreamError,
+    UsageError,
+)
+from lta_worker.logs import SecretFilter
+
+__all__ = [
+    "ActionCode",
+    "Changes",
+    "ConfigError",
+    "CursorError",
+    "DropResult",
+    "EnrollResult",
+    "EnrollmentError",
+    "FeedLine",
+    "InstanceLockedError",
+    "KeyFileError",
+    "LtaApi",
+    "LtaError",
+    "ModeNotOpenedError",
+    "NoDatabaseError",
+    "ResultChangedData",
+    "ResultChangedEvent",
+    "ResultLine",
+    "SchemaOutdatedError",
+    "SchemaTooNewError",
+    "SecretFilter",
+    "Settings",
+    "StorageError",
+    "UnknownKeyError",
+    "UnknownUserError",
+    "UpstreamError",
+    "UsageError",
+    "UserEvent",
+    "UserEventData",
+    "UserForgottenLine",
+    "UserStatus",
+    "WebhookEvent",
+    "load_settings",
+]

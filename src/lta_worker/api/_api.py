@@ -1,0 +1,170 @@
+"""`LtaApi`: the one face an embedding application uses (docs/python-api.md).
+
+It opens the database without migrating it: a schema older than this code is
+`SchemaOutdatedError` (only `lta-worker db upgrade`, `run` and `serve` migrate), so that
+deploying a newer web app never changes the worker's database under it. The calls that
+speak to the service are async; those that only touch the database are sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Self, cast
+
+from lta_worker.config import start_url
+from lta_worker.errors import UnknownUserError
+from lta_worker.report import result_json, user_json
+from lta_worker.runtime import Runtime
+from lta_worker.secret import Secret
+
+if TYPE_CHECKING:
+    import httpx
+
+    from lta_worker.api._payloads import FeedLine, ResultLine, UserStatus
+    from lta_worker.config import Settings
+    from lta_worker.enrollment import DropResult, EnrollResult
+    from lta_worker.runtime import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The results stored after a cursor, oldest first (read lazily, once), each purge of a
+    user's data as a `UserForgottenLine` in its place, and the cursor to keep once they are
+    handled: pass it to the next `LtaApi.changes` (opaque: `HISTORY.POSITION`)."""
+
+    lines: Iterator[FeedLine]
+    cursor: str
+
+
+class LtaApi:
+    """Enrollment, drops and forgets, and what the worker read, for one application.
+
+    `with LtaApi(settings) as api:` for the sync calls; `async with` for every call. The
+    database is opened (and its schema checked) on entering; everything opened is closed
+    on leaving. `transport` replaces the network (tests pass the simulator's).
+
+    Raises (on entering):
+        SchemaOutdatedError: no database, no schema, or an older one (`db upgrade`).
+        SchemaTooNewError: the database was migrated by a newer lta-worker.
+        StorageError: the database cannot be reached.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._runtime = Runtime(settings, migrate=False, clock=clock, transport=transport)
+
+    def __enter__(self) -> Self:
+        _ = self._runtime.store
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._runtime.close()
+
+    async def __aenter__(self) -> Self:
+        await self._runtime.__aenter__()
+        try:
+            _ = self._runtime.store
+        except BaseException:
+            await self._runtime.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runtime.__aexit__(*exc)
+
+    def start_enrollment(self, user: str) -> str:
+        """The consent URL to send `user`'s browser to (sync). Writes a pending consent
+        (its PKCE verifier encrypted), valid 10 minutes; reads the key file."""
+        return self._runtime.enrollment().start(user)
+
+    async def finish_enrollment(
+        self, user: str, redirect_url: str, *, state: str | None = None
+    ) -> EnrollResult:
+        """Finish what `start_enrollment` began, from the URL the service redirected the
+        browser to (async): exchanges the code, creates the long term token, stores it
+        encrypted (the user `active`, due now; a `user.enrolled` or `user.rotated` event).
+
+        Raises:
+            UsageError: no code, or the consent is unknown, used, expired or another user's.
+            ModeNotOpenedError: long term mode is not open on this client.
+            EnrollmentError: the consent, the exchange or the token creation failed.
+        """
+        return await self._runtime.enrollment().finish(user, redirect_url, state=state)
+
+    async def enroll_with_user_token(self, user: str, user_access_token: str) -> EnrollResult:
+        """Enroll `user` with a user access token the application got from its own long
+        term consent (async); writes as `finish_enrollment`."""
+        token = Secret(user_access_token)
+        return await self._runtime.enrollment().from_user_token(user, token)
+
+    def enrollment_link(self, user: str, valid: timedelta = timedelta(days=1)) -> str:
+        """A signed, single-use link to the browser enrollment `serve` hosts (sync; writes
+        nothing). Needs `enroll.public_url` and `enroll.link_key_file`.
+
+        Raises:
+            ConfigError: either setting is missing, or the key file is unusable.
+            UsageError: a bad user id, or `valid` outside 1 minute to 30 days.
+        """
+        from lta_worker.enrollment import EnrollLinks
+
+        runtime = self._runtime
+        links = EnrollLinks(runtime.secret("enroll_link_key"), start_url(runtime.settings))
+        return links.make(user, runtime.clock.now(), valid)
+
+    async def drop(self, user: str) -> DropResult:
+        """End `user`'s access (async): marks it `dropping`, sends the DELETE, and once the
+        service confirms deletes the token (`dropped`); unconfirmed, `run`/`serve` retry.
+
+        Raises:
+            UnknownUserError: no such user.
+        """
+        return await self._runtime.lifecycle().drop(user)
+
+    async def forget(self, user: str) -> DropResult:
+        """Drop `user` and purge every stored result of theirs at once (async): for a user
+        who deleted their account with the application.
+
+        Raises:
+            UnknownUserError: no such user.
+        """
+        return await self._runtime.lifecycle().forget(user)
+
+    def user(self, user: str) -> UserStatus:
+        """`user`'s state, scopes and read times (sync, reads only).
+
+        Raises:
+            UnknownUserError: no such user.
+        """
+        row = self._runtime.store.get_user(user)
+        if row is None:
+            raise UnknownUserError(user)
+        return cast("UserStatus", user_json(row))
+
+    def results(self, user: str) -> list[ResultLine]:
+        """`user`'s latest result per endpoint with its read time (sync, reads only).
+
+        Raises:
+            UnknownUserError: no such user.
+        """
+        store = self._runtime.store
+        if store.get_user(user) is None:
+            raise UnknownUserError(user)
+        return [cast("ResultLine", result_json(row)) for row in store.export_results(user)]
+
+    def changes(self, cursor: str | int = 0, *, user: str | None = None) -> Changes:
+        """The results stored after `cursor` (0: from the start), of every user or one, and
+        the cursor to keep (sync, reads only): the feed of `results export --changed-since`.
+
+        Raises:
+            CursorError: a cursor this database never issued (read again from 0).
+        """
+        feed = self._runtime.store.changed_since(cursor, user)
+        lines = (cast("FeedLine", result_json(row)) for row in feed.rows)
+        return Changes(lines, feed.cursor)
