@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from lta_worker.report import collect_status
 from lta_worker.simulator import DEMO_CLIENT_ID
 from lta_worker.worker import PassResult
 from support.virtual_time import autojump, virtual_backend
@@ -98,3 +99,36 @@ async def test_a_quota_raised_within_the_window_is_followed_at_once(
     assert len(reads) == 60 and all(e.status == 200 for e in reads)
     assert before < 30  # the small budget was being spread when the quota was raised
     assert max(e.at for e in reads) - raised < timedelta(minutes=2), (started, raised)
+
+
+@pytest.mark.timeout(60)
+async def test_a_quota_of_0_for_a_while_then_a_normal_one(virtual_harness: Harness) -> None:
+    """The service answers q=0 for a while (12 users, adaptive), then a normal quota: status
+    works throughout (unhealthy while the stored limit is 0, naming it), the next run works,
+    and the reads resume (issue 37 item 2, end to end)."""
+    h = virtual_harness
+    h.configure("poll", schedule="adaptive", max_pass_duration="5m")
+    h.sim.configure(budget=1000, window=60, header_format="draft")
+    async with autojump():
+        for n in range(12):
+            await h.enroll(f"user-{n}")
+        box: dict[str, PassResult] = {}
+
+        async def run() -> None:
+            box["result"] = await h.run_pass()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(0.5)  # a few reads answered, then the quota drops to 0
+            h.sim.configure(budget=0)
+        zero = collect_status(h.settings(), h.clock.now())
+        again = await h.run_pass()
+        h.sim.configure(budget=1000)
+        h.sim.clear_requests()
+        resumed = await h.run_pass()
+        after = collect_status(h.settings(), h.clock.now())
+    assert (box["result"].exit_code, again.exit_code) == (75, 75) and again.throttled > 0
+    assert zero["budget"]["limit"] == 0 and not zero["healthy"]
+    assert any("a limit of 0" in problem for problem in zero["problems"]), zero["problems"]
+    assert resumed.exit_code == 0 and h.reads() and all(e.status == 200 for e in h.reads())
+    assert after["budget"]["limit"] == 1000 and after["healthy"], after["problems"]

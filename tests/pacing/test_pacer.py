@@ -293,6 +293,45 @@ def test_without_other_traffic_no_429_and_spread_out(
         assert burst <= math.ceil(per_tenth) + 2
 
 
+counts = st.none() | st.sampled_from([0, 1, 2**31, 2**63, -1]) | st.integers(0, 10**6)
+absurd = st.sampled_from([0.0, 1.0, 2.0**63, -1.0, math.nan, math.inf])
+seconds = st.none() | absurd | st.floats(0, 7200)
+answers = st.tuples(
+    st.floats(min_value=0.0, max_value=3600.0),  # seconds since the previous answer
+    st.builds(
+        RateLimitInfo,
+        limit=counts,
+        remaining=counts,
+        reset_after=seconds,
+        window=seconds,
+        retry_after=seconds,
+    ),
+    st.sampled_from([200, 429, None]),
+)
+
+
+@SIM
+@given(steps=st.lists(answers, min_size=1, max_size=30), reserve=reserves)
+def test_any_stated_budget_never_makes_the_pacer_spin_or_raise(
+    steps: list[tuple[float, RateLimitInfo, int | None]], reserve: float
+) -> None:
+    """Whatever budget the answers state (a limit of 0, 2^31 or 2^63 requests, a window of
+    1 s or 2^63 s, a reset far away, negative or NaN figures), the pacer never raises, every
+    wait is a finite number of seconds at least 0, and once it has waited that long the
+    permit goes: it never wakes to wait again."""
+    core = pacer_core(reserve=reserve, fallback_per_hour=60)
+    t = 1e6
+    for gap, answer, status in steps:
+        t += gap
+        delay, _ = core.delay(t)
+        assert 0.0 <= delay < math.inf
+        assert core.delay(t + delay)[0] == 0.0
+        t += delay
+        core.reserve(t)
+        core.observe(t, answer, status, sent_at=t)
+        core.snapshot(t)
+
+
 def test_spends_the_allowance_when_alone() -> None:
     """Pacing does not waste the budget: the worker sends its whole allowance per window."""
     window = Window(3600.0, 120)
