@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lta_worker.domain import RECHECKED_STATES, plan_capacity
+from lta_worker.config import PollSettings
+from lta_worker.domain import (
+    RECHECKED_STATES,
+    ChangeEstimate,
+    class_intervals,
+    expected_delay,
+    plan_capacity,
+    plan_scale,
+)
+from lta_worker.domain._freshness import cap_seconds, next_due
 
 HOUR = timedelta(hours=1)
 
@@ -100,3 +111,44 @@ def test_effective_interval_never_shorter_than_configured(
     p = plan(active=active, limit=limit, window=window)
     assert p.effective_interval >= HOUR
     assert p.sustainable == (p.reads_needed_per_hour <= p.available_per_hour)
+
+
+ADAPTIVE = replace(PollSettings().policy().freshness, schedule="adaptive")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+absurd_windows = (
+    st.none()
+    | st.floats(min_value=1.0, max_value=2.0**63)
+    | st.sampled_from([0.0, -1.0, math.nan, math.inf, 1e-300])
+)
+
+
+@given(
+    active=st.integers(0, 10**9),
+    parked=st.integers(0, 10**9),
+    limit=st.none() | st.integers(0, 2**63) | st.sampled_from([0, 2**31, -1]),
+    window=absurd_windows,
+    rates=st.lists(st.sampled_from([(1e-7, 1e-7, 1.0), (1e-3, 1e-3, 1000.0)]), max_size=3),
+)
+@example(active=12, parked=0, limit=0, window=3600.0, rates=[(1e-3, 1e-3, 12.0)])
+def test_no_stored_budget_breaks_the_capacity_or_freshness_plan(
+    active: int,
+    parked: int,
+    limit: int | None,
+    window: float | None,
+    rates: list[tuple[float, float, float]],
+) -> None:
+    """Whatever budget is stored (a limit of 0, 2^63 requests, a window of 1 s or 2^63 s,
+    or none at all), the capacity plan and the freshness plan made from it never raise,
+    never promise more than the interval, and a limit of 0 is a warning, never a plan."""
+    p = plan(active=active, parked=parked, limit=limit, window=window)
+    assert p.effective_interval >= HOUR and 0 <= p.available_per_hour < math.inf
+    if limit == 0:  # whatever the users need: `status` shows it as a problem
+        assert p.warning is not None and "a limit of 0" in p.warning
+    budget = max(p.available_per_hour - p.rechecks_per_hour, 0.0)
+    schedule = plan_scale(rates, budget, ADAPTIVE)
+    due = next_due(ChangeEstimate(), NOW, schedule, ADAPTIVE)
+    assert NOW + ADAPTIVE.interval <= due <= NOW + ADAPTIVE.max_interval
+    classes = class_intervals(rates, schedule, ADAPTIVE)
+    if budget == 0:  # no read to spread: everyone at the cap, nobody at the floor
+        assert all(seconds == cap_seconds(ADAPTIVE) for _, _, seconds, _ in classes)
+    expected_delay(rates, schedule, ADAPTIVE)

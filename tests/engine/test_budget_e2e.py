@@ -5,12 +5,13 @@ clock (trio's MockClock), so windows of seconds or of an hour pass without waiti
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
 import pytest
 
+from lta_worker.report import collect_status
 from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
 from lta_worker.worker import PassResult, Worker
 from support.virtual_time import autojump, virtual_backend
@@ -67,12 +68,17 @@ async def test_hour_long_windows_are_paced_on_virtual_time(virtual_harness: Harn
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("raised", "window"), [(100_000, 3600), (1200, 600)], ids=["same-window", "shorter-window"]
+)
 async def test_a_quota_raised_within_the_window_is_followed_at_once(
-    virtual_harness: Harness,
+    virtual_harness: Harness, raised: int, window: int
 ) -> None:
     """The service raises the quota 200 s into an hour-long window while a pass spreads a
-    small budget: the reads left go out at the new pace at once (the pass ends minutes, not
-    the rest of the hour, after the raise), with no 429 (issue 26 item 2, end to end)."""
+    small budget, alone or with a shorter window (its reset moves earlier): the reads left
+    go out at the new pace at once (the pass ends minutes, not the rest of the hour, after
+    the raise), with no 429, and `status` shows the new window with a reset within it
+    (issue 26 item 2, issue 37 item 8, end to end)."""
     h = virtual_harness
     h.sim.configure(budget=100, window=3600, header_format="draft")
     async with autojump():
@@ -90,14 +96,20 @@ async def test_a_quota_raised_within_the_window_is_followed_at_once(
             tg.start_soon(run)
             await anyio.sleep(200)
             before = len(h.reads())
-            h.sim.configure(budget=100_000)
-            raised = h.clock.now()
+            h.sim.configure(budget=raised, window=window)
+            raised_at = h.clock.now()
+        budget = collect_status(h.settings(), h.clock.now())["budget"]
     result = box["result"]
     assert (result.exit_code, result.throttled) == (0, 0)
     reads = h.reads()
     assert len(reads) == 60 and all(e.status == 200 for e in reads)
     assert before < 30  # the small budget was being spread when the quota was raised
-    assert max(e.at for e in reads) - raised < timedelta(minutes=2), (started, raised)
+    assert max(e.at for e in reads) - raised_at < timedelta(minutes=2), (started, raised_at)
+    assert (budget["limit"], budget["window_seconds"]) == (raised, window)
+    reset_in = datetime.fromisoformat(budget["reset_at"]) - datetime.fromisoformat(
+        budget["observed_at"]
+    )
+    assert reset_in <= timedelta(seconds=window + 1), budget
 
 
 @pytest.mark.timeout(60)
@@ -141,3 +153,36 @@ async def test_a_user_read_counts_in_users_when_the_pass_is_aborted(
             assert worker.current is not None
             worker.current.stop.abort("config")
     assert (box["result"].reads, box["result"].users) == (1, 1)
+
+
+@pytest.mark.timeout(60)
+async def test_a_quota_of_0_for_a_while_then_a_normal_one(virtual_harness: Harness) -> None:
+    """The service answers q=0 for a while (12 users, adaptive), then a normal quota: status
+    works throughout (unhealthy while the stored limit is 0, naming it), the next run works,
+    and the reads resume (issue 37 item 2, end to end)."""
+    h = virtual_harness
+    h.configure("poll", schedule="adaptive", max_pass_duration="5m")
+    h.sim.configure(budget=1000, window=60, header_format="draft")
+    async with autojump():
+        for n in range(12):
+            await h.enroll(f"user-{n}")
+        box: dict[str, PassResult] = {}
+
+        async def run() -> None:
+            box["result"] = await h.run_pass()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(0.5)  # a few reads answered, then the quota drops to 0
+            h.sim.configure(budget=0)
+        zero = collect_status(h.settings(), h.clock.now())
+        again = await h.run_pass()
+        h.sim.configure(budget=1000)
+        h.sim.clear_requests()
+        resumed = await h.run_pass()
+        after = collect_status(h.settings(), h.clock.now())
+    assert (box["result"].exit_code, again.exit_code) == (75, 75) and again.throttled > 0
+    assert zero["budget"]["limit"] == 0 and not zero["healthy"]
+    assert any("a limit of 0" in problem for problem in zero["problems"]), zero["problems"]
+    assert resumed.exit_code == 0 and h.reads() and all(e.status == 200 for e in h.reads())
+    assert after["budget"]["limit"] == 1000 and after["healthy"], after["problems"]

@@ -38,6 +38,19 @@ class Window:
     others: tuple[float, ...] = ()  # fractions of the window at which other requests arrive
     # (fraction of the window, new limit): the service changes the quota within the window.
     changes: tuple[tuple[float, int], ...] = ()
+    # (fraction of the window, new length): the service shortens the window then (a budget
+    # raised with a shorter window): it ends that much later, if earlier than it would.
+    cut: tuple[float, float] | None = None
+
+    def end(self) -> float:
+        """How long the window really lasts."""
+        return self.length if self.cut is None else min(self.length, sum(self.figures(1.0)))
+
+    def figures(self, fraction: float) -> tuple[float, float]:
+        """(when the service says the window started, its length) at `fraction` of it."""
+        if self.cut is None or fraction < self.cut[0]:
+            return 0.0, self.length
+        return self.cut[0] * self.length, self.cut[1]
 
     def limit_at(self, fraction: float) -> int:
         """The limit in force at `fraction` of the window."""
@@ -67,7 +80,7 @@ class Server:
         start = 0.0
         for window in self.windows:
             self.starts.append(start)
-            start += window.length
+            start += window.end()
         self.end = start
         self.used = [0] * len(self.windows)
         self.worker = [0] * len(self.windows)
@@ -87,13 +100,14 @@ class Server:
         allowed = self.used[i] < limit
         self.used[i] += 1 if allowed else 0
         self.refused[i] += 0 if allowed else 1
-        left = start + window.length - t
+        since, length = window.figures((t - start) / window.length)
+        left = start + since + length - t
         reset = float(math.ceil(left)) if self.rounding else left
         info = RateLimitInfo(
             limit=limit,
             remaining=max(0, limit - self.used[i]),
             reset_after=reset,
-            window=window.length,
+            window=length,
             retry_after=None if allowed else reset,
             source="model",
         )
@@ -162,6 +176,7 @@ changing_window_strategy = st.builds(
         ),
         max_size=3,
     ).map(tuple),
+    cut=st.none() | st.tuples(st.floats(0, 1), st.sampled_from([1.0, 5.0, 30.0])),
 )
 reserves = st.sampled_from([0.0, 0.1, 0.25, 0.5])
 latencies = st.sampled_from([0.0, 0.05, 0.5, 2.0])
@@ -291,6 +306,45 @@ def test_without_other_traffic_no_429_and_spread_out(
     for t in server.sends:
         burst = sum(1 for u in server.sends if t <= u < t + length / 10)
         assert burst <= math.ceil(per_tenth) + 2
+
+
+counts = st.none() | st.sampled_from([0, 1, 2**31, 2**63, -1]) | st.integers(0, 10**6)
+absurd = st.sampled_from([0.0, 1.0, 2.0**63, -1.0, math.nan, math.inf])
+seconds = st.none() | absurd | st.floats(0, 7200)
+answers = st.tuples(
+    st.floats(min_value=0.0, max_value=3600.0),  # seconds since the previous answer
+    st.builds(
+        RateLimitInfo,
+        limit=counts,
+        remaining=counts,
+        reset_after=seconds,
+        window=seconds,
+        retry_after=seconds,
+    ),
+    st.sampled_from([200, 429, None]),
+)
+
+
+@SIM
+@given(steps=st.lists(answers, min_size=1, max_size=30), reserve=reserves)
+def test_any_stated_budget_never_makes_the_pacer_spin_or_raise(
+    steps: list[tuple[float, RateLimitInfo, int | None]], reserve: float
+) -> None:
+    """Whatever budget the answers state (a limit of 0, 2^31 or 2^63 requests, a window of
+    1 s or 2^63 s, a reset far away, negative or NaN figures), the pacer never raises, every
+    wait is a finite number of seconds at least 0, and once it has waited that long the
+    permit goes: it never wakes to wait again."""
+    core = pacer_core(reserve=reserve, fallback_per_hour=60)
+    t = 1e6
+    for gap, answer, status in steps:
+        t += gap
+        delay, _ = core.delay(t)
+        assert 0.0 <= delay < math.inf
+        assert core.delay(t + delay)[0] == 0.0
+        t += delay
+        core.reserve(t)
+        core.observe(t, answer, status, sent_at=t)
+        core.snapshot(t)
 
 
 def test_spends_the_allowance_when_alone() -> None:
@@ -443,15 +497,6 @@ def test_other_traffic_lowers_the_allowance() -> None:
     assert core.snapshot(1.0).remaining == 5
 
 
-def test_reset_moving_forward_starts_a_new_window() -> None:
-    """A later reset with a higher remaining is a fresh window, not a stale answer."""
-    core = pacer_core(reserve=0.0)
-    core.observe(0.0, info(remaining=0, reset=60.0, limit=10, window=60.0), 200)
-    core.observe(61.0, info(remaining=9, reset=59.0, limit=10, window=60.0), 200)
-    snap = core.snapshot(61.0)
-    assert (snap.remaining, snap.reset_in) == (9, pytest.approx(59.0))
-
-
 @pytest.mark.parametrize(
     ("before", "after"),
     [
@@ -487,12 +532,56 @@ def test_a_late_answer_does_not_bring_back_an_old_limit() -> None:
     assert core.snapshot(11.0).remaining == 400
 
 
-def test_a_late_answer_from_an_old_window_is_ignored() -> None:
-    """An answer whose reset lies well before the known window's cannot rewind it."""
-    core = pacer_core(reserve=0.0)
-    core.observe(0.0, info(remaining=9, reset=600.0, limit=10, window=600.0), 200)
-    core.observe(1.0, info(remaining=0, reset=10.0, limit=10, window=600.0), 200)
-    assert core.snapshot(1.0).remaining == 9
+# The window in force: 100 a 3600 s window, 50 left, the reset 54 minutes away (at 3240).
+BEFORE = info(remaining=50, reset=3240.0, limit=100, window=3600.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "window", "reset_in", "remaining"),
+    [
+        # A longer window: its reset moved later, a new window from its figures.
+        ((info(200, 7000.0, limit=200, window=7200.0), 200, 10.0), 7200.0, 7000.0, 200),
+        # A shorter window (a budget raised): the earlier reset and its figures at once.
+        ((info(1196, 300.0, limit=1200, window=600.0), 200, 10.0), 600.0, 300.0, 1196),
+        # The same window restarted earlier by the service.
+        ((info(99, 60.0, limit=100, window=3600.0), 200, 10.0), 3600.0, 60.0, 99),
+        # A later reset (the window rolled over): a new window.
+        ((info(99, 3590.0, limit=100, window=3600.0), 200, 10.0), 3600.0, 3590.0, 99),
+        # A 429: everything paused until Retry-After, the window spent.
+        ((info(0, 3230.0, limit=100, retry_after=30.0), 429, 10.0), 3600.0, 30.0, 0),
+        # A late answer (sent before the window in force was reported) changes nothing.
+        ((info(0, 10.0, limit=100, window=600.0), 200, -5.0), 3600.0, 3230.0, 49),
+        # A shorter window reported without a reset: the reset is never beyond it.
+        ((RateLimitInfo(limit=100, window=600.0), 200, 10.0), 600.0, 601.0, 49),
+    ],
+    ids=["longer", "shorter", "earlier-reset", "later-reset", "429", "late", "window-only"],
+)
+def test_window_transitions(
+    answer: tuple[RateLimitInfo, int, float], window: float, reset_in: float, remaining: int
+) -> None:
+    """From a window in force, each kind of answer (figures, status, when it was sent): the
+    window, the reset and the remaining the pacer goes by, never a reset further away than
+    the window (issue 37 item 8)."""
+    core = pacer_core(reserve=0.1, max_wait=timedelta(hours=3))
+    core.observe(0.0, BEFORE, 200, sent_at=0.0)
+    core.reserve(0.0)
+    figures, status, sent_at = answer
+    core.observe(10.0, figures, status, sent_at=sent_at)
+    snap = core.snapshot(10.0)
+    assert (snap.window, snap.remaining) == (window, remaining)
+    assert snap.reset_in == pytest.approx(reset_in)
+    assert snap.reset_in <= snap.window + 1.0
+
+
+def test_an_earlier_reset_with_a_shorter_window_is_paced_at_once() -> None:
+    """The budget raised with a shorter window (1,200 per 600 s, 1,196 left, the reset in
+    300 s instead of 54 minutes): the reads left go at the new pace, not one per 33 s."""
+    core = pacer_core(reserve=0.1)
+    core.observe(0.0, BEFORE, 200, sent_at=0.0)
+    core.reserve(0.0)
+    core.observe(10.0, info(1196, 300.0, limit=1200, window=600.0), 200, sent_at=10.0)
+    delays = [core.reserve(10.0) for _ in range(100)]
+    assert max(delays) < 30.0  # 1,076 usable over 300 s: a hundred within half a minute
 
 
 def test_429_pauses_every_permit_until_retry_after() -> None:

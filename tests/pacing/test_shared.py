@@ -158,9 +158,19 @@ def test_a_new_window_starts_from_its_figures() -> None:
 
 
 def test_a_late_answer_from_a_past_window_changes_nothing() -> None:
-    """Figures of a window already over are ignored, and so is their permit's tag."""
-    row, reserved = back(seen(80, 120), 4, Settlement(at(60), True, seen(3, 60)))
+    """Figures of a window already over (sent before the row's) are ignored, and so is their
+    permit's tag."""
+    late = replace_seen(seen(3, 60), observed_at=at(-5))
+    row, reserved = back(seen(80, 120), 4, Settlement(at(60), True, late))
     assert (row, reserved) == (seen(80, 120), 4)
+
+
+def test_an_earlier_reset_sent_later_opens_its_window() -> None:
+    """The service moved its reset earlier (a budget raised with a shorter window): an answer
+    sent after the row's figures opens that window at once, its length with it."""
+    raised = BudgetSeen(1200, 1196, at(300), 600.0, at(10))
+    row, reserved = back(seen(50, 3240), 4, Settlement(at(3240), True, raised))
+    assert (row, reserved) == (raised, 0)
 
 
 def test_after_the_reset_one_probe_at_a_time_until_figures_open_the_window() -> None:

@@ -43,20 +43,22 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("seen", "remaining", "limit"),
     [
-        (None, 0.0, 0.0),
-        (BudgetSeen(None, None, None, None, NOW), 0.0, 0.0),
+        (None, math.nan, math.nan),
+        (BudgetSeen(None, None, None, None, NOW), math.nan, math.nan),
         (BudgetSeen(120, 113, NOW + timedelta(minutes=20), 3600, NOW), 113.0, 120.0),
         (BudgetSeen(120, 7, NOW - timedelta(seconds=1), 3600, NOW), 120.0, 120.0),
-        (BudgetSeen(120, None, NOW + timedelta(minutes=20), 3600, NOW), 0.0, 120.0),
+        (BudgetSeen(120, None, NOW + timedelta(minutes=20), 3600, NOW), math.nan, 120.0),
+        (BudgetSeen(0, 0, NOW + timedelta(minutes=20), 3600, NOW), 0.0, 0.0),
     ],
-    ids=["nothing-recorded", "no-limit", "window-open", "window-reset", "remaining-unknown"],
+    ids=["nothing-recorded", "no-limit", "window-open", "window-reset", "remaining-unknown", "0"],
 )
 def test_the_budget_gauges_start_from_what_the_database_recorded(
     seen: BudgetSeen | None, remaining: float, limit: float
 ) -> None:
     """At start the budget gauges take the recorded limit and what was left, the whole limit
-    once the recorded window has reset, and stay unset (0) when no limit was recorded."""
+    once the recorded window has reset, and stay unknown (NaN, never 0: a limit of 0 is a
+    budget) when no limit was recorded."""
     metrics = Metrics()
     metrics.on_budget_seen(seen, NOW)
-    assert _value(metrics, "lta_worker_budget_remaining") == remaining
-    assert _value(metrics, "lta_worker_budget_limit") == limit
+    assert _value(metrics, "lta_worker_budget_remaining") == pytest.approx(remaining, nan_ok=True)
+    assert _value(metrics, "lta_worker_budget_limit") == pytest.approx(limit, nan_ok=True)

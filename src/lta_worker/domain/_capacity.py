@@ -5,14 +5,19 @@ Pure arithmetic on plain values; `status` feeds it what the store knows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Final
 
 from lta_worker.domain._durations import format_duration
 from lta_worker.domain._policy import RECHECKED_STATES
 
 HOUR = 3600.0
+# The longest interval the plan states (a budget of 0, or of one read a century, is no
+# plan: it is a warning); beyond it a timedelta would overflow.
+LONGEST: Final = timedelta(days=36500)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,11 @@ class CapacityPlan:
 
 
 def per_hour(limit: float, window_seconds: float | None) -> float:
-    """Reads an hour a reported limit allows over its window (an hour when not reported)."""
-    return limit * HOUR / (window_seconds or HOUR)
+    """Reads an hour a reported limit allows over its window (an hour when not reported);
+    whatever is stored, a finite number at least 0 (a window is at least a second)."""
+    window = window_seconds if window_seconds is not None and window_seconds > 0 else HOUR
+    reads = max(limit, 0) * HOUR / max(window, 1.0)
+    return reads if math.isfinite(reads) else 0.0
 
 
 def plan_capacity(
@@ -83,11 +91,18 @@ def plan_capacity(
 
     if needed <= 0 or available >= needed:
         effective = interval
+    elif needed < available * (LONGEST / interval):
+        effective = timedelta(seconds=interval.total_seconds() * needed / available)
     else:
-        effective = timedelta(seconds=interval.total_seconds() * needed / max(available, 1e-9))
+        effective = LONGEST
     sustainable = needed <= available
     warning = None
-    if not sustainable:
+    if budget_limit is not None and budget_limit <= 0:
+        warning = (
+            "the service reports a limit of 0: no read can be made until it allows some "
+            "(reads resume by themselves when it does); ask for a budget"
+        )
+    elif not sustainable:
         warning = (
             f"the budget allows about {available:.0f} reads/h but the enrolled users need "
             f"{needed:.0f} reads/h at the configured interval: each user will be read about "

@@ -68,14 +68,12 @@ def plan_scale(
     """
     table = [(r, m, w) for r, m, w in rates if w > 0]
     budget = budget_per_hour * PLAN_SHARE
-    if cfg.schedule == "fixed" or not table or budget <= 0:
-        return SchedulePlan(0.0, budget_per_hour)
-    if reads_per_hour(table, 0.0, cfg) <= budget:
+    if cfg.schedule == "fixed" or not table or reads_per_hour(table, 0.0, cfg) <= budget:
         return SchedulePlan(0.0, budget_per_hour)
     positive = [r for r, _, _ in table if r > 0] or [MAX_RATE]
     # Every user at the cap: scale^2 * read_cost >= rate * cap^2, read_cost >= 1/2.
     high = cap_seconds(cfg) * math.sqrt(2 * max(positive))
-    if reads_per_hour(table, high, cfg) >= budget:
+    if not reads_per_hour(table, high, cfg) < budget:  # a budget of 0 too
         return SchedulePlan(high, budget_per_hour)
     low = cfg.interval.total_seconds() * min(positive) ** EXPONENT
     for _ in range(60):  # bisection in log space: the reads fall as the scale grows

@@ -18,8 +18,11 @@ sleeps and parses headers. The rules (DESIGN.md "Pacing"):
   wait that long, a probe goes and the next answer's figures are taken.
 - Permits whose answers are not back yet are counted: an answer's `remaining` may not
   include requests still in flight, so within one window the lower of the server's figure
-  (less those in flight) and the local count wins. A reset that moves forward, or a
-  remaining that grows with a new reset, starts a new window. A changed limit (raised or
+  (less those in flight) and the local count wins. A reset that moves (forward, or earlier:
+  a budget raised with a shorter window), or a remaining that grows with a new reset,
+  starts a new window, unless the answer was sent before the one that reported the window
+  in force (it is late); the window's length follows the same answers, and the reset is
+  never further away than it (`longest_wait`). A changed limit (raised or
   lowered, at a window's start or within it) is followed at once: the server's figure
   replaces the local count, unless the answer was sent before the one that set the limit.
 - A window's end is known only between a request and its answer: the window's permits go
@@ -39,6 +42,7 @@ from lta_worker.pacing._window import (
     RESET_MARGIN,
     RESET_TOLERANCE,
     bound,
+    longest_wait,
     pause_after_429,
     tolerance,
 )
@@ -130,6 +134,8 @@ class PacerCore:
         # When the request whose answer set `_limit` was sent: an answer sent earlier that
         # arrives later must not bring back a limit the service has changed since.
         self._limit_sent = -math.inf
+        # Likewise for the reset and the window's length in force.
+        self._reset_sent = -math.inf
 
     @property
     def share(self) -> float:
@@ -225,11 +231,14 @@ class PacerCore:
             if info.limit is not None and sent >= self._limit_sent:
                 limit_changed = self._limit is not None and info.limit != self._limit
                 self._limit, self._limit_sent = info.limit, sent
-            self._window = info.window if info.window else self._window
+            if info.window and sent >= self._reset_sent:
+                self._window = info.window
         if status == 429:
             self._throttled(now, info)
+            self._reset_sent = max(self._reset_sent, sent)
             return
         if info is None or info.remaining is None or info.reset_after is None:
+            self._within_window(now)
             return
         if now < self._pause_until:
             return  # an answer that overtook the 429 must not reopen the budget
@@ -240,8 +249,14 @@ class PacerCore:
         rounding = 1.0 if float(info.reset_after).is_integer() else 0.0
         earliest = min(sent + info.reset_after - rounding, new_reset)
         threshold = tolerance(self._window)
-        if self._reset_at is not None and new_reset < self._reset_at - threshold:
-            return  # a late answer from a window already over
+        # Resets of two windows: the answer sent later tells the window in force (at the
+        # same send, the later reset); the other is a late answer.
+        if (
+            self._reset_at is not None
+            and abs(new_reset - self._reset_at) > threshold
+            and (sent, new_reset) < (self._reset_sent, self._reset_at)
+        ):
+            return
         server = max(0.0, float(info.remaining) - self._outstanding)
         new_window = self._is_new_window(now, new_reset, info.remaining, threshold)
         if new_window:
@@ -259,11 +274,13 @@ class PacerCore:
         self._ref_limit = float(self._limit) if self._limit is not None else self._ref_limit
         self._spend_until = earliest
         self._reset_at = new_reset
+        self._reset_sent = max(self._reset_sent, sent)
         self._since_obs = 0
         # A window reported spent and already over (its reset past) tells nothing of the
         # next one: blind permits keep the conservative rate, not one probe per such answer.
         if new_window and (info.reset_after > 0 or self._left() >= 1):
             self._after_reset = 0
+        self._within_window(now)  # a late answer's reset is never beyond the window in force
 
     def snapshot(self, now: float) -> PacerSnapshot:
         """What the pacer knows at `now`, for logs and `status`."""
@@ -322,10 +339,19 @@ class PacerCore:
         if self._reset_at is None or self._remaining is None or now >= self._reset_at:
             return True
         moved = new_reset - self._reset_at
-        if moved > threshold:
+        if abs(moved) > threshold:  # a late answer is never here: it moved, by the service
             return True
         grew = remaining > self._remaining - self._since_obs + self._outstanding + 1
         return grew and moved > RESET_TOLERANCE
+
+    def _within_window(self, now: float) -> None:
+        """A reset further away than the window's length (it was reported shorter) is not
+        believed: the window in force ends within it."""
+        if self._reset_at is not None:
+            latest = now + longest_wait(self._window, self.max_wait)
+            self._reset_at = min(self._reset_at, latest)
+            if self._spend_until is not None:
+                self._spend_until = min(self._spend_until, latest)
 
     def _own_since(self, sent: float, earliest_end: float) -> int:
         """Permits of this instance already in the window that ends at `earliest_end`."""

@@ -14,6 +14,9 @@ shared between hosts):
   least 1, and only until a second before the reset (`SPEND_MARGIN`). Resets are counted
   from when the request was sent (`observation`): never later than the window's real end
   by a second (whole seconds), nor earlier than it by more than the request's latency.
+- An answer with a reset of another window (beyond `tolerance`) opens it when it was sent
+  after the row's figures (a new window, or a reset moved earlier: a budget raised with a
+  shorter window); sent before them, it is late and changes nothing.
 - An answer with figures of the same window lowers `remaining` to the server's (it only
   falls within a window; the earliest reported reset is kept), or sets it to the server's
   when it reports a new limit (the quota raised or lowered: followed at once; an answer
@@ -136,11 +139,13 @@ def settle(
     if seen is None or known is None:
         return _filled(obs, seen), 0
     (remaining, reset_at), (obs_remaining, obs_reset_at) = known, figures
-    tolerance = _tolerance(seen, obs)
-    if obs_reset_at > reset_at + tolerance:
-        return _filled(obs, seen), 0  # a new window: the old one's permits are over
-    if obs_reset_at < reset_at - tolerance:
-        return seen, reserved  # a late answer from a window already over
+    if abs(obs_reset_at - reset_at) > _tolerance(seen, obs):
+        # Resets of two windows: the answer sent later tells the window in force (a new one,
+        # or the reset moved earlier with a shorter window; at the same send, the later
+        # reset): the old one's permits are over. The other is a late answer.
+        if (obs.observed_at, obs_reset_at) > (seen.observed_at, reset_at):
+            return _filled(obs, seen), 0
+        return seen, reserved
     # The newer figure's limit is in force; a changed limit is followed at once: the local
     # figure of the old limit would hold the budget until the reset (or overspend it).
     newer = obs.observed_at >= seen.observed_at

@@ -13,7 +13,7 @@ else is set from what a pass returns and from the store after it:
     lta_worker_pending_drops                            gauge: users `dropping`
     lta_worker_webhook_backlog                          gauge: events waiting for delivery
     lta_worker_webhook_dead_letters                     gauge: events given up (`webhook.max_age`)
-    lta_worker_budget_remaining / _limit                gauges, the pacer's last figures
+    lta_worker_budget_remaining / _limit                gauges, the pacer's last figures (else NaN)
     lta_worker_pacer_wait_seconds                       histogram, time waiting for a permit
     lta_worker_pass_duration_seconds                    histogram
     lta_worker_passes_total{stopped}                    counter
@@ -84,6 +84,9 @@ class Metrics:
             "Requests left in the rate limit window (the pacer's estimate).",
         )
         self.budget_limit = gauge("lta_worker_budget_limit", "The rate limit window's limit.")
+        # Unknown (NaN) until a budget is seen: a reported limit of 0 is then told from none.
+        self.budget_remaining.set(math.nan)
+        self.budget_limit.set(math.nan)
         self.pacer_wait = histogram(
             "lta_worker_pacer_wait_seconds",
             "Time a read waited for a pacer permit.",
