@@ -111,7 +111,7 @@ def mutate(args: list[str]) -> None:
     lines = [*_mutation_table(verdicts, elapsed), "", "Not killed, by module (`mutmut show NAME`):"]
     by_module: dict[str, list[str]] = defaultdict(list)
     for name, verdict in sorted(verdicts.items()):
-        if verdict not in {"killed", "timeout", "not checked"}:
+        if verdict not in {"killed", "timeout", *_UNCHECKED}:
             module, mutant = name.rsplit(".", 1)
             by_module[module].append(f"    {mutant}  {verdict}")
     for module, mutants in by_module.items():
@@ -123,6 +123,7 @@ def mutate(args: list[str]) -> None:
 
 
 _COLUMNS = ("killed", "survived", "timeout", "no tests")
+_UNCHECKED = {"not checked", "check was interrupted by user"}
 
 
 def _mutation_table(verdicts: dict[str, str], elapsed: float | None) -> list[str]:
@@ -131,13 +132,13 @@ def _mutation_table(verdicts: dict[str, str], elapsed: float | None) -> list[str
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for name, verdict in verdicts.items():
         counts[name.split(".")[1]][verdict] += 1
-    counts["total"] = sum(counts.values(), Counter())
+    rows = {**dict(sorted(counts.items())), "total": sum(counts.values(), Counter())}
     info = Path("/proc/cpuinfo")
     models = [ln for ln in info.read_text().splitlines() if ln.startswith("model name")]
     cpu = models[0].split(":", 1)[1].strip() if models else platform.machine()
     head = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(head, cwd=ROOT, capture_output=True, text=True, check=False).stdout
-    checked = sum(v != "not checked" for v in verdicts.values())
+    checked = sum(v not in _UNCHECKED for v in verdicts.values())
     rate = "" if elapsed is None else f", {checked / elapsed * 60:.1f} mutants/min"
     lines = [
         f"mutation score at {commit.strip()}: nproc {os.cpu_count()}, {cpu}, "
@@ -145,14 +146,14 @@ def _mutation_table(verdicts: dict[str, str], elapsed: float | None) -> list[str
         "score = (killed + timeout) / checked; no tests: no test it runs reaches it",
         "".join(f"{h:>10}" for h in ("package", *_COLUMNS, "other", "checked", "score")),
     ]
-    for package, c in counts.items():
-        checked = c.total() - c["not checked"]
+    for package, c in rows.items():
+        checked = c.total() - sum(c[k] for k in _UNCHECKED)
         other = checked - sum(c[k] for k in _COLUMNS)
         score = (c["killed"] + c["timeout"]) / checked * 100 if checked else 0.0
         cells = [package, *(str(c[k]) for k in _COLUMNS), str(other), str(checked)]
         lines.append("".join(f"{cell:>10}" for cell in cells) + f"{score:9.1f} %")
-    if counts["total"]["not checked"]:
-        lines.append(f"not checked (a run stopped or a subset): {counts['total']['not checked']}")
+    if unchecked := sum(rows["total"][k] for k in _UNCHECKED):
+        lines.append(f"not checked (a run stopped or a subset): {unchecked}")
     print("\n".join(lines), flush=True)
     return lines
 
