@@ -26,7 +26,6 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 # How long before `max_interval` (or four slots, if longer) the oracle reads a user whatever
 # its index (hours): a turn takes up to two slots, and several users can come due together.
@@ -42,12 +41,14 @@ class Schedule:
         stats: For each user, when its stats were read.
         reads: Reads made in all (a turn is one or two).
         per_user_reads: For each user, the reads made of it.
+        estimates: The worker's: each user's estimated changes a day at the end.
     """
 
     turns: list[list[float]]
     stats: list[list[float]]
     reads: int = 0
     per_user_reads: list[int] = field(default_factory=list)
+    estimates: list[float] = field(default_factory=list)
 
 
 def _empty(n: int) -> Schedule:
@@ -153,24 +154,9 @@ def accrued_delay(intensity: Sequence[float], since: float, now: float) -> float
     return total
 
 
-class Knowledge(Protocol):
-    """What a yardstick knows of a user's change rate after each of its reads."""
-
-    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
-        """User `i`'s change rate, changes per hour, for the `hours` hours from hour `base`,
-        after a latest-change read at `at` (the one before at `since`, -inf for none)."""
-        ...
-
-
-@dataclass
-class TrueRates:
-    """The known-rate oracle's knowledge: each user's true hourly intensity."""
-
-    intensity: Sequence[Sequence[float]]
-
-    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
-        row = self.intensity[i]
-        return [row[min(h, len(row) - 1)] for h in range(base, base + hours)]
+def _rates(row: Sequence[float], base: int, hours: int) -> list[float]:
+    """A user's true rates for the `hours` hours from hour `base` (the last hour repeated)."""
+    return [row[min(h, len(row) - 1)] for h in range(base, base + hours)]
 
 
 @dataclass
@@ -207,7 +193,7 @@ class _Known:
 
 def oracle(
     changes: Sequence[Sequence[float]],
-    intensity: Sequence[Sequence[float]] | Knowledge,
+    intensity: Sequence[Sequence[float]],
     per_hour: float,
     end: float,
     *,
@@ -219,18 +205,16 @@ def oracle(
     Args:
         changes: Each user's change times (hours, sorted): what its reads see.
         intensity: Each user's true change rate, changes per hour, hour by hour from 0
-            (at least `ceil(end)` values): the known-rate oracle; or a `Knowledge` that
-            learns them from the reads (`PopulationLearner`).
+            (at least `ceil(end)` values).
         per_hour: Reads an hour.
         end: The run's end (hours).
         max_interval: Hours after which a user is read whatever its index.
         stats_max_age: Hours after which stats are read whatever latest-change says.
     """
-    know = TrueRates(intensity) if isinstance(intensity, Sequence) else intensity
     n = len(changes)
     out, slot = _empty(n), 1.0 / per_hour
     width = math.ceil(max_interval) + 4  # hours ahead of a read its rates are known for
-    known = [_Known.of(0, know.rates(i, -math.inf, 0.0, 0, width)) for i in range(n)]
+    known = [_Known.of(0, _rates(intensity[i], 0, width)) for i in range(n)]
     read_at = [0.0] * n  # the last arrival: the reference of the accrued delay
     lr, mr = [0.0] * n, [0.0] * n  # L and M at read_at
     state = _Reads.start(n, stats_max_age, per_hour)
@@ -266,71 +250,11 @@ def oracle(
             best = max(index)
             if best > 1e-12:
                 pick = index.index(best)
-        since, started = state.last[pick], t
         t = _turn(out, changes[pick], pick, t, state)
         read_at[pick] = t
-        known[pick] = _Known.of(int(t), know.rates(pick, since, started, int(t), width))
+        known[pick] = _Known.of(int(t), _rates(intensity[pick], int(t), width))
         lr[pick], mr[pick] = known[pick].at(t)
         heapq.heappush(oldest, (t, pick))
         rebase(pick)
         t += slot
     return out
-
-
-# A profile whose likelihood falls this far (natural log) below the best one's is dropped
-# from a user's belief: it weighs under 1e-10 of it.
-PRUNE = 23.0
-
-
-@dataclass
-class PopulationLearner:
-    """Knowledge learned from the reads, as well as the population allows.
-
-    It knows every user's true intensity, hour by hour, but not whose is whose: a user's
-    belief starts uniform over the other users' intensities (leave one out) and each
-    latest-change read weighs each by its likelihood, 1 - exp(-N) for a change seen and
-    exp(-N) for none (N the changes the intensity expects over the read's interval), from
-    the same changed/unchanged bits the worker sees. Its rates are the belief's mean. Fed
-    to the oracle's rule, it is what learning from everyone can give at best with the
-    worker's information (up to reads made only to learn, which it does not make).
-    """
-
-    changes: Sequence[Sequence[float]]
-    intensity: Sequence[Sequence[float]]
-    beliefs: dict[int, dict[int, float]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self._cum = []
-        for rates in self.intensity:
-            acc, lc = 0.0, [0.0]
-            for lam in rates:
-                acc += lam
-                lc.append(acc)
-            self._cum.append(lc)
-
-    def _expected(self, k: int, t: float) -> float:
-        """Changes profile `k` expects over [0, t]."""
-        rates, lc = self.intensity[k], self._cum[k]
-        h = min(max(int(t), 0), len(rates) - 1)
-        return lc[h] + rates[h] * (t - h)
-
-    def rates(self, i: int, since: float, at: float, base: int, hours: int) -> list[float]:
-        logw = self.beliefs.get(i)
-        if logw is None:
-            logw = self.beliefs[i] = {k: 0.0 for k in range(len(self.intensity)) if k != i}
-        if since > -math.inf and at > since:
-            moved = _changed(self.changes[i], since, at)
-            for k in logw:
-                n = self._expected(k, at) - self._expected(k, since)
-                logw[k] += math.log(-math.expm1(-max(n, 1e-9))) if moved else -n
-            top = max(logw.values())
-            for k in [k for k, v in logw.items() if v < top - PRUNE]:
-                del logw[k]
-        top = max(logw.values())
-        weights = {k: math.exp(v - top) for k, v in logw.items()}
-        total = sum(weights.values())
-        out = [0.0] * hours
-        for k, w in weights.items():
-            row, share, last = self.intensity[k], w / total, len(self.intensity[k]) - 1
-            out = [o + share * row[min(base + h, last)] for h, o in enumerate(out)]
-        return out

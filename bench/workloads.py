@@ -1,4 +1,4 @@
-"""B5's two built-in populations, and `--write FILE` to save one as a workload file.
+"""B5's built-in populations, and `--write FILE` to save one as a workload file.
 
 - `builtin`: users in eight time zones who change only in their waking hours (07-23 local),
   as Poisson processes; a quarter idle, 60 % ordinary (median 4 changes a day), 15 % heavy
@@ -9,6 +9,9 @@
   06-10 local, 13-17 hours long) in one of 22 time zones; some users sleep for days and
   then wake, others change their pace on a day of their own (four times more or less),
   and a tenth never change.
+- `waking`: independent (Poisson) changes in each user's own waking hours (starting 06-10
+  local, 13-17 hours long) in one of 24 time zones, at a steady pace of its class: a fifth
+  idle, `light` (median 1 a day), `ordinary` (4 a day) and `busy` (12 a day).
 
 Both are seeded and deterministic, and carry each user's true hourly change intensity.
 
@@ -137,6 +140,36 @@ def sessions(n: int, days: int, seed: int = 29) -> Workload:
     return Workload(days, tuple(users))
 
 
+# Waking: each class's share of the users and median changes a day.
+WAKING_CLASSES = (
+    ("idle", 0.2, 0.0),
+    ("light", 0.3, 1.0),
+    ("ordinary", 0.3, 4.0),
+    ("busy", 0.2, 12.0),
+)
+
+
+def waking(n: int, days: int, seed: int = 38) -> Workload:
+    """Independent changes in each user's own waking hours, at a steady pace per class."""
+    rng = random.Random(seed)
+    users: list[WorkloadUser] = []
+    for i in range(n):
+        r, at = rng.random(), 0.0
+        cls, median = WAKING_CLASSES[-1][0], WAKING_CLASSES[-1][2]
+        for name, share, rate in WAKING_CLASSES:
+            at += share
+            if r < at:
+                cls, median = name, rate
+                break
+        daily = median and rng.lognormvariate(math.log(median), 0.5)
+        zone, start, length = rng.randrange(-11, 13), rng.uniform(6, 10), rng.uniform(13, 17)
+        hourly = [
+            daily / length if (h + zone - start) % 24 < length else 0.0 for h in range(24 * days)
+        ]
+        users.append(WorkloadUser(f"w{i}", cls, tuple(_poisson(hourly, rng)), tuple(hourly)))
+    return Workload(days, tuple(users))
+
+
 def _geometric(mean: float, rng: random.Random) -> int:
     """A count >= 0 with the given mean (geometric)."""
     if mean <= 0:
@@ -145,7 +178,11 @@ def _geometric(mean: float, rng: random.Random) -> int:
     return int(math.log(1 - rng.random()) / math.log(1 - p))
 
 
-KINDS: dict[str, Callable[[int, int], Workload]] = {"builtin": builtin, "sessions": sessions}
+KINDS: dict[str, Callable[..., Workload]] = {
+    "builtin": builtin,
+    "waking": waking,
+    "sessions": sessions,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -165,9 +202,7 @@ def main(argv: list[str]) -> int:
 
 
 def _seeded(args: argparse.Namespace) -> Workload:
-    if args.kind == "builtin":
-        return builtin(args.users, args.days, args.seed)
-    return sessions(args.users, args.days, args.seed)
+    return KINDS[args.kind](args.users, args.days, args.seed)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracles."""
+"""B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracle."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ import random
 import pytest
 from bench.b5_freshness import measure
 from bench.b5_policies import (
-    PopulationLearner,
     accrued_delay,
     oracle,
     round_robin,
     round_robin_on_change,
 )
 from bench.b5_workload import Workload, WorkloadUser
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
@@ -139,86 +136,3 @@ def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> 
     }
     assert mean["oracle"] < mean["round_robin"]
     assert mean["oracle"] < mean["on_change"]
-
-
-def test_the_learner_starts_from_the_mean_of_the_other_users_rates() -> None:
-    """Before any read, user 0's rates are the mean of users 1 and 2's (its own left out)."""
-    learner = PopulationLearner([[], [], []], [[9.0] * 4, [1.0] * 4, [3.0] * 4])
-    assert learner.rates(0, -math.inf, 0.0, 0, 3) == pytest.approx([2.0] * 3)
-
-
-def test_the_learner_finds_a_quiet_user_among_busy_ones_from_reads_that_saw_nothing() -> None:
-    """Reads 2 h apart that never saw a change make the quiet profile the belief (0.1 an hour)."""
-    profiles = [[0.1] * 48, [0.1] * 48, [5.0] * 48]
-    learner = PopulationLearner([[], [], []], profiles)
-    for read in range(1, 6):
-        rates = learner.rates(0, 2.0 * (read - 1), 2.0 * read, 2 * read, 2)
-    assert rates == pytest.approx([0.1, 0.1], rel=1e-3)
-
-
-def test_the_learner_follows_a_change_of_regime_it_has_seen_in_the_population() -> None:
-    """A user seen quiet, then changed at every read, is believed the profile that woke."""
-    woke = [0.0] * 12 + [4.0] * 12
-    learner = PopulationLearner([[13.0, 15.0, 17.0], [], []], [[0.0] * 24, [0.0] * 24, woke])
-    learner.rates(0, -math.inf, 0.0, 0, 1)
-    for since, at in ((0.0, 6.0), (6.0, 12.0), (12.0, 14.0), (14.0, 16.0), (16.0, 18.0)):
-        rates = learner.rates(0, since, at, int(at), 2)
-    assert rates == pytest.approx([4.0, 4.0])
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    st.lists(st.lists(st.floats(0.0, 20.0), min_size=6, max_size=6), min_size=2, max_size=6),
-    st.lists(st.tuples(st.floats(0.01, 5.0), st.booleans()), max_size=8),
-)
-def test_the_learners_rates_stay_within_the_populations(
-    profiles: list[list[float]], reads: list[tuple[float, bool]]
-) -> None:
-    """Whatever the reads saw, each hour's rate is a mean of the other users' rates then."""
-    t, changes = 0.0, []
-    for gap, moved in reads:
-        if moved:
-            changes.append(t + gap / 2)
-        t += gap
-    learner = PopulationLearner([changes] + [[]] * (len(profiles) - 1), profiles)
-    last = -math.inf
-    t = 0.0
-    for gap, _ in [(0.0, False), *reads]:
-        t += gap
-        rates = learner.rates(0, last, t, min(int(t), 5), 1)
-        last = t
-        others = [p[min(int(t), 5)] for p in profiles[1:]]
-        assert min(others) - 1e-9 <= rates[0] <= max(others) + 1e-9
-
-
-def test_the_learning_oracle_is_the_known_rate_oracle_when_every_user_is_alike() -> None:
-    """With one intensity for all, learning has nothing to find: both oracles read alike."""
-    w = _poisson_population(4)
-    shape = list(w.users[0].intensity or ()) * w.days
-    changes = [u.changes for u in w.users]
-    alike = [shape] * len(changes)
-    args = (30.0, float(w.hours))
-    known = oracle(changes, alike, *args, max_interval=24.0, stats_max_age=24.0)
-    learned = oracle(
-        changes, PopulationLearner(changes, alike), *args, max_interval=24.0, stats_max_age=24.0
-    )
-    assert learned.turns == known.turns
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_learning_oracle_lies_between_the_known_rate_oracle_and_round_robin(seed: int) -> None:
-    """Learning from the reads costs delay against knowing the rates, and beats round robin."""
-    w = _poisson_population(seed, n=40, days=6)
-    per_hour, end = 100 * len(w.users) / 400, float(w.hours)
-    changes = [u.changes for u in w.users]
-    intensity = [list(u.intensity or ()) * w.days for u in w.users]
-    kw = {"max_interval": 24.0, "stats_max_age": 24.0}
-    mean = {
-        name: measure(w, s, per_hour)["mean_delay_h"]
-        for name, s in {
-            "known": oracle(changes, intensity, per_hour, end, **kw),
-            "learned": oracle(changes, PopulationLearner(changes, intensity), per_hour, end, **kw),
-            "round_robin": round_robin(len(changes), per_hour, end),
-        }.items()
-    }
-    assert mean["known"] < mean["learned"] < mean["round_robin"]

@@ -157,7 +157,7 @@ def test_b5_on_a_workload_file_reports_the_four_policies_per_class(tmp_path: Pat
     assert all(u.intensity is not None and len(u.intensity) == 72 for u in written.users)
     result = run("smoke", workload_file=path)
     section = result.extra["workloads"]["tiny"]
-    assert sorted(section["budgets"]) == ["100", "200", "400"]
+    assert sorted(section["budgets"]) == ["100", "200", "400", "800"]
     keys = {"mean_delay_h", "p95_delay_h", "longest_unread_h", "budget_used"}
     for figures in section["budgets"].values():
         assert set(POLICIES) <= set(figures)
@@ -170,8 +170,9 @@ def test_b5_on_a_workload_file_reports_the_four_policies_per_class(tmp_path: Pat
 
 
 def test_the_generated_populations_are_seeded() -> None:
-    """The same size and seed give the same population; the two kinds differ in classes."""
-    assert workloads.sessions(30, 4) == workloads.sessions(30, 4)
-    assert workloads.builtin(30, 4) == workloads.builtin(30, 4)
+    """The same size and seed give the same population; the kinds differ in classes."""
+    for make in workloads.KINDS.values():
+        assert make(30, 4) == make(30, 4)
+    assert {u.cls for u in workloads.waking(200, 4).users} == {"idle", "light", "ordinary", "busy"}
     kinds = {u.cls for u in workloads.sessions(200, 4).users}
     assert kinds == {"idle", "sleeper", "shifting", "bursty", "steady"}

@@ -27,9 +27,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
-    """A config with only the required keys gets DESIGN.md's defaults."""
+    """A config with only the required keys gets the documented defaults: the adaptive
+    schedule, stats on change, at most every 15 minutes (DESIGN.md, the schedule rule)."""
     s = load_settings(write(tmp_path, MINIMAL), env={})
-    assert s.poll.interval == timedelta(hours=1)
+    assert (s.poll.schedule, s.poll.stats) == ("adaptive", "on_change")
+    assert s.poll.interval == timedelta(minutes=15)
     assert s.poll.parked_interval == timedelta(hours=24)
     assert s.poll.concurrency == 8
     assert s.poll.max_pass_duration == timedelta(minutes=50)

@@ -63,7 +63,7 @@ from lta_worker.domain._spread import PLAN_SHARE, reads_per_hour
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
-FIXED = PollSettings().policy().freshness  # the defaults of `[poll]`
+FIXED = PollSettings(schedule="fixed", stats="always", interval=HOUR).policy().freshness
 ADAPTIVE = FreshnessConfig(
     schedule="adaptive",
     interval=timedelta(minutes=15),
@@ -667,9 +667,9 @@ def test_decide_turn_learns_with_the_plans_prior() -> None:
 
 
 def test_the_fixed_schedule_keeps_the_interval() -> None:
-    """Under the default `fixed` schedule a read user is due at now + interval, class
-    `interval`, as before the freshness schedule."""
-    cfg = PollSettings(interval=HOUR).policy()
+    """Under the `fixed` schedule a read user is due at now + interval, class `interval`,
+    as before the freshness schedule."""
+    cfg = PollSettings(schedule="fixed", interval=HOUR).policy()
     update = decide_turn(
         _user(None), [("latest-change", Outcome("ok", 200, {}))], NOW, cfg, random.Random(0)
     )
@@ -683,7 +683,8 @@ def test_still_wanted_skips_stats_only() -> None:
     same = [("latest-change", Outcome("ok", 200, {"at": 1}))]
     assert still_wanted(user, "latest-change", [], NOW, POLICY)
     assert not still_wanted(user, "stats", same, NOW, POLICY)  # type: ignore[arg-type]
-    assert still_wanted(user, "stats", same, NOW, PollSettings().policy())  # type: ignore[arg-type]
+    always = PollSettings(stats="always").policy()
+    assert still_wanted(user, "stats", same, NOW, always)  # type: ignore[arg-type]
 
 
 def test_fold_turn_ignores_answers_without_content() -> None:

@@ -37,6 +37,8 @@ from lta_worker.domain import (
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CFG = PollSettings(
+    schedule="fixed",
+    stats="always",
     interval=timedelta(hours=1),
     parked_interval=timedelta(hours=24),
     backoff_base=timedelta(seconds=30),

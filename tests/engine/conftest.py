@@ -28,6 +28,7 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
+from support import FIXED_POLL
 from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"
@@ -78,10 +79,11 @@ class Harness:
             },
             "database": {"url": self.db_url},
             "crypto": {"key_file": str(self.key_file)},
-            "poll": {"concurrency": 4, "batch_size": 10},
+            "poll": {"concurrency": 4, "batch_size": 10, **FIXED_POLL},
         }
-        for section, values in self.overrides.items():
-            data[section] = {**data.get(section, {}), **values}
+        for section, values in self.overrides.items():  # None: the key is not named
+            merged = {**data.get(section, {}), **values}
+            data[section] = {k: v for k, v in merged.items() if v is not None}
         return build_settings(data)
 
     def configure(self, section: str, **values: Any) -> None:

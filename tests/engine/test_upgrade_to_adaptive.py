@@ -1,5 +1,6 @@
-"""A database written under `poll.schedule = "fixed"` switched to the adaptive schedule: the
-real worker through the simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+"""A database written under `poll.schedule = "fixed"` (the built-in default up to 0.1) switched
+to the adaptive schedule by the new default, the keys never named: the real worker through the
+simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -81,16 +82,16 @@ async def _under_fixed(h: Harness) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_a_fixed_database_keeps_every_schedule_when_switched_to_adaptive(
+async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adaptive(
     virtual_harness: Harness,
 ) -> None:
-    """After passes under `fixed`, the adaptive schedule (stats on change) reads nobody
+    """After passes under `fixed`, the default schedule (adaptive, stats on change) reads nobody
     before its stored due time, moves no due time that was not yet reached, leaves the
     parked and backed-off users as they were, goes on from the estimates gathered under
     `fixed`, and after its first read of a user sets a due time within [interval,
     max_interval]."""
     h = virtual_harness
-    h.configure("poll", schedule="fixed", stats="always", backoff_base="20m")
+    h.configure("poll", interval="1h", backoff_base="20m")  # fixed, stats always: FIXED_POLL
     h.configure("poll", max_interval="12h", max_pass_duration="50m")
     h.sim.configure(budget=1000, window=3600, header_format="draft")
     async with autojump():
@@ -100,7 +101,7 @@ async def test_a_fixed_database_keeps_every_schedule_when_switched_to_adaptive(
         assert left["parked"].state == "parked"
         assert all(left[u].estimate.belief is not None for u in READ)
 
-        h.configure("poll", schedule="adaptive", stats="on_change")  # the operator switches
+        h.configure("poll", schedule=None, stats=None)  # the old defaults, now never named
         h.sim.configure(budget=4, window=3600)  # too few for every user each hour
         first_read: dict[str, Any] = {}
         worker = _worker(h)

@@ -33,6 +33,7 @@ from lta_worker.simulator import (
     start_in_thread,
 )
 from lta_worker.storage import Store, generate_key_line
+from support import FIXED_POLL
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"
@@ -139,7 +140,7 @@ class Fleet:
             },
             "database": {"url": self.db_url},
             "crypto": {"key_file": str(self.key_file)},
-            "poll": {"concurrency": 4, "batch_size": 10, **self.poll},
+            "poll": {"concurrency": 4, "batch_size": 10, **FIXED_POLL, **self.poll},
             "ratelimit": {"reserve": 0.1},
             "serve": {"heartbeat": "1s"},
             "log": {"level": "info", "format": "json"},

@@ -48,6 +48,7 @@ from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator, Simulator, start_in_thread
 from lta_worker.storage import Store, Vault, generate_key_line, load_key_file
 from lta_worker.upstream import ApiClient, http_client
+from support import FIXED_POLL
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 ITERATIONS_ENV = "LTA_RELIABILITY_ITERATIONS"
@@ -344,7 +345,7 @@ def make_deployment(
         },
         "database": {"url": f"sqlite:///{database}"},
         "crypto": {"key_file": str(key_file)},
-        "poll": {"concurrency": 4, "batch_size": 5},
+        "poll": {"concurrency": 4, "batch_size": 5, **FIXED_POLL},
         "log": {"level": "debug", "format": "json"},
         "serve": {"grace_period": "2s"},
     }

@@ -81,7 +81,7 @@ def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None
     assert plan.expected_delay_s > ADAPTIVE.interval.total_seconds() / 2
     assert plan.prior == population_prior(store.sample_estimates())
     assert plan.prior != DEFAULT_PRIOR
-    fixed = PollSettings().policy()
+    fixed = PollSettings(schedule="fixed").policy()
     assert PlanCache().get(None, settings, fixed, NOW) == SchedulePlan()  # type: ignore[arg-type]
 
 

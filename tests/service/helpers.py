@@ -26,6 +26,7 @@ from lta_worker.config import Settings, load_settings
 from lta_worker.runtime import Runtime
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
 from lta_worker.storage import Store, generate_key_line
+from support import FIXED_POLL
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 Message = dict[str, str]
@@ -99,7 +100,7 @@ key_file = "{self.key_file}"
 level = "info"
 format = "json"
 
-{table("poll", self.poll)}
+{table("poll", {**FIXED_POLL, **self.poll})}
 {table("serve", self.serve)}
 {self.extra}
 """

@@ -128,6 +128,21 @@ def test_claim_due_order_limit_and_lease(store: Store, vault: Vault) -> None:
     assert claim(store, owner="i3") == []
 
 
+def test_a_new_user_is_claimed_before_settled_users_not_yet_overdue(
+    store: Store, vault: Vault
+) -> None:
+    """A user enrolled now (due at once, as enrollment stores it) is claimed after the
+    overdue settled users and before every settled user due even a minute later."""
+    enroll(store, vault, "overdue", due=T0 - 3 * HOUR)
+    for n in range(3):
+        enroll(store, vault, f"settled{n}", due=T0 + MINUTE)
+    store.store_token("new", vault.encrypt(Secret("x"), user="new"), [], T0, next_due_at=T0)
+    rows = store.claim_due(
+        now=T0, due_before=T0 + HOUR, limit=3, owner="i1", lease_until=T0 + 5 * MINUTE
+    )
+    assert [r.user for r in rows] == ["overdue", "new", "settled0"]
+
+
 def test_claim_skips_live_leases_and_takes_expired_ones(store: Store, vault: Vault) -> None:
     """A leased user is not claimed again until its lease has expired."""
     enroll(store, vault, "a", due=T0 - MINUTE)

@@ -6,7 +6,7 @@ Nothing outside this package reads the environment for settings.
 from __future__ import annotations
 
 from lta_worker.config._enroll import read_link_keys, start_path, start_url
-from lta_worker.config._fields import field_types, new_configuration, ranges, read_section
+from lta_worker.config._fields import field_types, ranges, read_section
 from lta_worker.config._loader import (
     build_settings,
     config_path,
@@ -45,7 +45,6 @@ __all__ = [
     "is_loopback_host",
     "key_file_path",
     "load_settings",
-    "new_configuration",
     "parse_duration",
     "parse_listen",
     "ranges",

@@ -55,9 +55,6 @@ class Rule:
     min_length: int | None = None
     before: Check | None = None
     check: Check | None = None
-    # The value a new configuration (deploy/config.example.toml) sets, where it is not the
-    # default: the default keeps what a configuration that does not name the key meant.
-    new: Any = None
 
 
 def rule(
@@ -67,7 +64,6 @@ def rule(
     min_length: int | None = None,
     before: Check | None = None,
     check: Check | None = None,
-    new: Any = None,
 ) -> dict[str, Rule]:
     """A field's metadata: its range (`low` to `high`, both included), a shortest length,
     and checks.
@@ -76,9 +72,8 @@ def rule(
         before: takes the raw value, returns what the type then converts (ValueError: the
             value is refused, with the error's message).
         check: takes the typed value, returns the value kept (ValueError: refused).
-        new: what a new configuration sets, where it differs from the default.
     """
-    return {"rule": Rule(low, high, min_length, before, check, new)}
+    return {"rule": Rule(low, high, min_length, before, check)}
 
 
 _FIELDS: dict[type, tuple[tuple[str, Any, Any, Rule], ...]] = {}
@@ -94,12 +89,6 @@ def _fields(cls: type) -> tuple[tuple[str, Any, Any, Rule], ...]:
             for f in dataclasses.fields(cls)
         )
     return known
-
-
-def new_configuration(cls: type) -> dict[str, Any]:
-    """Field name -> what a new configuration sets (`rule(new=...)`, else the default), for
-    the example config's test."""
-    return {name: default if r.new is None else r.new for name, _, default, r in _fields(cls)}
 
 
 def field_types(cls: type) -> dict[str, Any]:

@@ -177,7 +177,9 @@ class CryptoSettings:
 class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
-    interval: Duration = field(default=_H, metadata=rule(_MS, 365 * _D))
+    # Adaptive: the floor; above the round robin's interval at the budget, it leaves reads
+    # unused (B5 at 800 reads an hour per 400 users, bench/README.md).
+    interval: Duration = field(default=15 * _M, metadata=rule(_MS, 365 * _D))
     parked_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     concurrency: int = field(default=8, metadata=rule(1, 256))
     max_pass_duration: Duration = field(default=50 * _M, metadata=rule(_MS, _D))
@@ -187,12 +189,10 @@ class PollSettings:
     backoff_base: Duration = field(default=30 * _S, metadata=rule(_MS, _D))
     breaker_threshold: int = field(default=5, metadata=rule(1, 1000))
     lease_duration: Duration = field(default=5 * _M, metadata=rule(_S, _D))
-    # The freshness schedule (domain `freshness`; docs/config.md says what each trades). A
-    # new configuration gets the adaptive one; a configuration that does not name the keys
-    # keeps the fixed one, which DESIGN's contract describes (due at a read + `interval`).
-    schedule: ScheduleMode = field(default="fixed", metadata=rule(new="adaptive"))
+    # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
+    schedule: ScheduleMode = "adaptive"
     max_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
-    stats: StatsMode = field(default="always", metadata=rule(new="on_change"))
+    stats: StatsMode = "on_change"
     stats_max_age: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     rate_half_life: Duration = field(default=3 * _D, metadata=rule(_M, 365 * _D))
 
