@@ -4,6 +4,10 @@ N `lta-worker serve` processes, each with its own log file, on one PostgreSQL da
 their own (created on the server of `LTA_BENCH_DATABASE_URL`, dropped after), reached
 through `faultproxy.FaultProxy`, against the simulator in its own process (`simproc`) with
 U users and a finite budget, and POSTing their webhooks to `webhook_sink.WebhookSink`.
+Among the users, two groups of `touched` (the last ones, no fault touches them) are each
+one user's own trouble, which must never stop an instance: users with nothing recorded
+(latest-change answers 404) and users whose token the service forgot (a token it never
+issued is stored: every read a plain 401; they end `rejected`).
 While they run for the set time, a fault schedule plays (fractions of the time; the
 faults overlap):
 
@@ -950,6 +954,24 @@ def _aware(at: datetime) -> datetime:
 # -- the run ----------------------------------------------------------------------------------
 
 
+def _store_tokens(
+    settings: Any, control: Control, tokens: list[tuple[str, str]], plan: SoakPlan
+) -> set[str]:
+    """Store the users' tokens, each of the last `2 * touched` with its own trouble: the
+    first half gets nothing recorded (latest-change 404), the second a token the service
+    never issued (plain 401s), due half an interval later than the others, in passes of
+    fewer users. Returns the users with a forgotten token."""
+    n = plan.touched
+    now = datetime.now(UTC)
+    for user, _ in tokens[-2 * n : -n]:
+        control.call("PUT", f"/users/{user}/payloads", {"latest-change": None})
+    forgotten = [(user, "dspa_" + os.urandom(16).hex()) for user, _ in tokens[-n:]]
+    bulk_store_tokens(settings, tokens[:-n], due_at=now - timedelta(minutes=1))
+    alone = now + timedelta(seconds=plan.interval_s / 2)
+    bulk_store_tokens(settings, forgotten, due_at=alone)
+    return {user for user, _ in forgotten}
+
+
 def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
     """Run one soak; its invariants and counts."""
     import base64
@@ -997,13 +1019,12 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
                 )
 
             settings = ws.settings(sim.base_url, sim.auth_url, database={"url": db_url})
-            due = datetime.now(UTC) - timedelta(minutes=1)
             tokens = sim.tokens()
-            bulk_store_tokens(settings, tokens, due_at=due)
+            control = Control(sim.base_url)
+            forgotten = _store_tokens(settings, control, tokens, plan)
             _execute(db_url, LEASE_LOG_DDL)
             config = write_config(plan.interval_s)
             fleet = Fleet(ws, config)
-            control = Control(sim.base_url)
             run = Soak(
                 plan,
                 fleet,
@@ -1076,6 +1097,10 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
         "webhooks out of order per user": (len(webhooks["out_of_order"]), "<= 0"),
         "webhooks left in the outbox": (webhooks["waiting"] + webhooks["dead"], "<= 0"),
         "exits (on a survivable fault)": (len(exits), "<= 0"),
+        "users whose token the service forgot, rejected": (
+            sum(1 for u in forgotten if final.get(u, {}).get("state") == "rejected"),
+            ">= 1",
+        ),
         "stored results unlike what was served": (len(data["differ"]), "<= 0"),
         "instances not reloaded on SIGHUP": (len(reload["not_reloaded"]), "<= 0"),
         "users due later than the new interval": (reload["due_late_count"], "<= 0"),

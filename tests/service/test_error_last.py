@@ -1,6 +1,6 @@
 """Every failing exit ends with its `error` event as the last log line (docs/log-events.md):
-`run` stopped by the breaker, an unreachable service, SIGTERM or its deadline; `serve`
-stopped by the breaker; `check` with a failed check or a broken configuration, whose
+`run` stopped by the breaker, an unreachable service, SIGTERM or its deadline; `check` with
+a failed check or a broken configuration, whose
 `--format json` still prints its JSON."""
 
 from __future__ import annotations
@@ -87,15 +87,6 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: World) -> Non
         stop(proc)
     event = last_event(world.log_file.read_text(encoding="utf-8"))
     assert (event["event"], event["exit_code"]) == ("error", 75)
-
-
-def test_serve_stopped_by_the_breaker_ends_with_its_error_event(world: World) -> None:
-    """`serve` stopped by the breaker: `service.stopped`, then the `error` event (78) last."""
-    wrong_secret(world)
-    assert world.serve_until_exit() == 78
-    events = world.log_events()
-    assert events[-2]["event"] == "service.stopped"
-    assert (events[-1]["event"], events[-1]["exit_code"]) == ("error", 78)
 
 
 def test_a_failing_check_writes_its_error_event(world: World) -> None:

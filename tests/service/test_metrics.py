@@ -1,7 +1,6 @@
 """Metrics and health: scraped over HTTP from a running `serve` (`[metrics] listen`) and
-parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`);
-`serve` stopping with exit 78 when the breaker trips; and health turning unhealthy when the
-service is killed under `serve`."""
+parsed with the Prometheus client's parser; written by `run` (`[metrics] textfile`); and
+health turning unhealthy when the service is killed under `serve`."""
 
 from __future__ import annotations
 
@@ -102,25 +101,6 @@ def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
     assert finished["event"] == "pass.finished"
     assert got[("lta_worker_last_pass_success_timestamp_seconds", ())] > 0
     assert sorted(p.name for p in path.parent.iterdir()) == ["lta_worker.prom"]
-
-
-def test_serve_exits_78_when_the_breaker_trips(world: World, notify: NotifySocket) -> None:
-    """A wrong client secret trips the breaker at the first pass: `serve` logs
-        `service.breaker_stop` at error, stops reading and exits 78 (the unit stays down), its
-    `error` event last."""
-    world.enroll([f"user-{n}" for n in range(6)])
-    world.secret_file.write_text("not-the-secret\n")
-    assert world.serve_until_exit(NOTIFY_SOCKET=str(notify.path)) == 78
-    events = world.log_events()
-    names = [e["event"] for e in events]
-    assert "pass.breaker_tripped" in names
-    trip = next(e for e in events if e["event"] == "service.breaker_stop")
-    assert (trip["level"], trip["exit_code"]) == ("error", 78)
-    finished = next(e for e in events if e["event"] == "pass.finished")
-    assert (finished["level"], finished["stopped"]) == ("warning", "breaker")
-    assert (events[-2]["event"], events[-2]["exit_code"]) == ("service.stopped", 78)
-    assert (events[-1]["event"], events[-1]["exit_code"]) == ("error", 78)
-    assert names.count("pass.started") == 1
 
 
 def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:

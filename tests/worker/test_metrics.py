@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -62,3 +63,49 @@ def test_the_budget_gauges_start_from_what_the_database_recorded(
     metrics.on_budget_seen(seen, NOW)
     assert _value(metrics, "lta_worker_budget_remaining") == pytest.approx(remaining, nan_ok=True)
     assert _value(metrics, "lta_worker_budget_limit") == pytest.approx(limit, nan_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("stopped", "counts", "success", "trip"),
+    [
+        ("breaker", {"none": 3}, 0.0, 1.0),  # stopped by the 404 breaker: read nothing
+        ("breaker", {"rejected": 2}, 0.0, 1.0),
+        ("completed", {"none": 1}, 1.0, 0.0),
+        ("completed", {"transient": 1}, 0.0, 0.0),
+    ],
+)
+def test_a_pass_stopped_by_the_breaker_is_no_success_and_sets_the_trip_time(
+    stopped: str, counts: dict[str, int], success: float, trip: float
+) -> None:
+    """A pass the breaker stopped, whatever its answers, leaves the last success time as it
+    was and sets the last trip's time (the alert compares the two); a completed pass with
+    an answered read is a success."""
+    from collections import Counter
+
+    from lta_worker.worker import PassResult
+
+    metrics = Metrics()
+    ended = datetime.fromtimestamp(1.0, UTC)
+    metrics.on_pass(PassResult(stopped, 0, reads=3, counts=Counter(counts)), ended)  # type: ignore[arg-type]
+    assert _value(metrics, "lta_worker_last_pass_success_timestamp_seconds") == success
+    assert _value(metrics, "lta_worker_breaker_last_trip_timestamp_seconds") == trip
+
+
+def test_textfile_counters_continue_from_the_last_run(tmp_path: Path) -> None:
+    """Each `run` writes the textfile anew: its counters go on from the file the last run
+    wrote, so a trip or a revocation every run grows them (`increase()` fires); a file
+    that is missing or not metrics starts them at 0."""
+    path = tmp_path / "lta.prom"
+    for run in range(1, 4):
+        metrics = Metrics()
+        metrics.resume_counters(path)
+        metrics.breaker_trips.inc()
+        metrics.on_read("latest-change", "revoked", 0.1)
+        metrics.write_textfile(path)
+        assert _value(metrics, "lta_worker_breaker_trips_total") == run
+    revoked = 'lta_worker_reads_total{endpoint="latest-change",outcome="revoked"} 3.0'
+    assert revoked in path.read_text()
+    path.write_text("not metrics {\n")
+    fresh = Metrics()
+    fresh.resume_counters(path)
+    assert _value(fresh, "lta_worker_breaker_trips_total") == 0

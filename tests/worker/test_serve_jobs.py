@@ -50,6 +50,7 @@ class StandInWorker:
     instance = "test:1:abcd"
     webhooks = None  # no [webhook] url: no webhook job
     key_file_problem = None
+    breaker_retry_at = None  # no breaker open
 
     def watch_key_file(self) -> None:
         """The key file is as it was."""

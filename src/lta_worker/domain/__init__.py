@@ -22,7 +22,16 @@ It imports nothing of lta-worker but `errors` and `secret`; everything else buil
 from __future__ import annotations
 
 from lta_worker.domain._backoff import backoff_ceiling, backoff_delay
-from lta_worker.domain._breaker import EXIT_CODES, Breaker, Routed, Signal, StopReason, Trip
+from lta_worker.domain._breaker import (
+    EXIT_CODES,
+    TRIP_HINTS,
+    Breaker,
+    Proof,
+    Routed,
+    Signal,
+    StopReason,
+    Trip,
+)
 from lta_worker.domain._capacity import CapacityPlan, per_hour, plan_capacity
 from lta_worker.domain._classify import (
     ALLOWED_CODES,
@@ -147,6 +156,7 @@ __all__ = [
     "STATS_MODES",
     "STATS_SCOPE",
     "TOKENLESS_STATES",
+    "TRIP_HINTS",
     "USER_STATES",
     "ActionCode",
     "Answer",
@@ -169,6 +179,7 @@ __all__ = [
     "PendingEnrollment",
     "PendingEvent",
     "PolicyConfig",
+    "Proof",
     "PurgeCounts",
     "ReadHealth",
     "ResultChanged",

@@ -1,35 +1,41 @@
-"""The pass's circuit breaker: a pure state machine over answers and decisions.
+"""The pass's circuit breaker: a pure state machine over answers, decisions and proofs.
 
-A pass must not change users on evidence that the client itself is misconfigured. Two
-kinds of answers say so without proving it, one read at a time, so the decisions they lead
-to are *held* until the pass knows more:
+A pass must not change users on evidence that the client itself is misconfigured, nor stop
+on what one user can cause. Two kinds of answers say the client may be wrong without
+proving it, so the decisions they lead to are *held* until the pass knows more:
 
-| seen, with nothing proving otherwise | held                    | at the threshold        |
-|--------------------------------------|-------------------------|-------------------------|
-| plain 401s, nothing authenticated    | turns ending `rejected` | trip `plain_401`: 78    |
-| 404s, nothing proving the URLs       | turns that saw a 404    | trip `http_404`: 78     |
-| network failures and 5xx in a row    | nothing                 | `upstream_down`: 75     |
+| seen, with nothing proving otherwise | held                    | proof    | stops as           |
+|--------------------------------------|-------------------------|----------|--------------------|
+| plain 401s, nothing authenticated    | turns ending `rejected` | `client` | `plain_401`: 78    |
+| 404s, nothing proving the URLs       | turns that saw a 404    | `urls`   | `http_404`: 78     |
+| network failures and 5xx in a row    | nothing                 | -        | `upstream_down`: 75 |
 
-- An authenticated answer (`policy.authenticated`) releases the held plain-401 decisions
-  (other users are fine: those are per-user rejections, written as such).
-- An answer proving the URLs right releases the held 404 decisions (a 404 on
-  latest-change is "nothing recorded" after all).
+- At the first such answer the breaker asks the engine for the proof (`check`), one request
+  that spends no read budget: `client`, a code exchange at the token endpoint (the client
+  secret is wrong when it answers `invalid_client`); `urls`, a read path asked without a
+  credential (the base URL is wrong when it answers 404, not 401). A proof that the client
+  or the URLs are right releases what is held (the 401s are per-user rejections, the 404s
+  "nothing recorded"); a proof that they are wrong trips the breaker at once.
+- Without an answer to the proof (unreachable, an answer it does not know), the breaker
+  trips only on `threshold` distinct users held for the same cause; fewer are one user's
+  own answers: held plain 401s are written as rejections, held 404s are not written (a
+  wrong URL must never store `none`; the users stay due).
+- An authenticated answer (`policy.authenticated`) releases the held plain-401 decisions;
+  an answer proving the URLs right (a 2xx, 401 or 403) releases the held 404 decisions.
 - A trip drops every held decision: no user changes state or schedule.
-- At the end of a pass that completed, what is still held decides: only 404s and nothing
-  proving the URLs, or only plain 401s and nothing authenticated, trip the breaker; reads
-  without a single answer (every one a network failure) end the pass as `upstream_down`,
-  whatever the number of users; reads whose every answer was a 429 end it as `throttled`
-  (75: nobody was read, the users stay due), however short the service's Retry-After, so
-  that a throttled service does not look like a pass that completed.
+- Reads without a single answer (every one a network failure) end a completed pass as
+  `upstream_down`, whatever the number of users; reads whose every answer was a 429 end it
+  as `throttled` (75: nobody was read, the users stay due).
 - The run of failures that means "the service is down" is `threshold` long before any
   authenticated answer (a cron run would otherwise wait out the slow fallback rate) and
   `down_after` long once the service has accepted the client.
 
-No I/O, no clock; the engine feeds it and acts on what it returns.
+No I/O, no clock; the engine feeds it, asks the proofs, and acts on what it returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Final, Generic, Literal, TypeVar
 
@@ -42,7 +48,8 @@ StopReason = Literal[
     "completed", "deadline", "breaker", "upstream_down", "throttled", "cancelled", "config"
 ]
 Trip = Literal["plain_401", "http_404"]
-Signal = Literal["trip", "down"]
+Proof = Literal["client", "urls"]
+Signal = Literal["trip", "down", "check"]
 EXIT_CODES: Final[dict[StopReason, int]] = {
     "completed": EX_OK,
     "deadline": EX_TEMPFAIL,
@@ -51,6 +58,16 @@ EXIT_CODES: Final[dict[StopReason, int]] = {
     "cancelled": EX_TEMPFAIL,
     "breaker": EX_CONFIG,
     "config": EX_CONFIG,
+}
+# What each proof is about, and the trip it leads to.
+CAUSES: Final[dict[Proof, Trip]] = {"client": "plain_401", "urls": "http_404"}
+TRIP_HINTS: Final[dict[Trip, str]] = {
+    "http_404": "reads answered 404 and nothing proved the URLs right (a read path without "
+    "credential answers 404, or several users' 404s): service.base_url (or its path prefix) "
+    "is likely wrong; no user was changed",
+    "plain_401": "reads answered a plain 401 and nothing proved the client right (the token "
+    "endpoint answers invalid_client, or several users' 401s): the client secret "
+    "(client.secret_file) or the client configuration is likely wrong; no user was changed",
 }
 
 
@@ -61,18 +78,21 @@ class Routed(Generic[T]):
     Attributes:
         release: Decisions to write now, in order (held ones first); empty while held.
         trip: True when holding this one reached the threshold: stop the pass.
+        check: The proof to ask now (`Breaker.prove` takes its answer), or None.
     """
 
     release: list[T] = field(default_factory=list)
     trip: bool = False
+    check: Proof | None = None
 
 
 class Breaker(Generic[T]):
     """Holds decisions while the pass has no proof that the client and URLs are right.
 
     Args:
-        threshold: Held plain-401 decisions, or 404 answers, that trip the breaker; also
-            the run of failures that means "down" before any authenticated answer.
+        threshold: Distinct users held for one cause, with no answer to its proof, that
+            trip the breaker; also the run of failures that means "down" before any
+            authenticated answer.
         down_after: The run of failures that means "down" once the client was accepted.
     """
 
@@ -82,26 +102,32 @@ class Breaker(Generic[T]):
         self.threshold = threshold
         self.down_after = down_after
         self.cause: Trip = "plain_401"
+        self.proven = False  # the trip's cause was proven by the service, not by users
         self.reads = 0
         self.answered = 0
         self.throttled = 0
         self.authenticated = 0
         self.url_proven = False
-        self._answers_404 = 0
+        self.proofs: dict[Proof, bool | None] = {}  # asked: True right, False wrong
+        self._users_404: set[Hashable] = set()
         self._failures_in_a_row = 0
         self._held_rejected: list[T] = []
         self._held_404: list[T] = []
 
-    def observe(self, outcome: Outcome) -> Signal | None:
-        """Count one read's outcome; say `trip` or `down` when the pass must stop."""
+    @property
+    def client_accepted(self) -> bool:
+        """An answer or the token endpoint proved the client's credentials right."""
+        return self.authenticated > 0 or self.proofs.get("client") is True
+
+    def observe(self, outcome: Outcome, user: Hashable = None) -> Signal | None:
+        """Count one read's outcome (of `user`); say `down` or `trip` when the pass must
+        stop, `check` when the `urls` proof must be asked."""
         self.reads += 1
         status = outcome.status
         if status is not None:
             self.answered += 1
             self.throttled += outcome.kind == "rate_limited"
-            if status == 404:
-                self._answers_404 += 1
-            elif 200 <= status < 300 or status in (401, 403):
+            if 200 <= status < 300 or status in (401, 403):
                 self.url_proven = True  # the endpoint exists at this URL
         if authenticated(outcome):
             self.authenticated += 1
@@ -112,11 +138,9 @@ class Breaker(Generic[T]):
                 return "down"
         elif outcome.kind != "rate_limited":
             self._failures_in_a_row = 0
-        if status == 404 and not self.url_proven and self._answers_404 >= self.threshold:
-            # As many 404s as the pacer's first burst and nothing else: stop before
-            # waiting out the slow fallback rate for more of the same.
-            self.cause = "http_404"
-            return "trip"
+        if status == 404 and not self.url_proven:
+            self._users_404.add(user)
+            return self._suspect("urls")
         return None
 
     def route(self, decision: T, *, saw_404: bool, rejected: bool) -> Routed[T]:
@@ -130,18 +154,34 @@ class Breaker(Generic[T]):
         if saw_404 and not self.url_proven:
             self._held_404.append(decision)
             return Routed()
-        if rejected and self.authenticated == 0:
+        if rejected and not self.client_accepted:
             self._held_rejected.append(decision)
-            return Routed(trip=len(self._held_rejected) >= self.threshold)
+            signal = self._suspect("client")
+            return Routed(trip=signal == "trip", check="client" if signal == "check" else None)
         return Routed(release=[*self._release(), decision])
+
+    def prove(self, proof: Proof, right: bool | None) -> bool:
+        """Take the answer to `proof` (True right, False wrong, None unknown); True when
+        the pass must stop at the breaker."""
+        self.proofs[proof] = right
+        if right is True and proof == "urls":
+            self.url_proven = True
+        return self._suspect(proof) == "trip"
+
+    def wanted(self) -> list[Proof]:
+        """The proofs not asked yet that held decisions wait for (asked before `finish`)."""
+        held = {"client": self._held_rejected and not self.client_accepted,
+                "urls": self._held_404 and not self.url_proven}  # fmt: skip
+        return [p for p in CAUSES if held[p] and p not in self.proofs]
 
     def finish(self, stopped: StopReason) -> tuple[StopReason, list[T]]:
         """How the pass ends, given how it stopped, and the held decisions to write."""
         if stopped == "completed":
-            if self._held_404 and not self.url_proven:
-                stopped, self.cause = "breaker", "http_404"
-            elif self._held_rejected and self.authenticated == 0:
-                stopped, self.cause = "breaker", "plain_401"
+            tripped = (self._held_404 and self._suspect("urls") == "trip") or (
+                self._held_rejected and self._suspect("client") == "trip"
+            )
+            if tripped:
+                stopped = "breaker"
             elif self.reads and not self.answered:
                 stopped = "upstream_down"
             elif self.answered and self.throttled == self.answered:
@@ -157,9 +197,28 @@ class Breaker(Generic[T]):
         self._held_404.clear()
         return stopped, released
 
+    def _suspect(self, proof: Proof) -> Signal | None:
+        """What the evidence for `proof`'s cause says now: `check` (ask the proof), `trip`
+        (proven wrong, or `threshold` distinct users and no answer to the proof), or None."""
+        if proof == "urls":
+            if self.url_proven:
+                return None
+            users = len(self._users_404)
+        else:
+            if self.client_accepted:
+                return None
+            users = len(self._held_rejected)
+        if proof not in self.proofs:
+            return "check"
+        right = self.proofs[proof]
+        if right is False or (right is None and users >= self.threshold):
+            self.cause, self.proven = CAUSES[proof], right is False
+            return "trip"
+        return None
+
     def _release(self) -> list[T]:
         released: list[T] = []
-        if self._held_rejected:  # an answer other than a plain 401 came
+        if self._held_rejected and self.client_accepted:
             released, self._held_rejected = self._held_rejected, []
         if self._held_404 and self.url_proven:
             released, self._held_404 = [*released, *self._held_404], []

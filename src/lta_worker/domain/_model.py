@@ -183,7 +183,7 @@ class PassRecord:
     def answered(self) -> int:
         """Its reads the service answered (`ANSWERED_KINDS`): a pass with none proves
         nothing of the service, whatever it stopped as."""
-        return answered_reads(self.counts)
+        return answered_reads(self.counts, self.stopped)
 
 
 @dataclass(frozen=True, slots=True)

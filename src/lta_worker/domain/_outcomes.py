@@ -37,8 +37,12 @@ ANSWERED_KINDS: frozenset[OutcomeKind] = frozenset(
 FAILED_KINDS: frozenset[OutcomeKind] = frozenset({"transient"})
 
 
-def answered_reads(counts: Mapping[str, int]) -> int:
-    """How many of the reads counted by outcome kind the service answered."""
+def answered_reads(counts: Mapping[str, int], stopped: str = "completed") -> int:
+    """How many of the reads counted by outcome kind the service answered, in a pass that
+    `stopped` so: none in a pass stopped by the circuit breaker, which read nothing (its
+    answers, 404s say, only showed the client or its URLs wrong) and wrote nothing."""
+    if stopped == "breaker":
+        return 0
     return sum(counts.get(kind, 0) for kind in ANSWERED_KINDS)
 
 

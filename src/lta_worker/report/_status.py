@@ -29,6 +29,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from lta_worker.domain import TRIP_HINTS
 from lta_worker.report._records import iso
 
 if TYPE_CHECKING:
@@ -190,9 +191,13 @@ def assess_health(
     # The last pass that made reads too: passes that found nobody due do not hide a breaker.
     for stop in (data.get("last_pass"), data.get("last_reads")):
         if stop and stop["stopped"] in {"breaker", "config"}:
+            # A breaker pass's plain 401s (held, never written) say which cause tripped it.
+            rejected = (stop.get("counts") or {}).get("rejected")
+            hint = TRIP_HINTS["plain_401" if rejected else "http_404"]
+            why = f": {hint}" if stop["stopped"] == "breaker" else ""
             problems.append(
                 f"the last pass stopped at {stop['finished_at']}: {stop['stopped']} "
-                f"(exit {stop['exit_code']}); see the pass.breaker_tripped or error event"
+                f"(exit {stop['exit_code']}){why}; see the pass.breaker_tripped or error event"
             )
             break
     warning = data.get("capacity", {}).get("warning")

@@ -106,13 +106,20 @@ class InstanceQueries(Queries):
             conn.execute(delete(Pass).where(Pass.id <= new_id - PASSES_KEPT))
 
     def last_pass(
-        self, *, first: bool = False, read: bool = False, answered: bool = False
+        self,
+        *,
+        first: bool = False,
+        read: bool = False,
+        answered: bool = False,
+        stopped: str | None = None,
     ) -> PassRecord | None:
         """The summary of the pass that finished last (`first`: the oldest kept), of those
-        that made reads (`read`) or had reads the service answered (`answered`:
-        `PassRecord.answered`), or None."""
+        that made reads (`read`), had reads the service answered (`answered`:
+        `PassRecord.answered`) or stopped as `stopped`, or None."""
         order = (Pass.finished_at, Pass.id) if first else (Pass.finished_at.desc(), Pass.id.desc())
         query = select(Pass).order_by(*order)
+        if stopped is not None:
+            query = query.where(Pass.stopped == stopped)
         if read or answered:
             query = query.where(Pass.reads > 0)
         with self._db.read() as conn:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import ssl
 import time
 from collections.abc import Mapping
@@ -135,7 +136,12 @@ class ApiClient:
         )
         self._cap = self._service.max_response_bytes
         self._deadline = self._service.request_timeout.total_seconds()
-        self._token_auth = client.token_auth
+        # Client authentication at the token endpoint: the configured method, then the
+        # other one for a server that answers `invalid_client` to it.
+        first = client.token_auth
+        other = "client_secret_post" if first == "client_secret_basic" else "client_secret_basic"
+        self._token_auths = (first, other)
+        self._redirect_uri = client.redirect_uri
         self._client_id = client.id
         self._client_secret = client_secret
         # What a success body must not hold besides the token (`echoes`); a secret too short
@@ -272,8 +278,7 @@ class ApiClient:
             "redirect_uri": redirect_uri,
             "code_verifier": verifier.reveal(),
         }
-        first = self._token_auth
-        other = "client_secret_post" if first == "client_secret_basic" else "client_secret_basic"
+        first, other = self._token_auths
         answer = await self._token_request(first, form)
         if answer.status == 401 and _service_code(answer) == "invalid_client":
             answer = await self._token_request(other, form)
@@ -302,6 +307,31 @@ class ApiClient:
             )
         scopes = tuple(scope.split()) if isinstance(scope, str) else ()
         return Secret(access_token), scopes
+
+    async def client_accepted(self) -> bool | None:
+        """Whether the token endpoint accepts the client's credentials (the breaker's
+        `client` proof): a code exchange with a code that names nothing, so that no user is
+        read and no read budget is spent. `invalid_client` to both authentication methods
+        is False (the secret is wrong); `invalid_grant` is True (the server looked at the
+        code, so it had accepted the client); any other answer, or none, is None."""
+        form = {
+            "grant_type": "authorization_code",
+            "code": secrets.token_urlsafe(32),
+            "redirect_uri": self._redirect_uri,
+            "code_verifier": secrets.token_urlsafe(48),
+        }
+        for method in self._token_auths:
+            code = _service_code(await self._token_request(method, form))
+            if code != "invalid_client":
+                break
+        return {"invalid_client": False, "invalid_grant": True}.get(code or "")
+
+    async def read_path_found(self) -> bool | None:
+        """Whether `service.base_url` has the read paths (the breaker's `urls` proof): a GET
+        of latest-change without any credential, which reads no user and names no client's
+        budget, answers 401 or 403 (True) or 404 (False); any other answer, or none, is None."""
+        answer = await self._send("GET", self._read_urls["latest-change"], {})
+        return {401: True, 403: True, 404: False}.get(answer.status or 0)
 
     @cached_property
     def _basic_auth(self) -> Secret:

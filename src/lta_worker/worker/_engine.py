@@ -18,8 +18,9 @@ The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
 - Every rule lives elsewhere and is pure: what an outcome does to a user, whether a read
   goes again after a 429, what proves the client accepted (`domain` policy table); when
   decisions are held, released or dropped and when the pass must stop (`domain.Breaker`:
-  plain 401s with nothing authenticated, 404s with nothing proving the URLs, failures in
-  a row). The engine only moves users, answers and decisions between them.
+  plain 401s with nothing authenticated, 404s with nothing proving the URLs, each asking a
+  proof of the service that spends no read budget; failures in a row). The engine only
+  moves users, answers, proofs and decisions between them.
 - Store calls (claims, lease renewals, the writer's commits) all go to a worker thread, on
   SQLite as on PostgreSQL: one may wait for the database's lock (an operator's command,
   `serve`'s other jobs), a claim or a commit's fsync, and the loop goes on reading meanwhile.
@@ -189,16 +190,22 @@ class PassEngine:
 
     async def _finish(self, started: float) -> None:
         opts = self.options
+        if self.stop.reason is None:  # completed: what still waits for a proof gets it
+            with anyio.CancelScope(shield=True):
+                for proof in self.breaker.wanted():
+                    await self.turns.prove(proof)
         stopped, released = self.breaker.finish(self.stop.reason or "completed")
         with anyio.CancelScope(shield=True):
             for _user, update in released:
                 self.writer.pending.append(update)
             await self.writer.flush()
+            self.writer.claimed.clear()  # what was held and dropped is never written
             await self._db(self.store.release, opts.instance)
         if self.turns.lapsed:
             events.lease_lapsed(opts.instance, self.turns.lapsed)
         if stopped == "breaker":
-            events.breaker(opts.instance, self.breaker.cause, self.result.counts["rejected"])
+            events.breaker(opts.instance, self.breaker, self.result.counts["rejected"])
+            self.result.cause = self.breaker.cause
         if stopped == "upstream_down" and not self.breaker.answered:
             events.unreachable(opts.instance, self.result.reads)
         self.result.stopped = stopped
@@ -283,6 +290,8 @@ class PassEngine:
         )
         if routed.trip:
             self.stop.abort("breaker")
+        if routed.check is not None:
+            await self.turns.prove(routed.check)
         for _held_user, held_update in routed.release:
             await updates.send(held_update)
 

@@ -20,13 +20,16 @@ else is set from what a pass returns and from the store after it:
     lta_worker_last_pass_end_timestamp_seconds          gauge
     lta_worker_last_pass_success_timestamp_seconds      gauge (a pass with answered reads)
     lta_worker_breaker_trips_total                      counter
+    lta_worker_breaker_last_trip_timestamp_seconds      gauge (0: no trip recorded)
     lta_worker_schedule_expected_delay_seconds          gauge, the adaptive plan's (else NaN)
     lta_worker_build_info{version}                      gauge, always 1
 
 The timestamps and the budget gauges start from the database (the last recorded passes, the
 budget the service last reported), so a restart or a new cron run never reports "never
 succeeded" nor a budget of 0; every `lta_worker_reads_total` series (endpoint x outcome)
-exists from the start at 0, so `rate()` and absence alerts work right after a deploy.
+exists from the start at 0, so `rate()` and absence alerts work right after a deploy. In
+textfile mode each `run` continues the counters from the file the last one wrote
+(`resume_counters`), so that `increase()` sees what every run counted.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, write_to_textfile
+from prometheus_client.parser import text_string_to_metric_families
 
 from lta_worker import __version__
 from lta_worker.domain import ENDPOINTS, EXIT_CODES, OUTCOME_KINDS, USER_STATES, answered_reads
@@ -106,6 +110,10 @@ class Metrics:
         self.breaker_trips = counter(
             "lta_worker_breaker_trips", "Passes stopped by the circuit breaker."
         )
+        self.last_trip = gauge(
+            "lta_worker_breaker_last_trip_timestamp_seconds",
+            "When the last pass stopped by the circuit breaker ended (Unix time; 0: none).",
+        )
         self.expected_delay = gauge(
             "lta_worker_schedule_expected_delay_seconds",
             "Adaptive schedule: the mean delay the plan expects from a change to its arrival.",
@@ -161,10 +169,11 @@ class Metrics:
         self.pass_duration.observe(result.wall_s)
         self.passes.labels(stopped=result.stopped).inc()
         self.last_pass_end.set(finished_at.timestamp())
-        if answered_reads(result.counts):  # a pass that read nobody proves nothing
+        if answered_reads(result.counts, result.stopped):  # one that read nobody proves nothing
             self.last_success.set(finished_at.timestamp())
         if result.stopped == "breaker":
             self.breaker_trips.inc()
+            self.last_trip.set(finished_at.timestamp())
 
     def on_store(self, store: Store, now: datetime, *, history: bool = False) -> None:
         """Users by state, due users, pending drops and the webhook outbox from the database;
@@ -184,6 +193,29 @@ class Metrics:
             success = store.last_pass(answered=True)
             if success is not None:
                 self.last_success.set(success.finished_at.timestamp())
+            trip = store.last_pass(stopped="breaker")
+            if trip is not None:
+                self.last_trip.set(trip.finished_at.timestamp())
+
+    def resume_counters(self, path: Path) -> None:
+        """Continue the counters from the textfile the last `run` wrote at `path`: rewritten
+        from 0 by each run, a counter would show a run's count again and again, and
+        `increase()` (the alert rules) would never see it grow. A missing or unreadable file
+        starts them at 0, which Prometheus takes as a counter reset."""
+        counters = (self.reads, self.passes, self.breaker_trips)
+        by_name = {next(iter(counter.describe())).name: counter for counter in counters}
+        try:
+            families = list(text_string_to_metric_families(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return
+        for family in families:
+            counter = by_name.get(family.name)
+            if counter is None:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.value > 0:
+                    target = counter.labels(**sample.labels) if sample.labels else counter
+                    target.inc(sample.value)
 
     def write_textfile(self, path: Path) -> None:
         """Write every metric to `path` atomically (a temporary file renamed over it)."""

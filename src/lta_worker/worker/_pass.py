@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason
+from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason, Trip
 from lta_worker.errors import PassStoppedError
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class PassResult:
     throttled: int = 0
     wall_s: float = 0.0
     counts: Counter[str] = field(default_factory=Counter)
+    cause: Trip | None = None  # the breaker's, when it stopped the pass
 
     def summary(self) -> dict[str, Any]:
         """The fields of the `pass.finished` event."""

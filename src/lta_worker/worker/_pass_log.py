@@ -3,20 +3,13 @@ says what happened and this module says how it is written."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-from lta_worker.domain import Endpoint, Outcome, Trip, UserRow, UserUpdate
+from lta_worker.domain import TRIP_HINTS, Breaker, Endpoint, Outcome, UserRow, UserUpdate
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerSnapshot
 
 log = get_logger("lta_worker.engine")
-
-BREAKER_HINTS: Final[dict[Trip, str]] = {
-    "http_404": "every answer was a 404 and none proved the URLs right: service.base_url "
-    "(or its path prefix) is likely wrong; no user was changed",
-    "plain_401": "every answer was a plain 401 and none was accepted: the client secret "
-    "(client.secret_file) or the client configuration is likely wrong; no user was changed",
-}
 
 
 def pass_logger() -> Any:
@@ -96,14 +89,15 @@ def discarded(user: str, reason: str, outcome: str) -> None:
     log.warning("poll.discarded", user=user, reason=reason, outcome=outcome)
 
 
-def breaker(instance: str, cause: Trip, rejected: int) -> None:
-    """`pass.breaker_tripped`, with the hint for its cause."""
+def breaker(instance: str, breaker: Breaker[Any], rejected: int) -> None:
+    """`pass.breaker_tripped`: its cause, what proved it, and the hint for the cause."""
     log.error(
         "pass.breaker_tripped",
         instance=instance,
-        cause=cause,
+        cause=breaker.cause,
+        proof="service" if breaker.proven else "users",
         rejected=rejected,
-        hint=BREAKER_HINTS[cause],
+        hint=TRIP_HINTS[breaker.cause],
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from lta_worker.domain import Answer, EncryptedToken, Endpoint, UserRow, UserUpdate
+from lta_worker.domain import Answer, EncryptedToken, Endpoint, Proof, UserRow, UserUpdate
 from lta_worker.secret import Secret
 
 
@@ -63,4 +63,9 @@ class Reader(Protocol):
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """One read with the user's long term token (the client adds its secret); never
         raises for HTTP or network trouble."""
+        ...
+
+    async def prove(self, proof: Proof) -> bool | None:
+        """Whether the client's credentials (`client`) or the read URLs (`urls`) are right,
+        asked without spending the read budget; None when the answer does not say."""
         ...

@@ -15,7 +15,7 @@ from lta_worker.worker._engine import PassEngine
 from lta_worker.worker._pass import PassResult, ProgressFn, pass_options
 
 if TYPE_CHECKING:
-    from lta_worker.domain import Answer, Endpoint
+    from lta_worker.domain import Answer, Endpoint, Proof
     from lta_worker.secret import Secret
     from lta_worker.worker._runtime import Worker
 
@@ -105,3 +105,8 @@ class _ApiOnFirstRead:
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """`ApiClient.read`."""
         return await self._rt.api.read(endpoint, token)
+
+    async def prove(self, proof: Proof) -> bool | None:
+        """`ApiClient.client_accepted` or `ApiClient.read_path_found`."""
+        api = self._rt.api
+        return await (api.client_accepted() if proof == "client" else api.read_path_found())

@@ -16,7 +16,7 @@ import secrets
 import socket
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -81,6 +81,8 @@ class Worker(Runtime):
         # taking the longest `poll.interval` this instance scheduled with since as the floor
         # of the adaptive due times it wrote. None: nothing to re-plan.
         self.replan: timedelta | None = None
+        # `serve`: when a tripped breaker lets a pass run again; a reload clears it.
+        self.breaker_retry_at: datetime | None = None
 
     async def __aenter__(self) -> Self:
         stack = self._opened
@@ -102,6 +104,8 @@ class Worker(Runtime):
             stack.callback(store.unregister, self.instance)
             if self.metrics is not None:
                 await self._db(self.metrics.on_store, store, self.clock.now(), history=True)
+                if self.settings.metrics.textfile is not None:
+                    await self._db(self.metrics.resume_counters, self.settings.metrics.textfile)
                 seen = await self._db(store.budget_seen, self.settings.client.id)
                 self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
@@ -148,6 +152,7 @@ class Worker(Runtime):
         applied the new ones (`follow_schedule`)."""
         before = self.settings.poll
         super().reload(settings, key_ids_in_use=key_ids_in_use)
+        self.breaker_retry_at = None  # the new secret or URLs may have fixed the cause
         poll = self.settings.poll
         if self.current is not None:
             self.current.follow(poll.policy())

@@ -17,18 +17,20 @@ has started. With
 from before READY until the passes have drained.
 
 A pass stopped by the circuit breaker (the service rejects the client: a wrong client
-secret, or a wrong base URL) stops the service: it logs `service.breaker_stop` (error),
-stops reading and exits 78 (`serve` raises the error the CLI writes last, after
-`service.stopped`), so the unit fails and `RestartPreventExitStatus=78` keeps it
-down until the operator fixes the cause. Reading on would trip it again every pass, with
-the unit "active" and nobody told. A pass that meets a stored token under a key id the key
-file lacks stops it the same way, with `service.config_stop` (other exit-78 failures of a
-pass are logged and the service goes on: a database file that cannot be opened is also what
-a machine out of file descriptors says, which passes): the token is kept, and the next
-pass would claim the same user first and stop again, reading almost nobody. The key file is
-read again first: a key added after the start (step 1 of key rotation) and a user enrolled
-under it is no configuration problem, and the service goes on with the new keys
-(`service.keys_reloaded`).
+secret, or a wrong base URL; never what one user can cause) does not stop the service: it
+logs `service.breaker_open` (error) once, reads nobody, and runs a pass again only every
+`BREAKER_RETRY` (at least `poll.tick`), or at the next tick after a reload (SIGHUP), which
+may have fixed the cause; the first pass that is not stopped by the breaker logs
+`service.breaker_closed` and the ticks go on. Meanwhile `/healthz` and `status --check` say
+unhealthy, naming the cause (the last pass stopped at the breaker). A pass that meets a
+stored token under a key id the key file lacks stops the service, with
+`service.config_stop` and exit 78 (`serve` raises the error the CLI writes last, after
+`service.stopped`; other exit-78 failures of a pass are logged and the service goes on: a
+database file that cannot be opened is also what a machine out of file descriptors says,
+which passes): the token is kept, and the next pass would claim the same user first and
+stop again, reading almost nobody. The key file is read again first: a key added after the
+start (step 1 of key rotation) and a user enrolled under it is no configuration problem,
+and the service goes on with the new keys (`service.keys_reloaded`).
 
 A stop waits for the database at most `STOP_BOUND` beyond the grace period: a database
 that stalls (no error, no answer) would otherwise hold the process past systemd's
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from lta_worker.config import Settings, format_duration
+from lta_worker.domain import TRIP_HINTS, Trip
 from lta_worker.errors import (
     EX_CONFIG,
     EX_OK,
@@ -63,7 +66,7 @@ from lta_worker.errors import (
 from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
-from lta_worker.worker._pass import stop_error
+from lta_worker.worker._pass import PassResult
 from lta_worker.worker._reload import Reloader, ReloadFn
 from lta_worker.worker._runtime import Worker
 from lta_worker.worker._scheduler import Guard, Job, intervals, start_scheduler
@@ -80,6 +83,9 @@ STOP_MARGIN: Final = 2.0
 # commit, the instance's unregistering): a stalled one never answers, and `serve` then
 # exits 75 without it, well within the unit's TimeoutStopSec (30 s at the default grace).
 STOP_BOUND: Final = 3 * STOP_MARGIN
+# How often a `serve` whose breaker tripped runs a pass again to see whether the cause is
+# gone (a reload checks at the next tick): slow, since every such pass stops the same way.
+BREAKER_RETRY: Final = timedelta(minutes=5)
 
 
 class Service:
@@ -97,6 +103,7 @@ class Service:
         self._fatal_cause = ""  # what `_fatal` stops for, for sd_notify's STATUS
         # What ends the process after `service.stopped` when it stops on its own (exit 78).
         self.stop_error: LtaError | None = None
+        self.breaker: Trip | None = None  # the cause, while the breaker keeps passes off
         self.guard = Guard()
         # The bound of a stop (`STOP_BOUND`), armed by a stop when `bounded`: only the `serve`
         # command's process sets it, as the bound ends the process.
@@ -161,7 +168,7 @@ class Service:
         return self.exit_code
 
     async def _stop_when_fatal(self, scheduler: AsyncIOScheduler, scope: anyio.CancelScope) -> None:
-        """Stop the service once a pass tripped the breaker or met a configuration problem."""
+        """Stop the service once a pass met a configuration problem (`_config_stop`)."""
         await self._fatal.wait()
         if not self.stopping:
             await self._stop(scheduler, None)
@@ -208,10 +215,13 @@ class Service:
         os._exit(EX_TEMPFAIL)
 
     async def _pass_job(self) -> None:
-        """Every `poll.tick`: the key file checked, then a pass; its breaker or a key id
-        still missing stops the service."""
+        """Every `poll.tick`: the key file checked, then a pass (while the breaker is open,
+        only every `BREAKER_RETRY`); a key id still missing stops the service."""
         if self.stopping:
             return
+        retry_at = self.worker.breaker_retry_at  # cleared by a reload
+        if retry_at is not None and self.worker.clock.now() < retry_at:
+            return  # the breaker is open: checked again at its slow pace
         failed = True
         config_error: UnknownKeyError | None = None
         async with self.guard.run("pass"):
@@ -233,7 +243,9 @@ class Service:
             failed = False
             self.passes += 1
             if result.stopped == "breaker":
-                self._trip()
+                self._trip(result)
+            elif self.breaker is not None:
+                self._close()
             self.notifier.status(
                 f"pass {self.passes}: {result.users} users, {result.reads} reads, "
                 f"{result.throttled} throttled, {result.stopped}; "
@@ -244,16 +256,27 @@ class Service:
         if failed and not self.stopping:
             self.notifier.status("last pass failed; see the log")
 
-    def _trip(self) -> None:
-        """The breaker tripped: stop reading, and exit 78 (the unit stays down)."""
-        self.stop_error = stop_error("breaker")
-        self._halt(
-            "breaker",
-            "service.breaker_stop",
-            hint="the service rejected the client (see pass.breaker_tripped: client.secret_file "
-            "or service.base_url); serve stops so that the unit fails instead of retrying "
-            "every pass; fix it, then `systemctl restart lta-worker.service`",
-        )
+    def _trip(self, result: PassResult) -> None:
+        """The breaker tripped: no pass until `BREAKER_RETRY` from now (or a reload)."""
+        retry = max(BREAKER_RETRY, self.settings.poll.tick)
+        self.worker.breaker_retry_at = self.worker.clock.now() + retry
+        if self.breaker is None:
+            self.breaker = result.cause or "plain_401"
+            log.error(
+                "service.breaker_open",
+                instance=self.worker.instance,
+                cause=self.breaker,
+                retry_s=retry.total_seconds(),
+                hint=f"{TRIP_HINTS[self.breaker]}; serve stays up, unhealthy, and runs a "
+                f"pass again every {format_duration(retry)} until the cause is gone: fix it, "
+                "then `systemctl reload lta-worker.service` to check at once",
+            )
+
+    def _close(self) -> None:
+        """A pass after a trip was not stopped by the breaker: the ticks go on."""
+        log.info("service.breaker_closed", instance=self.worker.instance, cause=self.breaker)
+        self.breaker = None
+        self.worker.breaker_retry_at = None
 
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
@@ -296,7 +319,6 @@ async def serve(
     that waits `STOP_BOUND` past the grace period for the database ends the process (75).
 
     Raises:
-        PassStoppedError: the breaker stopped the service (exit 78), after `service.stopped`.
         UnknownKeyError: a stored token's key id is missing from the key file (exit 78).
     """
     service: Service | None = None

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
+import anyio
+
 from lta_worker.domain import (
     Breaker,
     Endpoint,
     Outcome,
+    Proof,
     UserRow,
     UserUpdate,
     classify,
@@ -59,6 +62,7 @@ class Turns:
     saw_404: set[int] = field(default_factory=set)  # users that met a 404 (the breaker)
     lapsed: int = 0  # users whose turn was given up for their lease (`LeaseLapsed`)
     fatal_error: UnknownKeyError | None = None  # what aborted the pass, if anything
+    _proving: dict[Proof, anyio.Event] = field(default_factory=dict)  # proofs being asked
     _read_log: Any = field(default_factory=events.pass_logger)  # one per pass
 
     async def turn(self, user: UserRow) -> UserUpdate | None:
@@ -148,7 +152,8 @@ class Turns:
             # describe some other bucket: the pacer only learns that the permit is done.
             headers = answer.headers if outcome.kind != "rejected" else {}
             self.pacer.feed(permit, headers, answer.status, elapsed=answer.elapsed)
-            self._count(user, endpoint, outcome, self.clock.monotonic() - begun)
+            if self._count(user, endpoint, outcome, self.clock.monotonic() - begun):
+                await self.prove("urls")
             if not read_again(outcome, attempt):
                 return outcome
 
@@ -158,7 +163,23 @@ class Turns:
             self.lapsed += 1
             raise LeaseLapsed
 
-    def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> None:
+    async def prove(self, proof: Proof) -> None:
+        """Ask the service `proof` (`Reader.prove`) once a pass, and give the breaker its
+        answer; a reader that needs it meanwhile waits for the one asking."""
+        while proof in self._proving:
+            await self._proving[proof].wait()
+        if proof in self.breaker.proofs:
+            return
+        self._proving[proof] = asked = anyio.Event()
+        try:
+            if self.breaker.prove(proof, await self.api.prove(proof)):
+                self.stop.abort("breaker")
+        finally:  # answered or cancelled: a later need asks again if it is not recorded
+            del self._proving[proof]
+            asked.set()
+
+    def _count(self, user: UserRow, endpoint: Endpoint, outcome: Outcome, took: float) -> bool:
+        """Count and log one read; True when the breaker asks for the `urls` proof."""
         self.result.reads += 1
         self.result.counts[outcome.kind] += 1
         if self.on_read is not None:
@@ -166,8 +187,9 @@ class Turns:
         if outcome.kind == "rate_limited":
             self.result.throttled += 1
         events.read(self._read_log, user, endpoint, outcome, took, budget=self.pacer.snapshot())
-        signal = self.breaker.observe(outcome)
+        signal = self.breaker.observe(outcome, user.id)
         if signal == "trip":
             self.stop.abort("breaker")
         elif signal == "down":
             self.stop.request("upstream_down", self.options.grace.total_seconds())
+        return signal == "check"

@@ -1,0 +1,135 @@
+"""No single user stops anything: `serve`'s pass job (`Service._pass_job`, as the scheduler
+runs it every `poll.tick`) over the real worker and the in-process simulator, on virtual
+time. One user's own plain 401 or 404 changes that user only, whatever the size of the
+pass; a wrong client secret trips the breaker, and `serve` stays up, unhealthy, checks
+again at its slow pace and recovers once a reload brings the right secret."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from lta_worker.report import collect_status
+from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.worker import Worker
+from lta_worker.worker._sdnotify import Notifier
+from lta_worker.worker._serve import BREAKER_RETRY, Service
+from support.virtual_time import autojump, virtual_backend
+
+from .conftest import Harness
+
+pytestmark = pytest.mark.anyio
+
+TICK = timedelta(minutes=1)
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return virtual_backend()
+
+
+async def _forget_upstream(h: Harness, user: str) -> None:
+    """The service no longer knows the user's stored token (a second enrollment of the
+    account elsewhere rotated it): its reads answer a plain 401."""
+    old = h.user(user)
+    await h.enroll(user, create=False)
+    with h.store() as store:
+        assert old.token is not None
+        store.store_token(user, old.token, old.scopes, h.clock.now(), h.clock.now())
+
+
+async def _serve_for(svc: Service, span: timedelta) -> list[Any]:
+    """`serve`'s pass job every tick for `span` of virtual time; the passes' results."""
+    results: list[Any] = []
+    run_pass = svc.worker.run_pass
+
+    async def recorded(**kwargs: Any) -> Any:
+        results.append(await run_pass(**kwargs))
+        return results[-1]
+
+    svc.worker.run_pass = recorded  # type: ignore[method-assign]
+    for _ in range(int(span / TICK)):
+        await svc._pass_job()
+        assert not svc._fatal.is_set() and svc.exit_code == 0
+        await anyio.sleep(TICK.total_seconds())
+    svc.worker.run_pass = run_pass  # type: ignore[method-assign]
+    return results
+
+
+def _worker(h: Harness) -> Worker:
+    return Worker(h.settings(), kind="serve", transport=SimulatorTransport(h.sim), clock=h.clock)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cause", ["forgotten_token", "nothing_recorded"])
+async def test_one_user_alone_in_every_pass_never_stops_serve(
+    virtual_harness: Harness, cause: str
+) -> None:
+    """A user whose token the service forgot (plain 401), or whose reads answer 404 under
+    `poll.stats = "on_change"`, alone in every pass: an hour of `serve` never stops nor
+    trips the breaker; that user is `rejected` (or its result `none`), the others are read."""
+    h = virtual_harness
+    h.configure("poll", schedule="fixed", stats="on_change", interval="10m", tick="1m")
+    async with autojump():
+        for name in ("ada", "bob", "cy"):
+            await h.enroll(name)
+        async with _worker(h) as worker:
+            await worker.run_pass()  # everybody read once; all due again in 10 minutes
+        if cause == "forgotten_token":
+            await _forget_upstream(h, "cy")
+        else:
+            h.sim.set_payload("cy", "latest-change", None)
+            with h.store() as store:  # due now, alone
+                store.store_token("cy", h.user("cy").token, h.user("cy").scopes,
+                                  h.clock.now(), h.clock.now())  # fmt: skip
+        async with _worker(h) as worker:
+            svc = Service(worker, Notifier({}))
+            results = await _serve_for(svc, timedelta(hours=1))
+    assert [r.stopped for r in results if r.stopped != "completed"] == []
+    assert any(r.users == 1 and r.reads for r in results[:2])  # cy alone in its pass
+    cy = h.user("cy")
+    if cause == "forgotten_token":
+        assert (cy.state, cy.token is not None) == ("rejected", True)
+    else:
+        assert cy.state == "active"
+        with h.store() as store:
+            latest = {r.endpoint: r.status for r in store.export_results("cy")}
+            assert latest["latest-change"] == "none"
+    for name in ("ada", "bob"):
+        assert len(h.reads(name)) >= 5  # read every interval all along
+        assert h.user(name).state == "active"
+
+
+@pytest.mark.timeout(120)
+async def test_serve_with_a_wrong_secret_stays_up_unhealthy_and_recovers_on_reload(
+    virtual_harness: Harness,
+) -> None:
+    """A wrong client secret (the token endpoint answers invalid_client): the breaker trips
+    at once, even for one user; `serve` stays up, unhealthy naming the client secret, runs a
+    pass only every `BREAKER_RETRY`, changes nobody; the right secret and a reload: the next
+    tick reads everyone and health comes back."""
+    h = virtual_harness
+    h.configure("poll", tick="1m")
+    async with autojump():
+        await h.enroll("ada")
+        h.secret_file.write_text("not-the-right-secret\n")
+        async with _worker(h) as worker:
+            svc = Service(worker, Notifier({}))
+            span = 2 * BREAKER_RETRY
+            tripped = await _serve_for(svc, span)
+            assert [r.stopped for r in tripped] == ["breaker"] * int(span / BREAKER_RETRY)
+            assert svc.breaker == "plain_401"
+            status = collect_status(h.settings(), h.clock.now(), store=worker.store)
+            assert status["healthy"] is False
+            assert any("client.secret_file" in p for p in status["problems"])
+            assert h.user("ada").state == "active"
+            h.secret_file.write_text(DEMO_CLIENT_SECRET + "\n")
+            worker.reload(h.settings())
+            (fixed, *_) = await _serve_for(svc, 2 * TICK)
+            assert (fixed.stopped, fixed.counts["ok"]) == ("completed", 2)
+            assert svc.breaker is None
+            status = collect_status(h.settings(), h.clock.now(), store=worker.store)
+            assert (status["healthy"], status["problems"]) == (True, [])
