@@ -174,6 +174,8 @@ def test_webhook_url_rules(url: str, accepted: bool) -> None:
         ("whsec_c2hvcnQ=", 0o600, False),  # 5 bytes: too short
         ("whsec_!!!notbase64!!!", 0o600, False),
     ],
+    # Fixed ids: no secret in a test name (and every parallel worker collects the same ones).
+    ids=["valid", "world-readable", "not-whsec", "too-short", "not-base64"],
 )
 def test_webhook_secret_file_rules(tmp_path: Path, content: str, mode: int, ok: bool) -> None:
     """The secret file follows the one secret-file rule and holds one whsec_ secret; an error
