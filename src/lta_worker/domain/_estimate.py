@@ -1,30 +1,11 @@
 """What the reads of one user observed of its changes: the estimate and how it learns.
 
-Pure; no I/O, every function takes `now`. After Cho and Garcia-Molina ("Estimating
-frequency of change", TOIT 2003): a read only tells whether latest-change's content
-differs from the stored one (its content hash), not how many changes happened in between.
-`observe` folds each such observation into two beliefs, each updated by Bayes' rule with
-the read's likelihood (1 - exp(-x) for a change seen, exp(-x) for none, x the changes
-expected over the interval since the last read):
-
-- The level, the mean rate over the day: a belief over a log grid of rates (`GRID`, 41
-  numbers). Its prior is the population's (`_spread.population_prior`, the mean of the
-  users' beliefs: empirical Bayes), so a busy user whose every read sees a change is pulled
-  towards the rates the population has, not to a fixed one change a day.
-- The day's shape: a belief over `WINDOWS`, a flat day or a waking window of
-  `LENGTHS` hours starting at any hour (UTC), with `OUTSIDE` of the rate outside, so that
-  a user who changes only in its own waking hours, whatever its time zone, is read then.
-  Each window's likelihood is taken at the current level; the level's at the window
-  belief's mean shape. `ChangeEstimate.hourly` is that mean shape, hour by hour.
-
-A user may start over at any time (`update_belief`: a hidden Markov model that returns to
-the prior at the pace of `rate_half_life`, for both beliefs), so a user who wakes after days
-idle, turns busy or quiet, or moves its hours, is relearned within a read or two: its old
-reads weigh only as long as they keep explaining the new ones.
-
-The stored form (`to_json`) keeps what versions before the window read, `c` / `o` per
-four-hour slice, as a summary of the window belief, and adds `w`; an estimate stored
-without `w` reads back with the window belief its counts say (`_seeded_window`).
+Pure, taking `now`. A read tells only whether latest-change moved (Cho and Garcia-Molina,
+TOIT 2003); `observe` folds that bit, by Bayes' rule, into two beliefs: the level (the day's
+mean rate, over `GRID`, its prior the population's) and the day's shape (a flat day or a
+waking window, `WINDOWS`). `update_belief` lets a user start over at the pace of
+`rate_half_life`. The stored form (`to_json`) keeps `c` / `o` per four-hour slice, read by
+earlier versions, beside `w`. docs/config.md, *Freshness*, says what each trades.
 """
 
 from __future__ import annotations
@@ -55,15 +36,12 @@ MAX_RATE: Final = 1 / 60.0
 # The level's belief: a probability per rate of a log grid, 0.01 to 1000 changes a day.
 GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
-# Waking windows' lengths in hours: one, 16 h (B5: 12 and 16 h within 0.02 either way, at
-# twice the windows' cost; neighbouring windows mixed make a shorter or longer day).
+# Waking windows' lengths in hours (B5: 12 and 16 h within 0.02, at twice the cost).
 LENGTHS: Final = (16,)
 # A window's rate outside its hours, as a share of inside (nobody is certainly asleep).
 OUTSIDE: Final = 0.05
-# The prior's weight on a flat day, the rest shared by the windows: a window must be earned,
-# and a user who starts over (wakes after days idle) is read all day until its reads say
-# when (B5, 12 and 16 h windows: 0.2 left woken users 1.03 x round robin's delay at 100
-# reads an hour, 0.6 0.98).
+# The prior's weight on a flat day: a window must be earned, and a user who starts over is
+# read all day until its reads say when (B5: 0.2 left woken users 1.03 x round robin, 0.6 0.98).
 FLAT_PRIOR: Final = 0.6
 # The stored summary for versions before the window: four-hour slices, each as if observed
 # this long (a few of their half-lives of reads before their own counts outweigh it).
