@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -227,12 +227,17 @@ def _rounds(
     return out
 
 
+# Both reads for every user each round (stats "on_change", the default, reads stats only
+# when latest-change moved, and the simulator's content does not move between rounds).
+POLL: Final = {"concurrency": CONCURRENCY, "stats": "always"}
+
+
 def measure_process(users: int, rounds: int) -> dict[str, Any]:
     """The simulator in a child process (separate GIL): all variants, then the sniffio what-if."""
     with Workspace("b1-process") as ws:
         t0 = time.perf_counter()
         with SimProcess(ws.path, users, budget=BUDGET) as sim:
-            settings = ws.settings(sim.base_url, sim.auth_url, poll={"concurrency": CONCURRENCY})
+            settings = ws.settings(sim.base_url, sim.auth_url, poll=POLL)
             tokens = sim.tokens()
             store_tokens(settings, tokens)
             log(f"B1: {users} users enrolled and stored in {time.perf_counter() - t0:.1f} s")
@@ -262,9 +267,7 @@ def measure_thread(users: int, rounds: int) -> dict[str, list[Timing]]:
         tokens = list(enroll(sim, user_ids("u", users)))
         with start_in_thread(sim) as running:
             no_delay(running)
-            settings = ws.settings(
-                running.base_url, running.auth_url, poll={"concurrency": CONCURRENCY}
-            )
+            settings = ws.settings(running.base_url, running.auth_url, poll=POLL)
             store_tokens(settings, tokens)
             return _rounds(
                 settings,
