@@ -100,7 +100,8 @@ def test_example_app_enrolls_receives_and_follows_the_feed(
     tmp_path: Path, driver: Callable[..., AbstractContextManager[Any]]
 ) -> None:
     """Enrollment from the signed-in page and the callback, then a pass: the receiver keeps
-    the user's state and action once, and the feed consumer takes both results once."""
+    the user's state and action once, the feed consumer takes both results once, and after
+    a forget the feed's line deletes what it kept of the user."""
     import lta_app
 
     sim = Simulator()
@@ -136,9 +137,17 @@ def test_example_app_enrolls_receives_and_follows_the_feed(
         seen = app_db.execute("SELECT count(*) FROM lta_seen").fetchone()[0]
     assert users == [("alice", "active", "none")]
     assert seen == 3  # user.enrolled, then result.changed of each endpoint
-    with LtaApi(settings) as lta:
-        assert lta_app.follow_feed(lta, db) == 2
-        assert lta_app.follow_feed(lta, db) == 0
+
+    async def app_side() -> None:
+        async with LtaApi(settings, transport=SimulatorTransport(sim)) as lta:
+            assert lta_app.follow_feed(lta, db) == 2
+            assert lta_app.follow_feed(lta, db) == 0
+            await lta.forget("alice")  # the account deleted on the application's side
+            assert lta_app.follow_feed(lta, db) == 0
+
+    anyio.run(app_side)
+    with sqlite3.connect(db) as app_db:  # the feed's forget line took what was kept of her
+        assert app_db.execute("SELECT count(*) FROM lta_results").fetchone()[0] == 0
 
 
 @pytest.mark.usefixtures("examples")
