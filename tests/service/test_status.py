@@ -195,13 +195,16 @@ def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
 def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> None:
     """`status` shows the schedule: under `fixed` one interval for every active user; under
     `adaptive` the interval the plan gives each class of user (new users count as light),
-    both with the parked re-check and the delay expected from a change to its arrival, per
-    class and overall, in the JSON and the table."""
+    both with a re-check class per parked, unlinked and rejected state and the delay
+    expected from a change to its arrival, per class and overall, in the JSON and the table."""
     fixed = status(after_a_pass)["schedule"]
     assert (fixed["mode"], fixed["stats"]) == ("fixed", "always")
     assert fixed["classes"] == [
         {"class": "active", "users": 3, "interval_s": 3600, "expected_delay_s": 1800},
-        {"class": "parked", "users": 2, "interval_s": 86400, "expected_delay_s": None},
+        *(
+            {"class": state, "users": users, "interval_s": 86400, "expected_delay_s": None}
+            for state, users in (("parked", 1), ("unlinked", 1), ("rejected", 0))
+        ),
     ]
     assert fixed["expected_delay_s"] == 1800
     world = after_a_pass
@@ -214,9 +217,10 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> Non
         86400,
     )
     classes = {c["class"]: c for c in sched["classes"]}
-    assert sum(c["users"] for name, c in classes.items() if name != "parked") == 3
+    rechecked = {"parked", "unlinked", "rejected"}
+    assert sum(c["users"] for name, c in classes.items() if name not in rechecked) == 3
     assert all(900 <= c["interval_s"] <= 86400 for c in classes.values())
-    learned = [c for name, c in classes.items() if name != "parked"]
+    learned = [c for name, c in classes.items() if name not in rechecked]
     assert all(abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1 for c in learned)
     assert sched["expected_delay_s"] == learned[0]["expected_delay_s"]
     table = world.cli("status").stdout
@@ -224,4 +228,5 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> Non
     assert "each user read at least every 1d (per class: schedule)" in table  # max_interval
     assert re.search(r"every \S+, expected delay \S+", table)
     assert "on average (expected)" in table
-    assert re.search(r"parked\s+2\s+every 1d", table)
+    assert re.search(r"parked\s+1\s+every 1d", table)
+    assert re.search(r"unlinked\s+1\s+every 1d", table)
