@@ -16,13 +16,11 @@ import psycopg
 import pytest
 from sqlalchemy import func, select
 
-from lta_worker.domain import ResultRow, SnapshotWrite, UserUpdate
+from lta_worker.domain import ResultRow, UserUpdate
 from lta_worker.errors import CursorError
 from lta_worker.storage import History, Store, Vault
 from support.pg import PgDatabases
-from support.storage import MINUTE, T0, enroll, keyring
-
-HOUR = timedelta(hours=1)
+from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
 
 
 @pytest.fixture
@@ -33,19 +31,7 @@ def vault() -> Vault:
 
 def read(user_id: int, minute: int, **payloads: Any) -> UserUpdate:
     """A turn at T0 + `minute` that read `payloads` (endpoint with `_` for `-`)."""
-    at = T0 + minute * MINUTE
-    return UserUpdate(
-        user_id=user_id,
-        state="active",
-        next_due_at=at + HOUR,
-        consecutive_failures=0,
-        last_outcome="ok",
-        last_polled_at=at,
-        snapshots=tuple(
-            SnapshotWrite(endpoint=k.replace("_", "-"), status="ok", payload=p, fetched_at=at)  # type: ignore[arg-type]
-            for k, p in payloads.items()
-        ),
-    )
+    return read_turn(user_id, T0 + minute * MINUTE, **payloads)
 
 
 def position(cursor: str | int) -> int:

@@ -5,17 +5,15 @@ Over every backend."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, SnapshotWrite, UserUpdate
+from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, User, Vault
-from support.storage import MINUTE, T0, enroll, keyring
-
-HOUR = timedelta(hours=1)
+from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
 
 
 @pytest.fixture
@@ -28,20 +26,8 @@ def read(user_id: int, minute: int, value: int) -> UserUpdate:
     """A turn that read new content and learned an estimate."""
     at = T0 + minute * MINUTE
     belief = tuple(float(k == 20) for k in range(GRID_SIZE))
-    return UserUpdate(
-        user_id=user_id,
-        state="active",
-        next_due_at=at + HOUR,
-        consecutive_failures=0,
-        last_outcome="ok",
-        last_polled_at=at,
-        snapshots=(
-            SnapshotWrite(
-                endpoint="latest-change", status="ok", payload={"v": value}, fetched_at=at
-            ),
-        ),
-        estimate=ChangeEstimate(content=f"h{value}", seen_at=at, level=GRID[20], belief=belief),
-    )
+    estimate = ChangeEstimate(content=f"h{value}", seen_at=at, level=GRID[20], belief=belief)
+    return replace(read_turn(user_id, at, latest_change={"v": value}), estimate=estimate)
 
 
 def events(store: Store, user: str) -> list[tuple[str, dict[str, Any]]]:

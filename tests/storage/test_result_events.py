@@ -6,44 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from lta_worker.domain import ResultEvents, SnapshotWrite, UserUpdate, canonical_json
+from lta_worker.domain import ResultEvents, UserUpdate, canonical_json
 from lta_worker.storage import OutboxEvent, Store, Vault
 from support.storage import MINUTE, T0, enroll, keyring
-
-HOUR = timedelta(hours=1)
+from support.storage import read_turn as read
 
 
 @pytest.fixture
 def vault() -> Vault:
     """A one-key vault."""
     return Vault(keyring("k1"))
-
-
-def read(user_id: int, at: Any, state: str = "active", **payloads: Any) -> UserUpdate:
-    """A turn that read `payloads` (endpoint with `_` for `-` -> payload; None: a 404)."""
-    return UserUpdate(
-        user_id=user_id,
-        state=state,  # type: ignore[arg-type]
-        next_due_at=at + HOUR,
-        consecutive_failures=0,
-        last_outcome="ok",
-        last_polled_at=at,
-        snapshots=tuple(
-            SnapshotWrite(
-                endpoint=name.replace("_", "-"),  # type: ignore[arg-type]
-                status="none" if payload is None else "ok",
-                payload=payload,
-                fetched_at=at,
-            )
-            for name, payload in payloads.items()
-        ),
-    )
 
 
 def changes(store: Store) -> list[dict[str, Any]]:

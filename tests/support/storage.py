@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain import BudgetSeen, UserRow
+from lta_worker.domain import BudgetSeen, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.secret import Secret
 from lta_worker.storage import Keyring, Store, Vault
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
 R = TypeVar("R")
 
 
@@ -63,3 +64,25 @@ class FakeStore:
             if new_row is not None:
                 self.row, self.reserved = new_row, reserved
             return result
+
+
+def read_turn(user_id: int, at: datetime, state: str = "active", **payloads: Any) -> UserUpdate:
+    """A turn at `at` that read `payloads` (endpoint with `_` for `-` -> payload; None: a
+    404), due again an hour later."""
+    return UserUpdate(
+        user_id=user_id,
+        state=state,  # type: ignore[arg-type]
+        next_due_at=at + HOUR,
+        consecutive_failures=0,
+        last_outcome="ok",
+        last_polled_at=at,
+        snapshots=tuple(
+            SnapshotWrite(
+                endpoint=name.replace("_", "-"),  # type: ignore[arg-type]
+                status="none" if payload is None else "ok",
+                payload=payload,
+                fetched_at=at,
+            )
+            for name, payload in payloads.items()
+        ),
+    )
