@@ -17,7 +17,8 @@ Usage:
     python3 dev.py setup       only set up .venv (idempotent; reinstalls when pyproject.toml
                                or constraints.txt changes)
 
-Extra arguments after `test` go to pytest (for example `python3 dev.py test -k vault`).
+Extra arguments after `test` go to pytest (for example `python3 dev.py test -k vault`); the tests
+run in one process per core (pytest-xdist) unless they say otherwise (`-n 0`).
 """
 
 from __future__ import annotations
@@ -189,7 +190,14 @@ def main(argv: list[str]) -> None:
         run(_python(), "-m", "ruff", "format", "--check", ".")
         run(_python(), "-m", "mypy")
         run(str(BIN / "lint-imports"))  # the layer contracts of pyproject.toml
-        run(_python(), "-m", "pytest", *rest)
+        run(_python(), "-m", "pytest", *_workers(rest), *rest)
+
+
+def _workers(rest: list[str]) -> list[str]:
+    """One pytest process per core (pytest-xdist), a test file to one process (its module
+    fixtures start once); none when the arguments choose (`-n 0`, `-p no:xdist`)."""
+    chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in rest)
+    return [] if chosen else ["-n", "auto", "--dist", "loadfile"]
 
 
 if __name__ == "__main__":
