@@ -1,10 +1,6 @@
-"""User state changes and new results as events: which is which, and what the client should do.
-
-Pure: storage calls these with the row as it was and the write it makes, in the same
-transaction, and stores what they return in the webhook outbox (docs/webhooks.md). The
-"client action" column is the spec's section 7; an event carries the user's id, states,
-reason and time (a `result.changed`: the endpoint, the content hashes and, when asked for,
-the content), and never a token or any other secret.
+"""User state changes and new results as webhook events, with what the client should do
+(spec section 7). Storage stores them in the outbox in the write's transaction; an event
+never carries a token or any other secret. docs/webhooks.md.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from typing import Any, Final, Literal
 
 from lta_worker.domain._model import UserState, UserUpdate
 
-# A user's state change (or a denied scope), and every type (`result.changed` too).
 UserEventType = Literal[
     "user.enrolled",
     "user.rotated",
