@@ -13,14 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
-from lta_worker.domain._estimate import (
-    BINS,
-    ChangeEstimate,
-    changed,
-    content_hash,
-    observe,
-    slices,
-)
+from lta_worker.domain._estimate import BINS, ChangeEstimate, changed, content_hash, observe, slices
 
 ScheduleMode = Literal["fixed", "adaptive"]
 StatsMode = Literal["always", "on_change"]
@@ -131,10 +124,7 @@ def read_cost(expected: float, stats_due: bool, cfg: FreshnessConfig) -> float:
 
 
 def next_due(
-    est: ChangeEstimate | None,
-    now: datetime,
-    plan: SchedulePlan,
-    cfg: FreshnessConfig,
+    est: ChangeEstimate | None, now: datetime, plan: SchedulePlan, cfg: FreshnessConfig
 ) -> datetime:
     """When a user read successfully at `now` is due again (fixed: `now + interval`).
 

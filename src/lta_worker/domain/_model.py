@@ -11,7 +11,8 @@ from lta_worker.domain._estimate import ChangeEstimate
 from lta_worker.domain._outcomes import answered_reads
 from lta_worker.protocol import ENDPOINT_SCOPES, ENDPOINTS, LONG_TERM_SCOPES, Endpoint
 
-__all__ = ["ENDPOINTS", "ENDPOINT_SCOPES", "LONG_TERM_SCOPES", "Endpoint"]  # the protocol's
+# The protocol's endpoints and scopes, re-exported.
+__all__ = ["ENDPOINTS", "ENDPOINT_SCOPES", "LONG_TERM_SCOPES", "Endpoint"]
 
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)

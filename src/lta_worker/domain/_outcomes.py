@@ -16,29 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
 
-from lta_worker.protocol import (
-    ERROR_CODES,
-    INACTIVE,
-    NOT_LINKED,
-    REVOKED,
-    TOKEN_PREFIX,
-    Endpoint,
-)
+from lta_worker.protocol import ERROR_CODES, INACTIVE, NOT_LINKED, REVOKED, TOKEN_PREFIX, Endpoint
 
+# `undecryptable` is no answer: the stored token could not be decrypted (tampered or copied
+# row), so nothing was sent; its row in the policy's table keeps the user and re-checks it.
+# fmt: off
 OutcomeKind = Literal[
-    "ok",
-    "none",
-    "revoked",
-    "unlinked",
-    "inactive",
-    "scope_denied",
-    "rejected",
-    "rate_limited",
-    "transient",
-    # Not an answer: the stored token could not be decrypted (tampered or copied row), so
-    # nothing was sent. Its row in the policy's table keeps the user and re-checks it later.
-    "undecryptable",
+    "ok", "none", "revoked", "unlinked", "inactive", "scope_denied", "rejected", "rate_limited",
+    "transient", "undecryptable",
 ]
+# fmt: on
 OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
 # The reads the service answered for the client, whatever it said of the user: what health
 # and the last success count as reads that succeeded (the policy's `authenticated` rows;
@@ -113,23 +100,14 @@ KNOWN_CODES: Final[Mapping[str, str]] = {
 }
 # Error codes of OAuth 2.0 (RFC 6749 4.1.2.1 and 5.2), bearer tokens (RFC 6750 3.1) and
 # token revocation (RFC 7009 2.2.1): fixed words, safe to keep and show.
-OAUTH_CODES: Final = frozenset(
-    {
-        "invalid_request",
-        "invalid_client",
-        "invalid_grant",
-        "invalid_scope",
-        "invalid_token",
-        "insufficient_scope",
-        "unauthorized_client",
-        "unsupported_grant_type",
-        "unsupported_response_type",
-        "unsupported_token_type",
-        "access_denied",
-        "server_error",
-        "temporarily_unavailable",
-    }
-)
+# fmt: off
+OAUTH_CODES: Final = frozenset({
+    "invalid_request", "invalid_client", "invalid_grant", "invalid_scope", "invalid_token",
+    "insufficient_scope", "unauthorized_client", "unsupported_grant_type",
+    "unsupported_response_type", "unsupported_token_type", "access_denied", "server_error",
+    "temporarily_unavailable",
+})
+# fmt: on
 ALLOWED_CODES: Final = frozenset(ERROR_CODES) | OAUTH_CODES
 
 # Fields that may hold a code, in the order they are trusted (the body's format is not
@@ -276,8 +254,6 @@ def _finite_float(text: str) -> float:
 def _transient_reason(status: int) -> str:
     if status == 408 or 500 <= status < 600:
         return f"http {status}"
-    if status == 404:
-        return "unexpected http 404"
     if 100 <= status < 600:
         return f"unexpected http {status}"
     return "invalid status"

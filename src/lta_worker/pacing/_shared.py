@@ -71,12 +71,7 @@ def _counted_against_row(seen: BudgetSeen | None, tag: Tag) -> bool:
 
 
 def settle(
-    seen: BudgetSeen | None,
-    reserved: int,
-    back: Settlement,
-    *,
-    now: datetime,
-    reserve: float,
+    seen: BudgetSeen | None, reserved: int, back: Settlement, *, now: datetime, reserve: float
 ) -> tuple[BudgetSeen | None, int]:
     """Apply one permit coming back to the row at `now`: (observation, reserved) after it."""
     obs = back.observation
