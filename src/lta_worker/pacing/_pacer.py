@@ -178,8 +178,7 @@ class Pacer:
         if self._fed is not None:
             self._fed.set()
         if self.shared is not None:
-            # Counted from the send, a reported reset is never more than the request's
-            # latency early, nor (whole seconds) a second late: see `shared_budget`.
+            # Resets count from the send (`observation`): never a latency early, nor a second late.
             sent = wall if sent_at is None else wall - timedelta(seconds=max(0.0, now - sent_at))
             seen = observation(info, status, sent, max_wait=max_wait)
             self.shared.settle(None if permit is None else permit.tag, seen)
@@ -257,7 +256,10 @@ class SharedBudget:
     async def ready(self) -> float:
         """0.0 when a permit is at hand (take it at once), else seconds worth waiting."""
         now = self._clock()
-        self._drop_stale(now)
+        tag = self._tag
+        # Permits of a window whose end is near or past go back: never send them late.
+        if self._held and isinstance(tag, datetime) and now >= tag - SPEND_MARGIN:
+            self._give_back()
         if self._held:
             return 0.0
         if self._ask_at is not None and now < self._ask_at:
@@ -295,12 +297,6 @@ class SharedBudget:
             await self._wake.wait()
             self._wake = anyio.Event()
             await self.flush()
-
-    def _drop_stale(self, now: datetime) -> None:
-        """Give back permits of a window whose end is near or past: never send them late."""
-        tag = self._tag
-        if self._held and isinstance(tag, datetime) and now >= tag - SPEND_MARGIN:
-            self._give_back()
 
     def _give_back(self) -> None:
         self._pending.extend(Settlement(self._tag, used=False) for _ in range(self._held))
