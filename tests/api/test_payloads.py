@@ -11,14 +11,8 @@ from typing import Any, get_args
 import pytest
 
 from lta_worker.api import ActionCode, ResultChangedData, ResultLine, UserEventData
-from lta_worker.domain import (
-    ACTION_CODES,
-    EVENT_TYPES,
-    USER_STATES,
-    ResultChanged,
-    StateEvent,
-    UserEventType,
-)
+from lta_worker.domain import EVENT_TYPES, USER_STATES, ResultChanged, StateEvent, UserEventType
+from lta_worker.domain._events import ACTION_CODES
 from support.schemas import line_problems, schema, webhook_problems
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -7,8 +7,10 @@ from dataclasses import MISSING, fields
 from datetime import timedelta
 
 from lta_worker.config import PollSettings, RateLimitSettings
-from lta_worker.domain import FreshnessConfig, PolicyConfig
-from lta_worker.pacing import DEFAULT_MAX_WAIT, PacerCore
+from lta_worker.domain import PolicyConfig
+from lta_worker.domain._freshness import FreshnessConfig
+from lta_worker.pacing import PacerCore
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT
 from lta_worker.worker import PassOptions
 
 M, H = timedelta(minutes=1), timedelta(hours=1)

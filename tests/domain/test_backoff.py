@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain import backoff_ceiling, backoff_delay
+from lta_worker.domain import backoff_delay
+from lta_worker.domain._backoff import backoff_ceiling
 
 BASE = timedelta(seconds=30)
 CAP = timedelta(hours=1)

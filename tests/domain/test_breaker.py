@@ -6,7 +6,9 @@ from typing import NamedTuple
 
 import pytest
 
-from lta_worker.domain import Breaker, Outcome, OutcomeKind, Proof, Routed, StopReason
+from lta_worker.domain import Breaker, Outcome, Proof, StopReason
+from lta_worker.domain._breaker import Routed
+from lta_worker.domain._outcomes import OutcomeKind
 
 THRESHOLD = 3
 DOWN_AFTER = 5

@@ -11,18 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.domain import (
-    ALLOWED_CODES,
-    OUTCOME_KINDS,
-    Answer,
-    Endpoint,
-    Outcome,
-    classify,
-    echoes,
-    find_code,
-    strict_json,
-)
-from lta_worker.pacing import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT, wait_after_429
+from lta_worker.domain import OUTCOME_KINDS, Answer, Endpoint, Outcome, classify, echoes, find_code
+from lta_worker.domain._outcomes import ALLOWED_CODES, strict_json
+from lta_worker.pacing import wait_after_429
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, FALLBACK_429_WAIT
 
 LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"

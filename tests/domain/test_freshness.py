@@ -14,11 +14,8 @@ from hypothesis import strategies as st
 
 from lta_worker.config import PollSettings
 from lta_worker.domain import (
-    LATEST_CHANGE_SCOPE,
-    STATS_SCOPE,
     ChangeEstimate,
     EncryptedToken,
-    FreshnessConfig,
     Outcome,
     SchedulePlan,
     UserRow,
@@ -27,12 +24,11 @@ from lta_worker.domain import (
     day_shape,
     decide_turn,
     expected_delay,
-    interval_for,
     plan_scale,
     population_prior,
-    rate_class,
     still_wanted,
 )
+from lta_worker.domain._capacity import PLAN_SHARE, rate_class, reads_per_hour
 from lta_worker.domain._estimate import (
     BINS,
     DEFAULT_PRIOR,
@@ -52,14 +48,16 @@ from lta_worker.domain._estimate import (
 from lta_worker.domain._freshness import (
     CAP_SHARE,
     RESOLUTION,
+    FreshnessConfig,
     cap_seconds,
     fold_turn,
+    interval_for,
     next_due,
     read_cost,
     stats_still_wanted,
     wants_stats,
 )
-from lta_worker.domain._spread import PLAN_SHARE, reads_per_hour
+from lta_worker.protocol import LATEST_CHANGE_SCOPE, STATS_SCOPE
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

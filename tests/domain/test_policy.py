@@ -13,16 +13,12 @@ from hypothesis import strategies as st
 
 from lta_worker.config import PollSettings
 from lta_worker.domain import (
-    DROP_START,
-    LATEST_CHANGE_SCOPE,
     OUTCOME_KINDS,
     RULES,
-    STATS_SCOPE,
     USER_STATES,
     EncryptedToken,
     Endpoint,
     Outcome,
-    OutcomeKind,
     SnapshotWrite,
     UserRow,
     UserState,
@@ -34,6 +30,9 @@ from lta_worker.domain import (
     ends_turn,
     read_again,
 )
+from lta_worker.domain._drop import DROP_START
+from lta_worker.domain._outcomes import OutcomeKind
+from lta_worker.protocol import LATEST_CHANGE_SCOPE, STATS_SCOPE
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CFG = PollSettings(

@@ -24,16 +24,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lta_worker.config import RateLimitSettings, Settings, build_settings
-from lta_worker.domain import ALLOWED_CODES, Answer, Endpoint, Proof, echoes
-from lta_worker.pacing import (
-    MAX_COUNT,
-    Pacer,
-    PacerCore,
-    Settlement,
-    observation,
-    parse_ratelimit,
-    transact,
-)
+from lta_worker.domain import Answer, Endpoint, Proof, echoes
+from lta_worker.domain._outcomes import ALLOWED_CODES
+from lta_worker.pacing import Pacer, PacerCore
+from lta_worker.pacing._ratelimit import parse_ratelimit
+from lta_worker.pacing._shared import Settlement, observation, transact
+from lta_worker.pacing._window import MAX_COUNT
 from lta_worker.report import result_json, user_json
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault, generate_key_line

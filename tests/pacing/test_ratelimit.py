@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.pacing import MAX_CLOCK_SKEW, RateLimitInfo, parse_answer, parse_ratelimit
-from lta_worker.pacing._ratelimit import _http_date
+from lta_worker.pacing import RateLimitInfo
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, _http_date, parse_answer, parse_ratelimit
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 EPOCH = int(NOW.timestamp())

@@ -19,21 +19,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lta_worker.config import RateLimitSettings
-from lta_worker.pacing import (
+from lta_worker.pacing import Pacer, PacerCore, RateLimitInfo, wait_after_429
+from lta_worker.pacing._ratelimit import MAX_CLOCK_SKEW, _http_date
+from lta_worker.pacing._shared import observation
+from lta_worker.pacing._window import (
     DEFAULT_MAX_WAIT,
     FALLBACK_429_WAIT,
-    MAX_CLOCK_SKEW,
     MAX_COUNT,
     MIN_429_WAIT,
-    Pacer,
-    PacerCore,
-    RateLimitInfo,
+    RESET_MARGIN,
     bound,
-    observation,
-    wait_after_429,
+    pause_after_429,
 )
-from lta_worker.pacing._ratelimit import _http_date
-from lta_worker.pacing._window import RESET_MARGIN, pause_after_429
 from support.hostile import hostile_ratelimit_headers
 
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
@@ -256,7 +253,7 @@ def test_no_header_value_raises_or_escapes_the_bounds(
     seen = pacer.budget_seen(WALL)
     if seen is not None and seen.reset_at is not None:
         assert seen.reset_at <= WALL + timedelta(seconds=max_wait + 1)
-    from lta_worker.pacing import parse_ratelimit
+    from lta_worker.pacing._ratelimit import parse_ratelimit
 
     shared = observation(parse_ratelimit(headers, WALL), status, WALL, max_wait=max_wait)
     if shared is not None and shared.reset_at is not None:

@@ -12,7 +12,8 @@ from typing import get_args
 
 import pytest
 
-from lta_worker.domain import ALLOWED_CODES, EXIT_CODES, OUTCOME_KINDS, Trip
+from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Trip
+from lta_worker.domain._outcomes import ALLOWED_CODES
 from lta_worker.enrollment import FAILURE_STAGES, STATE_FAILURES
 from lta_worker.protocol import ENDPOINTS
 from lta_worker.worker._metrics_http import SERVER_JOBS

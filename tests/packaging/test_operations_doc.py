@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lta_worker.cli._users_cmd import _report
-from lta_worker.domain import DROP_START, EVENT_TYPES, USER_STATES, drop_verdict
+from lta_worker.domain import EVENT_TYPES, USER_STATES, drop_verdict
+from lta_worker.domain._drop import DROP_START
 from lta_worker.enrollment import DropResult
 from lta_worker.errors import LtaError
 from lta_worker.protocol import REVOKED

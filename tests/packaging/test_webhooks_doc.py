@@ -13,14 +13,8 @@ import pytest
 
 from lta_worker import __version__
 from lta_worker.config import build_settings
-from lta_worker.domain import (
-    ACTION_CODES,
-    CLIENT_ACTIONS,
-    EVENT_TYPES,
-    PendingEvent,
-    ResultChanged,
-    StateEvent,
-)
+from lta_worker.domain import EVENT_TYPES, PendingEvent, ResultChanged, StateEvent
+from lta_worker.domain._events import ACTION_CODES, CLIENT_ACTIONS
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client
 

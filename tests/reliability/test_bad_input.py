@@ -32,16 +32,9 @@ from hypothesis import strategies as st
 
 from lta_worker.config import RateLimitSettings
 from lta_worker.domain import OUTCOME_KINDS, Answer, classify
-from lta_worker.pacing import (
-    DEFAULT_MAX_WAIT,
-    MIN_429_WAIT,
-    PacerCore,
-    RateLimitInfo,
-    parse_answer,
-    parse_ratelimit,
-    trusted_wait,
-    wait_after_429,
-)
+from lta_worker.pacing import PacerCore, RateLimitInfo, wait_after_429
+from lta_worker.pacing._ratelimit import parse_answer, parse_ratelimit
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT, trusted_wait
 from lta_worker.storage import generate_key_line
 
 from .harness import render_toml, write_private

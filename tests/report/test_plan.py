@@ -13,11 +13,11 @@ from lta_worker.domain import (
     RECHECKED_STATES,
     BudgetSeen,
     ChangeEstimate,
-    FreshnessConfig,
     SchedulePlan,
     observe,
     population_prior,
 )
+from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.report import PlanCache, budget_moved, capacity_plan, schedule_summary
 from lta_worker.report._plan import REPLAN, for_active
 

@@ -16,15 +16,8 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from lta_worker.domain import (
-    DROP_START,
-    GRID,
-    GRID_SIZE,
-    ChangeEstimate,
-    SnapshotWrite,
-    UserRow,
-    UserUpdate,
-)
+from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
+from lta_worker.domain._drop import DROP_START
 from lta_worker.storage import Store, Vault, _outbox
 from support.storage import MINUTE, T0, enroll, keyring, token_for
 

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from lta_worker.domain import ACTION_CODES, UserUpdate
+from lta_worker.domain import UserUpdate
+from lta_worker.domain._events import ACTION_CODES
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import write_batch

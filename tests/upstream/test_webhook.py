@@ -16,7 +16,6 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from lta_worker.config import build_settings, read_webhook_secret
 from lta_worker.domain import (
-    CLIENT_ACTIONS,
     EVENT_TYPES,
     USER_STATES,
     PendingEvent,
@@ -25,6 +24,7 @@ from lta_worker.domain import (
     enrollment_event,
     turn_events,
 )
+from lta_worker.domain._events import CLIENT_ACTIONS
 from lta_worker.errors import ConfigError
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client

@@ -1,8 +1,6 @@
-"""Exponential backoff with full jitter, as pure arithmetic (no sleeping, no clock).
-
-The caller turns the delay into a `next_due_at`; see `policy`. Full jitter (a uniform draw
-between zero and the exponential ceiling) spreads users who failed together, so a service
-that comes back is not met by every backed-off user at the same second.
+"""Exponential backoff with full jitter, as pure arithmetic (no sleeping, no clock): a uniform
+draw up to the ceiling spreads users who failed together, so a service that comes back is not
+met by all of them at the same second.
 """
 
 from __future__ import annotations
@@ -16,16 +14,8 @@ _MAX_DOUBLINGS: Final = 62
 
 
 def backoff_ceiling(failures: int, *, base: timedelta, cap: timedelta) -> timedelta:
-    """The largest delay after `failures` consecutive failures: base * 2**(n-1), capped.
-
-    Args:
-        failures: Consecutive failures so far, this one included; 0 or less means none.
-        base: The ceiling after the first failure.
-        cap: The ceiling never exceeds this.
-
-    Returns:
-        The ceiling; zero when there was no failure or when `cap` or `base` is not positive.
-    """
+    """The largest delay after `failures` consecutive failures (this one included):
+    base * 2**(n-1), capped; zero without a failure or when `cap` or `base` is not positive."""
     if failures <= 0 or cap <= timedelta(0) or base <= timedelta(0):
         return timedelta(0)
     doublings = min(failures - 1, _MAX_DOUBLINGS)
@@ -40,17 +30,7 @@ def backoff_ceiling(failures: int, *, base: timedelta, cap: timedelta) -> timede
 def backoff_delay(
     failures: int, *, base: timedelta, cap: timedelta, rng: random.Random
 ) -> timedelta:
-    """A delay drawn uniformly between zero and `backoff_ceiling(failures, base, cap)`.
-
-    Args:
-        failures: Consecutive failures so far, this one included.
-        base: The ceiling after the first failure (small, e.g. 30 s).
-        cap: No delay is ever longer (`poll.interval` for transient failures).
-        rng: The source of jitter; tests pass a seeded one.
-
-    Returns:
-        A delay with 0 <= delay <= cap.
-    """
+    """A delay drawn uniformly between zero and `backoff_ceiling(failures, base, cap)`."""
     ceiling = backoff_ceiling(failures, base=base, cap=cap)
     if ceiling <= timedelta(0):
         return timedelta(0)

@@ -1,36 +1,10 @@
 """The pass's circuit breaker: a pure state machine over answers, decisions and proofs.
 
-A pass must not change users on evidence that the client itself is misconfigured, nor stop
-on what one user can cause. Two kinds of answers say the client may be wrong without
-proving it, so the decisions they lead to are *held* until the pass knows more:
-
-| seen, with nothing proving otherwise | held                    | proof    | stops as           |
-|--------------------------------------|-------------------------|----------|--------------------|
-| plain 401s, nothing authenticated    | turns ending `rejected` | `client` | `plain_401`: 78    |
-| 404s, nothing proving the URLs       | turns that saw a 404    | `urls`   | `http_404`: 78     |
-| network failures and 5xx in a row    | nothing                 | -        | `upstream_down`: 75 |
-
-- At the first such answer the breaker asks the engine for the proof (`check`), one request
-  that spends no read budget: `client`, a code exchange at the token endpoint (the client
-  secret is wrong when it answers `invalid_client`); `urls`, a read path asked without a
-  credential (the base URL is wrong when it answers 404, not 401). A proof that the client
-  or the URLs are right releases what is held (the 401s are per-user rejections, the 404s
-  "nothing recorded"); a proof that they are wrong trips the breaker at once.
-- Without an answer to the proof (unreachable, an answer it does not know), the breaker
-  trips only on `threshold` distinct users held for the same cause; fewer are one user's
-  own answers: held plain 401s are written as rejections, held 404s are not written (a
-  wrong URL must never store `none`; the users stay due).
-- An authenticated answer (`policy.authenticated`) releases the held plain-401 decisions;
-  an answer proving the URLs right (a 2xx, 401 or 403) releases the held 404 decisions.
-- A trip drops every held decision: no user changes state or schedule.
-- Reads without a single answer (every one a network failure) end a completed pass as
-  `upstream_down`, whatever the number of users; reads whose every answer was a 429 end it
-  as `throttled` (75: nobody was read, the users stay due).
-- The run of failures that means "the service is down" is `threshold` long before any
-  authenticated answer (a cron run would otherwise wait out the slow fallback rate) and
-  `down_after` long once the service has accepted the client.
-
-No I/O, no clock; the engine feeds it, asks the proofs, and acts on what it returns.
+Plain 401s with nothing authenticated hold the turns ending `rejected` (proof `client`: a code
+exchange, `invalid_client`); 404s with nothing proving the URLs hold the turns that saw one
+(proof `urls`: a read path without a credential). A proof releases or trips; without its answer,
+`threshold` distinct users trip; a trip changes no user. A run of failures is `down`.
+docs/operations.md, *The circuit breaker in service mode*; DESIGN.md, *Rules from the spec*.
 """
 
 from __future__ import annotations
@@ -73,13 +47,8 @@ TRIP_HINTS: Final[dict[Trip, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Routed(Generic[T]):
-    """What to do with a decision handed to `Breaker.route`.
-
-    Attributes:
-        release: Decisions to write now, in order (held ones first); empty while held.
-        trip: True when holding this one reached the threshold: stop the pass.
-        check: The proof to ask now (`Breaker.prove` takes its answer), or None.
-    """
+    """What to do with a decision handed to `Breaker.route`: the decisions to write now (held
+    ones first), whether to stop the pass, and the proof to ask now (for `Breaker.prove`)."""
 
     release: list[T] = field(default_factory=list)
     trip: bool = False
@@ -91,8 +60,8 @@ class Breaker(Generic[T]):
 
     Args:
         threshold: Distinct users held for one cause, with no answer to its proof, that
-            trip the breaker; also the run of failures that means "down" before any
-            authenticated answer.
+            trip it; also the run of failures that means "down" before any authenticated
+            answer (a cron run would otherwise wait out the slow fallback rate).
         down_after: The run of failures that means "down" once the client was accepted.
     """
 
@@ -144,13 +113,8 @@ class Breaker(Generic[T]):
         return None
 
     def route(self, decision: T, *, saw_404: bool, rejected: bool) -> Routed[T]:
-        """Hold `decision` or release it, with whatever it lets go.
-
-        Args:
-            decision: A user's decision, opaque here.
-            saw_404: The user's turn saw a 404.
-            rejected: The turn ended on a plain 401 (`rejected`).
-        """
+        """Hold a user's `decision` (its turn saw a 404, or ended `rejected` on a plain 401)
+        or release it, with whatever it lets go."""
         if saw_404 and not self.url_proven:
             self._held_404.append(decision)
             return Routed()

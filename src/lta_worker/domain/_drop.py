@@ -1,6 +1,5 @@
 """The two-phase drop as data: what `users drop` / `users forget` do to a user by its state,
-what the answer to the DELETE means, and when an unconfirmed drop goes again (DESIGN.md:
-`dropping`). Pure, like the pass's policy table beside it (`_policy`)."""
+what the answer to the DELETE means, and when an unconfirmed drop goes again."""
 
 from __future__ import annotations
 
@@ -34,15 +33,10 @@ DROP_START: Final[Mapping[UserState, Literal["dropping", "unchanged"]]] = {
 def drop_verdict(status: int | None, code: str | None) -> DropVerdict:
     """What the answer to a DELETE of the token means for a `dropping` user.
 
-    - 2xx: confirmed (spec 4.3: always 204, whether or not the token existed), so the
-      token is deleted and the user is `dropped`.
-    - 401 `PermanentAccessRevoked`: confirmed; the access is revoked upstream (returned
-      only when both halves of the credential are right), so nothing is left to drop.
-    - plain 401 (or another code): refused. Since a DELETE of an unknown token answers
-      204, a 401 without the revocation code says the credential as a whole was not
-      accepted, most likely a wrong client secret: the grant may still be live upstream,
-      so the token is kept and the drop retried once the configuration is fixed.
-    - anything else (no answer, 5xx, 404, 429...): retry with backoff.
+    2xx (spec 4.3: always 204) and 401 `PermanentAccessRevoked` confirm. Another 401 is
+    refused: a DELETE of an unknown token answers 204, so it says the credential was not
+    accepted (likely a wrong client secret) and the grant may be live: the token is kept.
+    Anything else (no answer, 5xx, 404, 429...) is retried with backoff.
     """
     if status is not None and 200 <= status < 300:
         return "confirmed"

@@ -12,11 +12,8 @@ _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
 
 
 def parse_duration(value: object) -> timedelta:
-    """Parse a duration; raise ValueError with an example of the accepted form.
-
-    Accepts a timedelta, a non-negative number of seconds, or a string of one or more
-    `<number><unit>` parts with units ms, s, m, h, d, w (`1h30m`).
-    """
+    """Parse a timedelta, seconds, or `<number><unit>` parts (ms, s, m, h, d, w: `1h30m`);
+    raise ValueError with an example of the accepted form."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool):

@@ -1,10 +1,6 @@
-"""User state changes and new results as events: which is which, and what the client should do.
-
-Pure: storage calls these with the row as it was and the write it makes, in the same
-transaction, and stores what they return in the webhook outbox (docs/webhooks.md). The
-"client action" column is the spec's section 7; an event carries the user's id, states,
-reason and time (a `result.changed`: the endpoint, the content hashes and, when asked for,
-the content), and never a token or any other secret.
+"""User state changes and new results as webhook events, with what the client should do
+(spec section 7). Storage stores them in the outbox in the write's transaction; an event
+never carries a token or any other secret. docs/webhooks.md.
 """
 
 from __future__ import annotations
@@ -16,26 +12,16 @@ from typing import Any, Final, Literal
 
 from lta_worker.domain._model import UserState, UserUpdate
 
-# A user's state change (or a denied scope), and every type (`result.changed` too).
+# fmt: off
 UserEventType = Literal[
-    "user.enrolled",
-    "user.rotated",
-    "user.revoked",
-    "user.parked",
-    "user.unlinked",
-    "user.rejected",
-    "user.scope_denied",
-    "user.dropping",
-    "user.dropped",
-    "user.forgotten",
+    "user.enrolled", "user.rotated", "user.revoked", "user.parked", "user.unlinked",
+    "user.rejected", "user.scope_denied", "user.dropping", "user.dropped", "user.forgotten",
     "user.active",
 ]
 EventType = Literal[UserEventType, "result.changed"]
 # What `result.changed` carries of the new content: nothing (the event is not written), its
 # hashes only (the application reads the row), or the content itself too.
 ResultEvents = Literal["off", "hash", "content"]
-
-# fmt: off
 # The event a change *into* a state is, and what the client should do about it (spec 7).
 CLIENT_ACTIONS: Final[Mapping[EventType, str]] = {
     "user.enrolled":     "None; the worker reads the user's data from now on",
@@ -144,11 +130,7 @@ class ResultChanged:
 
 
 def change_event(
-    user: str,
-    old: UserState | None,
-    new: UserState,
-    at: datetime,
-    reason: str | None = None,
+    user: str, old: UserState | None, new: UserState, at: datetime, reason: str | None = None
 ) -> StateEvent | None:
     """The event of a state change, or None when the state stayed the same."""
     if old == new:
@@ -162,11 +144,7 @@ def forgotten_event(user: str, old: UserState, new: UserState, at: datetime) -> 
 
 
 def turn_events(
-    user: str,
-    old: UserState,
-    old_denied: Mapping[str, datetime],
-    upd: UserUpdate,
-    at: datetime,
+    user: str, old: UserState, old_denied: Mapping[str, datetime], upd: UserUpdate, at: datetime
 ) -> list[StateEvent]:
     """The events of one applied turn: the state change, then each newly denied endpoint."""
     reason = upd.last_code or upd.last_outcome

@@ -1,34 +1,8 @@
-"""Freshness per request: when a user is read next, and whether its stats are read too.
+"""Freshness per request: when a user is read next, and whether its stats are read too (pure).
 
-Pure arithmetic on plain values; no I/O, every function takes `now`.
-
-The aim is the smallest delay from a change upstream to its arrival in the local database
-for the reads the budget allows. Three ideas, after Cho and Garcia-Molina ("Synchronizing a
-database to improve freshness", SIGMOD 2000; "Estimating frequency of change", TOIT 2003):
-
-- **Estimate each user's change rate from what the reads observe** (`_estimate`), its
-  level and its waking window (UTC), from whether latest-change's content moved between
-  two reads.
-- **Spread the reads by expected gain.** A change waits until the next read; the delay a
-  user's changes have accrued t after a read is D(t), the integral of the changes expected
-  to be pending. A read is due when D reaches the price of a read (`next_due`): the
-  budget's price (scale^2 / 2, `_spread.plan_scale` solves `scale` for the budget) times
-  what the read costs (`read_cost`: a turn that will probably skip stats costs about half).
-  With a steady rate lambda, D = lambda I^2 / 2 and the interval is I = scale /
-  sqrt(lambda): the square-root rule, which minimises the mean delay over all changes for
-  the reads sum(1 / I_i). Busy users are read more often, but only as the square root of their
-  rate: the trap the literature warns of (spending the budget on the fastest-changing
-  items, whose copy is stale again at once) is avoided, and idle users drift to the cap
-  `max_interval`. With a rate that varies over the day, a user is read more often in the
-  hours it changes in; changes pending when its active hours end keep accruing delay at
-  night, so they are read that night rather than the next morning. The price follows the
-  users' day (`_spread.day_shape`) so that a time zone waking up does not outrun a flat
-  budget.
-- **Read stats only when latest-change changed** (`stats = "on_change"`), and at least
-  every `stats_max_age`: a latest-change that did not move says there was nothing new.
-
-`schedule = "fixed"` keeps the old behaviour (every active user at `interval`); then only
-the `stats` rule applies.
+A read is due when the delay its changes accrued since the last read reaches the price of a
+read (the square-root rule for a steady rate; Cho and Garcia-Molina, SIGMOD 2000); stats is
+read only when latest-change moved, or at `stats_max_age`. docs/config.md, *Freshness*.
 """
 
 from __future__ import annotations
@@ -39,14 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
-from lta_worker.domain._estimate import (
-    BINS,
-    ChangeEstimate,
-    changed,
-    content_hash,
-    observe,
-    slices,
-)
+from lta_worker.domain._estimate import BINS, ChangeEstimate, changed, content_hash, observe, slices
 
 ScheduleMode = Literal["fixed", "adaptive"]
 StatsMode = Literal["always", "on_change"]
@@ -62,19 +29,8 @@ RESOLUTION: Final = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FreshnessConfig:
-    """The knobs of the schedule (the `[poll]` settings of the same names, whose defaults
-    and ranges they are: built by `PolicyConfig.freshness`).
-
-    Attributes:
-        schedule: `fixed`: every active user at `interval`; `adaptive`: by estimated
-            change rate and budget, between `interval` and `max_interval`.
-        interval: The shortest interval of an active user (adaptive), or the interval.
-        max_interval: Adaptive: no active user goes unread longer than this.
-        stats: `always` reads stats with every latest-change; `on_change` only when
-            latest-change's content changed, or stats is older than `stats_max_age`.
-        stats_max_age: `on_change`: stats is read at least this often.
-        rate_half_life: How fast old observations of a user's changes fade.
-    """
+    """The knobs of the schedule: the `[poll]` settings of the same names (docs/config.md),
+    built by `PolicyConfig.freshness`."""
 
     schedule: ScheduleMode
     interval: timedelta
@@ -97,26 +53,21 @@ class SchedulePlan:
 
     scale: float = 0.0
     budget_per_hour: float | None = None
-    # How much dearer a read is in each hour of the day than on average: the users'
-    # summed sqrt(rate) per hour over its mean. Users of a few time zones wake together;
-    # without it their reads pile up in their mornings while the budget is flat.
+    # How much dearer a read is in each hour than on average (`day_shape`): users of a few
+    # time zones wake together; without it their reads pile up in their mornings.
     shape: tuple[float, ...] = (1.0,) * BINS
-    # The mean delay from a change to its arrival this plan expects (`_spread.expected_delay`),
-    # in seconds; None without active users, or when no plan was made (`fixed`).
+    # The mean delay in seconds this plan expects (`expected_delay`); None: no active users,
+    # or no plan (`fixed`).
     expected_delay_s: float | None = None
-    # The population's belief over `_estimate.GRID` (`_spread.population_prior`): where a
-    # user's level starts from and what it returns to; None: `_estimate.DEFAULT_PRIOR`.
+    # The population's belief over `GRID` (`population_prior`); None: `DEFAULT_PRIOR`.
     prior: tuple[float, ...] | None = None
 
 
 def wants_stats(
     est: ChangeEstimate | None, latest_changed: bool, now: datetime, cfg: FreshnessConfig
 ) -> bool:
-    """Whether this turn reads stats after latest-change answered.
-
-    `always`: yes. `on_change`: when latest-change's content changed (or was never seen),
-    when stats was never read, or when it is `stats_max_age` old.
-    """
+    """Whether this turn reads stats after latest-change answered: `always`; `on_change`, when
+    its content changed (or was never seen), stats was never read or is `stats_max_age` old."""
     if cfg.stats == "always" or latest_changed or est is None or est.stats_at is None:
         return True
     return now - est.stats_at >= cfg.stats_max_age
@@ -173,21 +124,13 @@ def read_cost(expected: float, stats_due: bool, cfg: FreshnessConfig) -> float:
 
 
 def next_due(
-    est: ChangeEstimate | None,
-    now: datetime,
-    plan: SchedulePlan,
-    cfg: FreshnessConfig,
+    est: ChangeEstimate | None, now: datetime, plan: SchedulePlan, cfg: FreshnessConfig
 ) -> datetime:
-    """When a user read successfully at `now` is due again.
+    """When a user read successfully at `now` is due again (fixed: `now + interval`).
 
-    Adaptive: when the delay its changes since `now` are expected to have waited (the
-    integral of the expected changes pending, from the estimated rate per hour of the
-    day) reaches the price of a read, (scale * shape)^2 / 2 times its `read_cost`. With a
-    steady rate that is the square-root rule, I = scale / sqrt(rate) (at full cost); a
-    user is read more often in the hours it changes in, and pending changes at the end of
-    its active hours keep raising the delay at night, so they are read soon after rather
-    than the next morning. Never before `now + interval`, never after `now + max_interval`
-    (`CAP_SHARE` of it). Fixed: `now + interval`.
+    Adaptive: when the delay its changes since `now` are expected to have waited, hour by
+    hour of the estimated day, reaches the price of a read, (scale * shape)^2 / 2 times its
+    `read_cost`; within [`interval`, `CAP_SHARE` of `max_interval`].
     """
     low, high = cfg.interval.total_seconds(), cap_seconds(cfg)
     if cfg.schedule == "fixed" or plan.scale <= 0:
@@ -211,13 +154,8 @@ def next_due(
 
 @dataclass(slots=True)
 class Waiting:
-    """What a user's changes since its last read have waited, walking forward in time.
-
-    Attributes:
-        accrued: The expected delay so far (change-seconds): the integral of `pending`.
-        pending: The changes expected since the read.
-        spent: Seconds since the read.
-    """
+    """What a user's changes since its last read have waited, walking forward in time:
+    `accrued` change-seconds (the integral of `pending` changes) over `spent` seconds."""
 
     accrued: float = 0.0
     pending: float = 0.0
@@ -261,11 +199,8 @@ def fold_turn(
     cfg: FreshnessConfig,
     prior: tuple[float, ...] | None = None,
 ) -> ChangeEstimate | None:
-    """The estimate after a turn's answers (endpoint, outcome kind, canonical content).
-
-    Only a content answer (`ok`, `none`) is an observation: latest-change's content is
-    folded by `observe`, stats' marks `stats_at`. A turn without one leaves it unchanged.
-    """
+    """The estimate after a turn's answers (endpoint, outcome kind, canonical content): only
+    `ok` and `none` observe (latest-change's by `observe`, stats' marks `stats_at`)."""
     out = est
     for endpoint, kind, content in turn:
         if kind not in ("ok", "none"):
@@ -283,10 +218,8 @@ def stats_still_wanted(
     now: datetime,
     cfg: FreshnessConfig,
 ) -> bool:
-    """Whether stats is read after the turn's answers so far (see `wants_stats`).
-
-    Without a content answer from latest-change (not granted, denied) stats is read.
-    """
+    """Whether stats is read after the turn's answers so far (`wants_stats`); yes without a
+    content answer from latest-change (not granted, denied)."""
     for endpoint, kind, content in turn:
         if endpoint == "latest-change" and kind in ("ok", "none"):
             fresh = changed(est, content_hash(kind, content))

@@ -1,7 +1,4 @@
-"""Plain records that cross the storage boundary: what the engine, CLI and enrollment see.
-
-No I/O here; the store turns rows into these and these into writes.
-"""
+"""Plain records that cross the storage boundary: what the engine, CLI and enrollment see."""
 
 from __future__ import annotations
 
@@ -12,23 +9,10 @@ from typing import Any, Final, Literal, get_args
 
 from lta_worker.domain._estimate import ChangeEstimate
 from lta_worker.domain._outcomes import answered_reads
-from lta_worker.protocol import (
-    ENDPOINT_SCOPES,
-    ENDPOINTS,
-    LATEST_CHANGE_SCOPE,
-    LONG_TERM_SCOPES,
-    STATS_SCOPE,
-    Endpoint,
-)
+from lta_worker.protocol import ENDPOINT_SCOPES, ENDPOINTS, LONG_TERM_SCOPES, Endpoint
 
-__all__ = [  # the protocol's endpoints and scopes, as the domain's face has always named them
-    "ENDPOINTS",
-    "ENDPOINT_SCOPES",
-    "LATEST_CHANGE_SCOPE",
-    "LONG_TERM_SCOPES",
-    "STATS_SCOPE",
-    "Endpoint",
-]
+# The protocol's endpoints and scopes, re-exported.
+__all__ = ["ENDPOINTS", "ENDPOINT_SCOPES", "LONG_TERM_SCOPES", "Endpoint"]
 
 UserState = Literal["active", "parked", "unlinked", "rejected", "revoked", "dropping", "dropped"]
 USER_STATES: Final[tuple[UserState, ...]] = get_args(UserState)
@@ -188,16 +172,11 @@ class PassRecord:
 
 @dataclass(frozen=True, slots=True)
 class ReadHealth:
-    """What the users' last reads say of the service, for the health verdict.
+    """What the users' last reads say of the service, for the health verdict: when the
+    latest answered read was made, and how many users' last read failed after that.
 
-    Read from the users' rows, not from pass summaries: a pass that finds nobody due (all
-    backed off) changes neither figure, and both outlive a restart.
-
-    Attributes:
-        last_answered_at: When the latest read the service answered was made (any user),
-            or None when no user's last read was answered.
-        failing: Users whose last read failed (5xx, network, broken body; backed off)
-            after that.
+    From the users' rows, not pass summaries: a pass that finds nobody due changes neither,
+    and both outlive a restart.
     """
 
     last_answered_at: datetime | None

@@ -1,47 +1,17 @@
 """Pacing: spend the client's shared hourly budget evenly, never beyond what the service allows.
 
-- `parse_ratelimit`, `RateLimitInfo`: every RateLimit header format, as one plain record;
-  `parse_answer`, the same read at the answer's `Date` within `MAX_CLOCK_SKEW` of the local
-  clock (`_ratelimit`, pure);
-- the window rules, the one home of resets, tolerances, the 429 pause and the clamps that
-  keep hostile figures bounded: `bound`, `trusted_wait`, `wait_after_429` and their limits
-  (`DEFAULT_MAX_WAIT`, `FALLBACK_429_WAIT`, `MIN_429_WAIT`, `MAX_COUNT`) (`_window`);
-- `PacerCore`, the pacer's arithmetic on plain values (`_core`), and `Pacer`, its async
-  shell (`_pacer`), with the explicit `Permit` a request is sent with and fed back with,
-  and `RECHECK`, the longest it sleeps before looking again; `PacerLike`, what callers
-  rely on (`_protocol`);
-- `SharedBudget`, the budget row several instances settle into on PostgreSQL, with its pure
-  rules (`observation`, `transact`, `Settlement`; `_shared`).
+Pure rules (`_ratelimit` parsing, `_window` limits, `_core` arithmetic, `_shared` budget rows)
+under thin async shells (`_pacer`: `Pacer`, `SharedBudget`). DESIGN.md, *Pacing*.
 """
 
 from __future__ import annotations
 
 from lta_worker.pacing._core import PacerCore, PacerSnapshot
-from lta_worker.pacing._pacer import RECHECK, Pacer, Permit
-from lta_worker.pacing._protocol import PacerLike
-from lta_worker.pacing._ratelimit import (
-    MAX_CLOCK_SKEW,
-    RateLimitInfo,
-    parse_answer,
-    parse_ratelimit,
-)
-from lta_worker.pacing._shared import Settlement, SharedBudget, observation, transact
-from lta_worker.pacing._window import (
-    DEFAULT_MAX_WAIT,
-    FALLBACK_429_WAIT,
-    MAX_COUNT,
-    MIN_429_WAIT,
-    bound,
-    trusted_wait,
-    wait_after_429,
-)
+from lta_worker.pacing._pacer import RECHECK, Pacer, PacerLike, Permit, SharedBudget
+from lta_worker.pacing._ratelimit import RateLimitInfo
+from lta_worker.pacing._window import wait_after_429
 
 __all__ = [
-    "DEFAULT_MAX_WAIT",
-    "FALLBACK_429_WAIT",
-    "MAX_CLOCK_SKEW",
-    "MAX_COUNT",
-    "MIN_429_WAIT",
     "RECHECK",
     "Pacer",
     "PacerCore",
@@ -49,13 +19,6 @@ __all__ = [
     "PacerSnapshot",
     "Permit",
     "RateLimitInfo",
-    "Settlement",
     "SharedBudget",
-    "bound",
-    "observation",
-    "parse_answer",
-    "parse_ratelimit",
-    "transact",
-    "trusted_wait",
     "wait_after_429",
 ]

@@ -1,32 +1,9 @@
-"""The pacer's pure core: arithmetic on plain values, no clock, no sleeping.
+"""The pacer's pure core, `PacerCore`: permits and learning on monotonic seconds, no clock.
 
-`PacerCore` takes monotonic seconds and parsed `RateLimitInfo`; it hands out permits with a
-delay and learns from every answer. Its async shell, `Pacer` (`_pacer`), reads the clocks,
-sleeps and parses headers. The rules (DESIGN.md "Pacing"):
-
-- The allowance of a window is what remains less a reserve (a fraction of the limit) for
-  the client's other traffic, never below zero, times this instance's share (1 / live
-  instances); each instance also keeps to its share of the whole window.
-- The allowance is spread evenly over the time left to the reset: the i-th of A permits goes
-  at start + i * time_left / A, so nothing bursts at a window's start.
-- Once it is spent, the next permit waits for the reset; until a fresh header arrives it goes
-  at a conservative rate. Before any header, the configured `fallback_per_hour` is used. An
-  answer with nothing left and a reset already past is not fresh: the rate stays conservative.
-- A 429 pauses every request, including those already waiting, until Retry-After (or the
-  reset). The window's length is never assumed; only reported resets and windows are used.
-- No reported figure is trusted beyond the window or `max_wait` (`window.bound`): after a
-  wait that long, a probe goes and the next answer's figures are taken.
-- Permits whose answers are not back yet are counted: an answer's `remaining` may not
-  include requests still in flight, so within one window the lower of the server's figure
-  (less those in flight) and the local count wins. A reset that moves (forward, or earlier:
-  a budget raised with a shorter window), or a remaining that grows with a new reset,
-  starts a new window, unless the answer was sent before the one that reported the window
-  in force (it is late); the window's length follows the same answers, and the reset is
-  never further away than it (`longest_wait`). A changed limit (raised or
-  lowered, at a window's start or within it) is followed at once: the server's figure
-  replaces the local count, unless the answer was sent before the one that set the limit.
-- A window's end is known only between a request and its answer: the window's permits go
-  before its earliest possible end, blind ones only after its latest.
+What remains of a window, less the reserve and times this instance's share, goes evenly over
+the time to the reset; without figures, permits go blind at a conservative rate; a 429 holds
+everything; permits in flight count against the server's `remaining`; a moved reset or a
+changed limit is followed at once unless the answer is late. DESIGN.md, *Pacing*.
 """
 
 from __future__ import annotations
@@ -58,16 +35,8 @@ _EPSILON: Final = 1e-9
 class PacerSnapshot:
     """What the pacer knows of the budget, for logs and `status`.
 
-    Attributes:
-        limit: The window's limit, when reported.
-        remaining: Requests left in the current window by the local estimate (the
-            server's last figure less permits handed out since), or None when unknown.
-        reset_in: Seconds until the current window resets, or None when unknown or past.
-        window: The window's length in seconds, when reported.
-        paused_for: Seconds every request is still held after a 429.
-        share: This instance's share of the allowance.
-        reported_remaining: The `remaining` of the last answer that had one.
-        observed_ago: Seconds since that answer, or None before any.
+    `remaining` is the local estimate (the server's last figure less permits handed out
+    since); `reported_remaining` the last answer's figure, `observed_ago` seconds since it.
     """
 
     limit: int | None
@@ -84,10 +53,7 @@ class PacerCore:
     """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
 
     Args:
-        ratelimit: the `[ratelimit]` section: the reserve (a fraction of the limit left for
-            the client's other traffic), the conservative rate used before any header is
-            seen (`fallback_per_hour`), and `max_wait`, beyond which no reset, Retry-After
-            or window is trusted.
+        ratelimit: The `[ratelimit]` section (reserve, fallback rate, `max_wait`).
         share: This instance's share of the allowance (0 < share <= 1).
         initial_burst: Permits that go at once before any header is known (then the
             fallback rate applies). The runner sets it to `poll.breaker_threshold`.
@@ -105,9 +71,8 @@ class PacerCore:
         self.reserve_fraction = ratelimit.reserve
         self.max_wait = ratelimit.max_wait.total_seconds()
         self.fallback_per_hour = ratelimit.fallback_per_hour
-        # Before any header is known, this many permits go at once (then the fallback
-        # rate): enough for the breaker to see a wrong client secret in seconds, since
-        # plain 401s carry no budget of the client.
+        # Enough for the breaker to see a wrong client secret in seconds: plain 401s carry
+        # no budget of the client.
         self.initial_burst = initial_burst
         self._unknown_used = 0
         self._share = 1.0
@@ -148,24 +113,15 @@ class PacerCore:
             raise ValueError("share must be above 0 and at most 1")
         self._share = value
 
-    # -- permits -------------------------------------------------------------------------
-
     def reserve(self, now: float) -> float:
-        """Hand out one permit, accounted at once at its slot.
-
-        Returns:
-            Seconds to wait before using it (0.0: now).
-        """
+        """Hand out one permit, accounted at once at its slot; seconds to wait before using it."""
         slot, _, in_window = self._plan(now)
         self._hand_out(slot, in_window=in_window)
         return slot - now
 
     def delay(self, now: float) -> tuple[float, WaitReason]:
-        """Seconds until the next permit could be handed out, and why; nothing is accounted.
-
-        The shell waits on this and reserves only when it reaches 0.0, so every permit is
-        accounted with what is known at the moment it is used.
-        """
+        """Seconds until the next permit could be handed out, and why; nothing is accounted
+        (the shell reserves at 0.0, with what is known when the permit is used)."""
         slot, reason, _ = self._plan(now)
         return slot - now, reason
 
@@ -201,8 +157,6 @@ class PacerCore:
         """Seconds every request is still held after a 429 (0.0 when not paused)."""
         return max(0.0, self._pause_until - now)
 
-    # -- learning ------------------------------------------------------------------------
-
     def observe(
         self,
         now: float,
@@ -211,15 +165,10 @@ class PacerCore:
         *,
         sent_at: float | None = None,
     ) -> None:
-        """Learn from one answer (call once per permit: its answer, or its failure).
+        """Learn from one answer arriving at `now` (once per permit; status None: no answer).
 
-        Args:
-            now: When the answer arrived, monotonic seconds.
-            info: Its parsed rate limit fields, or None.
-            status: Its HTTP status; None when no answer came (the permit is done anyway).
-            sent_at: When its request was sent, if known. The server's reset was measured
-                somewhere in between: the window ends no earlier than `sent_at` plus the
-                reported reset, and no later than `now` plus it.
+        The server measured the reset between `sent_at` (when known) and `now`: the window
+        ends no earlier than `sent_at` plus the reported reset, and no later than `now` plus it.
         """
         info = bound(info, self.max_wait, known_window=self._window)
         # An answer that never came back (a cancelled request) must not count forever.
@@ -299,8 +248,6 @@ class PacerCore:
             observed_ago=None if self._observed_at is None else max(0.0, now - self._observed_at),
         )
 
-    # -- internals -----------------------------------------------------------------------
-
     def _left(self) -> float:
         """Permits still allowed in the current window (fractional)."""
         assert self._remaining is not None
@@ -355,10 +302,9 @@ class PacerCore:
 
     def _own_since(self, sent: float, earliest_end: float) -> int:
         """Permits of this instance already in the window that ends at `earliest_end`."""
-        # Measured from the earliest possible end, the start is early too: a permit near the
-        # window's start is counted rather than missed. Without a reported length the start
-        # is unknown: count from the request on, and let the server's remaining (which sees
-        # everything) bound the rest.
+        # From the earliest end, the start is early too: a permit near it is counted rather
+        # than missed. Without a reported length, count from the request on; the server's
+        # remaining (which sees everything) bounds the rest.
         start = earliest_end - self._window if self._window else sent
         return self._slots_since(start)
 

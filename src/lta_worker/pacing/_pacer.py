@@ -1,9 +1,8 @@
-"""The pacer's async shell: reads the clocks (injected), sleeps, parses headers, and hands
-out explicit permits; the arithmetic and its rules are `PacerCore` (`_core`).
+"""The pacing's async shells: `Pacer` around `PacerCore`, and `SharedBudget` around `_shared`.
 
-Each request goes with a `Permit` from `acquire`, and its answer is fed back with that
-permit, so the answer's reset is measured from the moment the permit was granted and a
-shared budget settles it against the window it was taken from.
+They read the injected clocks, sleep, parse headers and talk to the store; the arithmetic is
+pure (`_core`, `_shared`). Each request goes with a `Permit` and its answer is fed back with
+it, so a reset is measured from the permit's grant and settled against its window.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from functools import partial
+from typing import Final, Protocol, TypeVar
 
 import anyio
 
@@ -19,41 +19,61 @@ from lta_worker.domain import BudgetSeen
 from lta_worker.logs import get_logger
 from lta_worker.pacing._core import PacerCore, PacerSnapshot, WaitReason
 from lta_worker.pacing._ratelimit import parse_answer
-from lta_worker.pacing._shared import SharedBudget, Tag, observation
+from lta_worker.pacing._shared import SPEND_MARGIN, Grant, Settlement, Tag, observation, transact
 from lta_worker.pacing._window import bound
 
 LOG_WAIT_OVER: Final = 1.0
 # The longest a waiting request sleeps before it looks at the budget again.
 RECHECK: Final = 1.0
+# A refused instance asks the row again after at most this long (permits given back by
+# other instances may have freed some), and no sooner than the grant said.
+ASK_AGAIN: Final = timedelta(seconds=2)
+R = TypeVar("R")
 
 log = get_logger("lta_worker.pacer")
 
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """Leave to send one request, handed back to `Pacer.feed` with its answer.
-
-    Attributes:
-        sent_at: When it was granted, monotonic seconds (an answer's reset was measured
-            after it).
-        tag: What it counts against in a shared budget, or None without one.
-    """
+    """Leave to send one request, handed back to `Pacer.feed` with its answer: when it was
+    granted (monotonic seconds) and what it counts against in a shared budget, if any."""
 
     sent_at: float
     tag: Tag | None = None
 
 
+class PacerLike(Protocol):
+    """Permits before each request, and every answer fed back (the pass, pending drops)."""
+
+    async def acquire(self) -> Permit:
+        """Wait for a permit to send one request; each is handed back to one `feed`."""
+        ...
+
+    def feed(
+        self,
+        permit: Permit | None,
+        headers: Mapping[str, str],
+        status: int | None,
+        *,
+        elapsed: float | None = None,
+    ) -> None:
+        """Learn from an answer's rate limit headers and status (None: no answer came)."""
+        ...
+
+    def snapshot(self) -> PacerSnapshot:
+        """What the pacer knows of the budget now."""
+        ...
+
+
 class Pacer:
-    """The async shell around `PacerCore`: reads the clock, parses headers, sleeps.
+    """The async shell around `PacerCore`: reads the clocks, parses headers, sleeps.
 
     Args:
         core: The arithmetic.
-        clock: Monotonic seconds (e.g. `time.monotonic`).
-        sleep: Sleeps that many seconds (e.g. `anyio.sleep`); tests advance a fake clock.
-        wall_clock: The wall time, to read epoch resets and HTTP-dates when an answer has no
-            `Date` header (injected, like the monotonic clock).
-        shared: The budget shared with other instances (PostgreSQL): a permit the core
-            allows also needs one from it, and every answer is settled with it.
+        clock: Monotonic seconds; `sleep` sleeps that many (tests advance a fake clock).
+        wall_clock: The wall time, for epoch resets and HTTP-dates of an answer without `Date`.
+        shared: The budget shared with other instances: a permit the core allows also needs
+            one from it, and every answer is settled with it.
     """
 
     def __init__(
@@ -80,13 +100,10 @@ class Pacer:
         self.core.share = share
 
     async def acquire(self) -> Permit:
-        """Wait until one request may be sent, account it and return its permit.
+        """Wait until one request may be sent, account it and return its permit (for one `feed`).
 
-        Waiters queue one behind the other; the first re-reads the budget whenever an
-        answer is fed and at least every `RECHECK` seconds, so a 429 or a fresh header seen
-        meanwhile applies to it at once and no permit is ever committed on stale figures.
-        Each permit must be handed back to one `feed` (the answer, or status None for a
-        failed request).
+        The first waiter re-reads the budget whenever an answer is fed and at least every
+        `RECHECK` seconds: no permit is committed on stale figures.
         """
         async with self._lock:
             logged = False
@@ -146,16 +163,8 @@ class Pacer:
         *,
         elapsed: float | None = None,
     ) -> None:
-        """Learn from one answer's headers and status (status None: no answer came).
-
-        Args:
-            permit: The permit the request was sent with, or None for an answer to a
-                request the pacer did not grant.
-            headers: The answer's headers.
-            status: Its HTTP status, or None when the request failed without one.
-            elapsed: Seconds the request took. When omitted, the time since the permit
-                was granted is used.
-        """
+        """Learn from one answer's headers and status (None: no answer came); `permit` None:
+        a request the pacer did not grant; `elapsed` defaults to the time since the permit."""
         now = self._clock()
         sent_at: float | None = None
         if elapsed is not None:
@@ -169,8 +178,7 @@ class Pacer:
         if self._fed is not None:
             self._fed.set()
         if self.shared is not None:
-            # Counted from the send, a reported reset is never more than the request's
-            # latency early, nor (whole seconds) a second late: see `shared_budget`.
+            # Resets count from the send (`observation`): never a latency early, nor a second late.
             sent = wall if sent_at is None else wall - timedelta(seconds=max(0.0, now - sent_at))
             seen = observation(info, status, sent, max_wait=max_wait)
             self.shared.settle(None if permit is None else permit.tag, seen)
@@ -192,3 +200,123 @@ class Pacer:
             window_seconds=snap.window,
             observed_at=now - timedelta(seconds=snap.observed_ago),
         )
+
+
+class BudgetStore(Protocol):
+    """What the shared budget needs of the store."""
+
+    def update_budget(
+        self,
+        client_id: str,
+        fn: Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, R]],
+    ) -> R:
+        """Run `fn` on the client's budget row under a lock and write back what it returns."""
+        ...
+
+
+class SharedBudget:
+    """Takes permits for this instance from the shared row, `block` at a time at most.
+
+    The pacer asks `ready` once its own arithmetic lets a permit go, then `take`s it (nothing
+    awaits in between, so a cancelled wait never loses a permit), and hands every answer to
+    `settle`; `settle_forever` (beside a pass) or the next block writes them, and
+    `flush(release=True)` gives the unused block back at a pass's end. `clock`: aware UTC.
+    """
+
+    def __init__(
+        self,
+        store: BudgetStore,
+        client_id: str,
+        *,
+        reserve: float,
+        clock: Callable[[], datetime],
+        block: int = 2,
+        probe_timeout: timedelta = timedelta(seconds=60),
+    ) -> None:
+        if block < 1:
+            raise ValueError("block must be at least 1")
+        self._store = store
+        self._client_id = client_id
+        self._reserve = reserve
+        self._clock = clock
+        self._block_size = block
+        self._probe_timeout = probe_timeout
+        self._tag: Tag = "uncounted"
+        self._held = 0
+        self._pending: list[Settlement] = []
+        self._wake = anyio.Event()
+        self._lock = anyio.Lock()
+        self._ask_at: datetime | None = None
+
+    @property
+    def held(self) -> int:
+        """Permits taken from the row and not used yet."""
+        return self._held
+
+    async def ready(self) -> float:
+        """0.0 when a permit is at hand (take it at once), else seconds worth waiting."""
+        now = self._clock()
+        tag = self._tag
+        # Permits of a window whose end is near or past go back: never send them late.
+        if self._held and isinstance(tag, datetime) and now >= tag - SPEND_MARGIN:
+            self._give_back()
+        if self._held:
+            return 0.0
+        if self._ask_at is not None and now < self._ask_at:
+            return (self._ask_at - now).total_seconds()
+        got = await self._transact(self._block_size)
+        if got.granted:
+            self._tag, self._held, self._ask_at = got.tag, got.granted, None
+            return 0.0
+        wait = timedelta(seconds=max(got.wait, 0.0))
+        self._ask_at = now + min(wait, ASK_AGAIN)
+        return wait.total_seconds()
+
+    def take(self) -> Tag:
+        """Use one permit that `ready` made available; returns what it counts against."""
+        if self._held < 1:
+            raise RuntimeError("take() without a permit: await ready() first")
+        self._held -= 1
+        return self._tag
+
+    def settle(self, tag: Tag | None, observation: BudgetSeen | None) -> None:
+        """An answer came back (or none did) for a permit taken under `tag`."""
+        self._pending.append(Settlement(self._tag if tag is None else tag, True, observation))
+        self._wake.set()
+
+    async def flush(self, *, release: bool = False) -> None:
+        """Write the settlements not written yet; with `release`, give the block back too."""
+        if release and self._held:
+            self._give_back()
+        if self._pending:
+            await self._transact(0)
+
+    async def settle_forever(self) -> None:
+        """Write settlements as they come, so the others soon see what this one learned."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.flush()
+
+    def _give_back(self) -> None:
+        self._pending.extend(Settlement(self._tag, used=False) for _ in range(self._held))
+        self._held = 0
+
+    async def _transact(self, want: int) -> Grant:
+        async with self._lock:
+            backs, self._pending = self._pending, []
+            fn = partial(
+                transact,
+                backs=backs,
+                now=self._clock(),
+                want=want,
+                reserve=self._reserve,
+                probe_timeout=self._probe_timeout,
+            )
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._store.update_budget, self._client_id, fn
+                )
+            except BaseException:
+                self._pending[:0] = backs  # not written: keep them for the next try
+                raise

@@ -1,18 +1,9 @@
-"""Parse a response's rate limit fields into one plain record (pure, sans-IO).
+"""Parse a response's rate limit fields into one `RateLimitInfo` (pure, sans-IO).
 
-Formats understood, first match wins:
-
-- IETF draft 08 and later: `RateLimit: "p";r=R;t=T` with `RateLimit-Policy: "p";q=Q;w=W`
-  (Structured Field Lists). Several policies in one field: the most restrictive item (lowest
-  remaining, then the latest reset) wins and is matched to its policy by name.
-- Drafts up to 07: one dictionary, `RateLimit: limit=L, remaining=R, reset=T`, optionally
-  with `RateLimit-Policy: L;w=W`.
-- The older triple `RateLimit-Limit` / `-Remaining` / `-Reset` (`RateLimit-Limit` may carry
-  quota policies: `100, 100;w=3600`).
-- `X-RateLimit-Limit` / `-Remaining` / `-Reset`, where the reset is delta seconds or an epoch.
-- `Retry-After`, in seconds or as an HTTP-date, read alongside any of the above.
-
-A malformed field is ignored, never an exception: the server's headers are untrusted input.
+First match wins: IETF draft 08+ `RateLimit` / `RateLimit-Policy` (Structured Field Lists; of
+several policies the most restrictive item), drafts to 07's dictionary, the `RateLimit-*`
+triple, `X-RateLimit-*`; `Retry-After` beside any. A malformed field is ignored, never an
+exception: the headers are untrusted input. DESIGN.md, *Pacing*.
 """
 
 from __future__ import annotations
@@ -55,16 +46,10 @@ MAX_CLOCK_SKEW: Final = 900.0
 
 @dataclass(frozen=True, slots=True)
 class RateLimitInfo:
-    """What one response said about the client's budget.
+    """What one response said about the client's budget (seconds from the `now` given).
 
-    Attributes:
-        limit: Requests allowed per window, when reported.
-        remaining: Requests left in the current window, when reported.
-        reset_after: Seconds until the window resets (relative to the `now` given).
-        window: The window's length in seconds, when a policy reports it.
-        retry_after: Seconds to wait from `Retry-After` (takes precedence for waiting).
-        source: Which format it was read from: `draft-08`, `draft-07`, `triple`,
-            `x-ratelimit`, or `retry-after` when only that was present.
+    `source` is the format read: `draft-08`, `draft-07`, `triple`, `x-ratelimit`, or
+    `retry-after` when only that was present.
     """
 
     limit: int | None = None
@@ -81,18 +66,9 @@ class RateLimitInfo:
 
 
 def parse_ratelimit(headers: Mapping[str, str], now: datetime | None) -> RateLimitInfo | None:
-    """Read the rate limit fields of a response.
-
-    Args:
-        headers: The response headers; names are matched case-insensitively.
-        now: When the response was produced (`parse_answer` passes its `Date` where
-            believable);
-            needed to turn an epoch reset or an HTTP-date `Retry-After` into seconds. With
-            None those two are ignored.
-
-    Returns:
-        The figures found, or None when no rate limit field was usable.
-    """
+    """The rate limit fields of a response, or None when none was usable; `now` (when it was
+    produced) turns an epoch reset or an HTTP-date `Retry-After` into seconds, else they are
+    ignored."""
     return _parse(_normalise(headers), now)
 
 
@@ -105,14 +81,9 @@ def parse_answer(headers: Mapping[str, str], local_now: datetime | None) -> Rate
 
 
 def _answer_time(date: datetime | None, local_now: datetime | None) -> datetime | None:
-    """The time an answer's epoch reset and HTTP-date `Retry-After` are measured from.
-
-    The answer's `date` (its `Date` header) corrects for skew between the two clocks, but
-    only towards waiting longer: the earlier of `date` and `local_now`, so no `Date` can make
-    a reset look nearer than the local clock says (nor a spent window look reset). A `Date`
-    more than `MAX_CLOCK_SKEW` away from `local_now` is ignored, so a broken one cannot
-    stretch waits either. Without `local_now` the `Date` cannot be checked: None.
-    """
+    """The time an answer's epoch reset and HTTP-date `Retry-After` are measured from."""
+    # The earlier of `date` and `local_now`: a `Date` corrects skew only towards waiting
+    # longer, and one beyond `MAX_CLOCK_SKEW` cannot stretch waits either.
     if local_now is None:
         return None
     local = _aware(local_now)
@@ -133,8 +104,6 @@ def _parse(fields: Mapping[str, str], now: datetime | None) -> RateLimitInfo | N
         return RateLimitInfo(retry_after=retry_after, source="retry-after")
     return None
 
-
-# -- the formats -------------------------------------------------------------------------
 
 _Found = tuple[int | None, int | None, float | None, float | None, str]
 
@@ -228,11 +197,8 @@ def _window_for(items: list[tuple[object, dict[str, object]]], limit: int | None
 
 
 def _retry_after(raw: str | None, now: datetime | None) -> float | None:
-    """Seconds to wait from a `Retry-After`: delay-seconds, or an HTTP-date from `now`.
-
-    Delay-seconds too long to be a number of seconds (more than 15 digits) are infinite:
-    far ahead, like an HTTP-date centuries away, and bounded alike (`window.bound`).
-    """
+    """Seconds to wait from a `Retry-After`: delay-seconds, or an HTTP-date from `now`; more
+    than 15 digits are infinite, like a date centuries away, and bounded alike (`bound`)."""
     if raw is None:
         return None
     seconds = _number(_first_number(raw)) if _NUMBER.fullmatch(raw) else None
@@ -244,9 +210,6 @@ def _retry_after(raw: str | None, now: datetime | None) -> float | None:
     if when is None or now is None:
         return None
     return max(0.0, (when - _aware(now)).total_seconds())
-
-
-# -- values ------------------------------------------------------------------------------
 
 
 def _normalise(headers: Mapping[str, str]) -> dict[str, str]:

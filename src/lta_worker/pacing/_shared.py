@@ -1,54 +1,18 @@
-"""One client budget shared by the instances on one PostgreSQL database: pure rules, thin shell.
+"""The shared budget's pure rules: instances on one PostgreSQL database keep one limit together.
 
-Each instance's pacer (`PacerCore`) spreads its share (1 / live instances) of the allowance
-evenly over the window; this module adds the hard limit that all instances keep together.
-The `client_budget` row holds what the service last reported (`remaining`, `reset_at`,
-`limit`, `window_seconds`, `observed_at`) and, in `reserved`, the permits handed out that no
-reported figure accounts for yet. One transaction, with the row locked, settles the answers
-that came back and hands out the next small block of permits (`Store.update_budget`).
-
-The rules (`settle` and `grant`, pure; wall-clock datetimes, since monotonic clocks are not
-shared between hosts):
-
-- In a known window, permits go while `floor(remaining - reserve * limit) - reserved` is at
-  least 1, and only until a second before the reset (`SPEND_MARGIN`). Resets are counted
-  from when the request was sent (`observation`): never later than the window's real end
-  by a second (whole seconds), nor earlier than it by more than the request's latency.
-- An answer with a reset of another window (beyond `tolerance`) opens it when it was sent
-  after the row's figures (a new window, or a reset moved earlier: a budget raised with a
-  shorter window); sent before them, it is late and changes nothing.
-- An answer with figures of the same window lowers `remaining` to the server's (it only
-  falls within a window; the earliest reported reset is kept), or sets it to the server's
-  when it reports a new limit (the quota raised or lowered: followed at once; an answer
-  sent before the figure in the row cannot bring an old limit back), and settles its permit
-  (`reserved - 1`): every request counted after the lowest figure was measured is then
-  still in `reserved`. An answer without figures (a failure, a plain 401) leaves its permit
-  reserved until the window ends, since the service may have counted it. Unused permits
-  are given back.
-- A second after the reset (`RESET_MARGIN`) the figures are stale: the row goes blind
-  (`remaining` NULL, `reserved` 0: permits of the old window, including those a dead
-  instance held, are forgotten) and hands out one probe at a time; `reset_at` is then when
-  the next probe may go (an unanswered probe is given up after `probe_timeout`). The first
-  answer with figures opens the new window. A probe that fails without figures stays
-  counted; once as many failed as a window allows, the next goes a whole window later.
-- Before any figure was ever reported there is no row: permits are not counted here (each
-  pacer's initial burst and fallback rate apply) and the first answer with figures
-  creates the row.
-
-Limits: the hosts' clocks must agree to within a second or so; the client's other traffic
-is covered only by the reserve, as for one instance.
+The `client_budget` row holds the last reported figures and, in `reserved`, the permits no
+figure accounts for yet; one locked transaction (`transact`) settles the answers that came
+back and grants the next block. Wall-clock datetimes: monotonic clocks are not shared between
+hosts. docs/operations.md, *PostgreSQL for several instances*; the shell is `_pacer.SharedBudget`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import partial
-from typing import Final, Literal, Protocol, TypeVar
-
-import anyio
+from typing import Final, Literal
 
 from lta_worker.domain import BudgetSeen
 from lta_worker.pacing import _window as window
@@ -60,9 +24,6 @@ SPEND_MARGIN: Final = timedelta(seconds=window.SPEND_MARGIN)
 RESET_MARGIN: Final = timedelta(seconds=window.RESET_MARGIN)
 # How long a refused instance waits before asking again while the row is blind.
 BLIND_POLL: Final = 0.25
-# A refused instance asks the row again after at most this long (permits given back by
-# other instances may have freed some), and no sooner than the grant said.
-ASK_AGAIN: Final = timedelta(seconds=2)
 _EPSILON: Final = 1e-9
 
 Tag = datetime | Literal["blind", "uncounted"]
@@ -80,20 +41,12 @@ class Settlement:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """Permits handed out by one transaction.
-
-    Attributes:
-        granted: How many (0 to the number asked for).
-        tag: What they count against; given back with each `Settlement`.
-        wait: When none was granted, seconds before asking again is worthwhile.
-    """
+    """Permits handed out by one transaction: how many, what they count against (given back
+    with each `Settlement`) and, when none, seconds before asking again is worthwhile."""
 
     granted: int
     tag: Tag
     wait: float = 0.0
-
-
-# -- the rules ----------------------------------------------------------------------------
 
 
 def _window(seen: BudgetSeen | None) -> tuple[int, datetime] | None:
@@ -118,12 +71,7 @@ def _counted_against_row(seen: BudgetSeen | None, tag: Tag) -> bool:
 
 
 def settle(
-    seen: BudgetSeen | None,
-    reserved: int,
-    back: Settlement,
-    *,
-    now: datetime,
-    reserve: float,
+    seen: BudgetSeen | None, reserved: int, back: Settlement, *, now: datetime, reserve: float
 ) -> tuple[BudgetSeen | None, int]:
     """Apply one permit coming back to the row at `now`: (observation, reserved) after it."""
     obs = back.observation
@@ -252,11 +200,9 @@ def observation(
 ) -> BudgetSeen | None:
     """The figures of one answer as an observation, or None when it has none.
 
-    Resets are counted from `sent_at`, when the request left: the service measured them
-    later, so the reset is at most the request's latency before the window's real end and
-    (rounded up to whole seconds) less than a second after it. A 429 without figures still
-    says the window is spent until Retry-After. Every figure is bounded (`window.bound`),
-    so nothing reported can overflow a datetime or a column.
+    Resets count from `sent_at`: at most the request's latency before the window's real end,
+    and (whole seconds) less than a second after it. A 429 without figures still says the
+    window is spent until Retry-After. Every figure is bounded (`window.bound`).
     """
     if status == 429:
         pause = window.pause_after_429(info, max_wait)
@@ -278,140 +224,3 @@ def observation(
         window_seconds=info.window,
         observed_at=sent_at,
     )
-
-
-# -- the shell ----------------------------------------------------------------------------
-
-R = TypeVar("R")
-
-
-class BudgetStore(Protocol):
-    """What the shared budget needs of the store."""
-
-    def update_budget(
-        self,
-        client_id: str,
-        fn: Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, R]],
-    ) -> R:
-        """Run `fn` on the client's budget row under a lock and write back what it returns."""
-        ...
-
-
-class SharedBudget:
-    """Takes permits for this instance from the shared row, a small block at a time.
-
-    The pacer asks `ready` once its own arithmetic lets a permit go, then `take`s it
-    (nothing awaits in between, so a cancelled wait never loses a permit), and hands every
-    answer to `settle`. Settlements are written by `settle_forever` (run alongside a pass)
-    or with the next block; `flush(release=True)` gives the unused block back at a pass's
-    end.
-
-    Args:
-        store: The store (PostgreSQL).
-        client_id: Whose budget.
-        reserve: Fraction of the limit left for the client's other traffic.
-        clock: The wall time, aware UTC.
-        block: Permits taken per transaction at most.
-        probe_timeout: How long a blind probe may stay unanswered before another goes.
-    """
-
-    def __init__(
-        self,
-        store: BudgetStore,
-        client_id: str,
-        *,
-        reserve: float,
-        clock: Callable[[], datetime],
-        block: int = 2,
-        probe_timeout: timedelta = timedelta(seconds=60),
-    ) -> None:
-        if block < 1:
-            raise ValueError("block must be at least 1")
-        self._store = store
-        self._client_id = client_id
-        self._reserve = reserve
-        self._clock = clock
-        self._block_size = block
-        self._probe_timeout = probe_timeout
-        self._tag: Tag = "uncounted"
-        self._held = 0
-        self._pending: list[Settlement] = []
-        self._wake = anyio.Event()
-        self._lock = anyio.Lock()
-        self._ask_at: datetime | None = None
-
-    @property
-    def held(self) -> int:
-        """Permits taken from the row and not used yet."""
-        return self._held
-
-    async def ready(self) -> float:
-        """0.0 when a permit is at hand (take it at once), else seconds worth waiting."""
-        now = self._clock()
-        self._drop_stale(now)
-        if self._held:
-            return 0.0
-        if self._ask_at is not None and now < self._ask_at:
-            return (self._ask_at - now).total_seconds()
-        got = await self._transact(self._block_size)
-        if got.granted:
-            self._tag, self._held, self._ask_at = got.tag, got.granted, None
-            return 0.0
-        wait = timedelta(seconds=max(got.wait, 0.0))
-        self._ask_at = now + min(wait, ASK_AGAIN)
-        return wait.total_seconds()
-
-    def take(self) -> Tag:
-        """Use one permit that `ready` made available; returns what it counts against."""
-        if self._held < 1:
-            raise RuntimeError("take() without a permit: await ready() first")
-        self._held -= 1
-        return self._tag
-
-    def settle(self, tag: Tag | None, observation: BudgetSeen | None) -> None:
-        """An answer came back (or none did) for a permit taken under `tag`."""
-        self._pending.append(Settlement(self._tag if tag is None else tag, True, observation))
-        self._wake.set()
-
-    async def flush(self, *, release: bool = False) -> None:
-        """Write the settlements not written yet; with `release`, give the block back too."""
-        if release and self._held:
-            self._give_back()
-        if self._pending:
-            await self._transact(0)
-
-    async def settle_forever(self) -> None:
-        """Write settlements as they come, so the others soon see what this one learned."""
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            await self.flush()
-
-    def _drop_stale(self, now: datetime) -> None:
-        """Give back permits of a window whose end is near or past: never send them late."""
-        tag = self._tag
-        if self._held and isinstance(tag, datetime) and now >= tag - SPEND_MARGIN:
-            self._give_back()
-
-    def _give_back(self) -> None:
-        self._pending.extend(Settlement(self._tag, used=False) for _ in range(self._held))
-        self._held = 0
-
-    async def _transact(self, want: int) -> Grant:
-        async with self._lock:
-            backs, self._pending = self._pending, []
-            fn = partial(
-                transact,
-                backs=backs,
-                now=self._clock(),
-                want=want,
-                reserve=self._reserve,
-                probe_timeout=self._probe_timeout,
-            )
-            try:
-                return await anyio.to_thread.run_sync(
-                    self._store.update_budget, self._client_id, fn
-                )
-            except BaseException:
-                self._pending[:0] = backs  # not written: keep them for the next try
-                raise

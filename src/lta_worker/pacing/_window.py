@@ -1,22 +1,8 @@
-"""Window rules: the one home of every protocol limit about rate-limit windows (pure).
+"""Window rules: the one home of every limit on a service's rate-limit figures (pure).
 
-A service's rate limit headers are untrusted input: a reset of 31 years, a window of a
-thousand centuries or a count beyond any integer column must neither stall the worker
-nor raise on the way to a log line or the database. Everything that waits on, or stores,
-a figure of the service goes through here:
-
-- `bound` clamps one parsed answer: a reset (and `Retry-After`, in seconds or as a date)
-  is never trusted beyond the reported window (`w=`, plus a second of rounding), when
-  given, nor beyond the configured maximum wait (`ratelimit.max_wait`); one too far ahead
-  to be a number (`Retry-After` of more than 15 digits) waits exactly that long, as a
-  date centuries ahead does (`trusted_wait`); a window is never longer than that
-  maximum either; counts are capped to what a 32-bit column holds. After such a wait the
-  pacer sends again and takes the next answer's figures, so it re-learns as soon as the
-  service is sane again.
-- `pause_after_429` is the pause after a 429: its Retry-After (or reset), never below a
-  second, never beyond the same bounds, a minute when it says nothing usable.
-- `tolerance` says when two reported resets belong to the same window, and the margins
-  say how far from a reset permits go.
+The figures are untrusted input (a reset of 31 years, a count beyond any column): everything
+that waits on or stores one goes through `bound`, the pause after a 429 is `pause_after_429`,
+and `tolerance` says when two resets are one window. docs/config.md, `ratelimit.max_wait`.
 """
 
 from __future__ import annotations
@@ -83,13 +69,8 @@ def bound(
     *,
     known_window: float | None = None,
 ) -> RateLimitInfo | None:
-    """One answer's figures with every limit applied (see the module's docstring).
-
-    Args:
-        info: The parsed figures, or None.
-        max_wait: `ratelimit.max_wait` in seconds.
-        known_window: A window reported earlier, used when this answer reports none.
-    """
+    """One answer's figures with every limit applied: waits at most the window (`w=`, or
+    `known_window` reported earlier) plus a second and `max_wait`, counts at `MAX_COUNT`."""
     if info is None:
         return None
     window = window_length(info.window, max_wait)
@@ -127,14 +108,8 @@ def pause_after_429(info: RateLimitInfo | None, max_wait: float = DEFAULT_MAX_WA
 def wait_after_429(
     headers: Mapping[str, str], now: datetime | None, max_wait: float = DEFAULT_MAX_WAIT
 ) -> float:
-    """Seconds to hold every request after a 429 with these headers; never raises.
-
-    Args:
-        headers: The 429's headers (lower-case names).
-        now: When it arrived (the local clock); an HTTP-date `Retry-After` or an epoch
-            reset is measured from it, or from the answer's `Date` (`parse_answer`).
-        max_wait: `ratelimit.max_wait` in seconds: the wait is never longer.
-    """
+    """Seconds to hold every request after a 429 with these headers, arrived at `now`
+    (local clock, or the answer's `Date`: `parse_answer`); never raises."""
     try:
         info = parse_answer(headers, now)
     except Exception:  # a hostile header must never break a pass
