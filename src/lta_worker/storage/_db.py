@@ -326,13 +326,22 @@ class Database:
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
+    def write(self, *, foreign_keys: bool = True) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends;
+        `foreign_keys=False`: SQLite enforces none in it (see `migrations/env.py`)."""
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                yield conn
+            # SQLite ignores the pragma inside a transaction: set it before BEGIN.
+            raw = conn.connection.driver_connection if self.dialect == "sqlite" else None
+            if raw is not None and not foreign_keys:
+                raw.execute("PRAGMA foreign_keys = OFF")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if raw is not None and not foreign_keys:
+                    raw.execute("PRAGMA foreign_keys = ON")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -19,18 +19,7 @@ if TYPE_CHECKING:
 
     from lta_worker.storage._db import Database
 
-REVISIONS: Final[tuple[str, ...]] = (
-    "0001",
-    "0002",
-    "0003",
-    "0004",
-    "0005",
-    "0006",
-    "0007",
-    "0008",
-    "0009",
-    "0010",
-)
+REVISIONS: Final[tuple[str, ...]] = ("0001", "0002", "0003")
 """Every revision this code knows, oldest first."""
 HEAD_REVISION: Final[str] = REVISIONS[-1]
 SCRIPT_LOCATION: Final = "lta_worker.storage:migrations"
