@@ -1,22 +1,8 @@
 """Storage: the database (SQLite or PostgreSQL), its migrations, and the token vault.
 
-- `Store`: every query the engine, the CLI and enrollment need, over SQLAlchemy 2 Core
-  (`_store`: the query groups of `_users`, `_leases`, `_drops`, `_results`, `_feed`,
-  `_outbox`, `_schedule`, `_freshness`, `_instances`, `_enrollments`, `_rotation` over one
-  database; a batch of turns written in a few statements in `_apply`, rows turned into
-  records in `_rows`);
-- `Vault`, `Keyring`, `TokenDecryptError`, `load_key_file`, `generate_key_line`:
-  AES-256-GCM encryption of tokens at rest and the key file (`_vault`, `_keyfile`);
-- `rotate_keys`: `keys rotate` (`_rotation`); `HEAD_REVISION`: the schema revision this
-  code knows (`_migrate`); `map_driver_error`: a driver error (or a pool with no connection
-  free, both `DATABASE_ERRORS`) as a configuration (78) or temporary (75) error
-  (`_dberrors`); `require_sqlite_writable`: what `check` asks of a SQLite file and its
-  directory, without writing (`_db`);
-- the tables (`User`, `UserLease`, `History`, `PendingEnrollmentRow`, `OutboxEvent`) and
-  `schema_metadata`, for the migrations, the benchmarks' bulk loads and the tests that look
-  at rows (`_models`).
-
-The records it takes and returns are the domain's (`lta_worker.domain`).
+`Store` (`_store`, one query group per module) takes and returns the domain's records;
+`Vault` and the key file (`_vault`, `_keyfile`); the tables (`_models`) for the migrations,
+the benchmarks' bulk loads and tests; driver errors as exit 78 or 75 (`_dberrors`).
 """
 
 from __future__ import annotations

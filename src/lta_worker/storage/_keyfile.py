@@ -96,12 +96,10 @@ def parse_key_file(text: str, *, source: str = "key file") -> Keyring:
 
 
 def load_key_file(path: Path) -> Keyring:
-    """Read and parse the key file at `path` under the secret file rule (`secret_file`):
-    a regular file, closed to group and others, UTF-8 without a BOM.
+    """Read and parse the key file at `path` under the secret file rule (`secret_file`).
 
     Raises:
-        KeyFileError: naming `crypto.key_file` when the file is missing, unreadable, not a
-            regular file, readable by group/others, starts with a BOM, or is malformed.
+        KeyFileError: naming `crypto.key_file` when the file is unusable or malformed.
     """
     source = f"key file {str(path)!r}"
     data = read_secret_file(path, key=_SETTING, error=KeyFileError)

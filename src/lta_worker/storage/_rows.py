@@ -1,13 +1,7 @@
 """Users' rows as the driver gives them, turned into `UserRow` records cheaply.
 
-A claim returns a batch of users (a thousand on a big database); SQLAlchemy's result
-processing of the JSON and datetime columns, then a second pass to build the records, cost
-twenty times the SQL. Here those columns come through untouched (`type_coerce` to
-`NullType`) and one function converts a row: JSON text is parsed (the scopes, always one
-of a few lists, once per distinct text; PostgreSQL's JSON is selected as text for that,
-`PG_RAW_USER_COLUMNS`) and SQLite's naive UTC text timestamps read with
-`datetime.fromisoformat`; PostgreSQL's driver gives timestamps as aware datetimes, which
-are put in UTC.
+SQLAlchemy's processing of a claim's JSON and datetime columns cost twenty times the SQL:
+they come through untouched (`NullType`) and `raw_user_row` converts them itself.
 """
 
 from __future__ import annotations
@@ -60,17 +54,11 @@ def _raw(name: str, json_as_text: bool) -> ColumnElement[Any]:
 RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
     _raw(name, json_as_text=False) for name in _NAMES
 )
-"""The columns `raw_user_row` takes, in its order."""
+# PostgreSQL's JSON as text: the driver's own parsing was half a claim's client CPU.
 PG_RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
     _raw(name, json_as_text=True) for name in _NAMES
 )
-"""The same for PostgreSQL, its JSON columns as their text (`json::text`): the driver would
-parse each value (two thousand `json.loads` per claim of 1,000, half the claim's CPU in the
-client), where `raw_user_row` parses the scopes once per distinct text and takes `{}`
-without a call, as it does with SQLite's text."""
 _WIDTH: Final = len(RAW_USER_COLUMNS)
-
-
 _FROM_ISO: Final = datetime.fromisoformat
 
 
@@ -98,17 +86,11 @@ def _denied(raw: Any) -> dict[str, datetime]:
 
 
 def _estimate(raw: Any) -> ChangeEstimate | None:
-    """The freshness estimate: JSON text on SQLite, a dict on PostgreSQL."""
     return ChangeEstimate.from_json(json.loads(raw) if isinstance(raw, str) else raw)
 
 
 def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
-    """A row starting with `RAW_USER_COLUMNS` (either backend) as a UserRow.
-
-    `generation`, when given, is the user's instead of the row's (a new lease's). A claim
-    converts a thousand rows: the common values (no denial, no estimate, SQLite's text) are
-    taken without a call.
-    """
+    """A row starting with `RAW_USER_COLUMNS` as a UserRow (`generation`: a new lease's)."""
     (
         id_,
         user,

@@ -56,12 +56,8 @@ def associated_data(*, version: int, purpose: Purpose, user: str, key_id: str) -
 
 
 class Vault:
-    """Encrypts under the key file's newest key; decrypts under any key it lists.
-
-    `cryptography` is imported, and each key's cipher made, on the first use of that key:
-    `status`, or a `run` with nobody due, loads the key file (a broken one still stops
-    them, exit 78) but never encrypts or decrypts anything.
-    """
+    """Encrypts under the key file's newest key; decrypts under any key it lists
+    (`cryptography` is imported at a key's first use: `status` never needs it)."""
 
     __slots__ = ("_aead", "_keyring")
 

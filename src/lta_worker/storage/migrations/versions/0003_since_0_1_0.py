@@ -80,7 +80,9 @@ def upgrade() -> None:
         "ix_users_due", "users", ["next_due_at", "id"], sqlite_where=_DUE, postgresql_where=_DUE
     )
     read_before = sa.and_(
-        _c.token_ciphertext.is_not(None), _c.next_due_at.is_not(None), _c.last_polled_at.is_not(None)
+        _c.token_ciphertext.is_not(None),
+        _c.next_due_at.is_not(None),
+        _c.last_polled_at.is_not(None),
     )
     for due_class, where in _BACKFILL:
         op.execute(sa.update(_users).where(read_before, where).values(due_class=due_class))
