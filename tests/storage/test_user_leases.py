@@ -14,8 +14,8 @@ from sqlalchemy import event, inspect, null, select, text
 from lta_worker.domain import UserRow
 from lta_worker.storage import Store, Vault
 from lta_worker.storage import _leases as leases
+from lta_worker.storage._leases import RAW_USER_COLUMNS
 from lta_worker.storage._migrate import alembic_config
-from lta_worker.storage._rows import RAW_USER_COLUMNS
 from support.storage import MINUTE, T0, enroll, keyring
 
 from .test_fencing import turn

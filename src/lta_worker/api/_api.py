@@ -1,9 +1,7 @@
 """`LtaApi`: the one face an embedding application uses (docs/python-api.md).
 
-It opens the database without migrating it: a schema older than this code is
-`SchemaOutdatedError` (only `lta-worker db upgrade`, `run` and `serve` migrate), so that
-deploying a newer web app never changes the worker's database under it. The calls that
-speak to the service are async; those that only touch the database are sync.
+It never migrates the database (a newer web app never changes the worker's schema under
+it); calls that speak to the service are async, those that only touch the database sync.
 """
 
 from __future__ import annotations

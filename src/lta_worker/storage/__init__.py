@@ -1,7 +1,7 @@
 """Storage: the database (SQLite or PostgreSQL), its migrations, and the token vault.
 
 `Store` (`_store`, one query group per module) takes and returns the domain's records;
-`Vault` and the key file (`_vault`, `_keyfile`); the tables (`_models`) for the migrations,
+`Vault` and the key file (`_vault`); the tables (`_models`) for the migrations,
 the benchmarks' bulk loads and tests; driver errors as exit 78 or 75 (`_dberrors`).
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from lta_worker.storage._db import require_sqlite_writable
 from lta_worker.storage._dberrors import DATABASE_ERRORS, map_driver_error
-from lta_worker.storage._keyfile import Keyring, generate_key_line, load_key_file
 from lta_worker.storage._migrate import HEAD_REVISION
 from lta_worker.storage._models import (
     History,
@@ -21,7 +20,13 @@ from lta_worker.storage._models import (
 )
 from lta_worker.storage._rotation import rotate_keys
 from lta_worker.storage._store import Store
-from lta_worker.storage._vault import TokenDecryptError, Vault
+from lta_worker.storage._vault import (
+    Keyring,
+    TokenDecryptError,
+    Vault,
+    generate_key_line,
+    load_key_file,
+)
 
 __all__ = [
     "DATABASE_ERRORS",

@@ -43,8 +43,8 @@ from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import USERS, ResultChange, without_repeats, write_batch
 from lta_worker.storage._db import Dialect, Queries, insert_for
+from lta_worker.storage._leases import RAW_USER_COLUMNS, raw_user_row
 from lta_worker.storage._models import User, UtcDateTime
-from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
 USER_COLUMNS: Final = (*RAW_USER_COLUMNS, leases.current_generation().label("current"))
 
