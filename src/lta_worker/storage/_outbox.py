@@ -151,16 +151,9 @@ class OutboxQueries(Queries):
                     lease_owner=owner,
                 )
             )
+            fields = ("id", "event_id", "user", "type", "payload", "created_at")
             return [
-                PendingEvent(
-                    id=r.id,
-                    event_id=r.event_id,
-                    user=r.user,
-                    type=r.type,
-                    payload=r.payload,
-                    created_at=r.created_at,
-                    attempts=r.attempts + 1,
-                )
+                PendingEvent(**{f: getattr(r, f) for f in fields}, attempts=r.attempts + 1)
                 for r in rows
             ]
 

@@ -102,16 +102,7 @@ class ResultQueries(Queries):
                 .where(User.user == user, History.endpoint == endpoint)
                 .order_by(History.fetched_at, History.id)
             ).all()
-        return [
-            HistoryRow(
-                endpoint=cast(Endpoint, r.endpoint),
-                status=cast(ResultStatus, r.status),
-                payload=r.payload,
-                content_hash=r.content_hash,
-                fetched_at=r.fetched_at,
-            )
-            for r in rows
-        ]
+        return [HistoryRow(**r._mapping) for r in rows]
 
 
 def purge_user(conn: Connection, user_id: int) -> int:
