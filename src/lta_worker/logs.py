@@ -1,24 +1,10 @@
 """Structured logging: JSON lines for machines, a readable console for people, no secrets.
 
-Events are data: a stable event name (`poll.read`, `pass.finished`, ...; see
-docs/log-events.md) plus fields. The processor chain ends with `redact`, the last line of
-defence against a secret reaching a log line: it masks fields whose names say secret, any
-long-term token (`dspa_...`), bearer credentials, and every value registered with
-`register_secret`. Tracebacks are rendered without frame locals.
-
-Inside a host application (the Python API, `lta_worker.api`: nothing called
-`configure_logging`), the package's events go to stdlib `logging` instead, whatever the
-host did to structlog: to the logger named by `get_logger`'s name (under `lta_worker`), at
-the event's level, as one redacted JSON object per record, for the host's handlers
-(JSON, Sentry, files) to take. `SecretFilter` masks the same shapes in the host's own
-records, such as the `?code=` its web server's access log would print.
-
-Two knobs beyond the level: `read_level = "debug"` turns the per-read `poll.read` line down
-alone (it is logged at debug, and dropped unless the level is debug), so `pass.finished` and
-state changes stay at info; and when stderr is the systemd journal (`$JOURNAL_STREAM` names
-stderr's device and inode) each line starts with its syslog priority, `<3>` error, `<4>`
-warning, `<6>` info, `<7>` debug, which journald strips and records, so `journalctl -p
-warning` shows warnings and errors only.
+Events are a stable name plus fields (docs/log-events.md). `redact`, last in the chain,
+masks secret-named fields, long-term tokens, bearer credentials and `register_secret`ed
+values; tracebacks carry no frame locals. Inside a host application (no
+`configure_logging`) events go to stdlib `logging` as redacted JSON. Under the systemd
+journal each line starts with its syslog priority. docs/operations.md, *Logs and the dashboard*.
 """
 
 from __future__ import annotations
@@ -50,11 +36,9 @@ _PATTERNS = (
     re.compile(r"(?i)((?:code|code_verifier|client_secret|access_token|token)=)[^&\s'\"]+"),
 )
 _lock = threading.Lock()
-# Insertion-ordered, bounded: long-lived secrets (the client secret) are registered once at
-# start; short-lived ones (a user access token during enrollment) come and go. Long term
-# tokens need no registration: the `dspa_` pattern masks every one of them.
+# Insertion-ordered, bounded: the client secret stays, short-lived ones come and go.
 _registered: dict[str, None] = {}
-# The registered values, longest first: rebuilt on every change, read without the lock.
+# Longest first: rebuilt on every change, read without the lock.
 _by_length: tuple[str, ...] = ()
 _MIN_REGISTERED = 6
 _MAX_REGISTERED = 64
@@ -70,8 +54,7 @@ def register_secret(value: str | Secret) -> None:
             _registered.pop(raw, None)
             _registered[raw] = None
             while len(_registered) > _MAX_REGISTERED:
-                # Keep the oldest (the client secret, registered first); drop the
-                # oldest of the later, short-lived ones.
+                # Keep the first (the client secret); drop the oldest of the later ones.
                 keys = iter(_registered)
                 next(keys)
                 del _registered[next(keys)]
@@ -132,7 +115,6 @@ def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> Eve
 
 
 PRIORITIES = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
-"""syslog priorities of the log levels (journald's `PRIORITY`)."""
 
 
 def stderr_is_journal(env: Mapping[str, str], stream: TextIO) -> bool:
@@ -154,7 +136,6 @@ def priority_prefix(level: str | None) -> str:
 
 
 def _journal_renderer(renderer: Processor) -> Processor:
-    """`renderer`, its line prefixed with the event's syslog priority."""
 
     def render(logger: WrappedLogger, method: str, event_dict: EventDict) -> Any:
         level = event_dict.get("level", method)
@@ -177,7 +158,6 @@ def _read_level(level: int) -> Processor:
 
 
 def _stamped() -> list[Processor]:
-    """The level and the time: after `redact`, which has nothing to look for in them."""
     return [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
@@ -192,15 +172,8 @@ def configure_logging(
     read_level: str = "info",
     journal: bool = False,
 ) -> None:
-    """Configure structlog once for the process: JSON lines unless the stream is a terminal.
-
-    Args:
-        level: the lowest level logged.
-        fmt: `json`, `console`, or `auto` (console on a terminal).
-        stream: where lines go (stderr).
-        read_level: `debug` logs `poll.read` at debug (see the module).
-        journal: prefix each line with its syslog priority (`stderr_is_journal`).
-    """
+    """Configure structlog once for the process: JSON lines unless the stream is a terminal
+    (`fmt`); `read_level="debug"` logs `poll.read` at debug, `journal` prefixes priorities."""
     stream = stream or sys.stderr
     threshold = logging.getLevelNamesMapping()[level.upper()]
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
@@ -241,10 +214,8 @@ def reset_logging() -> None:
 
 
 class SecretFilter(logging.Filter):
-    """A stdlib logging filter masking every secret shape `scrub` knows (a `?code=`, a
-    token) in a record's message: add it to a web server's access logger, whose lines
-    hold the callback's URL (`logging.getLogger("uvicorn.access").addFilter(SecretFilter())`).
-    """
+    """A stdlib logging filter masking what `scrub` knows in a record's message (for a web
+    server's access log: `logging.getLogger("uvicorn.access").addFilter(SecretFilter())`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep the record, its message masked and merged with its arguments."""
@@ -253,15 +224,13 @@ class SecretFilter(logging.Filter):
 
 
 class _PackageLogger:
-    """A logger that follows `configure_logging` when it is in force, else writes
-    redacted JSON records to stdlib `logging` (see the module)."""
+    """Follows `configure_logging` when in force, else writes redacted JSON to stdlib."""
 
     __slots__ = ("_proxy", "_stdlib")
 
     def __init__(self, name: str | None) -> None:
         initial: dict[str, Any] = {"_logger": name} if name else {}
-        # Initial values go to the lazy proxy, which reads the configuration at each call
-        # (`logger` is a parameter name of structlog's wrap_logger, hence `_logger`).
+        # `_logger`: `logger` is a parameter name of structlog's wrap_logger.
         self._proxy = structlog.get_logger(**initial)
         self._stdlib = structlog.wrap_logger(
             logging.getLogger(name or "lta_worker"),

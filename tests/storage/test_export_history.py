@@ -11,7 +11,7 @@ import pytest
 
 from lta_worker.cli import main
 from lta_worker.storage import Store, Vault
-from lta_worker.storage._keyfile import format_key_line
+from lta_worker.storage._vault import format_key_line
 from support.storage import T0, enroll, keyring
 
 from .test_results import turn

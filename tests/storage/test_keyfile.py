@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lta_worker.config import build_settings
 from lta_worker.errors import ConfigError, KeyFileError
 from lta_worker.storage import Keyring, Vault, generate_key_line, load_key_file
-from lta_worker.storage._keyfile import KEY_ID_PATTERN, format_key_line, new_key_id, parse_key_file
+from lta_worker.storage._vault import KEY_ID_PATTERN, format_key_line, new_key_id, parse_key_file
 
 key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
 materials = st.binary(min_size=32, max_size=32)

@@ -1,6 +1,6 @@
-"""Leases in their own table (migration 0007), on SQLite and PostgreSQL: a claim leaves the
+"""Leases in their own table (`user_leases`), on SQLite and PostgreSQL: a claim leaves the
 users' rows alone, fencing still holds across take-overs and releases, the lease upsert never
-takes a live lease, and existing databases keep their leases through the migration."""
+takes a live lease, and a 0.1.0 database keeps its leases through the migration."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sqlalchemy import event, inspect, null, select, text
 from lta_worker.domain import UserRow
 from lta_worker.storage import Store, Vault
 from lta_worker.storage import _leases as leases
+from lta_worker.storage._leases import RAW_USER_COLUMNS
 from lta_worker.storage._migrate import alembic_config
-from lta_worker.storage._rows import RAW_USER_COLUMNS
 from support.storage import MINUTE, T0, enroll, keyring
 
 from .test_fencing import turn
@@ -132,24 +132,24 @@ def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
 
 
-def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
-    empty_url: str, vault: Vault
-) -> None:
-    """A database of revision 0006 with a user leased in its row: after the upgrade the
-    lease is in user_leases (owner, expiry, generation), the columns are gone, and the
-    owner's decision fenced with the claimed generation is written."""
+def test_upgrade_from_0_1_0_keeps_live_leases_and_results(empty_url: str, vault: Vault) -> None:
+    """A 0.1.0 database (revision 0002) with a user leased in its row and a stored result:
+    after the upgrade the lease is in user_leases (owner, expiry, the generation 0 every
+    user starts with) without a foreign key to check on each claim, the lease columns are
+    gone, the result is kept, and the owner's decision fenced with that generation is
+    written."""
     if empty_url.startswith("sqlite"):
         Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
     with Store.open(empty_url) as store:
-        command.upgrade(alembic_config(store.database), "0006")
+        command.upgrade(alembic_config(store.database), "0002")
         with store.database.write() as conn:
             for name, owner in (("leased", "i1"), ("free", None)):
                 conn.execute(
                     text(
                         'INSERT INTO users ("user", state, token_ciphertext, token_key_id, scopes,'
-                        " denied, next_due_at, consecutive_failures, generation, lease_owner,"
+                        " denied, next_due_at, consecutive_failures, lease_owner,"
                         " lease_expires_at) VALUES (:user, 'active', :ct, 'k1', '[]', '{}',"
-                        " :due, 0, 7, :owner, :until)"
+                        " :due, 0, :owner, :until)"
                     ),
                     {
                         "user": name,
@@ -159,41 +159,27 @@ def test_upgrade_from_0006_keeps_live_leases_and_their_generation(
                         "until": _at(store, T0 + LEASE) if owner else None,
                     },
                 )
+            conn.execute(
+                text(
+                    "INSERT INTO snapshots (user_id, endpoint, status, payload, content_hash,"
+                    " fetched_at, changed_at) SELECT id, 'stats', 'none', NULL, 'h', :at, :at"
+                    " FROM users WHERE \"user\" = 'leased'"
+                ),
+                {"at": _at(store, T0)},
+            )
         store.upgrade()
         with store.database.read() as conn:
             columns = {c["name"] for c in inspect(conn).get_columns("users")}
             moved = conn.execute(text("SELECT owner, generation FROM user_leases")).all()
+            keys = inspect(conn).get_foreign_keys("user_leases")
+            kept = conn.execute(text("SELECT count(*) FROM snapshots")).scalar_one()
         assert not columns & {"lease_owner", "lease_expires_at"}
-        assert [tuple(row) for row in moved] == [("i1", 7)]
+        assert [tuple(row) for row in moved] == [("i1", 0)]
+        assert (keys, kept) == ([], 1)
         leased = store.get_user("leased")
-        assert leased is not None and leased.generation == 7
+        assert leased is not None and leased.generation == 0
         assert _claim(store, "i2") == [store.get_user("free")]  # the live lease is kept
         assert store.apply([turn(leased, snapshots=())], owner="i1") == 1
-
-
-def test_upgrade_from_0008_keeps_the_leases_without_a_foreign_key(
-    empty_url: str, vault: Vault
-) -> None:
-    """A database of revision 0008 with a live lease: after the upgrade the lease is kept
-    (owner, expiry, generation) and `user_leases` has no foreign key to check on each
-    claim."""
-    if empty_url.startswith("sqlite"):
-        Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
-    with Store.open(empty_url) as store:
-        command.upgrade(alembic_config(store.database), "0008")
-        enroll(store, vault, "a", due=T0 - MINUTE)
-        (claimed,) = _claim(store, "i1")
-
-        def state() -> tuple[list[tuple[object, ...]], list[list[str]]]:
-            with store.database.read() as conn:
-                held = conn.execute(text("SELECT owner, generation FROM user_leases")).all()
-                keys = inspect(conn).get_foreign_keys("user_leases")
-            return [tuple(row) for row in held], [key["referred_columns"] for key in keys]
-
-        assert state() == ([("i1", claimed.generation)], [["id"]])
-        store.upgrade()
-        assert state() == ([("i1", claimed.generation)], [])
-        assert store.get_user("a") == claimed
 
 
 def test_a_late_renewal_never_shortens_a_lease_claimed_after_it(store: Store, vault: Vault) -> None:

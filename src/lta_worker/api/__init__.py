@@ -1,16 +1,8 @@
 """The Python API for an application that embeds lta-worker (docs/python-api.md): what this
-face lists is promised, and a test holds its names and signatures.
+face lists is promised, and tests/api/face.txt holds its names and signatures.
 
-- `load_settings`, `Settings`: the worker's configuration (its TOML file and environment);
-- `LtaApi`: enrollment (consent URL, the redirect back, a user access token), signed
-  links, drop and forget, a user's state and latest results, the change feed (`_api`);
-  `Changes`, `EnrollResult`, `DropResult`: what the calls return;
-- the payloads as types (`_payloads`): `WebhookEvent` (`UserEvent`, `ResultChangedEvent`),
-  `ResultLine`, `UserStatus`, and `ActionCode`, the events' machine-readable `action`;
-- `SecretFilter`: masks a `?code=` in the host's own log records (its access log);
-- the errors, each with a stable `reason` where one class covers several cases.
-
-It sits at the top of the layers, beside `cli`, and uses the packages through their faces.
+`LtaApi` (`_api`), the payloads as types (`_payloads`), settings, `SecretFilter` and the
+errors. It sits at the top of the layers, beside `cli`, and uses the packages' faces.
 """
 
 from __future__ import annotations

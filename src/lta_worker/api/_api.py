@@ -1,9 +1,7 @@
 """`LtaApi`: the one face an embedding application uses (docs/python-api.md).
 
-It opens the database without migrating it: a schema older than this code is
-`SchemaOutdatedError` (only `lta-worker db upgrade`, `run` and `serve` migrate), so that
-deploying a newer web app never changes the worker's database under it. The calls that
-speak to the service are async; those that only touch the database are sync.
+It never migrates the database (a newer web app never changes the worker's schema under
+it); calls that speak to the service are async, those that only touch the database sync.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Changes:
-    """The results stored after a cursor, oldest first (read lazily, once), each purge of a
-    user's data as a `UserForgottenLine` in its place, and the cursor to keep once they are
-    handled: pass it to the next `LtaApi.changes` (opaque: `HISTORY.POSITION`)."""
+    """The feed's lines after a cursor, oldest first (read lazily, once), and the opaque
+    cursor to pass to the next `LtaApi.changes` once they are handled."""
 
     lines: Iterator[FeedLine]
     cursor: str
@@ -41,9 +38,8 @@ class Changes:
 class LtaApi:
     """Enrollment, drops and forgets, and what the worker read, for one application.
 
-    `with LtaApi(settings) as api:` for the sync calls; `async with` for every call. The
-    database is opened (and its schema checked) on entering; everything opened is closed
-    on leaving. `transport` replaces the network (tests pass the simulator's).
+    `with` for the sync calls, `async with` for every call (docs/python-api.md);
+    `transport` replaces the network (tests).
 
     Raises (on entering):
         SchemaOutdatedError: no database, no schema, or an older one (`db upgrade`).
@@ -80,16 +76,14 @@ class LtaApi:
         await self._runtime.__aexit__(*exc)
 
     def start_enrollment(self, user: str) -> str:
-        """The consent URL to send `user`'s browser to (sync). Writes a pending consent
-        (its PKCE verifier encrypted), valid 10 minutes; reads the key file."""
+        """The consent URL to send `user`'s browser to (sync; a pending consent, 10 minutes)."""
         return self._runtime.enrollment().start(user)
 
     async def finish_enrollment(
         self, user: str, redirect_url: str, *, state: str | None = None
     ) -> EnrollResult:
         """Finish what `start_enrollment` began, from the URL the service redirected the
-        browser to (async): exchanges the code, creates the long term token, stores it
-        encrypted (the user `active`, due now; a `user.enrolled` or `user.rotated` event).
+        browser to (async): the long term token created and stored, the user `active`.
 
         Raises:
             UsageError: no code, or the consent is unknown, used, expired or another user's.
@@ -105,8 +99,7 @@ class LtaApi:
         return await self._runtime.enrollment().from_user_token(user, token)
 
     def enrollment_link(self, user: str, valid: timedelta = timedelta(days=1)) -> str:
-        """A signed, single-use link to the browser enrollment `serve` hosts (sync; writes
-        nothing). Needs `enroll.public_url` and `enroll.link_key_file`.
+        """A signed, single-use link to the browser enrollment `serve` hosts (sync).
 
         Raises:
             ConfigError: either setting is missing, or the key file is unusable.
@@ -119,8 +112,7 @@ class LtaApi:
         return links.make(user, runtime.clock.now(), valid)
 
     async def drop(self, user: str) -> DropResult:
-        """End `user`'s access (async): marks it `dropping`, sends the DELETE, and once the
-        service confirms deletes the token (`dropped`); unconfirmed, `run`/`serve` retry.
+        """End `user`'s access (async): `dropping`, then `dropped` once the service confirms.
 
         Raises:
             UnknownUserError: no such user.
@@ -128,8 +120,7 @@ class LtaApi:
         return await self._runtime.lifecycle().drop(user)
 
     async def forget(self, user: str) -> DropResult:
-        """Drop `user` and purge every stored result of theirs at once (async): for a user
-        who deleted their account with the application.
+        """Drop `user` and purge every stored result of theirs at once (async).
 
         Raises:
             UnknownUserError: no such user.
@@ -159,8 +150,7 @@ class LtaApi:
         return [cast("ResultLine", result_json(row)) for row in store.export_results(user)]
 
     def changes(self, cursor: str | int = 0, *, user: str | None = None) -> Changes:
-        """The results stored after `cursor` (0: from the start), of every user or one, and
-        the cursor to keep (sync, reads only): the feed of `results export --changed-since`.
+        """The change feed after `cursor` (0: from the start), of every user or one (sync).
 
         Raises:
             CursorError: a cursor this database never issued (read again from 0).

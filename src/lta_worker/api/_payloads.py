@@ -1,7 +1,5 @@
-"""The JSON an application receives, as types: webhook bodies (docs/webhooks.md) and the
-lines of the change feed and of `results export`, which `LtaApi.results` and
-`LtaApi.changes` return too. docs/schemas/ has the same as JSON Schema; a test checks both
-against what the sender and the feed produce.
+"""The JSON an application receives, as types: webhook bodies (docs/webhooks.md), feed and
+`results export` lines; docs/schemas/ has them as JSON Schema, tested against the code.
 """
 
 from __future__ import annotations

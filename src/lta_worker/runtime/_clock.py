@@ -1,6 +1,5 @@
-"""The clock, injected from the top: wall time for the database, monotonic time and sleep
-for waiting. Only the shell reads the real clock (`SystemClock`); everything below takes a
-`Clock` or plain `now` values, so a pass can run on virtual time."""
+"""The clock, injected from the top (`SystemClock` is the real one), so a pass can run on
+virtual time."""
 
 from __future__ import annotations
 

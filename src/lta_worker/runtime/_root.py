@@ -1,11 +1,7 @@
-"""The composition root: `Runtime`, built once from `Settings`, owns the store, the vault,
-the API client, the pacer and the clock, and hands each part the settings section it reads.
-
-Parts are opened on first use and closed together: `status` never loads the key file and
-a `run` with nothing due never builds the HTTP client (httpx, httpcore and a TLS context
-cost it about 0.15 s). The secret files are read here and nowhere else (`secret_files`),
-each registered with the log redactor once, and the client secret again on `reload`. The
-API client holds the client secret; nothing else is handed it.
+"""The composition root: `Runtime` owns the store, the vault, the API client, the pacer and
+the clock, opened on first use (`status` never loads httpx) and closed together. Secret
+files are read here only, each registered with the log redactor; only the API client
+holds the client secret.
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ from lta_worker.config import Settings, read_client_secret, read_link_keys, read
 from lta_worker.errors import KeyFileError
 from lta_worker.runtime._clock import Clock, SystemClock
 
-# httpx, the API client, the pacer, enrollment and structlog (`logs`) are imported where
-# they are used: `status` reads the database and nothing else.
 if TYPE_CHECKING:
     import httpx
 
@@ -32,7 +26,7 @@ if TYPE_CHECKING:
     from lta_worker.storage import Store, Vault
     from lta_worker.upstream import ApiClient, WebhookSender
 
-# The secret files by `check`'s name for them, with their readers.
+# The secret files by `check`'s name for them.
 READERS: Final[Mapping[str, Callable[[Settings], object]]] = {
     "client_secret": read_client_secret,
     "webhook_secret": read_webhook_secret,
@@ -50,12 +44,9 @@ def instance_ttl(settings: Settings) -> timedelta:
 class Runtime:
     """Store, vault, API client, pacer and clock, built from `settings` on first use.
 
-    `with Runtime(settings) as rt:` for what needs no HTTP, `async with` for the rest;
-    everything opened is closed at the end of the block. `read_only`: the database is
-    opened read-only, its schema checked, never created nor migrated (`status`, `users
-    list`, `results export`, `check`). `migrate=False`: written to but never migrated, its
-    schema checked as with `read_only` (the Python API, `lta_worker.api`). `transport` and
-    `webhook_transport` replace the network (tests pass the simulator's).
+    `with` for what needs no HTTP, `async with` for the rest. `read_only`: the database is
+    never written, created nor migrated, only its schema checked; `migrate=False`: written
+    but never migrated (`lta_worker.api`). `transport`s replace the network (tests).
     """
 
     def __init__(
@@ -121,11 +112,10 @@ class Runtime:
     @property
     def store(self) -> Store:
         """The database: migrated on opening, or with `read_only` or `migrate=False` only
-        checked (`result.changed` queued as `[webhook]` asks unless read-only).
+        checked.
 
         Raises:
-            SchemaOutdatedError: not migrating, and no schema or an older one (NoDatabaseError:
-                no SQLite file).
+            SchemaOutdatedError: not migrating, and no schema or an older one.
             SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
             StorageError: the database cannot be reached (exit 75).
         """
@@ -162,9 +152,8 @@ class Runtime:
         """The key file read now, under `settings` (those in force by default).
 
         Raises:
-            KeyFileError: the file is unusable (exit 78); with `explain`, a missing file is
-                explained by the key ids the database's tokens use, when it is open or can
-                be opened read-only (`missing_key_file`).
+            KeyFileError: the file is unusable (exit 78); with `explain`, a missing one is
+                explained by the key ids in use (`missing_key_file`).
             UnknownKeyError: the file lacks one of the key ids `needs`.
         """
         from lta_worker.storage import Vault
@@ -201,9 +190,8 @@ class Runtime:
         return self._secrets[name]
 
     def secret_files(self) -> dict[str, Callable[[], object]]:
-        """Every secret file `run` or `serve` reads at start, by name, with its reader: the
-        client secret always, the webhook secret with `webhook.url`, the link keys with
-        `enroll.listen`. `check` runs exactly these, so that it fails where they would."""
+        """Every secret file `run` or `serve` reads at start, by name, with its reader (`check`
+        runs exactly these, so that it fails where they would)."""
         names = ["client_secret"]
         if self.settings.webhook.url is not None:
             names.append("webhook_secret")
@@ -226,8 +214,7 @@ class Runtime:
 
     @property
     def api(self) -> ApiClient:
-        """The API client, holding the client id and secret (inside `async with` only);
-        built again after a `reload`."""
+        """The API client (inside `async with` only); built again after a `reload`."""
         if self._api is None:
             from lta_worker.upstream import ApiClient
 
@@ -263,8 +250,8 @@ class Runtime:
         return self._pacer
 
     async def start(self) -> None:
-        """What `run` and `serve` need besides the store, loaded now so that a problem
-        stops the start: the vault, every secret file, the webhook sender, the pacer."""
+        """Load the vault, every secret file, the webhook sender and the pacer now, so that a
+        problem stops `run` or `serve` at start."""
         _ = self.vault
         for read in self.secret_files().values():
             read()
@@ -292,8 +279,7 @@ class Runtime:
         )
 
     def lifecycle(self) -> Lifecycle:
-        """Drops and forgets over these parts; the key file and the client secret are read
-        first, so that a problem with either changes nothing."""
+        """Drops and forgets over these parts (the key file and client secret read first)."""
         from lta_worker.enrollment import Lifecycle
 
         vault = self.vault
@@ -303,13 +289,9 @@ class Runtime:
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
         """Re-read the key file and the client secret and take the new settings (SIGHUP).
 
-        Everything is loaded before anything is replaced, so a broken new config or key
-        file leaves the runtime as it was; so does a key file that lacks one of
-        `key_ids_in_use` (`UnknownKeyError`: stored tokens would no longer decrypt). What
-        was set up at start from `FIXED` sections (the store, the HTTP client, the webhook
-        sender, the enrollment and metrics listeners) needs a restart; a change to them is
-        reported (`service.reload_partial`), not applied, so that the settings shown are
-        the ones in force. The API client is built again with the new secret.
+        All is loaded before anything is replaced: a broken file, or a key file lacking one
+        of `key_ids_in_use`, leaves the runtime as it was. A change to a `FIXED` section is
+        reported (`service.reload_partial`), not applied: it needs a restart.
         """
         from lta_worker.logs import get_logger, register_secret
 
@@ -326,17 +308,14 @@ class Runtime:
         self._api = None
 
     def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
-        """Re-read the key file alone, under the settings in force. Loaded before it
-        replaces the keys in force: a file that still lacks one of `key_ids_in_use`
-        (`UnknownKeyError`) or is broken leaves them as they were."""
+        """Re-read the key file alone; a broken one, or one lacking one of `key_ids_in_use`,
+        leaves the keys in force as they were."""
         self._vault = self.read_key_file(needs=key_ids_in_use)
 
 
 def missing_key_file(exc: KeyFileError, in_use: Mapping[str, int]) -> KeyFileError:
-    """The error for a key file that does not exist, given the key ids the database's
-    tokens (and pending enrollments) are encrypted under: with any, the file must be
-    restored, since a new key cannot decrypt them (reason `missing_in_use`); with none, a
-    new key file is the cure (reason `missing_empty`)."""
+    """The error for a missing key file given the key ids in use: restore it
+    (`missing_in_use`), or, with none, make a new one (`missing_empty`)."""
     if not in_use:
         return KeyFileError(
             f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds no token yet",

@@ -1,27 +1,8 @@
-"""Writing a batch of users' turns with a few statements, whatever the size of the batch.
-
-A pass writes a turn per user; at hundreds of reads a second, one statement per user and
-per snapshot (each built, compiled from the cache and executed alone) cost more than the
-reads. Here a batch of turns takes, whatever its size:
-
-1. a `SELECT ... FOR UPDATE` of the batch's users (every change of a lease but its
-   renewal takes their lock first on PostgreSQL; SQLite's write transaction already
-   excludes other writers), then one SELECT of the users and their leases to see which
-   still have the generation and the lease the turn was decided under: the fence. The
-   others are not written (`changed`);
-2. one UPDATE of `users` run with `executemany`, one per shape of update (with a poll
-   time or not, what happens to the token), which also writes the lease's generation back
-   into the row; then one DELETE of the written users' leases;
-3. one SELECT of the written users' snapshots, compared in Python with what the turns
-   read: a new or changed content is upserted (`INSERT ... ON CONFLICT DO UPDATE`) and
-   appended to history (numbered for the change feed, `_feed`) and reported to the caller
-   (`ResultChange`, for the `result.changed` event), the same content only moves
-   `fetched_at`, a write not newer than the stored one (a replay) writes nothing. Each is
-   one `executemany`.
-
-The caller runs this under a SAVEPOINT; when it fails (one user's payload that is not JSON,
-a constraint), the batch is rolled back and written again one user at a time to find the
-culprit, so one user's failure never blocks its batch-mates (see `users.apply`).
+"""Writing a batch of users' turns with a few statements, whatever the size of the batch
+(one statement per user cost more than the reads): lock and fence the users (`_fence`),
+one `executemany` UPDATE per shape of update, then the snapshots compared in Python and
+upserted, history appended (`_feed`) and changes reported (`ResultChange`). The caller
+(`UserQueries.apply`) runs it under a SAVEPOINT and retries user by user when it fails.
 """
 
 from __future__ import annotations
@@ -44,8 +25,7 @@ LEASES: Final = UserLease.__table__
 SNAPSHOTS: Final = Snapshot.__table__
 HISTORY: Final = History.__table__
 
-# What an update does to the token: keep it, clear it, clear it and stamp revoked_at or
-# dropped_at once.
+# None: keep the token; "clear"; or the state whose stamp (revoked_at, dropped_at) to set.
 _TokenAction = str | None
 # (sets last_polled_at, token, sets the freshness estimate)
 _Shape = tuple[bool, _TokenAction, bool]
@@ -64,11 +44,7 @@ class ResultChange(NamedTuple):
 
 
 def without_repeats(updates: Sequence[UserUpdate]) -> Iterator[list[UserUpdate]]:
-    """The updates in order, cut into runs in which each user appears once.
-
-    A batch is written as a set; two turns of one user in a batch are written one after
-    the other, as separate runs, as the per-user path would.
-    """
+    """The updates in order, cut into runs in which each user appears once."""
     run: list[UserUpdate] = []
     seen: set[int] = set()
     for upd in updates:
@@ -90,12 +66,8 @@ def write_batch(
     *,
     changes: list[ResultChange] | None = None,
 ) -> set[int]:
-    """Write `updates` (each user at most once); return the ids of the users written.
-
-    Each user's row takes its current generation (a lease's goes back into `users`); with
-    `owner`, the written users' leases end. `changes` receives each content stored that
-    differs from the one before, once every statement succeeded.
-    """
+    """Write `updates` (each user at most once), ending `owner`'s leases on them; return the
+    ids written. `changes` receives each changed content once every statement succeeded."""
     hits = _fence(conn, updates, owner)
     if not hits:
         return set()
@@ -118,17 +90,13 @@ def write_batch(
 
 
 def _fence(conn: Connection, updates: Sequence[UserUpdate], owner: str | None) -> dict[int, int]:
-    """The users of `updates` that keep the generation (when given) and the lease (`owner`),
-    each with its current generation (its lease's while leased)."""
+    """The users of `updates` still at their generation and leased to `owner`, with their
+    current generation."""
     u, le = USERS.c, LEASES.c
     ids = [upd.user_id for upd in updates]
-    # PostgreSQL: lock first, then read, in two statements (SQLite's write transaction is
-    # the lock already: nothing to send there). One `SELECT ... FOR UPDATE OF users`
-    # joined with the leases that waited for a lifecycle command's lock (`begin_drop` ends
-    # the pass's lease and leases the user to itself) re-reads only the locked users rows
-    # when it gets them: the lease it returns is the one of the statement's start, the
-    # pass's own, so a decision about a user `users drop` took was written (issue 28). The
-    # second statement reads what is committed once the locks are held.
+    # PostgreSQL: lock, then read, in two statements. One `FOR UPDATE OF users` joined with
+    # the leases would return, after waiting for `begin_drop`'s lock, the lease of the
+    # statement's start (the pass's own), and write a decision about a dropped user (issue 28).
     if conn.dialect.name == "postgresql":
         conn.execute(select(u.id).where(u.id.in_(ids)).order_by(u.id).with_for_update())
     query = (
@@ -183,7 +151,7 @@ def _user_params(upd: UserUpdate, now: datetime | None) -> tuple[_Shape, dict[st
                 raise ValueError("deleting a token needs `now` or the update's last_polled_at")
             params["b_stamp"] = when
     estimated = upd.estimate is not None
-    if upd.estimate is not None:  # the freshness estimate (migration 0004)
+    if upd.estimate is not None:
         params["b_estimate"] = upd.estimate.to_json()
         params["b_plan_bucket"], params["b_rate_bucket"] = upd.estimate.buckets()
     return (polled, erase, estimated), params
@@ -229,8 +197,8 @@ def _user_statement(shape: _Shape) -> Any:
 def _write_snapshots(
     conn: Connection, dialect: Dialect, written: Sequence[UserUpdate]
 ) -> list[ResultChange]:
-    """Upsert the written users' snapshots; append history where the content changed, and
-    return those changes."""
+    """Upsert the written users' snapshots, append history where the content changed; return
+    those changes."""
     writes = [(upd, snap) for upd in written for snap in upd.snapshots]
     if not writes:
         return []

@@ -1,24 +1,10 @@
 """Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
 
-SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on. The sqlite3 module's
-own transaction handling is switched off and SQLAlchemy emits BEGIN itself, so that write
-transactions start with `BEGIN IMMEDIATE`: they take the write lock up front and wait for it
-(busy timeout) instead of failing with "database is locked" when a deferred read transaction
-tries to upgrade while another process writes. Reads use a plain deferred BEGIN; under WAL
-they never block writers.
-
-PostgreSQL goes through psycopg 3: `postgresql://` and `postgres://` map to
-`postgresql+psycopg://`. No wait is unbounded (`WAIT_S`, the same bound as SQLite's busy
-timeout): connecting (`connect_timeout`), data the server does not acknowledge
-(`tcp_user_timeout`), a statement and a lock (`statement_timeout`, `lock_timeout`; not for
-migrations, which may take long), a pooled connection (`pool_timeout`). Past it the call
-fails as a `StorageError` (75). The URL's own `connect_timeout`, `tcp_user_timeout` and
-`options` (`-c lock_timeout=...`) win.
-
-Read-only (`Database.open(url, read_only=True)`, for `status`, `users list`, `results export`
-and `check`): SQLite opens the existing file with `mode=ro` (never creating it, its
-directory or its WAL switch), PostgreSQL sets `default_transaction_read_only`, so such a
-command cannot write even by mistake.
+SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on; writes start with `BEGIN
+IMMEDIATE` (the write lock taken up front, never "database is locked" on upgrade). PostgreSQL
+(psycopg 3): every wait bounded by `WAIT_S` (connect, TCP, statement, lock, pool) unless the
+URL says otherwise. Read-only opens (`mode=ro`, `default_transaction_read_only`) cannot write.
+docs/operations.md, *PostgreSQL for several instances* and *Read-only commands*.
 """
 
 from __future__ import annotations
@@ -57,7 +43,6 @@ from lta_worker.storage._dberrors import DATABASE_ERRORS, SQLITE_WRITABLE_HINT, 
 
 Dialect = Literal["sqlite", "postgresql"]
 
-# The longest one database operation waits (see the module), in seconds.
 WAIT_S = 30
 BUSY_TIMEOUT_MS = WAIT_S * 1000
 _BEGIN_OPTION = "lta_sqlite_begin"
@@ -70,7 +55,7 @@ def normalize_url(url: str | URL) -> URL:
     """Parse a database URL; `postgresql://` and `postgres://` become `postgresql+psycopg://`.
 
     Raises:
-        ConfigError: naming `database.url` when the URL cannot be used.
+        ConfigError: naming `database.url`.
     """
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url.removeprefix("postgres://")
@@ -100,13 +85,8 @@ def sqlite_path(url: URL) -> Path | None:
 
 
 def _prepare_sqlite_file(path: Path) -> None:
-    """Create the parent directory and an empty 0600 file, so WAL files inherit 0600 too;
-    refuse a database file that others may read (it holds results and encrypted tokens).
-
-    Raises:
-        ConfigError: naming `database.url` when the directory or the file cannot be created,
-            or the file is not a regular file, or others have access to it.
-    """
+    """Create the directory and an empty 0600 file (WAL files inherit it); ConfigError when
+    that fails or others may read the file (`check_database_mode`)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
@@ -128,10 +108,8 @@ def _prepare_sqlite_file(path: Path) -> None:
 
 
 def check_database_mode(path: Path, mode: int) -> None:
-    """Refuse a SQLite database file that is not a regular file or that others can access.
-
-    Group access is allowed: the client's own application may read the results through a
-    shared group (mode 0640).
+    """Refuse a SQLite database file that is not a regular file or that others can access
+    (group access is allowed: mode 0640 lets the client's application read results).
 
     Raises:
         ConfigError: naming `database.url`.
@@ -148,8 +126,7 @@ def check_database_mode(path: Path, mode: int) -> None:
 
 
 def require_sqlite_writable(path: Path) -> None:
-    """Refuse a SQLite database this user could not write: the file (when it exists) or its
-    directory, where the WAL and journal files go. Judged with `os.access`: writes nothing.
+    """Refuse a SQLite database (file or directory) this user could not write; writes nothing.
 
     Raises:
         ConfigError: naming `database.url`, with the hint a failed write would give.
@@ -180,12 +157,8 @@ def _sqlite_on_connect(dbapi_connection: Any, record: Any) -> None:
 
 
 def _enable_wal(conn: Any) -> None:
-    """Switch the file to WAL (persistent: a no-op once done), riding out a busy file.
-
-    SQLite may answer "database is locked" to the switch without calling the busy handler
-    (it avoids a deadlock that way), for instance while another process creates the same new
-    database; so the switch is retried for up to the busy timeout.
-    """
+    """Switch the file to WAL, retried up to the busy timeout: SQLite may answer "locked"
+    to the switch without calling its busy handler (another process creating the file)."""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
@@ -199,12 +172,7 @@ def _enable_wal(conn: Any) -> None:
 
 
 def _existing_sqlite_file(path: Path) -> None:
-    """A read-only open needs the file: a missing one is a database never set up.
-
-    Raises:
-        NoDatabaseError: the file does not exist (exit 78, advice `db upgrade`).
-        ConfigError: naming `database.url`, when it cannot be used (as `check_database_mode`).
-    """
+    """Raise NoDatabaseError when the file is missing, ConfigError when it cannot be used."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -228,11 +196,9 @@ def _create_readonly_engine(url: URL) -> Engine:
         _existing_sqlite_file(path)
         target = f"file:{quote(str(path.resolve()))}?mode=ro"
         if not Path(f"{path}-wal").exists():
-            # No writer holds the database (the last one checkpointed and removed its WAL):
-            # read the file alone. A read-only connection would otherwise create -wal and
-            # -shm files owned by whoever runs the command (root), which lock the
-            # service's own user out; a writer starting meanwhile appends to its new WAL
-            # and leaves the main file as it is until a checkpoint.
+            # No writer holds it: read the file alone. A read-only connection would create
+            # -wal and -shm files owned by whoever runs the command (root), locking the
+            # service's user out; a writer starting meanwhile leaves the main file as is.
             target += "&immutable=1"
         engine = create_engine(
             url,
@@ -245,7 +211,6 @@ def _create_readonly_engine(url: URL) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect_ro)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    # A read-only command: a small pool, and every transaction read-only on the server.
     return _postgresql_engine(
         url, "-c default_transaction_read_only=on", pool_size=2, max_overflow=2
     )
@@ -274,8 +239,7 @@ def create_store_engine(url: URL) -> Engine:
 
 
 def _postgresql_engine(url: URL, options: str = "", **pool: Any) -> Engine:
-    """A PostgreSQL engine through psycopg 3, every wait bounded (see the module), `options`
-    last (ConfigError naming the extra without psycopg)."""
+    """A PostgreSQL engine through psycopg 3, every wait bounded, `options` last."""
     query = url.query
     bounds = {"connect_timeout": WAIT_S, "tcp_user_timeout": WAIT_S * 1000}
     connect_args: dict[str, Any] = {k: v for k, v in bounds.items() if k not in query}
@@ -319,20 +283,29 @@ class Database:
 
     @classmethod
     def open(cls, url: str | URL, *, read_only: bool = False) -> Database:
-        """Open (lazily connect to) the database at `url`; read-only: see the module."""
+        """Open (lazily connect to) the database at `url`."""
         parsed = normalize_url(url)
         engine = _create_readonly_engine(parsed) if read_only else create_store_engine(parsed)
         dialect: Dialect = "sqlite" if parsed.get_backend_name() == "sqlite" else "postgresql"
         return cls(engine=engine, dialect=dialect, path=sqlite_path(parsed), read_only=read_only)
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends."""
+    def write(self, *, foreign_keys: bool = True) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed when the block ends;
+        `foreign_keys=False`: SQLite enforces none in it (see `migrations/env.py`)."""
         with self._mapped_errors(), self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                yield conn
+            # SQLite ignores the pragma inside a transaction: set it before BEGIN.
+            raw = conn.connection.driver_connection if self.dialect == "sqlite" else None
+            if raw is not None and not foreign_keys:
+                raw.execute("PRAGMA foreign_keys = OFF")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if raw is not None and not foreign_keys:
+                    raw.execute("PRAGMA foreign_keys = ON")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -355,8 +328,7 @@ class Database:
         after: tuple[Any, ...],
         batch: int,
     ) -> Iterator[Row[Any]]:
-        """The rows of `query` past `after` in the order of `keys` (selected columns), read
-        in batches of `batch`, one short transaction each (keyset pagination)."""
+        """The rows of `query` past `after` in `keys` order, one short transaction per batch."""
         while True:
             page = query.where(tuple_(*keys) > tuple_(*after)).order_by(*keys).limit(batch)
             with self.read() as conn:
@@ -372,9 +344,7 @@ class Database:
 
 
 def insert_for(dialect: Dialect, table: Any) -> Any:
-    """An INSERT into `table` with its backend's `on_conflict_do_nothing` and
-    `on_conflict_do_update` (the same arguments on both); the dialect module is imported on
-    first use (PostgreSQL's is slow to import)."""
+    """An INSERT with the backend's `on_conflict_do_*` (PostgreSQL's module is slow to import)."""
     return import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
 
 

@@ -1,19 +1,8 @@
-"""Driver errors sorted into configuration (exit 78) and temporary (exit 75).
+"""Driver errors sorted into configuration (`ConfigError` naming `database.url`, exit 78) and
+temporary (`StorageError`, exit 75; anything not recognised, a pool timeout too).
 
-A database that does not exist, a role that does not exist or is refused, a bad `sslmode`
-or connection option, a server without the TLS the URL asks for, a SQLite file that cannot
-be opened or written, a SQLite file that is not a database (SQLITE_NOTADB) or is corrupt
-(SQLITE_CORRUPT): the operator fixes `database.url` (or the file's directory, or restores
-the file), so it is a `ConfigError` naming `database.url`. A server that is down or
-starting, too many connections, a full disk, a lock, a serialization failure: a rerun later
-can succeed, so it is a `StorageError` (75). Anything not recognised is temporary, and so
-is a pool with no connection free in time (every one held by a call the database does not
-answer: a stall).
-
-PostgreSQL reports no SQLSTATE for a failed connection (libpq's message is all there is),
-so connection errors are matched on libpq's English messages; a server whose
-`lc_messages` is not English falls back to temporary. Errors on an open connection carry
-their SQLSTATE, which decides first. No message ever holds the URL's password.
+A failed PostgreSQL connection has no SQLSTATE: libpq's English messages are matched (other
+languages fall back to temporary). No message ever holds the URL's password.
 """
 
 from __future__ import annotations
@@ -61,7 +50,7 @@ SQLITE_WRITABLE_HINT: Final = (
     "make the SQLite file and its directory writable by the user running lta-worker, "
     "or set database.url"
 )
-# SQLite's primary result codes (the low byte of an extended code) for a damaged file.
+# SQLite's primary result codes (the low byte of an extended code).
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_NOTADB: Final = 26
 _NOTADB_HINT: Final = (
@@ -111,16 +100,13 @@ def _damaged_sqlite(exc: DBAPIError, path: Path | None) -> ConfigError | None:
     return ConfigError(message, key=_SETTING, hint=_CORRUPT_HINT)
 
 
-# What the database layer raises that `map_driver_error` sorts: a driver error, or the
-# pool's "no connection free in time".
 DATABASE_ERRORS: Final = (DBAPIError, PoolTimeout)
 
 
 def map_driver_error(
     exc: DBAPIError | PoolTimeout, password: str | None = None, path: Path | None = None
 ) -> LtaError:
-    """The lta-worker error for a driver error: ConfigError (78) or StorageError (75);
-    `path` is the SQLite file, named in the message when the file itself is damaged."""
+    """The lta-worker error for a driver error (or pool timeout): ConfigError or StorageError."""
     if not isinstance(exc, DBAPIError):
         return StorageError(
             "no database connection came free in time: the database answers slowly or not "

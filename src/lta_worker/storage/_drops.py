@@ -1,16 +1,9 @@
 """Queries of the two-phase drop: mark a user `dropping`, then confirm or retry the DELETE.
 
-`users drop` / `users forget` first mark the user `dropping` (bumping its generation, so a
-running pass's decision about it is discarded), keep the token only to send the DELETE,
-and delete it only once the service confirmed. A drop the service did not confirm stays
-`dropping`, due for a retry at `next_due_at`, and `run` / `serve` retry it.
-
-One DELETE at a time per user, whoever sends it: the sender holds the user's lease (the
-same `user_leases` row a pass's claim is) while its read and DELETE are out. `begin_drop`
-takes it for the command, `claim_drops` for a retry of `run` / `serve`, and neither takes
-a live one, so no instance retries a drop a command is sending (nor the other way round),
-on SQLite as on PostgreSQL. `finish_drop` and `defer_drop` end it with their write; one
-left by a sender that died expires, and the drop is retried then.
+The token is kept only to send the DELETE and deleted once the service confirmed; an
+unconfirmed drop stays `dropping`, retried by `run` / `serve`. One DELETE at a time per
+user: its sender holds the user's lease (`begin_drop` for a command, `claim_drops` for a
+retry), and neither takes a live one.
 """
 
 from __future__ import annotations
@@ -39,10 +32,8 @@ from lta_worker.storage._users import USER_COLUMNS, to_user_row
 class DropStart:
     """The user before `begin_drop` and after it (the same row when nothing changed).
 
-    `in_flight`: the user is `dropping` and another sender's DELETE is out (its lease is
-    live): nothing was changed, and no second DELETE may be sent. `owner`: the lease the
-    command holds for its DELETE (to `release` it if the command stops before its write).
-    `purged`: the stored results removed (`purge`), None when none were asked for.
+    `in_flight`: another sender's DELETE is out, nothing changed. `owner`: the command's lease
+    for its DELETE. `purged`: the results removed (`purge`), None when none were asked for.
     """
 
     before: UserRow
@@ -57,8 +48,7 @@ _LEARNED = ("estimate", "plan_bucket", "rate_bucket", "last_polled_at", "last_co
 
 
 def drop_owner() -> str:
-    """The lease owner of one drop command: its host and process, and a random part (two
-    commands of one process, a pid reused); `DROP_OWNER_PREFIX` marks it as no instance's."""
+    """The lease owner of one drop command: `DROP_OWNER_PREFIX`, host, pid, a random part."""
     host = socket.gethostname()[:64]
     return f"{leases.DROP_OWNER_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
 
@@ -82,18 +72,12 @@ class DropQueries(Queries):
         lease_until: datetime | None = None,
         purge: bool = False,
     ) -> DropStart:
-        """Mark the user `dropping` (due for a DELETE now) and bump its generation; with
-        `lease_until`, lease the user to the command until then, for the DELETE it is about to
-        send (`DropStart.owner`); with `purge` (`users forget`), delete every stored result of
-        the user in the same transaction, whatever else it does: the results are gone if and
-        only if the command's first write is (a forget cut off before it purged nothing and
-        changed nothing; once it committed no pass can write any back, issue 28).
+        """Mark the user `dropping` (due now), bump its generation, end a pass's lease on it.
 
-        A user without a token (revoked, dropped) is left exactly as it is: no relabel, no
-        retention clock restart. A user already `dropping` gets a new generation and is due
-        now (the command retries the DELETE itself), unless another sender holds a live lease
-        on it (`in_flight`: left as it is). A pass's lease on a user being read is ended: a
-        lifecycle command wins over a pass.
+        `lease_until`: lease it to the command for its DELETE (`DropStart.owner`). `purge`
+        (`users forget`): delete its results in the same transaction, so they are gone if
+        and only if this write is (issue 28). A user without a token is left as it is; one
+        whose DELETE another sender has out is `in_flight`.
 
         Raises:
             UnknownUserError: no such user.
@@ -130,7 +114,6 @@ class DropQueries(Queries):
             owner = None
             if lease_until is not None:
                 owner = drop_owner()
-                # The lease's generation is the row's new one: the drop's fencing token as is.
                 conn.execute(
                     insert(LEASES).values(
                         user_id=after.id,
@@ -144,9 +127,7 @@ class DropQueries(Queries):
         return DropStart(before, after, owner=owner, purged=purged)
 
     def _forget(self, conn: Connection, row: UserRow, now: datetime) -> int:
-        """`users forget`'s part of `begin_drop`: purge the user's results, its waiting
-        events (their content with them) and what the worker learned of it; refuse the
-        links issued before now; tell the feed and the receiver. How many results went."""
+        """Purge the user's results, waiting events and learned state; how many results went."""
         purged = results.purge_user(conn, row.id)
         conn.execute(delete(OutboxEvent).where(OutboxEvent.user == row.user))
         conn.execute(
@@ -160,11 +141,8 @@ class DropQueries(Queries):
         return purged
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
-        """The service confirmed the DELETE: delete the token, state `dropped`; True if written.
-
-        Written only while the row is still `dropping` with `generation`: a user re-enrolled
-        since (a new token) keeps it.
-        """
+        """The DELETE was confirmed: delete the token, state `dropped`, while the row is still
+        `dropping` with `generation` (a re-enrolled user keeps its new one); True if written."""
         with self._db.write() as conn:
             result = conn.execute(
                 update(User)

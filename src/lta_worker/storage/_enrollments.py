@@ -1,12 +1,8 @@
 """Pending enrollments: a started consent, found again by its OAuth state, used once.
 
-Only the sha256 of the state is stored, so a copy of the database cannot be used to finish
-someone's consent; the PKCE verifier is stored encrypted by the vault (purpose `verifier`).
-
-A spent enrollment link is kept in the same table until the link expires (`spend_link`), so
-that a link starts one consent only: a row keyed by the sha256 of `link:NONCE`, already
-used (no take ever returns it), with no verifier and the empty key id `LINK_MARK` (a key id
-never is empty). The purge keeps it until its expiry, and deletes other used rows at once.
+Only the sha256 of the state is stored, the PKCE verifier encrypted. A spent enrollment
+link is a used row keyed by the sha256 of `link:NONCE`, with the empty key id `LINK_MARK`,
+kept until the link expires so a link starts one consent only.
 """
 
 from __future__ import annotations
@@ -61,8 +57,7 @@ class EnrollmentQueries(Queries):
             )
 
     def _take(self, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
-        """Mark the matching live pending enrollment used, in one UPDATE ... RETURNING, so
-        two concurrent takes never both succeed."""
+        """Mark the matching live pending enrollment used (one UPDATE: one take wins)."""
         stmt = (
             update(Row)
             .where(match, Row.used_at.is_(None), Row.expires_at > now)

@@ -1,32 +1,12 @@
 """The change feed: the results stored after a cursor, and the cursor to pass next time.
 
-Each history row (a content that differs from the one stored before it) and each forget
-line (`feed_gone`: a user's results purged) carries `seq`, the number of the transaction
-that wrote it, and a reader takes the rows with `cursor <= seq < bound`, where `bound` is a
-number below which every writing transaction has ended:
-
-- PostgreSQL: `seq` is the writing transaction's id (`pg_current_xact_id()`, the top-level
-  one even under a SAVEPOINT) plus `feed_counter.pg_offset`, and `bound` the oldest
-  transaction still running when the reader looks (`pg_snapshot_xmin`) plus the same. A
-  transaction that took its id before another but commits after it is still running at
-  the reader's look, so its rows are not skipped: the reader stops below it and returns
-  them next time. Ids grow across every connection of the server, so two instances and a
-  clock step change nothing; a transaction left open for long only delays the feed.
-- SQLite: one writer at a time; each write that appends to the feed takes the next value of
-  `feed_counter` in its own transaction (never less than the database's clock in
-  microseconds, so that writes after a restore from a backup number above every cursor
-  issued before it), and `bound` is the counter's value plus one.
-
-`bound` is read before the rows: every row below it is committed by then, so the rows can be
-read in batches, each in a transaction of its own. Rows older than the feed have seq 0.
-
-A cursor is `HISTORY_ID.BOUND` (or `0`: from the start): it names this database's history
-(`feed_counter.history_id`, random, made by migration 0010), so a cursor of another
-database is refused, as one beyond the bound is (forged, or kept from before a restore:
-this database never issued it), never answered with nothing. A restore of a PostgreSQL dump
-into another cluster (whose transaction ids start again) is found by `follow_cluster` when
-`run`, `serve` or `db upgrade` start: the history gets a new id (every older cursor is
-refused) and an offset that numbers new rows above the restored ones.
+Each history row and forget line (`feed_gone`) carries `seq`, the number of the transaction
+that wrote it; a reader takes `cursor <= seq < bound`, `bound` being a number below which
+every writing transaction has ended: on PostgreSQL the transaction id (plus `pg_offset`)
+and the oldest one still running, on SQLite a counter taken under the write lock (never
+below the clock in microseconds, for restores). A cursor, `HISTORY_ID.BOUND`, names this
+database's history, so a cursor it never issued is refused; `follow_cluster` renumbers after
+a restore into another PostgreSQL cluster. docs/operations.md, *Exports, history and retention*.
 """
 
 from __future__ import annotations
@@ -45,7 +25,7 @@ from lta_worker.storage._db import Database, Dialect, Queries
 from lta_worker.storage._models import FeedCounter, FeedGone, History, User
 from lta_worker.storage._results import result_row
 
-# The writing transaction's id as a number (xid8 has no cast to bigint but through text).
+# xid8 has no cast to bigint but through text.
 _PG_XACT: Final = "pg_current_xact_id()::text::bigint"
 _PG_BOUND: Final = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 _PG_NEXT: Final = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
@@ -79,7 +59,7 @@ def write_seq(conn: Connection, dialect: Dialect) -> Any:
 
 
 def _position(conn: Connection, dialect: Dialect) -> tuple[str, int]:
-    """This database's history id, and a number below which every transaction has ended."""
+    """This database's history id, and the bound."""
     row = conn.execute(
         select(FeedCounter.history_id, FeedCounter.value, FeedCounter.pg_offset).where(
             FeedCounter.id == 1
@@ -93,9 +73,8 @@ def _position(conn: Connection, dialect: Dialect) -> tuple[str, int]:
 
 
 def follow_cluster(db: Database) -> bool:
-    """PostgreSQL: after a restore into another cluster (its transaction ids start again),
-    give the history a new id and an offset numbering new rows above every stored one;
-    True when it did. Stamps the cluster on first use; a no-op on SQLite."""
+    """PostgreSQL, after a restore into another cluster: a new history id and an offset
+    numbering new rows above the stored ones; True when it did. No-op on SQLite."""
     if db.dialect != "postgresql":
         return False
     with db.write() as conn:
@@ -126,9 +105,7 @@ def follow_cluster(db: Database) -> bool:
 
 
 def _cluster(conn: Connection) -> str | None:
-    """The cluster's system identifier, or None where the role may not read it (a managed
-    service may revoke `pg_control_system()`): then only the stored rows' numbers tell a
-    restore into another cluster."""
+    """The cluster's system identifier, or None where the role may not read it."""
     try:
         with conn.begin_nested():
             return str(conn.execute(select(literal_column(_PG_SYSTEM))).scalar_one())
@@ -180,9 +157,8 @@ class FeedQueries(Queries):
     def changed_since(
         self, cursor: str | int, user: str | None = None, batch: int = 500
     ) -> ChangeFeed:
-        """The results stored at or after `cursor` (`0`: all; of one user when given),
-        oldest first, each purge of a user's results as a `UserForgotten` in its place, and
-        the cursor to pass next time.
+        """The results (and `UserForgotten` lines) stored at or after `cursor`, oldest
+        first, and the cursor to pass next time.
 
         Raises:
             CursorError: a cursor this database never issued (read again from `0`).
@@ -226,8 +202,7 @@ class FeedQueries(Queries):
 
 
 def record_gone(conn: Connection, dialect: Dialect, users: list[str], reason: str, at: Any) -> None:
-    """Write a feed line per user whose results were just purged (in the purge's
-    transaction)."""
+    """Write a feed line per user whose results were just purged."""
     if not users:
         return
     insert = FeedGone.__table__.insert().values(seq=write_seq(conn, dialect))

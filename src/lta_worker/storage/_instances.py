@@ -21,11 +21,8 @@ PASSES_KEPT = 1000
 
 T = TypeVar("T")
 BudgetFn = Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, T]]
-"""Given the row's observation (None: no row) and `reserved`, their new values and a result."""
 
-
-# The budget row has a column per field of `BudgetSeen`, of the same name; so has a pass's
-# row per field of `PassRecord`.
+# A column per field of `BudgetSeen` (the budget row) and of `PassRecord` (a pass's row).
 _SEEN: Final = tuple(field.name for field in fields(BudgetSeen))
 _PASS: Final = tuple(field.name for field in fields(PassRecord))
 
@@ -113,9 +110,8 @@ class InstanceQueries(Queries):
         answered: bool = False,
         stopped: str | None = None,
     ) -> PassRecord | None:
-        """The summary of the pass that finished last (`first`: the oldest kept), of those
-        that made reads (`read`), had reads the service answered (`answered`:
-        `PassRecord.answered`) or stopped as `stopped`, or None."""
+        """The summary of the pass that finished last (`first`: the oldest kept), that made
+        reads (`read`), had answered reads (`answered`) or stopped as `stopped`; or None."""
         order = (Pass.finished_at, Pass.id) if first else (Pass.finished_at.desc(), Pass.id.desc())
         query = select(Pass).order_by(*order)
         if stopped is not None:
@@ -126,8 +122,7 @@ class InstanceQueries(Queries):
             if not answered:
                 row = conn.execute(query.limit(1)).first()
                 return None if row is None else _pass_record(row)
-            # The outcome counts are JSON, read alike on every backend: the newest passes
-            # with reads are looked at in turn (usually the first one answers).
+            # The counts are JSON: the newest passes with reads are looked at in turn.
             for row in conn.execute(query.limit(PASSES_KEPT)):
                 record = _pass_record(row)
                 if record.answered:
@@ -135,11 +130,8 @@ class InstanceQueries(Queries):
         return None
 
     def record_budget(self, client_id: str, seen: BudgetSeen) -> None:
-        """Store what the service reported about the budget; `reserved` restarts at 0.
-
-        An observation older than the stored one (another instance saw a newer answer) is
-        ignored.
-        """
+        """Store what the service reported about the budget (unless older than the stored
+        one); `reserved` restarts at 0."""
         values = _budget_values(seen, 0)
         stmt = insert_for(self._db.dialect, ClientBudget).values(client_id=client_id, **values)
         stmt = stmt.on_conflict_do_update(
@@ -158,16 +150,9 @@ class InstanceQueries(Queries):
         return _seen(row) if row is not None else None
 
     def update_budget(self, client_id: str, fn: BudgetFn[T]) -> T:
-        """Read the client's budget row under a lock, let `fn` decide, write back; one
-        transaction: the one in which instances sharing a database settle answers and
-        take permits.
-
-        `fn` gets the row's observation (None when there is no row yet) and `reserved`, and
-        returns their new values and a result, which is returned. The row is locked (FOR
-        UPDATE on PostgreSQL, BEGIN IMMEDIATE on SQLite), so concurrent callers see each
-        other's writes. A missing row is created when `fn` returns an observation; when
-        another caller created it meanwhile, `fn` runs again on that row.
-        """
+        """Let `fn` decide on the client's budget row under a lock, in one transaction; return
+        its result. `fn` gets (observation or None, reserved) and returns their new values and
+        a result; when another caller created the row meanwhile, `fn` runs again on it."""
         query = select(ClientBudget).where(ClientBudget.client_id == client_id).with_for_update()
         while True:
             with self._db.write() as conn:

@@ -1,31 +1,21 @@
-"""Leases on users: claim a batch, renew, release; the generation a leased user has.
+"""Leases on users (rows of `user_leases`): claim a batch, renew, release; the claimed rows
+as records, cheaply (`raw_user_row`: SQLAlchemy's own processing of the JSON and datetime
+columns cost twenty times the SQL).
 
-A lease is a row of `user_leases` (migration 0007), not columns of `users`: a claim of a
-thousand users out of a million inserts a thousand small rows (about 20 pages) instead of
-rewriting the thousand pages of `users` that hold them (due order is not id order).
-
-The lease's `generation` is the claim's fencing token: one more than the user's generation
-(the row's, or the expired lease's it takes over). While the lease exists it is the user's
-current generation (`current_generation`); when the lease ends without a write of the
-user (`end_leases`: release, an instance forgotten, a lifecycle change), it is written back
-into `users.generation`, so that the next claim's token is always a new one. A write of a
-turn (`_apply`) sets `users.generation` to it as part of the user's own UPDATE.
-
-Lock order on PostgreSQL, everywhere: the `users` rows first, then their leases. The claim
-locks its candidates `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint sets;
-the upsert of the leases decides in the end (`ON CONFLICT ... WHERE expired`, RETURNING
-what was won), so a user whose lease another instance committed meanwhile is not taken.
-Both are one statement (`claim_statement`). `user_leases` has no foreign key (migration
-0009): a lease is only written for a user row its transaction holds, and no user row is
-ever deleted.
+A claim inserts small lease rows instead of rewriting the claimed users' pages. The lease's
+`generation` is the claim's fencing token (one more than the user's); it goes back into
+`users.generation` when the lease ends (`end_leases`). PostgreSQL lock order, everywhere:
+`users` rows first, then their leases; the lease upsert decides who wins (`claim_statement`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Final
+from typing import cast as type_cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -33,6 +23,7 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    Text,
     bindparam,
     case,
     cast,
@@ -40,25 +31,131 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    type_coerce,
     update,
 )
+from sqlalchemy.types import NullType
 
-from lta_worker.domain import UserRow
+from lta_worker.domain import ChangeEstimate, EncryptedToken, UserRow
 from lta_worker.storage._db import Database, Queries
 from lta_worker.storage._models import User, UserLease, UtcDateTime
-from lta_worker.storage._rows import PG_RAW_USER_COLUMNS, RAW_USER_COLUMNS, raw_user_row
 
 USERS: Final = User.__table__
 LEASES: Final = UserLease.__table__
-# The owners of the leases `users drop` / `users forget` hold for their DELETE: commands,
-# not instances, so no instance's end (nor SQLite's single-instance lock) ends them.
+
+_RAW: Final = frozenset(
+    {"scopes", "denied", "enrolled_at", "last_polled_at", "next_due_at", "estimate"}
+)
+_NAMES: Final = (
+    "id",
+    "user",
+    "state",
+    "token_ciphertext",
+    "token_key_id",
+    "scopes",
+    "denied",
+    "enrolled_at",
+    "last_polled_at",
+    "next_due_at",
+    "consecutive_failures",
+    "last_outcome",
+    "last_code",
+    "generation",
+    "estimate",
+)
+_JSON: Final = frozenset({"scopes", "denied", "estimate"})
+
+
+def _raw(name: str, json_as_text: bool) -> ColumnElement[Any]:
+    column = USERS.c[name]
+    if name not in _RAW:
+        return column
+    if json_as_text and name in _JSON:
+        return type_coerce(cast(column, Text), NullType()).label(name)
+    return type_coerce(column, NullType()).label(name)
+
+
+RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
+    _raw(name, json_as_text=False) for name in _NAMES
+)
+# PostgreSQL's JSON as text: the driver's own parsing was half a claim's client CPU.
+PG_RAW_USER_COLUMNS: Final[tuple[ColumnElement[Any], ...]] = tuple(
+    _raw(name, json_as_text=True) for name in _NAMES
+)
+_WIDTH: Final = len(RAW_USER_COLUMNS)
+_FROM_ISO: Final = datetime.fromisoformat
+
+
+def _stamp(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if type(value) is str:
+        if value[-6] not in "+-" and value[-1] != "Z":  # naive UTC, as `UtcDateTime` writes
+            return _FROM_ISO(value + "+00:00")  # 3x faster than .replace()
+        value = _FROM_ISO(value)
+    if value.tzinfo is None:
+        return type_cast(datetime, value.replace(tzinfo=UTC))
+    return type_cast(datetime, value.astimezone(UTC))
+
+
+@lru_cache(maxsize=64)
+def _scopes(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))
+
+
+def _denied(raw: Any) -> dict[str, datetime]:
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    return {endpoint: type_cast(datetime, _stamp(str(value))) for endpoint, value in raw.items()}
+
+
+def _estimate(raw: Any) -> ChangeEstimate | None:
+    return ChangeEstimate.from_json(json.loads(raw) if isinstance(raw, str) else raw)
+
+
+def raw_user_row(row: Any, generation: int | None = None) -> UserRow:
+    """A row starting with `RAW_USER_COLUMNS` as a UserRow (`generation`: a new lease's)."""
+    (
+        id_,
+        user,
+        state,
+        ciphertext,
+        key_id,
+        scopes,
+        denied,
+        enrolled_at,
+        last_polled_at,
+        next_due_at,
+        failures,
+        last_outcome,
+        last_code,
+        stored_generation,
+        estimate,
+    ) = row[:_WIDTH]
+    return UserRow(
+        id_,
+        user,
+        state,
+        None if ciphertext is None else EncryptedToken(bytes(ciphertext), key_id),
+        _scopes(scopes) if type(scopes) is str else tuple(scopes or ()),
+        {} if not denied or denied == "{}" else _denied(denied),
+        _stamp(enrolled_at),
+        _stamp(last_polled_at),
+        _stamp(next_due_at),
+        failures,
+        last_outcome,
+        last_code,
+        stored_generation if generation is None else generation,
+        None if estimate is None else _estimate(estimate),
+    )
+
+
+# Owners of `users drop` / `users forget` leases: no instance's end (nor SQLite's lock) ends them.
 DROP_OWNER_PREFIX: Final = "drop:"
-# The order users are claimed in, for a read or a drop's retry: oldest `next_due_at` first.
 DUE_ORDER: Final = (USERS.c.next_due_at, USERS.c.id)
 
 
-# Where a candidate's row holds the user's generation, its lease's owner and generation
-# (read by index: cheaper than by name, a thousand times per claim).
+# Positions in a candidate's row (by index: cheaper than by name, a thousand times per claim).
 _GEN: Final = [column.name for column in RAW_USER_COLUMNS].index("generation")
 _LEASE_OWNER: Final = len(RAW_USER_COLUMNS)
 _LEASE_GEN: Final = _LEASE_OWNER + 1
@@ -80,11 +177,8 @@ def lease_due(
     owner: str,
     lease_until: datetime,
 ) -> tuple[list[UserRow], list[str | None]]:
-    """Lease up to `limit` users matching `condition` and no live lease, in `DUE_ORDER`.
-
-    Returns the leased rows (their generation is the lease's, a new one) and the previous
-    lease owner of each (None when it was not leased).
-    """
+    """Lease up to `limit` users matching `condition` and no live lease, in `DUE_ORDER`;
+    return the leased rows (with the lease's generation) and each one's previous owner."""
     if limit <= 0:
         return [], []
     u, le = USERS.c, LEASES.c
@@ -105,7 +199,6 @@ def lease_due(
         found = conn.execute(candidates).all()
         if not found:
             return [], []
-        # The lease's generation: one more than the row's, or the expired lease's it takes.
         claimed = {row[0]: max(row[_GEN], row[_LEASE_GEN] or 0) + 1 for row in found}
         params["b_ids"] = _ids_param(claimed)
         conn.execute(_upsert(), params)
@@ -115,15 +208,8 @@ def lease_due(
 
 
 def claim_statement(candidates: Select[Any], order: Sequence[ColumnElement[Any]]) -> Any:
-    """PostgreSQL's claim as one statement: lock `candidates` (users' rows, `FOR UPDATE
-    SKIP LOCKED`), upsert their leases, return the rows of the leases won in `order`.
-
-    The candidates' columns, their lease's owner and generation, then the won lease's
-    generation (`_WON_GEN`). One round trip, and the leases' generations come from the
-    locked rows, not from a second read of `users`. The upsert decides (`_upsert_from`,
-    RETURNING what it wrote): a live lease another instance committed since the
-    candidates were read is not taken, and its user is not returned.
-    """
+    """PostgreSQL's claim in one round trip: lock `candidates` (`FOR UPDATE SKIP LOCKED`),
+    upsert their leases (never a live one), return the won rows in `order`."""
     from sqlalchemy.dialects.postgresql import insert
 
     locked = candidates.with_for_update(of=USERS, skip_locked=True).cte("candidates")
@@ -144,9 +230,8 @@ _UPSERTS: list[Any] = []
 
 
 def _upsert() -> Any:
-    """SQLite: lease the users `b_ids` (`_ids_param`): insert their leases, or take over
-    expired ones, each with the generation computed from the candidates. No RETURNING (it
-    would double the statement's cost): under the write lock every lease is won."""
+    """SQLite's lease upsert of `b_ids`; no RETURNING (it doubles the cost; the write lock
+    makes every lease won)."""
     if not _UPSERTS:
         from sqlalchemy.dialects.sqlite import insert
 
@@ -160,21 +245,14 @@ def _upsert() -> Any:
 
 
 def _ids_param(claimed: dict[int, int]) -> str:
-    """SQLite: the users to lease as one parameter (a thousand separate parameters cost
-    SQLAlchemy more than the statement costs SQLite), a JSON object of each id's new
-    generation (`json_each`), in id order. Under the write lock, the generation as computed
-    from the candidates: reading it from `users` again would read a thousand of its pages
-    again."""
+    """SQLite: `{id: new generation}` as one JSON parameter (a thousand parameters cost
+    SQLAlchemy more than the statement costs SQLite)."""
     return json.dumps(dict(sorted(claimed.items())))
 
 
 def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
-    """Insert the leases `claimed` selects (user id, owner, expiry, generation), or take
-    over expired ones: never a live one (`b_now`).
-
-    A new lease's generation is the one selected (one more than the row's); a taken-over
-    one's, at least one more than the lease's.
-    """
+    """Insert the leases `claimed` selects, or take over expired ones (never a live one);
+    a taken-over lease's generation is at least one more than its own."""
     mine = LEASES.c
     stmt = insert.from_select(["user_id", "owner", "expires_at", "generation"], claimed)
     taken_over = {
@@ -232,20 +310,12 @@ class LeaseQueries(Queries):
     def renew_leases(
         self, owner: str, lease_until: datetime, held: set[tuple[int, int]] | None = None
     ) -> int:
-        """Extend every lease `owner` holds to `lease_until`, never shortening one; return
-        how many were extended. `held`, when given, receives the leases (user id, generation)
-        `owner` holds once the renewal is written: one it had that is missing was ended by
-        someone else (a lifecycle command) or written by its own writer, and is read under no
-        more (issue 28: a pass read on a user `users drop` had taken until the lease's end).
+        """Extend every lease `owner` holds to `lease_until`, never shortening one; how many.
 
-        Never shortening: a renewal computed before a stalled database lands after it, with
-        an expiry older than that of a lease its owner claimed (again) meanwhile; written as
-        it is, it would end that lease early in the database while its holder still reads
-        under it, and another instance could take it over (issue 28).
-
-        On PostgreSQL leases locked by another transaction are skipped: that is this owner's
-        writer applying (and so releasing) them, or another instance taking over an expired
-        lease. Renewal never waits for a lock, so it cannot deadlock with the writer.
+        `held` receives the leases (user id, generation) still held after the renewal: a
+        missing one was ended by someone else and is read under no more (issue 28). Never
+        shortening: a renewal delayed by a stalled database must not cut a later claim's
+        lease (issue 28). Locked leases are skipped (PostgreSQL): no wait, no deadlock.
         """
         owned = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
         owned = owned.with_for_update(skip_locked=True)
@@ -270,12 +340,8 @@ class LeaseQueries(Queries):
             return end_leases(conn, owned_by(owner, ids))
 
     def release_all(self) -> dict[str, int]:
-        """End every lease of an instance; return how many users each owner held.
-
-        Only for SQLite at start-up, where the single-instance lock proves every instance dead.
-        A drop command's lease (`DROP_OWNER_PREFIX`) is left to expire: the lock says nothing
-        of commands, and its DELETE may be out now.
-        """
+        """End every instance's lease (SQLite at start, under the single-instance lock); how
+        many users each owner held. Drop commands' leases are left: their DELETE may be out."""
         of_instances = LEASES.c.owner.not_like(DROP_OWNER_PREFIX + "%")
         with self._db.write() as conn:
             held = conn.execute(

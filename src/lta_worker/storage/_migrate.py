@@ -1,9 +1,7 @@
 """Schema version checks and programmatic Alembic migrations.
 
-Checking whether the schema is current reads one row (`alembic_version`) and compares it
-with `HEAD_REVISION`, so `run` with nothing to migrate never imports Alembic; Alembic is
-imported only when a migration must actually run. A test asserts that `REVISIONS` and
-`HEAD_REVISION` equal what Alembic finds under `migrations/versions/`.
+A current schema is told from one row (`alembic_version`) without importing Alembic; a
+test keeps `REVISIONS` equal to what Alembic finds under `migrations/versions/`.
 """
 
 from __future__ import annotations
@@ -19,18 +17,7 @@ if TYPE_CHECKING:
 
     from lta_worker.storage._db import Database
 
-REVISIONS: Final[tuple[str, ...]] = (
-    "0001",
-    "0002",
-    "0003",
-    "0004",
-    "0005",
-    "0006",
-    "0007",
-    "0008",
-    "0009",
-    "0010",
-)
+REVISIONS: Final[tuple[str, ...]] = ("0001", "0002", "0003")
 """Every revision this code knows, oldest first."""
 HEAD_REVISION: Final[str] = REVISIONS[-1]
 SCRIPT_LOCATION: Final = "lta_worker.storage:migrations"
@@ -81,12 +68,8 @@ def alembic_config(db: Database | None = None) -> Config:
 
 
 def upgrade(db: Database) -> bool:
-    """Migrate the database to `HEAD_REVISION`; return True when a migration ran.
-
-    Safe to call from several processes at once: on PostgreSQL an advisory lock and on
-    SQLite `BEGIN IMMEDIATE` serialize the upgrades, and Alembic re-reads the version inside
-    that transaction.
-    """
+    """Migrate the database to `HEAD_REVISION`; True when a migration ran. Safe from several
+    processes at once (`migrations/env.py` serializes them)."""
     with db.read() as conn:
         if classify(current_revision(conn)) == "current":
             return False
@@ -97,8 +80,7 @@ def upgrade(db: Database) -> bool:
 
 
 def pg_upgrade_lock(conn: Connection) -> None:
-    """Serialize concurrent upgrades on PostgreSQL (released at the transaction's end); a
-    migration, which may take long, runs without the statement and lock timeouts."""
+    """Serialize concurrent upgrades on PostgreSQL, without statement and lock timeouts."""
     conn.execute(text("SET LOCAL statement_timeout = 0"))
     conn.execute(text("SET LOCAL lock_timeout = 0"))
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})

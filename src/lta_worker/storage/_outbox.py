@@ -1,14 +1,8 @@
 """The webhook outbox: events written with the state change, delivered later, at least once.
 
-Every function that changes a user's state calls `record` (or `watch_turns`) on the very
-connection of its transaction, so an event exists exactly when its change was committed: a
-crash before the commit loses both, a crash after it loses neither. So does a pass's write
-of a content that differs from the stored one (`result.changed`, `watch_turns`), unless
-no receiver gets that type (`Store.result_events`). The delivery claims the
-oldest undelivered event of each user (`claim_events`, so a user's events go out in order),
-then deletes it (`events_delivered`) or backs it off (`event_failed`). Events older than
-`webhook.max_age` are dead-lettered (`dead_letter_events`): kept with `dead_at`, counted by
-`status`, skipped by the delivery, deleted after `webhook.keep_dead`.
+Every state change (and changed content) queues its event on its own transaction's
+connection (`record`, `watch_turns`), so the event exists exactly when the change committed.
+The delivery takes each user's oldest event in turn; docs/webhooks.md.
 """
 
 from __future__ import annotations
@@ -61,8 +55,7 @@ def record(conn: Connection, events: Iterable[StateEvent | ResultChanged | None]
 
 @dataclass(slots=True)
 class Turns:
-    """What the block of `watch_turns` wrote: the turns, and the contents that changed
-    (`changes` is None when no `result.changed` is wanted)."""
+    """What the block of `watch_turns` wrote (`changes`: None when no `result.changed`)."""
 
     written: list[UserUpdate] = field(default_factory=list)
     changes: list[ResultChange] | None = None
@@ -75,13 +68,8 @@ def watch_turns(
     now: datetime | None,
     results: ResultEvents = "hash",
 ) -> Iterator[Turns]:
-    """Around the writes of a batch of turns: queue the events of those the block wrote.
-
-    Reads each user's state and denied endpoints first (in the same transaction), and on a
-    normal exit queues the events of the updates the block appended to `written` (the ones
-    written), each followed by the `result.changed` of its contents in `changes` (`results`
-    says with or without the content; "off": none).
-    """
+    """Around the writes of a batch of turns: on a normal exit, queue the events of the
+    turns the block appended to `written`, each followed by its `result.changed` events."""
     before: Mapping[int, Any] = {}
     if updates:
         rows = conn.execute(
@@ -130,13 +118,8 @@ class OutboxQueries(Queries):
     def claim_events(
         self, now: datetime, limit: int, lease_until: datetime, owner: str = "-"
     ) -> list[PendingEvent]:
-        """Lease the oldest live event of up to `limit` users, when due, to `owner`; oldest
-        first (so a user's events go out in order).
-
-        A claimed event's `next_attempt_at` moves to `lease_until`, so another instance (or
-        a delivery running at the same time) does not send it too; a crash mid-delivery
-        only delays it until then (on SQLite, until the next start: `release_events`).
-        """
+        """Lease the oldest live event of up to `limit` users, when due, to `owner` until
+        `lease_until` (its `next_attempt_at`); oldest first."""
         table = OutboxEvent.__table__
         inner = table.alias().c
         head = (
@@ -168,16 +151,9 @@ class OutboxQueries(Queries):
                     lease_owner=owner,
                 )
             )
+            fields = ("id", "event_id", "user", "type", "payload", "created_at")
             return [
-                PendingEvent(
-                    id=r.id,
-                    event_id=r.event_id,
-                    user=r.user,
-                    type=r.type,
-                    payload=r.payload,
-                    created_at=r.created_at,
-                    attempts=r.attempts + 1,
-                )
+                PendingEvent(**{f: getattr(r, f) for f in fields}, attempts=r.attempts + 1)
                 for r in rows
             ]
 
@@ -198,11 +174,8 @@ class OutboxQueries(Queries):
             )
 
     def release_events(self, now: datetime) -> int:
-        """Make every leased event due now; return how many.
-
-        Only for SQLite at start-up, where the single-instance lock proves every owner dead
-        (a delivery killed mid-flight): its events go out at once, not at the lease's end.
-        """
+        """Make every leased event due now (SQLite at start, under the single-instance lock);
+        return how many."""
         with self._db.write() as conn:
             return conn.execute(
                 update(OutboxEvent)
@@ -227,8 +200,7 @@ class OutboxQueries(Queries):
             return conn.execute(delete(OutboxEvent).where(where)).rowcount
 
     def outbox_counts(self) -> OutboxCounts:
-        """Events waiting (backlog) and dead-lettered, and when the oldest waiting one was
-        made."""
+        """Events waiting and dead-lettered, and when the oldest waiting one was made."""
         with self._db.read() as conn:
             rows = conn.execute(
                 select(

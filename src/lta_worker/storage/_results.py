@@ -1,11 +1,7 @@
 """Snapshots (latest result per user and endpoint), history, export and retention purge.
 
-Exports carry the user's state now; `retention.history` bounds the history (`prune_history`).
-
-The payload is stored exactly as received (opaque JSON). Its content hash is the sha256 of
-its canonical JSON form (sorted keys, no whitespace), so a payload that differs only in key
-order or spacing is the same content. History gets a row only when (status, hash) changes;
-a write whose `fetched_at` is not newer than the stored one is a replay and writes nothing.
+Payloads are stored as received; the content hash is over canonical JSON (key order and
+spacing do not count), and history gets a row only when (status, hash) changes.
 """
 
 from __future__ import annotations
@@ -73,11 +69,8 @@ class ResultQueries(Queries):
     def export_history(
         self, user: str | None = None, since: datetime | None = None, batch: int = 500
     ) -> Iterator[ResultRow]:
-        """Every stored past content, in the order it was stored (keyset on the history id).
-
-        Of one user when `user` is given, fetched at or after `since` when given;
-        `changed_at` is the `fetched_at` of the read that stored the content.
-        """
+        """Every stored past content (of `user`, fetched at or after `since`), in the order
+        stored; `changed_at` is the storing read's `fetched_at`."""
         query = select(
             History.id,
             User.user,
@@ -109,16 +102,7 @@ class ResultQueries(Queries):
                 .where(User.user == user, History.endpoint == endpoint)
                 .order_by(History.fetched_at, History.id)
             ).all()
-        return [
-            HistoryRow(
-                endpoint=cast(Endpoint, r.endpoint),
-                status=cast(ResultStatus, r.status),
-                payload=r.payload,
-                content_hash=r.content_hash,
-                fetched_at=r.fetched_at,
-            )
-            for r in rows
-        ]
+        return [HistoryRow(**r._mapping) for r in rows]
 
 
 def purge_user(conn: Connection, user_id: int) -> int:
@@ -159,11 +143,8 @@ def purge_expired_results(
 
 
 def prune_history(conn: Connection, now: datetime, keep: timedelta) -> int:
-    """Delete past contents fetched more than `keep` ago; return how many.
-
-    The newest history row of each (user, endpoint) is kept whatever its age: it is the
-    content the snapshot still shows, and the start of the next change.
-    """
+    """Delete past contents fetched more than `keep` ago, each (user, endpoint)'s newest
+    kept (the snapshot still shows it); return how many."""
     newest = select(func.max(History.id)).group_by(History.user_id, History.endpoint)
     stmt = delete(History).where(History.fetched_at < now - keep, History.id.not_in(newest))
     return conn.execute(stmt).rowcount

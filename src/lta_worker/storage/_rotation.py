@@ -1,10 +1,6 @@
-"""Key rotation: re-encrypt every stored token and live PKCE verifier under the newest key.
-
-Works in batches, each committed on its own, with a compare-and-swap per row (the new
-ciphertext is written only where the row still holds the ciphertext that was decrypted), so
-a rotation can be interrupted and simply run again, and a token re-enrolled or deleted
-meanwhile is left alone. Before anything is changed, every key id in use is checked against
-the key file: an unknown one raises UnknownKeyError (exit 78) with nothing modified.
+"""Key rotation (`keys rotate`): re-encrypt every stored token and live PKCE verifier under
+the newest key, in batches with a compare-and-swap per row, so it can be interrupted and
+run again; every key id in use is checked against the key file before anything changes.
 """
 
 from __future__ import annotations
@@ -74,8 +70,7 @@ class RotationQueries(Queries):
         return counts
 
     def one_secret_per_key_id(self, now: datetime) -> list[StoredSecret]:
-        """One stored token and one live verifier under each key id in use (for `check`:
-        a key file holding another key under a listed id fails to decrypt it)."""
+        """One stored token and one live verifier under each key id in use (for `check`)."""
         found: list[StoredSecret] = []
         with self._db.read() as conn:
             for kind, (_, row, user, ciphertext, key_id) in _STORED.items():

@@ -1,19 +1,10 @@
-"""Keep due times following the intervals in force (`poll.interval`, `poll.parked_interval`).
+"""Due times that follow the intervals in force, and what the freshness plan reads.
 
-A user read at T is due at T + the interval in force now. Each user records which setting
-its `next_due_at` derives from (`users.due_class`, see `policy.DUE_CLASSES`), and
-`schedule_applied` the intervals the due times were last computed with. When `run` or
-`serve` starts a pass with other intervals, every class is recomputed with one set-based
-UPDATE each:
-
-- `interval` / `parked`: due at last_polled_at + the new interval (a lower one makes users
-  due at once; a higher one moves them later, spread as their reads were);
-- `backoff` / `backoff_parked`: the backoff kept, but never later than last_polled_at + the
-  new cap;
-- `adaptive`: `interval` is the floor of the freshness schedule's due times. A user at the
-  old floor (the budget covered it at `interval`: the plan's scale was 0) is due at
-  last_polled_at + the new interval, as under `interval`; one above both floors keeps its
-  due time, set by its estimate and the budget (a new plan applies at its next read).
+When the intervals differ from those last applied (`schedule_applied`), each `due_class`
+(`policy.DUE_CLASSES`) is recomputed with one set-based UPDATE: `interval` / `parked` at
+last_polled_at + the new interval, backoffs capped by it, `adaptive` users at the old floor
+moved to the new one. The freshness plan counts users per log-scale bucket with one GROUP
+BY and reads a bounded sample of estimates (`domain.plan_scale`).
 """
 
 from __future__ import annotations
@@ -23,16 +14,18 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, true, update
 
+from lta_worker.domain import ChangeEstimate
 from lta_worker.storage._db import Dialect, Queries, insert_for
 from lta_worker.storage._models import ScheduleApplied, User
 
 _ROW_ID = 1
 BATCH = 20_000
 """Users rewritten per transaction (by id range)."""
+SAMPLE = 2000
+"""Estimates read for the day's shape and the population's prior."""
 
 
 def _plus(dialect: Dialect, seconds: float) -> ColumnElement[Any]:
-    """last_polled_at + `seconds`, in the backend's own date arithmetic."""
     if dialect == "postgresql":
         return User.last_polled_at + literal(timedelta(seconds=seconds), Interval())
     # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff'; strftime's %f gives milliseconds.
@@ -41,7 +34,6 @@ def _plus(dialect: Dialect, seconds: float) -> ColumnElement[Any]:
 
 
 def _earliest(dialect: Dialect, due: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The earlier of the current next_due_at and `due`."""
     if dialect == "postgresql":
         return func.least(User.next_due_at, due)
     return func.min(User.next_due_at, due)  # SQLite's two-argument min is a scalar
@@ -52,8 +44,12 @@ def _earliest(dialect: Dialect, due: ColumnElement[Any]) -> ColumnElement[Any]:
 FLOOR_SLACK_S = 1.0
 
 
+def _readable() -> ColumnElement[bool]:
+    return and_(User.token_ciphertext.is_not(None), User.state == "active")
+
+
 class ScheduleQueries(Queries):
-    """Due times that follow the intervals in force."""
+    """Due times that follow the intervals in force, and what the freshness plan reads."""
 
     def follow_schedule(
         self,
@@ -64,17 +60,12 @@ class ScheduleQueries(Queries):
         force: bool = False,
         floor: timedelta | None = None,
     ) -> dict[str, int] | None:
-        """Recompute due times by class when the intervals differ from those last applied.
+        """Recompute due times by class when the intervals differ from those last applied;
+        None when nothing changed, else the users rescheduled per class.
 
-        The users are rewritten in id ranges of `BATCH`, one short transaction each, so that
-        other writers (a lifecycle command, another instance) never wait for the whole table;
-        the intervals are recorded last. Every step is idempotent: a run stopped half-way
-        recomputes everything at the next start. Returns None when nothing changed, else the
-        number of users rescheduled per class. With `force`, the due times are recomputed
-        even when the intervals are those last applied: after a reload, this instance may have
-        written due times under its old intervals since another instance applied the new ones;
-        `floor` is then the longest interval it wrote them with (the floor of its adaptive due
-        times, beside the one last applied).
+        Id ranges of `BATCH`, one short transaction each, the intervals recorded last: every
+        step is idempotent. `force` (after a reload): recompute even at the same intervals,
+        `floor` being the longest interval this instance wrote adaptive due times with.
         """
         wanted = (interval.total_seconds(), parked_interval.total_seconds())
         with self._db.read() as conn:
@@ -86,8 +77,6 @@ class ScheduleQueries(Queries):
             last_id = conn.execute(select(func.max(User.id))).scalar_one_or_none() or 0
         if not force and applied is not None and tuple(applied) == wanted:
             return None
-        # Also when nothing was recorded yet (a database from before 0003): with unchanged
-        # intervals it rewrites the same due times.
         readable = and_(
             User.token_ciphertext.is_not(None),
             User.last_polled_at.is_not(None),
@@ -130,3 +119,34 @@ class ScheduleQueries(Queries):
                 insert = insert_for(dialect, ScheduleApplied).values(id=_ROW_ID, **values)
                 conn.execute(insert.on_conflict_do_nothing())
         return counts
+
+    def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
+        """Active users with a token, counted per (plan_bucket, rate_bucket).
+
+        Users without an estimate yet count at the prior's buckets.
+        """
+        prior = ChangeEstimate().buckets()
+        counts: dict[tuple[int, int], float] = {}
+        with self._db.read() as conn:
+            rows = conn.execute(
+                select(User.plan_bucket, User.rate_bucket, func.count())
+                .where(_readable())
+                .group_by(User.plan_bucket, User.rate_bucket)
+            ).all()
+        for plan, rate, count in rows:
+            key = (plan, rate) if plan is not None and rate is not None else prior
+            counts[key] = counts.get(key, 0.0) + float(count)
+        return sorted(counts.items())
+
+    def sample_estimates(self, limit: int = SAMPLE) -> list[ChangeEstimate]:
+        """Up to `limit` stored estimates of active users (the newest by id: the primary key's
+        index, never a sort of the whole table)."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                select(User.estimate)
+                .where(_readable(), User.estimate.is_not(None))
+                .order_by(User.id.desc())
+                .limit(limit)
+            ).scalars()
+            found = [ChangeEstimate.from_json(raw) for raw in rows]
+        return [est for est in found if est is not None]

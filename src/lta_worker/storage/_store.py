@@ -1,11 +1,7 @@
-"""`Store`: the one object the engine, the CLI and enrollment use to reach the database.
+"""`Store`: every query group over one database, plus the schema and SQLite's housekeeping.
 
-Synchronous SQLAlchemy; the async engine calls it through `anyio.to_thread`. Every method is
-one short transaction (or a series of them for iterators), safe to call from several threads.
-The queries are defined once, in their groups (`_users`, `_leases`, `_drops`, `_results`,
-`_feed`, `_outbox`, `_enrollments`, `_instances`, `_schedule`, `_freshness`, `_rotation`);
-`Store` is all of them over one database, plus the schema and SQLite's housekeeping. The
-engine depends only on the few it calls (`worker`'s narrow protocols).
+Synchronous (the async engine calls it through `anyio.to_thread`); each method is one short
+transaction (or a series for iterators), safe to call from several threads.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from lta_worker.storage._db import Database, Dialect
 from lta_worker.storage._drops import DropQueries
 from lta_worker.storage._enrollments import EnrollmentQueries
 from lta_worker.storage._feed import FeedQueries
-from lta_worker.storage._freshness import FreshnessQueries
 from lta_worker.storage._instances import InstanceQueries
 from lta_worker.storage._leases import LeaseQueries
 from lta_worker.storage._models import FeedGone
@@ -45,7 +40,6 @@ class Store(
     LeaseQueries,
     DropQueries,
     ScheduleQueries,
-    FreshnessQueries,
     ResultQueries,
     FeedQueries,
     OutboxQueries,
@@ -57,11 +51,7 @@ class Store(
 
     @classmethod
     def open(cls, url: str | URL, *, read_only: bool = False) -> Store:
-        """Open the database at `url` (SQLite file or PostgreSQL); connects lazily.
-
-        `read_only`: never create the SQLite file, and refuse every write at the database
-        (the read-only commands); a missing SQLite file raises NoDatabaseError.
-        """
+        """Open the database at `url` (connects lazily); `read_only`: see `Database.open`."""
         return cls(Database.open(url, read_only=read_only))
 
     def close(self) -> None:
@@ -87,11 +77,9 @@ class Store(
         """The underlying engine wrapper (tests, maintenance)."""
         return self._db
 
-    # -- schema ---------------------------------------------------------------------------
-
     def upgrade(self) -> bool:
-        """Migrate to the schema this code knows; True when a migration ran. On PostgreSQL,
-        also renumber the feed after a restore into another cluster (`_feed.follow_cluster`).
+        """Migrate to the schema this code knows (and `_feed.follow_cluster`); True when a
+        migration ran.
 
         Raises:
             SchemaTooNewError: the database was migrated by a newer lta-worker.
@@ -110,8 +98,7 @@ class Store(
 
         Raises:
             SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
-            SchemaOutdatedError: reason `schema_outdated`: the schema is missing or older
-                (exit 78; migrate it: `upgrade`).
+            SchemaOutdatedError: the schema is missing or older (exit 78).
         """
         revision = self.schema_revision()
         status = migrate.classify(revision)
@@ -122,14 +109,11 @@ class Store(
             f"the database {found}; this lta-worker needs revision {migrate.HEAD_REVISION!r}"
         )
 
-    # -- retention: results, consents ------------------------------------------------------
-
     def purge_expired(
         self, now: datetime, after: timedelta, history: timedelta | None = None
     ) -> PurgeCounts:
-        """Retention purge: results of users revoked/dropped `after` ago (a feed line each
-        says so), dead consents, and (with `history`) past contents and feed lines older than
-        that, each (user, endpoint)'s newest content kept."""
+        """Retention purge: results of users revoked/dropped `after` ago, dead consents, and
+        (with `history`) older past contents and feed lines."""
         with self._db.write() as conn:
             counts, gone = results.purge_expired_results(conn, now, after)
             feed.record_gone(conn, self.dialect, gone, "retention", now)
@@ -138,8 +122,6 @@ class Store(
                 conn.execute(delete(FeedGone).where(FeedGone.at < now - history))
         pending = self.purge_pending(now)
         return dataclasses.replace(counts, pending=pending, history_pruned=pruned)
-
-    # -- SQLite housekeeping ----------------------------------------------------------------
 
     def checkpoint(self) -> bool:
         """Checkpoint and truncate the SQLite WAL; True when complete. No-op on PostgreSQL."""

@@ -1,7 +1,6 @@
 """Queries on users: read, claim due users under a lease, apply turns, store and delete tokens.
 
-Every state change queues its webhook event in its own transaction (`_outbox`). The batched
-write of a pass's turns is `_apply`, the claim's lease `_leases`, the row mapping `_rows`.
+Every state change queues its webhook event in its own transaction (`_outbox`).
 """
 
 from __future__ import annotations
@@ -44,22 +43,20 @@ from lta_worker.storage import _leases as leases
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import USERS, ResultChange, without_repeats, write_batch
 from lta_worker.storage._db import Dialect, Queries, insert_for
+from lta_worker.storage._leases import RAW_USER_COLUMNS, raw_user_row
 from lta_worker.storage._models import User, UtcDateTime
-from lta_worker.storage._rows import RAW_USER_COLUMNS, raw_user_row
 
 USER_COLUMNS: Final = (*RAW_USER_COLUMNS, leases.current_generation().label("current"))
-"""A user's columns with its current generation (its lease's while it is leased)."""
 
 
 def to_user_row(row: Row[Any]) -> UserRow:
-    """Turn a row of `USER_COLUMNS` into a UserRow."""
+    """Turn a row of `USER_COLUMNS` (its current generation last) into a UserRow."""
     return raw_user_row(row, row[-1])
 
 
 def _due(due_before: datetime) -> ColumnElement[bool]:
-    # A `dropping` user keeps its token only to finish the drop: no pass reads with it.
     # 'dropping' is written into the SQL, not bound: SQLite uses the partial index
-    # ix_users_due only when the query's condition visibly implies the index's (0006).
+    # ix_users_due only when the query's condition visibly implies the index's.
     c = USERS.c
     return and_(
         c.token_ciphertext.is_not(None),
@@ -70,8 +67,7 @@ def _due(due_before: datetime) -> ColumnElement[bool]:
 
 
 def _locked(user: str) -> Select[int, str, bytes | None]:
-    """The user's id, state and token, its row locked (`FOR UPDATE` on PostgreSQL; SQLite's
-    write transaction already holds the database)."""
+    """The user's id, state and token, its row locked (PostgreSQL; SQLite's write holds all)."""
     return (
         select(User.id, User.state, User.token_ciphertext)
         .where(User.user == user)
@@ -88,8 +84,7 @@ def _attempt(
     *,
     changes: list[ResultChange] | None,
 ) -> set[int] | None:
-    """`write_batch` under a SAVEPOINT: the users written, or None when it failed and was
-    rolled back (with the changes it reported). A failure of the database itself raises."""
+    """`write_batch` under a SAVEPOINT: the users written, or None when it was rolled back."""
     mark = len(changes or ())
     try:
         with conn.begin_nested():
@@ -106,12 +101,9 @@ class UserQueries(Queries):
     """The users: read them, claim the due ones, write their turns, store and delete tokens."""
 
     result_events: ResultEvents = "hash"
-    """What `apply` queues when a read stored a changed content: a `result.changed` event
-    with its hashes, with the content too, or nothing ("off"); the worker sets it from
-    `[webhook]` (`WebhookSettings.result_events`)."""
+    """What `apply` queues for a changed content (`WebhookSettings.result_events`)."""
     on_lease_expired: Callable[[str, int], None] | None = None
-    """Called with (owner, users) when `claim_due` takes over users whose lease, held by
-    another owner, expired (that owner likely died); the worker logs it."""
+    """Called with (owner, users) when `claim_due` takes over another owner's expired leases."""
 
     def get_user(self, user: str) -> UserRow | None:
         """The user with the client's user id `user`, or None."""
@@ -166,14 +158,9 @@ class UserQueries(Queries):
     ) -> list[UserRow]:
         """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
 
-        A user is claimable when it holds a token, is not `dropping`, `next_due_at <=
-        due_before`, and no live lease covers it (none, or one that expired before `now`).
-        On PostgreSQL the candidate rows are locked with `FOR UPDATE SKIP LOCKED`, so
-        concurrent instances claim disjoint sets; on SQLite the write transaction (BEGIN
-        IMMEDIATE) serializes claims (`storage._leases`). `on_lease_expired` hears of the users
-        taken over from another owner's expired lease, per owner. Each claimed
-        user gets a new generation (its lease's): a decision made under an earlier claim can
-        no longer be written.
+        Due: a token, not `dropping`, `next_due_at <= due_before`, no live lease at `now`.
+        Each claimed user gets a new generation (`storage._leases`), so a decision made under
+        an earlier claim can no longer be written.
         """
         rows, previous = leases.lease_due(
             self._db,
@@ -199,29 +186,15 @@ class UserQueries(Queries):
     ) -> int:
         """Write the outcome of users' turns in one transaction; return how many were applied.
 
-        Per update: the user's columns; the token deleted (ciphertext and key id NULL) when
-        `delete_token` is set or the new state is revoked/dropped, with `revoked_at`/`dropped_at`
-        stamped once; the snapshots (history appended when the content changed).
-
-        Fencing: an update carrying a `generation` is written only while the user still has it
-        (its lease's while leased), and with `owner` only while `owner` holds the lease, both
-        checked under the write lock (`storage._apply`); the snapshots are written only then.
-        So a decision about a user re-enrolled, dropped or forgotten since the claim, or taken
-        over by another claim, is discarded (`changed`). With `owner` the lease is released.
-
-        The batch is written with a few `executemany` statements under one SAVEPOINT (see
-        `storage._apply`). When that fails, it is rolled back and written again one user at a
-        time, each under its own SAVEPOINT: a write that fails for one user (a payload that is
-        not JSON, say) is rolled back alone and discarded (`failed`); the user stays due, and
-        the others of the batch are written. When `discarded` is given, it
-        receives (update, reason) for every update not applied. Replaying the same updates
-        writes nothing new. Each content stored that differs from the stored one queues a
-        `result.changed` event (`result_events`). `now` stamps `revoked_at`/`dropped_at`
-        (default: the update's `last_polled_at`).
+        Fenced (`storage._apply`): an update is written only while the user still has its
+        `generation` and, with `owner`, while `owner` holds the lease (then released); else it
+        is discarded as `changed`. When the batch fails it is written again one user at a
+        time: the user whose write fails is discarded alone (`failed`) and stays due.
+        `discarded` receives (update, reason) for each; a replay writes nothing new; a changed
+        content queues `result.changed`; `now` stamps `revoked_at`/`dropped_at`.
         """
         applied = 0
-        # Reported only once the transaction committed: a caller that makes the call again
-        # after a failure (a storage error) hears of each update once.
+        # Reported only once committed: a caller retrying after a storage error hears once.
         not_applied: list[tuple[UserUpdate, str]] = []
         db = self._db
         with (
@@ -257,12 +230,8 @@ class UserQueries(Queries):
         now: datetime,
         next_due_at: datetime,
     ) -> bool:
-        """Insert the user or give it a new token, in one transaction; True when it rotated one.
-
-        The user becomes active with the granted scopes, no failures, no denied endpoint, no
-        lease, and is due at `next_due_at`; its generation is bumped, so a pass still holding
-        the old token (and, say, about to delete it as revoked) writes nothing.
-        """
+        """Insert the user or give it a new token (active, due at `next_due_at`, a new
+        generation, so a pass holding the old token writes nothing); True when it rotated one."""
         values: dict[str, Any] = {
             "state": "active",
             "token_ciphertext": token.ciphertext,
@@ -297,10 +266,11 @@ class UserQueries(Queries):
         return current.token_ciphertext is not None
 
     def delete_token(self, user: str, state: UserState, now: datetime) -> bool:
-        """Delete the user's token and set `state` (revoked or dropped) in one transaction.
+        """Delete the user's token and set `state` (revoked or dropped), bumping its
+        generation; True when a token was there.
 
-        Returns True when a token was there. Raises UnknownUserError for an unknown user. The
-        generation is bumped: a running pass's decision about the user is discarded.
+        Raises:
+            UnknownUserError: no such user.
         """
         if state not in TOKENLESS_STATES:
             raise ValueError("delete_token sets state 'revoked' or 'dropped'")

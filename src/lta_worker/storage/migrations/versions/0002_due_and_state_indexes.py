@@ -1,11 +1,5 @@
-"""Indexes that keep `status` and claims fast on a million users.
-
-`ix_users_due` becomes partial (`WHERE token_ciphertext IS NOT NULL`): both queries that
-use it (counting due users, claiming them) have that condition, so counting due users no
-longer reads every due row from the table to check for a token (1 s on a million SQLite
-users; 35 ms with the partial index), and users without a token leave the index.
-`ix_users_state` lets `status` count users per state from the index instead of scanning
-the table (0.44 s on a million SQLite users; 0.05 s with it). Figures: bench/ B3.
+"""Indexes that keep `status` and claims fast on a million users (bench/ B3): `ix_users_due`
+becomes partial (users holding a token), and `ix_users_state` counts users per state.
 
 Revision ID: 0002
 Revises: 0001
