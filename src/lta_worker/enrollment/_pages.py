@@ -1,8 +1,5 @@
-"""The pages of the browser enrollment: one small, accessible HTML page per outcome.
-
-Plain strings, no template engine and no script: a language, a title, one heading, one or
-two sentences, and a style whose hash the Content-Security-Policy allows (nothing else may
-load). Everything interpolated is escaped. `SECURITY_HEADERS` go on every answer.
+"""The pages of the browser enrollment: one small HTML page per outcome, no script, every
+value escaped; `SECURITY_HEADERS` (a CSP allowing only the style's hash) go on every answer.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""PKCE (RFC 7636) and the OAuth `state`: fresh random values and the S256 challenge.
-
-Pure functions over the `secrets` module; the verifier stays a `Secret` from birth, so it
-never reaches a log line or a message in clear.
-"""
+"""PKCE (RFC 7636) and the OAuth `state`; the verifier is a `Secret` from birth."""
 
 from __future__ import annotations
 
@@ -48,9 +44,5 @@ def challenge_s256(verifier: Secret) -> str:
 
 
 def new_state() -> str:
-    """A new OAuth `state`: 43 base64url characters from 32 random bytes.
-
-    The state is not a secret (it travels in the consent URL); it binds the redirect to the
-    pending enrollment that minted it.
-    """
+    """A new OAuth `state` (not a secret): 43 base64url characters from 32 random bytes."""
     return secrets.token_urlsafe(_STATE_BYTES)

@@ -1,20 +1,7 @@
-"""The browser enrollment as an ASGI (Starlette) app: `/enroll/start` and the callback.
-
-`serve` mounts it on `enroll.listen` (see `worker`); a web application may mount it too.
-starlette is the optional `[web]` extra: `build_enroll_app` imports it when called.
-
-- `GET {start_path}?link=...`: `BrowserFlow.start`; a 303 to the consent screen with the
-  cookie (HttpOnly, SameSite=Lax, Path=/, ten minutes; `Secure` and the `__Host-` name
-  prefix when the public URL is https), or the outcome's page.
-- `GET {callback_path}?code|error&state`: `BrowserFlow.callback`; the outcome's page, or a
-  303 to `enroll.return_url` with the outcome in the query. The cookie is cleared on every
-  answer: it serves one consent.
-- `HEAD` of either: 200 and nothing else. Link checkers and mail scanners send it first;
-  it must not use a link up or a code.
-
-Every answer carries `SECURITY_HEADERS` (CSP, no-referrer, nosniff, no-store). One log
-event per request, `enroll.page`, with the path (never the query: it holds the code) and
-the outcome.
+"""The browser enrollment as an ASGI (Starlette, the `[web]` extra) app: `/enroll/start` and
+the callback, which `serve` mounts on `enroll.listen` (docs/operations.md, "Enrollment in the
+browser"). HEAD answers 200 without using a link or a code; the cookie serves one consent;
+one `enroll.page` event per request (the path, never the query).
 """
 
 from __future__ import annotations
@@ -79,8 +66,7 @@ def build_enroll_app(
         secure: the public URL is https (Secure cookie with the `__Host-` prefix).
         return_url: when set, outcomes redirect there instead of showing a page.
     """
-    # starlette is the optional `[web]` extra: imported when the app is built, so that the
-    # package's face imports without it.
+    # Imported here, so that the package's face imports without the `[web]` extra.
     from starlette.applications import Starlette
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
@@ -104,9 +90,7 @@ def build_enroll_app(
         return HTMLResponse(render(outcome.kind, outcome.scopes), status_code=outcome.status)
 
     def head(path: str) -> Response:
-        # Link checkers and mail scanners send HEAD before, or instead of, a GET. Both routes
-        # act on a GET (the start uses its link up, the callback its code), so a HEAD is
-        # answered without looking at the query: it neither uses nor tests anything.
+        # Link checkers and mail scanners send HEAD first: it must not use a link or code.
         log.info("enroll.page", path=path, outcome="head", status=200, user=None)
         return Response(status_code=200, media_type="text/html")
 

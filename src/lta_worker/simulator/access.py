@@ -1,16 +1,9 @@
 """The resource side of long term access: who is calling, enrollment, drop, and the reads.
 
-Functions of a `World`, the settings and `now`, returning plain values. The order of the
-checks on a read is the spec's, made explicit:
-
-1. authentication (spec 5): a `dspa_` credential must have both halves, a known token and the
-   right client secret, or the answer is the same plain 401 whatever was wrong; a regular
-   token must be valid and match `DS-API-CLIENT-ID`;
-2. revocation: 401 PermanentAccessRevoked, only once both halves are proven correct;
-3. scope: the endpoint's scope granted by the user and still enabled on the client, else 403;
-4. the account: no cloud sync linked (401 NoCloudSyncLinked), silent more than 90 days
-   (403 CloudSyncInactive);
-5. the data: 404 when latest-change has nothing recorded, else 200.
+The checks on a read in the spec's order: authentication (a `dspa_` credential with both
+halves right, else one plain 401; spec 5), revocation (401 PermanentAccessRevoked, only
+once both halves are proven), scope (403), the account (401 NoCloudSyncLinked, 403
+CloudSyncInactive), the data (404 when latest-change has nothing recorded, else 200).
 """
 
 from __future__ import annotations

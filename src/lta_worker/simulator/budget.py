@@ -1,8 +1,7 @@
-"""Rate-limit arithmetic: fixed windows, counting, and the RateLimit headers of an answer.
+"""Rate-limit arithmetic: fixed windows aligned to the epoch, counting, and RateLimit headers.
 
 Pure functions on plain values (`now` is epoch seconds); the simulator keeps one `Window` per
-client and replaces it with what these functions return. Windows are fixed and aligned to the
-epoch (a 3600 s window runs from one full hour to the next), the way many gateways count.
+client and replaces it with what these return.
 """
 
 from __future__ import annotations

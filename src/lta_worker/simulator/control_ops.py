@@ -1,9 +1,5 @@
-"""The operator's and the user's side of the service, as Python methods of `Simulator`.
-
-Everything the spec's section 3 lets someone other than the client do (a user revokes or
-deletes their account, the operator withdraws the mode or a client unticks a scope, cloud sync
-stops), plus the simulator's own knobs (budget, faults, clock). The HTTP control API under
-`/_sim/` calls exactly these methods.
+"""The operator's and the user's side of the service (spec 3) and the simulator's knobs
+(budget, faults, clock), as methods of `Simulator`; the control API calls exactly these.
 """
 
 from __future__ import annotations
@@ -14,17 +10,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lta_worker.simulator import budget
-from lta_worker.simulator.clock import Clock, ManualClock, isoformat
 from lta_worker.simulator.faults import FaultPlan, FaultRule
 from lta_worker.simulator.state import (
     ENDPOINTS,
     ERROR_STYLES,
     LONG_TERM_SCOPES,
     Client,
+    Clock,
     Consent,
+    ManualClock,
     SimSettings,
     User,
     World,
+    isoformat,
 )
 
 

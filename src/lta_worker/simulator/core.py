@@ -1,9 +1,7 @@
 """`Simulator`: the service's whole state and behaviour, with no I/O.
 
-The HTTP routes are thin: they parse a request, call one `handle_*` method here, and render
-what it returns. Tests can drive the same object directly (`add_user`, `revoke`, `advance`,
-...) or over HTTP through the control API. One lock guards the state, because under uvicorn
-the routes run on the server's thread while a test moves the clock from its own.
+The routes parse a request, call one `handle_*` method here and render the answer. One lock
+guards the state: under uvicorn the routes run on the server's thread, a test on its own.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from typing import Any
 import anyio
 
 from lta_worker.simulator import access, budget, oauth
-from lta_worker.simulator.clock import Clock, SystemClock
 from lta_worker.simulator.control_ops import ControlOps
 from lta_worker.simulator.faults import FaultPlan, FaultRule
 from lta_worker.simulator.payloads import other_endpoint
@@ -26,9 +23,11 @@ from lta_worker.simulator.state import (
     ANONYMOUS,
     AuthKind,
     Client,
+    Clock,
     Endpoint,
     LogEntry,
     SimSettings,
+    SystemClock,
     World,
     default_clients,
 )

@@ -1,14 +1,8 @@
 """Injected faults on the public reads: server errors, dropped connections, broken bodies, delays.
 
-A `FaultPlan` holds rules; each read draws at most one fault. A rule fires on the next N reads
-(`remaining`) or with a probability (`rate`) drawn from the plan's own seeded generator, so
-the same seed and the same sequence of reads give the same faults.
-
-A dropped connection cannot be expressed in ASGI except by failing after the response has
-started: `DropResponse` sends the status line and part of the body, then raises
-`SimulatedDrop`. Under uvicorn that closes the socket mid-body, so a client sees
-`httpx.RemoteProtocolError`; in-process, `SimulatorTransport` turns the exception into the
-same error.
+Each read draws at most one fault from a `FaultPlan` (next N reads, or a seeded rate). A drop
+sends the status line and part of the body, then raises `SimulatedDrop`: under uvicorn the
+socket closes mid-body; in-process `SimulatorTransport` gives the same client error.
 """
 
 from __future__ import annotations

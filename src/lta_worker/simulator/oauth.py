@@ -1,13 +1,9 @@
 """The authorization server's rules: consent (`/oidc/auth`) and code exchange (`/oidc/token`).
 
-Functions of a `World`, the settings and `now`; they return plain answers that the routes
-render. Consent is auto-approved for the user queued with `Simulator.queue_consent`; with
-none queued, the `consent_page` setting shows a real consent page (`consent_page.py`: the
-account, the requested scopes to untick, Allow / Deny) whose form `decide` answers, and
-`auto_consent` approves everything. The simulator has no login page: the consent page asks
-for the account name. Errors follow RFC 6749: before the client and redirect address
-are verified, a plain 400 page (never a redirect to an unverified address); after, a redirect
-carrying `error` and `state`. The token endpoint answers OAuth JSON errors.
+Consent: a user queued with `Simulator.queue_consent`, else the consent page (setting
+`consent_page`, answered by `decide`), else `auto_consent`. Errors follow RFC 6749: a plain
+400 page before the client and redirect address are verified, then a redirect with `error`
+and `state`; the token endpoint answers OAuth JSON errors.
 """
 
 from __future__ import annotations

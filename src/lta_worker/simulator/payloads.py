@@ -1,9 +1,4 @@
-"""Realistic, opaque payloads for the reads, generated deterministically from the user id.
-
-The spec does not show the payloads, so the worker must store them as received; these only
-need to look like real data and differ per user. The same user id always gives the same
-payload, so tests and demos are reproducible.
-"""
+"""Realistic, opaque payloads for the reads, the same for the same user id (reproducible)."""
 
 from __future__ import annotations
 
@@ -12,7 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lta_worker.simulator.clock import isoformat
+from lta_worker.simulator.state import isoformat
 
 _EPOCH = datetime(2024, 6, 1, tzinfo=UTC)
 _ENTITIES = ("stock", "type", "accident", "location")

@@ -1,17 +1,8 @@
-"""How refusals look on the wire, in each selectable error style.
-
-The spec names error codes but not the body format, so the worker must find a code
-wherever a real service might put it. Each style here is one plausible service:
-
-    json     {"error": CODE, "message": ...}                 (the default)
-    code     {"code": CODE}
-    nested   {"errors": [{"code": CODE, "message": ...}]}
-    problem  RFC 7807 application/problem+json: type URI ending in CODE, title CODE
-    header   no body; `WWW-Authenticate: Bearer error="CODE"`
-
-A refusal without a code (plain 401/403, 404, 429) never carries a word that could pass for
-a code: `{"message": "Unauthorized"}`, or `type: about:blank` in the problem style.
-No message here ever contains a credential.
+"""How refusals look on the wire, in each selectable error style (`SimSettings.error_style`):
+`json` {"error": CODE, "message": ...} (the default), `code` {"code": CODE}, `nested`
+{"errors": [{"code": CODE, ...}]}, `problem` (RFC 7807, type ending in CODE), `header` (no
+body; `WWW-Authenticate: Bearer error="CODE"`). A refusal without a code never carries a
+word that could pass for one; no message ever contains a credential.
 """
 
 from __future__ import annotations

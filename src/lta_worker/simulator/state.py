@@ -1,21 +1,19 @@
-"""The service's records: clients, users, authorization codes, user tokens, long term grants.
+"""The service's records (clients, users, codes, user tokens, long term grants) and its clock.
 
-Plain mutable data, no rules: `oauth` and `access` implement the spec's rules on a `World`,
-and `core.Simulator` guards it with a lock. Tokens and codes are kept only as SHA-256 hashes
-(the service "stores only a hash"), so no record or repr ever holds a usable credential.
-
-The scope names are spelled out here on purpose rather than imported from the worker's
-config: the stand-in is an independent reading of the spec, so a typo on one side shows up.
+Plain data, no rules (`oauth`, `access`); tokens and codes are kept only as SHA-256 hashes.
+The scope names are spelled out here, not imported from the worker: an independent reading
+of the spec, so a typo on one side shows up.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Final, Literal, get_args
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
 
 from lta_worker.simulator.budget import HeaderFormat, Window
 
@@ -247,3 +245,71 @@ def default_clients(
         Client(id=DEMO_CLIENT_ID, secret=demo_secret, long_term=True),
         Client(id=PLAIN_CLIENT_ID, secret=plain_secret, long_term=False),
     ]
+
+
+# -- time: every time-dependent rule reads `Clock.now()` and nothing else ----------------
+
+DEFAULT_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything that tells the current time as an aware UTC datetime."""
+
+    def now(self) -> datetime:
+        """Return the current time (timezone-aware, UTC)."""
+        ...
+
+
+class SystemClock:
+    """The real wall clock."""
+
+    def now(self) -> datetime:
+        """Return the current wall-clock time in UTC."""
+        return datetime.now(UTC)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ManualClock:
+    """A clock that only moves when told to (tests move time instead of sleeping); safe to
+    move from another thread.
+
+    Args:
+        start: The initial time; naive datetimes are taken as UTC. Defaults to
+            2025-01-01T00:00:00Z, the start of an hour, so default windows line up.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._lock = threading.Lock()
+        self._now = _aware(start or DEFAULT_START)
+
+    def now(self) -> datetime:
+        """Return the clock's current time."""
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward (or back, with a negative value) and return the new time."""
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now
+
+    def set(self, when: datetime) -> datetime:
+        """Jump to `when` (naive datetimes are taken as UTC) and return it."""
+        with self._lock:
+            self._now = _aware(when)
+            return self._now
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now().isoformat()})"
+
+
+def _aware(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def isoformat(when: datetime) -> str:
+    """Render a datetime as ISO 8601 with a `Z` suffix, the way the service's JSON does."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
