@@ -1,9 +1,7 @@
 """`lta-worker [--config PATH] COMMAND`: the command line interface.
 
-Each command group lives in its own module, imported when it is invoked (`_commands`). Every error
-that reaches `main`, wrapped in an exception group or not, is printed as one line saying
-what to do and exits with its code (2 usage, 75 temporary, 78 configuration, 1 a bug):
-see `failure`. `--debug` (or `LTA_WORKER_DEBUG=1`) adds the traceback, without frame locals.
+Each command lives in a module imported when it is invoked (`_commands`). Every error that
+reaches `main` is one line and its exit code (`_failure`); `--debug` adds the traceback.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The CLI's shared context: the config path, lazily loaded settings, and logging.
-
-Heavy modules (SQLAlchemy, httpx, cryptography) are imported inside the commands that need
-them, so that `lta-worker run` with nothing due starts fast from cron.
+"""The CLI's shared context: the config path, lazily loaded settings, and logging. Heavy
+modules are imported inside the commands that need them, so `run` starts fast from cron.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The commands of the root group, each imported only when it is the one invoked.
-
-Each command lives in its own `<name>_cmd.py` module, which imports only click and light
-modules at import time; heavy work is imported inside the command. The root group knows
-the commands by name (`COMMANDS`) and imports a command's module when it is invoked (or
-listed by `--help`), so `lta-worker run` does not import the demo, the simulator, the
-deploy files or enrollment to start.
+"""The commands of the root group by name, each module imported only when its command is
+invoked (or listed by `--help`), so that `lta-worker run` imports nothing it does not use.
 """
 
 from __future__ import annotations
@@ -16,17 +11,17 @@ import click
 
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "run": ("_run_cmd", "run"),
-    "serve": ("_serve_cmd", "serve"),
+    "serve": ("_run_cmd", "serve"),
     "enroll": ("_enroll_cmd", "enroll"),
     "users": ("_users_cmd", "users"),
     "results": ("_results_cmd", "results"),
-    "keys": ("_keys_cmd", "keys"),
-    "db": ("_db_cmd", "db"),
+    "keys": ("_setup_cmd", "keys"),
+    "db": ("_setup_cmd", "db"),
     "status": ("_status_cmd", "status"),
     "check": ("_check_cmd", "check"),
     "simulator": ("_simulator_cmd", "simulator"),
-    "demo": ("_demo_cmd", "demo"),
-    "deploy-files": ("_deploy_cmd", "deploy_files"),
+    "demo": ("_simulator_cmd", "demo"),
+    "deploy-files": ("_setup_cmd", "deploy_files"),
 }
 """Command name -> (module of `lta_worker.cli`, attribute)."""
 

@@ -1,9 +1,7 @@
 """`lta-worker enroll url|finish|token|link --user ID`: enroll a user for long term access.
 
-`url` prints the consent URL (and nothing else) on stdout; `link` a signed, expiring,
-single-use link to the browser flow `serve` hosts (`[enroll]`). `finish` reads the code or the
-whole redirect URL from stdin, and `token` a user access token: secrets never come from an
-argument, where `ps`, shell history and audit logs would keep them.
+`finish` reads the code or redirect URL, `token` a user access token, from stdin: secrets
+never come from an argument, where `ps`, shell history and audit logs would keep them.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The CLI boundary: any exception becomes one line on stderr and a documented exit code.
 
-    LtaError                 its own exit code (2 usage, 75 temporary, 78 configuration)
-    click usage error        2
-    OSError                  75 for the machine's resources (disk full, too many files,
-                             I/O error), 78 for a path or a permission (the file named in
-                             the error is configuration)
-    SQLAlchemy driver error  classified by `storage.dberrors` (75 or 78, naming database.url);
-                             a pool with no connection free in time: 75
-    anything else            a bug: exit 1, naming the error type, with the debug hint
-    (Base)ExceptionGroup     the most telling leaf of the group (anyio task groups wrap)
-
-An LtaError's hint is its own (about the situation) followed by the operator's advice from the
-table of hints (`hints.py`), which names lta-worker's commands.
-
-The line is one JSON `error` event when the log format is JSON, else
-`lta-worker: error: MESSAGE (HINT)`; when stderr is the systemd journal it starts with `<3>`
-(priority error, `logs.stderr_is_journal`), so `journalctl -p err` shows it. A traceback is
-printed before it only with `--debug` (or `LTA_WORKER_DEBUG=1`): Python's own rendering,
-which never shows frame locals, scrubbed of every known secret shape.
+LtaError: its own code (2, 75, 78); a click usage error: 2; OSError: 75 for the machine's
+resources, 78 for a path or permission; a database driver error: as `storage.dberrors`
+classifies it; anything else: a bug, 1. An exception group reports its most telling leaf.
+The line is an `error` JSON event or `lta-worker: error: MESSAGE (HINT)` (`<3>` first for
+the journal); `--debug` prints the scrubbed traceback before it. docs/operations.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The one table of operator hints: a structured error -> what to do, in lta-worker's commands.
 
-Library code (enrollment, the HTTP client, storage, configuration) raises errors that say what
-happened as data: the class, a short `reason` where one class covers several situations, and
-fields (`key`, `user`, `code`). Their own `hint`, when they have one, is about the situation
-in terms any caller understands. Advice that names one of our commands ("start again with
-`lta-worker enroll url --user ID`") only makes sense to an operator at this CLI, so it lives
-here, and the CLI's error boundary (`failure.classify`) appends it to the error's hint.
-
-A lookup walks the error's class and its bases (MRO); in each class the entry for the error's
-`reason` wins over the class's own entry (reason `None`). An entry whose advice is `None` says
-"nothing to add" and stops the walk, so that a base class's advice is not given where it would
-mislead.
+Library errors say what happened (class, `reason`, fields); advice naming our commands only
+makes sense at this CLI, so it lives here and `_failure.classify` appends it. A lookup walks
+the error's MRO, the entry for its `reason` first; an entry `None` stops the walk.
 """
 
 from __future__ import annotations

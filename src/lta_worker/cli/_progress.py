@@ -1,11 +1,8 @@
 """The progress line `run` shows on a terminal: users done of due, reads, budget, time left.
 
-On a terminal the log lines and the progress line share stderr. `ProgressLine` wraps the
-stream so that both stay readable: a complete line written through it (a log event) clears
-the progress line, scrolls above it, and the progress line is drawn again below. At the end
-of the pass the line is ended (a newline), its last figures kept. When the
-stream is not a terminal there is no progress line at all, so piped or journald output
-stays one JSON object per line.
+Log lines and the progress line share stderr: a complete line written through `ProgressLine`
+scrolls above it, and it is drawn again below. Off a terminal there is none, so piped or
+journald output stays one JSON object per line.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""The settings model: typed, frozen and validated; one section per TOML table.
+"""The settings model: one frozen dataclass per TOML table.
 
-Each section is a frozen dataclass; its field types, defaults and `rule(...)` metadata say
-what a value may be, and are the one home of every default and range (`config._fields` reads
-and checks them; docs/config.md is compared with them). Every duration, size and count has a
-range: a `0s` heartbeat would busy-loop, an unbounded `max_response_bytes` lets one answer fill
-the memory, a duration of millennia overflows the first date computed from it. The minimums of
-the loop intervals are small (100 ms) on purpose: the test suites and the demo run passes many
-times a second; an operator never needs less. Not slotted: a slotted frozen dataclass
-costs twice as much to create, and every command creates these thirteen at start.
-
-Nothing here reads files or the environment: `config.loader` does, and builds a `Settings`.
+Field types, defaults and `rule(...)` ranges are the one home of every default and bound
+(`_fields` checks them, docs/config.md is compared with them). Every duration, size and count
+is bounded (a `0s` heartbeat busy-loops); minimums of 100 ms serve the tests and the demo.
+Not slotted: a slotted frozen dataclass costs twice as much to create, at every start.
 """
 
 from __future__ import annotations
@@ -43,11 +37,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 def _split_url(value: str) -> SplitResult:
-    """The parts of a URL that httpx can connect to; ValueError naming what is wrong else.
-
-    `urlsplit` drops tabs and newlines and reads a port only when asked; httpx refuses
-    control characters, and a port it does not refuse (`99999`) fails only at connect.
-    """
+    """The parts of a URL httpx can connect to (no control character, a valid port)."""
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ValueError("a URL must not hold a control character (tab, newline, ...)")
     parts = urlsplit(value)
@@ -252,8 +242,7 @@ def _known_events(value: tuple[str, ...]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """Where user state changes and new results are POSTed (Standard Webhooks); off without
-    `url`."""
+    """Where user state changes and new results are POSTed (Standard Webhooks)."""
 
     url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
@@ -280,9 +269,7 @@ class WebhookSettings:
 
 @dataclass(frozen=True)
 class LogSettings:
-    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
-    alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
-    changes)."""
+    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"

@@ -1,5 +1,4 @@
-"""The JSON shapes of the records the commands show: a user (`users list --format json`) and
-a result (`results export`), with their times as ISO 8601 in UTC (`iso`)."""
+"""The JSON shapes of a user (`users list --format json`) and a result (`results export`)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ def user_json(row: UserRow) -> dict[str, Any]:
 
 
 def result_json(row: ResultRow | UserForgotten) -> dict[str, Any]:
-    """One exported result (a line of `results export`) as a JSON-ready dict; in the change
-    feed, a user's purged results as `{"user", "forgotten": true, "reason", "at"}`."""
+    """One exported result (a line of `results export`), or a forgotten user's feed line."""
     from lta_worker.domain import UserForgotten  # loaded already: the row is one of its
 
     if isinstance(row, UserForgotten):
