@@ -83,10 +83,8 @@ def _exit_code(exc: BaseException) -> int | None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `lta-worker` console script.
 
-    Without `argv` (the console script, `python -m lta_worker`) the process ends with the
-    command: the objects left are frozen out of the garbage collector's reach on the way
-    out, so the interpreter's last collections skip the few hundred thousand objects the
-    imports made (about a tenth of a second of a one-shot command, `run` from cron).
+    Without `argv` the process ends with the command: the objects left are frozen out of the
+    collector's reach, so the interpreter's last collections skip them (about 0.1 s).
     """
     try:
         _main(argv)

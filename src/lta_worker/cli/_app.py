@@ -66,6 +66,9 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+user_option = click.option(
+    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
+)
 
 # What the `[web]` and `[simulator]` extras install: `run` and `serve` never import them
 # (but `serve` with `enroll.listen` set).
@@ -73,8 +76,8 @@ EXTRA_MODULES = ("starlette", "uvicorn")
 
 
 def require_extra(extra: Literal["web", "simulator"]) -> None:
-    """Stop with one line (exit 78) when a module of the `[web]` extra (the browser enrollment
-    `serve` hosts with `enroll.listen`) or the `[simulator]` extra is not installed.
+    """Stop with one line (exit 78) when a module of the `[web]` or `[simulator]` extra is
+    not installed.
 
     Raises:
         ConfigError: starlette or uvicorn cannot be found.

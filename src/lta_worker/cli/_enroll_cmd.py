@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lta_worker.cli._app import App, pass_app
+from lta_worker.cli._app import App, pass_app, user_option
 from lta_worker.errors import UsageError
 from lta_worker.secret import Secret
 
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
     from lta_worker.enrollment import Enrollment, EnrollResult
 
 _MAX_INPUT = 64 * 1024
-_user_option = click.option(
-    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
-)
 
 
 def read_secret_input(prompt: str) -> Secret:
@@ -54,7 +51,7 @@ def enroll() -> None:
 
 
 @enroll.command("url")
-@_user_option
+@user_option
 @pass_app
 def url(app: App, user: str) -> None:
     """Print the consent URL for USER (PKCE S256 and state saved for 10 minutes)."""
@@ -69,7 +66,7 @@ def url(app: App, user: str) -> None:
 
 
 @enroll.command("link")
-@_user_option
+@user_option
 @click.option(
     "--valid",
     "valid",
@@ -118,7 +115,7 @@ def _enroll_from_stdin(
 
 
 @enroll.command("finish")
-@_user_option
+@user_option
 @pass_app
 def finish(app: App, user: str) -> None:
     """Read the redirect URL (or the code) from stdin, create and store the long term token."""
@@ -130,7 +127,7 @@ def finish(app: App, user: str) -> None:
 
 
 @enroll.command("token")
-@_user_option
+@user_option
 @pass_app
 def token(app: App, user: str) -> None:
     """Read a user access token from stdin, create and store the long term token."""

@@ -85,8 +85,7 @@ class Failure:
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:
-    """The exceptions inside nested exception groups, depth first (the exception itself
-    when it is not a group)."""
+    """The exceptions inside nested exception groups, depth first (or `exc` itself)."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             yield from leaves(inner)
@@ -95,8 +94,7 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _rank(exc: BaseException) -> int:
-    """Lower is more telling: an explained error beats a machine error beats a bug beats the
-    cancellations and exits that a failing sibling causes in a task group."""
+    """Lower is more telling: explained, machine, bug, then a task group's cancellations."""
     if isinstance(exc, LtaError):
         return 0
     if isinstance(exc, OSError) or _is_database_error(exc):
@@ -213,8 +211,8 @@ def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:
 def report(
     exc: BaseException, *, fmt: str | None, debug: bool, stream: TextIO | None = None
 ) -> int:
-    """Print `exc` as one line on `stream` (stderr), with the traceback first when `debug`;
-    return the exit code."""
+    """Print `exc` as one line on `stream` (stderr), after the traceback when `debug`; return
+    the exit code."""
     import os
 
     from lta_worker.logs import priority_prefix, scrub, stderr_is_journal

@@ -96,8 +96,7 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
 
 
 def advice(exc: LtaError) -> str | None:
-    """The CLI advice for `exc`: the first entry along its class's MRO, the entry for its
-    `reason` first in each class, then the class's own; None when the table has nothing."""
+    """The CLI advice for `exc` (the module says how it is looked up); None without one."""
     for cls in type(exc).__mro__:
         if not issubclass(cls, LtaError):
             break

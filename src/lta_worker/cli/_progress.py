@@ -36,12 +36,8 @@ def render_progress(
 
 
 class ProgressLine:
-    """A terminal stream that keeps one progress line below whatever else is written to it.
-
-    Give it to the log configuration as the stream, and draw with `show`. `print` writes a
-    line in two calls (the text, then the newline), so the progress line is cleared before
-    the first and drawn again after the newline.
-    """
+    """A terminal stream that keeps one progress line (`show`) below whatever else is written
+    to it (`print` writes the text and the newline in two calls: redrawn after the newline)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -78,8 +74,7 @@ class ProgressLine:
                 self.stream.flush()
 
     def end(self) -> None:
-        """End the progress line as it stands, with a newline: its last figures stay on
-        screen, and later writes (the error line, the shell's prompt) start below it."""
+        """End the progress line as it stands, with a newline; later writes start below it."""
         with self._lock:
             if self.line:
                 self.stream.write(("\n" if self._mid_line else CLEAR) + self.line + "\n")
@@ -95,11 +90,8 @@ def progress_line(stream: TextIO) -> ProgressLine | None:
 
 @contextmanager
 def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[ProgressFn | None]:
-    """A progress callback drawing on `stream` when it is a terminal; None otherwise.
-
-    Pass the `ProgressLine` the logs are written through, so that log lines and the
-    progress line do not overwrite each other.
-    """
+    """A progress callback drawing on `stream` (the `ProgressLine` the logs are written
+    through) when it is a terminal; None otherwise."""
     line = stream if isinstance(stream, ProgressLine) else progress_line(stream)
     if line is None:
         yield None

@@ -37,11 +37,7 @@ def prepare() -> None:
 
 
 def arguments(argv: list[str] | None) -> list[str]:
-    """The command's arguments as text: `argv`, or the process's own decoded as UTF-8.
-
-    Raises:
-        UsageError: an argument is not UTF-8 text.
-    """
+    """The command's arguments: `argv`, or the process's own decoded as UTF-8 (UsageError else)."""
     if argv is not None:
         return argv
     out: list[str] = []
@@ -56,8 +52,7 @@ def arguments(argv: list[str] | None) -> list[str]:
 
 
 def reader_gone(exc: BaseException) -> bool:
-    """True when the command failed because standard output's reader went away: a
-    BrokenPipeError, or the exit 1 click makes of one (after wrapping the streams)."""
+    """True when standard output's reader went away (BrokenPipeError, or click's exit 1)."""
     if isinstance(exc, BrokenPipeError):
         return True
     # click's main catches EPIPE, wraps the streams in its (private) _PacifyFlushWrapper
@@ -67,8 +62,8 @@ def reader_gone(exc: BaseException) -> bool:
 
 
 def end_quietly() -> None:
-    """After a reader went away: point descriptor 1 at /dev/null (so that nothing tries to
-    flush into the broken pipe again) and exit 141."""
+    """After a reader went away: point descriptor 1 at /dev/null (no flush into the broken
+    pipe again) and exit 141."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 1)

@@ -47,8 +47,6 @@ class ControlOps:
         """The simulator's current time."""
         raise NotImplementedError
 
-    # -- lookups ---------------------------------------------------------------------------
-
     def _user(self, user: str) -> User:
         record = self.world.users.get(user)
         if record is None or record.deleted:
@@ -60,8 +58,6 @@ class ControlOps:
         if record is None:
             raise ControlError(f"no client {client!r}", 404)
         return record
-
-    # -- clients ---------------------------------------------------------------------------
 
     def add_client(
         self,
@@ -124,8 +120,6 @@ class ControlOps:
         with self._lock:
             self._client(client).enabled_scopes = set(_long_term_scopes(scopes))
 
-    # -- users -----------------------------------------------------------------------------
-
     def add_user(
         self,
         user: str,
@@ -172,11 +166,8 @@ class ControlOps:
     def queue_consent(
         self, user: str, scopes: list[str] | None = None, *, deny: bool = False
     ) -> int:
-        """Queue who approves the next consent, and which requested scopes they leave ticked.
-
-        A user that does not exist yet is created when the consent is used. Returns the
-        number of queued consents.
-        """
+        """Queue who approves the next consent (created if new) and the scopes they leave
+        ticked; returns the number queued."""
         if not user:
             raise ControlError("a consent needs a user")
         with self._lock:
@@ -233,8 +224,6 @@ class ControlOps:
         if payload is None and endpoint != "latest-change":
             raise ControlError("only latest-change can have nothing recorded")
         record.payloads[endpoint] = payload
-
-    # -- knobs -----------------------------------------------------------------------------
 
     def configure(self, **changes: Any) -> SimSettings:
         """Change settings (names of `SimSettings`); a new window length resets the counts."""

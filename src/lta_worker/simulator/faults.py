@@ -23,13 +23,8 @@ DROP_DECLARED_LENGTH: Final = 2048
 
 
 class SimulatedDrop(Exception):
-    """Raised by `DropResponse` after a partial answer, to make the server drop the connection.
-
-    Attributes:
-        status: The status line already sent.
-        headers: The headers already sent.
-        partial: The part of the body already sent.
-    """
+    """Raised by `DropResponse` after a partial answer (`status`, `headers` and the `partial`
+    body already sent), to make the server drop the connection."""
 
     def __init__(self, status: int, headers: list[tuple[str, str]], partial: bytes) -> None:
         super().__init__("simulated dropped connection")
@@ -40,14 +35,8 @@ class SimulatedDrop(Exception):
 
 @dataclass(slots=True)
 class FaultRule:
-    """One kind of fault and when it fires.
-
-    Attributes:
-        kind: What happens (see `FAULT_KINDS`).
-        rate: Probability per read (0..1), when `remaining` is None.
-        remaining: Fire on this many next reads, then the rule is gone.
-        delay: Seconds to wait for `latency` and `stall`.
-    """
+    """One kind of fault and when it fires: on the `remaining` next reads, else with
+    probability `rate`; `delay` is the wait of `latency` and `stall`, in seconds."""
 
     kind: FaultKind
     rate: float | None = None
@@ -56,11 +45,7 @@ class FaultRule:
 
 
 class FaultPlan:
-    """The active fault rules and their seeded random generator (not thread-safe on its own).
-
-    Args:
-        seed: Seed of the generator that decides rate-based faults; None seeds it from the OS.
-    """
+    """The active fault rules and their seeded generator (None: from the OS); not thread-safe."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed

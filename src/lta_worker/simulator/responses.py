@@ -1,8 +1,5 @@
-"""How refusals look on the wire, in each selectable error style (`SimSettings.error_style`):
-`json` {"error": CODE, "message": ...} (the default), `code` {"code": CODE}, `nested`
-{"errors": [{"code": CODE, ...}]}, `problem` (RFC 7807, type ending in CODE), `header` (no
-body; `WWW-Authenticate: Bearer error="CODE"`). A refusal without a code never carries a
-word that could pass for one; no message ever contains a credential.
+"""How refusals look on the wire in each error style (docs/simulator.md, "Settings"). A refusal
+without a code never carries a word that could pass for one; no message holds a credential.
 """
 
 from __future__ import annotations

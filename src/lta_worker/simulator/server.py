@@ -70,13 +70,8 @@ class _Server(uvicorn.Server):
 
 
 class RunningSimulator:
-    """A simulator served by uvicorn on a background thread; a context manager.
-
-    Attributes:
-        sim: The simulator (drive it directly: `running.sim.revoke(...)`).
-        host: The address it listens on.
-        port: The port it listens on.
-    """
+    """A simulator (`sim`) served by uvicorn on a background thread at `host`:`port`; a
+    context manager."""
 
     def __init__(
         self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket
@@ -129,9 +124,8 @@ class RunningSimulator:
 def start_in_thread(
     sim: Simulator | None = None, host: str = "127.0.0.1", port: int = 0
 ) -> RunningSimulator:
-    """Serve `sim` (a new default one if None) with uvicorn on a background thread.
-
-    Returns once the server listens. Port 0 picks a free port (see `RunningSimulator.port`).
+    """Serve `sim` (a new default one if None) with uvicorn on a background thread; return
+    once it listens (port 0 picks a free port).
 
     Raises:
         OSError: The address cannot be bound.
@@ -199,14 +193,10 @@ class _CutStream(httpx.AsyncByteStream):
 
 
 class SimulatorTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that serves requests from the simulator's ASGI app in-process.
+    """An httpx transport serving a `Simulator` (or its `build_app`) in-process.
 
     A simulated drop gives what a client of the uvicorn-served simulator gets (status line
-    and headers, then `httpx.RemoteProtocolError` on the body), not the `SimulatedDrop`
-    that `httpx.ASGITransport` would raise.
-
-    Args:
-        target: A `Simulator` (its app is built) or an ASGI app from `build_app`.
+    and headers, then `httpx.RemoteProtocolError` on the body), not a `SimulatedDrop`.
     """
 
     def __init__(self, target: Simulator | ASGIApp) -> None:

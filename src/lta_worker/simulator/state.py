@@ -61,25 +61,7 @@ def same_secret(given: str, expected: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
-    """The knobs of one simulator; change them with `Simulator.configure`.
-
-    Attributes:
-        budget: Requests per client per window on the public API.
-        window: Window length in seconds (the real service counts per hour).
-        header_format: How RateLimit headers are rendered (see `budget.render`).
-        error_style: How an error code travels (see `responses`).
-        enroll_status: Success status of token creation; the spec does not show it.
-        after_delete: What a token dropped by the client answers later: a plain 401, or
-            401 PermanentAccessRevoked; the spec leaves it open.
-        auto_consent: Approve a consent with no queued user for `login_hint`, or a new
-            `demo-user-N` (handy for a human demo; tests queue consents instead).
-        consent_page: With no queued consent, show a real consent page (account, the
-            requested scopes to untick, Allow / Deny) instead of auto-approving; what the
-            user leaves ticked is what is granted (browser tests, a human demo).
-        code_ttl: Seconds an authorization code lives.
-        user_token_ttl: Seconds a regular user access token lives.
-        inactive_after_days: Cloud sync silent for more than this gives CloudSyncInactive.
-    """
+    """The knobs of one simulator (docs/simulator.md, "Settings"); see `Simulator.configure`."""
 
     budget: int = 120
     window: int = 3600
@@ -107,11 +89,8 @@ class Client:
 
 @dataclass(slots=True)
 class User:
-    """An account of the service, with its cloud sync and what the reads return.
-
-    `payloads` maps an endpoint to its JSON payload; `None` for latest-change means nothing
-    is recorded (404).
-    """
+    """An account, with its cloud sync and what the reads return (`payloads`: endpoint ->
+    JSON; `None` for latest-change means nothing recorded, a 404)."""
 
     id: str
     linked: bool = True
@@ -131,8 +110,7 @@ class Consent:
 
 @dataclass(frozen=True, slots=True)
 class ConsentRequest:
-    """A validated consent request shown on the consent page, waiting for the user's answer
-    (kept under a random id that the page's form carries back)."""
+    """A validated consent request on the consent page, waiting under the form's random id."""
 
     client: str
     redirect_uri: str
@@ -230,13 +208,8 @@ def default_clients(
 ) -> list[Client]:
     """The two preconfigured clients: `demo-client` (mode open) and `plain-client` (not).
 
-    Args:
-        demo_secret: Overrides the secret of `demo-client`.
-        plain_secret: Overrides the secret of `plain-client`.
-
     Raises:
-        ValueError: A secret is empty or contains a dot (it could not be told apart from the
-            token in a long term credential).
+        ValueError: A secret is empty or contains a dot (it would split a credential).
     """
     for secret in (demo_secret, plain_secret):
         if not secret or "." in secret:
