@@ -1,8 +1,8 @@
 """Enrollment and the end of access, as the Python API a web application embeds.
 
-`Enrollment` (`_enroll`: consent, exchange, token creation), `Lifecycle` (`_lifecycle`:
-drop, forget, retries), PKCE (`_pkce`), and the browser flow: signed links (`_links`),
-`BrowserFlow` (`_browser`) and its ASGI app (`_web`, the `[web]` extra). docs/python-api.md.
+`Enrollment` (`_enroll`: PKCE consent, exchange, token creation), `Lifecycle` (`_lifecycle`:
+drop, forget, retries), and the browser flow: signed links (`_links`), `BrowserFlow`
+(`_browser`) and its ASGI app (`_web`, the `[web]` extra). docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from lta_worker.enrollment._enroll import (
     STATE_FAILURES,
     Enrollment,
     EnrollResult,
+    challenge_s256,
     check_user_id,
+    new_state,
+    new_verifier,
     parse_redirect,
 )
 from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
 from lta_worker.enrollment._links import EnrollLinks
-from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.enrollment._web import build_enroll_app
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from lta_worker.simulator.budget import HEADER_FORMATS, HeaderFormat, Quota
 from lta_worker.simulator.control_ops import ControlError
 from lta_worker.simulator.core import PublicAnswer, Simulator
-from lta_worker.simulator.faults import FAULT_KINDS, FaultKind, FaultRule, SimulatedDrop
+from lta_worker.simulator.responses import FAULT_KINDS, FaultKind, FaultRule, SimulatedDrop
 from lta_worker.simulator.server import (
     RunningSimulator,
     SimulatorTransport,

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lta_worker.simulator import payloads
 from lta_worker.simulator.oauth import new_secret
 from lta_worker.simulator.responses import (
     FORBIDDEN,
@@ -33,6 +32,7 @@ from lta_worker.simulator.state import (
     Grant,
     SimSettings,
     World,
+    default_payloads,
     digest,
     same_secret,
 )
@@ -168,7 +168,7 @@ def read(
     payload = (
         user.payloads[endpoint]
         if endpoint in user.payloads
-        else payloads.defaults(user.id)[endpoint]
+        else default_payloads(user.id)[endpoint]
     )
     if payload is None:
         return Verdict(NOT_FOUND)

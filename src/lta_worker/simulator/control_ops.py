@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lta_worker.simulator import budget
-from lta_worker.simulator.faults import FaultPlan, FaultRule
+from lta_worker.simulator.responses import FaultPlan, FaultRule
 from lta_worker.simulator.state import (
     ENDPOINTS,
     ERROR_STYLES,

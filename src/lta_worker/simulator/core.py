@@ -16,9 +16,7 @@ import anyio
 
 from lta_worker.simulator import access, budget, oauth
 from lta_worker.simulator.control_ops import ControlOps
-from lta_worker.simulator.faults import FaultPlan, FaultRule
-from lta_worker.simulator.payloads import other_endpoint
-from lta_worker.simulator.responses import Refusal
+from lta_worker.simulator.responses import FaultPlan, FaultRule, Refusal
 from lta_worker.simulator.state import (
     ANONYMOUS,
     AuthKind,
@@ -30,6 +28,7 @@ from lta_worker.simulator.state import (
     SystemClock,
     World,
     default_clients,
+    other_endpoint,
 )
 
 Sleep = Callable[[float], Awaitable[None]]

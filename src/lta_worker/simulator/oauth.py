@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote_plus, urlencode
 
-from lta_worker.simulator import payloads
 from lta_worker.simulator.state import (
     LONG_TERM_FAMILY,
     LONG_TERM_SCOPES,
@@ -33,6 +32,7 @@ from lta_worker.simulator.state import (
     User,
     UserToken,
     World,
+    default_payloads,
     digest,
     same_secret,
 )
@@ -234,7 +234,7 @@ def _ensure_user(world: World, user_id: str, now: datetime) -> User:
     if user is None or user.deleted:
         # A consent for an unknown user creates a linked, recently synced account.
         user = User(
-            id=user_id, last_sync_at=now - timedelta(days=1), payloads=payloads.defaults(user_id)
+            id=user_id, last_sync_at=now - timedelta(days=1), payloads=default_payloads(user_id)
         )
         world.users[user_id] = user
     return user

@@ -22,9 +22,15 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from lta_worker.simulator import faults
 from lta_worker.simulator.oauth import ConsentPage
-from lta_worker.simulator.responses import json_response, refusal_response, with_headers
+from lta_worker.simulator.responses import (
+    DropResponse,
+    broken_json,
+    error_response,
+    json_response,
+    refusal_response,
+    with_headers,
+)
 from lta_worker.simulator.state import Endpoint
 
 if TYPE_CHECKING:
@@ -57,11 +63,11 @@ async def _apply_fault(sim: Simulator, answer: PublicAnswer) -> Response:
         await sim.sleep(fault.delay)
         return _render(sim, answer)
     if fault.kind == "drop":
-        return faults.DropResponse()
+        return DropResponse()
     if fault.kind == "broken_json":
         body = json.dumps(answer.payload).encode() if answer.payload is not None else b""
-        return faults.broken_json(body, answer.headers)
-    return faults.error_response(fault.kind, answer.headers)
+        return broken_json(body, answer.headers)
+    return error_response(fault.kind, answer.headers)
 
 
 def api_routes(sim: Simulator) -> list[Route]:

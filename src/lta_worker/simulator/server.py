@@ -21,7 +21,7 @@ from starlette.types import ASGIApp
 
 from lta_worker.simulator.control import control_routes
 from lta_worker.simulator.core import Simulator
-from lta_worker.simulator.faults import SimulatedDrop
+from lta_worker.simulator.responses import SimulatedDrop
 from lta_worker.simulator.routes import api_routes, auth_routes
 
 AUTH_PREFIX: Final = "/auth"
