@@ -26,17 +26,6 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
 """Command name -> (module of `lta_worker.cli`, attribute)."""
 
 
-def load(name: str) -> click.Command | None:
-    """The command called `name` (its module imported now), or None when there is none."""
-    found = COMMANDS.get(name)
-    if found is None:
-        return None
-    module, attribute = found
-    command = getattr(importlib.import_module(f"lta_worker.cli.{module}"), attribute)
-    assert isinstance(command, click.Command), name
-    return command
-
-
 class LazyGroup(click.Group):
     """A group whose commands are `COMMANDS`, each imported when first asked for."""
 
@@ -47,8 +36,9 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """The command `cmd_name`, imported on first use."""
         command = self.commands.get(cmd_name)
-        if command is None:
-            command = load(cmd_name)
-            if command is not None:
-                self.add_command(command, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            module, attribute = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(f"lta_worker.cli.{module}"), attribute)
+            assert isinstance(command, click.Command), cmd_name
+            self.add_command(command, cmd_name)
         return command

@@ -23,11 +23,7 @@ _MAX_INPUT = 64 * 1024
 
 
 def read_secret_input(prompt: str) -> Secret:
-    """Read one secret value from stdin (hidden prompt on a terminal); never echoed.
-
-    Raises:
-        UsageError: nothing was given.
-    """
+    """Read one secret value from stdin (hidden prompt on a terminal); UsageError when empty."""
     stream = sys.stdin
     if stream.isatty():
         value = click.prompt(prompt, hide_input=True, err=True, default="", show_default=False)

@@ -286,11 +286,7 @@ def start_path(settings: Settings) -> str:
 
 
 def start_url(settings: Settings) -> str:
-    """The absolute URL of the start of the browser flow: `{enroll.public_url}/enroll/start`.
-
-    Raises:
-        ConfigError: `enroll.public_url` is not set.
-    """
+    """The absolute URL of the start of the browser flow: `{enroll.public_url}/enroll/start`."""
     if settings.enroll.public_url is None:
         raise ConfigError(
             "is required for enrollment links (the address where users' browsers reach the "

@@ -95,8 +95,6 @@ class ServiceSettings:
     # The whole of one request (connect, send, every chunk of the body): a body dripping a
     # byte at a time resets `read_timeout` at each chunk, this deadline it does not.
     request_timeout: Duration = field(default=60 * _S, metadata=rule(_S, _H))
-    # Proxy for https requests only (a CONNECT tunnel keeps TLS end to end); the loader
-    # fills both from HTTPS_PROXY / ALL_PROXY and NO_PROXY when the file does not set them.
     https_proxy: str | None = field(default=None, metadata=rule(check=_proxy))
     no_proxy: str | None = None
 
@@ -167,8 +165,6 @@ class CryptoSettings:
 class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
-    # Adaptive: the floor; above the round robin's interval at the budget, it leaves reads
-    # unused (B5 at 800 reads an hour per 400 users, bench/README.md).
     interval: Duration = field(default=15 * _M, metadata=rule(_MS, 365 * _D))
     parked_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     concurrency: int = field(default=8, metadata=rule(1, 256))
@@ -179,7 +175,6 @@ class PollSettings:
     backoff_base: Duration = field(default=30 * _S, metadata=rule(_MS, _D))
     breaker_threshold: int = field(default=5, metadata=rule(1, 1000))
     lease_duration: Duration = field(default=5 * _M, metadata=rule(_S, _D))
-    # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
     schedule: ScheduleMode = "adaptive"
     max_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     stats: StatsMode = "on_change"
@@ -215,7 +210,6 @@ class RetentionSettings:
     """How long results of revoked or dropped users, and past contents, are kept."""
 
     after_revocation: Duration = field(default=30 * _D, metadata=rule(timedelta(0), 3650 * _D))
-    # Past contents (the history) older than this are pruned, the newest of each kept.
     history: Duration = field(default=365 * _D, metadata=rule(_D, 3650 * _D))
 
 
@@ -246,14 +240,10 @@ class WebhookSettings:
 
     url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
-    # Undelivered events older than this are dead-lettered (kept `keep_dead`, then deleted).
     max_age: Duration = field(default=3 * _D, metadata=rule(_M, 30 * _D))
     keep_dead: Duration = field(default=30 * _D, metadata=rule(_H, 3650 * _D))
-    # The whole of one delivery (connect, send, answer), and how often `serve` delivers.
     timeout: Duration = field(default=10 * _S, metadata=rule(_S, 5 * _M))
     interval: Duration = field(default=5 * _S, metadata=rule(_MS, _H))
-    # The event types the receiver gets (`domain.EVENT_TYPES`), and whether a
-    # `result.changed` carries the content itself (else its hashes only).
     events: tuple[str, ...] = field(
         default=EVENT_TYPES, metadata=rule(before=_split_list, check=_known_events)
     )

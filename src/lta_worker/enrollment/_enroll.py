@@ -71,11 +71,7 @@ def is_valid_verifier(verifier: Secret) -> bool:
 
 
 def challenge_s256(verifier: Secret) -> str:
-    """The S256 code challenge: BASE64URL(SHA256(ASCII(verifier))) without padding.
-
-    Raises:
-        ValueError: the verifier is not 43 to 128 unreserved characters.
-    """
+    """The S256 code challenge: BASE64URL(SHA256(ASCII(verifier))) without padding."""
     if not is_valid_verifier(verifier):
         raise ValueError("a PKCE verifier must be 43 to 128 unreserved characters")
     digest = hashlib.sha256(verifier.reveal().encode("ascii")).digest()

@@ -47,12 +47,8 @@ class LinkClaim:
 
 
 class EnrollLinks:
-    """Makes and verifies enrollment links.
-
-    Args:
-        keys: the link keys, oldest first (the last one signs).
-        start_url: the absolute URL of the flow's start (`{public_url}/enroll/start`).
-    """
+    """Makes and verifies enrollment links with `keys` (oldest first, the last signs) for the
+    absolute URL of the flow's start."""
 
     def __init__(self, keys: Sequence[Secret], start_url: str) -> None:
         if not keys:

@@ -40,12 +40,8 @@ from lta_worker.simulator.state import (
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a request comes from, as far as authentication got.
-
-    `client` and `user` are set only once the credential is proven (both halves correct, or
-    a valid user token for the named client). `refusal` is set when authentication already
-    decides the answer (plain 401, or PermanentAccessRevoked).
-    """
+    """Who a request comes from: `client` and `user` once the credential is proven, `refusal`
+    when authentication already decides the answer."""
 
     auth: AuthKind
     client: str | None = None
@@ -214,11 +210,8 @@ def enroll(
 
 
 def drop(world: World, settings: SimSettings, authorization: str | None) -> Caller:
-    """Handle `DELETE {auth_url}/api/long-term-access/tokens`; the answer is always 204.
-
-    The token is dropped only when both halves of the credential are correct. Afterwards it
-    answers a plain 401, or PermanentAccessRevoked when `settings.after_delete` says so.
-    """
+    """Handle `DELETE {auth_url}/api/long-term-access/tokens` (always 204): the token goes only
+    when both halves are correct, then answers as `settings.after_delete` says."""
     kind = _auth_kind(authorization)
     bearer = bearer_of(authorization)
     proven = _prove_long_term(world, bearer) if bearer and kind == "long_term" else None

@@ -293,10 +293,7 @@ def exchange(
     authorization: str | None,
     now: datetime,
 ) -> TokenAnswer:
-    """Handle `POST {auth_url}/oidc/token` with grant_type=authorization_code.
-
-    `form` is None when the body was not a well-formed urlencoded form.
-    """
+    """Handle `POST {auth_url}/oidc/token` (authorization_code); `form` None: not a form."""
     if form is None:
         return _oauth_error(400, "invalid_request", "the body must be a urlencoded form")
     kind, client, problem = _client_auth(world, form, authorization)
