@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -198,17 +198,7 @@ class Lifecycle(ClientOperation):
                 if start.owner is not None:
                     await to_thread.run_sync(self._store.release, start.owner, [after.id])
             raise
-        return DropResult(
-            user=user,
-            upstream=outcome.upstream,
-            status=outcome.status,
-            error=outcome.error,
-            previous_state=before.state,
-            state=outcome.state,
-            retry_at=outcome.retry_at,
-            purged=purged,
-            overtaken=outcome.overtaken,
-        )
+        return replace(outcome, previous_state=before.state, purged=purged)
 
     async def _send_drop(
         self, row: UserRow, *, reason: str, pacer: PacerLike | None = None
