@@ -89,10 +89,6 @@ def control_routes(sim: Simulator) -> list[Route]:  # noqa: PLR0915 - one flat t
         change(a["client"])
         return sim.client_info(a["client"])
 
-    def user_after(a: _Args, change: Callable[[str], object]) -> dict[str, Any]:
-        change(a["user"])
-        return sim.user_info(a["user"])
-
     def index(_: _Args) -> Any:
         return {
             "now": isoformat(sim.now()),
@@ -138,7 +134,8 @@ def control_routes(sim: Simulator) -> list[Route]:  # noqa: PLR0915 - one flat t
     def sync(a: _Args) -> Any:
         linked = a.get("linked", bool, None)
         age = a.get("last_sync_age_days", (int, float), None)
-        return user_after(a, lambda u: sim.set_sync(u, linked=linked, last_sync_age_days=age))
+        sim.set_sync(a["user"], linked=linked, last_sync_age_days=age)
+        return sim.user_info(a["user"])
 
     def set_payloads(a: _Args) -> Any:
         for endpoint, payload in a.body.items():

@@ -107,8 +107,7 @@ class ControlOps:
         """The operator withdraws long term access: every token of the client is revoked."""
         with self._lock:
             self._client(client).long_term = False
-            hashes = [h for h, g in self.world.grants.items() if g.client == client]
-            return sum(self.world.revoke(h) for h in hashes)
+            return self.world.revoke_all(lambda g: g.client == client)
 
     def reopen_mode(self, client: str) -> None:
         """The operator opens (again) long term access on a client; revoked tokens stay so."""
@@ -180,19 +179,15 @@ class ControlOps:
         """The user revokes their long term access (to one client, or to all) from the account."""
         with self._lock:
             self._user(user)
-            hashes = [
-                h
-                for h, g in self.world.grants.items()
-                if g.user == user and (client is None or g.client == client)
-            ]
-            return sum(self.world.revoke(h) for h in hashes)
+            return self.world.revoke_all(
+                lambda g: g.user == user and (client is None or g.client == client)
+            )
 
     def delete_account(self, user: str) -> int:
         """The user deletes their account: every long term access and user token goes."""
         with self._lock:
             self._user(user).deleted = True
-            hashes = [h for h, g in self.world.grants.items() if g.user == user]
-            revoked = sum(self.world.revoke(h) for h in hashes)
+            revoked = self.world.revoke_all(lambda g: g.user == user)
             for key in [k for k, t in self.world.user_tokens.items() if t.user == user]:
                 del self.world.user_tokens[key]
             return revoked

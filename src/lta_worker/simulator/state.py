@@ -12,6 +12,7 @@ import hmac
 import random
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
@@ -197,6 +198,10 @@ class World:
             del self.active[(grant.user, grant.client)]
         return True
 
+    def revoke_all(self, which: Callable[[Grant], bool]) -> int:
+        """Mark every grant `which` picks revoked; the number that were active."""
+        return sum(self.revoke(h) for h in [h for h, g in self.grants.items() if which(g)])
+
     def forget(self, token_hash: str) -> None:
         """Drop a grant entirely: its token is unknown from now on (a plain 401)."""
         grant = self.grants.pop(token_hash, None)
@@ -248,12 +253,7 @@ class SystemClock:
 
 class ManualClock:
     """A clock that only moves when told to (tests move time instead of sleeping); safe to
-    move from another thread.
-
-    Args:
-        start: The initial time; naive datetimes are taken as UTC. Defaults to
-            2025-01-01T00:00:00Z, the start of an hour, so default windows line up.
-    """
+    move from another thread. `start` (naive: UTC) defaults to the start of an hour."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._lock = threading.Lock()
