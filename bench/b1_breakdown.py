@@ -126,7 +126,7 @@ def _claim_all(
 def _classify_all(rows: list[Any], now: datetime) -> tuple[float, list[Any]]:
     """Classify two realistic answers per user; (seconds the classification took, outcomes)."""
     from lta_worker.domain import Answer, classify
-    from lta_worker.simulator.payloads import latest_change, stats
+    from lta_worker.simulator.state import latest_change, stats
 
     def answer(payload: Any) -> Any:
         return Answer(200, HEADERS, json.dumps(payload).encode(), elapsed=0.001)
@@ -151,7 +151,7 @@ def _apply_all(store: Any, updates: list[Any]) -> None:
 def _engine_alone(users: int) -> float:
     """Microseconds of CPU per read of a whole pass whose reads are answered from memory."""
     from lta_worker.domain import Answer
-    from lta_worker.simulator.payloads import latest_change, stats
+    from lta_worker.simulator.state import latest_change, stats
 
     with Workspace("b1-engine") as ws:
         settings = ws.settings("http://127.0.0.1:9", "http://127.0.0.1:9/auth")

@@ -875,7 +875,7 @@ def check_data(
 ) -> dict[str, Any]:
     """Each (user, endpoint) read with 200 after its last change holds what was served, or
     its user is due again (a write lost to a fault is read again; the turn is not done)."""
-    from lta_worker.simulator.payloads import defaults
+    from lta_worker.simulator.state import default_payloads as defaults
 
     read_after: set[tuple[str, str]] = set()
     for entry in reads:

@@ -9,7 +9,7 @@ What happened is data: the class, a short machine `reason` where one class cover
 situations (`EnrollmentError.reason` is `"code_rejected"`, `"unreachable"`, ...), and fields
 such as `key`, `user` or `code`. The `hint` says what to do about the situation in terms any
 caller understands (a setting, a file, the service); advice in terms of lta-worker's own
-commands lives in the CLI's table of operator hints (`cli/_hints.py`), because a web
+commands lives in the CLI's table of operator hints (`cli/_failure.py`), because a web
 application that imports this package has no such commands.
 
     LtaError                      base; exit 1

@@ -72,7 +72,7 @@ def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigE
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise error(f"{source} does not exist", key=key, reason="missing") from None
-    except PermissionError as exc:  # root's file under a unit's DynamicUser (cli/_hints.py)
+    except PermissionError as exc:  # root's file under a unit's DynamicUser (cli/_failure.py)
         raise error(
             f"{source} cannot be read ({exc.strerror})", key=key, reason="unreadable"
         ) from None

@@ -12,8 +12,7 @@ import pytest
 import lta_worker
 from lta_worker import errors
 from lta_worker.cli import _commands as commands
-from lta_worker.cli._failure import classify, render
-from lta_worker.cli._hints import HINTS, RESTART, advice, hint_line
+from lta_worker.cli._failure import HINTS, RESTART, advice, classify, hint_line, render
 from lta_worker.errors import (
     ConfigError,
     CursorError,

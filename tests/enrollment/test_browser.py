@@ -26,7 +26,7 @@ from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, b
 from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
 from lta_worker.enrollment._browser import state_for
-from lta_worker.enrollment._pages import SECURITY_HEADERS
+from lta_worker.enrollment._web import SECURITY_HEADERS
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,

@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from lta_worker.enrollment import challenge_s256, new_state, new_verifier
-from lta_worker.enrollment._pkce import UNRESERVED, is_valid_verifier
+from lta_worker.enrollment._enroll import UNRESERVED, is_valid_verifier
 from lta_worker.secret import Secret
 
 # RFC 7636, appendix B: the 32 random octets, the verifier they give, and its S256 challenge.

@@ -16,7 +16,7 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.simulator import payloads as default_payloads
+from lta_worker.simulator.state import default_payloads, latest_change
 
 from .helpers import BASE, LATEST, REDIRECT, STATS, TOKENS, Flow, bearer, pkce_pair
 
@@ -270,6 +270,6 @@ async def test_default_payloads_are_deterministic_per_user(flow: Flow, sim: Simu
 
     response = await flow.http.get(LATEST, headers=bearer(credential))
 
-    assert response.json() == default_payloads.latest_change("alice")
-    assert default_payloads.defaults("alice") == default_payloads.defaults("alice")
-    assert default_payloads.defaults("alice") != default_payloads.defaults("bob")
+    assert response.json() == latest_change("alice")
+    assert default_payloads("alice") == default_payloads("alice")
+    assert default_payloads("alice") != default_payloads("bob")

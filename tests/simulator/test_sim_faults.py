@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from lta_worker.simulator import ControlError, ManualClock, Simulator, SimulatorTransport
-from lta_worker.simulator.faults import FaultPlan
+from lta_worker.simulator.responses import FaultPlan
 
 from .helpers import BASE, LATEST, STATS, Flow, bearer
 

@@ -14,11 +14,10 @@ from lta_worker.simulator import (
     HEADER_FORMATS,
     HISTORY_SCOPE,
     Quota,
-    api_routes,
     responses,
+    routes,
     state,
 )
-from lta_worker.simulator.auth_routes import auth_routes
 from lta_worker.simulator.budget import render
 
 from .helpers import Flow, bearer
@@ -28,8 +27,8 @@ from .helpers import Flow, bearer
 async def test_the_simulator_and_the_worker_agree_on_the_protocol(flow: Flow) -> None:
     """Paths, token prefix, scopes, error codes and header names are the same on both sides."""
     sim = flow.sim
-    assert {e: p for p, e in api_routes.READ_PATHS.items()} == dict(protocol.READ_PATHS)
-    auth_paths = {route.path for route in auth_routes(sim)}
+    assert {e: p for p, e in routes.READ_PATHS.items()} == dict(protocol.READ_PATHS)
+    auth_paths = {route.path for route in routes.auth_routes(sim)}
     assert {protocol.AUTHORIZE_PATH, protocol.TOKEN_ENDPOINT_PATH, protocol.TOKENS_PATH} <= (
         auth_paths
     )

@@ -1,9 +1,7 @@
 """`lta-worker [--config PATH] COMMAND`: the command line interface.
 
-Each command group lives in its own module, imported when it is invoked (`_commands`). Every error
-that reaches `main`, wrapped in an exception group or not, is printed as one line saying
-what to do and exits with its code (2 usage, 75 temporary, 78 configuration, 1 a bug):
-see `failure`. `--debug` (or `LTA_WORKER_DEBUG=1`) adds the traceback, without frame locals.
+Each command lives in a module imported when it is invoked (`_commands`). Every error that
+reaches `main` is one line and its exit code (`_failure`); `--debug` adds the traceback.
 """
 
 from __future__ import annotations
@@ -85,10 +83,8 @@ def _exit_code(exc: BaseException) -> int | None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `lta-worker` console script.
 
-    Without `argv` (the console script, `python -m lta_worker`) the process ends with the
-    command: the objects left are frozen out of the garbage collector's reach on the way
-    out, so the interpreter's last collections skip the few hundred thousand objects the
-    imports made (about a tenth of a second of a one-shot command, `run` from cron).
+    Without `argv` the process ends with the command: the objects left are frozen out of the
+    collector's reach, so the interpreter's last collections skip them (about 0.1 s).
     """
     try:
         _main(argv)

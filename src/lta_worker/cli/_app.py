@@ -1,7 +1,5 @@
-"""The CLI's shared context: the config path, lazily loaded settings, and logging.
-
-Heavy modules (SQLAlchemy, httpx, cryptography) are imported inside the commands that need
-them, so that `lta-worker run` with nothing due starts fast from cron.
+"""The CLI's shared context: the config path, lazily loaded settings, and logging. Heavy
+modules are imported inside the commands that need them, so `run` starts fast from cron.
 """
 
 from __future__ import annotations
@@ -68,6 +66,9 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+user_option = click.option(
+    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
+)
 
 # What the `[web]` and `[simulator]` extras install: `run` and `serve` never import them
 # (but `serve` with `enroll.listen` set).
@@ -75,8 +76,8 @@ EXTRA_MODULES = ("starlette", "uvicorn")
 
 
 def require_extra(extra: Literal["web", "simulator"]) -> None:
-    """Stop with one line (exit 78) when a module of the `[web]` extra (the browser enrollment
-    `serve` hosts with `enroll.listen`) or the `[simulator]` extra is not installed.
+    """Stop with one line (exit 78) when a module of the `[web]` or `[simulator]` extra is
+    not installed.
 
     Raises:
         ConfigError: starlette or uvicorn cannot be found.

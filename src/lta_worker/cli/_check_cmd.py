@@ -1,11 +1,6 @@
 """`lta-worker check [--format table|json]`: verify the configuration, the secret and key
-files, the database and the service, writing nothing.
-
-Exit 0 every check passed; 78 a configuration problem (a file, a setting, no database or an
-old schema: `db upgrade`); 75 only temporary ones (the database or the service cannot be
-reached). The configuration itself is loaded first: a broken one is the `config` check's
-failure (nothing else can be checked). A failing `check` ends, after its table or its JSON on
-stdout, with the `error` event of its first problem on stderr.
+files, the database and the service, writing nothing (exit 0, 78, or 75 for only temporary
+problems). A failing check ends with the `error` event of its first problem on stderr.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """`lta-worker demo`: the whole program in under a minute, narrated in plain sentences.
 
-Longer than the ~400-line ceiling on purpose: it is one script read top to bottom, mostly
-the narration's sentences; cutting it would scatter one story over several files.
-
-It serves the bundled simulator on a free loopback port, writes a configuration, the demo
-client secret, a fresh key file and a SQLite database into a directory, enrolls 20 users
-through the real consent flow (consent URL with PKCE, the simulator's consent page, the
-redirect back, code exchange, token creation), and runs three passes of the real `Worker`:
-
-1. a tight budget (30 requests per 10 s window), paced without a 429; a 404, a user who
-   granted only statistics, an inactive user (parked) and one without cloud sync (unlinked);
-2. an hour later: a user revoked access, and the pass deletes that token at once;
-3. a day later: the parked user synced again and is back to active by itself.
-
-Time moves without waiting: the worker's wall clock starts a day in the past and the demo
-moves it forward between passes, so the last pass happens now and the stored times agree with
-the real clock afterwards; monotonic time stays real, so the pacing is real. The worker's
-JSON log goes to a file in the directory, the narration to stdout. The directory stays for
-the other commands, and the demo ends by saying how to go on with them.
+The bundled simulator on a loopback port, a config, keys and a SQLite database in a
+directory, 20 users enrolled through the real consent flow, three passes of the real `Worker`
+(a tight budget; a revocation; a parked user back). The worker's wall clock starts a day in
+the past and is moved between passes; monotonic time stays real, so the pacing is real.
 """
 
 from __future__ import annotations
@@ -60,8 +46,7 @@ WIDTH: Final = 88
 
 
 class OffsetClock(SystemClock):
-    """The worker's clock in the demo: wall time is real time plus an offset that the demo
-    advances between passes; monotonic time and sleep are real, so the pacer paces for real."""
+    """Wall time is real time plus an offset the demo advances; monotonic time is real."""
 
     def __init__(self, offset: timedelta = timedelta(0)) -> None:
         self.offset = offset
@@ -368,16 +353,10 @@ def _program() -> str:
 
 
 def run_demo(out: TextIO, directory: Path | None = None, *, keep_serving: bool = False) -> int:
-    """Run the narrated demo; return the exit code (0).
-
-    Args:
-        out: where the narration goes (stdout).
-        directory: where to write the files (a new temporary directory by default).
-        keep_serving: keep the simulator up after the demo until Ctrl-C.
+    """Run the narrated demo into `out`; return the exit code (0).
 
     Raises:
-        UsageError: `directory` exists and is not empty (a previous demo's database would
-            change the story).
+        UsageError: `directory` exists and is not empty.
     """
     import anyio
 

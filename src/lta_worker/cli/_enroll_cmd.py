@@ -1,9 +1,7 @@
 """`lta-worker enroll url|finish|token|link --user ID`: enroll a user for long term access.
 
-`url` prints the consent URL (and nothing else) on stdout; `link` a signed, expiring,
-single-use link to the browser flow `serve` hosts (`[enroll]`). `finish` reads the code or the
-whole redirect URL from stdin, and `token` a user access token: secrets never come from an
-argument, where `ps`, shell history and audit logs would keep them.
+`finish` reads the code or redirect URL, `token` a user access token, from stdin: secrets
+never come from an argument, where `ps`, shell history and audit logs would keep them.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lta_worker.cli._app import App, pass_app
+from lta_worker.cli._app import App, pass_app, user_option
 from lta_worker.errors import UsageError
 from lta_worker.secret import Secret
 
@@ -22,17 +20,10 @@ if TYPE_CHECKING:
     from lta_worker.enrollment import Enrollment, EnrollResult
 
 _MAX_INPUT = 64 * 1024
-_user_option = click.option(
-    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
-)
 
 
 def read_secret_input(prompt: str) -> Secret:
-    """Read one secret value from stdin (hidden prompt on a terminal); never echoed.
-
-    Raises:
-        UsageError: nothing was given.
-    """
+    """Read one secret value from stdin (hidden prompt on a terminal); UsageError when empty."""
     stream = sys.stdin
     if stream.isatty():
         value = click.prompt(prompt, hide_input=True, err=True, default="", show_default=False)
@@ -56,7 +47,7 @@ def enroll() -> None:
 
 
 @enroll.command("url")
-@_user_option
+@user_option
 @pass_app
 def url(app: App, user: str) -> None:
     """Print the consent URL for USER (PKCE S256 and state saved for 10 minutes)."""
@@ -71,7 +62,7 @@ def url(app: App, user: str) -> None:
 
 
 @enroll.command("link")
-@_user_option
+@user_option
 @click.option(
     "--valid",
     "valid",
@@ -120,7 +111,7 @@ def _enroll_from_stdin(
 
 
 @enroll.command("finish")
-@_user_option
+@user_option
 @pass_app
 def finish(app: App, user: str) -> None:
     """Read the redirect URL (or the code) from stdin, create and store the long term token."""
@@ -132,7 +123,7 @@ def finish(app: App, user: str) -> None:
 
 
 @enroll.command("token")
-@_user_option
+@user_option
 @pass_app
 def token(app: App, user: str) -> None:
     """Read a user access token from stdin, create and store the long term token."""

@@ -1,23 +1,10 @@
 """The CLI boundary: any exception becomes one line on stderr and a documented exit code.
 
-    LtaError                 its own exit code (2 usage, 75 temporary, 78 configuration)
-    click usage error        2
-    OSError                  75 for the machine's resources (disk full, too many files,
-                             I/O error), 78 for a path or a permission (the file named in
-                             the error is configuration)
-    SQLAlchemy driver error  classified by `storage.dberrors` (75 or 78, naming database.url);
-                             a pool with no connection free in time: 75
-    anything else            a bug: exit 1, naming the error type, with the debug hint
-    (Base)ExceptionGroup     the most telling leaf of the group (anyio task groups wrap)
-
-An LtaError's hint is its own (about the situation) followed by the operator's advice from the
-table of hints (`hints.py`), which names lta-worker's commands.
-
-The line is one JSON `error` event when the log format is JSON, else
-`lta-worker: error: MESSAGE (HINT)`; when stderr is the systemd journal it starts with `<3>`
-(priority error, `logs.stderr_is_journal`), so `journalctl -p err` shows it. A traceback is
-printed before it only with `--debug` (or `LTA_WORKER_DEBUG=1`): Python's own rendering,
-which never shows frame locals, scrubbed of every known secret shape.
+LtaError: its own code (2, 75, 78); a click usage error: 2; OSError: 75 for the machine's
+resources, 78 for a path or permission; a database driver error: as `storage.dberrors`
+classifies it; anything else: a bug, 1. An exception group reports its most telling leaf.
+The line is an `error` JSON event or `lta-worker: error: MESSAGE (HINT)` (`<3>` first for
+the journal); `--debug` prints the scrubbed traceback before it. docs/operations.md.
 """
 
 from __future__ import annotations
@@ -31,8 +18,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, TextIO
 
-from lta_worker.cli._hints import hint_line
-from lta_worker.errors import EX_CONFIG, EX_TEMPFAIL, EX_USAGE, ConfigError, LtaError
+from lta_worker.errors import (
+    EX_CONFIG,
+    EX_TEMPFAIL,
+    EX_USAGE,
+    ConfigError,
+    CursorError,
+    EnrollmentError,
+    KeyFileError,
+    LtaError,
+    NoDatabaseError,
+    PassStoppedError,
+    StorageError,
+    UnknownUserError,
+    UsageError,
+)
 
 DEBUG_HINT: Final = "a bug: rerun with --debug (or LTA_WORKER_DEBUG=1) for the traceback"
 _MAX_MESSAGE: Final = 500
@@ -98,8 +98,7 @@ class Failure:
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:
-    """The exceptions inside nested exception groups, depth first (the exception itself
-    when it is not a group)."""
+    """The exceptions inside nested exception groups, depth first (or `exc` itself)."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             yield from leaves(inner)
@@ -108,8 +107,7 @@ def leaves(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _rank(exc: BaseException) -> int:
-    """Lower is more telling: an explained error beats a machine error beats a bug beats the
-    cancellations and exits that a failing sibling causes in a task group."""
+    """Lower is more telling: explained, machine, bug, then a task group's cancellations."""
     if isinstance(exc, LtaError):
         return 0
     if isinstance(exc, OSError) or _is_database_error(exc):
@@ -226,8 +224,8 @@ def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:
 def report(
     exc: BaseException, *, fmt: str | None, debug: bool, stream: TextIO | None = None
 ) -> int:
-    """Print `exc` as one line on `stream` (stderr), with the traceback first when `debug`;
-    return the exit code."""
+    """Print `exc` as one line on `stream` (stderr), after the traceback when `debug`; return
+    the exit code."""
     import os
 
     from lta_worker.logs import priority_prefix, scrub, stderr_is_journal
@@ -240,3 +238,97 @@ def report(
     stream.write(prefix + render(failure, as_json=wants_json(fmt, stream)) + "\n")
     stream.flush()
     return failure.exit_code
+
+
+# -- the one table of operator hints: a structured error -> what to do, in our commands --
+# Library errors say what happened (class, `reason`, fields); advice naming lta-worker's
+# commands only makes sense here. A lookup walks the error's MRO, the entry for its
+# `reason` first; an entry `None` stops the walk (a base's advice would mislead).
+
+RESTART: Final = "start again with `lta-worker enroll url --user ID`"
+_NEW_KEY_FILE: Final = "`(umask 077; lta-worker keys generate > FILE)`, then set crypto.key_file"
+_APPEND_KEY: Final = "append a line from `lta-worker keys generate` to the key file"
+
+HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
+    # Enrollment: a consent, its code and a user access token are short-lived and single
+    # use, so nearly every failure is cured by a fresh consent.
+    (EnrollmentError, None): RESTART,
+    (EnrollmentError, "unreachable"): RESTART,
+    (EnrollmentError, "token_refused"): RESTART,
+    (EnrollmentError, "create_refused"): RESTART,
+    (EnrollmentError, "service_failed"): RESTART + " in a while",
+    (EnrollmentError, "no_token"): RESTART,
+    (EnrollmentError, "no_scopes"): RESTART,
+    (EnrollmentError, "unsendable_token"): (
+        "the service's tokens cannot be sent in a header: report it to the service's operator"
+    ),
+    (EnrollmentError, "code_rejected"): RESTART,
+    (EnrollmentError, "exchange_refused"): RESTART,
+    (EnrollmentError, "no_access_token"): RESTART,
+    (EnrollmentError, "consent_denied"): RESTART,
+    (EnrollmentError, "consent_failed"): RESTART,
+    # A new consent does not help: the client's settings or the operator's mode do.
+    (EnrollmentError, "scope_refused"): None,
+    (EnrollmentError, "client_rejected"): None,
+    # `enroll finish` input that cannot finish any consent.
+    (UsageError, "no_input"): RESTART,
+    (UsageError, "no_pending_consent"): RESTART,
+    (UsageError, "unknown_consent"): RESTART,
+    (UsageError, "other_user_consent"): RESTART,
+    (UnknownUserError, None): (
+        "see `lta-worker users list`; enroll with `lta-worker enroll url --user ID`"
+    ),
+    # A feed cursor the database never issued: the way back, whatever the reason.
+    **{
+        (CursorError, reason): "`lta-worker results export --changed-since 0`"
+        for reason in ("malformed", "legacy", "other_database", "ahead")
+    },
+    # A secret file this user may not read: most often root's 0600 file named in the
+    # config while the unit runs as its DynamicUser.
+    (ConfigError, "unreadable"): (
+        "under systemd, leave the setting unset: the units pass /etc/lta-worker/client-secret, "
+        "token-keys, webhook-secret and enroll-link-key with LoadCredential= "
+        "(deploy/lta-worker.service) and the worker reads them in $CREDENTIALS_DIRECTORY; "
+        "else make the file readable by the user lta-worker runs as (mode 0600 or 0400)"
+    ),
+    # The token key file.
+    (ConfigError, "key_file_unset"): (
+        "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"
+    ),
+    # A new key file only for a database without tokens: one under a key id the file had
+    # needs that line back (the error's own hint names the ids), never a new key.
+    (KeyFileError, "missing"): (
+        "restore it if the database holds tokens (`lta-worker check` names the key ids it "
+        "needs); for a new installation, " + _NEW_KEY_FILE
+    ),
+    (KeyFileError, "missing_empty"): _NEW_KEY_FILE,
+    (KeyFileError, "missing_in_use"): None,
+    (KeyFileError, "no_key"): _APPEND_KEY,
+    (KeyFileError, "malformed"): _APPEND_KEY,
+    # The database.
+    (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
+    (NoDatabaseError, None): "create it with `lta-worker db upgrade` (`run` and `serve` do too)",
+    # A pass that stopped early.
+    (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
+    (
+        PassStoppedError,
+        "breaker",
+    ): "`lta-worker check` finds a wrong service.base_url path without spending a read",
+}
+
+
+def advice(exc: LtaError) -> str | None:
+    """The CLI advice for `exc` (the module says how it is looked up); None without one."""
+    for cls in type(exc).__mro__:
+        if not issubclass(cls, LtaError):
+            break
+        for key in ((cls, exc.reason), (cls, None)):
+            if key in HINTS:
+                return HINTS[key]
+    return None
+
+
+def hint_line(exc: LtaError) -> str | None:
+    """The hint the CLI shows for `exc`: the error's own hint, then the table's advice."""
+    parts = [part for part in (exc.hint, advice(exc)) if part]
+    return "; ".join(parts) or None

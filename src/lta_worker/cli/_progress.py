@@ -1,11 +1,8 @@
 """The progress line `run` shows on a terminal: users done of due, reads, budget, time left.
 
-On a terminal the log lines and the progress line share stderr. `ProgressLine` wraps the
-stream so that both stay readable: a complete line written through it (a log event) clears
-the progress line, scrolls above it, and the progress line is drawn again below. At the end
-of the pass the line is ended (a newline), its last figures kept. When the
-stream is not a terminal there is no progress line at all, so piped or journald output
-stays one JSON object per line.
+Log lines and the progress line share stderr: a complete line written through `ProgressLine`
+scrolls above it, and it is drawn again below. Off a terminal there is none, so piped or
+journald output stays one JSON object per line.
 """
 
 from __future__ import annotations
@@ -39,12 +36,8 @@ def render_progress(
 
 
 class ProgressLine:
-    """A terminal stream that keeps one progress line below whatever else is written to it.
-
-    Give it to the log configuration as the stream, and draw with `show`. `print` writes a
-    line in two calls (the text, then the newline), so the progress line is cleared before
-    the first and drawn again after the newline.
-    """
+    """A terminal stream that keeps one progress line (`show`) below whatever else is written
+    to it (`print` writes the text and the newline in two calls: redrawn after the newline)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -81,8 +74,7 @@ class ProgressLine:
                 self.stream.flush()
 
     def end(self) -> None:
-        """End the progress line as it stands, with a newline: its last figures stay on
-        screen, and later writes (the error line, the shell's prompt) start below it."""
+        """End the progress line as it stands, with a newline; later writes start below it."""
         with self._lock:
             if self.line:
                 self.stream.write(("\n" if self._mid_line else CLEAR) + self.line + "\n")
@@ -98,11 +90,8 @@ def progress_line(stream: TextIO) -> ProgressLine | None:
 
 @contextmanager
 def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[ProgressFn | None]:
-    """A progress callback drawing on `stream` when it is a terminal; None otherwise.
-
-    Pass the `ProgressLine` the logs are written through, so that log lines and the
-    progress line do not overwrite each other.
-    """
+    """A progress callback drawing on `stream` (the `ProgressLine` the logs are written
+    through) when it is a terminal; None otherwise."""
     line = stream if isinstance(stream, ProgressLine) else progress_line(stream)
     if line is None:
         yield None

@@ -1,11 +1,6 @@
-"""`lta-worker results export [--format jsonl] [--user ID] [--history [--since T]]
-[--changed-since CURSOR]`: the latest result per user and endpoint (or, with `--history`,
-every stored past content; with `--changed-since`, the contents stored after a cursor, then
-`{"cursor": C}` to pass next time), one JSON object per line: `user`, `endpoint`, `status`
-(`ok`|`none`), `payload`, `fetched_at`, `changed_at`, and the user's `state` now (revoked
-and dropped users' results are recognisable); in the feed, a user whose results were purged
-as `{"user", "forgotten": true, "reason", "at"}`. A cursor the database never issued is
-a usage error (`CursorError`, exit 2): read again from `0`.
+"""`lta-worker results export`: the latest result per user and endpoint, the history, or the
+change feed after a cursor, one JSON object per line (shapes: `report.result_json`; docs/
+python-api.md). A cursor the database never issued is a usage error (exit 2).
 """
 
 from __future__ import annotations

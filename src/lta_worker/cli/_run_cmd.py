@@ -1,20 +1,18 @@
-"""`lta-worker run [--max-duration D]`: one pass over every due user, then exit.
-
-Exit codes: 0 the pass completed; 75 it stopped early (deadline, service down) and the rest
-stays due; 78 configuration or credential problem (bad config, missing key, client secret
-rejected). A pass that stopped early ends with its `error` event (`PassStoppedError`), the
-last line of the log.
+"""`lta-worker run [--max-duration D]`: one pass over every due user, then exit (0; 75 stopped
+early, the rest stays due; 78 configuration); `lta-worker serve`: the long-running service
+(systemd Type=notify).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 
 import click
 
-from lta_worker.cli._app import App, pass_app
-from lta_worker.config import parse_duration
+from lta_worker.cli._app import App, pass_app, require_extra
+from lta_worker.config import Settings, load_settings, parse_duration
 from lta_worker.errors import UsageError
 
 
@@ -90,3 +88,22 @@ def run(app: App, max_duration: str | None) -> None:
     result = anyio.run(main)
     if result.exit_code:  # the CLI's boundary writes it: the `error` event, the last line
         raise stop_error(result.stopped)
+
+
+@click.command("serve")
+@pass_app
+def serve(app: App) -> None:
+    """Serve: passes every poll.tick, maintenance and heartbeat, until SIGTERM."""
+    settings = app.settings
+    if settings.enroll.listen is not None:
+        require_extra("web")
+    app.configure_logging()
+
+    import anyio
+
+    from lta_worker.worker import serve as serve_forever
+
+    def reload() -> Settings:
+        return load_settings(app.config_path, os.environ)
+
+    sys.exit(anyio.run(lambda: serve_forever(settings, reload_settings=reload, bounded=True)))

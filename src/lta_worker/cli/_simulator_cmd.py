@@ -1,4 +1,5 @@
-"""`lta-worker simulator serve`: run the bundled stand-in for the remote service.
+"""`lta-worker simulator serve`: run the bundled stand-in for the remote service; and
+`lta-worker demo` on it (`_demo`).
 
 It serves plain HTTP with demo client secrets, so it listens on loopback unless a host is
 named explicitly on the command line (a host from the environment alone is refused).
@@ -7,6 +8,8 @@ named explicitly on the command line (a host from the environment alone is refus
 from __future__ import annotations
 
 import signal
+import sys
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -106,3 +109,23 @@ def _print_banner(base_url: str, auth_url: str, control_url: str, sim: Simulator
         # Printing these is intended: they are the simulator's own demo secrets.
         click.echo(f"client {client_id}: secret {sim.client_secret(client_id)} ({mode})")
     click.echo("Press Ctrl-C to stop.")
+
+
+@click.command("demo")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the config, keys, database and log (default: a new temporary dir).",
+)
+@click.option(
+    "--keep-serving",
+    is_flag=True,
+    help="Keep the simulator up after the demo (until Ctrl-C), so that `run` works on it.",
+)
+def demo(directory: Path | None, keep_serving: bool) -> None:
+    """Run the narrated demo: 20 users enrolled and read by the worker, in under a minute."""
+    require_extra("simulator")
+    from lta_worker.cli._demo import run_demo
+
+    sys.exit(run_demo(sys.stdout, directory, keep_serving=keep_serving))

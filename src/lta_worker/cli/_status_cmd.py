@@ -1,10 +1,6 @@
 """`lta-worker status [--format table|json] [--check]`: users per state, last pass, budget,
-capacity, the webhook outbox (events waiting, dead-lettered), and the health verdict
-(`healthy`, `problems`).
-
-Read-only: the database is opened read-only and never created or migrated (a missing
-database or an old schema exits 78 naming `lta-worker db upgrade`). `--check` makes the exit
-code the verdict: 0 healthy, 1 unhealthy (75 / 78 when the database cannot be read).
+capacity, the webhook outbox and the health verdict. Read-only: never creates or migrates
+the database. `--check` makes the exit code the verdict (0 healthy, 1 unhealthy).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """The CLI's standard streams and arguments when they are not what a terminal gives.
 
-- A reader that went away (`lta-worker results export | head -1`): the command ends
-  quietly with 141, as a shell reports a program killed by SIGPIPE (`yes | head -1`), not
-  with exit 1 ("a bug") and no line. Python ignores SIGPIPE, so the write fails with EPIPE;
-  click turns that into exit 1 and makes the streams ignore later flushes.
-- A closed descriptor (`>&-`): Python then has no `sys.stdout`, and click prints nothing,
-  so a command whose output is the point would exit 0 having printed nothing. A stand-in
-  refuses the first write, a usage error (2) that says why; `run` and `serve`, which write
-  only to stderr, are not affected.
-- An encoding that cannot show a character (`PYTHONIOENCODING=ascii`, a C locale without
-  UTF-8 mode): the character is escaped (`\\xfc`), as Python does on stderr, instead of
-  failing the command with UnicodeEncodeError.
-- Arguments under a locale that is not UTF-8 (`LC_ALL=C` without UTF-8 mode): Python
-  decodes their bytes as ASCII, a user id `ünï` becomes lone surrogates that no database
-  or stream takes; they are decoded as UTF-8 again (`arguments`), and an argument that is
-  not UTF-8 either is a usage error.
+A reader gone (`| head -1`): exit 141 quietly, as a shell reports SIGPIPE. A closed stdout
+(`>&-`): the first write is a usage error. An encoding that cannot show a character: escaped
+(`\\xfc`). Arguments under a non-UTF-8 locale: decoded as UTF-8 again, or a usage error.
 """
 
 from __future__ import annotations
@@ -49,11 +37,7 @@ def prepare() -> None:
 
 
 def arguments(argv: list[str] | None) -> list[str]:
-    """The command's arguments as text: `argv`, or the process's own decoded as UTF-8.
-
-    Raises:
-        UsageError: an argument is not UTF-8 text.
-    """
+    """The command's arguments: `argv`, or the process's own decoded as UTF-8 (UsageError else)."""
     if argv is not None:
         return argv
     out: list[str] = []
@@ -68,8 +52,7 @@ def arguments(argv: list[str] | None) -> list[str]:
 
 
 def reader_gone(exc: BaseException) -> bool:
-    """True when the command failed because standard output's reader went away: a
-    BrokenPipeError, or the exit 1 click makes of one (after wrapping the streams)."""
+    """True when standard output's reader went away (BrokenPipeError, or click's exit 1)."""
     if isinstance(exc, BrokenPipeError):
         return True
     # click's main catches EPIPE, wraps the streams in its (private) _PacifyFlushWrapper
@@ -79,8 +62,8 @@ def reader_gone(exc: BaseException) -> bool:
 
 
 def end_quietly() -> None:
-    """After a reader went away: point descriptor 1 at /dev/null (so that nothing tries to
-    flush into the broken pipe again) and exit 141."""
+    """After a reader went away: point descriptor 1 at /dev/null (no flush into the broken
+    pipe again) and exit 141."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 1)

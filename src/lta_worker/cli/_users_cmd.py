@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lta_worker.cli._app import App, pass_app
+from lta_worker.cli._app import App, pass_app, user_option
 from lta_worker.errors import EX_OK, ConfigError, UpstreamError
 from lta_worker.protocol import LONG_TERM_FAMILY
 from lta_worker.report import iso, user_json
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from lta_worker.enrollment import DropResult
 
 _COMMAND = {"dropped": "drop", "forgot": "forget"}
-_user_option = click.option(
-    "--user", "user", required=True, metavar="ID", help="Your application's id of the user."
-)
 
 
 def _short_time(value: datetime | None) -> str:
@@ -159,7 +156,7 @@ def _run_lifecycle(app: App, user: str, *, forget: bool) -> DropResult:
 
 
 @users.command("drop")
-@_user_option
+@user_option
 @pass_app
 def drop(app: App, user: str) -> None:
     """DELETE the token upstream; once confirmed, delete it locally, set the user `dropped`.
@@ -173,7 +170,7 @@ def drop(app: App, user: str) -> None:
 
 
 @users.command("forget")
-@_user_option
+@user_option
 @pass_app
 def forget(app: App, user: str) -> None:
     """Purge every stored result of the user at once, and drop it (exit codes as `drop`)."""

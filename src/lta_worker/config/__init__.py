@@ -5,7 +5,6 @@ Nothing outside this package reads the environment for settings.
 
 from __future__ import annotations
 
-from lta_worker.config._enroll import read_link_keys, start_path, start_url
 from lta_worker.config._fields import field_types, ranges, read_section
 from lta_worker.config._loader import (
     build_settings,
@@ -13,7 +12,10 @@ from lta_worker.config._loader import (
     key_file_path,
     load_settings,
     read_client_secret,
+    read_link_keys,
     read_webhook_secret,
+    start_path,
+    start_url,
 )
 from lta_worker.config._settings import (
     ClientSettings,

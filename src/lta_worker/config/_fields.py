@@ -1,26 +1,9 @@
 """How a settings section is read from plain TOML (or environment) values, checked and typed.
 
-A section is a frozen dataclass; each field's type says how a value becomes the field's
-value, its default is the dataclass default, and `rule(...)`, in the field's metadata, adds
-its range (both bounds included) and its own check:
-
-    concurrency: int = field(default=8, metadata=rule(1, 256))
-
-These are the one home of every default and bound: the loader checks them, and the tests
-compare docs/config.md with them (`ranges`).
-
-`read_section(Settings, data)` builds the settings and returns every problem found, each
-with the dotted key it concerns, in the order of the fields. What each type takes:
-
-- `str`: a string; `bool`: true or false (from the environment: `true`, `false`, `1`,
-  `0`); `int`: a whole number, or a string of one (environment overrides are
-  strings); `float`: a number, or a string of one; a bool is never a number;
-- `timedelta`: what `parse_duration` takes (`90s`, `1h30m`, plain seconds);
-- `Path`: a string; `tuple[str, ...]`: a list of strings; a `Literal`: one of its values;
-- `X | None`: None, or what X takes; a section: a table (a missing one gets its defaults).
-
-This replaces pydantic, whose import and model building cost every command about 0.15 s of
-its start (`lta-worker status` is meant to answer within 0.3 s).
+A field's type says how a value converts (docs/config.md), its default is the dataclass
+default, and `rule(...)` in its metadata adds its range and checks:
+`concurrency: int = field(default=8, metadata=rule(1, 256))`. This replaces pydantic, whose
+import cost every command about 0.15 s of its start.
 """
 
 from __future__ import annotations
@@ -65,8 +48,7 @@ def rule(
     before: Check | None = None,
     check: Check | None = None,
 ) -> dict[str, Rule]:
-    """A field's metadata: its range (`low` to `high`, both included), a shortest length,
-    and checks.
+    """A field's metadata: its range (`low` to `high`, both included), length and checks.
 
     Args:
         before: takes the raw value, returns what the type then converts (ValueError: the

@@ -1,11 +1,9 @@
-"""Build `Settings` from a TOML file, the environment and systemd's directories.
+"""Build `Settings` from a TOML file, the environment and systemd's directories; read the
+secret files.
 
-Precedence, lowest first: built-in defaults, the TOML file, `LTA_WORKER_<SECTION>_<KEY>`
-environment variables. Secrets never come from the environment or an argument: the client
-secret and the token keys are read from files (`client.secret_file`, `crypto.key_file`, or
-`$CREDENTIALS_DIRECTORY/client-secret` and `$CREDENTIALS_DIRECTORY/token-keys`; the webhook
-secret and the link keys likewise, `webhook-secret` and `enroll-link-key`, where their
-section is set).
+Precedence, lowest first: defaults, the TOML file, `LTA_WORKER_<SECTION>_<KEY>` variables.
+Secrets never come from the environment or an argument: from files (`client.secret_file`,
+`crypto.key_file`, ..., or `$CREDENTIALS_DIRECTORY`); docs/config.md, "Credential files".
 """
 
 from __future__ import annotations
@@ -16,9 +14,9 @@ import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+from urllib.parse import urlsplit
 
-from lta_worker.config._enroll import LINK_KEY_CREDENTIAL, check_enroll
 from lta_worker.config._fields import read_section
 from lta_worker.config._settings import SECTIONS, Settings
 from lta_worker.errors import ConfigError
@@ -30,6 +28,10 @@ CONFIG_ENV = "LTA_WORKER_CONFIG"
 SECRET_CREDENTIAL = "client-secret"  # noqa: S105 - a credential *name*
 KEYS_CREDENTIAL = "token-keys"
 WEBHOOK_CREDENTIAL = "webhook-secret"
+LINK_KEY_CREDENTIAL: Final = "enroll-link-key"
+MIN_LINK_KEY: Final = 32
+START_PATH: Final = "/enroll/start"
+_KEY: Final = "enroll.link_key_file"
 # The usual proxy variables, first found wins. HTTP_PROXY is deliberately not among them:
 # plain http goes only to loopback, and a proxy there would see the credential in clear.
 HTTPS_PROXY_ENV = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -88,8 +90,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """`LTA_WORKER_<SECTION>_<KEY>` variables as sections of values, and the variable each
-    key came from (`poll.interval` -> `LTA_WORKER_POLL_INTERVAL`), for the errors."""
+    """`LTA_WORKER_<SECTION>_<KEY>` variables as sections, and the variable of each key."""
     out: dict[str, dict[str, str]] = {}
     origins: dict[str, str] = {}
     for name, value in env.items():
@@ -137,8 +138,8 @@ def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str,
 
 
 def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    """Fill `service.https_proxy` and `service.no_proxy` from the usual variables, when
-    unset; return the variable each filled key came from (`service.https_proxy` -> name)."""
+    """Fill unset `service.https_proxy` and `no_proxy` from the usual variables; return the
+    variable each filled key came from."""
     origins = {}
     for key, names in (("https_proxy", HTTPS_PROXY_ENV), ("no_proxy", NO_PROXY_ENV)):
         name = next((n for n in names if env.get(n, "").strip()), None)
@@ -150,9 +151,8 @@ def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, s
 
 
 def build_settings(data: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> Settings:
-    """Validate a plain mapping into `Settings`, each number and duration within its range
-    (the fields' metadata); a problem raises ConfigError naming the key, and the environment
-    variable its value came from when `origins` (key -> variable) names one."""
+    """Validate a plain mapping into `Settings`; ConfigError names the key of a problem, and
+    the environment variable its value came from when `origins` (key -> variable) has it."""
     errors: list[tuple[str, str]] = []
     settings = read_section(Settings, data, "", errors)
     if settings is None:
@@ -197,11 +197,7 @@ def load_settings(
 
 
 def read_client_secret(settings: Settings) -> Secret:
-    """Read the client secret from `client.secret_file`; never from the environment.
-
-    The file follows the rule of every secret file (`lta_worker.secret_file`: regular,
-    closed to group and others, no BOM) and holds printable ASCII on one line.
-    """
+    """Read the client secret (printable ASCII, one line) from `client.secret_file`."""
     path = settings.client.secret_file
     if path is None:
         raise ConfigError(
@@ -242,8 +238,7 @@ WEBHOOK_SECRET_PREFIX = "whsec_"  # noqa: S105 -- the format's prefix, not a sec
 
 
 def read_webhook_secret(settings: Settings) -> Secret:
-    """Read the webhook signing secret (`whsec_` + base64 of 24 to 64 bytes) from
-    `webhook.secret_file`, under the rule of every secret file.
+    """Read the webhook signing secret (`whsec_` + base64 of 24 to 64 bytes).
 
     Raises:
         ConfigError: naming `webhook.secret_file`, never quoting the content.
@@ -273,3 +268,90 @@ def read_webhook_secret(settings: Settings) -> Secret:
             'base64.b64encode(os.urandom(32)).decode())"',
         )
     return Secret(text)
+
+
+# -- [enroll]: one origin for the start and the callback, and the link keys -----------
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def start_path(settings: Settings) -> str:
+    """The path of the start of the browser flow: `{public_url's path}/enroll/start`."""
+    base = settings.enroll.public_url or ""
+    return urlsplit(base).path.rstrip("/") + START_PATH
+
+
+def start_url(settings: Settings) -> str:
+    """The absolute URL of the start of the browser flow: `{enroll.public_url}/enroll/start`."""
+    if settings.enroll.public_url is None:
+        raise ConfigError(
+            "is required for enrollment links (the address where users' browsers reach the "
+            "enrollment listener of `serve`)",
+            key="enroll.public_url",
+        )
+    return settings.enroll.public_url + START_PATH
+
+
+def check_enroll(settings: Settings) -> None:
+    """Refuse an `[enroll]` section whose parts do not fit together (exit 78, naming the key)."""
+    enroll = settings.enroll
+    if enroll.listen is None:
+        return
+    if enroll.public_url is None:
+        raise ConfigError(
+            "is required when enroll.listen is set (the address users' browsers reach)",
+            key="enroll.public_url",
+        )
+    redirect = settings.client.redirect_uri
+    if _origin(redirect) != _origin(enroll.public_url):
+        raise ConfigError(
+            f"must be on the origin of enroll.public_url ({enroll.public_url}): the callback "
+            "is served by the same listener, and the browser's cookie must come back to it",
+            key="client.redirect_uri",
+        )
+    if urlsplit(redirect).path in {start_path(settings), ""}:
+        raise ConfigError(
+            f"its path must differ from {start_path(settings)!r} and not be empty",
+            key="client.redirect_uri",
+        )
+
+
+def read_link_keys(settings: Settings) -> tuple[Secret, ...]:
+    """Read the enrollment link keys from `enroll.link_key_file`, oldest first (the last signs).
+
+    Raises:
+        ConfigError: naming `enroll.link_key_file`: unset, unsafe, unreadable, or holding a
+            line that is not a key (by line number, never its content), or no key at all.
+    """
+    path = settings.enroll.link_key_file
+    if path is None:
+        raise ConfigError(
+            "no enrollment link key file is configured",
+            key=_KEY,
+            hint=f"set {_KEY}, or run under systemd with LoadCredential={LINK_KEY_CREDENTIAL}",
+        )
+    data = read_secret_file(path, key=_KEY)
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{str(path)!r} is not ASCII text", key=_KEY) from None
+    keys: list[Secret] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if len(line) < MIN_LINK_KEY or any(not 0x21 <= ord(c) <= 0x7E for c in line):
+            raise ConfigError(
+                f"{str(path)!r} line {number} is not a key: one key per line, at least "
+                f"{MIN_LINK_KEY} printable characters without spaces",
+                key=_KEY,
+                hint="make one with `head -c 32 /dev/urandom | base64`",
+            )
+        keys.append(Secret(line))
+    if not keys:
+        raise ConfigError(f"{str(path)!r} holds no key", key=_KEY)
+    return tuple(keys)

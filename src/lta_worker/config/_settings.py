@@ -1,15 +1,9 @@
-"""The settings model: typed, frozen and validated; one section per TOML table.
+"""The settings model: one frozen dataclass per TOML table.
 
-Each section is a frozen dataclass; its field types, defaults and `rule(...)` metadata say
-what a value may be, and are the one home of every default and range (`config._fields` reads
-and checks them; docs/config.md is compared with them). Every duration, size and count has a
-range: a `0s` heartbeat would busy-loop, an unbounded `max_response_bytes` lets one answer fill
-the memory, a duration of millennia overflows the first date computed from it. The minimums of
-the loop intervals are small (100 ms) on purpose: the test suites and the demo run passes many
-times a second; an operator never needs less. Not slotted: a slotted frozen dataclass
-costs twice as much to create, and every command creates these thirteen at start.
-
-Nothing here reads files or the environment: `config.loader` does, and builds a `Settings`.
+Field types, defaults and `rule(...)` ranges are the one home of every default and bound
+(`_fields` checks them, docs/config.md is compared with them). Every duration, size and count
+is bounded (a `0s` heartbeat busy-loops); minimums of 100 ms serve the tests and the demo.
+Not slotted: a slotted frozen dataclass costs twice as much to create, at every start.
 """
 
 from __future__ import annotations
@@ -43,11 +37,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 def _split_url(value: str) -> SplitResult:
-    """The parts of a URL that httpx can connect to; ValueError naming what is wrong else.
-
-    `urlsplit` drops tabs and newlines and reads a port only when asked; httpx refuses
-    control characters, and a port it does not refuse (`99999`) fails only at connect.
-    """
+    """The parts of a URL httpx can connect to (no control character, a valid port)."""
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ValueError("a URL must not hold a control character (tab, newline, ...)")
     parts = urlsplit(value)
@@ -105,8 +95,6 @@ class ServiceSettings:
     # The whole of one request (connect, send, every chunk of the body): a body dripping a
     # byte at a time resets `read_timeout` at each chunk, this deadline it does not.
     request_timeout: Duration = field(default=60 * _S, metadata=rule(_S, _H))
-    # Proxy for https requests only (a CONNECT tunnel keeps TLS end to end); the loader
-    # fills both from HTTPS_PROXY / ALL_PROXY and NO_PROXY when the file does not set them.
     https_proxy: str | None = field(default=None, metadata=rule(check=_proxy))
     no_proxy: str | None = None
 
@@ -177,8 +165,6 @@ class CryptoSettings:
 class PollSettings:
     """How often each user is read, and how a pass behaves."""
 
-    # Adaptive: the floor; above the round robin's interval at the budget, it leaves reads
-    # unused (B5 at 800 reads an hour per 400 users, bench/README.md).
     interval: Duration = field(default=15 * _M, metadata=rule(_MS, 365 * _D))
     parked_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     concurrency: int = field(default=8, metadata=rule(1, 256))
@@ -189,7 +175,6 @@ class PollSettings:
     backoff_base: Duration = field(default=30 * _S, metadata=rule(_MS, _D))
     breaker_threshold: int = field(default=5, metadata=rule(1, 1000))
     lease_duration: Duration = field(default=5 * _M, metadata=rule(_S, _D))
-    # The freshness schedule (domain `freshness`; docs/config.md says what each trades).
     schedule: ScheduleMode = "adaptive"
     max_interval: Duration = field(default=24 * _H, metadata=rule(_MS, 365 * _D))
     stats: StatsMode = "on_change"
@@ -225,7 +210,6 @@ class RetentionSettings:
     """How long results of revoked or dropped users, and past contents, are kept."""
 
     after_revocation: Duration = field(default=30 * _D, metadata=rule(timedelta(0), 3650 * _D))
-    # Past contents (the history) older than this are pruned, the newest of each kept.
     history: Duration = field(default=365 * _D, metadata=rule(_D, 3650 * _D))
 
 
@@ -252,19 +236,14 @@ def _known_events(value: tuple[str, ...]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """Where user state changes and new results are POSTed (Standard Webhooks); off without
-    `url`."""
+    """Where user state changes and new results are POSTed (Standard Webhooks)."""
 
     url: str | None = field(default=None, metadata=rule(check=_webhook_url))
     secret_file: Path | None = None
-    # Undelivered events older than this are dead-lettered (kept `keep_dead`, then deleted).
     max_age: Duration = field(default=3 * _D, metadata=rule(_M, 30 * _D))
     keep_dead: Duration = field(default=30 * _D, metadata=rule(_H, 3650 * _D))
-    # The whole of one delivery (connect, send, answer), and how often `serve` delivers.
     timeout: Duration = field(default=10 * _S, metadata=rule(_S, 5 * _M))
     interval: Duration = field(default=5 * _S, metadata=rule(_MS, _H))
-    # The event types the receiver gets (`domain.EVENT_TYPES`), and whether a
-    # `result.changed` carries the content itself (else its hashes only).
     events: tuple[str, ...] = field(
         default=EVENT_TYPES, metadata=rule(before=_split_list, check=_known_events)
     )
@@ -280,9 +259,7 @@ class WebhookSettings:
 
 @dataclass(frozen=True)
 class LogSettings:
-    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line
-    alone (`debug` turns it down under `level = "info"`, keeping `pass.finished` and state
-    changes)."""
+    """Log level and rendering; `read_level` is the level of the per-read `poll.read` line."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"

@@ -1,14 +1,8 @@
 """Enrollment and the end of access, as the Python API a web application embeds.
 
-- `Enrollment`: consent with PKCE and a state bound to the user, code exchange, long term
-  token creation and rotation, encrypted storage (`_enroll`); `EnrollResult`,
-  `parse_redirect`, `check_user_id`;
-- `Lifecycle`: the two-phase drop (`dropping`, then `dropped` once the service confirms),
-  forget, and the retries of pending drops (`_lifecycle`); `DropResult`, `DropRetries`;
-- PKCE S256 and the OAuth state (`_pkce`);
-- enrollment in the browser: signed links (`EnrollLinks`, `_links`), the flow without HTTP
-  (`BrowserFlow`, `_browser`) and its ASGI app (`build_enroll_app`, `_web`: needs the
-  `[web]` extra, imported only when used).
+`Enrollment` (`_enroll`: PKCE consent, exchange, token creation), `Lifecycle` (`_lifecycle`:
+drop, forget, retries), and the browser flow: signed links (`_links`), `BrowserFlow`
+(`_browser`) and its ASGI app (`_web`, the `[web]` extra). docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -20,12 +14,14 @@ from lta_worker.enrollment._enroll import (
     STATE_FAILURES,
     Enrollment,
     EnrollResult,
+    challenge_s256,
     check_user_id,
+    new_state,
+    new_verifier,
     parse_redirect,
 )
 from lta_worker.enrollment._lifecycle import DropResult, DropRetries, Lifecycle
 from lta_worker.enrollment._links import EnrollLinks
-from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.enrollment._web import build_enroll_app
 
 __all__ = [

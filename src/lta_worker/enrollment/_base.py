@@ -17,11 +17,9 @@ class ClientOperation:
     Args:
         store: users, tokens, pending enrollments and results.
         vault: encrypts and decrypts tokens and verifiers at rest.
-        api: the service's HTTP interface, which holds the client credentials; or a
-            function returning it, called for every request (the runtime builds its HTTP
-            client only when something is sent, and a new API client on SIGHUP).
-        clock: returns the current aware UTC datetime (injected: the shell passes the
-            system clock, tests a fake one).
+        api: the service's HTTP interface, or a function returning it for every request
+            (the runtime builds its HTTP client lazily, and a new one on SIGHUP).
+        clock: returns the current aware UTC datetime.
     """
 
     def __init__(
@@ -38,6 +36,5 @@ class ClientOperation:
 
     @property
     def _api(self) -> ApiClient:
-        """The service's HTTP interface (asked of the given function each time)."""
         source = self._api_source
         return source() if callable(source) else source

@@ -1,20 +1,9 @@
 """Enrollment in the browser, without HTTP: the start from a signed link, and the callback.
 
-`BrowserFlow` is what `serve`'s enrollment pages call (`_web` renders its answers):
-
-1. `start(link)`: verify the link (signature, expiry), spend it (a link starts one consent),
-   draw a random cookie value and derive the OAuth state from it, then `Enrollment.start`
-   saves the pending enrollment (the PKCE verifier encrypted, server-side, ten minutes) and
-   gives the consent URL. The browser gets the consent URL and the cookie; the cookie is an
-   opaque random value, and the state is `BASE64URL(SHA256(tag || cookie))`, so the state
-   (which travels in URLs) tells nothing about the cookie, and only the browser that holds
-   the cookie can finish.
-2. `callback(params, cookie)`: the cookie must be there and derive the state the service
-   sent back (else nothing is taken); then `Enrollment.finish_state` takes the pending
-   enrollment once, exchanges the code, creates and stores the long term token.
-
-Every answer is an `Outcome` whose `kind` is a stable word (`enrolled`, `denied`,
-`link_expired`, ...) with its HTTP status; no outcome carries a token, code or verifier.
+`start` spends the link and binds the consent's OAuth state to a random cookie (state =
+BASE64URL(SHA256(tag || cookie)), so only that browser can finish); `callback` checks the
+cookie against the state, then `Enrollment.finish_state`. Every answer is an `Outcome`
+(a stable word and its HTTP status), never a token, code or verifier.
 """
 
 from __future__ import annotations
@@ -125,14 +114,7 @@ class FlowStopped(Exception):
 
 
 class BrowserFlow:
-    """The browser enrollment flow over an `Enrollment` (see the module docstring).
-
-    Args:
-        enrollment: starts and finishes consents (the one enrollment flow).
-        store: where spent links are recorded.
-        links: verifies the signed links.
-        clock: returns the current aware UTC datetime.
-    """
+    """The browser enrollment flow over an `Enrollment` (see the module docstring)."""
 
     def __init__(
         self,
@@ -150,8 +132,7 @@ class BrowserFlow:
         """Verify and spend the link, start the consent, bind its state to a new cookie.
 
         Raises:
-            FlowStopped: the link is invalid, expired (or issued before the user was
-                forgotten) or already used (or the database or the key file failed).
+            FlowStopped: the link is invalid, expired or used, or the database failed.
         """
         now = self._clock()
         try:

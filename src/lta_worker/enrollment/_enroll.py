@@ -1,32 +1,20 @@
 """Enrollment: consent with PKCE, code exchange, long term token creation, encrypted storage.
 
-This is the Python API a web application uses to enroll its users in-process, and what
-`lta-worker enroll url|finish|token` calls. A web app does, for each user:
-
-    enrollment = runtime.enrollment()          # `runtime.Runtime`: store, vault, API client
-    url = enrollment.start("user-42")          # redirect the user's browser there
-    ...                                        # the service redirects back to redirect_uri
-    result = await enrollment.finish("user-42", str(request.url))
-    # result.scopes: exactly what the service granted; result.rotated: an old token died
-
-`start` saves a pending enrollment: the PKCE verifier (encrypted with the vault), bound to the
-user and to a fresh `state`, for ten minutes. `finish` accepts the whole redirect URL (or a
-bare code together with the redirect's `state`) and refuses a state that is unknown, used,
-expired or minted for another user. The code is
-exchanged at once, the user access token is posted at once to create the long term token,
-and the token is stored encrypted with exactly the scopes returned. Enrolling a user again
-rotates the token: the service kills the old one, and the store replaces it in one
-transaction, sets the user active and due now.
-
-No token, code, verifier or user access token ever reaches a log line or an error message.
-`start` is synchronous (one short insert); in `finish` and `from_user_token` the store runs
-in a worker thread, so a web app's event loop is never blocked by the database.
+The Python API a web application embeds (docs/python-api.md) and what `lta-worker enroll`
+calls: `start` saves a pending enrollment (encrypted verifier bound to the user and a fresh
+`state`, 10 minutes) and returns the consent URL; `finish` takes the redirect back,
+exchanges the code and creates and stores the token at once. No token, code or verifier
+ever reaches a log line or a message.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import re
+import secrets
+import string
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
@@ -37,7 +25,6 @@ from anyio import to_thread
 
 from lta_worker.domain import OAUTH_CODES, PendingEnrollment
 from lta_worker.enrollment._base import ClientOperation
-from lta_worker.enrollment._pkce import challenge_s256, new_state, new_verifier
 from lta_worker.errors import (
     EnrollmentError,
     ModeNotOpenedError,
@@ -61,6 +48,41 @@ MAX_USER_LEN: Final = 255
 _QUERY_KEY: Final = re.compile(r"(^|[?&])(code|state|error)=")
 
 
+# -- PKCE (RFC 7636) and the OAuth `state`; the verifier is a `Secret` from birth ----------
+#: RFC 7636 section 4.1: the characters a code verifier may use ("unreserved").
+UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-._~")
+MIN_VERIFIER: Final = 43
+MAX_VERIFIER: Final = 128
+_VERIFIER_BYTES: Final = 64  # 64 random bytes -> 86 base64url characters (512 bits)
+_STATE_BYTES: Final = 32
+
+
+def new_verifier() -> Secret:
+    """A new code verifier: 86 base64url characters (unreserved set) from 64 random bytes."""
+    value = secrets.token_urlsafe(_VERIFIER_BYTES)
+    assert MIN_VERIFIER <= len(value) <= MAX_VERIFIER
+    return Secret(value)
+
+
+def is_valid_verifier(verifier: Secret) -> bool:
+    """True when the verifier has 43 to 128 characters, all from the unreserved set."""
+    raw = verifier.reveal()
+    return MIN_VERIFIER <= len(raw) <= MAX_VERIFIER and set(raw) <= UNRESERVED
+
+
+def challenge_s256(verifier: Secret) -> str:
+    """The S256 code challenge: BASE64URL(SHA256(ASCII(verifier))) without padding."""
+    if not is_valid_verifier(verifier):
+        raise ValueError("a PKCE verifier must be 43 to 128 unreserved characters")
+    digest = hashlib.sha256(verifier.reveal().encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def new_state() -> str:
+    """A new OAuth `state` (not a secret): 43 base64url characters from 32 random bytes."""
+    return secrets.token_urlsafe(_STATE_BYTES)
+
+
 # `enroll.failed`'s `stage`, and its `error_code` at stage `state` (no service code there):
 # docs/log-events.md lists them, and a test keeps it so.
 FailureStage = Literal["state", "consent", "exchange", "create", "store"]
@@ -74,8 +96,7 @@ log = get_logger("lta_worker.enroll")
 
 @dataclass(frozen=True, slots=True)
 class EnrollResult:
-    """A finished enrollment: who, exactly which scopes were granted, and whether a previous
-    token was replaced (rotation)."""
+    """A finished enrollment: who, the scopes granted, and whether a token was rotated."""
 
     user: str
     scopes: tuple[str, ...]
@@ -95,7 +116,7 @@ def check_user_id(user: str) -> str:
     """Return the user id when it is usable (1-255 printable characters, no control character).
 
     Raises:
-        UsageError: the id is empty, too long or holds control characters.
+        UsageError: it is not.
     """
     if not user or len(user) > MAX_USER_LEN or not user.isprintable() or user != user.strip():
         raise UsageError(
@@ -181,9 +202,8 @@ class Enrollment(ClientOperation):
     def start(self, user: str, *, state: str | None = None) -> str:
         """Begin enrolling `user`; returns the consent URL to send their browser to.
 
-        Saves the pending enrollment (verifier encrypted, state bound to the user) for
-        ten minutes. `state`, when given, must be fresh and unguessable (the browser flow
-        derives it from its cookie, see `BrowserFlow`); a new one is drawn by default.
+        `state`, when given, must be fresh and unguessable (`BrowserFlow` derives it from its
+        cookie); a new one is drawn by default.
         """
         check_user_id(user)
         now = self._clock()
@@ -210,9 +230,8 @@ class Enrollment(ClientOperation):
     ) -> EnrollResult:
         """Complete the enrollment `start` began, from the redirect URL (or a bare code).
 
-        A bare code carries no state: it finishes the user's newest consent started in the
-        last 10 minutes (PKCE binds the code to that consent's verifier); a web app that has
-        the redirect's `state` should pass it, or give the whole redirect URL.
+        A bare code finishes the user's newest consent of the last 10 minutes; a web app
+        holding the redirect's `state` should pass it, or give the whole redirect URL.
 
         Raises:
             UsageError: no code, or the state is unknown, used, expired or for another user.
@@ -223,11 +242,7 @@ class Enrollment(ClientOperation):
         return await self._finish(user, _with_state(parse_redirect(code_or_redirect_url), state))
 
     async def finish_state(self, code_or_redirect_url: str, state: str) -> EnrollResult:
-        """Complete the consent of `state` for the user it was started for.
-
-        For a caller that holds the state (bound to a cookie, as the browser flow does) but
-        not the user; otherwise as `finish`.
-        """
+        """Complete the consent of `state` for the user it was started for (else as `finish`)."""
         return await self._finish(None, _with_state(parse_redirect(code_or_redirect_url), state))
 
     async def _finish(self, user: str | None, params: RedirectParams) -> EnrollResult:
@@ -354,11 +369,7 @@ def _with_state(params: RedirectParams, state: str | None) -> RedirectParams:
 
 
 def _safe_error(value: str | None) -> str | None:
-    """An OAuth `error` fit for a message and a log: an allowed code (`classify.OAUTH_CODES`),
-    else `unrecognised_error`.
-
-    The redirect is text anyone could craft, so nothing else of it is repeated.
-    """
+    """An allowed OAuth `error` code, else `unrecognised_error` (anyone can craft a redirect)."""
     if not value:
         return None
     return value if value in OAUTH_CODES else "unrecognised_error"

@@ -1,45 +1,17 @@
 """Ending a user's access on the client's side: drop (token gone) and forget (results gone too).
 
-A drop has two phases (DESIGN.md, state `dropping`):
-
-1. The user is marked `dropping` and its generation bumped, in one transaction: from then
-   on no pass reads with its token, and a decision a running pass makes about it is
-   discarded (`poll.discarded`). Lifecycle commands always win.
-2. One read with the user's credential, then the DELETE. The spec's DELETE answers 204
-   "whether or not the token existed", so a 204 alone proves nothing: with a wrong client
-   secret it drops nothing while the grant stays live upstream. The read tells: a plain
-   401 means the credential as a whole is not accepted (most likely the client secret), so
-   no DELETE is sent and the drop is `refused`; unless the token is known not to be live:
-   an earlier DELETE of this drop went out after an accepted read and got no answer
-   (`drop_unanswered`), or the user was `rejected` alone (plain 401s while the others were
-   read); then the 401 confirms the drop. Any other answer to the read (even
-   none) lets the DELETE go. When the service confirms it (`policy.drop_verdict`), the
-   token is deleted and the user is `dropped`. When it does not (unreachable, 5xx, a plain
-   401), the token is kept only to send the DELETE again: the user stays `dropping`, due
-   for a retry with backoff, and `run` / `serve` retry it (`retry_pending`) within the
-   budget until it is confirmed.
-
-One DELETE at a time per user: phase 1 also leases the user to this command for the
-DELETE (`storage` drops), so `run` / `serve` do not retry the drop while it is out, and a
-command finds a DELETE already out (a retry, another command) `in_flight` and sends none.
-What a drop reports is what it stored: when its write finds the row changed meanwhile (a
-new consent, another sender), it reports the row as it is (`overtaken`).
-
-A user with no token (revoked or already dropped) is left exactly as it is. `forget` also
-purges every stored result of the user (snapshots and history), its events waiting in the
-webhook outbox and what the worker learned of it (the estimate), refuses the enrollment
-links issued before it, and writes a feed line and a `user.forgotten` event, at once, in
-phase 1's transaction, whatever the user's state and whatever happens to the DELETE: what
-the client does when one of its users deletes their account (spec section 5, rule 7). One
-transaction: a forget cut off by the database either purged and marked the user or did
-neither, never marked it `dropping` with its results left for good (issue 28).
+Two phases (docs/operations.md, "Dropping and forgetting users"; DESIGN.md state `dropping`):
+the user is marked `dropping` (and, for forget, purged) in one transaction, then one read
+with its credential and the DELETE; the spec's DELETE answers 204 "whether or not the token
+existed", so the read's answer decides whether a 204 proves anything. Unconfirmed drops
+stay `dropping` and `run` / `serve` retry them (`retry_pending`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -92,21 +64,15 @@ class DropResult:
     """What a drop or forget did.
 
     Attributes:
-        user: the client's user id.
-        upstream: `ok` (the service confirmed the DELETE), `failed` (unreachable or an
-            unexpected answer: the drop will be retried), `refused` (a plain 401: the
-            credential was not accepted; retried too), `skipped` (no token was held), or
-            `in_flight` (another sender's DELETE of the token is out: none was sent).
-        status: the service's HTTP status, when it answered.
+        upstream: `ok` (confirmed), `failed` (unreachable or unexpected: retried),
+            `refused` (plain 401: retried), `skipped` (no token), or `in_flight`
+            (another sender's DELETE is out: none was sent).
         error: why the upstream call failed, in words (never a secret).
-        previous_state: the user's state before.
         state: the user's state after (`dropped`, `dropping`, or unchanged when skipped).
         retry_at: when `run` / `serve` send the DELETE again, for a pending drop.
-        purged: how many stored results (snapshots and history rows) `forget` removed;
-            None for a plain drop.
-        overtaken: the drop's own write found the user changed meanwhile (re-enrolled:
-            a new consent wins; or dropped or retried by another sender): `state` and
-            `retry_at` are the row's as stored, not this drop's.
+        purged: how many stored results `forget` removed; None for a plain drop.
+        overtaken: the drop's write found the user changed meanwhile (a new consent, another
+            sender): `state` and `retry_at` are the row's as stored.
     """
 
     user: str
@@ -134,7 +100,7 @@ class Lifecycle(ClientOperation):
     """Drops and forgets users, and retries the drops the service did not confirm.
 
     Args:
-        poll: the `[poll]` section: the lease, the retry backoff and the parked interval.
+        poll: the `[poll]` section (lease, retry backoff, parked interval).
         store, vault, api, clock: as `ClientOperation`'s.
     """
 
@@ -155,8 +121,7 @@ class Lifecycle(ClientOperation):
     async def _paced(
         pacer: PacerLike | None, call: Callable[..., Awaitable[Answer]], *args: Any
     ) -> Answer:
-        """`call(*args)`, one request, with a permit of `pacer` when one is given (its
-        status is fed back; the headers are not, as for every drop answer)."""
+        """`call(*args)` with a permit of `pacer`, if any (fed the status, not the headers)."""
         if pacer is None:
             return await call(*args)
         permit = await pacer.acquire()
@@ -179,12 +144,9 @@ class Lifecycle(ClientOperation):
         return result
 
     async def forget(self, user: str) -> DropResult:
-        """Drop the user and purge every stored result of theirs (snapshots and history),
-        its waiting webhook events and its estimate; older enrollment links stop working.
-
-        All of it happens in the transaction that marks the user `dropping` (so no pass can
-        write any back), before the DELETE, whatever its answer and whatever the user's
-        state; the feed gets a `UserForgotten` line and the receiver `user.forgotten`.
+        """Drop the user and purge its results, waiting webhook events and estimate (older
+        enrollment links stop working), in the transaction that marks it `dropping`, whatever
+        the DELETE's answer (spec 5, rule 7); the feed and webhook say `user.forgotten`.
 
         Raises:
             UnknownUserError: no such user (exit 2).
@@ -236,23 +198,12 @@ class Lifecycle(ClientOperation):
                 if start.owner is not None:
                     await to_thread.run_sync(self._store.release, start.owner, [after.id])
             raise
-        return DropResult(
-            user=user,
-            upstream=outcome.upstream,
-            status=outcome.status,
-            error=outcome.error,
-            previous_state=before.state,
-            state=outcome.state,
-            retry_at=outcome.retry_at,
-            purged=purged,
-            overtaken=outcome.overtaken,
-        )
+        return replace(outcome, previous_state=before.state, purged=purged)
 
     async def _send_drop(
         self, row: UserRow, *, reason: str, pacer: PacerLike | None = None
     ) -> DropResult:
-        """Read once, send the DELETE of a `dropping` user (the module), and record what
-        the answers mean; each request takes a permit of `pacer` when one is given."""
+        """Read once, send the DELETE of a `dropping` user, and record what the answers mean."""
         from lta_worker.upstream import usable_token  # httpx: only when a drop is sent
 
         assert row.token is not None  # a dropping user holds its token until confirmed
@@ -327,8 +278,7 @@ class Lifecycle(ClientOperation):
     async def _as_stored(
         self, row: UserRow, upstream: UpstreamResult, status: int | None, error: str | None
     ) -> DropResult:
-        """The result of a drop whose write found the user changed since it began (a new
-        consent; another sender's drop): the row as it is stored, marked `overtaken`."""
+        """The row as stored, marked `overtaken` (the drop's write found the user changed)."""
         current = await to_thread.run_sync(self._store.get_user, row.user)
         state = current.state if current is not None else "dropped"
         retry_at = current.next_due_at if current is not None and state == "dropping" else None
@@ -353,9 +303,7 @@ class Lifecycle(ClientOperation):
     ) -> DropRetries:
         """Send again the DELETE of every `dropping` user due for a retry, through the pacer.
 
-        Each DELETE waits for a pacer permit (it spends the same budget as the reads).
-        `stopping`, when given, is a callable returning True once the caller stops: the
-        users not yet sent stay due (their leases are released).
+        `stopping()` returning True stops it: the users not yet sent stay due.
         """
         done = DropRetries()
         given_back: list[int] = []

@@ -1,14 +1,8 @@
 """Signed, expiring, single-use enrollment links: `{enroll.public_url}/enroll/start?link=...`.
 
-The `link` value is an itsdangerous `URLSafeSerializer` token (HMAC-SHA1 over a salted,
-derived key; the library's own format, not a hand-made one) of a small JSON object: the
-user id, the expiry (epoch seconds), when it was issued (epoch milliseconds: a link issued
-before the user was forgotten is refused) and a random nonce. The keys come from
-`enroll.link_key_file`: the newest signs, every key verifies (itsdangerous key rotation).
-
-A link is signed, not encrypted: whoever holds it can read the user id in it. It carries no
-secret of the service; what it grants is the right to start one consent for that user,
-once (the nonce is spent at the start, see `Store.spend_link`), before it expires.
+An itsdangerous `URLSafeSerializer` token of the user id, expiry, issue time (a link issued
+before a forget is refused) and a nonce (spent at the start); keys from
+`enroll.link_key_file`, the newest signs. Signed, not encrypted: it holds no secret.
 """
 
 from __future__ import annotations
@@ -34,10 +28,7 @@ LinkProblem = Literal["link_invalid", "link_expired"]
 
 
 class LinkError(Exception):
-    """A link that cannot start an enrollment: `problem` is `link_invalid` or `link_expired`.
-
-    `user` is the link's user when the signature was good (an expired link).
-    """
+    """A link that cannot start an enrollment (`user`: when the signature was good)."""
 
     def __init__(self, problem: LinkProblem, user: str | None = None) -> None:
         super().__init__(problem)
@@ -56,12 +47,8 @@ class LinkClaim:
 
 
 class EnrollLinks:
-    """Makes and verifies enrollment links.
-
-    Args:
-        keys: the link keys, oldest first (the last one signs).
-        start_url: the absolute URL of the flow's start (`{public_url}/enroll/start`).
-    """
+    """Makes and verifies enrollment links with `keys` (oldest first, the last signs) for the
+    absolute URL of the flow's start."""
 
     def __init__(self, keys: Sequence[Secret], start_url: str) -> None:
         if not keys:
@@ -112,8 +99,7 @@ class EnrollLinks:
 
 
 def _claim(payload: Any) -> LinkClaim | None:
-    """The claim of a well-formed payload, else None (a validly signed payload of another
-    shape can only come from a key leak or a bug; it is refused all the same)."""
+    """The claim of a well-formed payload, else None (another shape: a key leak or a bug)."""
     if not isinstance(payload, dict):
         return None
     user, expiry, nonce = payload.get("u"), payload.get("x"), payload.get("n")

@@ -1,30 +1,22 @@
-"""The browser enrollment as an ASGI (Starlette) app: `/enroll/start` and the callback.
-
-`serve` mounts it on `enroll.listen` (see `worker`); a web application may mount it too.
-starlette is the optional `[web]` extra: `build_enroll_app` imports it when called.
-
-- `GET {start_path}?link=...`: `BrowserFlow.start`; a 303 to the consent screen with the
-  cookie (HttpOnly, SameSite=Lax, Path=/, ten minutes; `Secure` and the `__Host-` name
-  prefix when the public URL is https), or the outcome's page.
-- `GET {callback_path}?code|error&state`: `BrowserFlow.callback`; the outcome's page, or a
-  303 to `enroll.return_url` with the outcome in the query. The cookie is cleared on every
-  answer: it serves one consent.
-- `HEAD` of either: 200 and nothing else. Link checkers and mail scanners send it first;
-  it must not use a link up or a code.
-
-Every answer carries `SECURITY_HEADERS` (CSP, no-referrer, nosniff, no-store). One log
-event per request, `enroll.page`, with the path (never the query: it holds the code) and
-the outcome.
+"""The browser enrollment as an ASGI (Starlette, the `[web]` extra) app: `/enroll/start` and
+the callback, which `serve` mounts on `enroll.listen` (docs/operations.md, "Enrollment in the
+browser"), and its pages: one small HTML page per outcome, no script, every value escaped.
+HEAD answers 200 without using a link or a code; the cookie serves one consent; every answer
+carries `SECURITY_HEADERS`; one `enroll.page` event per request (never the query).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import html
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from lta_worker.enrollment._browser import FlowStopped
 from lta_worker.enrollment._links import START_QUERY
-from lta_worker.enrollment._pages import SECURITY_HEADERS, render
 from lta_worker.logs import get_logger
+from lta_worker.protocol import LATEST_CHANGE_SCOPE, STATS_SCOPE
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -32,6 +24,86 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from lta_worker.enrollment._browser import BrowserFlow, Outcome
+
+_STYLE: Final = (
+    "body{font-family:system-ui,sans-serif;line-height:1.5;margin:0;color:#1a1a1a;"
+    "background:#fff}main{max-width:36rem;margin:3rem auto;padding:0 1rem}"
+    "h1{font-size:1.5rem}"
+)
+_STYLE_HASH: Final = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+
+SECURITY_HEADERS: Final[Mapping[str, str]] = {
+    "content-security-policy": (
+        f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'"
+    ),
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+
+_NEW_LINK: Final = "Please ask for a new link."
+#: title and explanation of each outcome (`BrowserFlow`'s kinds, plus `not_found`).
+TEXTS: Final[Mapping[str, tuple[str, str]]] = {
+    "enrolled": ("Access granted", "Thank you. Access is set up for: {scopes}."),
+    "denied": (
+        "Access not granted",
+        "You chose not to allow access; nothing was shared. If that was a mistake, ask "
+        "for a new link.",
+    ),
+    "link_invalid": (
+        "This link does not work",
+        "The link is incomplete or was changed. Copy the whole link, or ask for a new one.",
+    ),
+    "link_expired": ("This link has expired", _NEW_LINK),
+    "link_used": ("This link was already used", "Each link works once. " + _NEW_LINK),
+    "no_cookie": (
+        "Your request could not be checked",
+        "Open the link and finish in the same browser, with cookies allowed for this site, "
+        "within 10 minutes. " + _NEW_LINK,
+    ),
+    "state_mismatch": (
+        "This answer does not match your request",
+        "Another request was started in this browser since, or the answer was not meant "
+        "for it. " + _NEW_LINK,
+    ),
+    "consent_expired": (
+        "This request has expired",
+        "A request must be finished within 10 minutes, once. " + _NEW_LINK,
+    ),
+    "not_available": (
+        "Not available yet",
+        "Access cannot be granted to this application yet; nothing was shared. "
+        "Please try again later.",
+    ),
+    "failed": (
+        "Something went wrong",
+        "Access could not be set up this time; nothing was changed. Please try again "
+        "later with a new link.",
+    ),
+    "bad_request": ("Nothing to do here", "This address only receives the answer of a request."),
+    "not_found": ("Page not found", "There is no page at this address."),
+}
+SCOPE_WORDS: Final[Mapping[str, str]] = {
+    LATEST_CHANGE_SCOPE: "your latest change",
+    STATS_SCOPE: "your statistics",
+}
+
+
+def render(kind: str, scopes: tuple[str, ...] = ()) -> str:
+    """The HTML page of an outcome (`TEXTS`' keys); scopes name what was granted."""
+    title, text = TEXTS[kind]
+    granted = ", ".join(SCOPE_WORDS.get(s, s) for s in scopes) or "nothing"
+    body = html.escape(text.format(scopes=granted))
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n"
+        f'<body>\n<main>\n<h1 id="outcome" data-outcome="{html.escape(kind)}">'
+        f"{html.escape(title)}</h1>\n<p>{body}</p>\n</main>\n</body>\n</html>\n"
+    )
+
 
 COOKIE_TTL: Final = 600
 
@@ -79,8 +151,7 @@ def build_enroll_app(
         secure: the public URL is https (Secure cookie with the `__Host-` prefix).
         return_url: when set, outcomes redirect there instead of showing a page.
     """
-    # starlette is the optional `[web]` extra: imported when the app is built, so that the
-    # package's face imports without it.
+    # Imported here, so that the package's face imports without the `[web]` extra.
     from starlette.applications import Starlette
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Route
@@ -104,9 +175,7 @@ def build_enroll_app(
         return HTMLResponse(render(outcome.kind, outcome.scopes), status_code=outcome.status)
 
     def head(path: str) -> Response:
-        # Link checkers and mail scanners send HEAD before, or instead of, a GET. Both routes
-        # act on a GET (the start uses its link up, the callback its code), so a HEAD is
-        # answered without looking at the query: it neither uses nor tests anything.
+        # Link checkers and mail scanners send HEAD first: it must not use a link or code.
         log.info("enroll.page", path=path, outcome="head", status=200, user=None)
         return Response(status_code=200, media_type="text/html")
 

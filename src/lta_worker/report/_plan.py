@@ -1,12 +1,6 @@
-"""The freshness plan of a pass: the budget an hour, spread over the users' change rates.
-
-Made before a pass (`poll.schedule = "adaptive"` only), and again as soon as the budget
-the service reports moves from the one it was made from (`budget_moved`): the budget it
-last reported (less `ratelimit.reserve`; the configured fallback rate before any), less
-the re-checks of the users in `RECHECKED_STATES` (parked, unlinked, rejected), is shared
-by the active users with `domain.plan_scale` over their stored rate buckets, and the day's
-shape and the population's prior of the change rate (`domain.population_prior`) from a
-sample of their estimates. Everything else is pure, in `domain`.
+"""The freshness plan of a pass (`poll.schedule = "adaptive"`): the budget an hour, less the
+re-checks, spread over the active users' change rates; made again every `REPLAN` or once
+the budget reported moves (`budget_moved`). The arithmetic is pure, in `domain`.
 """
 
 from __future__ import annotations
@@ -39,8 +33,7 @@ if TYPE_CHECKING:
 REPLAN: Final = timedelta(minutes=10)
 """How long a plan is used before the users are scanned again (estimates move slowly)."""
 MOVED: Final = 2.0
-"""How many times larger or smaller the budget reported must be than the plan's to make it
-again before `REPLAN`."""
+"""How many times larger or smaller a reported budget remakes the plan before `REPLAN`."""
 
 
 def _per_hour(seen: BudgetSeen | None) -> float | None:
@@ -51,9 +44,8 @@ def _per_hour(seen: BudgetSeen | None) -> float | None:
 
 
 def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:
-    """Whether a plan made from the budget `planned` is out of date once `seen` is
-    reported: a limit where there was none (the plan used `ratelimit.fallback_per_hour`),
-    or one `MOVED` times larger or smaller."""
+    """Whether a plan made from `planned` is out of date once `seen` is reported: a limit where
+    there was none, or one `MOVED` times larger or smaller."""
     before, now = _per_hour(planned), _per_hour(seen)
     if now is None:
         return False
@@ -65,8 +57,7 @@ def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:
 def capacity_plan(
     settings: Settings, counts: Mapping[str, int], seen: BudgetSeen | None
 ) -> CapacityPlan:
-    """The capacity plan for these users (per state) and the budget last seen: the one
-    mapping of the settings to the plan's inputs, for `status` and the freshness plan."""
+    """The capacity plan for these users (per state) and the budget last seen."""
     adaptive = settings.poll.schedule == "adaptive"
     return plan_capacity(
         users_by_state=counts,
@@ -91,11 +82,8 @@ def for_active(capacity: CapacityPlan) -> float:
 def schedule_summary(
     store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
 ) -> dict[str, Any]:
-    """What `status` shows of the schedule: the mode and, per class of active user, how
-    many, the interval the current plan gives them and the mean delay it expects from a
-    change to its arrival (plus one class per re-checked state, which expects none), and the mean
-    expected delay over every active user, from the users per state and the capacity
-    `status` has already worked out."""
+    """What `status` shows of the schedule: the mode, and per class of user how many, their
+    interval and the mean delay expected from a change to its arrival."""
     poll = settings.poll
     policy = poll.policy()
     rates = from_buckets(store.rate_buckets())
@@ -148,9 +136,8 @@ def schedule_summary(
 
 
 class PlanCache:
-    """The last plan, when it was made and from which budget: `serve` passes every
-    `poll.tick`, and the plan (a scan of the users table) needs renewing only every
-    `REPLAN`, or as soon as the stored budget moved (`budget_moved`)."""
+    """The last plan, when and from which budget it was made (renewed every `REPLAN`, or once
+    the budget moved)."""
 
     def __init__(self) -> None:
         self.plan: SchedulePlan | None = None
@@ -165,8 +152,7 @@ class PlanCache:
         now: datetime,
         seen: BudgetSeen | None = None,
     ) -> SchedulePlan:
-        """The cached plan while younger than `REPLAN` and its budget holds, else a new one;
-        from `seen`, the pacer's own reading during a pass, or the budget stored."""
+        """The cached plan while younger than `REPLAN` and its budget holds, else a new one."""
         if policy.schedule != "adaptive":
             return SchedulePlan()
         if seen is None:
@@ -185,8 +171,7 @@ class PlanCache:
 def plan_for_pass(
     store: Store, settings: Settings, policy: PolicyConfig, seen: BudgetSeen | None
 ) -> SchedulePlan:
-    """The plan the pass schedules with (the empty plan under `poll.schedule = "fixed"`),
-    from the budget `seen` the store holds."""
+    """The plan the pass schedules with (empty under `poll.schedule = "fixed"`)."""
     if policy.schedule != "adaptive":
         return SchedulePlan()
     budget = for_active(capacity_plan(settings, store.count_by_state(), seen))

@@ -1,41 +1,69 @@
 """What `status`, `check` and `/healthz` report: users per state, passes, budget, capacity,
-and a health verdict.
-
-`collect_status` reads the database read-only (a read-only `Runtime`: it never creates or
-migrates it). `assess_health` is pure: it turns the collected data and `now` into
-`healthy` and a list of `problems`, each one line saying what is wrong. Health means
-"reads succeed": a pass that read nobody proves nothing, so the verdict comes from facts
-that stay true under faults (the users' last reads, the passes that made reads):
-
-- reads are failing: at least `poll.breaker_threshold` users (or every active user, when
-  fewer) had their last read fail (5xx, network, broken body; backed off) after the
-  latest read the service answered;
-- users are due and no read was answered for twice `poll.interval` (a new installation has
-  a grace of the same length from its first pass);
-- the last pass, or the last one that made reads, stopped at the circuit breaker or on a
-  configuration error (exit 78);
-- the budget cannot read every user each `poll.interval` (the capacity warning);
-- users are `rejected` (a plain 401 for them while others succeed);
-- what the caller adds (`serve`: its key file deleted, replaced or broken under it).
-
-`last_success` is the last pass with at least one read the service answered
-(`PassRecord.answered`), whatever it stopped as.
+and a health verdict ("reads succeed"; the rules: docs/operations.md, "Metrics and health");
+and the JSON shapes of a user (`users list --format json`) and a result (`results export`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lta_worker.domain import TRIP_HINTS
-from lta_worker.report._records import iso
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
-    from lta_worker.domain import BudgetSeen, InstanceRow, PassRecord
+    from lta_worker.domain import (
+        BudgetSeen,
+        InstanceRow,
+        PassRecord,
+        ResultRow,
+        UserForgotten,
+        UserRow,
+    )
     from lta_worker.storage import Store
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a `Z`, or None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def user_json(row: UserRow) -> dict[str, Any]:
+    """One user as `users list --format json` shows it (never the token)."""
+    return {
+        "user": row.user,
+        "state": row.state,
+        "has_token": row.token is not None,
+        "scopes": list(row.scopes),
+        "enrolled_at": iso(row.enrolled_at),
+        "last_polled_at": iso(row.last_polled_at),
+        "next_due_at": iso(row.next_due_at),
+        "consecutive_failures": row.consecutive_failures,
+        "last_outcome": row.last_outcome,
+        "last_code": row.last_code,
+        "denied": {endpoint: iso(when) for endpoint, when in sorted(row.denied.items())},
+    }
+
+
+def result_json(row: ResultRow | UserForgotten) -> dict[str, Any]:
+    """One exported result (a line of `results export`), or a forgotten user's feed line."""
+    from lta_worker.domain import UserForgotten  # loaded already: the row is one of its
+
+    if isinstance(row, UserForgotten):
+        return {"user": row.user, "forgotten": True, "reason": row.reason, "at": iso(row.at)}
+    return {
+        "user": row.user,
+        "endpoint": row.endpoint,
+        "status": row.status,
+        "payload": row.payload,
+        "fetched_at": iso(row.fetched_at),
+        "changed_at": iso(row.changed_at),
+        "state": row.state,
+    }
 
 
 def _json(record: PassRecord | BudgetSeen | InstanceRow | None) -> dict[str, Any] | None:
@@ -55,13 +83,11 @@ def collect_status(
     """Everything `status` shows, as plain JSON-able data, with the health verdict.
 
     Args:
-        settings: the settings in force (the database, the interval, the reserve).
-        now: the time to count due users at; the system clock by default (the demo, whose
-            clock is moved by hand, passes its own).
-        store: an open store to read (`serve`'s own, for `/healthz`); by default the
-            database is opened read-only and closed again.
-        problems: what the calling process knows is wrong beyond the database (`serve`'s
-            key file gone under it), added to the verdict's.
+        settings: the settings in force.
+        now: the time to count due users at; the system clock by default.
+        store: an open store to read (`serve`'s, for `/healthz`); else the database is
+            opened read-only and closed again.
+        problems: what the caller knows is wrong beyond the database, added to the verdict.
 
     Raises:
         SchemaOutdatedError: no schema or an older one; NoDatabaseError: no SQLite file
@@ -146,19 +172,15 @@ def assess_health(
 ) -> list[str]:
     """The problems in `collect_status`'s data (empty: healthy); pure, takes `now`.
 
-    The one verdict of `status --check`, `status --format json` and `/healthz`: a new kind
-    of problem is added here, from a fact `collect_status` puts in `data`.
+    The one verdict of `status --check`, `status --format json` and `/healthz`.
 
     Args:
-        data: what `collect_status` collected (`last_pass`, `last_reads`, `last_success`,
-            `reads`, `due`, `capacity`, `users`).
+        data: what `collect_status` collected.
         now: the time of the verdict.
-        interval: `poll.interval`; with users due, no answered read for twice it is a
-            problem.
-        first_pass_at: when the oldest recorded pass finished (only needed when no pass
-            had an answered read): a new installation gets twice the interval from it.
-        failing_after: `poll.breaker_threshold`: this many users (or every active user,
-            when fewer) whose last read failed after the last answered one is a problem.
+        interval: `poll.interval`; users due and no answered read for twice it: a problem.
+        first_pass_at: when the oldest recorded pass finished (a new installation's grace).
+        failing_after: `poll.breaker_threshold`: this many users (or every active one)
+            whose last read failed after the last answered one is a problem.
     """
     problems: list[str] = []
     reads = data.get("reads") or {}

@@ -1,32 +1,25 @@
-"""A faithful stand-in for the Long Term Access service, as one ASGI (Starlette) app.
+"""A faithful stand-in for the Long Term Access service (every row of the spec's tables), as
+one Starlette app: in-process through `SimulatorTransport` in tests, on a loopback port with
+`start_in_thread` for demos and benchmarks. See docs/simulator.md.
 
-Every row of the spec's tables is implemented: consent (auto-approved for a queued user),
-the token endpoint with PKCE, enrollment and rotation, drop, both reads in both auth modes,
-scopes, revocation by the user, account deletion, operator withdrawal, 90-day inactivity,
-NoCloudSyncLinked, 404, a per-client budget with RateLimit headers and 429, and injectable
-faults. In tests it runs in-process through `SimulatorTransport`; for demos and benchmarks,
-on a loopback port with `start_in_thread`.
-
-    sim = Simulator(clock=ManualClock())
-    async with httpx.AsyncClient(transport=SimulatorTransport(sim), base_url=BASE) as http:
-        ...
-    with start_in_thread(sim) as running:
-        running.base_url, running.auth_url
-
-Layout: `core` (the `Simulator`), `control_ops` (its operator/user methods), `oauth` (consent
-and code exchange), `access` (authentication, enrollment, drop, reads), `budget` (pure window
-arithmetic and headers), `faults`, `payloads`, `responses` (error styles), `state` (records),
-`clock`; routes in `api_routes`, `auth_routes`, `control`; `server` and `transport` serve it.
+Layout: `core` (the `Simulator`), `control_ops` (operator/user methods), `oauth`, `access`,
+`budget`, `faults`, `payloads`, `responses`, `state` (records, clock); `routes`, `control`
+and `server` serve it.
 """
 
 from __future__ import annotations
 
 from lta_worker.simulator.budget import HEADER_FORMATS, HeaderFormat, Quota
-from lta_worker.simulator.clock import Clock, ManualClock, SystemClock
 from lta_worker.simulator.control_ops import ControlError
 from lta_worker.simulator.core import PublicAnswer, Simulator
-from lta_worker.simulator.faults import FAULT_KINDS, FaultKind, FaultRule, SimulatedDrop
-from lta_worker.simulator.server import RunningSimulator, build_app, serve_forever, start_in_thread
+from lta_worker.simulator.responses import FAULT_KINDS, FaultKind, FaultRule, SimulatedDrop
+from lta_worker.simulator.server import (
+    RunningSimulator,
+    SimulatorTransport,
+    build_app,
+    serve_forever,
+    start_in_thread,
+)
 from lta_worker.simulator.state import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -38,12 +31,14 @@ from lta_worker.simulator.state import (
     PLAIN_CLIENT_SECRET,
     STATS_SCOPE,
     Client,
+    Clock,
     ErrorStyle,
     LogEntry,
+    ManualClock,
     SimSettings,
+    SystemClock,
     default_clients,
 )
-from lta_worker.simulator.transport import SimulatorTransport
 
 __all__ = [
     "DEMO_CLIENT_ID",

@@ -1,16 +1,9 @@
 """The resource side of long term access: who is calling, enrollment, drop, and the reads.
 
-Functions of a `World`, the settings and `now`, returning plain values. The order of the
-checks on a read is the spec's, made explicit:
-
-1. authentication (spec 5): a `dspa_` credential must have both halves, a known token and the
-   right client secret, or the answer is the same plain 401 whatever was wrong; a regular
-   token must be valid and match `DS-API-CLIENT-ID`;
-2. revocation: 401 PermanentAccessRevoked, only once both halves are proven correct;
-3. scope: the endpoint's scope granted by the user and still enabled on the client, else 403;
-4. the account: no cloud sync linked (401 NoCloudSyncLinked), silent more than 90 days
-   (403 CloudSyncInactive);
-5. the data: 404 when latest-change has nothing recorded, else 200.
+The checks on a read in the spec's order: authentication (a `dspa_` credential with both
+halves right, else one plain 401; spec 5), revocation (401 PermanentAccessRevoked, only
+once both halves are proven), scope (403), the account (401 NoCloudSyncLinked, 403
+CloudSyncInactive), the data (404 when latest-change has nothing recorded, else 200).
 """
 
 from __future__ import annotations
@@ -19,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lta_worker.simulator import payloads
 from lta_worker.simulator.oauth import new_secret
 from lta_worker.simulator.responses import (
     FORBIDDEN,
@@ -40,6 +32,7 @@ from lta_worker.simulator.state import (
     Grant,
     SimSettings,
     World,
+    default_payloads,
     digest,
     same_secret,
 )
@@ -47,12 +40,8 @@ from lta_worker.simulator.state import (
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a request comes from, as far as authentication got.
-
-    `client` and `user` are set only once the credential is proven (both halves correct, or
-    a valid user token for the named client). `refusal` is set when authentication already
-    decides the answer (plain 401, or PermanentAccessRevoked).
-    """
+    """Who a request comes from: `client` and `user` once the credential is proven, `refusal`
+    when authentication already decides the answer."""
 
     auth: AuthKind
     client: str | None = None
@@ -175,7 +164,7 @@ def read(
     payload = (
         user.payloads[endpoint]
         if endpoint in user.payloads
-        else payloads.defaults(user.id)[endpoint]
+        else default_payloads(user.id)[endpoint]
     )
     if payload is None:
         return Verdict(NOT_FOUND)
@@ -221,11 +210,8 @@ def enroll(
 
 
 def drop(world: World, settings: SimSettings, authorization: str | None) -> Caller:
-    """Handle `DELETE {auth_url}/api/long-term-access/tokens`; the answer is always 204.
-
-    The token is dropped only when both halves of the credential are correct. Afterwards it
-    answers a plain 401, or PermanentAccessRevoked when `settings.after_delete` says so.
-    """
+    """Handle `DELETE {auth_url}/api/long-term-access/tokens` (always 204): the token goes only
+    when both halves are correct, then answers as `settings.after_delete` says."""
     kind = _auth_kind(authorization)
     bearer = bearer_of(authorization)
     proven = _prove_long_term(world, bearer) if bearer and kind == "long_term" else None

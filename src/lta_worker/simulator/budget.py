@@ -1,8 +1,7 @@
-"""Rate-limit arithmetic: fixed windows, counting, and the RateLimit headers of an answer.
+"""Rate-limit arithmetic: fixed windows aligned to the epoch, counting, and RateLimit headers.
 
 Pure functions on plain values (`now` is epoch seconds); the simulator keeps one `Window` per
-client and replaces it with what these functions return. Windows are fixed and aligned to the
-epoch (a 3600 s window runs from one full hour to the next), the way many gateways count.
+client and replaces it with what these return.
 """
 
 from __future__ import annotations
@@ -26,15 +25,8 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What one answer reports about the budget.
-
-    Attributes:
-        limit: Requests allowed per window.
-        remaining: Requests left in the current window (never negative).
-        reset: Whole seconds until the window ends (at least 1).
-        reset_at: Epoch seconds at which the window ends.
-        window: The window length in seconds.
-    """
+    """What one answer reports about the budget: `reset` in whole seconds (at least 1),
+    `reset_at` in epoch seconds, `window` its length in seconds."""
 
     limit: int
     remaining: int
@@ -51,10 +43,8 @@ def window_start(now: float, length: int) -> float:
 
 
 def roll(window: Window | None, now: float, length: int) -> Window:
-    """Return the window in force at `now`: `window` itself, or a fresh one when it is over.
-
-    A clock set backwards also gives a fresh window, so the count never leaks between windows.
-    """
+    """Return the window in force at `now`: `window` itself, or a fresh one (a clock set back
+    too gives one, so the count never leaks between windows)."""
     start = window_start(now, length)
     if window is None or window.start != start:
         return Window(start=start)
@@ -62,12 +52,8 @@ def roll(window: Window | None, now: float, length: int) -> Window:
 
 
 def take(window: Window | None, now: float, limit: int, length: int) -> tuple[Window, bool]:
-    """Count one request if the budget allows it.
-
-    Returns:
-        The window to keep, and True when the request was counted (False: answer 429,
-        and the refused request is not counted).
-    """
+    """Count one request if the budget allows it: (the window to keep, counted); a refused
+    request (429) is not counted."""
     current = roll(window, now, length)
     if current.used >= limit:
         return current, False
@@ -96,16 +82,7 @@ def quota(window: Window | None, now: float, limit: int, length: int) -> Quota:
 
 
 def render(fmt: HeaderFormat, q: Quota) -> list[tuple[str, str]]:
-    """Render the RateLimit headers of one answer in the chosen format.
-
-    Formats:
-        draft: IETF draft 08+, `RateLimit: "default";r=R;t=T` and
-            `RateLimit-Policy: "default";q=L;w=W`.
-        combined: older drafts, `RateLimit: limit=L, remaining=R, reset=T`.
-        triple: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds).
-        x: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds).
-        none: no header at all.
-    """
+    """Render the RateLimit headers of one answer in `fmt` (docs/simulator.md, "Settings")."""
     if fmt == "draft":
         return [
             ("RateLimit", f'"{POLICY_NAME}";r={q.remaining};t={q.reset}'),

@@ -1,9 +1,5 @@
-"""The operator's and the user's side of the service, as Python methods of `Simulator`.
-
-Everything the spec's section 3 lets someone other than the client do (a user revokes or
-deletes their account, the operator withdraws the mode or a client unticks a scope, cloud sync
-stops), plus the simulator's own knobs (budget, faults, clock). The HTTP control API under
-`/_sim/` calls exactly these methods.
+"""The operator's and the user's side of the service (spec 3) and the simulator's knobs
+(budget, faults, clock), as methods of `Simulator`; the control API calls exactly these.
 """
 
 from __future__ import annotations
@@ -14,17 +10,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lta_worker.simulator import budget
-from lta_worker.simulator.clock import Clock, ManualClock, isoformat
-from lta_worker.simulator.faults import FaultPlan, FaultRule
+from lta_worker.simulator.responses import FaultPlan, FaultRule
 from lta_worker.simulator.state import (
     ENDPOINTS,
     ERROR_STYLES,
     LONG_TERM_SCOPES,
     Client,
+    Clock,
     Consent,
+    ManualClock,
     SimSettings,
     User,
     World,
+    isoformat,
 )
 
 
@@ -49,8 +47,6 @@ class ControlOps:
         """The simulator's current time."""
         raise NotImplementedError
 
-    # -- lookups ---------------------------------------------------------------------------
-
     def _user(self, user: str) -> User:
         record = self.world.users.get(user)
         if record is None or record.deleted:
@@ -62,8 +58,6 @@ class ControlOps:
         if record is None:
             raise ControlError(f"no client {client!r}", 404)
         return record
-
-    # -- clients ---------------------------------------------------------------------------
 
     def add_client(
         self,
@@ -113,8 +107,7 @@ class ControlOps:
         """The operator withdraws long term access: every token of the client is revoked."""
         with self._lock:
             self._client(client).long_term = False
-            hashes = [h for h, g in self.world.grants.items() if g.client == client]
-            return sum(self.world.revoke(h) for h in hashes)
+            return self.world.revoke_all(lambda g: g.client == client)
 
     def reopen_mode(self, client: str) -> None:
         """The operator opens (again) long term access on a client; revoked tokens stay so."""
@@ -125,8 +118,6 @@ class ControlOps:
         """Set the long term scopes the client owner leaves ticked (others give 403)."""
         with self._lock:
             self._client(client).enabled_scopes = set(_long_term_scopes(scopes))
-
-    # -- users -----------------------------------------------------------------------------
 
     def add_user(
         self,
@@ -174,11 +165,8 @@ class ControlOps:
     def queue_consent(
         self, user: str, scopes: list[str] | None = None, *, deny: bool = False
     ) -> int:
-        """Queue who approves the next consent, and which requested scopes they leave ticked.
-
-        A user that does not exist yet is created when the consent is used. Returns the
-        number of queued consents.
-        """
+        """Queue who approves the next consent (created if new) and the scopes they leave
+        ticked; returns the number queued."""
         if not user:
             raise ControlError("a consent needs a user")
         with self._lock:
@@ -191,19 +179,15 @@ class ControlOps:
         """The user revokes their long term access (to one client, or to all) from the account."""
         with self._lock:
             self._user(user)
-            hashes = [
-                h
-                for h, g in self.world.grants.items()
-                if g.user == user and (client is None or g.client == client)
-            ]
-            return sum(self.world.revoke(h) for h in hashes)
+            return self.world.revoke_all(
+                lambda g: g.user == user and (client is None or g.client == client)
+            )
 
     def delete_account(self, user: str) -> int:
         """The user deletes their account: every long term access and user token goes."""
         with self._lock:
             self._user(user).deleted = True
-            hashes = [h for h, g in self.world.grants.items() if g.user == user]
-            revoked = sum(self.world.revoke(h) for h in hashes)
+            revoked = self.world.revoke_all(lambda g: g.user == user)
             for key in [k for k, t in self.world.user_tokens.items() if t.user == user]:
                 del self.world.user_tokens[key]
             return revoked
@@ -235,8 +219,6 @@ class ControlOps:
         if payload is None and endpoint != "latest-change":
             raise ControlError("only latest-change can have nothing recorded")
         record.payloads[endpoint] = payload
-
-    # -- knobs -----------------------------------------------------------------------------
 
     def configure(self, **changes: Any) -> SimSettings:
         """Change settings (names of `SimSettings`); a new window length resets the counts."""

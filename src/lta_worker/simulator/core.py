@@ -1,9 +1,7 @@
 """`Simulator`: the service's whole state and behaviour, with no I/O.
 
-The HTTP routes are thin: they parse a request, call one `handle_*` method here, and render
-what it returns. Tests can drive the same object directly (`add_user`, `revoke`, `advance`,
-...) or over HTTP through the control API. One lock guards the state, because under uvicorn
-the routes run on the server's thread while a test moves the clock from its own.
+The routes parse a request, call one `handle_*` method here and render the answer. One lock
+guards the state: under uvicorn the routes run on the server's thread, a test on its own.
 """
 
 from __future__ import annotations
@@ -17,20 +15,20 @@ from typing import Any
 import anyio
 
 from lta_worker.simulator import access, budget, oauth
-from lta_worker.simulator.clock import Clock, SystemClock
 from lta_worker.simulator.control_ops import ControlOps
-from lta_worker.simulator.faults import FaultPlan, FaultRule
-from lta_worker.simulator.payloads import other_endpoint
-from lta_worker.simulator.responses import Refusal
+from lta_worker.simulator.responses import FaultPlan, FaultRule, Refusal
 from lta_worker.simulator.state import (
     ANONYMOUS,
     AuthKind,
     Client,
+    Clock,
     Endpoint,
     LogEntry,
     SimSettings,
+    SystemClock,
     World,
     default_clients,
+    other_endpoint,
 )
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -38,15 +36,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class PublicAnswer:
-    """What a public-API request comes to, before rendering.
-
-    Attributes:
-        status: The HTTP status (for a `drop` fault, the status of the started answer).
-        payload: The JSON payload of a 200.
-        refusal: Why the request was refused, when it was.
-        headers: RateLimit headers (and Retry-After on 429) to send.
-        fault: The injected fault that replaces or delays this answer, if any.
-    """
+    """What a public-API request comes to, before rendering: status, the payload of a 200 or
+    the refusal, RateLimit headers (and Retry-After), and the fault that replaces or delays it."""
 
     status: int
     payload: Any = None
@@ -73,9 +64,8 @@ class Simulator(ControlOps):
 
     Args:
         clock: Where time comes from; a `ManualClock` in tests, the real clock by default.
-        settings: Initial knobs (budget, window, header format, error style, ...).
-        clients: The registered clients; by default `demo-client` (long term mode open)
-            and `plain-client` (not open), with the documented demo secrets.
+        settings: Initial knobs.
+        clients: The registered clients; `default_clients()` by default.
         seed: Seed of the fault generator, for reproducible rate-based faults.
         sleep: How latency and stall faults wait; `anyio.sleep` (cancellable) by default.
     """
@@ -121,20 +111,18 @@ class Simulator(ControlOps):
         """The simulator's current time."""
         return self.clock.now()
 
-    # -- the request log ------------------------------------------------------------------
-
     def _log(
         self,
         method: str,
         path: str,
         auth: AuthKind,
-        client: str | None,
-        user: str | None,
-        *,
+        who: access.Caller | oauth.AuthorizeAnswer | oauth.TokenAnswer | None,
         status: int | None,
+        *,
         code: str | None = None,
         fault: str | None = None,
     ) -> None:
+        client, user = (who.client, who.user) if who is not None else (None, None)
         self.world.log.append(
             LogEntry(method, path, auth, client, user, status, code, self.now(), fault)
         )
@@ -149,8 +137,6 @@ class Simulator(ControlOps):
         with self._lock:
             self.world.log.clear()
 
-    # -- the budget -----------------------------------------------------------------------
-
     def _count(self, key: str, now: datetime) -> tuple[bool, list[tuple[str, str]]]:
         """Count one public-API request against `key`'s window; (allowed, headers)."""
         s, ts = self.settings, now.timestamp()
@@ -161,8 +147,6 @@ class Simulator(ControlOps):
         if not allowed:
             headers.append(("Retry-After", str(budget.retry_after(quota))))
         return allowed, headers
-
-    # -- the public API -------------------------------------------------------------------
 
     def handle_read(
         self,
@@ -179,23 +163,15 @@ class Simulator(ControlOps):
             caller = access.identify(self.world, authorization, client_header, now)
             allowed, headers = self._count(caller.client or ANONYMOUS, now)
             if not allowed:
-                self._log(method, path, caller.auth, caller.client, caller.user, status=429)
+                self._log(method, path, caller.auth, caller, 429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             fault = self.faults.draw()
             verdict = access.read(self.world, self.settings, caller, endpoint, now)
             status = verdict.refusal.status if verdict.refusal else 200
             code = verdict.refusal.code if verdict.refusal else None
             logged, code = _as_seen(fault, status, code)
-            self._log(
-                method,
-                path,
-                caller.auth,
-                caller.client,
-                caller.user,
-                status=logged,
-                code=code,
-                fault=fault.kind if fault else None,
-            )
+            kind = fault.kind if fault else None
+            self._log(method, path, caller.auth, caller, logged, code=code, fault=kind)
             return PublicAnswer(status, verdict.payload, verdict.refusal, headers, fault)
 
     def handle_other(
@@ -212,27 +188,21 @@ class Simulator(ControlOps):
             caller = access.identify(self.world, authorization, client_header, now, long_term=False)
             allowed, headers = self._count(caller.client or ANONYMOUS, now)
             if not allowed:
-                self._log(method, path, caller.auth, caller.client, caller.user, status=429)
+                self._log(method, path, caller.auth, caller, 429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             if caller.refusal is not None or caller.user is None:
                 refusal = caller.refusal or Refusal(401)
-                self._log(
-                    method, path, caller.auth, None, None, status=refusal.status, code=refusal.code
-                )
+                self._log(method, path, caller.auth, None, refusal.status, code=refusal.code)
                 return PublicAnswer(refusal.status, refusal=refusal, headers=headers)
-            self._log(method, path, caller.auth, caller.client, caller.user, status=200)
+            self._log(method, path, caller.auth, caller, 200)
             return PublicAnswer(200, other_endpoint(path, caller.user), headers=headers)
-
-    # -- the auth service -----------------------------------------------------------------
 
     def handle_authorize(self, path: str, params: Mapping[str, str]) -> oauth.AuthorizeAnswer:
         """Decide `GET {auth_url}/oidc/auth` (consent)."""
         with self._lock:
             answer = oauth.authorize(self.world, self.settings, params, self.now())
             status = 200 if answer.page else 400 if answer.location is None else 302
-            self._log(
-                "GET", path, "none", answer.client, answer.user, status=status, code=answer.error
-            )
+            self._log("GET", path, "none", answer, status, code=answer.error)
             return answer
 
     def handle_consent(self, path: str, form: Mapping[str, list[str]]) -> oauth.AuthorizeAnswer:
@@ -240,9 +210,7 @@ class Simulator(ControlOps):
         with self._lock:
             answer = oauth.decide(self.world, self.settings, form, self.now())
             status = 400 if answer.location is None else 303
-            self._log(
-                "POST", path, "none", answer.client, answer.user, status=status, code=answer.error
-            )
+            self._log("POST", path, "none", answer, status, code=answer.error)
             return answer
 
     def handle_token(
@@ -251,15 +219,7 @@ class Simulator(ControlOps):
         """Decide `POST {auth_url}/oidc/token` (code exchange)."""
         with self._lock:
             answer = oauth.exchange(self.world, self.settings, form, authorization, self.now())
-            self._log(
-                "POST",
-                path,
-                answer.auth,
-                answer.client,
-                answer.user,
-                status=answer.status,
-                code=answer.error,
-            )
+            self._log("POST", path, answer.auth, answer, answer.status, code=answer.error)
             return answer
 
     def handle_enroll(self, path: str, authorization: str | None) -> access.EnrollAnswer:
@@ -269,16 +229,14 @@ class Simulator(ControlOps):
             caller = answer.caller
             status = answer.refusal.status if answer.refusal else answer.status
             code = answer.refusal.code if answer.refusal else None
-            self._log(
-                "POST", path, caller.auth, caller.client, caller.user, status=status, code=code
-            )
+            self._log("POST", path, caller.auth, caller, status, code=code)
             return answer
 
     def handle_drop(self, path: str, authorization: str | None) -> None:
         """Decide `DELETE {auth_url}/api/long-term-access/tokens`; the answer is always 204."""
         with self._lock:
             caller = access.drop(self.world, self.settings, authorization)
-            self._log("DELETE", path, caller.auth, caller.client, caller.user, status=204)
+            self._log("DELETE", path, caller.auth, caller, 204)
 
     @property
     def lock(self) -> threading.RLock:

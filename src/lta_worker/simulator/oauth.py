@@ -1,13 +1,9 @@
 """The authorization server's rules: consent (`/oidc/auth`) and code exchange (`/oidc/token`).
 
-Functions of a `World`, the settings and `now`; they return plain answers that the routes
-render. Consent is auto-approved for the user queued with `Simulator.queue_consent`; with
-none queued, the `consent_page` setting shows a real consent page (`consent_page.py`: the
-account, the requested scopes to untick, Allow / Deny) whose form `decide` answers, and
-`auto_consent` approves everything. The simulator has no login page: the consent page asks
-for the account name. Errors follow RFC 6749: before the client and redirect address
-are verified, a plain 400 page (never a redirect to an unverified address); after, a redirect
-carrying `error` and `state`. The token endpoint answers OAuth JSON errors.
+Consent: a user queued with `Simulator.queue_consent`, else the consent page (setting
+`consent_page`, answered by `decide`), else `auto_consent`. Errors follow RFC 6749: a plain
+400 page before the client and redirect address are verified, then a redirect with `error`
+and `state`; the token endpoint answers OAuth JSON errors.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote_plus, urlencode
 
-from lta_worker.simulator import payloads
 from lta_worker.simulator.state import (
     LONG_TERM_FAMILY,
     LONG_TERM_SCOPES,
@@ -37,6 +32,7 @@ from lta_worker.simulator.state import (
     User,
     UserToken,
     World,
+    default_payloads,
     digest,
     same_secret,
 )
@@ -238,7 +234,7 @@ def _ensure_user(world: World, user_id: str, now: datetime) -> User:
     if user is None or user.deleted:
         # A consent for an unknown user creates a linked, recently synced account.
         user = User(
-            id=user_id, last_sync_at=now - timedelta(days=1), payloads=payloads.defaults(user_id)
+            id=user_id, last_sync_at=now - timedelta(days=1), payloads=default_payloads(user_id)
         )
         world.users[user_id] = user
     return user
@@ -297,10 +293,7 @@ def exchange(
     authorization: str | None,
     now: datetime,
 ) -> TokenAnswer:
-    """Handle `POST {auth_url}/oidc/token` with grant_type=authorization_code.
-
-    `form` is None when the body was not a well-formed urlencoded form.
-    """
+    """Handle `POST {auth_url}/oidc/token` (authorization_code); `form` None: not a form."""
     if form is None:
         return _oauth_error(400, "invalid_request", "the body must be a urlencoded form")
     kind, client, problem = _client_auth(world, form, authorization)

@@ -1,26 +1,21 @@
-"""How refusals look on the wire, in each selectable error style.
+"""How answers go wrong on the wire: refusals in each error style (docs/simulator.md,
+"Settings"), and the faults injected on the reads.
 
-The spec names error codes but not the body format, so the worker must find a code
-wherever a real service might put it. Each style here is one plausible service:
-
-    json     {"error": CODE, "message": ...}                 (the default)
-    code     {"code": CODE}
-    nested   {"errors": [{"code": CODE, "message": ...}]}
-    problem  RFC 7807 application/problem+json: type URI ending in CODE, title CODE
-    header   no body; `WWW-Authenticate: Bearer error="CODE"`
-
-A refusal without a code (plain 401/403, 404, 429) never carries a word that could pass for
-a code: `{"message": "Unauthorized"}`, or `type: about:blank` in the problem style.
-No message here ever contains a credential.
+A refusal without a code never carries a word that could pass for one; no message holds a
+credential. Each read draws at most one fault from a `FaultPlan` (next N reads, or a seeded
+rate). A drop sends the status line and part of the body, then raises `SimulatedDrop`: under
+uvicorn the socket closes mid-body; in-process `SimulatorTransport` gives the same error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from http import HTTPStatus
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from lta_worker.simulator.state import ErrorStyle
 
@@ -116,3 +111,142 @@ def json_response(
 ) -> Response:
     """A JSON answer with `headers` appended (repeated header names are kept)."""
     return with_headers(JSONResponse(payload, status_code=status), headers or [])
+
+
+# -- injected faults on the public reads ------------------------------------------------
+
+FaultKind = Literal["500", "502", "503", "drop", "broken_json", "latency", "stall"]
+FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
+STALL_SECONDS: Final = 3600.0
+DROP_DECLARED_LENGTH: Final = 2048
+
+
+class SimulatedDrop(Exception):
+    """Raised by `DropResponse` after a partial answer (`status`, `headers` and the `partial`
+    body already sent), to make the server drop the connection."""
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], partial: bytes) -> None:
+        super().__init__("simulated dropped connection")
+        self.status = status
+        self.headers = headers
+        self.partial = partial
+
+
+@dataclass(slots=True)
+class FaultRule:
+    """One kind of fault and when it fires: on the `remaining` next reads, else with
+    probability `rate`; `delay` is the wait of `latency` and `stall`, in seconds."""
+
+    kind: FaultKind
+    rate: float | None = None
+    remaining: int | None = None
+    delay: float = 0.0
+
+
+class FaultPlan:
+    """The active fault rules and their seeded generator (None: from the OS); not thread-safe."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self.rules: list[FaultRule] = []
+
+    def reseed(self, seed: int | None) -> None:
+        """Restart the generator from `seed` (same seed, same reads: same faults)."""
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def add(
+        self,
+        kind: str,
+        *,
+        rate: float | None = None,
+        count: int | None = None,
+        delay: float | None = None,
+    ) -> FaultRule:
+        """Add a rule: fire on the next `count` reads, or with probability `rate`.
+
+        Raises:
+            ValueError: Unknown kind, or not exactly one of a rate in 0..1 and a count >= 1.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+        if (rate is None) == (count is None):
+            raise ValueError("give exactly one of rate (0..1) and next (a count)")
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            raise ValueError("rate must be between 0 and 1")
+        if count is not None and count < 1:
+            raise ValueError("next must be at least 1")
+        if delay is not None and delay < 0:
+            raise ValueError("a delay cannot be negative")
+        default_delay = STALL_SECONDS if kind == "stall" else 0.0
+        rule = FaultRule(
+            kind=kind,
+            rate=rate,
+            remaining=count,
+            delay=default_delay if delay is None else delay,
+        )
+        self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        """Remove every rule (the generator keeps its position)."""
+        self.rules.clear()
+
+    def draw(self) -> FaultRule | None:
+        """Decide the fault of one read: the first rule that fires, or None."""
+        for rule in list(self.rules):
+            if rule.remaining is not None:
+                rule.remaining -= 1
+                if rule.remaining <= 0:
+                    self.rules.remove(rule)
+                return replace(rule)
+            if rule.rate is not None and self._rng.random() < rule.rate:
+                return replace(rule)
+        return None
+
+
+class DropResponse(Response):
+    """Starts a 200 answer, sends a fragment of the body, then drops the connection."""
+
+    fragment = b'{"id": "chg_'
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the status line and a fragment, then raise `SimulatedDrop`."""
+        headers = [
+            ("content-type", "application/json"),
+            # Declares more than is sent, so a client notices the body is incomplete.
+            ("content-length", str(DROP_DECLARED_LENGTH)),
+        ]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.fragment, "more_body": True})
+        raise SimulatedDrop(200, headers, self.fragment)
+
+
+def error_response(kind: FaultKind, headers: list[tuple[str, str]]) -> Response:
+    """The answer of a 5xx fault: a JSON 500, an HTML 502 from a gateway, a plain-text 503."""
+    response: Response
+    if kind == "500":
+        response = Response(
+            b'{"message": "Internal Server Error"}', 500, media_type="application/json"
+        )
+    elif kind == "502":
+        html = b"<html><head><title>502 Bad Gateway</title></head><body>Bad Gateway</body></html>"
+        response = Response(html, 502, media_type="text/html")
+    elif kind == "503":
+        response = Response(b"Service Unavailable", 503, media_type="text/plain")
+    else:
+        raise ValueError(f"{kind!r} is not an error fault")
+    return with_headers(response, headers)
+
+
+def broken_json(body: bytes, headers: list[tuple[str, str]]) -> Response:
+    """A 200 whose JSON body is cut in half, so it cannot be parsed."""
+    cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
+    return with_headers(Response(cut, 200, media_type="application/json"), headers)

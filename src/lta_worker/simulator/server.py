@@ -1,8 +1,7 @@
-"""Serving the simulator: the one-origin Starlette app, and uvicorn on a loopback port.
+"""Serving the simulator: the one-origin Starlette app, in-process or by uvicorn on loopback.
 
-One origin serves both services: the auth service under `/auth` (so `auth_url` is
-`http://HOST:PORT/auth`), the control API under `/_sim`, and the public API at the root
-(`base_url` is `http://HOST:PORT`).
+One origin: the auth service under `/auth` (`auth_url`), the control API under `/_sim`, the
+public API at the root (`base_url`).
 """
 
 from __future__ import annotations
@@ -10,18 +9,20 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Final
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from starlette.types import ASGIApp
 
-from lta_worker.simulator.api_routes import api_routes
-from lta_worker.simulator.auth_routes import auth_routes
 from lta_worker.simulator.control import control_routes
 from lta_worker.simulator.core import Simulator
-from lta_worker.simulator.faults import SimulatedDrop
+from lta_worker.simulator.responses import SimulatedDrop
+from lta_worker.simulator.routes import api_routes, auth_routes
 
 AUTH_PREFIX: Final = "/auth"
 CONTROL_PREFIX: Final = "/_sim"
@@ -69,13 +70,8 @@ class _Server(uvicorn.Server):
 
 
 class RunningSimulator:
-    """A simulator served by uvicorn on a background thread; a context manager.
-
-    Attributes:
-        sim: The simulator (drive it directly: `running.sim.revoke(...)`).
-        host: The address it listens on.
-        port: The port it listens on.
-    """
+    """A simulator (`sim`) served by uvicorn on a background thread at `host`:`port`; a
+    context manager."""
 
     def __init__(
         self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket
@@ -128,9 +124,8 @@ class RunningSimulator:
 def start_in_thread(
     sim: Simulator | None = None, host: str = "127.0.0.1", port: int = 0
 ) -> RunningSimulator:
-    """Serve `sim` (a new default one if None) with uvicorn on a background thread.
-
-    Returns once the server listens. Port 0 picks a free port (see `RunningSimulator.port`).
+    """Serve `sim` (a new default one if None) with uvicorn on a background thread; return
+    once it listens (port 0 picks a free port).
 
     Raises:
         OSError: The address cannot be bound.
@@ -179,3 +174,47 @@ def serve_forever(host: str = "127.0.0.1", port: int = 8765, sim: Simulator | No
         running.wait()
     finally:
         running.stop()
+
+
+class _CutStream(httpx.AsyncByteStream):
+    """A body that yields what was sent, then fails as a connection closed mid-body does."""
+
+    def __init__(self, partial: bytes, request: httpx.Request) -> None:
+        self._partial = partial
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._partial:
+            yield self._partial
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body",
+            request=self._request,
+        )
+
+
+class SimulatorTransport(httpx.AsyncBaseTransport):
+    """An httpx transport serving a `Simulator` (or its `build_app`) in-process.
+
+    A simulated drop gives what a client of the uvicorn-served simulator gets (status line
+    and headers, then `httpx.RemoteProtocolError` on the body), not a `SimulatedDrop`.
+    """
+
+    def __init__(self, target: Simulator | ASGIApp) -> None:
+        app = build_app(target) if isinstance(target, Simulator) else target
+        self._inner = httpx.ASGITransport(app=app)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Serve one request; a simulated drop becomes a body that fails to read."""
+        try:
+            return await self._inner.handle_async_request(request)
+        except SimulatedDrop as drop:
+            return httpx.Response(
+                drop.status,
+                headers=drop.headers,
+                stream=_CutStream(drop.partial, request),
+                request=request,
+            )
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()

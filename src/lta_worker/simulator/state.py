@@ -1,21 +1,21 @@
-"""The service's records: clients, users, authorization codes, user tokens, long term grants.
+"""The service's records (clients, users, codes, user tokens, long term grants) and its clock.
 
-Plain mutable data, no rules: `oauth` and `access` implement the spec's rules on a `World`,
-and `core.Simulator` guards it with a lock. Tokens and codes are kept only as SHA-256 hashes
-(the service "stores only a hash"), so no record or repr ever holds a usable credential.
-
-The scope names are spelled out here on purpose rather than imported from the worker's
-config: the stand-in is an independent reading of the spec, so a typo on one side shows up.
+Plain data, no rules (`oauth`, `access`); tokens and codes are kept only as SHA-256 hashes.
+The scope names are spelled out here, not imported from the worker: an independent reading
+of the spec, so a typo on one side shows up.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import random
+import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Final, Literal, get_args
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
 
 from lta_worker.simulator.budget import HeaderFormat, Window
 
@@ -63,25 +63,7 @@ def same_secret(given: str, expected: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
-    """The knobs of one simulator; change them with `Simulator.configure`.
-
-    Attributes:
-        budget: Requests per client per window on the public API.
-        window: Window length in seconds (the real service counts per hour).
-        header_format: How RateLimit headers are rendered (see `budget.render`).
-        error_style: How an error code travels (see `responses`).
-        enroll_status: Success status of token creation; the spec does not show it.
-        after_delete: What a token dropped by the client answers later: a plain 401, or
-            401 PermanentAccessRevoked; the spec leaves it open.
-        auto_consent: Approve a consent with no queued user for `login_hint`, or a new
-            `demo-user-N` (handy for a human demo; tests queue consents instead).
-        consent_page: With no queued consent, show a real consent page (account, the
-            requested scopes to untick, Allow / Deny) instead of auto-approving; what the
-            user leaves ticked is what is granted (browser tests, a human demo).
-        code_ttl: Seconds an authorization code lives.
-        user_token_ttl: Seconds a regular user access token lives.
-        inactive_after_days: Cloud sync silent for more than this gives CloudSyncInactive.
-    """
+    """The knobs of one simulator (docs/simulator.md, "Settings"); see `Simulator.configure`."""
 
     budget: int = 120
     window: int = 3600
@@ -109,11 +91,8 @@ class Client:
 
 @dataclass(slots=True)
 class User:
-    """An account of the service, with its cloud sync and what the reads return.
-
-    `payloads` maps an endpoint to its JSON payload; `None` for latest-change means nothing
-    is recorded (404).
-    """
+    """An account, with its cloud sync and what the reads return (`payloads`: endpoint ->
+    JSON; `None` for latest-change means nothing recorded, a 404)."""
 
     id: str
     linked: bool = True
@@ -133,8 +112,7 @@ class Consent:
 
 @dataclass(frozen=True, slots=True)
 class ConsentRequest:
-    """A validated consent request shown on the consent page, waiting for the user's answer
-    (kept under a random id that the page's form carries back)."""
+    """A validated consent request on the consent page, waiting under the form's random id."""
 
     client: str
     redirect_uri: str
@@ -220,6 +198,10 @@ class World:
             del self.active[(grant.user, grant.client)]
         return True
 
+    def revoke_all(self, which: Callable[[Grant], bool]) -> int:
+        """Mark every grant `which` picks revoked; the number that were active."""
+        return sum(self.revoke(h) for h in [h for h, g in self.grants.items() if which(g)])
+
     def forget(self, token_hash: str) -> None:
         """Drop a grant entirely: its token is unknown from now on (a plain 401)."""
         grant = self.grants.pop(token_hash, None)
@@ -232,13 +214,8 @@ def default_clients(
 ) -> list[Client]:
     """The two preconfigured clients: `demo-client` (mode open) and `plain-client` (not).
 
-    Args:
-        demo_secret: Overrides the secret of `demo-client`.
-        plain_secret: Overrides the secret of `plain-client`.
-
     Raises:
-        ValueError: A secret is empty or contains a dot (it could not be told apart from the
-            token in a long term credential).
+        ValueError: A secret is empty or contains a dot (it would split a credential).
     """
     for secret in (demo_secret, plain_secret):
         if not secret or "." in secret:
@@ -247,3 +224,128 @@ def default_clients(
         Client(id=DEMO_CLIENT_ID, secret=demo_secret, long_term=True),
         Client(id=PLAIN_CLIENT_ID, secret=plain_secret, long_term=False),
     ]
+
+
+# -- time: every time-dependent rule reads `Clock.now()` and nothing else ----------------
+
+DEFAULT_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything that tells the current time as an aware UTC datetime."""
+
+    def now(self) -> datetime:
+        """Return the current time (timezone-aware, UTC)."""
+        ...
+
+
+class SystemClock:
+    """The real wall clock."""
+
+    def now(self) -> datetime:
+        """Return the current wall-clock time in UTC."""
+        return datetime.now(UTC)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ManualClock:
+    """A clock that only moves when told to (tests move time instead of sleeping); safe to
+    move from another thread. `start` (naive: UTC) defaults to the start of an hour."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._lock = threading.Lock()
+        self._now = _aware(start or DEFAULT_START)
+
+    def now(self) -> datetime:
+        """Return the clock's current time."""
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward (or back, with a negative value) and return the new time."""
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now
+
+    def set(self, when: datetime) -> datetime:
+        """Jump to `when` (naive datetimes are taken as UTC) and return it."""
+        with self._lock:
+            self._now = _aware(when)
+            return self._now
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self.now().isoformat()})"
+
+
+def _aware(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def isoformat(when: datetime) -> str:
+    """Render a datetime as ISO 8601 with a `Z` suffix, the way the service's JSON does."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- default payloads: realistic, opaque, the same for the same user id --------------------
+
+_EPOCH = datetime(2024, 6, 1, tzinfo=UTC)
+_ENTITIES = ("stock", "type", "accident", "location")
+_ACTIONS = ("created", "updated", "deleted")
+_UNITS = ("pcs", "kg", "l", "m")
+
+
+def _rng(user: str, salt: str) -> random.Random:
+    # Not for security: a stable seed so that one user id always yields one payload.
+    seed = int.from_bytes(hashlib.sha256(f"{salt}:{user}".encode()).digest()[:8], "big")
+    return random.Random(seed)
+
+
+def latest_change(user: str) -> dict[str, Any]:
+    """Return the default latest-change payload of `user`."""
+    rng = _rng(user, "latest-change")
+    entity = rng.choice(_ENTITIES)
+    occurred = _EPOCH + timedelta(seconds=rng.randrange(0, 180 * 86400))
+    return {
+        "id": f"chg_{rng.getrandbits(48):012x}",
+        "entity": entity,
+        "action": rng.choice(_ACTIONS),
+        "occurredAt": isoformat(occurred),
+        "source": "cloud-sync",
+        "data": {
+            "ref": f"{entity}-{rng.randrange(1, 500)}",
+            "quantity": rng.randrange(0, 1000),
+            "unit": rng.choice(_UNITS),
+        },
+    }
+
+
+def stats(user: str) -> dict[str, Any]:
+    """Return the default statistics payload of `user`."""
+    rng = _rng(user, "stats")
+    days = rng.choice((30, 90, 365))
+    end = _EPOCH + timedelta(days=rng.randrange(0, 180))
+    return {
+        "period": {"from": isoformat(end - timedelta(days=days)), "to": isoformat(end)},
+        "totals": {
+            "changes": rng.randrange(0, 5000),
+            "accidents": rng.randrange(0, 20),
+            "stocks": rng.randrange(0, 300),
+            "types": rng.randrange(1, 40),
+        },
+        "devices": rng.randrange(1, 5),
+        "syncs": rng.randrange(1, 2000),
+    }
+
+
+def default_payloads(user: str) -> dict[str, Any]:
+    """Return both default payloads of `user`, keyed by endpoint."""
+    return {"latest-change": latest_change(user), "stats": stats(user)}
+
+
+def other_endpoint(path: str, user: str) -> dict[str, Any]:
+    """A small payload for the public endpoints that accept only a regular user token."""
+    rng = _rng(user, path)
+    return {"items": [{"id": rng.randrange(1, 10_000)} for _ in range(3)], "next": None}
