@@ -27,8 +27,7 @@ from prometheus_client import make_wsgi_app
 
 from lta_worker.errors import ConfigError, LtaError, StorageError
 from lta_worker.logs import get_logger
-from lta_worker.worker._admission import Admission
-from lta_worker.worker._listen import LISTEN_HINT
+from lta_worker.worker._listen import LISTEN_HINT, Admission
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment

@@ -13,7 +13,7 @@ tried again (`_reload`, each failure logged) until it completes or another SIGHU
 never lost. A SIGHUP sent while `serve` starts
 waits (`lta_worker.__main__` holds it from the first line) and reloads once the service
 has started. With
-`enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
+`enroll.listen` set, the browser enrollment listener (`_enroll`) runs alongside,
 from before READY until the passes have drained.
 
 A pass stopped by the circuit breaker (the service rejects the client: a wrong client
@@ -336,7 +336,7 @@ async def serve(
                     code = await service.run()
                 else:
                     # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-                    from lta_worker.worker._enroll_server import enroll_listener
+                    from lta_worker.worker._enroll import enroll_listener
 
                     async with enroll_listener(worker):
                         code = await service.run()
