@@ -1,35 +1,18 @@
-"""One pass over the due users: claim, read, classify, decide, write.
-
-The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
+"""One pass over the due users: claim, read, classify, decide, write (the I/O shell around
+the pure `domain` rules and the pacer):
 
     claimer ──users──▶ readers (poll.concurrency) ──updates──▶ writer ──▶ store.apply
-                          │  ▲
-                          ▼  │ permits
+                          │  ▲ permits
+                          ▼  │
                          pacer
 
-- The claimer leases due users in batches, oldest `next_due_at` first, only those due when
-  the pass started (a user backed off during the pass waits for the next one).
-- A reader takes one user's turn (`_turn`): decrypt the token, call each endpoint the user
-  granted with it (pacer permit first, the lease checked; the API client adds the client
-  secret, which the engine never holds, and marks a body that echoes a credential),
-  classify, stop at an outcome that ends the turn, let the policy decide. Decisions go to
-  the single writer (`_writer`), which commits them in batches, fenced by the generation
-  each user was claimed with.
-- Every rule lives elsewhere and is pure: what an outcome does to a user, whether a read
-  goes again after a 429, what proves the client accepted (`domain` policy table); when
-  decisions are held, released or dropped and when the pass must stop (`domain.Breaker`:
-  plain 401s with nothing authenticated, 404s with nothing proving the URLs, each asking a
-  proof of the service that spends no read budget; failures in a row). The engine only
-  moves users, answers, proofs and decisions between them.
-- Store calls (claims, lease renewals, the writer's commits) all go to a worker thread, on
-  SQLite as on PostgreSQL: one may wait for the database's lock (an operator's command,
-  `serve`'s other jobs), a claim or a commit's fsync, and the loop goes on reading meanwhile.
-- The pass ends when no due user is left (0), at the deadline or when the service seems
-  down, or no read got any answer at all (75: the rest stays due), or at the breaker (78).
-- A stop (deadline, SIGTERM in `serve`) lets reads already sent finish (`_stop`); the users
-  not read stay due, and what a turn read before the stop is kept. A turn whose user's
-  lease may lapse before its read would end is given up the same way, and the pass logs
-  `pass.lease_lapsed` once.
+The claimer leases due users in batches (oldest `next_due_at` first, only those due when
+the pass started); a reader takes one user's turn (`_turn`); the single writer
+(`DecisionWriter`) commits decisions in batches, fenced by the generation each user was
+claimed with. Store calls all go to a worker thread (on SQLite as on PostgreSQL), so the
+loop reads on while one waits for the database. The pass ends when no due user is left
+(0), at the deadline, when the service seems down or never answered (75: the rest stays
+due), or at the breaker (78); a stop lets reads already sent finish (`PassStop`).
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
@@ -57,17 +40,105 @@ from lta_worker.errors import EX_OK
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
 from lta_worker.runtime import Clock
-from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook, lease_of, read_margin, renewal_period
-from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
-from lta_worker.worker._ports import PassStore, Reader, TokenVault
-from lta_worker.worker._stop import Interrupted, PassStop
-from lta_worker.worker._turn import Turns
-from lta_worker.worker._writer import WRITE_BATCH, DecisionWriter
+from lta_worker.worker._pass import (
+    Interrupted,
+    Lease,
+    LeaseBook,
+    PassOptions,
+    PassResult,
+    PassStop,
+    ProgressFn,
+    Reader,
+    ReadObserver,
+    lease_of,
+    read_margin,
+    renewal_period,
+)
+from lta_worker.worker._turn import (
+    Turns,
+    log_breaker,
+    log_changes,
+    log_discarded,
+    log_lease_lapsed,
+    log_unreachable,
+)
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Store, Vault
 
 Held = tuple[UserRow, UserUpdate]
 
 log = get_logger("lta_worker.engine")
+
+# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions. A commit
+# is a trip to the store's thread, which costs more than its statements: the thread runs
+# on another core, whose caches hold none of it (pinned to one core, the cost was gone).
+# At 50 decisions a commit B1's worker took 7 % more CPU per read than at 250. At usual
+# budgets (a few reads a minute) a commit holds one decision, half a second after it.
+WRITE_BATCH: Final = 250
+WRITE_LINGER_S: Final = 0.5
+
+
+class DecisionWriter:
+    """Writes one pass's decisions; knows the rows of the users whose turn is not written."""
+
+    def __init__(self, store: Store, instance: str, clock: Clock, leases: LeaseBook) -> None:
+        self.store = store
+        self.instance = instance
+        self.clock = clock
+        self.leases = leases
+        self.pending: list[UserUpdate] = []
+        # The rows of the turns not written yet, per lease (a user claimed again in one
+        # pass has two): the name for `poll.discarded`, the state before for the events
+        # of a decision written.
+        self.claimed: dict[Lease, UserRow] = {}
+
+    async def run(self, updates: ObjectReceiveStream[UserUpdate]) -> None:
+        """Commit what comes, batch by batch, until the readers are done."""
+        async with updates:
+            closed = False
+            while not closed:
+                with anyio.move_on_after(WRITE_LINGER_S):
+                    while len(self.pending) < WRITE_BATCH:
+                        try:
+                            self.pending.append(await updates.receive())
+                        except anyio.EndOfStream:
+                            closed = True
+                            break
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Commit the pending decisions in one transaction, then log what it did."""
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        discarded: list[tuple[UserUpdate, str]] = []
+        with anyio.CancelScope(shield=True):  # a batch is written whole or not at all
+            apply = partial(
+                self.store.apply,
+                batch,
+                owner=self.instance,
+                now=self.clock.now(),
+                discarded=discarded,
+            )
+            await anyio.to_thread.run_sync(apply)
+        not_written = {id(update): reason for update, reason in discarded}
+        for update in batch:  # a pass over a million users keeps only the unwritten rows
+            lease = (update.user_id, update.generation)
+            user = self.claimed.pop(lease, None)
+            self.leases.forget(lease)
+            reason = not_written.get(id(update))
+            if reason is not None:
+                # `changed`: a lifecycle command (enrollment, drop, forget) or another
+                # instance changed the user since the claim, and wins. `failed`: the
+                # database refused this user's write alone; it stays due. Neither says more
+                # (no payload), nor logs the decision's state or token changes: they did
+                # not happen.
+                name = user.user if user is not None else str(update.user_id)
+                log_discarded(name, reason, update.last_outcome)
+            elif user is not None:
+                # Only now that the write is committed are its changes true.
+                log_changes(user, update)
 
 
 class PassEngine:
@@ -76,8 +147,8 @@ class PassEngine:
     def __init__(
         self,
         *,
-        store: PassStore,
-        vault: TokenVault,
+        store: Store,
+        vault: Vault,
         api: Reader,
         pacer: PacerLike,
         clock: Clock,
@@ -202,12 +273,12 @@ class PassEngine:
             self.writer.claimed.clear()  # what was held and dropped is never written
             await self._db(self.store.release, opts.instance)
         if self.turns.lapsed:
-            events.lease_lapsed(opts.instance, self.turns.lapsed)
+            log_lease_lapsed(opts.instance, self.turns.lapsed)
         if stopped == "breaker":
-            events.breaker(opts.instance, self.breaker, self.result.counts["rejected"])
+            log_breaker(opts.instance, self.breaker, self.result.counts["rejected"])
             self.result.cause = self.breaker.cause
         if stopped == "upstream_down" and not self.breaker.answered:
-            events.unreachable(opts.instance, self.result.reads)
+            log_unreachable(opts.instance, self.result.reads)
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started

@@ -1,39 +1,34 @@
-"""The worker's periodic jobs: each a small function of the runtime (`Worker`), doing one thing.
-
-When each runs:
-
-- before every pass (`run` and `serve`): `refresh_share`, `follow_schedule`, `retry_drops`;
-- while a pass runs: `keep_alive` (a heartbeat and the share every `serve.heartbeat`) and,
-  on PostgreSQL, `settle_shared`; `keep_budget` when the budget reported moved
-  (`_budget_watch`);
-- after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
-  then `run` (not `serve`) calls `deliver_webhooks`;
-- in `serve`, on their own intervals (`_scheduler`): `check_key_file` before
-  each pass (and `take_new_keys` after one that met an unknown key id), `report_heartbeat`,
-  `maintain` and `deliver_webhooks`.
-
-Jobs take time from the runtime's clock (STYLE 7), so tests run them on virtual time.
+"""The worker's jobs, each a small function of the runtime (`Worker`) on its clock (STYLE 7):
+before every pass `refresh_share`, `follow_schedule`, `retry_drops`; alongside one
+`keep_alive`, `settle_shared` (PostgreSQL) and `keep_budget` (`BudgetWatch`); after one
+`after_pass`, then `deliver_webhooks` in `run`; in `serve` on their own intervals
+(`_scheduler`) `check_key_file` (and `take_new_keys`), `report_heartbeat`, `maintain` and
+`deliver_webhooks`. The webhook outbox's delivery round is `deliver_due`.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
-from lta_worker.domain import PassRecord, PurgeCounts
+from lta_worker.config import Settings
+from lta_worker.domain import PassRecord, PendingEvent, PurgeCounts, backoff_delay
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.runtime import instance_ttl
 from lta_worker.worker._pass import PassResult
-from lta_worker.worker._webhooks import Delivery, deliver_due
 
 if TYPE_CHECKING:
     from lta_worker.enrollment import DropRetries
     from lta_worker.pacing import SharedBudget
+    from lta_worker.storage import Store
+    from lta_worker.upstream import WebhookSender
     from lta_worker.worker._runtime import Worker
 
 log = get_logger("lta_worker.runner")
@@ -286,3 +281,107 @@ async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
         return False
     service_log.info("service.keys_reloaded", instance=rt.instance, key_id=exc.key_id)
     return True
+
+
+# -- webhook delivery ---------------------------------------------------------------------
+
+# One round: dead-letter what grew older than `webhook.max_age`, claim the oldest due event
+# of each user, POST them (a few at a time, never two of one user), delete the acknowledged
+# ones (and, unsent, those of a type `webhook.events` leaves out) or back the others off
+# (exponential with full jitter, 5 s doubling up to 15 min). It repeats while events keep
+# being acknowledged, so a user's next event follows at once; a failing receiver ends it.
+webhook_log = get_logger("lta_worker.webhook")
+
+BATCH: Final = 20
+SENDERS: Final = 4
+BACKOFF_BASE: Final = timedelta(seconds=5)
+BACKOFF_CAP: Final = timedelta(minutes=15)
+MIN_RETRY: Final = timedelta(seconds=1)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What one round did."""
+
+    delivered: int = 0
+    failed: int = 0
+    dead: int = 0
+
+
+async def deliver_due(
+    store: Store,
+    sender: WebhookSender,
+    settings: Settings,
+    now: Callable[[], datetime],
+    *,
+    rng: random.Random | None = None,
+    owner: str = "-",
+) -> Delivery:
+    """Deliver every due event once (see the module); return the counts."""
+    rng = rng or random.Random()
+    cfg = settings.webhook
+    report = Delivery()
+    report.dead = await anyio.to_thread.run_sync(store.dead_letter_events, now(), cfg.max_age)
+    if report.dead:
+        webhook_log.error(
+            "webhook.dead_lettered", events=report.dead, max_age_s=cfg.max_age.total_seconds()
+        )
+    lease = 2 * cfg.timeout + timedelta(seconds=5)
+    while True:
+        start = now()
+        batch = await anyio.to_thread.run_sync(
+            store.claim_events, start, BATCH, start + lease, owner
+        )
+        if not batch:
+            return report
+        wanted = [e for e in batch if e.type in cfg.events]
+        outcomes = await _send_all(sender, wanted, now)
+        done = [e for e in batch if outcomes.get(e.id) is None]
+        await anyio.to_thread.run_sync(store.events_delivered, [e.id for e in done])
+        for event in done:
+            if event.id not in outcomes:
+                continue  # not wanted: deleted unsent
+            webhook_log.info(
+                "webhook.delivered",
+                event_id=event.event_id,
+                type=event.type,
+                attempts=event.attempts,
+            )
+        for event in wanted:
+            error = outcomes[event.id]
+            if error is None:
+                continue
+            delay = max(
+                MIN_RETRY,
+                backoff_delay(event.attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, rng=rng),
+            )
+            await anyio.to_thread.run_sync(store.event_failed, event.id, now() + delay, error)
+            webhook_log.warning(
+                "webhook.failed",
+                event_id=event.event_id,
+                type=event.type,
+                attempts=event.attempts,
+                error=error,
+                retry_in_s=round(delay.total_seconds(), 1),
+            )
+        report.delivered += len(done) - (len(batch) - len(wanted))
+        report.failed += len(batch) - len(done)
+        if not done:
+            return report
+
+
+async def _send_all(
+    sender: WebhookSender, batch: list[PendingEvent], now: Callable[[], datetime]
+) -> dict[int, str | None]:
+    """POST a batch (one event per user), `SENDERS` at a time; each event's error or None."""
+    outcomes: dict[int, str | None] = {}
+    limiter = anyio.CapacityLimiter(SENDERS)
+
+    async def one(event: PendingEvent) -> None:
+        async with limiter:
+            outcomes[event.id] = await sender.send(event, now())
+
+    async with anyio.create_task_group() as tg:
+        for event in batch:
+            tg.start_soon(one, event)
+    return outcomes

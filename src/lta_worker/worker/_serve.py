@@ -67,10 +67,16 @@ from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._pass import PassResult
-from lta_worker.worker._reload import Reloader, ReloadFn
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._scheduler import Guard, Job, intervals, start_scheduler
-from lta_worker.worker._sdnotify import Notifier
+from lta_worker.worker._scheduler import (
+    Guard,
+    Job,
+    Notifier,
+    Reloader,
+    ReloadFn,
+    intervals,
+    start_scheduler,
+)
 
 if TYPE_CHECKING:
     import httpx
