@@ -1,23 +1,12 @@
-"""The HTTP client of the Long Term Access interface: reads, token creation and drop, code exchange.
+"""`ApiClient`: the wire of the Long Term Access interface (reads, token creation and drop,
+code exchange) over an injected `httpx.AsyncClient`.
 
-`ApiClient` wraps an injected `httpx.AsyncClient` (built by `http_client` in
-production, a `MockTransport` or the simulator's transport in tests). It knows the wire:
-paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
-never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
-
-The client holds the client credentials (id and secret): a read or a drop takes the user's
-long term token, and the client builds `<token>.<client secret>` itself and looks for it in
-every success body (`Answer.echoed`); the pass engine never sees the client secret.
-Credentials travel only in the `Authorization` header, never in a URL. Short-lived secrets
-(user access tokens, codes) are registered with the log redactor; the client secret was
-registered once, where it was read; long term tokens and credentials are masked by their
-`dspa_` pattern, so that logging does not slow down with the number of users. Plain http
-is refused for any host that is not loopback, whatever client was injected.
-
-Every request has a total deadline (`service.request_timeout`) on top of httpx's connect
-and per-chunk read timeouts, so a body dripping a byte at a time cannot hold a read for
-longer. Error codes of refusals come from `classify.find_code`, the one error-body parser,
-and are only ever codes of its allowlist.
+`read` returns a raw `Answer` and never raises for HTTP or network trouble (`classify` and
+`policy` decide what it means). The client alone holds the client secret and builds the
+credential `<token>.<client secret>`, sent only in `Authorization`, never in a URL; a
+success body echoing it is marked (`Answer.echoed`). Short-lived secrets are registered with
+the log redactor. Plain http is refused for non-loopback hosts, and every request has a
+total deadline (`service.request_timeout`) on top of httpx's timeouts.
 """
 
 from __future__ import annotations
@@ -42,8 +31,15 @@ from lta_worker.errors import ConfigError, EnrollmentError
 from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
-from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
-from lta_worker.upstream._wire import join_url, long_term_credential, sendable
+from lta_worker.upstream._wire import (
+    create_hint,
+    create_reason,
+    exchange_hint,
+    exchange_reason,
+    join_url,
+    long_term_credential,
+    sendable,
+)
 
 
 def check_secure_url(url: str | httpx.URL) -> None:
@@ -156,16 +152,12 @@ class ApiClient:
         self._tokens_url = join_url(service.auth_url, TOKENS_PATH)
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
-        """GET one read endpoint with the user's long term credential (`<token>.<client
-        secret>`); never raises for HTTP trouble.
+        """GET one read endpoint with the user's long term credential; never raises for HTTP
+        trouble (network failures give `Answer(status=None, error=...)`).
 
-        Timeouts, refused connections, resets and protocol errors give
-        `Answer(status=None, error=...)`. The body is read as sent, up to
-        `service.max_response_bytes` (`truncated=True` when the response was larger). The
-        client asks for no coding (`Accept-Encoding: identity`): a body under any other
-        `Content-Encoding` is not decoded but answered as an empty body with
-        `error="decoding"` (a 2xx of it is a broken body). A success body that holds the
-        token, the client secret or any credential-shaped string is `echoed` (`echoes`).
+        The body is read as sent, up to `service.max_response_bytes` (`truncated`); a body
+        under any `Content-Encoding` is answered empty with `error="decoding"`; a success
+        body holding the token, the client secret or a credential is `echoed`.
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
@@ -258,13 +250,9 @@ class ApiClient:
         verifier: Secret,
         redirect_uri: str,
     ) -> tuple[Secret, tuple[str, ...]]:
-        """Exchange an authorization code (with its PKCE verifier) for a user access token.
-
-        POSTs `grant_type=authorization_code` to `service.token_endpoint`, authenticating with
-        `client.token_auth` (`client_secret_basic` by default). A server that answers
-        `invalid_client` to that method is asked once more with the other one: client
-        authentication is checked before the code, so the code is still unused. Returns the
-        user access token and the scopes it carries (empty when the answer names none).
+        """Exchange an authorization code (with its PKCE verifier) for a user access token
+        and its scopes, authenticating with `client.token_auth`, then once more with the
+        other method after `invalid_client` (checked before the code: still unused).
 
         Raises:
             EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
@@ -309,11 +297,11 @@ class ApiClient:
         return Secret(access_token), scopes
 
     async def client_accepted(self) -> bool | None:
-        """Whether the token endpoint accepts the client's credentials (the breaker's
-        `client` proof): a code exchange with a code that names nothing, so that no user is
-        read and no read budget is spent. `invalid_client` to both authentication methods
-        is False (the secret is wrong); `invalid_grant` is True (the server looked at the
-        code, so it had accepted the client); any other answer, or none, is None."""
+        """Whether the token endpoint accepts the client (the breaker's `client` proof).
+
+        A code exchange with a code that names nothing (no read budget spent): `invalid_client`
+        to both methods is False, `invalid_grant` True, anything else None.
+        """
         form = {
             "grant_type": "authorization_code",
             "code": secrets.token_urlsafe(32),
@@ -328,8 +316,7 @@ class ApiClient:
 
     async def read_path_found(self) -> bool | None:
         """Whether `service.base_url` has the read paths (the breaker's `urls` proof): a GET
-        of latest-change without any credential, which reads no user and names no client's
-        budget, answers 401 or 403 (True) or 404 (False); any other answer, or none, is None."""
+        without credential answers 401 or 403 (True), 404 (False), else None."""
         answer = await self._send("GET", self._read_urls["latest-change"], {})
         return {401: True, 403: True, 404: False}.get(answer.status or 0)
 
@@ -362,11 +349,8 @@ class ApiClient:
         headers: Mapping[str, str],
         form: Mapping[str, str] | None = None,
     ) -> Answer:
-        """Send one request and read at most `max_response_bytes` of the body.
-
-        The whole exchange (connect, send, every chunk of the body) must end within
-        `service.request_timeout`; past it, the answer is a `timeout` like any other.
-        """
+        """Send one request and read at most `max_response_bytes` of the body, all within
+        `service.request_timeout` (past it: a `timeout` answer)."""
         check_secure_url(url)
         request = self._http.build_request(
             method, url, headers=headers, data=form, timeout=self._timeout
@@ -404,11 +388,8 @@ class ApiClient:
         )
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """The raw body, at most `max_response_bytes` of it, and True when there was more.
-
-        Raw: httpx's decoders would inflate a chunk whole (a few KB of gzip can be
-        gigabytes); a coded body is refused after this (`_encoded`), never decoded.
-        """
+        """The raw body (never decoded: a few KB of gzip can be gigabytes), at most
+        `max_response_bytes` of it, and True when there was more."""
         if response.is_stream_consumed:  # built with its body (a MockTransport's answer)
             content = response.content
             return content[: self._cap], len(content) > self._cap

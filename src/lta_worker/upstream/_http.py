@@ -11,7 +11,6 @@ import httpx
 from lta_worker import __version__
 from lta_worker.config import PollSettings, ServiceSettings
 from lta_worker.upstream._client import refuse_insecure
-from lta_worker.upstream._lanes import Lanes
 
 USER_AGENT = f"lta-worker/{__version__}"
 
@@ -29,12 +28,6 @@ class _NoCookies(CookieJar):
 
     def extract_cookies(self, response: Any, request: Any) -> None:
         """Read nothing from answers."""
-
-
-def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-    """httpx's own transports (TLS verified, HTTP/1.1, the environment not read), one
-    connection each, lent to one request at a time (`Lanes`)."""
-    return Lanes(limits.max_connections or 1, limits.keepalive_expiry)
 
 
 def _proxy_mounts(
@@ -92,7 +85,7 @@ def http_client(
         max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
     )
     mounts = _proxy_mounts(service, limits) if transport is None else {}
-    transport = transport or _transport(limits)
+    # Without `transport`: httpx's own (TLS verified, HTTP/1.1, the environment not read).
     return httpx.AsyncClient(
         transport=transport,
         mounts=mounts,

@@ -1,11 +1,11 @@
-"""The long term credential, and the paths joined to the configured URLs: no HTTP here.
-
-The API client builds credentials; the pass engine and the drops only ask `usable_token`
-before they take a permit, and a `run` with nobody due never builds the HTTP client: this
-module keeps httpx out of them.
+"""The wire without httpx: the long term credential, URLs joined, and what the service's
+refusals during enrollment mean (`EnrollmentError` reasons and hints). The pass engine and
+the drops ask `usable_token` before a permit: a `run` with nobody due never imports httpx.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from lta_worker.protocol import TOKEN_PREFIX
 from lta_worker.secret import Secret
@@ -53,3 +53,48 @@ def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
     if not client_secret.reveal():
         raise ValueError("the client secret is empty")
     return Secret(f"{token.reveal()}.{client_secret.reveal()}")
+
+
+def create_reason(status: int) -> str:
+    """The EnrollmentError reason for a refused token creation (HTTP `status`)."""
+    if status == 401:
+        return "token_refused"
+    if status == 403:
+        return "scope_refused"
+    if status >= 500:
+        return "service_failed"
+    return "create_refused"
+
+
+_CREATE_HINTS: Final = {
+    "token_refused": "the user access token was refused (expired, already used, or not from "
+    "a consent)",
+    "scope_refused": "the consent did not include a long term scope, or the mode is not "
+    "opened on this client; check client.scopes, or request the mode from the operator",
+    "service_failed": "the service failed",
+}
+
+
+def create_hint(status: int) -> str | None:
+    """What to do about a refused token creation, in terms of settings and the service."""
+    return _CREATE_HINTS.get(create_reason(status))
+
+
+def exchange_reason(error: str | None) -> str:
+    """The EnrollmentError reason for a refused code exchange (OAuth `error`)."""
+    if error == "invalid_grant":
+        return "code_rejected"
+    if error in {"invalid_client", "unauthorized_client"}:
+        return "client_rejected"
+    return "exchange_refused"
+
+
+_EXCHANGE_HINTS: Final = {
+    "code_rejected": "the code expired, was already used, or its PKCE verifier does not match",
+    "client_rejected": "check client.id and the client secret in client.secret_file",
+}
+
+
+def exchange_hint(error: str | None) -> str | None:
+    """What to do about a refused code exchange, in terms of settings and the service."""
+    return _EXCHANGE_HINTS.get(exchange_reason(error))

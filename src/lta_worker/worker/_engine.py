@@ -186,9 +186,7 @@ class PassEngine:
         )
 
     def follow(self, policy: PolicyConfig) -> None:
-        """Decide the turns from now on under `policy` (a reload's: SIGHUP), keeping the
-        pass's freshness plan; a pass may last as long as users stay due, and the users it
-        reads must be due at the interval in force, not the one it started under."""
+        """Decide the turns from now on under `policy` (a reload's), keeping the plan."""
         self.options = replace(self.options, policy=replace(policy, plan=self.options.policy.plan))
         self.turns.options = self.options
 
@@ -199,11 +197,7 @@ class PassEngine:
         self.turns.options = self.options
 
     def request_stop(self, reason: StopReason, grace: float) -> None:
-        """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.
-
-        Used at the deadline, when the service seems down, and on SIGTERM in `serve`.
-        Readers still waiting for a permit give their users up at once (they stay due).
-        """
+        """Stop claiming; readers finish their users, cancelled after `grace` (`PassStop`)."""
         self.stop.request(reason, grace)
 
     async def _deadline(self, seconds: float) -> None:

@@ -58,8 +58,7 @@ async def refresh_share(rt: Worker) -> None:
 async def keep_alive(rt: Worker) -> None:
     """While a pass runs: a heartbeat and the share every `serve.heartbeat`.
 
-    A `run` pass may last longer than an instance's time to live; without heartbeats the
-    others would take it for dead and spend its share.
+    A `run` pass may outlast an instance's time to live; the others must not take it for dead.
     """
     while True:
         await rt.clock.sleep(rt.settings.serve.heartbeat.total_seconds())
@@ -71,10 +70,7 @@ async def keep_alive(rt: Worker) -> None:
 
 
 async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
-    """While a pass runs (PostgreSQL): settle answers in the shared budget as they come.
-
-    What failed to settle is kept and tried again a second later.
-    """
+    """While a pass runs (PostgreSQL): settle answers in the shared budget; retry a second later."""
     while True:
         try:
             await shared.settle_forever()
@@ -182,10 +178,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
 
 
 async def update_metrics(rt: Worker, result: PassResult, finished_at: datetime) -> None:
-    """After each pass (metrics on): the pass's and the store's figures, and the textfile.
-
-    A `metrics.textfile` that cannot be written is logged, never the pass's failure.
-    """
+    """After each pass: the metrics, and the textfile (logged, never failing, if unwritable)."""
     if rt.metrics is None:
         return
     rt.metrics.on_pass(result, finished_at)
@@ -212,10 +205,7 @@ async def after_pass(rt: Worker, result: PassResult, started_at: datetime) -> No
 
 
 async def deliver_webhooks(rt: Worker) -> Delivery:
-    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round.
-
-    Nothing without `webhook.url`.
-    """
+    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round."""
     if rt.webhooks is None:
         return Delivery()
     return await deliver_due(

@@ -288,9 +288,8 @@ class LeaseBook:
         return Renewal(frozenset(self._until), lease_until)
 
     def renewed(self, renewal: Renewal, now: datetime, held: Collection[Lease]) -> None:
-        """`renewal` returned successfully at `now`, the owner holding `held` after it:
-        raise the leases it reached in time; a lease it covered that is not held any more
-        was ended by another (`users drop` took the user) and is read under no more."""
+        """`renewal` returned at `now`, the owner holding `held`: raise those reached in time,
+        drop those ended by another (`users drop` took the user)."""
         for lease in renewal.leases:
             if lease not in held:
                 self._until.pop(lease, None)

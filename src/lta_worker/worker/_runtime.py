@@ -196,24 +196,17 @@ class Worker(Runtime):
         )
 
     def request_stop(self, grace: float) -> None:
-        """Stop the pass in progress, and any later one before it claims a user (SIGTERM).
-
-        A pass may be between its start and its engine when the signal comes; it sees
-        the request as soon as its engine exists, so it never runs on unstopped.
-        """
+        """Stop the pass in progress, and any later one before it claims a user (SIGTERM)."""
         self.stop_grace = grace
         if self.current is not None:
             self.current.request_stop("cancelled", grace)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
-        """Re-read the key file and the client secret and take the new settings (SIGHUP,
-        `Runtime.reload`): a key file that lacks one of `key_ids_in_use` leaves the worker
-        as it was, and the next pass would otherwise stop at the first such token.
+        """Take new settings, key file and client secret (SIGHUP, `Runtime.reload`).
 
-        The pass in progress decides its next turns under the new policy (it may last as
-        long as users stay due); when the intervals changed, the next pass re-plans every
-        user, also those this pass scheduled under the old ones after another instance had
-        applied the new ones (`follow_schedule`)."""
+        The pass in progress decides its next turns under the new policy; when the intervals
+        changed, the next pass re-plans every user (`follow_schedule`).
+        """
         before = self.settings.poll
         super().reload(settings, key_ids_in_use=key_ids_in_use)
         self.breaker_retry_at = None  # the new secret or URLs may have fixed the cause
@@ -224,10 +217,10 @@ class Worker(Runtime):
             self.replan = max(self.replan or before.interval, before.interval)
 
     def watch_key_file(self) -> str | None:
-        """Read the key file again and compare it with the keys in force: what is wrong
-        with it (deleted, unreadable, broken, or lacking a key in force: its key id gone,
-        or another key under that id), or None. The keys in force stay as they are either
-        way; the problem is kept for health (`problems`) until the file is right again."""
+        """What is wrong with the key file on disk against the keys in force, or None.
+
+        The keys in force stay; the problem is kept for health (`problems`).
+        """
         try:
             on_disk = self.read_key_file()
         except LtaError as exc:
@@ -282,9 +275,7 @@ REPLAN_GAP: Final = timedelta(seconds=60)
 
 
 async def make_plan(rt: Worker, seen: BudgetSeen | None = None) -> SchedulePlan:
-    """The freshness plan from the runtime's cache (a scan of the users table when it is
-    made again, so on a worker thread), from `seen` or the budget stored; reported to the
-    metrics."""
+    """The freshness plan from the runtime's cache (on a worker thread), for the metrics too."""
     plan = await anyio.to_thread.run_sync(
         rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now(), seen
     )

@@ -129,9 +129,7 @@ class Guard:
 
 
 def _explained(exc: BaseException) -> LtaError | None:
-    """The `LtaError` that explains `exc`: itself (a database error that escaped the storage
-    layer's mapping, mapped), or the first of an exception group (a pass's task groups wrap
-    what a reader raises) whose every leaf is one; None for a bug."""
+    """The `LtaError` that explains `exc` (or every leaf of its group), mapped; None for a bug."""
     from lta_worker.storage import DATABASE_ERRORS, map_driver_error
 
     if isinstance(exc, LtaError):
@@ -147,11 +145,7 @@ def _explained(exc: BaseException) -> LtaError | None:
 
 
 def _quiet_scheduler_logs() -> None:
-    """Keep APScheduler's plain-text records off stderr (only JSON lines go there).
-
-    A handler on the `apscheduler` logger stops the standard library's last-resort
-    printing; records still propagate to handlers an embedding application installs.
-    """
+    """Keep APScheduler's plain-text records off stderr (they still reach an app's handlers)."""
     logger = logging.getLogger("apscheduler")
     if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
         logger.addHandler(logging.NullHandler())

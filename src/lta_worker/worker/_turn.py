@@ -56,9 +56,7 @@ log = get_logger("lta_worker.engine")
 
 
 def pass_logger() -> Any:
-    """The logger of one pass's `poll.read` lines, bound once as logging is configured now
-    (the module's `log` is a proxy that binds anew at every line: a tenth of the line's
-    cost, paid at every read)."""
+    """The logger of one pass's `poll.read` lines, bound once (`log` binds at every line)."""
     return log.bind()
 
 
