@@ -18,11 +18,10 @@ due), or at the breaker (78); a stop lets reads already sent finish (`PassStop`)
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
@@ -32,7 +31,6 @@ from lta_worker.domain import (
     Breaker,
     PolicyConfig,
     SchedulePlan,
-    StopReason,
     UserRow,
     UserUpdate,
 )
@@ -51,6 +49,7 @@ from lta_worker.worker._pass import (
     Reader,
     ReadObserver,
     lease_of,
+    on_thread,
     read_margin,
     renewal_period,
 )
@@ -70,11 +69,9 @@ Held = tuple[UserRow, UserUpdate]
 
 log = get_logger("lta_worker.engine")
 
-# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions. A commit
-# is a trip to the store's thread, which costs more than its statements: the thread runs
-# on another core, whose caches hold none of it (pinned to one core, the cost was gone).
-# At 50 decisions a commit B1's worker took 7 % more CPU per read than at 250. At usual
-# budgets (a few reads a minute) a commit holds one decision, half a second after it.
+# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions: a commit is a
+# trip to the store's thread, on another core (at 50 a commit, B1's worker took 7 % more CPU
+# per read than at 250). At usual budgets a commit holds one decision, half a second after it.
 WRITE_BATCH: Final = 250
 WRITE_LINGER_S: Final = 0.5
 
@@ -114,14 +111,8 @@ class DecisionWriter:
         batch, self.pending = self.pending, []
         discarded: list[tuple[UserUpdate, str]] = []
         with anyio.CancelScope(shield=True):  # a batch is written whole or not at all
-            apply = partial(
-                self.store.apply,
-                batch,
-                owner=self.instance,
-                now=self.clock.now(),
-                discarded=discarded,
-            )
-            await anyio.to_thread.run_sync(apply)
+            now = self.clock.now()
+            await on_thread(self.store.apply, batch, self.instance, now=now, discarded=discarded)
         not_written = {id(update): reason for update, reason in discarded}
         for update in batch:  # a pass over a million users keeps only the unwritten rows
             lease = (update.user_id, update.generation)
@@ -129,11 +120,9 @@ class DecisionWriter:
             self.leases.forget(lease)
             reason = not_written.get(id(update))
             if reason is not None:
-                # `changed`: a lifecycle command (enrollment, drop, forget) or another
-                # instance changed the user since the claim, and wins. `failed`: the
-                # database refused this user's write alone; it stays due. Neither says more
-                # (no payload), nor logs the decision's state or token changes: they did
-                # not happen.
+                # `changed`: a lifecycle command or another instance changed the user since
+                # the claim, and wins. `failed`: the database refused this user's write alone
+                # (it stays due). Neither logs the decision's changes: they did not happen.
                 name = user.user if user is not None else str(update.user_id)
                 log_discarded(name, reason, update.last_outcome)
             elif user is not None:
@@ -142,7 +131,7 @@ class DecisionWriter:
 
 
 class PassEngine:
-    """Runs one pass. Collaborators are injected (STYLE 4): tests plug in the simulator."""
+    """Runs one pass over injected collaborators (STYLE 4)."""
 
     def __init__(
         self,
@@ -185,24 +174,16 @@ class PassEngine:
             on_read=on_read,
         )
 
-    def follow(self, policy: PolicyConfig) -> None:
-        """Decide the turns from now on under `policy` (a reload's), keeping the plan."""
-        self.options = replace(self.options, policy=replace(policy, plan=self.options.policy.plan))
+    def follow(self, policy: PolicyConfig | None = None, plan: SchedulePlan | None = None) -> None:
+        """Decide the turns from now on under `policy` (a reload's) or `plan` (`BudgetWatch`)."""
+        old = self.options.policy
+        new = replace(policy or old, plan=old.plan if plan is None else plan)
+        self.options = replace(self.options, policy=new)
         self.turns.options = self.options
-
-    def follow_plan(self, plan: SchedulePlan) -> None:
-        """Decide the turns from now on with `plan`, made again because the budget the
-        service reports moved (`_budget_watch`), keeping the policy in force."""
-        self.options = replace(self.options, policy=replace(self.options.policy, plan=plan))
-        self.turns.options = self.options
-
-    def request_stop(self, reason: StopReason, grace: float) -> None:
-        """Stop claiming; readers finish their users, cancelled after `grace` (`PassStop`)."""
-        self.stop.request(reason, grace)
 
     async def _deadline(self, seconds: float) -> None:
         await self.clock.sleep(seconds)
-        self.request_stop("deadline", self.options.grace.total_seconds())
+        self.stop.request("deadline", self.options.grace.total_seconds())
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -216,7 +197,7 @@ class PassEngine:
         opts = self.options
         started = self.clock.monotonic()
         started_at = self.clock.now()
-        self.due_at_start = await self._db(self.store.count_due, started_at)
+        self.due_at_start = await on_thread(self.store.count_due, started_at)
         # Nobody due (most ticks of `serve`): at debug, with its `pass.finished`, so that an
         # idle service does not log two lines a minute.
         (log.info if self.due_at_start else log.debug)(
@@ -265,7 +246,7 @@ class PassEngine:
                 self.writer.pending.append(update)
             await self.writer.flush()
             self.writer.claimed.clear()  # what was held and dropped is never written
-            await self._db(self.store.release, opts.instance)
+            await on_thread(self.store.release, opts.instance)
         if self.turns.lapsed:
             log_lease_lapsed(opts.instance, self.turns.lapsed)
         if stopped == "breaker":
@@ -276,9 +257,6 @@ class PassEngine:
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started
-        # A pass that stopped early (deadline, breaker, service down) is a warning; a
-        # completed one, or one stopped on purpose (SIGTERM), is info; one that completed
-        # having done nothing (nobody due) is debug.
         level = "info" if stopped in {"completed", "cancelled"} else "warning"
         if stopped == "completed" and not (self.result.users or self.result.reads):
             level = "debug"
@@ -292,15 +270,13 @@ class PassEngine:
             while not self.stop.requested.is_set():
                 now = self.clock.now()
                 lease_until = now + opts.lease_duration
-                batch: Sequence[UserRow] = await self._db(
-                    partial(
-                        self.store.claim_due,
-                        now=now,
-                        due_before=due_before,
-                        limit=opts.batch_size,
-                        owner=opts.instance,
-                        lease_until=lease_until,
-                    )
+                batch: Sequence[UserRow] = await on_thread(
+                    self.store.claim_due,
+                    now=now,
+                    due_before=due_before,
+                    limit=opts.batch_size,
+                    owner=opts.instance,
+                    lease_until=lease_until,
                 )
                 self._leases.claimed((lease_of(user) for user in batch), lease_until)
                 if not batch:
@@ -320,7 +296,7 @@ class PassEngine:
                 # once the call returned, and not for users whose lease lapsed meanwhile.
                 renewal = self._leases.renewing(self.clock.now() + opts.lease_duration)
                 held: set[tuple[int, int]] = set()
-                await self._db(self.store.renew_leases, opts.instance, renewal.lease_until, held)
+                await on_thread(self.store.renew_leases, opts.instance, renewal.lease_until, held)
                 self._leases.renewed(renewal, self.clock.now(), held)
 
     async def _reader(
@@ -359,7 +335,3 @@ class PassEngine:
             await self.turns.prove(routed.check)
         for _held_user, held_update in routed.release:
             await updates.send(held_update)
-
-    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A store call, on a worker thread: it may wait for the database (see the module)."""
-        return await anyio.to_thread.run_sync(partial(fn, *args))

@@ -127,22 +127,16 @@ async def _refuse(send: Send, body: bytes) -> None:
 
 
 class Gate:
-    """The listener's `Admission` over its connections: ASGI middleware in front of the app,
-    and the protocol class uvicorn runs each connection with (`protocol`).
+    """The listener's `Admission`: ASGI middleware in front of the app, and the protocol
+    class uvicorn runs each connection with (`protocol`).
 
-    The protocol only sees connections come and go (`connection_made`, `connection_lost`:
-    uvicorn exposes no other hook before a request head is complete, nor a deadline for
-    one): the oldest connection still waiting for its head is closed to make room past the
-    cap, and `sweep` closes those whose head has not come `REQUEST_DEADLINE` after the
-    connect or the last answer. The middleware, called once a head is complete (the
-    connection found by its peer, `scope["client"]`), marks it answered (never cut) until
-    its answer ends.
-
-    It also refuses a request with both `Content-Length` and `Transfer-Encoding` (400,
-    `Connection: close`): its body's end is ambiguous, and a proxy in front may have framed
-    it the other way, so what h11 reads as the next request may be one smuggled in the
-    body (RFC 9112 section 6.1). h11 closes the connection after that answer, so the bytes
-    after the body are never read as a request.
+    The protocol sees connections come and go (uvicorn has no other hook before a head is
+    complete, nor a deadline for one): past the cap the oldest still waiting for its head is
+    closed, and `sweep` closes those without a head `REQUEST_DEADLINE` after the connect or
+    the last answer. The middleware (the connection found by `scope["client"]`, its peer)
+    marks a request answered, never cut, until its answer ends; and refuses one with both
+    `Content-Length` and `Transfer-Encoding` (400, `Connection: close`: a body smuggled
+    past a proxy that framed it the other way is never read as a request, RFC 9112 6.1).
     """
 
     def __init__(self, app: ASGIApp, admission: Admission) -> None:

@@ -13,45 +13,37 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from lta_worker.config import Settings
 from lta_worker.domain import PassRecord, PendingEvent, PurgeCounts, backoff_delay
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.runtime import instance_ttl
-from lta_worker.worker._pass import PassResult
+from lta_worker.worker._pass import PassResult, on_thread
 
 if TYPE_CHECKING:
     from lta_worker.enrollment import DropRetries
     from lta_worker.pacing import SharedBudget
-    from lta_worker.storage import Store
     from lta_worker.upstream import WebhookSender
     from lta_worker.worker._runtime import Worker
 
 log = get_logger("lta_worker.runner")
 service_log = get_logger("lta_worker.service")
-T = TypeVar("T")
 # The states `service.heartbeat` counts.
 HEARTBEAT_STATES = ("active", "parked", "unlinked", "rejected")
 
 
-async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """A store call on a worker thread (it may wait for the database)."""
-    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
-
-
 async def heartbeat(rt: Worker) -> None:
     """Every `serve.heartbeat`: mark this instance alive, registering it again if pruned."""
-    if not await _db(rt.store.heartbeat, rt.instance, rt.clock.now()):
-        await _db(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
+    if not await on_thread(rt.store.heartbeat, rt.instance, rt.clock.now()):
+        await on_thread(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
 
 
 async def refresh_share(rt: Worker) -> None:
     """Before each pass and each beat during one: the pacer's share, 1 / live instances."""
-    live = await _db(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
+    live = await on_thread(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
     rt.pacer.set_share(1.0 / max(1, len(live)))
 
 
@@ -88,7 +80,7 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
     poll = rt.settings.poll
     floor, rt.replan = rt.replan, None
     try:
-        moved = await _db(
+        moved = await on_thread(
             partial(rt.store.follow_schedule, force=floor is not None, floor=floor),
             poll.interval,
             poll.parked_interval,
@@ -133,7 +125,7 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
         throttled=result.throttled,
         counts=dict(result.counts),
     )
-    await _db(rt.store.record_pass, record)
+    await on_thread(rt.store.record_pass, record)
     await keep_budget(rt)
     return record
 
@@ -143,7 +135,7 @@ async def keep_budget(rt: Worker) -> None:
     budget the pacer last saw into the store, unless a shared row keeps it live."""
     budget = rt.pacer.budget_seen(rt.clock.now())
     if budget is not None and rt.pacer.shared is None:
-        await _db(rt.store.record_budget, rt.settings.client.id, budget)
+        await on_thread(rt.store.record_budget, rt.settings.client.id, budget)
 
 
 async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
@@ -153,7 +145,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
     reader: its events are deleted here.
     """
     retention = rt.settings.retention
-    purged = await _db(
+    purged = await on_thread(
         rt.store.purge_expired, rt.clock.now(), retention.after_revocation, retention.history
     )
     if purged.users or purged.snapshots or purged.history or purged.history_pruned:
@@ -165,7 +157,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
             history_pruned=purged.history_pruned,
         )
     delivering = rt.webhooks is not None
-    events = await _db(
+    events = await on_thread(
         rt.store.purge_events, rt.clock.now(), rt.settings.webhook.keep_dead, live=not delivering
     )
     if events:  # without webhook.url, routine housekeeping: at debug only
@@ -173,7 +165,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
             "webhook.purged", events=events, delivering=delivering
         )
     if checkpoint:
-        await _db(rt.store.checkpoint)
+        await on_thread(rt.store.checkpoint)
     return purged
 
 
@@ -182,12 +174,12 @@ async def update_metrics(rt: Worker, result: PassResult, finished_at: datetime) 
     if rt.metrics is None:
         return
     rt.metrics.on_pass(result, finished_at)
-    await _db(rt.metrics.on_store, rt.store, rt.clock.now())
+    await on_thread(rt.metrics.on_store, rt.store, rt.clock.now())
     path = rt.settings.metrics.textfile
     if path is None:
         return
     try:
-        await _db(rt.metrics.write_textfile, path)
+        await on_thread(rt.metrics.write_textfile, path)
     except OSError as exc:
         log.error(
             "metrics.write_failed",
@@ -204,15 +196,6 @@ async def after_pass(rt: Worker, result: PassResult, started_at: datetime) -> No
     await update_metrics(rt, result, record.finished_at)
 
 
-async def deliver_webhooks(rt: Worker) -> Delivery:
-    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round."""
-    if rt.webhooks is None:
-        return Delivery()
-    return await deliver_due(
-        rt.store, rt.webhooks, rt.settings, rt.clock.now, rng=rt.rng, owner=rt.instance
-    )
-
-
 async def maintain(rt: Worker) -> PurgeCounts:
     """Every `serve.maintenance_interval`: `purge` with a checkpoint, `maintenance.finished`."""
     purged = await purge(rt, checkpoint=True)
@@ -225,8 +208,8 @@ async def maintain(rt: Worker) -> PurgeCounts:
 async def report_heartbeat(rt: Worker) -> None:
     """Every `serve.heartbeat` in `serve`: a `heartbeat`, then `service.heartbeat` (counts)."""
     await heartbeat(rt)
-    counts = await _db(rt.store.count_by_state)
-    due = await _db(rt.store.count_due, rt.clock.now())
+    counts = await on_thread(rt.store.count_by_state)
+    due = await on_thread(rt.store.count_due, rt.clock.now())
     service_log.info(
         "service.heartbeat",
         instance=rt.instance,
@@ -242,7 +225,7 @@ async def check_key_file(rt: Worker) -> None:
     read at start stay in force; `service.key_file_back` once it is right again.
     """
     before = rt.key_file_problem
-    problem = await anyio.to_thread.run_sync(rt.watch_key_file)
+    problem = await on_thread(rt.watch_key_file)
     if problem == before:
         return
     if problem is None:
@@ -265,7 +248,7 @@ async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
     enrollment under it) is there, and the service goes on with it.
     """
     try:
-        in_use = await _db(rt.store.key_ids_in_use, rt.clock.now())
+        in_use = await on_thread(rt.store.key_ids_in_use, rt.clock.now())
         rt.reload_keys(key_ids_in_use=in_use)
     except LtaError:
         return False
@@ -298,20 +281,15 @@ class Delivery:
     dead: int = 0
 
 
-async def deliver_due(
-    store: Store,
-    sender: WebhookSender,
-    settings: Settings,
-    now: Callable[[], datetime],
-    *,
-    rng: random.Random | None = None,
-    owner: str = "-",
-) -> Delivery:
-    """Deliver every due event once (see the module); return the counts."""
-    rng = rng or random.Random()
-    cfg = settings.webhook
+async def deliver_webhooks(rt: Worker) -> Delivery:
+    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round."""
     report = Delivery()
-    report.dead = await anyio.to_thread.run_sync(store.dead_letter_events, now(), cfg.max_age)
+    sender, store, now = rt.webhooks, rt.store, rt.clock.now
+    if sender is None:
+        return report
+    rng = rt.rng or random.Random()
+    cfg = rt.settings.webhook
+    report.dead = await on_thread(store.dead_letter_events, now(), cfg.max_age)
     if report.dead:
         webhook_log.error(
             "webhook.dead_lettered", events=report.dead, max_age_s=cfg.max_age.total_seconds()
@@ -319,15 +297,13 @@ async def deliver_due(
     lease = 2 * cfg.timeout + timedelta(seconds=5)
     while True:
         start = now()
-        batch = await anyio.to_thread.run_sync(
-            store.claim_events, start, BATCH, start + lease, owner
-        )
+        batch = await on_thread(store.claim_events, start, BATCH, start + lease, rt.instance)
         if not batch:
             return report
         wanted = [e for e in batch if e.type in cfg.events]
         outcomes = await _send_all(sender, wanted, now)
         done = [e for e in batch if outcomes.get(e.id) is None]
-        await anyio.to_thread.run_sync(store.events_delivered, [e.id for e in done])
+        await on_thread(store.events_delivered, [e.id for e in done])
         for event in done:
             if event.id not in outcomes:
                 continue  # not wanted: deleted unsent
@@ -345,7 +321,7 @@ async def deliver_due(
                 MIN_RETRY,
                 backoff_delay(event.attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, rng=rng),
             )
-            await anyio.to_thread.run_sync(store.event_failed, event.id, now() + delay, error)
+            await on_thread(store.event_failed, event.id, now() + delay, error)
             webhook_log.warning(
                 "webhook.failed",
                 event_id=event.event_id,

@@ -185,35 +185,25 @@ class SharedHealth:
         )
 
 
-def health_app(health: HealthFn) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
-    """The `/healthz` WSGI app: 200 healthy / 503 unhealthy or unknown, a JSON body."""
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        try:
-            data = health()
-            body = {key: data[key] for key in ("healthy", "problems", "generated_at", "version")}
-        except LtaError as exc:  # the database cannot be read: that is unhealthy too
-            body = {"healthy": False, "problems": [f"status unavailable: {exc.message}"]}
-        except Exception as exc:  # a bug: reported, never raised into wsgiref's plain log
-            log.error("error", job=HEALTHZ_JOB, error=type(exc).__name__, message=str(exc))
-            body = {"healthy": False, "problems": [f"status unavailable: {type(exc).__name__}"]}
-        status = "200 OK" if body["healthy"] else "503 Service Unavailable"
-        payload = json.dumps(body).encode()
-        start_response(
-            status,
-            [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))],
-        )
-        return [payload]
-
-    return app
+WsgiApp = Callable[["WSGIEnvironment", "StartResponse"], Iterable[bytes]]
 
 
-def dispatcher(
-    metrics: Metrics, health: HealthFn
-) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
-    """`/metrics` to prometheus_client's app, `/healthz` to `health_app`, else 404."""
+def _healthz(health: HealthFn) -> tuple[str, bytes]:
+    """`/healthz`: 200 healthy / 503 unhealthy or unknown, a JSON body."""
+    try:
+        data = health()
+        body = {key: data[key] for key in ("healthy", "problems", "generated_at", "version")}
+    except LtaError as exc:  # the database cannot be read: that is unhealthy too
+        body = {"healthy": False, "problems": [f"status unavailable: {exc.message}"]}
+    except Exception as exc:  # a bug: reported, never raised into wsgiref's plain log
+        log.error("error", job=HEALTHZ_JOB, error=type(exc).__name__, message=str(exc))
+        body = {"healthy": False, "problems": [f"status unavailable: {type(exc).__name__}"]}
+    return ("200 OK" if body["healthy"] else "503 Service Unavailable"), json.dumps(body).encode()
+
+
+def dispatcher(metrics: Metrics, health: HealthFn) -> WsgiApp:
+    """`/metrics` to prometheus_client's app, `/healthz` to the status, else 404."""
     metrics_app = make_wsgi_app(metrics.registry)
-    healthz = health_app(health)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -221,7 +211,12 @@ def dispatcher(
             answer: Iterable[bytes] = metrics_app(environ, start_response)
             return answer
         if path == "/healthz":
-            return healthz(environ, start_response)
+            status, payload = _healthz(health)
+            length = str(len(payload))
+            start_response(
+                status, [("Content-Type", "application/json"), ("Content-Length", length)]
+            )
+            return [payload]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: try /metrics or /healthz\n"]
 

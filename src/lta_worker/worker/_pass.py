@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -37,8 +38,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PassOptions:
-    """How one pass runs; built from settings by `pass_options` below, the one home
-    of every default."""
+    """How one pass runs; built from settings by `pass_options`, the one home of every default."""
 
     instance: str
     client_scopes: tuple[str, ...]
@@ -140,9 +140,15 @@ def stop_error(stopped: StopReason) -> PassStoppedError:
     return PassStoppedError(message, exit_code=EXIT_CODES[stopped], reason=stopped, hint=hint)
 
 
+T = TypeVar("T")
 ProgressFn = Callable[["PassEngine"], None]
 # Told of every read: the endpoint, the outcome's kind, the seconds it took (metrics).
 ReadObserver = Callable[[Endpoint, str, float], None]
+
+
+async def on_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A store call on a worker thread: it may wait for the database while the loop goes on."""
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
 class Reader(Protocol):
@@ -184,10 +190,7 @@ class PassStop:
         self._permit_waits: set[anyio.CancelScope] = set()
 
     def request(self, reason: StopReason, grace: float) -> None:
-        """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.
-
-        Readers still waiting for a permit give their users up at once (they stay due).
-        """
+        """Stop claiming; readers finish their users, cancelled after `grace` (waits at once)."""
         if self.reason is None:
             self.reason = reason
         self.requested.set()

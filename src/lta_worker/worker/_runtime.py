@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Final, Self
 
 import anyio
 
@@ -25,7 +25,7 @@ from lta_worker.report import PlanCache, budget_moved
 from lta_worker.runtime import Clock, Runtime
 from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._engine import PassEngine
-from lta_worker.worker._pass import PassResult, ProgressFn, pass_options
+from lta_worker.worker._pass import PassResult, ProgressFn, on_thread, pass_options
 
 if TYPE_CHECKING:
     import httpx
@@ -95,17 +95,17 @@ class Worker(Runtime):
             await self.start()  # the key file too, before another instance's lock is named
             stack.enter_context(store.single_instance_lock())
             if store.dialect == "sqlite":  # the lock proves every other one dead
-                await self._db(store.prune_instances, self.clock.now(), timedelta(0))
-                for owner, users in (await self._db(store.release_all)).items():
+                await on_thread(store.prune_instances, self.clock.now(), timedelta(0))
+                for owner, users in (await on_thread(store.release_all)).items():
                     _log_lease_expired(owner, users)
-                await self._db(store.release_events, self.clock.now())
-            await self._db(store.register_instance, self.instance, self.kind, self.clock.now())
+                await on_thread(store.release_events, self.clock.now())
+            await on_thread(store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(store.unregister, self.instance)
             if self.metrics is not None:
-                await self._db(self.metrics.on_store, store, self.clock.now(), history=True)
+                await on_thread(self.metrics.on_store, store, self.clock.now(), history=True)
                 if self.settings.metrics.textfile is not None:
-                    await self._db(self.metrics.resume_counters, self.settings.metrics.textfile)
-                seen = await self._db(store.budget_seen, self.settings.client.id)
+                    await on_thread(self.metrics.resume_counters, self.settings.metrics.textfile)
+                seen = await on_thread(store.budget_seen, self.settings.client.id)
                 self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
             await stack.aclose()
@@ -115,9 +115,6 @@ class Worker(Runtime):
     async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
             await self._opened.aclose()
-
-    async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
     @property
     def stopping(self) -> bool:
@@ -138,7 +135,7 @@ class Worker(Runtime):
         watch = BudgetWatch(self)
         engine = await self._engine(max_duration, on_progress, watch)
         if self.stop_grace is not None:  # a stop came before the engine existed
-            engine.request_stop("cancelled", self.stop_grace)
+            engine.stop.request("cancelled", self.stop_grace)
         self.current = engine
         started_at = self.clock.now()
         error: Exception | None = None
@@ -199,7 +196,7 @@ class Worker(Runtime):
         """Stop the pass in progress, and any later one before it claims a user (SIGTERM)."""
         self.stop_grace = grace
         if self.current is not None:
-            self.current.request_stop("cancelled", grace)
+            self.current.stop.request("cancelled", grace)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
         """Take new settings, key file and client secret (SIGHUP, `Runtime.reload`).
@@ -308,7 +305,7 @@ class BudgetWatch:
             await self._moved.wait()
             seen = rt.pacer.budget_seen(rt.clock.now())
             await jobs.keep_budget(rt)
-            engine.follow_plan(await make_plan(rt, seen))
+            engine.follow(plan=await make_plan(rt, seen))
             await rt.clock.sleep(REPLAN_GAP.total_seconds())
             # Only now: the reads answered meanwhile are compared with the new plan's budget.
             self._moved = anyio.Event()
