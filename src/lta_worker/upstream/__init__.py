@@ -5,7 +5,7 @@
 - `long_term_credential` (`<token>.<client secret>`, built by `ApiClient` alone, which
   holds the client credentials), `usable_token`, `join_url` and the enrollment refusals'
   reasons, without httpx (`_wire`);
-  `READ_PATHS` (`protocol`'s); `check_secure_url` (plain http only to loopback, `_client`);
+  `READ_PATHS` (`protocol`'s); `check_secure_url` (plain http only to loopback, `_wire`);
 - `http_client`, the production client: timeouts, no proxy from the environment but an
   https one from the settings (`_http`);
 - `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
@@ -15,10 +15,11 @@
 from __future__ import annotations
 
 from lta_worker.protocol import READ_PATHS
-from lta_worker.upstream._client import ApiClient, check_secure_url
+from lta_worker.upstream._client import ApiClient
 from lta_worker.upstream._http import http_client
 from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
 from lta_worker.upstream._wire import (
+    check_secure_url,
     create_reason,
     exchange_reason,
     join_url,

@@ -20,18 +20,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote_plus, urlsplit
+from urllib.parse import quote_plus
 
 import anyio
 import httpx
 
-from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
+from lta_worker.config import ClientSettings, ServiceSettings
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
-from lta_worker.errors import ConfigError, EnrollmentError
+from lta_worker.errors import EnrollmentError
 from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 from lta_worker.upstream._wire import (
+    check_secure_url,
     create_hint,
     create_reason,
     exchange_hint,
@@ -40,29 +41,6 @@ from lta_worker.upstream._wire import (
     long_term_credential,
     sendable,
 )
-
-
-def check_secure_url(url: str | httpx.URL) -> None:
-    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
-
-    Raises:
-        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
-    """
-    parts = urlsplit(str(url))
-    scheme, host = parts.scheme, parts.hostname or ""
-    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
-        return
-    raise ConfigError(
-        f"refusing to send a request to {scheme}://{host}: only https, or http to a "
-        "loopback host, may carry credentials",
-        key="service",
-        hint="use https:// in service.base_url, service.auth_url and service.token_url",
-    )
-
-
-async def refuse_insecure(request: httpx.Request) -> None:
-    """Request hook of every client built here: a last `check_secure_url` before sending."""
-    check_secure_url(request.url)
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -114,8 +92,7 @@ class ApiClient:
         http: the client to send with; its transport decides where requests really go.
         service: URLs, timeouts and the response size cap (`[service]`).
         client: the client id and its token endpoint authentication (`[client]`).
-        client_secret: the client's secret (read from `client.secret_file` and registered
-            with the log redactor by `runtime.Runtime`, the one place that reads it).
+        client_secret: the client's secret (read and registered by `runtime.Runtime`).
     """
 
     def __init__(
@@ -176,10 +153,8 @@ class ApiClient:
         return answer
 
     async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
-        """Create (or rotate) the long term token of the user who owns `user_access_token`.
-
-        Any 2xx is success. Returns the new token (registered with the redactor) and exactly
-        the scopes the service granted.
+        """Create (or rotate) the long term token of the user who owns `user_access_token`:
+        the new token (registered with the redactor) and exactly the scopes granted.
 
         Raises:
             EnrollmentError: the service refused, failed, was unreachable, or answered
@@ -231,10 +206,8 @@ class ApiClient:
         return Secret(token), tuple(scopes)
 
     async def drop(self, token: Secret) -> Answer:
-        """DELETE the long term token `token`; the answer, never raising for HTTP trouble.
-
-        The two-phase drop needs the body too: a 401 `PermanentAccessRevoked` confirms
-        the drop, a plain 401 does not.
+        """DELETE the long term token `token`; the answer (body too: a 401
+        `PermanentAccessRevoked` confirms the drop, a plain 401 does not).
 
         Raises:
             ValueError: the token is not `usable_token` (nothing is sent).

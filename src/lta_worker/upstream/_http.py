@@ -10,18 +10,14 @@ import httpx
 
 from lta_worker import __version__
 from lta_worker.config import PollSettings, ServiceSettings
-from lta_worker.upstream._client import refuse_insecure
+from lta_worker.upstream._wire import refuse_insecure
 
 USER_AGENT = f"lta-worker/{__version__}"
 
 
 class _NoCookies(CookieJar):
-    """A cookie jar that keeps nothing.
-
-    One client reads for every user: a cookie the service set in one user's answer would
-    otherwise go out with every later request, whoever it is for, and let the service
-    tie users together or hand one user's state to another. Nothing here needs a cookie.
-    """
+    """A cookie jar that keeps nothing: one client reads for every user, and a cookie from one
+    user's answer would otherwise go out with the others' requests."""
 
     def set_cookie(self, cookie: Cookie) -> None:
         """Keep nothing."""
@@ -66,13 +62,9 @@ def http_client(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for the service: timeouts from `[service]`, a pool sized to
-    `concurrency` (`poll.concurrency`), no redirects followed, no cookies kept (`_NoCookies`), an
-    `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
-    request time.
-
-    The environment is not read here (`trust_env=False`): proxies come from
-    `service.https_proxy` and `service.no_proxy` only (the loader fills them from
-    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only.
+    `concurrency`, no redirects, no cookies, an `lta-worker/<version>` User-Agent, plain
+    http refused for non-loopback hosts, and proxies from `service.https_proxy` and
+    `service.no_proxy` only (https requests only; the environment is not read here).
 
     Args:
         service: the `[service]` section.

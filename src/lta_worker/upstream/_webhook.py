@@ -22,7 +22,7 @@ from lta_worker import __version__
 from lta_worker.config import WebhookSettings
 from lta_worker.domain import PendingEvent
 from lta_worker.secret import Secret
-from lta_worker.upstream._client import refuse_insecure
+from lta_worker.upstream._wire import refuse_insecure
 
 USER_AGENT: Final = f"lta-worker/{__version__} webhook"
 

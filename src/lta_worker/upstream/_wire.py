@@ -1,14 +1,43 @@
-"""The wire without httpx: the long term credential, URLs joined, and what the service's
-refusals during enrollment mean (`EnrollmentError` reasons and hints). The pass engine and
+"""The wire without httpx: the long term credential, URLs joined and checked (plain http
+only to loopback), and what the service's refusals during enrollment mean. The pass engine and
 the drops ask `usable_token` before a permit: a `run` with nobody due never imports httpx.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
+from lta_worker.config import is_loopback_host
+from lta_worker.errors import ConfigError
 from lta_worker.protocol import TOKEN_PREFIX
 from lta_worker.secret import Secret
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def check_secure_url(url: str | httpx.URL) -> None:
+    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
+
+    Raises:
+        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
+    """
+    parts = urlsplit(str(url))
+    scheme, host = parts.scheme, parts.hostname or ""
+    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
+        return
+    raise ConfigError(
+        f"refusing to send a request to {scheme}://{host}: only https, or http to a "
+        "loopback host, may carry credentials",
+        key="service",
+        hint="use https:// in service.base_url, service.auth_url and service.token_url",
+    )
+
+
+async def refuse_insecure(request: httpx.Request) -> None:
+    """Request hook of every client built here: a last `check_secure_url` before sending."""
+    check_secure_url(request.url)
 
 
 def join_url(base: str, path: str) -> str:
