@@ -28,6 +28,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from lta_worker.domain import (
     EXIT_CODES,
+    TRIP_HINTS,
     Breaker,
     PolicyConfig,
     SchedulePlan,
@@ -55,11 +56,7 @@ from lta_worker.worker._pass import (
 )
 from lta_worker.worker._turn import (
     Turns,
-    log_breaker,
     log_changes,
-    log_discarded,
-    log_lease_lapsed,
-    log_unreachable,
 )
 
 if TYPE_CHECKING:
@@ -124,7 +121,7 @@ class DecisionWriter:
                 # the claim, and wins. `failed`: the database refused this user's write alone
                 # (it stays due). Neither logs the decision's changes: they did not happen.
                 name = user.user if user is not None else str(update.user_id)
-                log_discarded(name, reason, update.last_outcome)
+                log.warning("poll.discarded", user=name, reason=reason, outcome=update.last_outcome)
             elif user is not None:
                 # Only now that the write is committed are its changes true.
                 log_changes(user, update)
@@ -248,12 +245,34 @@ class PassEngine:
             self.writer.claimed.clear()  # what was held and dropped is never written
             await on_thread(self.store.release, opts.instance)
         if self.turns.lapsed:
-            log_lease_lapsed(opts.instance, self.turns.lapsed)
+            log.warning(
+                "pass.lease_lapsed",
+                instance=opts.instance,
+                users=self.turns.lapsed,
+                hint="the lease renewals did not reach the database in time (a stalled or slow "
+                "database): these users were not read, so that no other instance reads them "
+                "too; they stay due",
+            )
         if stopped == "breaker":
-            log_breaker(opts.instance, self.breaker, self.result.counts["rejected"])
-            self.result.cause = self.breaker.cause
+            self.result.cause = cause = self.breaker.cause
+            log.error(
+                "pass.breaker_tripped",
+                instance=opts.instance,
+                cause=cause,
+                proof="service" if self.breaker.proven else "users",
+                rejected=self.result.counts["rejected"],
+                hint=TRIP_HINTS[cause],
+            )
         if stopped == "upstream_down" and not self.breaker.answered:
-            log_unreachable(opts.instance, self.result.reads)
+            log.error(
+                "pass.unreachable",
+                instance=opts.instance,
+                reads=self.result.reads,
+                hint="no read got any answer (network failures only): the service is "
+                "unreachable from here, or service.base_url names the wrong host; the users "
+                "tried are backed off (a failure counted, read again within poll.interval), "
+                "the others stay due",
+            )
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started

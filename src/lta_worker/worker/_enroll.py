@@ -116,16 +116,6 @@ def report_accept_failures(
     return handle
 
 
-async def _refuse(send: Send, body: bytes) -> None:
-    headers = [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 class Gate:
     """The listener's `Admission`: ASGI middleware in front of the app, and the protocol
     class uvicorn runs each connection with (`protocol`).
@@ -202,7 +192,14 @@ class Gate:
 
         names = {name.lower() for name, _ in scope["headers"]}
         if b"content-length" in names and b"transfer-encoding" in names:
-            await _refuse(answered, b"Bad Request: both Content-Length and Transfer-Encoding\n")
+            body = b"Bad Request: both Content-Length and Transfer-Encoding\n"
+            headers = [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            await answered({"type": "http.response.start", "status": 400, "headers": headers})
+            await answered({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, answered)
 

@@ -41,11 +41,6 @@ def _log_lease_expired(owner: str, users: int) -> None:
     log.warning("instance.lease_expired", instance=owner, users=users)
 
 
-def new_instance_id() -> str:
-    """A readable, unique instance id: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
-
-
 class Worker(Runtime):
     """A `Runtime` opened for passes; `async with Worker(settings) as w: ...`."""
 
@@ -70,7 +65,7 @@ class Worker(Runtime):
         self.metrics = metrics
         self.kind = kind
         self.rng = rng
-        self.instance = new_instance_id()
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self._opened = AsyncExitStack()  # what `__aenter__` opened, closed in reverse
         self.current: PassEngine | None = None  # the engine of the pass in progress
         self.stop_grace: float | None = None  # set by `request_stop`

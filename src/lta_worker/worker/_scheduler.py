@@ -57,7 +57,10 @@ def start_scheduler(
     `first_pass`, the others after one interval."""
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    _quiet_scheduler_logs()
+    # Its plain-text records are kept off stderr (they still reach an app's own handlers).
+    logger = logging.getLogger("apscheduler")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
     for job_id, interval in every.items():
         scheduler.add_job(
@@ -142,13 +145,6 @@ def _explained(exc: BaseException) -> LtaError | None:
     if any(leaf is None for leaf in leaves):
         return None
     return leaves[0]
-
-
-def _quiet_scheduler_logs() -> None:
-    """Keep APScheduler's plain-text records off stderr (they still reach an app's handlers)."""
-    logger = logging.getLogger("apscheduler")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
 
 
 # -- sd_notify ----------------------------------------------------------------------------

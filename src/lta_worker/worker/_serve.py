@@ -254,10 +254,12 @@ class Service:
 
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
-        self.stop_error = exc
-        self._halt(
-            "configuration error",
+        self.stop_error, self.exit_code = exc, EX_CONFIG
+        self._fatal_cause = "configuration error"
+        log.error(
             "service.config_stop",
+            instance=self.worker.instance,
+            exit_code=EX_CONFIG,
             error=type(exc).__name__,
             key=exc.key,
             hint=f"the key file, read again, still lacks key id {exc.key_id!r}: a line removed "
@@ -265,12 +267,6 @@ class Service:
             "start to a file the unit copies at start (LoadCredential: restart the unit, step "
             "2 of key rotation); serve stops instead of failing every pass",
         )
-
-    def _halt(self, cause: str, event: str, **fields: Any) -> None:
-        """Log why, then stop reading and exit 78, so that the unit stays down (the module)."""
-        self.exit_code = EX_CONFIG
-        self._fatal_cause = cause
-        log.error(event, instance=self.worker.instance, exit_code=EX_CONFIG, **fields)
         self._fatal.set()
 
     async def _watchdog(self, period: float) -> None:

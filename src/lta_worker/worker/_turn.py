@@ -1,6 +1,5 @@
 """One user's turn in a pass (decrypt the token, read each endpoint, classify, decide), and
-the log lines of a pass (docs/log-events.md): the engine says what happened, the `log_*`
-functions how it is written.
+the lines of a read and of a decision written (`log_read`, `log_changes`; docs/log-events.md).
 
 Each read waits for a pacer permit first, and is sent only while the user's lease is
 certainly held until the read's end (`LeaseBook`); otherwise the turn is given up like a
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from lta_worker.domain import (
-    TRIP_HINTS,
     Breaker,
     Endpoint,
     Outcome,
@@ -106,66 +104,6 @@ def log_changes(user: UserRow, update: UserUpdate) -> None:
             log.warning("endpoint.denied", user=user.user, endpoint=endpoint, retry_at=until)
 
 
-def log_undecryptable(user: UserRow) -> None:
-    """`token.undecryptable`: a stored token that does not decrypt (tampered or copied)."""
-    log.error(
-        "token.undecryptable",
-        user=user.user,
-        key_id=None if user.token is None else user.token.key_id,
-    )
-
-
-def log_unsendable(user: UserRow) -> None:
-    """`token.unsendable`: a stored token an Authorization header cannot carry."""
-    log.error(
-        "token.unsendable",
-        user=user.user,
-        hint="the token holds a space, a control character or a character beyond ASCII "
-        "(stored before enrollment refused such tokens); enroll the user again",
-    )
-
-
-def log_discarded(user: str, reason: str, outcome: str) -> None:
-    """`poll.discarded`: a decision not written (`changed` since the claim, or `failed`)."""
-    log.warning("poll.discarded", user=user, reason=reason, outcome=outcome)
-
-
-def log_breaker(instance: str, breaker: Breaker[Any], rejected: int) -> None:
-    """`pass.breaker_tripped`: its cause, what proved it, and the hint for the cause."""
-    log.error(
-        "pass.breaker_tripped",
-        instance=instance,
-        cause=breaker.cause,
-        proof="service" if breaker.proven else "users",
-        rejected=rejected,
-        hint=TRIP_HINTS[breaker.cause],
-    )
-
-
-def log_unreachable(instance: str, reads: int) -> None:
-    """`pass.unreachable`: no read of the pass got any answer."""
-    log.error(
-        "pass.unreachable",
-        instance=instance,
-        reads=reads,
-        hint="no read got any answer (network failures only): the service is unreachable "
-        "from here, or service.base_url names the wrong host; the users tried are backed off "
-        "(a failure counted, read again within poll.interval), the others stay due",
-    )
-
-
-def log_lease_lapsed(instance: str, users: int) -> None:
-    """`pass.lease_lapsed`: turns given up because their lease may have lapsed."""
-    log.warning(
-        "pass.lease_lapsed",
-        instance=instance,
-        users=users,
-        hint="the lease renewals did not reach the database in time (a stalled or slow "
-        "database): these users were not read, so that no other instance reads them too; "
-        "they stay due",
-    )
-
-
 @dataclass(kw_only=True)
 class Turns:
     """The turns of one pass's users, over the pass's collaborators and its result."""
@@ -201,14 +139,20 @@ class Turns:
             self.stop.abort("config")
             return None
         except TokenDecryptError:
-            log_undecryptable(user)
+            key_id = None if user.token is None else user.token.key_id
+            log.error("token.undecryptable", user=user.user, key_id=key_id)
             return self._unusable(user)
         # upstream (and httpx with it) is imported at the first read: a `run` with nobody
         # due never needs it.
         from lta_worker.upstream import usable_token
 
         if not usable_token(token):  # stored before enrollment checked what a header can carry
-            log_unsendable(user)
+            log.error(
+                "token.unsendable",
+                user=user.user,
+                hint="the token holds a space, a control character or a character beyond ASCII "
+                "(stored before enrollment refused such tokens); enroll the user again",
+            )
             return self._unusable(user)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
