@@ -9,15 +9,14 @@
 - `http_client`, the production client: timeouts, no proxy from the environment but an
   https one from the settings (`_http`);
 - `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
-  (`_webhook`).
+  (`_http`).
 """
 
 from __future__ import annotations
 
 from lta_worker.protocol import READ_PATHS
 from lta_worker.upstream._client import ApiClient
-from lta_worker.upstream._http import http_client
-from lta_worker.upstream._webhook import WebhookSender, webhook_http_client
+from lta_worker.upstream._http import WebhookSender, http_client, webhook_http_client
 from lta_worker.upstream._wire import (
     check_secure_url,
     create_reason,
