@@ -3,13 +3,12 @@ before every pass `refresh_share`, `follow_schedule`, `retry_drops`; alongside o
 `keep_alive`, `settle_shared` (PostgreSQL) and `keep_budget` (`BudgetWatch`); after one
 `after_pass`, then `deliver_webhooks` in `run`; in `serve` on their own intervals
 (`_scheduler`) `check_key_file` (and `take_new_keys`), `report_heartbeat`, `maintain` and
-`deliver_webhooks`. The webhook outbox's delivery round is `deliver_due`.
+`deliver_webhooks` (one round of the webhook outbox).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -26,7 +25,6 @@ from lta_worker.worker._pass import PassResult, on_thread
 if TYPE_CHECKING:
     from lta_worker.enrollment import DropRetries
     from lta_worker.pacing import SharedBudget
-    from lta_worker.upstream import WebhookSender
     from lta_worker.worker._runtime import Worker
 
 log = get_logger("lta_worker.runner")
@@ -131,7 +129,7 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
 
 
 async def keep_budget(rt: Worker) -> None:
-    """After each pass, and during an adaptive one once it moved (`_budget_watch`): the
+    """After each pass, and during an adaptive one once it moved (`BudgetWatch`): the
     budget the pacer last saw into the store, unless a shared row keeps it live."""
     budget = rt.pacer.budget_seen(rt.clock.now())
     if budget is not None and rt.pacer.shared is None:
@@ -295,13 +293,23 @@ async def deliver_webhooks(rt: Worker) -> Delivery:
             "webhook.dead_lettered", events=report.dead, max_age_s=cfg.max_age.total_seconds()
         )
     lease = 2 * cfg.timeout + timedelta(seconds=5)
+    outcomes: dict[int, str | None] = {}  # each event's error, or None
+    limiter = anyio.CapacityLimiter(SENDERS)
+
+    async def send(event: PendingEvent) -> None:
+        async with limiter:
+            outcomes[event.id] = await sender.send(event, now())
+
     while True:
         start = now()
         batch = await on_thread(store.claim_events, start, BATCH, start + lease, rt.instance)
         if not batch:
             return report
         wanted = [e for e in batch if e.type in cfg.events]
-        outcomes = await _send_all(sender, wanted, now)
+        outcomes.clear()
+        async with anyio.create_task_group() as tg:  # one event per user, SENDERS at a time
+            for event in wanted:
+                tg.start_soon(send, event)
         done = [e for e in batch if outcomes.get(e.id) is None]
         await on_thread(store.events_delivered, [e.id for e in done])
         for event in done:
@@ -334,20 +342,3 @@ async def deliver_webhooks(rt: Worker) -> Delivery:
         report.failed += len(batch) - len(done)
         if not done:
             return report
-
-
-async def _send_all(
-    sender: WebhookSender, batch: list[PendingEvent], now: Callable[[], datetime]
-) -> dict[int, str | None]:
-    """POST a batch (one event per user), `SENDERS` at a time; each event's error or None."""
-    outcomes: dict[int, str | None] = {}
-    limiter = anyio.CapacityLimiter(SENDERS)
-
-    async def one(event: PendingEvent) -> None:
-        async with limiter:
-            outcomes[event.id] = await sender.send(event, now())
-
-    async with anyio.create_task_group() as tg:
-        for event in batch:
-            tg.start_soon(one, event)
-    return outcomes
