@@ -320,18 +320,18 @@ def run(size: Size) -> BenchResult:
         "turn_costs_us_per_read": costs,
     }
     result.add(
-        "baseline_time / worker_time",
-        main["ratio"],
-        "x",
-        # Issue 27's guard rail: the worker's CPU per read at most about 1.6x plain httpx's.
-        # The budget (about 120 requests an hour), not the CPU, bounds this worker.
-        at_least=0.6,
+        "worker CPU per read",
+        worker["cpu_ms_per_read"],
+        "ms",
+        # Issue 40: an absolute bound. The budget (about 120 requests an hour), not the CPU,
+        # bounds this worker; a ratio to plain httpx only measured the HTTP pool's races.
+        at_most=2.0,
         note=f"simulator in its own process; median of {rounds} rounds",
     )
+    result.add("baseline_time / worker_time", main["ratio"], "x")
     result.add("worker reads/s", worker["reads_per_s"], "reads/s")
     result.add("baseline reads/s", base["reads_per_s"], "reads/s")
     result.add("ApiClient-only reads/s", api["reads_per_s"], "reads/s", note="worker HTTP layer")
-    result.add("worker CPU per read", worker["cpu_ms_per_read"], "ms")
     result.add("ApiClient-only CPU per read", api["cpu_ms_per_read"], "ms")
     result.add("baseline CPU per read", base["cpu_ms_per_read"], "ms")
     result.add(

@@ -293,7 +293,7 @@ def doubles(
 ) -> list[dict[str, Any]]:
     """The reads (200) of a user made while another instance held its lease, or under a
     lease taken over while its holder may still read (before the end it was given, by its
-    holder's clock, less `margin_s`: a holder sends no read later, `worker._lease_book`)
+    holder's clock, less `margin_s`: a holder sends no read later, `worker._pass.LeaseBook`)
     (`at_s`: the read's start, in seconds from `started`; `holder`: the lease's owner then,
     None for no lease). Reads made after a drop command ended the reader's lease go to
     `preempted` when given."""

@@ -15,7 +15,7 @@ import pytest
 from lta_worker.report import collect_status
 from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.worker import Worker
-from lta_worker.worker._sdnotify import Notifier
+from lta_worker.worker._scheduler import Notifier
 from lta_worker.worker._serve import BREAKER_RETRY, Service
 from support.virtual_time import autojump, virtual_backend
 

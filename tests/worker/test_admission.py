@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.worker._admission import Admission
+from lta_worker.worker._listen import Admission
 
 _OPS = st.lists(
     st.tuples(

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from lta_worker.worker._enroll_guard import MAX_CONNECTIONS, AcceptFailures, connection_cap
+from lta_worker.worker._enroll import MAX_CONNECTIONS, AcceptFailures, connection_cap
 
 
 @pytest.mark.parametrize(
@@ -42,8 +42,8 @@ _CHILD = textwrap.dedent(
     """
     import asyncio, resource, socket, sys
     from lta_worker.logs import configure_logging
-    from lta_worker.worker._admission import Admission
-    from lta_worker.worker._enroll_guard import BACKLOG, report_accept_failures
+    from lta_worker.worker._listen import Admission
+    from lta_worker.worker._enroll import BACKLOG, report_accept_failures
 
     configure_logging(fmt="json")
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lta_worker.worker._lease_book import LeaseBook, read_margin
+from lta_worker.worker._pass import LeaseBook, read_margin
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=10)

@@ -18,7 +18,7 @@ import pytest
 
 from lta_worker.storage import Store
 from lta_worker.worker._metrics import Metrics
-from lta_worker.worker._metrics_http import MetricsServer, shared
+from lta_worker.worker._metrics_http import MetricsServer, SharedHealth
 from support.sockets import closed_within
 
 
@@ -31,7 +31,7 @@ def test_a_flood_of_health_checks_computes_the_status_once() -> None:
         time.sleep(0.2)
         return {"healthy": True}
 
-    health = shared(slow_status, fresh_for=5.0)
+    health = SharedHealth(slow_status, fresh_for=5.0)
     results: list[dict[str, Any]] = []
     threads = [threading.Thread(target=lambda: results.append(health())) for _ in range(16)]
     for thread in threads:
@@ -52,7 +52,7 @@ def test_a_failed_status_is_not_kept() -> None:
             raise answer
         return answer
 
-    health = shared(flaky, fresh_for=5.0)
+    health = SharedHealth(flaky, fresh_for=5.0)
     with pytest.raises(RuntimeError):
         health()
     assert health() == {"healthy": True}

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lta_worker.worker._sdnotify import Notifier
+from lta_worker.worker._scheduler import Notifier
 from service.helpers import NotifySocket
 
 

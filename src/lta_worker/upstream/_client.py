@@ -1,23 +1,12 @@
-"""The HTTP client of the Long Term Access interface: reads, token creation and drop, code exchange.
+"""`ApiClient`: the wire of the Long Term Access interface (reads, token creation and drop,
+code exchange) over an injected `httpx.AsyncClient`.
 
-`ApiClient` wraps an injected `httpx.AsyncClient` (built by `http_client` in
-production, a `MockTransport` or the simulator's transport in tests). It knows the wire:
-paths, headers, bodies. It does not interpret a read: `read` returns a raw `Answer` and
-never raises for HTTP or network trouble; `classify` and `policy` decide what it means.
-
-The client holds the client credentials (id and secret): a read or a drop takes the user's
-long term token, and the client builds `<token>.<client secret>` itself and looks for it in
-every success body (`Answer.echoed`); the pass engine never sees the client secret.
-Credentials travel only in the `Authorization` header, never in a URL. Short-lived secrets
-(user access tokens, codes) are registered with the log redactor; the client secret was
-registered once, where it was read; long term tokens and credentials are masked by their
-`dspa_` pattern, so that logging does not slow down with the number of users. Plain http
-is refused for any host that is not loopback, whatever client was injected.
-
-Every request has a total deadline (`service.request_timeout`) on top of httpx's connect
-and per-chunk read timeouts, so a body dripping a byte at a time cannot hold a read for
-longer. Error codes of refusals come from `classify.find_code`, the one error-body parser,
-and are only ever codes of its allowlist.
+`read` returns a raw `Answer` and never raises for HTTP or network trouble (`classify` and
+`policy` decide what it means). The client alone holds the client secret and builds the
+credential `<token>.<client secret>`, sent only in `Authorization`, never in a URL; a
+success body echoing it is marked (`Answer.echoed`). Short-lived secrets are registered with
+the log redactor. Plain http is refused for non-loopback hosts, and every request has a
+total deadline (`service.request_timeout`) on top of httpx's timeouts.
 """
 
 from __future__ import annotations
@@ -31,42 +20,27 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote_plus, urlsplit
+from urllib.parse import quote_plus
 
 import anyio
 import httpx
 
-from lta_worker.config import ClientSettings, ServiceSettings, is_loopback_host
+from lta_worker.config import ClientSettings, ServiceSettings
 from lta_worker.domain import Answer, Endpoint, echoes, find_code
-from lta_worker.errors import ConfigError, EnrollmentError
+from lta_worker.errors import EnrollmentError
 from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
-from lta_worker.upstream._refusals import create_hint, create_reason, exchange_hint, exchange_reason
-from lta_worker.upstream._wire import join_url, long_term_credential, sendable
-
-
-def check_secure_url(url: str | httpx.URL) -> None:
-    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
-
-    Raises:
-        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
-    """
-    parts = urlsplit(str(url))
-    scheme, host = parts.scheme, parts.hostname or ""
-    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
-        return
-    raise ConfigError(
-        f"refusing to send a request to {scheme}://{host}: only https, or http to a "
-        "loopback host, may carry credentials",
-        key="service",
-        hint="use https:// in service.base_url, service.auth_url and service.token_url",
-    )
-
-
-async def refuse_insecure(request: httpx.Request) -> None:
-    """Request hook of every client built here: a last `check_secure_url` before sending."""
-    check_secure_url(request.url)
+from lta_worker.upstream._wire import (
+    check_secure_url,
+    create_hint,
+    create_reason,
+    exchange_hint,
+    exchange_reason,
+    join_url,
+    long_term_credential,
+    sendable,
+)
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -118,8 +92,7 @@ class ApiClient:
         http: the client to send with; its transport decides where requests really go.
         service: URLs, timeouts and the response size cap (`[service]`).
         client: the client id and its token endpoint authentication (`[client]`).
-        client_secret: the client's secret (read from `client.secret_file` and registered
-            with the log redactor by `runtime.Runtime`, the one place that reads it).
+        client_secret: the client's secret (read and registered by `runtime.Runtime`).
     """
 
     def __init__(
@@ -156,16 +129,12 @@ class ApiClient:
         self._tokens_url = join_url(service.auth_url, TOKENS_PATH)
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
-        """GET one read endpoint with the user's long term credential (`<token>.<client
-        secret>`); never raises for HTTP trouble.
+        """GET one read endpoint with the user's long term credential; never raises for HTTP
+        trouble (network failures give `Answer(status=None, error=...)`).
 
-        Timeouts, refused connections, resets and protocol errors give
-        `Answer(status=None, error=...)`. The body is read as sent, up to
-        `service.max_response_bytes` (`truncated=True` when the response was larger). The
-        client asks for no coding (`Accept-Encoding: identity`): a body under any other
-        `Content-Encoding` is not decoded but answered as an empty body with
-        `error="decoding"` (a 2xx of it is a broken body). A success body that holds the
-        token, the client secret or any credential-shaped string is `echoed` (`echoes`).
+        The body is read as sent, up to `service.max_response_bytes` (`truncated`); a body
+        under any `Content-Encoding` is answered empty with `error="decoding"`; a success
+        body holding the token, the client secret or a credential is `echoed`.
 
         Raises:
             ConfigError: the URL is plain http to a non-loopback host.
@@ -184,10 +153,8 @@ class ApiClient:
         return answer
 
     async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
-        """Create (or rotate) the long term token of the user who owns `user_access_token`.
-
-        Any 2xx is success. Returns the new token (registered with the redactor) and exactly
-        the scopes the service granted.
+        """Create (or rotate) the long term token of the user who owns `user_access_token`:
+        the new token (registered with the redactor) and exactly the scopes granted.
 
         Raises:
             EnrollmentError: the service refused, failed, was unreachable, or answered
@@ -239,10 +206,8 @@ class ApiClient:
         return Secret(token), tuple(scopes)
 
     async def drop(self, token: Secret) -> Answer:
-        """DELETE the long term token `token`; the answer, never raising for HTTP trouble.
-
-        The two-phase drop needs the body too: a 401 `PermanentAccessRevoked` confirms
-        the drop, a plain 401 does not.
+        """DELETE the long term token `token`; the answer (body too: a 401
+        `PermanentAccessRevoked` confirms the drop, a plain 401 does not).
 
         Raises:
             ValueError: the token is not `usable_token` (nothing is sent).
@@ -258,13 +223,9 @@ class ApiClient:
         verifier: Secret,
         redirect_uri: str,
     ) -> tuple[Secret, tuple[str, ...]]:
-        """Exchange an authorization code (with its PKCE verifier) for a user access token.
-
-        POSTs `grant_type=authorization_code` to `service.token_endpoint`, authenticating with
-        `client.token_auth` (`client_secret_basic` by default). A server that answers
-        `invalid_client` to that method is asked once more with the other one: client
-        authentication is checked before the code, so the code is still unused. Returns the
-        user access token and the scopes it carries (empty when the answer names none).
+        """Exchange an authorization code (with its PKCE verifier) for a user access token
+        and its scopes, authenticating with `client.token_auth`, then once more with the
+        other method after `invalid_client` (checked before the code: still unused).
 
         Raises:
             EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
@@ -309,11 +270,11 @@ class ApiClient:
         return Secret(access_token), scopes
 
     async def client_accepted(self) -> bool | None:
-        """Whether the token endpoint accepts the client's credentials (the breaker's
-        `client` proof): a code exchange with a code that names nothing, so that no user is
-        read and no read budget is spent. `invalid_client` to both authentication methods
-        is False (the secret is wrong); `invalid_grant` is True (the server looked at the
-        code, so it had accepted the client); any other answer, or none, is None."""
+        """Whether the token endpoint accepts the client (the breaker's `client` proof).
+
+        A code exchange with a code that names nothing (no read budget spent): `invalid_client`
+        to both methods is False, `invalid_grant` True, anything else None.
+        """
         form = {
             "grant_type": "authorization_code",
             "code": secrets.token_urlsafe(32),
@@ -328,8 +289,7 @@ class ApiClient:
 
     async def read_path_found(self) -> bool | None:
         """Whether `service.base_url` has the read paths (the breaker's `urls` proof): a GET
-        of latest-change without any credential, which reads no user and names no client's
-        budget, answers 401 or 403 (True) or 404 (False); any other answer, or none, is None."""
+        without credential answers 401 or 403 (True), 404 (False), else None."""
         answer = await self._send("GET", self._read_urls["latest-change"], {})
         return {401: True, 403: True, 404: False}.get(answer.status or 0)
 
@@ -362,11 +322,8 @@ class ApiClient:
         headers: Mapping[str, str],
         form: Mapping[str, str] | None = None,
     ) -> Answer:
-        """Send one request and read at most `max_response_bytes` of the body.
-
-        The whole exchange (connect, send, every chunk of the body) must end within
-        `service.request_timeout`; past it, the answer is a `timeout` like any other.
-        """
+        """Send one request and read at most `max_response_bytes` of the body, all within
+        `service.request_timeout` (past it: a `timeout` answer)."""
         check_secure_url(url)
         request = self._http.build_request(
             method, url, headers=headers, data=form, timeout=self._timeout
@@ -404,11 +361,8 @@ class ApiClient:
         )
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """The raw body, at most `max_response_bytes` of it, and True when there was more.
-
-        Raw: httpx's decoders would inflate a chunk whole (a few KB of gzip can be
-        gigabytes); a coded body is refused after this (`_encoded`), never decoded.
-        """
+        """The raw body (never decoded: a few KB of gzip can be gigabytes), at most
+        `max_response_bytes` of it, and True when there was more."""
         if response.is_stream_consumed:  # built with its body (a MockTransport's answer)
             content = response.content
             return content[: self._cap], len(content) > self._cap

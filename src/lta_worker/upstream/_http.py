@@ -1,40 +1,39 @@
-"""The production HTTP client of the service: timeouts, pool, no redirects, no proxy from the
-environment, an https proxy from the settings, and plain http refused for remote hosts."""
+"""The production HTTP clients: the service's (timeouts, pool, no redirects, no proxy from
+the environment, an https proxy from the settings) and the webhook receiver's, one signed
+POST per event (Standard Webhooks: `webhook-id` the same on every attempt, `v1,` HMAC-SHA256
+signatures, one total deadline, `webhook.timeout`, the answer's body never read). Both refuse
+plain http to a host that is not loopback.
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from http.cookiejar import Cookie, CookieJar
 from typing import Any
 
+import anyio
 import httpx
+from standardwebhooks.webhooks import Webhook
 
 from lta_worker import __version__
-from lta_worker.config import PollSettings, ServiceSettings
-from lta_worker.upstream._client import refuse_insecure
-from lta_worker.upstream._lanes import Lanes
+from lta_worker.config import PollSettings, ServiceSettings, WebhookSettings
+from lta_worker.domain import PendingEvent
+from lta_worker.secret import Secret
+from lta_worker.upstream._wire import refuse_insecure
 
 USER_AGENT = f"lta-worker/{__version__}"
 
 
 class _NoCookies(CookieJar):
-    """A cookie jar that keeps nothing.
-
-    One client reads for every user: a cookie the service set in one user's answer would
-    otherwise go out with every later request, whoever it is for, and let the service
-    tie users together or hand one user's state to another. Nothing here needs a cookie.
-    """
+    """A cookie jar that keeps nothing: one client reads for every user, and a cookie from one
+    user's answer would otherwise go out with the others' requests."""
 
     def set_cookie(self, cookie: Cookie) -> None:
         """Keep nothing."""
 
     def extract_cookies(self, response: Any, request: Any) -> None:
         """Read nothing from answers."""
-
-
-def _transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-    """httpx's own transports (TLS verified, HTTP/1.1, the environment not read), one
-    connection each, lent to one request at a time (`Lanes`)."""
-    return Lanes(limits.max_connections or 1, limits.keepalive_expiry)
 
 
 def _proxy_mounts(
@@ -73,13 +72,9 @@ def http_client(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` for the service: timeouts from `[service]`, a pool sized to
-    `concurrency` (`poll.concurrency`), no redirects followed, no cookies kept (`_NoCookies`), an
-    `lta-worker/<version>` User-Agent, and plain http refused for non-loopback hosts at
-    request time.
-
-    The environment is not read here (`trust_env=False`): proxies come from
-    `service.https_proxy` and `service.no_proxy` only (the loader fills them from
-    `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`), and apply to https requests only.
+    `concurrency`, no redirects, no cookies, an `lta-worker/<version>` User-Agent, plain
+    http refused for non-loopback hosts, and proxies from `service.https_proxy` and
+    `service.no_proxy` only (https requests only; the environment is not read here).
 
     Args:
         service: the `[service]` section.
@@ -92,7 +87,7 @@ def http_client(
         max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
     )
     mounts = _proxy_mounts(service, limits) if transport is None else {}
-    transport = transport or _transport(limits)
+    # Without `transport`: httpx's own (TLS verified, HTTP/1.1, the environment not read).
     return httpx.AsyncClient(
         transport=transport,
         mounts=mounts,
@@ -109,3 +104,58 @@ def http_client(
         headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         event_hooks={"request": [refuse_insecure]},
     )
+
+
+def webhook_http_client(
+    webhook: WebhookSettings, *, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An `httpx.AsyncClient` for the receiver (timeouts from `webhook.timeout`)."""
+    seconds = webhook.timeout.total_seconds()
+    return httpx.AsyncClient(
+        transport=transport,
+        trust_env=False,
+        timeout=httpx.Timeout(seconds),
+        limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
+        follow_redirects=False,
+        headers={"User-Agent": f"{USER_AGENT} webhook"},
+        event_hooks={"request": [refuse_insecure]},
+    )
+
+
+class WebhookSender:
+    """Signs and POSTs events to `webhook.url`; never raises for the receiver's trouble."""
+
+    def __init__(self, http: httpx.AsyncClient, webhook: WebhookSettings, secret: Secret) -> None:
+        if webhook.url is None:
+            raise ValueError("WebhookSender needs webhook.url")
+        self._http = http
+        self._url = webhook.url
+        self._timeout = webhook.timeout.total_seconds()
+        self._signer = Webhook(secret.reveal())
+
+    def signed(self, event: PendingEvent, now: datetime) -> tuple[bytes, dict[str, str]]:
+        """The body and headers of one attempt at `now` (aware UTC)."""
+        body = json.dumps(event.payload, separators=(",", ":"), allow_nan=False)
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": event.event_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": self._signer.sign(event.event_id, now, body),
+        }
+        return body.encode(), headers
+
+    async def send(self, event: PendingEvent, now: datetime) -> str | None:
+        """POST the event; None when the receiver acknowledged it (2xx), else why not."""
+        body, headers = self.signed(event, now)
+        try:
+            with anyio.fail_after(self._timeout):
+                request = self._http.build_request("POST", self._url, content=body, headers=headers)
+                response = await self._http.send(request, stream=True)
+                await response.aclose()  # the answer's body is never read
+        except TimeoutError:
+            return "timeout"
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        if 200 <= response.status_code < 300:
+            return None
+        return f"HTTP {response.status_code}"

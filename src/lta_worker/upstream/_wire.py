@@ -1,14 +1,43 @@
-"""The long term credential, and the paths joined to the configured URLs: no HTTP here.
-
-The API client builds credentials; the pass engine and the drops only ask `usable_token`
-before they take a permit, and a `run` with nobody due never builds the HTTP client: this
-module keeps httpx out of them.
+"""The wire without httpx: the long term credential, URLs joined and checked (plain http
+only to loopback), and what the service's refusals during enrollment mean. The pass engine and
+the drops ask `usable_token` before a permit: a `run` with nobody due never imports httpx.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
+
+from lta_worker.config import is_loopback_host
+from lta_worker.errors import ConfigError
 from lta_worker.protocol import TOKEN_PREFIX
 from lta_worker.secret import Secret
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def check_secure_url(url: str | httpx.URL) -> None:
+    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
+
+    Raises:
+        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
+    """
+    parts = urlsplit(str(url))
+    scheme, host = parts.scheme, parts.hostname or ""
+    if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
+        return
+    raise ConfigError(
+        f"refusing to send a request to {scheme}://{host}: only https, or http to a "
+        "loopback host, may carry credentials",
+        key="service",
+        hint="use https:// in service.base_url, service.auth_url and service.token_url",
+    )
+
+
+async def refuse_insecure(request: httpx.Request) -> None:
+    """Request hook of every client built here: a last `check_secure_url` before sending."""
+    check_secure_url(request.url)
 
 
 def join_url(base: str, path: str) -> str:
@@ -53,3 +82,48 @@ def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
     if not client_secret.reveal():
         raise ValueError("the client secret is empty")
     return Secret(f"{token.reveal()}.{client_secret.reveal()}")
+
+
+def create_reason(status: int) -> str:
+    """The EnrollmentError reason for a refused token creation (HTTP `status`)."""
+    if status == 401:
+        return "token_refused"
+    if status == 403:
+        return "scope_refused"
+    if status >= 500:
+        return "service_failed"
+    return "create_refused"
+
+
+_CREATE_HINTS: Final = {
+    "token_refused": "the user access token was refused (expired, already used, or not from "
+    "a consent)",
+    "scope_refused": "the consent did not include a long term scope, or the mode is not "
+    "opened on this client; check client.scopes, or request the mode from the operator",
+    "service_failed": "the service failed",
+}
+
+
+def create_hint(status: int) -> str | None:
+    """What to do about a refused token creation, in terms of settings and the service."""
+    return _CREATE_HINTS.get(create_reason(status))
+
+
+def exchange_reason(error: str | None) -> str:
+    """The EnrollmentError reason for a refused code exchange (OAuth `error`)."""
+    if error == "invalid_grant":
+        return "code_rejected"
+    if error in {"invalid_client", "unauthorized_client"}:
+        return "client_rejected"
+    return "exchange_refused"
+
+
+_EXCHANGE_HINTS: Final = {
+    "code_rejected": "the code expired, was already used, or its PKCE verifier does not match",
+    "client_rejected": "check client.id and the client secret in client.secret_file",
+}
+
+
+def exchange_hint(error: str | None) -> str | None:
+    """What to do about a refused code exchange, in terms of settings and the service."""
+    return _EXCHANGE_HINTS.get(exchange_reason(error))

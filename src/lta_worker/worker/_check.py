@@ -1,27 +1,8 @@
-"""`check`: every precondition of `run` and `serve`, verified without writing anything.
-
-Each check runs whatever the others found, so one call lists every problem:
-
-- `client_secret`: `client.secret_file` (the secret file rule, one printable line), and
-  with `webhook.url` set `webhook_secret` (`webhook.secret_file`), with `enroll.listen` set
-  `enroll_link_key` (`enroll.link_key_file`): the secret files `run` and `serve` read at
-  start, with their readers (`Runtime.secret_files`), so `check` fails where they would;
-- `key_file`: `crypto.key_file` (the rule, well-formed key lines, and under each listed key
-  id one stored token and one live verifier decrypted: a key file with the right ids but
-  other keys fails here, not at the next pass);
-- `database`: reachable, opened read-only, the schema this code knows (never created or
-  migrated), every key id its tokens are encrypted under listed in the key file, and a
-  SQLite file and its directory writable by this user (`os.access`: nothing is written);
-- `metrics_listen`, `enroll_listen`: with `metrics.listen` / `enroll.listen` set, the address
-  is bound as `serve` binds it and let go at once (taken: exit 78, naming the key);
-- `service`: `service.base_url` and `service.auth_url` answer HTTP, without any credential,
-  so the client's read budget is never spent. Under `service.base_url`, a `GET` of the stats
-  read path: without a credential it answers 401 (any status but 404 passes); a 404 says the
-  read path is not there, so `service.base_url` is wrong (exit 78, naming it), which would
-  otherwise first show as a `run` stopped by the breaker. A `HEAD` of `service.auth_url`
-  itself: any status counts. A network failure fails either (exit 75).
-
-The configuration itself is loaded before (a broken one is the command's one error line).
+"""`check`: every precondition of `run` and `serve`, verified without writing anything or
+spending the read budget (docs/operations.md, *Checking an installation*). Each check runs
+whatever the others found, so one call lists every problem: the secret files (with the
+readers `run` and `serve` use), `key_file`, `database`, `service`, and the listen addresses
+bound as `serve` binds them and let go at once.
 """
 
 from __future__ import annotations
@@ -57,10 +38,7 @@ _SECRET_DETAILS: dict[str, Callable[[Settings], str]] = {
 
 
 def _keys_open_what_is_stored(runtime: Runtime, vault: Vault) -> None:
-    """Decrypt one stored secret under each key id the key file lists (never shown): a key
-    file with the right ids but other keys fails here, not at the next pass (TokenDecryptError,
-    exit 78). A key id the key file lacks, or a database that cannot be read, is the
-    database check's to report."""
+    """Decrypt one stored secret under each listed key id: other keys under the right ids fail."""
     try:
         samples = runtime.store.one_secret_per_key_id(runtime.clock.now())
     except Exception:  # the database check reports it
@@ -84,6 +62,9 @@ def _database(runtime: Runtime, vault: Vault | None) -> str:
 
 
 async def _service(runtime: Runtime) -> str:
+    # A GET of the stats read path without a credential answers 401 (any status but 404
+    # passes); a 404 says `service.base_url` is wrong, which would otherwise first show as
+    # a `run` stopped by the breaker. A HEAD of `service.auth_url`: any status counts.
     import httpx
 
     from lta_worker.upstream import READ_PATHS, join_url

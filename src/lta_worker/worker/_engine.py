@@ -1,55 +1,37 @@
-"""One pass over the due users: claim, read, classify, decide, write.
-
-The I/O shell around the pure modules (classify, policy, pacer core). Data flow:
+"""One pass over the due users: claim, read, classify, decide, write (the I/O shell around
+the pure `domain` rules and the pacer):
 
     claimer ──users──▶ readers (poll.concurrency) ──updates──▶ writer ──▶ store.apply
-                          │  ▲
-                          ▼  │ permits
+                          │  ▲ permits
+                          ▼  │
                          pacer
 
-- The claimer leases due users in batches, oldest `next_due_at` first, only those due when
-  the pass started (a user backed off during the pass waits for the next one).
-- A reader takes one user's turn (`_turn`): decrypt the token, call each endpoint the user
-  granted with it (pacer permit first, the lease checked; the API client adds the client
-  secret, which the engine never holds, and marks a body that echoes a credential),
-  classify, stop at an outcome that ends the turn, let the policy decide. Decisions go to
-  the single writer (`_writer`), which commits them in batches, fenced by the generation
-  each user was claimed with.
-- Every rule lives elsewhere and is pure: what an outcome does to a user, whether a read
-  goes again after a 429, what proves the client accepted (`domain` policy table); when
-  decisions are held, released or dropped and when the pass must stop (`domain.Breaker`:
-  plain 401s with nothing authenticated, 404s with nothing proving the URLs, each asking a
-  proof of the service that spends no read budget; failures in a row). The engine only
-  moves users, answers, proofs and decisions between them.
-- Store calls (claims, lease renewals, the writer's commits) all go to a worker thread, on
-  SQLite as on PostgreSQL: one may wait for the database's lock (an operator's command,
-  `serve`'s other jobs), a claim or a commit's fsync, and the loop goes on reading meanwhile.
-- The pass ends when no due user is left (0), at the deadline or when the service seems
-  down, or no read got any answer at all (75: the rest stays due), or at the breaker (78).
-- A stop (deadline, SIGTERM in `serve`) lets reads already sent finish (`_stop`); the users
-  not read stay due, and what a turn read before the stop is kept. A turn whose user's
-  lease may lapse before its read would end is given up the same way, and the pass logs
-  `pass.lease_lapsed` once.
+The claimer leases due users in batches (oldest `next_due_at` first, only those due when
+the pass started); a reader takes one user's turn (`_turn`); the single writer
+(`DecisionWriter`) commits decisions in batches, fenced by the generation each user was
+claimed with. Store calls all go to a worker thread (on SQLite as on PostgreSQL), so the
+loop reads on while one waits for the database. The pass ends when no due user is left
+(0), at the deadline, when the service seems down or never answered (75: the rest stays
+due), or at the breaker (78); a stop lets reads already sent finish (`PassStop`).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from lta_worker.domain import (
     EXIT_CODES,
+    TRIP_HINTS,
     Breaker,
     PolicyConfig,
     SchedulePlan,
-    StopReason,
     UserRow,
     UserUpdate,
 )
@@ -57,27 +39,102 @@ from lta_worker.errors import EX_OK
 from lta_worker.logs import get_logger
 from lta_worker.pacing import PacerLike
 from lta_worker.runtime import Clock
-from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook, lease_of, read_margin, renewal_period
-from lta_worker.worker._pass import PassOptions, PassResult, ProgressFn, ReadObserver
-from lta_worker.worker._ports import PassStore, Reader, TokenVault
-from lta_worker.worker._stop import Interrupted, PassStop
-from lta_worker.worker._turn import Turns
-from lta_worker.worker._writer import WRITE_BATCH, DecisionWriter
+from lta_worker.worker._pass import (
+    Interrupted,
+    Lease,
+    LeaseBook,
+    PassOptions,
+    PassResult,
+    PassStop,
+    ProgressFn,
+    Reader,
+    ReadObserver,
+    lease_of,
+    on_thread,
+    read_margin,
+    renewal_period,
+)
+from lta_worker.worker._turn import (
+    Turns,
+    log_changes,
+)
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Store, Vault
 
 Held = tuple[UserRow, UserUpdate]
 
 log = get_logger("lta_worker.engine")
 
+# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions: a commit is a
+# trip to the store's thread, on another core (at 50 a commit, B1's worker took 7 % more CPU
+# per read than at 250). At usual budgets a commit holds one decision, half a second after it.
+WRITE_BATCH: Final = 250
+WRITE_LINGER_S: Final = 0.5
+
+
+class DecisionWriter:
+    """Writes one pass's decisions; knows the rows of the users whose turn is not written."""
+
+    def __init__(self, store: Store, instance: str, clock: Clock, leases: LeaseBook) -> None:
+        self.store = store
+        self.instance = instance
+        self.clock = clock
+        self.leases = leases
+        self.pending: list[UserUpdate] = []
+        # The rows of the turns not written yet, per lease (a user claimed again in one
+        # pass has two): the name for `poll.discarded`, the state before for the events
+        # of a decision written.
+        self.claimed: dict[Lease, UserRow] = {}
+
+    async def run(self, updates: ObjectReceiveStream[UserUpdate]) -> None:
+        """Commit what comes, batch by batch, until the readers are done."""
+        async with updates:
+            closed = False
+            while not closed:
+                with anyio.move_on_after(WRITE_LINGER_S):
+                    while len(self.pending) < WRITE_BATCH:
+                        try:
+                            self.pending.append(await updates.receive())
+                        except anyio.EndOfStream:
+                            closed = True
+                            break
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Commit the pending decisions in one transaction, then log what it did."""
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        discarded: list[tuple[UserUpdate, str]] = []
+        with anyio.CancelScope(shield=True):  # a batch is written whole or not at all
+            now = self.clock.now()
+            await on_thread(self.store.apply, batch, self.instance, now=now, discarded=discarded)
+        not_written = {id(update): reason for update, reason in discarded}
+        for update in batch:  # a pass over a million users keeps only the unwritten rows
+            lease = (update.user_id, update.generation)
+            user = self.claimed.pop(lease, None)
+            self.leases.forget(lease)
+            reason = not_written.get(id(update))
+            if reason is not None:
+                # `changed`: a lifecycle command or another instance changed the user since
+                # the claim, and wins. `failed`: the database refused this user's write alone
+                # (it stays due). Neither logs the decision's changes: they did not happen.
+                name = user.user if user is not None else str(update.user_id)
+                log.warning("poll.discarded", user=name, reason=reason, outcome=update.last_outcome)
+            elif user is not None:
+                # Only now that the write is committed are its changes true.
+                log_changes(user, update)
+
 
 class PassEngine:
-    """Runs one pass. Collaborators are injected (STYLE 4): tests plug in the simulator."""
+    """Runs one pass over injected collaborators (STYLE 4)."""
 
     def __init__(
         self,
         *,
-        store: PassStore,
-        vault: TokenVault,
+        store: Store,
+        vault: Vault,
         api: Reader,
         pacer: PacerLike,
         clock: Clock,
@@ -114,30 +171,16 @@ class PassEngine:
             on_read=on_read,
         )
 
-    def follow(self, policy: PolicyConfig) -> None:
-        """Decide the turns from now on under `policy` (a reload's: SIGHUP), keeping the
-        pass's freshness plan; a pass may last as long as users stay due, and the users it
-        reads must be due at the interval in force, not the one it started under."""
-        self.options = replace(self.options, policy=replace(policy, plan=self.options.policy.plan))
+    def follow(self, policy: PolicyConfig | None = None, plan: SchedulePlan | None = None) -> None:
+        """Decide the turns from now on under `policy` (a reload's) or `plan` (`BudgetWatch`)."""
+        old = self.options.policy
+        new = replace(policy or old, plan=old.plan if plan is None else plan)
+        self.options = replace(self.options, policy=new)
         self.turns.options = self.options
-
-    def follow_plan(self, plan: SchedulePlan) -> None:
-        """Decide the turns from now on with `plan`, made again because the budget the
-        service reports moved (`_budget_watch`), keeping the policy in force."""
-        self.options = replace(self.options, policy=replace(self.options.policy, plan=plan))
-        self.turns.options = self.options
-
-    def request_stop(self, reason: StopReason, grace: float) -> None:
-        """Stop claiming; readers finish the users they hold, and are cancelled after `grace`.
-
-        Used at the deadline, when the service seems down, and on SIGTERM in `serve`.
-        Readers still waiting for a permit give their users up at once (they stay due).
-        """
-        self.stop.request(reason, grace)
 
     async def _deadline(self, seconds: float) -> None:
         await self.clock.sleep(seconds)
-        self.request_stop("deadline", self.options.grace.total_seconds())
+        self.stop.request("deadline", self.options.grace.total_seconds())
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -151,7 +194,7 @@ class PassEngine:
         opts = self.options
         started = self.clock.monotonic()
         started_at = self.clock.now()
-        self.due_at_start = await self._db(self.store.count_due, started_at)
+        self.due_at_start = await on_thread(self.store.count_due, started_at)
         # Nobody due (most ticks of `serve`): at debug, with its `pass.finished`, so that an
         # idle service does not log two lines a minute.
         (log.info if self.due_at_start else log.debug)(
@@ -200,20 +243,39 @@ class PassEngine:
                 self.writer.pending.append(update)
             await self.writer.flush()
             self.writer.claimed.clear()  # what was held and dropped is never written
-            await self._db(self.store.release, opts.instance)
+            await on_thread(self.store.release, opts.instance)
         if self.turns.lapsed:
-            events.lease_lapsed(opts.instance, self.turns.lapsed)
+            log.warning(
+                "pass.lease_lapsed",
+                instance=opts.instance,
+                users=self.turns.lapsed,
+                hint="the lease renewals did not reach the database in time (a stalled or slow "
+                "database): these users were not read, so that no other instance reads them "
+                "too; they stay due",
+            )
         if stopped == "breaker":
-            events.breaker(opts.instance, self.breaker, self.result.counts["rejected"])
-            self.result.cause = self.breaker.cause
+            self.result.cause = cause = self.breaker.cause
+            log.error(
+                "pass.breaker_tripped",
+                instance=opts.instance,
+                cause=cause,
+                proof="service" if self.breaker.proven else "users",
+                rejected=self.result.counts["rejected"],
+                hint=TRIP_HINTS[cause],
+            )
         if stopped == "upstream_down" and not self.breaker.answered:
-            events.unreachable(opts.instance, self.result.reads)
+            log.error(
+                "pass.unreachable",
+                instance=opts.instance,
+                reads=self.result.reads,
+                hint="no read got any answer (network failures only): the service is "
+                "unreachable from here, or service.base_url names the wrong host; the users "
+                "tried are backed off (a failure counted, read again within poll.interval), "
+                "the others stay due",
+            )
         self.result.stopped = stopped
         self.result.exit_code = EXIT_CODES[stopped]
         self.result.wall_s = self.clock.monotonic() - started
-        # A pass that stopped early (deadline, breaker, service down) is a warning; a
-        # completed one, or one stopped on purpose (SIGTERM), is info; one that completed
-        # having done nothing (nobody due) is debug.
         level = "info" if stopped in {"completed", "cancelled"} else "warning"
         if stopped == "completed" and not (self.result.users or self.result.reads):
             level = "debug"
@@ -227,15 +289,13 @@ class PassEngine:
             while not self.stop.requested.is_set():
                 now = self.clock.now()
                 lease_until = now + opts.lease_duration
-                batch: Sequence[UserRow] = await self._db(
-                    partial(
-                        self.store.claim_due,
-                        now=now,
-                        due_before=due_before,
-                        limit=opts.batch_size,
-                        owner=opts.instance,
-                        lease_until=lease_until,
-                    )
+                batch: Sequence[UserRow] = await on_thread(
+                    self.store.claim_due,
+                    now=now,
+                    due_before=due_before,
+                    limit=opts.batch_size,
+                    owner=opts.instance,
+                    lease_until=lease_until,
                 )
                 self._leases.claimed((lease_of(user) for user in batch), lease_until)
                 if not batch:
@@ -255,7 +315,7 @@ class PassEngine:
                 # once the call returned, and not for users whose lease lapsed meanwhile.
                 renewal = self._leases.renewing(self.clock.now() + opts.lease_duration)
                 held: set[tuple[int, int]] = set()
-                await self._db(self.store.renew_leases, opts.instance, renewal.lease_until, held)
+                await on_thread(self.store.renew_leases, opts.instance, renewal.lease_until, held)
                 self._leases.renewed(renewal, self.clock.now(), held)
 
     async def _reader(
@@ -294,7 +354,3 @@ class PassEngine:
             await self.turns.prove(routed.check)
         for _held_user, held_update in routed.release:
             await updates.send(held_update)
-
-    async def _db(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A store call, on a worker thread: it may wait for the database (see the module)."""
-        return await anyio.to_thread.run_sync(partial(fn, *args))

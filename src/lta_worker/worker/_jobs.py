@@ -1,35 +1,26 @@
-"""The worker's periodic jobs: each a small function of the runtime (`Worker`), doing one thing.
-
-When each runs:
-
-- before every pass (`run` and `serve`): `refresh_share`, `follow_schedule`, `retry_drops`;
-- while a pass runs: `keep_alive` (a heartbeat and the share every `serve.heartbeat`) and,
-  on PostgreSQL, `settle_shared`; `keep_budget` when the budget reported moved
-  (`_budget_watch`);
-- after every pass, in this order (`after_pass`): `record_pass`, `purge`, `update_metrics`;
-  then `run` (not `serve`) calls `deliver_webhooks`;
-- in `serve`, on their own intervals (`_scheduler`): `check_key_file` before
-  each pass (and `take_new_keys` after one that met an unknown key id), `report_heartbeat`,
-  `maintain` and `deliver_webhooks`.
-
-Jobs take time from the runtime's clock (STYLE 7), so tests run them on virtual time.
+"""The worker's jobs, each a small function of the runtime (`Worker`) on its clock (STYLE 7):
+before every pass `refresh_share`, `follow_schedule`, `retry_drops`; alongside one
+`keep_alive`, `settle_shared` (PostgreSQL) and `keep_budget` (`BudgetWatch`); after one
+`after_pass`, then `deliver_webhooks` in `run`; in `serve` on their own intervals
+(`_scheduler`) `check_key_file` (and `take_new_keys`), `report_heartbeat`, `maintain` and
+`deliver_webhooks` (one round of the webhook outbox).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from lta_worker.domain import PassRecord, PurgeCounts
+from lta_worker.domain import PassRecord, PendingEvent, PurgeCounts, backoff_delay
 from lta_worker.errors import LtaError, StorageError, UnknownKeyError
 from lta_worker.logs import get_logger
 from lta_worker.runtime import instance_ttl
-from lta_worker.worker._pass import PassResult
-from lta_worker.worker._webhooks import Delivery, deliver_due
+from lta_worker.worker._pass import PassResult, on_thread
 
 if TYPE_CHECKING:
     from lta_worker.enrollment import DropRetries
@@ -38,33 +29,26 @@ if TYPE_CHECKING:
 
 log = get_logger("lta_worker.runner")
 service_log = get_logger("lta_worker.service")
-T = TypeVar("T")
 # The states `service.heartbeat` counts.
 HEARTBEAT_STATES = ("active", "parked", "unlinked", "rejected")
 
 
-async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """A store call on a worker thread (it may wait for the database)."""
-    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
-
-
 async def heartbeat(rt: Worker) -> None:
     """Every `serve.heartbeat`: mark this instance alive, registering it again if pruned."""
-    if not await _db(rt.store.heartbeat, rt.instance, rt.clock.now()):
-        await _db(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
+    if not await on_thread(rt.store.heartbeat, rt.instance, rt.clock.now()):
+        await on_thread(rt.store.register_instance, rt.instance, rt.kind, rt.clock.now())
 
 
 async def refresh_share(rt: Worker) -> None:
     """Before each pass and each beat during one: the pacer's share, 1 / live instances."""
-    live = await _db(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
+    live = await on_thread(rt.store.live_instances, rt.clock.now(), instance_ttl(rt.settings))
     rt.pacer.set_share(1.0 / max(1, len(live)))
 
 
 async def keep_alive(rt: Worker) -> None:
     """While a pass runs: a heartbeat and the share every `serve.heartbeat`.
 
-    A `run` pass may last longer than an instance's time to live; without heartbeats the
-    others would take it for dead and spend its share.
+    A `run` pass may outlast an instance's time to live; the others must not take it for dead.
     """
     while True:
         await rt.clock.sleep(rt.settings.serve.heartbeat.total_seconds())
@@ -76,10 +60,7 @@ async def keep_alive(rt: Worker) -> None:
 
 
 async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
-    """While a pass runs (PostgreSQL): settle answers in the shared budget as they come.
-
-    What failed to settle is kept and tried again a second later.
-    """
+    """While a pass runs (PostgreSQL): settle answers in the shared budget; retry a second later."""
     while True:
         try:
             await shared.settle_forever()
@@ -97,7 +78,7 @@ async def follow_schedule(rt: Worker) -> dict[str, int] | None:
     poll = rt.settings.poll
     floor, rt.replan = rt.replan, None
     try:
-        moved = await _db(
+        moved = await on_thread(
             partial(rt.store.follow_schedule, force=floor is not None, floor=floor),
             poll.interval,
             poll.parked_interval,
@@ -142,17 +123,17 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
         throttled=result.throttled,
         counts=dict(result.counts),
     )
-    await _db(rt.store.record_pass, record)
+    await on_thread(rt.store.record_pass, record)
     await keep_budget(rt)
     return record
 
 
 async def keep_budget(rt: Worker) -> None:
-    """After each pass, and during an adaptive one once it moved (`_budget_watch`): the
+    """After each pass, and during an adaptive one once it moved (`BudgetWatch`): the
     budget the pacer last saw into the store, unless a shared row keeps it live."""
     budget = rt.pacer.budget_seen(rt.clock.now())
     if budget is not None and rt.pacer.shared is None:
-        await _db(rt.store.record_budget, rt.settings.client.id, budget)
+        await on_thread(rt.store.record_budget, rt.settings.client.id, budget)
 
 
 async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
@@ -162,7 +143,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
     reader: its events are deleted here.
     """
     retention = rt.settings.retention
-    purged = await _db(
+    purged = await on_thread(
         rt.store.purge_expired, rt.clock.now(), retention.after_revocation, retention.history
     )
     if purged.users or purged.snapshots or purged.history or purged.history_pruned:
@@ -174,7 +155,7 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
             history_pruned=purged.history_pruned,
         )
     delivering = rt.webhooks is not None
-    events = await _db(
+    events = await on_thread(
         rt.store.purge_events, rt.clock.now(), rt.settings.webhook.keep_dead, live=not delivering
     )
     if events:  # without webhook.url, routine housekeeping: at debug only
@@ -182,24 +163,21 @@ async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
             "webhook.purged", events=events, delivering=delivering
         )
     if checkpoint:
-        await _db(rt.store.checkpoint)
+        await on_thread(rt.store.checkpoint)
     return purged
 
 
 async def update_metrics(rt: Worker, result: PassResult, finished_at: datetime) -> None:
-    """After each pass (metrics on): the pass's and the store's figures, and the textfile.
-
-    A `metrics.textfile` that cannot be written is logged, never the pass's failure.
-    """
+    """After each pass: the metrics, and the textfile (logged, never failing, if unwritable)."""
     if rt.metrics is None:
         return
     rt.metrics.on_pass(result, finished_at)
-    await _db(rt.metrics.on_store, rt.store, rt.clock.now())
+    await on_thread(rt.metrics.on_store, rt.store, rt.clock.now())
     path = rt.settings.metrics.textfile
     if path is None:
         return
     try:
-        await _db(rt.metrics.write_textfile, path)
+        await on_thread(rt.metrics.write_textfile, path)
     except OSError as exc:
         log.error(
             "metrics.write_failed",
@@ -216,18 +194,6 @@ async def after_pass(rt: Worker, result: PassResult, started_at: datetime) -> No
     await update_metrics(rt, result, record.finished_at)
 
 
-async def deliver_webhooks(rt: Worker) -> Delivery:
-    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round.
-
-    Nothing without `webhook.url`.
-    """
-    if rt.webhooks is None:
-        return Delivery()
-    return await deliver_due(
-        rt.store, rt.webhooks, rt.settings, rt.clock.now, rng=rt.rng, owner=rt.instance
-    )
-
-
 async def maintain(rt: Worker) -> PurgeCounts:
     """Every `serve.maintenance_interval`: `purge` with a checkpoint, `maintenance.finished`."""
     purged = await purge(rt, checkpoint=True)
@@ -240,8 +206,8 @@ async def maintain(rt: Worker) -> PurgeCounts:
 async def report_heartbeat(rt: Worker) -> None:
     """Every `serve.heartbeat` in `serve`: a `heartbeat`, then `service.heartbeat` (counts)."""
     await heartbeat(rt)
-    counts = await _db(rt.store.count_by_state)
-    due = await _db(rt.store.count_due, rt.clock.now())
+    counts = await on_thread(rt.store.count_by_state)
+    due = await on_thread(rt.store.count_due, rt.clock.now())
     service_log.info(
         "service.heartbeat",
         instance=rt.instance,
@@ -257,7 +223,7 @@ async def check_key_file(rt: Worker) -> None:
     read at start stay in force; `service.key_file_back` once it is right again.
     """
     before = rt.key_file_problem
-    problem = await anyio.to_thread.run_sync(rt.watch_key_file)
+    problem = await on_thread(rt.watch_key_file)
     if problem == before:
         return
     if problem is None:
@@ -280,9 +246,99 @@ async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
     enrollment under it) is there, and the service goes on with it.
     """
     try:
-        in_use = await _db(rt.store.key_ids_in_use, rt.clock.now())
+        in_use = await on_thread(rt.store.key_ids_in_use, rt.clock.now())
         rt.reload_keys(key_ids_in_use=in_use)
     except LtaError:
         return False
     service_log.info("service.keys_reloaded", instance=rt.instance, key_id=exc.key_id)
     return True
+
+
+# -- webhook delivery ---------------------------------------------------------------------
+
+# One round: dead-letter what grew older than `webhook.max_age`, claim the oldest due event
+# of each user, POST them (a few at a time, never two of one user), delete the acknowledged
+# ones (and, unsent, those of a type `webhook.events` leaves out) or back the others off
+# (exponential with full jitter, 5 s doubling up to 15 min). It repeats while events keep
+# being acknowledged, so a user's next event follows at once; a failing receiver ends it.
+webhook_log = get_logger("lta_worker.webhook")
+
+BATCH: Final = 20
+SENDERS: Final = 4
+BACKOFF_BASE: Final = timedelta(seconds=5)
+BACKOFF_CAP: Final = timedelta(minutes=15)
+MIN_RETRY: Final = timedelta(seconds=1)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What one round did."""
+
+    delivered: int = 0
+    failed: int = 0
+    dead: int = 0
+
+
+async def deliver_webhooks(rt: Worker) -> Delivery:
+    """After a `run` pass, and every `webhook.interval` in `serve`: one delivery round."""
+    report = Delivery()
+    sender, store, now = rt.webhooks, rt.store, rt.clock.now
+    if sender is None:
+        return report
+    rng = rt.rng or random.Random()
+    cfg = rt.settings.webhook
+    report.dead = await on_thread(store.dead_letter_events, now(), cfg.max_age)
+    if report.dead:
+        webhook_log.error(
+            "webhook.dead_lettered", events=report.dead, max_age_s=cfg.max_age.total_seconds()
+        )
+    lease = 2 * cfg.timeout + timedelta(seconds=5)
+    outcomes: dict[int, str | None] = {}  # each event's error, or None
+    limiter = anyio.CapacityLimiter(SENDERS)
+
+    async def send(event: PendingEvent) -> None:
+        async with limiter:
+            outcomes[event.id] = await sender.send(event, now())
+
+    while True:
+        start = now()
+        batch = await on_thread(store.claim_events, start, BATCH, start + lease, rt.instance)
+        if not batch:
+            return report
+        wanted = [e for e in batch if e.type in cfg.events]
+        outcomes.clear()
+        async with anyio.create_task_group() as tg:  # one event per user, SENDERS at a time
+            for event in wanted:
+                tg.start_soon(send, event)
+        done = [e for e in batch if outcomes.get(e.id) is None]
+        await on_thread(store.events_delivered, [e.id for e in done])
+        for event in done:
+            if event.id not in outcomes:
+                continue  # not wanted: deleted unsent
+            webhook_log.info(
+                "webhook.delivered",
+                event_id=event.event_id,
+                type=event.type,
+                attempts=event.attempts,
+            )
+        for event in wanted:
+            error = outcomes[event.id]
+            if error is None:
+                continue
+            delay = max(
+                MIN_RETRY,
+                backoff_delay(event.attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, rng=rng),
+            )
+            await on_thread(store.event_failed, event.id, now() + delay, error)
+            webhook_log.warning(
+                "webhook.failed",
+                event_id=event.event_id,
+                type=event.type,
+                attempts=event.attempts,
+                error=error,
+                retry_in_s=round(delay.total_seconds(), 1),
+            )
+        report.delivered += len(done) - (len(batch) - len(wanted))
+        report.failed += len(batch) - len(done)
+        if not done:
+            return report

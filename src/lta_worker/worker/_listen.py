@@ -1,6 +1,8 @@
-"""The listening sockets of `serve` (`metrics.listen`, `enroll.listen`): bound before READY,
-and tried by `check`, which lets them go at once, so that a taken address fails `check` as
-it stops `serve` (exit 78, naming the key)."""
+"""`serve`'s listening sockets (`metrics.listen`, `enroll.listen`) and which connections a
+listener keeps (`Admission`). The sockets are bound before READY, and tried by `check`, which
+lets them go at once: a taken address fails `check` as it stops `serve` (exit 78, naming
+the key). A slow client (slowloris) must never lock out a scrape, a probe or a browser.
+"""
 
 from __future__ import annotations
 
@@ -38,3 +40,63 @@ def listen_socket(listen: str, *, key: str, backlog: int = 64) -> socket.socket:
             f"cannot listen on {listen} ({exc.strerror})", key=key, hint=LISTEN_HINT
         ) from None
     return sock
+
+
+class Admission:
+    """Which connections a listener keeps: pure bookkeeping, no I/O, `now` passed in.
+
+    A connection is *waiting* from its connect until its request head is complete, then
+    *answering* until it is released. At most `cap` are kept; a new one past the cap takes
+    the place of the oldest waiting one, and is refused only when all are answering. A
+    waiting one past `deadline` seconds (for its whole head, not per read, which a client
+    sending a byte now and then never hits) is expired. A well-behaved client sends its
+    head at once, so the slow ones are always older.
+    """
+
+    def __init__(self, cap: int, deadline: float) -> None:
+        self.cap = cap
+        self.deadline = deadline
+        self.waiting: dict[object, float] = {}  # connection -> its deadline; oldest first
+        self.answering: set[object] = set()
+
+    @property
+    def kept(self) -> int:
+        """How many connections are kept now."""
+        return len(self.waiting) + len(self.answering)
+
+    def admit(self, conn: object, now: float) -> tuple[bool, list[object]]:
+        """Take `conn` in; returns whether it was, and the connections to close for it."""
+        evicted: list[object] = []
+        while self.waiting and self.kept >= self.cap:
+            oldest = next(iter(self.waiting))
+            del self.waiting[oldest]
+            evicted.append(oldest)
+        if self.kept >= self.cap:
+            return False, evicted
+        self.waiting[conn] = now + self.deadline
+        return True, evicted
+
+    def head_done(self, conn: object) -> bool:
+        """`conn` sent its whole head: answer it (False when it was closed meanwhile)."""
+        if self.waiting.pop(conn, None) is None:
+            return False
+        self.answering.add(conn)
+        return True
+
+    def expired(self, now: float) -> list[object]:
+        """The waiting connections past their deadline, which are no longer kept."""
+        late = [conn for conn, deadline in self.waiting.items() if deadline <= now]
+        for conn in late:
+            del self.waiting[conn]
+        return late
+
+    def wait_again(self, conn: object, now: float) -> None:
+        """`conn` was answered and stays open: waiting again, as the newest, with a new deadline."""
+        if conn in self.answering:
+            self.answering.discard(conn)
+            self.waiting[conn] = now + self.deadline
+
+    def release(self, conn: object) -> None:
+        """`conn` is closed: forget it."""
+        self.waiting.pop(conn, None)
+        self.answering.discard(conn)

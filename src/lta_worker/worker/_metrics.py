@@ -1,35 +1,9 @@
-"""Prometheus metrics of the worker, through `prometheus_client` (its registry, its types and
-its exposition): `serve` answers them over HTTP (`_http`), `run` writes them to a textfile
-for node_exporter after each pass.
-
-Every name starts with `lta_worker_` (docs/operations.md, *Metrics*, lists them with the
-alert rules). The engine reports each read through one observer (`on_read`); everything
-else is set from what a pass returns and from the store after it:
-
-    lta_worker_reads_total{endpoint,outcome}            counter, one per read
-    lta_worker_read_duration_seconds{endpoint}          histogram
-    lta_worker_users{state}                             gauge, after each pass
-    lta_worker_users_due                                gauge, after each pass
-    lta_worker_pending_drops                            gauge: users `dropping`
-    lta_worker_webhook_backlog                          gauge: events waiting for delivery
-    lta_worker_webhook_dead_letters                     gauge: events given up (`webhook.max_age`)
-    lta_worker_budget_remaining / _limit                gauges, the pacer's last figures (else NaN)
-    lta_worker_pacer_wait_seconds                       histogram, time waiting for a permit
-    lta_worker_pass_duration_seconds                    histogram
-    lta_worker_passes_total{stopped}                    counter
-    lta_worker_last_pass_end_timestamp_seconds          gauge
-    lta_worker_last_pass_success_timestamp_seconds      gauge (a pass with answered reads)
-    lta_worker_breaker_trips_total                      counter
-    lta_worker_breaker_last_trip_timestamp_seconds      gauge (0: no trip recorded)
-    lta_worker_schedule_expected_delay_seconds          gauge, the adaptive plan's (else NaN)
-    lta_worker_build_info{version}                      gauge, always 1
-
-The timestamps and the budget gauges start from the database (the last recorded passes, the
-budget the service last reported), so a restart or a new cron run never reports "never
-succeeded" nor a budget of 0; every `lta_worker_reads_total` series (endpoint x outcome)
-exists from the start at 0, so `rate()` and absence alerts work right after a deploy. In
-textfile mode each `run` continues the counters from the file the last one wrote
-(`resume_counters`), so that `increase()` sees what every run counted.
+"""Prometheus metrics of the worker (`lta_worker_*`, listed with the alert rules in
+docs/operations.md, *Metrics and health*), through `prometheus_client`: `serve` answers
+them over HTTP (`_metrics_http`), `run` writes a textfile for node_exporter after each pass,
+continuing the counters of the last one (`resume_counters`). Every series exists from the
+start, and the timestamps and budget gauges start from the database, so a restart never
+reports "never succeeded" nor a budget of 0.
 """
 
 from __future__ import annotations
@@ -148,14 +122,12 @@ class Metrics:
             self.budget_limit.set(snapshot.limit)
 
     def on_plan(self, plan: SchedulePlan) -> None:
-        """The plan a pass schedules with: its expected delay, or NaN when it has none
-        (`poll.schedule = "fixed"`, no active users)."""
+        """The plan a pass schedules with: its expected delay, or NaN when it has none."""
         delay = plan.expected_delay_s
         self.expected_delay.set(math.nan if delay is None else delay)
 
     def on_budget_seen(self, seen: BudgetSeen | None, now: datetime) -> None:
-        """The budget the database recorded (at start, before the pacer knows any): its
-        limit, and what was left, or the whole limit once its window has reset."""
+        """The budget the database recorded (at start): its limit and what is left."""
         if seen is None or seen.limit is None:
             return
         self.budget_limit.set(seen.limit)
@@ -176,8 +148,7 @@ class Metrics:
             self.last_trip.set(finished_at.timestamp())
 
     def on_store(self, store: Store, now: datetime, *, history: bool = False) -> None:
-        """Users by state, due users, pending drops and the webhook outbox from the database;
-        with `history`, the last pass end and success timestamps too (at start)."""
+        """The database's figures; with `history` (at start), the last passes' timestamps too."""
         counts: Mapping[str, int] = store.count_by_state()
         for state, count in counts.items():
             self.users.labels(state=state).set(count)
@@ -198,10 +169,10 @@ class Metrics:
                 self.last_trip.set(trip.finished_at.timestamp())
 
     def resume_counters(self, path: Path) -> None:
-        """Continue the counters from the textfile the last `run` wrote at `path`: rewritten
-        from 0 by each run, a counter would show a run's count again and again, and
-        `increase()` (the alert rules) would never see it grow. A missing or unreadable file
-        starts them at 0, which Prometheus takes as a counter reset."""
+        """Continue the counters from the textfile the last `run` wrote at `path` (else from 0).
+
+        Rewritten from 0 by each run, a counter would never grow for `increase()`.
+        """
         counters = (self.reads, self.passes, self.breaker_trips)
         by_name = {next(iter(counter.describe())).name: counter for counter in counters}
         try:
@@ -227,8 +198,7 @@ class Metrics:
 
 
 class MeteredPacer:
-    """A pacer that times each `acquire` into `lta_worker_pacer_wait_seconds`; the rest of
-    its interface is the wrapped pacer's."""
+    """A pacer that times each `acquire` into `lta_worker_pacer_wait_seconds`."""
 
     def __init__(self, pacer: PacerLike, metrics: Metrics) -> None:
         self._pacer = pacer

@@ -1,13 +1,10 @@
-"""`[metrics] listen`: `serve` answers `GET /metrics` and `GET /healthz` on HOST:PORT.
+"""`[metrics] listen`: `serve` answers `GET /metrics` and `GET /healthz` on HOST:PORT
+(docs/operations.md, *Metrics and health*).
 
-No web framework: prometheus_client's own WSGI app for `/metrics`, a small WSGI dispatcher
-for `/healthz`, and the standard library's `wsgiref` server, one thread per request, in a
-daemon thread beside the event loop (a scrape never waits for a pass, nor a pass for a
-scrape). `/healthz` answers 200 when healthy, 503 when not, with a JSON body holding the
-same `healthy` and `problems` as `status --format json` (and `generated_at`, `version`).
-The server writes no access log (stderr carries JSON events only). Slow clients cannot
-lock a scrape or a probe out: see `MAX_CONNECTIONS`, `HEAD_DEADLINE` and `Admission`; nor
-can probes waiting on a stalled database (`HEALTH_WAIT_S`, `MAX_HEALTH_WAITING`).
+No web framework: prometheus_client's WSGI app, a small dispatcher and `wsgiref`, one
+thread per request, in a daemon thread beside the event loop. No access log. Slow clients
+cannot lock a scrape or a probe out (`Admission`), nor can probes waiting on a stalled
+database (`HEALTH_WAIT_S`, `MAX_HEALTH_WAITING`).
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from prometheus_client import make_wsgi_app
 
 from lta_worker.errors import ConfigError, LtaError, StorageError
 from lta_worker.logs import get_logger
-from lta_worker.worker._admission import Admission
-from lta_worker.worker._listen import LISTEN_HINT
+from lta_worker.worker._listen import LISTEN_HINT, Admission
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -44,13 +40,8 @@ SERVER_JOBS: Final = (METRICS_JOB, HEALTHZ_JOB)
 HealthFn = Callable[[], dict[str, Any]]
 
 
-# At most this many connections are open at once. Past it, a new connection closes the
-# oldest one still sending its request head (a slow client, or an idle one) instead of being
-# refused: slow clients cannot lock a scrape or a probe out, whose heads come in one packet.
-# Only when every connection is being answered is the newcomer closed.
+# Connections kept at most, and the seconds each has to send its whole head (`Admission`).
 MAX_CONNECTIONS = 32
-# Seconds a client has, from its connect, to send its whole request head; then it is closed.
-# A limit per read would let a client that sends a header line now and then stay for good.
 HEAD_DEADLINE = 10.0
 # `/healthz` reads the database: one status at a time, reused this long, so that a flood
 # of health checks costs the passes' database pool one status a second, not one a request.
@@ -100,8 +91,7 @@ class _Server(ThreadingMixIn, WSGIServer):
             super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client gone, timed out or cut is no error; anything else is one JSON event
-        (never socketserver's plain traceback on stderr)."""
+        """A client gone, timed out or cut is no error; anything else is one JSON event."""
         exc = sys.exc_info()[1]
         if not isinstance(exc, OSError):
             log.error("error", job=METRICS_JOB, error=type(exc).__name__, message=str(exc))
@@ -112,8 +102,7 @@ class _Server6(_Server):
 
 
 def _cut(conn: object) -> None:
-    """End a connection from outside its thread: its blocked read returns at once and its
-    own thread closes it."""
+    """End a connection from outside its thread (its own thread then closes it)."""
     with contextlib.suppress(OSError):
         cast("socket.socket", conn).shutdown(socket.SHUT_RDWR)
 
@@ -129,15 +118,21 @@ class _QuietHandler(WSGIRequestHandler):
         """No plain-text access log on stderr."""
 
 
-class _Shared:
-    """`health` computed in a thread of its own, at most one computation at a time, shared by
-    every caller; a success reused for `fresh_for` seconds from its start (a failure is not
-    kept: the next caller starts again). A caller waits at most until `wait_s` after the
-    computation started (a hung database cannot hold a probe, nor its connection, longer);
-    past `max_waiting` callers waiting, a new one does not wait at all, so that probes never
-    fill the server."""
+class SharedHealth:
+    """`health` computed in a thread of its own, one at a time, shared by every caller.
 
-    def __init__(self, health: HealthFn, fresh_for: float, wait_s: float, max_waiting: int) -> None:
+    A success is reused for `fresh_for` seconds from its start; a caller waits at most until
+    `wait_s` after the computation started, and past `max_waiting` callers waiting not at
+    all (a hung database cannot hold the probes, nor fill the server with them).
+    """
+
+    def __init__(
+        self,
+        health: HealthFn,
+        fresh_for: float = HEALTH_FRESH_S,
+        wait_s: float = HEALTH_WAIT_S,
+        max_waiting: int = MAX_HEALTH_WAITING,
+    ) -> None:
         self.health, self.fresh_for, self.wait_s = health, fresh_for, wait_s
         self.max_waiting = max_waiting
         self.done = threading.Condition()
@@ -190,45 +185,25 @@ class _Shared:
         )
 
 
-def shared(
-    health: HealthFn,
-    fresh_for: float = HEALTH_FRESH_S,
-    wait_s: float = HEALTH_WAIT_S,
-    max_waiting: int = MAX_HEALTH_WAITING,
-) -> HealthFn:
-    """`health` computed by one thread at a time for every caller, bounded: `_Shared`."""
-    return _Shared(health, fresh_for, wait_s, max_waiting)
+WsgiApp = Callable[["WSGIEnvironment", "StartResponse"], Iterable[bytes]]
 
 
-def health_app(health: HealthFn) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
-    """The `/healthz` WSGI app: 200 healthy / 503 unhealthy or unknown, a JSON body."""
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        try:
-            data = health()
-            body = {key: data[key] for key in ("healthy", "problems", "generated_at", "version")}
-        except LtaError as exc:  # the database cannot be read: that is unhealthy too
-            body = {"healthy": False, "problems": [f"status unavailable: {exc.message}"]}
-        except Exception as exc:  # a bug: reported, never raised into wsgiref's plain log
-            log.error("error", job=HEALTHZ_JOB, error=type(exc).__name__, message=str(exc))
-            body = {"healthy": False, "problems": [f"status unavailable: {type(exc).__name__}"]}
-        status = "200 OK" if body["healthy"] else "503 Service Unavailable"
-        payload = json.dumps(body).encode()
-        start_response(
-            status,
-            [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))],
-        )
-        return [payload]
-
-    return app
+def _healthz(health: HealthFn) -> tuple[str, bytes]:
+    """`/healthz`: 200 healthy / 503 unhealthy or unknown, a JSON body."""
+    try:
+        data = health()
+        body = {key: data[key] for key in ("healthy", "problems", "generated_at", "version")}
+    except LtaError as exc:  # the database cannot be read: that is unhealthy too
+        body = {"healthy": False, "problems": [f"status unavailable: {exc.message}"]}
+    except Exception as exc:  # a bug: reported, never raised into wsgiref's plain log
+        log.error("error", job=HEALTHZ_JOB, error=type(exc).__name__, message=str(exc))
+        body = {"healthy": False, "problems": [f"status unavailable: {type(exc).__name__}"]}
+    return ("200 OK" if body["healthy"] else "503 Service Unavailable"), json.dumps(body).encode()
 
 
-def dispatcher(
-    metrics: Metrics, health: HealthFn
-) -> Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]:
-    """`/metrics` to prometheus_client's app, `/healthz` to `health_app`, else 404."""
+def dispatcher(metrics: Metrics, health: HealthFn) -> WsgiApp:
+    """`/metrics` to prometheus_client's app, `/healthz` to the status, else 404."""
     metrics_app = make_wsgi_app(metrics.registry)
-    healthz = health_app(health)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -236,7 +211,12 @@ def dispatcher(
             answer: Iterable[bytes] = metrics_app(environ, start_response)
             return answer
         if path == "/healthz":
-            return healthz(environ, start_response)
+            status, payload = _healthz(health)
+            length = str(len(payload))
+            start_response(
+                status, [("Content-Type", "application/json"), ("Content-Length", length)]
+            )
+            return [payload]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: try /metrics or /healthz\n"]
 
@@ -262,7 +242,7 @@ class MetricsServer:
             self.server = make_server(
                 host,
                 port,
-                dispatcher(metrics, shared(health, wait_s=health_wait)),
+                dispatcher(metrics, SharedHealth(health, wait_s=health_wait)),
                 server_class=server_class,
                 handler_class=_QuietHandler,
             )

@@ -1,15 +1,35 @@
-"""How one pass runs and how it ended: options in, result out (plain data)."""
+"""What one pass runs with and how it ends: options, result, the reader it needs, how it
+stops (`PassStop`), and until when it certainly holds each claimed user's lease
+(`LeaseBook`). Plain data and bookkeeping, no I/O; the engine is `_engine`.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar
 
-from lta_worker.domain import EXIT_CODES, OUTCOME_KINDS, Endpoint, PolicyConfig, StopReason, Trip
+import anyio
+from anyio.abc import TaskGroup
+
+from lta_worker.domain import (
+    EXIT_CODES,
+    OUTCOME_KINDS,
+    Answer,
+    Endpoint,
+    PolicyConfig,
+    Proof,
+    StopReason,
+    Trip,
+    UserRow,
+)
 from lta_worker.errors import PassStoppedError
+from lta_worker.pacing import PacerLike, Permit
+from lta_worker.runtime import Clock
+from lta_worker.secret import Secret
 
 if TYPE_CHECKING:
     from lta_worker.config import Settings
@@ -18,8 +38,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PassOptions:
-    """How one pass runs; built from settings by `pass_options` below, the one home
-    of every default."""
+    """How one pass runs; built from settings by `pass_options`, the one home of every default."""
 
     instance: str
     client_scopes: tuple[str, ...]
@@ -121,6 +140,172 @@ def stop_error(stopped: StopReason) -> PassStoppedError:
     return PassStoppedError(message, exit_code=EXIT_CODES[stopped], reason=stopped, hint=hint)
 
 
+T = TypeVar("T")
 ProgressFn = Callable[["PassEngine"], None]
+# Told of every read: the endpoint, the outcome's kind, the seconds it took (metrics).
 ReadObserver = Callable[[Endpoint, str, float], None]
-"""Told of every read: the endpoint, the outcome's kind, the seconds it took (metrics)."""
+
+
+async def on_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A store call on a worker thread: it may wait for the database while the loop goes on."""
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+
+class Reader(Protocol):
+    """What the engine needs of the API client (`upstream.ApiClient`)."""
+
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
+        """One read with the user's long term token; never raises for HTTP trouble."""
+        ...
+
+    async def prove(self, proof: Proof) -> bool | None:
+        """Whether the client's credentials or the read URLs are right (no read budget)."""
+        ...
+
+
+# -- how a pass stops ---------------------------------------------------------------------
+# A stop (the deadline, the service seeming down, SIGTERM in `serve`) lets reads already sent
+# finish and cancels the readers still reading after the grace period; a reader still waiting
+# for a permit gives its turn up at once, so a tight budget never holds a stop for the whole
+# grace period. An abort (the breaker, a key id the key file lacks) cancels the pass at once.
+
+
+class Interrupted(Exception):
+    """A turn given up because the pass stopped while it waited for a permit."""
+
+
+class LeaseLapsed(Interrupted):
+    """A turn given up because its user's lease may lapse before a read would end."""
+
+
+class PassStop:
+    """One pass's stop: its reason (the first one asked) and what it cancels."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.reason: StopReason | None = None
+        self.requested = anyio.Event()
+        self.scope: anyio.CancelScope | None = None  # the pass's, while it runs
+        self.tasks: TaskGroup | None = None  # the pass's tasks, while they take new ones
+        self._permit_waits: set[anyio.CancelScope] = set()
+
+    def request(self, reason: StopReason, grace: float) -> None:
+        """Stop claiming; readers finish their users, cancelled after `grace` (waits at once)."""
+        if self.reason is None:
+            self.reason = reason
+        self.requested.set()
+        for scope in self._permit_waits:
+            scope.cancel()
+        if self.tasks is not None and grace >= 0:
+            self.tasks.start_soon(self._cancel_after, grace)
+
+    def abort(self, reason: StopReason) -> None:
+        """Stop at once, dropping what is in flight (breaker, fatal configuration error)."""
+        self.reason = reason
+        self.requested.set()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def _cancel_after(self, grace: float) -> None:
+        await self.clock.sleep(grace)
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def permit(self, pacer: PacerLike) -> Permit:
+        """Wait for a pacer permit; raise `Interrupted` when the pass stops meanwhile."""
+        if self.requested.is_set():
+            raise Interrupted
+        permit: Permit | None = None
+        with anyio.CancelScope() as scope:
+            self._permit_waits.add(scope)
+            try:
+                permit = await pacer.acquire()  # cancelled while waiting: nothing taken
+            finally:
+                self._permit_waits.discard(scope)
+        if scope.cancelled_caught:
+            raise Interrupted
+        if permit is None:  # a broken pacer (or wrapper) must fail loudly, not skip users
+            raise TypeError("the pacer's acquire() returned no Permit")
+        return permit
+
+
+# -- leases -------------------------------------------------------------------------------
+# A lease in the database ends at the expiry last written for it; the pass knows a lower
+# bound of that: a claim's `lease_until` (computed before the claim call). A renewal raises
+# it only when it is known to have reached the row while the lease was still held (started
+# after the claim returned, returned before the bound it raises), and drops the leases the
+# owner no longer holds (`users drop` / `users forget` took the user: issue 28). A read is
+# sent only while `now + margin` is before the bound, so no other instance can claim the
+# user and read it too. Kept per lease `(user id, generation)`, not per user: a pass may
+# claim a user again whose lease lapsed while one of its own turns still waits for a permit,
+# and that old turn must read nothing more under the new lease.
+
+# The pass renews its leases this many times per lease: a renewal that fails or stalls
+# once still leaves two thirds of the lease to notice.
+RENEWALS_PER_LEASE: Final = 3
+
+# A lease of one claim: the user's id and the generation the claim gave it (its fencing
+# token, `storage._leases`).
+Lease: TypeAlias = tuple[int, int | None]
+
+
+def lease_of(user: UserRow) -> Lease:
+    """The lease a claimed row was returned with."""
+    return (user.id, user.generation)
+
+
+def renewal_period(lease: timedelta) -> timedelta:
+    """How often the pass renews the leases it holds."""
+    return lease / RENEWALS_PER_LEASE
+
+
+def read_margin(lease: timedelta, request_timeout: timedelta) -> timedelta:
+    """How long before a lease may lapse the pass stops sending reads for its user."""
+    return min(request_timeout, renewal_period(lease))
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A renewal in flight: the users it covers (claimed before it started) and the expiry
+    it writes."""
+
+    leases: frozenset[Lease]
+    lease_until: datetime
+
+
+class LeaseBook:
+    """Per lease claimed, the time until which it is certainly held."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[Lease, datetime] = {}
+
+    def claimed(self, leases: Iterable[Lease], lease_until: datetime) -> None:
+        """The leases a claim returned, with the expiry computed before the claim call."""
+        for lease in leases:
+            self._until[lease] = lease_until
+
+    def renewing(self, lease_until: datetime) -> Renewal:
+        """A renewal about to be sent, writing `lease_until`: it covers the leases held now."""
+        return Renewal(frozenset(self._until), lease_until)
+
+    def renewed(self, renewal: Renewal, now: datetime, held: Collection[Lease]) -> None:
+        """`renewal` returned at `now`, the owner holding `held`: raise those reached in time,
+        drop those ended by another (`users drop` took the user)."""
+        for lease in renewal.leases:
+            if lease not in held:
+                self._until.pop(lease, None)
+                continue
+            until = self._until.get(lease)
+            if until is not None and now < until < renewal.lease_until:
+                self._until[lease] = renewal.lease_until
+
+    def forget(self, lease: Lease) -> None:
+        """The lease's turn is written or given up: the pass reads under it no more."""
+        self._until.pop(lease, None)
+
+    def may_read(self, lease: Lease, now: datetime, margin: timedelta) -> bool:
+        """Whether a read sent now ends (within `margin`) before `lease` may lapse."""
+        until = self._until.get(lease)
+        return until is not None and now + margin < until

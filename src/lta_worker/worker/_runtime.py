@@ -1,11 +1,7 @@
-"""The runtime of `run` and `serve`: a `Runtime` opened for passes.
-
-`Worker` is the composition root (store, vault, API client, pacer, clock) with what a
-process that passes needs besides: it reads the secret files, opens the store in a worker
-thread, loads the rest (`Runtime.start`), takes the single-instance lock on SQLite (so that
-a broken file is named before another instance's lock), and registers the instance; it
-closes everything on exit. It is what the pass (`_run`) and the periodic jobs (`_jobs`) take.
-Tests build it with the simulator's transport and their own clock.
+"""The runtime of `run` and `serve`: `Worker`, a `Runtime` opened for passes, and one pass
+with its jobs around it (`Worker.run_pass`: the jobs of `_jobs` before, alongside and after
+the engine), and the freshness plan made again within a pass once the budget the service
+reports moves (`BudgetWatch`, at most every `REPLAN_GAP`).
 """
 
 from __future__ import annotations
@@ -16,23 +12,26 @@ import secrets
 import socket
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Final, Self
 
 import anyio
 
 from lta_worker.config import Settings
 from lta_worker.errors import LtaError
 from lta_worker.logs import get_logger
-from lta_worker.report import PlanCache
+from lta_worker.report import PlanCache, budget_moved
 from lta_worker.runtime import Clock, Runtime
-from lta_worker.worker._pass import PassResult, ProgressFn
-from lta_worker.worker._run import run_pass
+from lta_worker.worker import _jobs as jobs
+from lta_worker.worker._engine import PassEngine
+from lta_worker.worker._pass import PassResult, ProgressFn, on_thread, pass_options
 
 if TYPE_CHECKING:
     import httpx
 
-    from lta_worker.worker._engine import PassEngine
+    from lta_worker.domain import Answer, BudgetSeen, Endpoint, Proof, SchedulePlan
+    from lta_worker.secret import Secret
     from lta_worker.worker._metrics import Metrics
 
 log = get_logger("lta_worker.runner")
@@ -40,11 +39,6 @@ log = get_logger("lta_worker.runner")
 
 def _log_lease_expired(owner: str, users: int) -> None:
     log.warning("instance.lease_expired", instance=owner, users=users)
-
-
-def new_instance_id() -> str:
-    """A readable, unique instance id: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 class Worker(Runtime):
@@ -71,7 +65,7 @@ class Worker(Runtime):
         self.metrics = metrics
         self.kind = kind
         self.rng = rng
-        self.instance = new_instance_id()
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self._opened = AsyncExitStack()  # what `__aenter__` opened, closed in reverse
         self.current: PassEngine | None = None  # the engine of the pass in progress
         self.stop_grace: float | None = None  # set by `request_stop`
@@ -96,17 +90,17 @@ class Worker(Runtime):
             await self.start()  # the key file too, before another instance's lock is named
             stack.enter_context(store.single_instance_lock())
             if store.dialect == "sqlite":  # the lock proves every other one dead
-                await self._db(store.prune_instances, self.clock.now(), timedelta(0))
-                for owner, users in (await self._db(store.release_all)).items():
+                await on_thread(store.prune_instances, self.clock.now(), timedelta(0))
+                for owner, users in (await on_thread(store.release_all)).items():
                     _log_lease_expired(owner, users)
-                await self._db(store.release_events, self.clock.now())
-            await self._db(store.register_instance, self.instance, self.kind, self.clock.now())
+                await on_thread(store.release_events, self.clock.now())
+            await on_thread(store.register_instance, self.instance, self.kind, self.clock.now())
             stack.callback(store.unregister, self.instance)
             if self.metrics is not None:
-                await self._db(self.metrics.on_store, store, self.clock.now(), history=True)
+                await on_thread(self.metrics.on_store, store, self.clock.now(), history=True)
                 if self.settings.metrics.textfile is not None:
-                    await self._db(self.metrics.resume_counters, self.settings.metrics.textfile)
-                seen = await self._db(store.budget_seen, self.settings.client.id)
+                    await on_thread(self.metrics.resume_counters, self.settings.metrics.textfile)
+                seen = await on_thread(store.budget_seen, self.settings.client.id)
                 self.metrics.on_budget_seen(seen, self.clock.now())
         except BaseException:
             await stack.aclose()
@@ -117,9 +111,6 @@ class Worker(Runtime):
         with anyio.CancelScope(shield=True):
             await self._opened.aclose()
 
-    async def _db(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-
     @property
     def stopping(self) -> bool:
         """Whether a stop was requested (`request_stop`): no pass or drop starts any more."""
@@ -128,28 +119,86 @@ class Worker(Runtime):
     async def run_pass(
         self, *, max_duration: timedelta | None = None, on_progress: ProgressFn | None = None
     ) -> PassResult:
-        """One pass with the jobs around it (`_run.run_pass`)."""
-        return await run_pass(self, max_duration=max_duration, on_progress=on_progress)
+        """Pending drops, one pass over the due users, then its bookkeeping.
+
+        Drops the service has not confirmed yet (users `dropping`, due for a retry) are sent
+        again first, through the pacer, so they spend the same budget as the reads.
+        """
+        await jobs.refresh_share(self)
+        await jobs.follow_schedule(self)
+        await jobs.retry_drops(self)
+        watch = BudgetWatch(self)
+        engine = await self._engine(max_duration, on_progress, watch)
+        if self.stop_grace is not None:  # a stop came before the engine existed
+            engine.stop.request("cancelled", self.stop_grace)
+        self.current = engine
+        started_at = self.clock.now()
+        error: Exception | None = None
+        shared = self.pacer.shared
+        try:
+            async with anyio.create_task_group() as alongside:
+                alongside.start_soon(jobs.keep_alive, self)
+                alongside.start_soon(watch.run, engine)
+                if shared is not None:
+                    alongside.start_soon(jobs.settle_shared, self, shared)
+                try:
+                    result = await engine.run()
+                except Exception as exc:  # raised below, outside the task group
+                    error = exc
+                alongside.cancel_scope.cancel()
+        finally:
+            self.current = None
+            if shared is not None:
+                with anyio.CancelScope(shield=True):
+                    await shared.flush(release=True)
+        if error is not None:
+            raise error
+        with anyio.CancelScope(shield=True):
+            await jobs.after_pass(self, result, started_at)
+        # `run`: the pass's events go out before it exits (not shielded: a stop may cut the
+        # delivery short). `serve` delivers from its own job: a slow receiver must never hold
+        # the next pass, nor share the sender's connections with a second delivery.
+        if self.stop_grace is None and self.kind != "serve":
+            await jobs.deliver_webhooks(self)
+        return result
+
+    async def _engine(
+        self,
+        max_duration: timedelta | None,
+        on_progress: ProgressFn | None,
+        watch: BudgetWatch,
+    ) -> PassEngine:
+        """The engine of one pass, over the runtime's collaborators and the freshness plan
+        (made again when `watch` sees the budget move)."""
+        plan = await make_plan(self)
+        # After the wait: a reload meanwhile is in force from the first turn (none can come
+        # between here and `self.current`, where a later one reaches the engine).
+        options = pass_options(self.settings, self.instance, max_duration)
+        options = replace(options, policy=replace(options.policy, plan=plan))
+        return PassEngine(
+            store=self.store,
+            vault=self.vault,
+            api=_ApiOnFirstRead(self),
+            pacer=self.pacer if self.metrics is None else self.metrics.metered(self.pacer),
+            clock=self.clock,
+            options=options,
+            rng=self.rng,
+            on_progress=on_progress,
+            on_read=watch.on_read,
+        )
 
     def request_stop(self, grace: float) -> None:
-        """Stop the pass in progress, and any later one before it claims a user (SIGTERM).
-
-        A pass may be between its start and its engine when the signal comes; it sees
-        the request as soon as its engine exists, so it never runs on unstopped.
-        """
+        """Stop the pass in progress, and any later one before it claims a user (SIGTERM)."""
         self.stop_grace = grace
         if self.current is not None:
-            self.current.request_stop("cancelled", grace)
+            self.current.stop.request("cancelled", grace)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
-        """Re-read the key file and the client secret and take the new settings (SIGHUP,
-        `Runtime.reload`): a key file that lacks one of `key_ids_in_use` leaves the worker
-        as it was, and the next pass would otherwise stop at the first such token.
+        """Take new settings, key file and client secret (SIGHUP, `Runtime.reload`).
 
-        The pass in progress decides its next turns under the new policy (it may last as
-        long as users stay due); when the intervals changed, the next pass re-plans every
-        user, also those this pass scheduled under the old ones after another instance had
-        applied the new ones (`follow_schedule`)."""
+        The pass in progress decides its next turns under the new policy; when the intervals
+        changed, the next pass re-plans every user (`follow_schedule`).
+        """
         before = self.settings.poll
         super().reload(settings, key_ids_in_use=key_ids_in_use)
         self.breaker_retry_at = None  # the new secret or URLs may have fixed the cause
@@ -160,10 +209,10 @@ class Worker(Runtime):
             self.replan = max(self.replan or before.interval, before.interval)
 
     def watch_key_file(self) -> str | None:
-        """Read the key file again and compare it with the keys in force: what is wrong
-        with it (deleted, unreadable, broken, or lacking a key in force: its key id gone,
-        or another key under that id), or None. The keys in force stay as they are either
-        way; the problem is kept for health (`problems`) until the file is right again."""
+        """What is wrong with the key file on disk against the keys in force, or None.
+
+        The keys in force stay; the problem is kept for health (`problems`).
+        """
         try:
             on_disk = self.read_key_file()
         except LtaError as exc:
@@ -187,3 +236,71 @@ class Worker(Runtime):
             f"{self.key_file_problem}; running on the keys read at start: restore the file "
             "before a restart or SIGHUP"
         ]
+
+
+class _ApiOnFirstRead:
+    """The pass's reader: the runtime's API client, asked for at the first read (a pass
+    with nobody due never builds it)."""
+
+    __slots__ = ("_rt",)
+
+    def __init__(self, rt: Worker) -> None:
+        self._rt = rt
+
+    async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
+        """`ApiClient.read`."""
+        return await self._rt.api.read(endpoint, token)
+
+    async def prove(self, proof: Proof) -> bool | None:
+        """`ApiClient.client_accepted` or `ApiClient.read_path_found`."""
+        api = self._rt.api
+        return await (api.client_accepted() if proof == "client" else api.read_path_found())
+
+
+# A pass goes on while users are due: a plan made before the first answer of a new install
+# (from `ratelimit.fallback_per_hour`), or before the service changed the client's quota,
+# would space every user it reads for a budget that is not there. Once the budget moves
+# (`report.budget_moved`), it is stored (`jobs.keep_budget`) and the plan made again, at
+# most every REPLAN_GAP: a swinging budget, or a shared row on PostgreSQL that lags the
+# pacer's own reading, costs one scan of the users table per gap, not one per read.
+REPLAN_GAP: Final = timedelta(seconds=60)
+
+
+async def make_plan(rt: Worker, seen: BudgetSeen | None = None) -> SchedulePlan:
+    """The freshness plan from the runtime's cache (on a worker thread), for the metrics too."""
+    plan = await anyio.to_thread.run_sync(
+        rt.plans.get, rt.store, rt.settings, rt.settings.poll.policy(), rt.clock.now(), seen
+    )
+    if rt.metrics is not None:
+        rt.metrics.on_plan(plan)
+    return plan
+
+
+class BudgetWatch:
+    """The engine's read observer (`on_read`) and the job alongside the pass (`run`)."""
+
+    def __init__(self, rt: Worker) -> None:
+        self._rt = rt
+        self._moved = anyio.Event()
+
+    def on_read(self, endpoint: str, outcome: str, duration_s: float) -> None:
+        """After each read (the pacer fed its answer): wake `run` if the budget moved."""
+        rt = self._rt
+        if rt.metrics is not None:
+            rt.metrics.on_read(endpoint, outcome, duration_s)
+        if rt.settings.poll.schedule != "adaptive" or self._moved.is_set():
+            return
+        if budget_moved(rt.plans.seen, rt.pacer.budget_seen(rt.clock.now())):
+            self._moved.set()
+
+    async def run(self, engine: PassEngine) -> None:
+        """Until cancelled: each time the budget moved, store it, plan again, follow."""
+        rt = self._rt
+        while True:
+            await self._moved.wait()
+            seen = rt.pacer.budget_seen(rt.clock.now())
+            await jobs.keep_budget(rt)
+            engine.follow(plan=await make_plan(rt, seen))
+            await rt.clock.sleep(REPLAN_GAP.total_seconds())
+            # Only now: the reads answered meanwhile are compared with the new plan's budget.
+            self._moved = anyio.Event()

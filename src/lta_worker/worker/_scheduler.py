@@ -1,21 +1,21 @@
-"""`serve`'s scheduler: APScheduler 3.11 runs each job on its interval, one run at a time.
+"""`serve`'s plumbing: its APScheduler jobs (`start_scheduler`, `Guard`), its reload on SIGHUP
+(`Reloader`) and systemd's notify protocol (`Notifier`).
 
-`AsyncIOScheduler` runs on the asyncio loop anyio runs on. Each job (`JOB_IDS`) runs every
-its interval, at most one run at a time and coalesced: a pass that overruns its tick delays
-the next, never doubles it. `Guard` counts the runs in progress (a stop waits for none to
-run) and turns a failure into an `error` event naming the job; the service goes on.
-
-Two traps of APScheduler 3 shape this: `shutdown()` cancels the asyncio tasks of running
-coroutine jobs at once (so `serve` pauses first and shuts down only after the grace period),
-and the scheduler logs through the standard library in plain text (a skipped tick during a
-long pass is a warning), which would break the JSON log stream; jobs therefore report their
-own errors as events and the scheduler's records are not printed.
+APScheduler 3.11's `AsyncIOScheduler` runs each job (`JOB_IDS`) on its interval, one run at
+a time and coalesced: a pass that overruns its tick delays the next, never doubles it. Two
+of its traps shape this: `shutdown()` cancels running coroutine jobs at once (so `serve`
+pauses first and shuts down only after the grace period), and it logs in plain text, which
+would break the JSON stream (jobs report their own errors as events; its records are not
+printed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from lta_worker.config import Settings
-from lta_worker.errors import LtaError
+from lta_worker.errors import LtaError, StorageError
 from lta_worker.logs import get_logger
 
 # APScheduler is imported when `serve` starts it: `run` never needs it.
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from lta_worker.worker._runtime import Worker
 
 log = get_logger("lta_worker.service")
 # The scheduler's jobs, as the `error` event's `job` names them (docs/log-events.md).
@@ -55,7 +57,10 @@ def start_scheduler(
     `first_pass`, the others after one interval."""
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    _quiet_scheduler_logs()
+    # Its plain-text records are kept off stderr (they still reach an app's own handlers).
+    logger = logging.getLogger("apscheduler")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
     for job_id, interval in every.items():
         scheduler.add_job(
@@ -127,9 +132,7 @@ class Guard:
 
 
 def _explained(exc: BaseException) -> LtaError | None:
-    """The `LtaError` that explains `exc`: itself (a database error that escaped the storage
-    layer's mapping, mapped), or the first of an exception group (a pass's task groups wrap
-    what a reader raises) whose every leaf is one; None for a bug."""
+    """The `LtaError` that explains `exc` (or every leaf of its group), mapped; None for a bug."""
     from lta_worker.storage import DATABASE_ERRORS, map_driver_error
 
     if isinstance(exc, LtaError):
@@ -144,12 +147,140 @@ def _explained(exc: BaseException) -> LtaError | None:
     return leaves[0]
 
 
-def _quiet_scheduler_logs() -> None:
-    """Keep APScheduler's plain-text records off stderr (only JSON lines go there).
+# -- sd_notify ----------------------------------------------------------------------------
+# One datagram of newline-separated `KEY=VALUE` pairs to $NOTIFY_SOCKET (a leading `@`: the
+# abstract namespace); without it every call does nothing. The watchdog is on when
+# $WATCHDOG_USEC is positive and $WATCHDOG_PID, if set, is this process; pings go at half
+# that period, as sd_watchdog_enabled(3) advises.
 
-    A handler on the `apscheduler` logger stops the standard library's last-resort
-    printing; records still propagate to handlers an embedding application installs.
-    """
-    logger = logging.getLogger("apscheduler")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
+
+class Notifier:
+    """Sends notifications to systemd when run under a `Type=notify` unit."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        address = env.get("NOTIFY_SOCKET", "")
+        self._address = "\0" + address[1:] if address.startswith("@") else address
+        usec = env.get("WATCHDOG_USEC", "")
+        pid = env.get("WATCHDOG_PID", "")
+        watchdog = usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid()))
+        self.watchdog_interval: float | None = int(usec) / 1e6 / 2 if watchdog else None
+
+    @property
+    def enabled(self) -> bool:
+        """True when a notify socket is configured."""
+        return bool(self._address)
+
+    def notify(self, **fields: str | int) -> bool:
+        """Send `KEY=VALUE` lines (keys upper-cased); False when there is no socket or it fails."""
+        if not self._address:
+            return False
+        payload = "\n".join(f"{k.upper()}={v}" for k, v in fields.items()).encode()
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto(payload, self._address)
+        except OSError:
+            return False
+        return True
+
+    def ready(self, status: str) -> bool:
+        """Tell systemd the service is up."""
+        return self.notify(ready=1, status=status, mainpid=os.getpid())
+
+    def status(self, text: str) -> bool:
+        """Update the status line `systemctl status` shows."""
+        return self.notify(status=text)
+
+    def watchdog(self) -> bool:
+        """Ping the watchdog."""
+        return self.notify(watchdog=1)
+
+    def reloading(self, status: str) -> bool:
+        """Tell systemd a reload began (`ready` ends it); MONOTONIC_USEC as notify-reload needs."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.notify(reloading=1, status=status, monotonic_usec=usec)
+
+    def stopping(self, status: str) -> bool:
+        """Tell systemd the service is shutting down."""
+        return self.notify(stopping=1, status=status)
+
+
+# -- reload on SIGHUP ---------------------------------------------------------------------
+# The new settings and key file, or the old ones if they are broken. A reload the database
+# keeps from completing (the key ids stored tokens use are read from it) is tried again,
+# RELOAD_RETRY doubling up to RELOAD_RETRY_MAX, until it completes or another SIGHUP comes,
+# never lost. It runs off the signal loop: a stalled database must not hold a SIGTERM.
+RELOAD_RETRY: Final = 2.0
+RELOAD_RETRY_MAX: Final = 60.0
+
+ReloadFn = Callable[[], Settings]
+
+
+class Reloader:
+    """The reloads a `serve` process was asked for (`wanted`), run one at a time (`run`)."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        notifier: Notifier,
+        reload_settings: ReloadFn | None,
+        intervals: Callable[[], dict[str, timedelta]],
+    ) -> None:
+        self.worker = worker
+        self.notifier = notifier
+        self.reload_settings = reload_settings
+        self._intervals = intervals
+        self._wanted = anyio.Event()
+
+    def wanted(self) -> None:
+        """A SIGHUP came: reload (several before the reload runs make one)."""
+        self._wanted.set()
+
+    async def run(self, scheduler: AsyncIOScheduler) -> None:
+        """Reload on each SIGHUP, off the signal loop (a stalled database must not hold a
+        SIGTERM); a reload the database kept from completing is tried again until it does."""
+        retry = RELOAD_RETRY
+        while True:
+            await self._wanted.wait()
+            self._wanted = anyio.Event()
+            if await self._reload(scheduler, retry):
+                retry = RELOAD_RETRY
+                continue
+            with anyio.move_on_after(retry):  # or at once on the next SIGHUP
+                await self._wanted.wait()
+            self._wanted.set()
+            retry = min(2 * retry, RELOAD_RETRY_MAX)
+
+    async def _reload(self, scheduler: AsyncIOScheduler, retry: float) -> bool:
+        """On SIGHUP: the new settings and key file, or the old ones if they are broken.
+        False when the database was away: the old ones stay until the retry in `retry` s."""
+        self.notifier.reloading("reloading the configuration and the key file")
+        before = self._intervals()
+        try:
+            settings = self.reload_settings() if self.reload_settings else self.worker.settings
+            # Abandoned on a stop: a stalled database must not hold the service's exit.
+            in_use = await anyio.to_thread.run_sync(
+                self.worker.store.key_ids_in_use, self.worker.clock.now(), abandon_on_cancel=True
+            )
+            self.worker.reload(settings, key_ids_in_use=in_use)
+        except StorageError as exc:
+            log.error(
+                "service.reloaded",
+                instance=self.worker.instance,
+                ok=False,
+                error=str(exc),
+                retry_in_s=retry,
+            )
+            self.notifier.ready(
+                "reload waits for the database; the previous configuration "
+                "stays in force until then"
+            )
+            return False
+        except LtaError as exc:
+            log.error("service.reloaded", instance=self.worker.instance, ok=False, error=str(exc))
+            self.notifier.ready("reload failed, the previous configuration stays in force")
+            return True
+        reschedule(scheduler, before, self._intervals())
+        log.info("service.reloaded", instance=self.worker.instance, ok=True, error=None)
+        self.notifier.ready("reloaded")
+        return True

@@ -1,44 +1,14 @@
-"""`serve`: the long-running service under systemd.
+"""`serve`: the long-running service under systemd (docs/operations.md, *Service, timer or
+cron*, *The circuit breaker in service mode*).
 
-The scheduler (`_scheduler`) runs the pass every `poll.tick`, and the jobs of `_jobs`:
-maintenance (retention purge, WAL checkpoint), the heartbeat and (with `webhook.url`) the
-webhook delivery every `webhook.interval`.
-sd_notify: READY once started, STATUS after each pass, WATCHDOG pings from the event loop
-(so a blocked loop stops them), STOPPING on SIGTERM/SIGINT. A signal stops claiming, lets
-in-flight reads finish within `serve.grace_period`, commits, and exits 0. SIGHUP reloads the
-configuration and the key file; a broken new one leaves the old one in force, and so does
-a key file without a key id that stored tokens use. A reload checks the key ids stored
-tokens use in the database: when the database is away (cut, stalled), the reload is
-tried again (`_reload`, each failure logged) until it completes or another SIGHUP comes,
-never lost. A SIGHUP sent while `serve` starts
-waits (`lta_worker.__main__` holds it from the first line) and reloads once the service
-has started. With
-`enroll.listen` set, the browser enrollment listener (`_enroll_server`) runs alongside,
-from before READY until the passes have drained.
-
-A pass stopped by the circuit breaker (the service rejects the client: a wrong client
-secret, or a wrong base URL; never what one user can cause) does not stop the service: it
-logs `service.breaker_open` (error) once, reads nobody, and runs a pass again only every
-`BREAKER_RETRY` (at least `poll.tick`), or at the next tick after a reload (SIGHUP), which
-may have fixed the cause; the first pass that is not stopped by the breaker logs
-`service.breaker_closed` and the ticks go on. Meanwhile `/healthz` and `status --check` say
-unhealthy, naming the cause (the last pass stopped at the breaker). A pass that meets a
-stored token under a key id the key file lacks stops the service, with
-`service.config_stop` and exit 78 (`serve` raises the error the CLI writes last, after
-`service.stopped`; other exit-78 failures of a pass are logged and the service goes on: a
-database file that cannot be opened is also what a machine out of file descriptors says,
-which passes): the token is kept, and the next pass would claim the same user first and
-stop again, reading almost nobody. The key file is read again first: a key added after the
-start (step 1 of key rotation) and a user enrolled under it is no configuration problem,
-and the service goes on with the new keys (`service.keys_reloaded`).
-
-A stop waits for the database at most `STOP_BOUND` beyond the grace period: a database
-that stalls (no error, no answer) would otherwise hold the process past systemd's
-TimeoutStopSec. Past it, `serve` logs a `StorageError` `error` event and exits 75 at once;
-what was committed stays, and the users its last pass held are due again once their leases
-lapse.
-
-`[metrics] listen` starts the metrics and health server (`_metrics_http`) beside it.
+A pass every `poll.tick` and the jobs of `_jobs` on their intervals (`_scheduler`);
+sd_notify READY, STATUS, WATCHDOG (from the event loop) and STOPPING; SIGTERM/SIGINT stop
+claiming, let in-flight reads finish within `serve.grace_period`, commit and exit 0, and
+a stop that waits `STOP_BOUND` more for a stalled database exits 75; SIGHUP reloads
+(`Reloader`). A pass stopped by the breaker keeps the service up and unhealthy, retried
+every `BREAKER_RETRY` or after a reload; a stored token under a key id the key file lacks,
+even read again, stops it with exit 78 (`service.config_stop`). `[metrics] listen` and
+`[enroll] listen` start their listeners beside it (`_metrics_http`, `_enroll`).
 """
 
 from __future__ import annotations
@@ -67,10 +37,16 @@ from lta_worker.logs import get_logger
 from lta_worker.runtime import Clock
 from lta_worker.worker import _jobs as jobs
 from lta_worker.worker._pass import PassResult
-from lta_worker.worker._reload import Reloader, ReloadFn
 from lta_worker.worker._runtime import Worker
-from lta_worker.worker._scheduler import Guard, Job, intervals, start_scheduler
-from lta_worker.worker._sdnotify import Notifier
+from lta_worker.worker._scheduler import (
+    Guard,
+    Job,
+    Notifier,
+    Reloader,
+    ReloadFn,
+    intervals,
+    start_scheduler,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -201,9 +177,7 @@ class Service:
             await self.guard.idle.wait()
 
     def _abandon(self, waited: float) -> None:
-        """The stop has waited `waited` s (a database call that does not return): exit 75
-        now, from this timer thread, whatever the event loop is stuck in. What was committed
-        stays; the users the last pass held are due again once their leases lapse."""
+        """The stop waited `waited` s for the database: exit 75 now, from this timer thread."""
         log.error(
             "error",
             error=StorageError.__name__,
@@ -280,10 +254,12 @@ class Service:
 
     def _config_stop(self, exc: UnknownKeyError) -> None:
         """A pass met a key id the key file lacks, read again: stop reading, and exit 78."""
-        self.stop_error = exc
-        self._halt(
-            "configuration error",
+        self.stop_error, self.exit_code = exc, EX_CONFIG
+        self._fatal_cause = "configuration error"
+        log.error(
             "service.config_stop",
+            instance=self.worker.instance,
+            exit_code=EX_CONFIG,
             error=type(exc).__name__,
             key=exc.key,
             hint=f"the key file, read again, still lacks key id {exc.key_id!r}: a line removed "
@@ -291,12 +267,6 @@ class Service:
             "start to a file the unit copies at start (LoadCredential: restart the unit, step "
             "2 of key rotation); serve stops instead of failing every pass",
         )
-
-    def _halt(self, cause: str, event: str, **fields: Any) -> None:
-        """Log why, then stop reading and exit 78, so that the unit stays down (the module)."""
-        self.exit_code = EX_CONFIG
-        self._fatal_cause = cause
-        log.error(event, instance=self.worker.instance, exit_code=EX_CONFIG, **fields)
         self._fatal.set()
 
     async def _watchdog(self, period: float) -> None:
@@ -336,7 +306,7 @@ async def serve(
                     code = await service.run()
                 else:
                     # Imported only here: starlette and uvicorn are the optional `[web]` extra.
-                    from lta_worker.worker._enroll_server import enroll_listener
+                    from lta_worker.worker._enroll import enroll_listener
 
                     async with enroll_listener(worker):
                         code = await service.run()

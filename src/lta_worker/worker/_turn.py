@@ -1,11 +1,9 @@
-"""One user's turn in a pass: decrypt the token, read each endpoint, classify, decide.
+"""One user's turn in a pass (decrypt the token, read each endpoint, classify, decide), and
+the lines of a read and of a decision written (`log_read`, `log_changes`; docs/log-events.md).
 
 Each read waits for a pacer permit first, and is sent only while the user's lease is
-certainly held until the read's end (`service.request_timeout` before the lease's end,
-`_lease_book`): when the database stalls longer than a lease, renewals land late and the
-lease may lapse, and another instance may claim the user. Such a turn is given up like a
-stop (the user stays due) and counted for `pass.lease_lapsed`. Every read is counted and
-logged, and what the breaker makes of it stops the pass when it says so.
+certainly held until the read's end (`LeaseBook`); otherwise the turn is given up like a
+stop (the user stays due) and counted for `pass.lease_lapsed`.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -32,22 +30,85 @@ from lta_worker.domain import (
     still_wanted,
 )
 from lta_worker.errors import UnknownKeyError
-from lta_worker.pacing import PacerLike, wait_after_429
+from lta_worker.logs import get_logger
+from lta_worker.pacing import PacerLike, PacerSnapshot, wait_after_429
 from lta_worker.runtime import Clock
 from lta_worker.secret import Secret
 from lta_worker.storage import TokenDecryptError
-from lta_worker.worker import _pass_log as events
-from lta_worker.worker._lease_book import LeaseBook, lease_of
-from lta_worker.worker._pass import PassOptions, PassResult, ReadObserver
-from lta_worker.worker._ports import Reader, TokenVault
-from lta_worker.worker._stop import Interrupted, LeaseLapsed, PassStop
+from lta_worker.worker._pass import (
+    Interrupted,
+    LeaseBook,
+    LeaseLapsed,
+    PassOptions,
+    PassResult,
+    PassStop,
+    Reader,
+    ReadObserver,
+    lease_of,
+)
+
+if TYPE_CHECKING:
+    from lta_worker.storage import Vault
+
+log = get_logger("lta_worker.engine")
+
+
+def pass_logger() -> Any:
+    """The logger of one pass's `poll.read` lines, bound once (`log` binds at every line)."""
+    return log.bind()
+
+
+def log_read(
+    per_pass: Any,
+    user: UserRow,
+    endpoint: Endpoint,
+    outcome: Outcome,
+    took: float,
+    *,
+    budget: PacerSnapshot,
+) -> None:
+    """`poll.read` (through `per_pass`, `pass_logger`), and `ratelimit.throttled` after a 429."""
+    per_pass.info(
+        "poll.read",
+        user=user.user,
+        endpoint=endpoint,
+        status=outcome.status,
+        outcome=outcome.kind,
+        code=outcome.code,
+        reason=outcome.reason,
+        duration_ms=round(took * 1000, 1),
+        budget_remaining=budget.remaining,
+        budget_limit=budget.limit,
+        budget_reset_s=None if budget.reset_in is None else round(budget.reset_in, 1),
+    )
+    if outcome.kind == "rate_limited":
+        log.warning(
+            "ratelimit.throttled", user=user.user, endpoint=endpoint, retry_after_s=outcome.wait
+        )
+
+
+def log_changes(user: UserRow, update: UserUpdate) -> None:
+    """`user.state_changed`, `token.deleted` and `endpoint.denied` for a decision written."""
+    if update.state != user.state:
+        level = "warning" if update.state in {"revoked", "rejected"} else "info"
+        getattr(log, level)(
+            "user.state_changed",
+            user=user.user,
+            **{"from": user.state, "to": update.state},
+            reason=update.last_outcome,
+        )
+    if update.delete_token:
+        log.warning("token.deleted", user=user.user, reason=update.state)
+    for endpoint, until in update.denied.items():
+        if endpoint not in user.denied:
+            log.warning("endpoint.denied", user=user.user, endpoint=endpoint, retry_at=until)
 
 
 @dataclass(kw_only=True)
 class Turns:
     """The turns of one pass's users, over the pass's collaborators and its result."""
 
-    vault: TokenVault
+    vault: Vault
     api: Reader
     pacer: PacerLike
     clock: Clock
@@ -63,7 +124,7 @@ class Turns:
     lapsed: int = 0  # users whose turn was given up for their lease (`LeaseLapsed`)
     fatal_error: UnknownKeyError | None = None  # what aborted the pass, if anything
     _proving: dict[Proof, anyio.Event] = field(default_factory=dict)  # proofs being asked
-    _read_log: Any = field(default_factory=events.pass_logger)  # one per pass
+    _read_log: Any = field(default_factory=pass_logger)  # one per pass
 
     async def turn(self, user: UserRow) -> UserUpdate | None:
         """The user's turn: its decision, or None (no token, or the pass aborted on a key id
@@ -78,14 +139,20 @@ class Turns:
             self.stop.abort("config")
             return None
         except TokenDecryptError:
-            events.undecryptable(user)
+            key_id = None if user.token is None else user.token.key_id
+            log.error("token.undecryptable", user=user.user, key_id=key_id)
             return self._unusable(user)
         # upstream (and httpx with it) is imported at the first read: a `run` with nobody
         # due never needs it.
         from lta_worker.upstream import usable_token
 
         if not usable_token(token):  # stored before enrollment checked what a header can carry
-            events.unsendable(user)
+            log.error(
+                "token.unsendable",
+                user=user.user,
+                hint="the token holds a space, a control character or a character beyond ASCII "
+                "(stored before enrollment refused such tokens); enroll the user again",
+            )
             return self._unusable(user)
         results: list[tuple[Endpoint | None, Outcome]] = []
         for endpoint in endpoints_to_call(user, opts.client_scopes, self.clock.now()):
@@ -186,7 +253,7 @@ class Turns:
             self.on_read(endpoint, outcome.kind, took)
         if outcome.kind == "rate_limited":
             self.result.throttled += 1
-        events.read(self._read_log, user, endpoint, outcome, took, budget=self.pacer.snapshot())
+        log_read(self._read_log, user, endpoint, outcome, took, budget=self.pacer.snapshot())
         signal = self.breaker.observe(outcome, user.id)
         if signal == "trip":
             self.stop.abort("breaker")
