@@ -1,5 +1,5 @@
 """End-to-end harness: the real `Worker` (store, vault, API client, pacer, engine) against the
-simulator in-process, on SQLite and, when LTA_TEST_DATABASE_URL is set, PostgreSQL."""
+simulator in-process, on SQLite (and PostgreSQL for the tests marked `ON_BOTH_BACKENDS`)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from lta_worker.simulator import (
 from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
+from support.pg import PG_ENV, PG_SKIP, throwaway_database
 from support.virtual_time import VirtualTime
 
 BASE_URL = "https://api.sim.example"
@@ -145,26 +146,22 @@ class Harness:
         return row
 
 
-def _backends() -> list[Any]:
-    params: list[Any] = ["sqlite"]
-    reason = "set LTA_TEST_DATABASE_URL to run the end-to-end tests on PostgreSQL"
-    params.append(
-        pytest.param(
-            "postgresql",
-            marks=pytest.mark.skipif(not os.environ.get("LTA_TEST_DATABASE_URL"), reason=reason),
-        )
-    )
-    return params
+# SQLite by default: the storage contract suite runs every store operation on both backends.
+# A test whose scenario exercises PostgreSQL-specific code (row locks, leases between
+# connections, column bounds) takes `ON_BOTH_BACKENDS` as a mark.
+ON_BOTH_BACKENDS = pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 
 
-@pytest.fixture(params=_backends())
+@pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         yield f"sqlite:///{tmp_path / 'lta.db'}"
         return
-    from support.pg import throwaway_database
-
-    with throwaway_database(os.environ["LTA_TEST_DATABASE_URL"]) as url:
+    if not os.environ.get(PG_ENV):
+        pytest.skip(PG_SKIP)
+    with throwaway_database(os.environ[PG_ENV]) as url:
         yield url
 
 

@@ -25,6 +25,8 @@ from lta_worker.storage import Store, Vault, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support.hostile import HostileServer, Seen, Step, json_body
 
+from .conftest import ON_BOTH_BACKENDS
+
 pytestmark = pytest.mark.anyio
 
 CLIENT_SECRET = "hostile-client-s3cret-value"
@@ -145,6 +147,7 @@ FAR_RESETS: Mapping[str, list[tuple[str, str]]] = {
 }
 
 
+@ON_BOTH_BACKENDS
 @pytest.mark.parametrize("case", list(FAR_RESETS))
 async def test_far_resets_and_huge_counts_end_the_pass_normally(
     deployment: Deployment, case: str
@@ -166,6 +169,7 @@ async def test_far_resets_and_huge_counts_end_the_pass_normally(
         assert seen.remaining is None or seen.remaining < 2**31
 
 
+@ON_BOTH_BACKENDS
 @pytest.mark.parametrize(
     "body",
     [

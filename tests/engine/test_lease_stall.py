@@ -17,9 +17,9 @@ import pytest
 from lta_worker.storage import Store
 from support.virtual_time import autojump, stall, virtual_backend
 
-from .conftest import Harness
+from .conftest import ON_BOTH_BACKENDS, Harness
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
 USERS = 20
 LEASE_S = 10

@@ -29,9 +29,9 @@ from lta_worker.storage._db import Database
 from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
 
-from .conftest import Harness, WorkerClock
+from .conftest import ON_BOTH_BACKENDS, Harness, WorkerClock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
 HOUR = timedelta(hours=1)
 

@@ -40,6 +40,8 @@ from lta_worker.storage import Store, Vault, generate_key_line
 from lta_worker.worker import PassEngine, pass_options
 from support.hostile import hostile_ratelimit_headers
 
+from .conftest import ON_BOTH_BACKENDS
+
 CLIENT_SECRET = "fuzz-client-s3cret-value"
 ECHO = "EchoedFreeTextXyz"
 MAX_WAIT = 600.0
@@ -159,6 +161,7 @@ bodies = st.one_of(_strict, _hostile, st.binary(max_size=40))
 statuses = st.sampled_from([200, 204, 401, 403, 404, 429, 500, 503])
 
 
+@ON_BOTH_BACKENDS
 @settings(
     max_examples=60,
     deadline=None,

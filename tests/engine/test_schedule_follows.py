@@ -12,7 +12,7 @@ from lta_worker.domain import UserUpdate
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker import Worker
 
-from .conftest import Harness, WorkerClock
+from .conftest import ON_BOTH_BACKENDS, Harness, WorkerClock
 
 if TYPE_CHECKING:
     from lta_worker.worker import PassEngine
@@ -83,6 +83,7 @@ async def test_a_backoff_is_capped_by_the_interval_in_force(harness: Harness) ->
     assert (await harness.run_pass()).reads == 2
 
 
+@ON_BOTH_BACKENDS
 async def test_a_reload_re_plans_what_a_pass_scheduled_under_the_old_interval(
     harness: Harness,
 ) -> None:

@@ -26,12 +26,6 @@ USERS = 30
 HOLD_S = 1.0
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """SQLite: the lock another connection takes is a file lock on this machine."""
-    return f"sqlite:///{tmp_path / 'lta.db'}"
-
-
 class LockOnFirstRead(httpx.AsyncBaseTransport):
     """Passes requests on; at the first read another connection (an operator's command)
     takes the database's write lock and keeps it for HOLD_S seconds."""
