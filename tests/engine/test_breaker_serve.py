@@ -1,8 +1,5 @@
-"""No single user stops anything: `serve`'s pass job (`Service._pass_job`, as the scheduler
-runs it every `poll.tick`) over the real worker and the in-process simulator, on virtual
-time. One user's own plain 401 or 404 changes that user only, whatever the size of the
-pass; a wrong client secret trips the breaker, and `serve` stays up, unhealthy, checks
-again at its slow pace and recovers once a reload brings the right secret."""
+"""No single user stops `serve`: its pass job (`Service._pass_job`) over the real worker and
+the simulator on virtual time; a wrong client secret trips the breaker and `serve` recovers."""
 
 from __future__ import annotations
 
@@ -68,9 +65,7 @@ def _worker(h: Harness) -> Worker:
 async def test_one_user_alone_in_every_pass_never_stops_serve(
     virtual_harness: Harness, cause: str
 ) -> None:
-    """A user whose token the service forgot (plain 401), or whose reads answer 404 under
-    `poll.stats = "on_change"`, alone in every pass: an hour of `serve` never stops nor
-    trips the breaker; that user is `rejected` (or its result `none`), the others are read."""
+    """A forgotten token (plain 401) or a 404, alone in every pass, never stops `serve`."""
     h = virtual_harness
     h.configure("poll", schedule="fixed", stats="on_change", interval="10m", tick="1m")
     async with autojump():
@@ -107,10 +102,7 @@ async def test_one_user_alone_in_every_pass_never_stops_serve(
 async def test_serve_with_a_wrong_secret_stays_up_unhealthy_and_recovers_on_reload(
     virtual_harness: Harness,
 ) -> None:
-    """A wrong client secret (the token endpoint answers invalid_client): the breaker trips
-    at once, even for one user; `serve` stays up, unhealthy naming the client secret, runs a
-    pass only every `BREAKER_RETRY`, changes nobody; the right secret and a reload: the next
-    tick reads everyone and health comes back."""
+    """A wrong secret: `serve` stays up, unhealthy, retries slowly, recovers on reload."""
     h = virtual_harness
     h.configure("poll", tick="1m")
     async with autojump():

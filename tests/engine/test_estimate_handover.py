@@ -1,5 +1,4 @@
-"""An adaptive schedule's estimates across a restart and a move to another instance: the real
-worker through the simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+"""An adaptive schedule's estimates across a restart and a move to another instance."""
 
 from __future__ import annotations
 
@@ -51,10 +50,7 @@ def _endpoints(h: Harness, since: int) -> dict[str, list[str]]:
 async def test_a_second_instance_goes_on_from_the_estimates_the_first_left(
     virtual_harness: Harness,
 ) -> None:
-    """Under `poll.schedule = "adaptive"`, a second instance after the first stopped finds
-    every estimate, next due time and the population's prior as the first left them, and
-    its first read of a user that did not change reads latest-change alone and counts no
-    change."""
+    """A second instance goes on from the first's estimates, due times and prior."""
     h = virtual_harness
     h.configure("poll", schedule="adaptive", interval="10m", max_interval="12h")
     h.configure("poll", stats="on_change", max_pass_duration="30m")

@@ -1,5 +1,5 @@
-"""Health in an outage, end to end: the real worker's passes against the simulator with every
-read failing, and the verdict `status --check` and `/healthz` give (`collect_status`)."""
+"""Health in an outage, end to end: the real worker's passes with every read failing, and the
+verdict `status --check` and `/healthz` give (`collect_status`)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,7 @@ def verdict(harness: Harness) -> dict[str, Any]:
 async def test_an_outage_turns_health_unhealthy_within_the_interval_and_back(
     harness: Harness,
 ) -> None:
-    """With the service down, health turns unhealthy within `poll.interval` of the outage and
-    stays so through passes that find nobody due (0 reads prove nothing); the first answered
-    reads after it comes back make it healthy again."""
+    """Down: unhealthy within `poll.interval`, through empty passes; healthy once reads return."""
     harness.configure("poll", interval="10m")
     for n in range(6):
         await harness.enroll(f"user-{n}")
@@ -62,21 +60,3 @@ async def test_an_outage_turns_health_unhealthy_within_the_interval_and_back(
         harness.advance(TICK)
         await harness.run_pass()
     assert verdict(harness)["last_success"]["counts"]["ok"] > 0
-
-
-async def test_with_users_due_and_no_read_answered_for_twice_the_interval_is_unhealthy(
-    harness: Harness,
-) -> None:
-    """Nobody enrolled: passes that read nobody are healthy however long. A user due and no
-    read answered for twice `poll.interval` (no pass ran, or none read) is a problem."""
-    harness.configure("poll", interval="10m")
-    await harness.run_pass()
-    harness.advance(3 * INTERVAL)
-    await harness.run_pass()
-    assert verdict(harness)["healthy"] is True
-    await harness.enroll("user-0")
-    await harness.run_pass()
-    harness.advance(2 * INTERVAL + TICK)
-    data = verdict(harness)
-    assert data["healthy"] is False
-    assert any("no read answered since" in p for p in data["problems"]), data["problems"]

@@ -1,6 +1,5 @@
-"""A database that stalls for longer than a lease: the pass sends no read for a user whose
-lease may have lapsed (another instance may claim and read it meanwhile), and every user
-it gives up stays due. The real Worker and the simulator on one virtual clock."""
+"""A database stalling longer than a lease: no read once the lease may have lapsed, and every
+user given up stays due. The real Worker and the simulator on one virtual clock."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) ->
 async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
     virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO
 ) -> None:
-    """Renewal stalled past the lease: no read after the lease's end less request_timeout;
-    the users not read stay due; the pass ends without error."""
+    """Renewal stalled past the lease: no read after its end less request_timeout; rest stay due."""
     h = virtual_harness
     h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=100, concurrency=4)
     h.configure("service", request_timeout=f"{MARGIN_S}s")
@@ -135,10 +133,7 @@ def record_claims(monkeypatch: pytest.MonkeyPatch, h: Harness) -> dict[str, list
 async def test_a_turn_reads_nothing_under_its_users_next_claim(
     virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The database stalls longer than a lease while turns wait for permits; after it, the
-    pass claims those users again (their leases lapsed, its own): a user's reads after its
-    last claim are that claim's one turn, latest-change then stats, never the older turn's
-    too (issue 28: two turns of one user within one lease, the user left half read)."""
+    """After a stall, a user's reads after its last claim are that claim's one turn (issue 28)."""
     h = virtual_harness
     h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=1, concurrency=4)
     h.configure("service", request_timeout=f"{MARGIN_S}s")

@@ -18,8 +18,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """Before its first read, a new worker's budget gauges say what the database recorded
-    (as `status` does) and every `lta_worker_reads_total` series exists at 0."""
+    """Before any read: the budget gauges from the database, every reads series at 0."""
     h = harness
     h.sim.configure(budget=120, window=3600)
     await h.enroll("ada")

@@ -1,9 +1,5 @@
-"""Hypothesis through the whole read path, not only the parser: a generated answer (status,
-RateLimit headers, body) goes through the real PassEngine (classify, pacer.feed on a virtual
-clock, the rendered `poll.read` line, policy, store.apply), then the pacer's record
-(record_budget), the shared budget row (update_budget) and `results export`, on SQLite and
-PostgreSQL. Nothing raises, every rendered line and exported line is strict JSON, every figure
-is bounded, and no free text of a body is stored or shown."""
+"""Hypothesis through the whole read path (classify, pacer, rendered `poll.read`, store, budget
+row, export) on SQLite and PostgreSQL: nothing raises, all JSON strict, figures bounded."""
 
 from __future__ import annotations
 
@@ -176,8 +172,7 @@ def test_any_answer_goes_through_the_whole_read_path(
     status: int,
     body: bytes,
 ) -> None:
-    """Whatever the answer: no raise from response to log line to database to export, and
-    no per-user bookkeeping left in the engine once the user is written."""
+    """Any answer: no raise from response to export, nothing per user left in the engine."""
     config, store = deployment
     clocks = Clocks()
     clocks.wall = store_wall = _next_wall(store)

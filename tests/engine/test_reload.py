@@ -39,8 +39,7 @@ def _worker(harness: Harness) -> Worker:
 async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
     harness: Harness, section: str, values: dict[str, Any]
 ) -> None:
-    """A reload that changes a section only a restart applies keeps the running value (the
-    settings shown are the ones in force) and warns naming the section; `poll` applies."""
+    """A restart-only section keeps its running value and warns naming it; `poll` applies."""
     settings = harness.settings()
     async with _worker(harness) as worker:
         harness.configure(section, **values)  # validated as the loader does
@@ -67,8 +66,7 @@ async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness:
 
 
 async def test_a_key_file_without_a_key_in_use_is_refused_whole(harness: Harness) -> None:
-    """A reload whose key file lacks a key id stored tokens use raises UnknownKeyError and
-    changes nothing: the vault, the client secret and the settings stay those in force."""
+    """A key file lacking a key id in use: UnknownKeyError, and nothing in force changes."""
     settings = harness.settings()
     async with _worker(harness) as worker:
         vault, secret = worker.vault, worker.secret("client_secret")

@@ -30,8 +30,7 @@ def _worker(harness: Harness) -> Worker:
 async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass that reads users reads `client.secret_file` once, at start; a reload reads it
-    once more, and the API client is built again with what it read."""
+    """`client.secret_file` is read once at start and once per reload, rebuilding the client."""
     await harness.enroll("alice")
     await harness.enroll("bob")
     reads: list[Settings] = []
@@ -53,8 +52,7 @@ async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload
 
 
 async def test_the_pass_engine_never_holds_the_client_secret(harness: Harness) -> None:
-    """No argument of `PassEngine` is a secret, and no attribute of a running engine holds
-    the client secret: the API client composes the credential."""
+    """Neither `PassEngine`'s arguments nor a running engine's attributes hold the secret."""
     assert [name for name in inspect.signature(PassEngine).parameters if "secret" in name] == []
     await harness.enroll("alice")
     engines: list[Any] = []

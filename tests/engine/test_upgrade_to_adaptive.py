@@ -1,6 +1,5 @@
-"""A database written under `poll.schedule = "fixed"` (the built-in default up to 0.1) switched
-to the adaptive schedule by the new default, the keys never named: the real worker through the
-simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+"""A database written under `poll.schedule = "fixed"` switched to the adaptive default, the
+keys never named: the real worker through the simulator on virtual time."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker import Worker
@@ -44,10 +43,7 @@ def _rows(h: Harness) -> dict[str, Any]:
 
 def _due_classes(h: Harness) -> dict[str, str]:
     """Which setting each user's due time was set by (the stored `due_class`)."""
-    url = make_url(h.db_url)
-    if url.drivername.startswith("postgres"):
-        url = url.set(drivername="postgresql+psycopg")
-    engine = create_engine(url)
+    engine = create_engine(h.db_url)
     try:
         with engine.connect() as conn:
             rows = conn.execute(text('SELECT "user", due_class FROM users'))
@@ -85,11 +81,7 @@ async def _under_fixed(h: Harness) -> None:
 async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adaptive(
     virtual_harness: Harness,
 ) -> None:
-    """After passes under `fixed`, the default schedule (adaptive, stats on change) reads nobody
-    before its stored due time, moves no due time that was not yet reached, leaves the
-    parked and backed-off users as they were, goes on from the estimates gathered under
-    `fixed`, and after its first read of a user sets a due time within [interval,
-    max_interval]."""
+    """Turning adaptive moves no due time not yet reached and goes on from the estimates."""
     h = virtual_harness
     h.configure("poll", interval="1h", backoff_base="20m")  # fixed, stats always: FIXED_POLL
     h.configure("poll", max_interval="12h", max_pass_duration="50m")
