@@ -1,8 +1,5 @@
-"""The simulator's copy of the service's facts agrees with the worker's (`lta_worker.protocol`).
-
-The simulator imports nothing of the worker, so it spells the paths, the token prefix, the
-scopes, the error codes and the header names itself; this is the one place both are read.
-"""
+"""The simulator's copy of the service's facts (it imports nothing of the worker) agrees with
+the worker's `lta_worker.protocol`."""
 
 from __future__ import annotations
 

@@ -489,8 +489,7 @@ async def test_a_read_after_the_client_closed_is_refused_as_httpx_refuses_it() -
 
 
 async def test_with_an_https_proxy_reads_go_through_the_proxy() -> None:
-    """With `service.https_proxy`, a read opens a CONNECT tunnel at the proxy (httpx's send
-    picks the proxy transport); nothing goes to the service directly."""
+    """With `service.https_proxy` a read opens a CONNECT tunnel at the proxy, nothing direct."""
     seen: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -600,8 +599,7 @@ ORIGINAL = json.dumps({"items": [{"id": n, "name": f"item {n}"} for n in range(4
 async def test_any_content_encoding_is_a_broken_body_of_its_answer(
     encoding: str, body: bytes
 ) -> None:
-    """A body under any coding (valid, corrupt, unknown, stacked) is a broken body of the
-    answer that came (its status kept), not a network failure counting the service down."""
+    """A body under any coding is a broken body of its answer (status kept), not a network error."""
     answer = await encoded_api(body, encoding).read("stats", TOKEN)
     assert (answer.status, answer.error, answer.body) == (200, "decoding", b"")
     assert classify("stats", answer).reason == "broken body"
@@ -643,8 +641,7 @@ async def test_the_client_asks_for_no_content_coding() -> None:
 async def test_a_success_echoing_a_credential_is_marked_by_the_client(
     body: bytes, echoed: bool
 ) -> None:
-    """The client, which alone holds the client secret, marks a success body holding the
-    token, the client secret or any `dspa_` token; classify makes it `credential echoed`."""
+    """A success body holding the token or the client secret is marked `echoed` by the client."""
     answer = await make_api(Recorder(lambda: httpx.Response(200, content=body))).read(
         "stats", TOKEN
     )
@@ -654,8 +651,7 @@ async def test_a_success_echoing_a_credential_is_marked_by_the_client(
 
 
 async def test_a_token_that_cannot_make_a_credential_sends_nothing() -> None:
-    """A read or drop with a token that is not a usable `dspa_` token raises ValueError
-    before any request."""
+    """A read or drop with an unusable token raises ValueError before any request."""
     rec = Recorder()
     api = make_api(rec)
     for token in (Secret("abc"), Secret("dspa_"), Secret("dspa_a b")):
