@@ -30,7 +30,7 @@ from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
-from support.virtual_time import VirtualTime
+from support.virtual_time import VirtualTime, virtual_backend
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
@@ -38,8 +38,9 @@ REDIRECT_URI = "https://app.example/lta/callback"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """asyncio; for a test on `virtual_harness`, trio with its MockClock (virtual time)."""
+    return virtual_backend() if "virtual_harness" in request.fixturenames else "asyncio"
 
 
 class WorkerClock:
@@ -114,14 +115,14 @@ class Harness:
             location = (await runtime.http.get(url)).headers["location"]
             await enrollment.finish(user, location)
 
+    def worker(self, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> Worker:
+        """The real Worker through the simulator (or `transport`), on the harness's clock."""
+        transport = transport or SimulatorTransport(self.sim)
+        return Worker(self.settings(), transport=transport, clock=self.worker_clock(), **kwargs)
+
     async def run_pass(self, **kwargs: Any) -> PassResult:
         """One pass of the real Worker through the in-process simulator."""
-        worker = Worker(
-            self.settings(),
-            transport=SimulatorTransport(self.sim),
-            clock=self.worker_clock(),
-        )
-        async with worker:
+        async with self.worker() as worker:
             return await worker.run_pass(**kwargs)
 
     def worker_clock(self) -> Any:
@@ -194,8 +195,7 @@ def harness(tmp_path: Path, db_url: str) -> Harness:
 @pytest.fixture
 def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator and a worker on one virtual clock (trio's MockClock): budget windows of
-    seconds or hours pass without waiting. Needs `virtual_backend()` as the module's
-    `anyio_backend` and the test's body inside `async with autojump():`."""
+    seconds or hours pass without waiting. Needs the test's body inside `async with autojump():`."""
     clock = VirtualTime()
     sim = Simulator(clock=clock)
     secret_file, key_file = _files(tmp_path)

@@ -10,22 +10,16 @@ import anyio
 import pytest
 
 from lta_worker.report import collect_status
-from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.worker import Worker
+from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.worker._sdnotify import Notifier
 from lta_worker.worker._serve import BREAKER_RETRY, Service
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
 TICK = timedelta(minutes=1)
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
 
 
 async def _forget_upstream(h: Harness, user: str) -> None:
@@ -56,10 +50,6 @@ async def _serve_for(svc: Service, span: timedelta) -> list[Any]:
     return results
 
 
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), kind="serve", transport=SimulatorTransport(h.sim), clock=h.clock)
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cause", ["forgotten_token", "nothing_recorded"])
 async def test_one_user_alone_in_every_pass_never_stops_serve(
@@ -71,7 +61,7 @@ async def test_one_user_alone_in_every_pass_never_stops_serve(
     async with autojump():
         for name in ("ada", "bob", "cy"):
             await h.enroll(name)
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             await worker.run_pass()  # everybody read once; all due again in 10 minutes
         if cause == "forgotten_token":
             await _forget_upstream(h, "cy")
@@ -80,7 +70,7 @@ async def test_one_user_alone_in_every_pass_never_stops_serve(
             with h.store() as store:  # due now, alone
                 store.store_token("cy", h.user("cy").token, h.user("cy").scopes,
                                   h.clock.now(), h.clock.now())  # fmt: skip
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             svc = Service(worker, Notifier({}))
             results = await _serve_for(svc, timedelta(hours=1))
     assert [r.stopped for r in results if r.stopped != "completed"] == []
@@ -108,7 +98,7 @@ async def test_serve_with_a_wrong_secret_stays_up_unhealthy_and_recovers_on_relo
     async with autojump():
         await h.enroll("ada")
         h.secret_file.write_text("not-the-right-secret\n")
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             svc = Service(worker, Notifier({}))
             span = 2 * BREAKER_RETRY
             tripped = await _serve_for(svc, span)

@@ -5,26 +5,20 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
 
 import anyio
 import pytest
 
 from lta_worker.report import collect_status
-from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.worker import PassResult, Worker
-from support.virtual_time import autojump, virtual_backend
+from lta_worker.simulator import DEMO_CLIENT_ID
+from lta_worker.worker import PassResult
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
 RESERVE = 0.1  # ratelimit.reserve's default: 10% of the limit is left for other traffic
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
 
 
 async def paced_pass(h: Harness, *, users: int, budget: int, window: int, fmt: str) -> None:
@@ -133,7 +127,7 @@ async def test_a_user_read_counts_in_users_when_the_pass_is_aborted(
     h.configure("poll", stats="always")
     async with autojump():
         await h.enroll("alice")
-        worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.clock)
+        worker = h.worker()
         async with worker, anyio.create_task_group() as tg:
             box: dict[str, PassResult] = {}
 

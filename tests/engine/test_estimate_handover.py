@@ -9,25 +9,14 @@ import pytest
 
 from lta_worker.domain import population_prior
 from lta_worker.report import PlanCache
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 USERS = ("busy", "steady", "idle")
-
-
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
 
 
 def _changed_at(n: int) -> dict[str, str]:
@@ -63,7 +52,7 @@ async def _handover(h: Harness) -> None:
     for user in USERS:
         await h.enroll(user)
         h.sim.set_payload(user, "latest-change", _changed_at(0))
-    first = _worker(h)
+    first = h.worker()
     async with first:
         for n in range(1, 13):  # 12 h: busy changes every hour, steady at 4 h and 8 h
             h.sim.set_payload("busy", "latest-change", _changed_at(n))
@@ -80,7 +69,7 @@ async def _handover(h: Harness) -> None:
     with h.store() as store:
         assert left_plan.prior == population_prior(store.sample_estimates())
 
-    second = _worker(h)
+    second = h.worker()
     assert second.instance != first.instance
     h.sim.set_payload("busy", "latest-change", _changed_at(13))  # only busy changes
     handover: dict[str, list[str]] = {}

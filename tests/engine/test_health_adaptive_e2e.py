@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import anyio
 import pytest
 
 from lta_worker.report import collect_status
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -17,11 +16,6 @@ pytestmark = pytest.mark.anyio
 
 INTERVAL = timedelta(minutes=10)
 TICK = timedelta(minutes=1)
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
 
 
 async def _serve(h: Harness, tick: timedelta = TICK) -> None:

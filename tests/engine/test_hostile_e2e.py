@@ -35,11 +35,6 @@ READ_PREFIX = "/api/v1/history/"
 MAX_WAIT = 10
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def token_of(user: str) -> str:
     return f"dspa_{user}_t0ken"
 

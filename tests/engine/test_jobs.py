@@ -12,26 +12,20 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.runtime import instance_ttl
-from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker import PassResult, Worker
 from lta_worker.worker import _jobs as jobs
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 @asynccontextmanager
 async def runtime(h: Harness, **kwargs: Any) -> AsyncIterator[Worker]:
     """An open runtime on the harness's virtual clock, inside `autojump`."""
     async with autojump():
-        worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.clock, **kwargs)
+        worker = h.worker(**kwargs)
         async with worker as rt:
             yield rt
 
@@ -176,18 +170,15 @@ async def test_report_heartbeat_counts_the_users_due_and_by_state(
     }
 
 
-async def test_without_a_webhook_url_delivery_sends_nothing(virtual_harness: Harness) -> None:
-    """No `webhook.url`: a delivery round does nothing."""
-    async with runtime(virtual_harness) as rt:
-        done = await jobs.deliver_webhooks(rt)
-        assert (done.delivered, done.failed, done.dead) == (0, 0, 0)
-
-
-async def test_no_pending_drop_sends_nothing(virtual_harness: Harness) -> None:
-    """No user `dropping`: the drop retries send nothing and build no API client."""
+async def test_with_nothing_to_send_delivery_and_drop_retries_send_nothing(
+    virtual_harness: Harness,
+) -> None:
+    """No `webhook.url`, nobody `dropping`: those jobs send nothing, build no API client."""
     h = virtual_harness
     async with runtime(h) as rt:
+        done = await jobs.deliver_webhooks(rt)
         retries = await jobs.retry_drops(rt)
+    assert (done.delivered, done.failed, done.dead) == (0, 0, 0)
     assert (retries.confirmed, retries.pending, retries.interrupted) == (0, 0, 0)
     assert h.sim.requests() == []
 

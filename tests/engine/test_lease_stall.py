@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from lta_worker.storage import Store
-from support.virtual_time import autojump, stall, virtual_backend
+from support.virtual_time import autojump, stall
 
 from .conftest import ON_BOTH_BACKENDS, Harness
 
@@ -27,11 +27,6 @@ STALL_S = 15
 # Twenty reads a minute: a turn that passed its lease check before the stall can still
 # be waiting for its permit when the pass claims its user again after the stall.
 BUDGET = 20
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
 
 
 def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) -> None:

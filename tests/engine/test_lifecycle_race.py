@@ -24,9 +24,9 @@ from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._db import Database
 from lta_worker.upstream import ApiClient, http_client
-from lta_worker.worker import PassResult, Worker
+from lta_worker.worker import PassResult
 
-from .conftest import ON_BOTH_BACKENDS, Harness, WorkerClock
+from .conftest import ON_BOTH_BACKENDS, Harness
 
 pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
@@ -91,7 +91,7 @@ async def lifecycle(
 async def gated_pass(harness: Harness, during: Any) -> tuple[PassResult, list[dict[str, Any]]]:
     """Run a pass, and `await during()` while its first read is held after returning."""
     gate = GateTransport(SimulatorTransport(harness.sim))
-    worker = Worker(harness.settings(), transport=gate, clock=WorkerClock(harness.clock))
+    worker = harness.worker(gate)
     box: dict[str, PassResult] = {}
     with capture_logs() as logs:
         async with worker:
@@ -240,10 +240,7 @@ async def test_a_404_on_stats_never_replaces_a_stored_result(harness: Harness) -
             return httpx.Response(404)
         return response
 
-    worker = Worker(
-        harness.settings(), transport=httpx.MockTransport(handler), clock=WorkerClock(harness.clock)
-    )
-    async with worker:
+    async with harness.worker(httpx.MockTransport(handler)) as worker:
         result = await worker.run_pass()
     assert result.exit_code == 0
     stats = {r.endpoint: r for r in results_of(harness, "odd")}["stats"]
@@ -260,10 +257,7 @@ async def test_no_answer_at_all_exits_75_with_few_users(harness: Harness) -> Non
     """Case 6: every read a network failure, fewer users than the threshold: exit 75."""
     for n in range(2):
         await harness.enroll(f"u{n}")
-    worker = Worker(
-        harness.settings(), transport=httpx.MockTransport(down), clock=WorkerClock(harness.clock)
-    )
-    async with worker:
+    async with harness.worker(httpx.MockTransport(down)) as worker:
         result = await worker.run_pass()
     assert (result.stopped, result.exit_code) == ("upstream_down", 75)
     for n in range(2):
@@ -366,7 +360,7 @@ async def test_a_drop_while_a_retry_sends_its_delete_sends_none(
     assert pending.retry_at is not None
     harness.advance(pending.retry_at - harness.clock.now() + timedelta(seconds=1))
     gate = DeleteGate(SimulatorTransport(harness.sim))
-    worker = Worker(harness.settings(), transport=gate, clock=WorkerClock(harness.clock))
+    worker = harness.worker(gate)
     box: dict[str, DropResult] = {}
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run_pass)

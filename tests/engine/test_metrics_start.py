@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from lta_worker.domain import ENDPOINTS, OUTCOME_KINDS
-from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.worker import Worker
+from lta_worker.simulator import DEMO_CLIENT_ID
 
 from .conftest import Harness
 
@@ -27,7 +26,7 @@ async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
         seen = store.budget_seen(DEMO_CLIENT_ID)
     assert seen is not None and seen.remaining is not None and seen.remaining < 120
     h.configure("metrics", textfile=str(tmp_path / "lta_worker.prom"))
-    worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
+    worker = h.worker()
     async with worker:
         assert worker.metrics is not None
         value = worker.metrics.registry.get_sample_value

@@ -13,7 +13,7 @@ from lta_worker.domain import BudgetSeen, SchedulePlan
 from lta_worker.report import PlanCache
 from lta_worker.simulator import DEMO_CLIENT_ID
 from lta_worker.worker import REPLAN_GAP
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -24,11 +24,6 @@ INTERVAL = timedelta(hours=1)
 # Users whose read may still be decided under the plan in force before the budget moved:
 # the turns in flight (`poll.concurrency` = 4) and the reads until the next check of it.
 LAG = 8
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
 
 
 async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:

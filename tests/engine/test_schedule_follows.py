@@ -9,10 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.domain import UserUpdate
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
 
-from .conftest import ON_BOTH_BACKENDS, Harness, WorkerClock
+from .conftest import ON_BOTH_BACKENDS, Harness
 
 if TYPE_CHECKING:
     from lta_worker.worker import PassEngine
@@ -92,11 +90,7 @@ async def test_a_reload_re_plans_what_a_pass_scheduled_under_the_old_interval(
     for user in users:
         await harness.enroll(user)
     harness.configure("poll", concurrency=1, batch_size=1)  # one turn after the other
-    async with Worker(
-        harness.settings(),
-        transport=SimulatorTransport(harness.sim),
-        clock=WorkerClock(harness.clock),
-    ) as worker:
+    async with harness.worker() as worker:
         harness.configure("poll", interval="30m")
         done: list[int] = []
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import PassResult, Worker
+from lta_worker.worker import PassResult
 
-from .conftest import Harness, WorkerClock
+from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
@@ -33,12 +33,6 @@ class WatchedTransport(SimulatorTransport):
         return response
 
 
-def _worker(h: Harness, transport: SimulatorTransport | None = None) -> Worker:
-    return Worker(
-        h.settings(), transport=transport or SimulatorTransport(h.sim), clock=WorkerClock(h.clock)
-    )
-
-
 @pytest.mark.timeout(30)
 async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> None:
     """A stop ends a permit-starved pass at once; unfinished users keep their schedule."""
@@ -52,7 +46,7 @@ async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> No
     h.sim.clear_requests()
     result: PassResult | None = None
     transport = WatchedTransport(h.sim)
-    async with _worker(h, transport) as worker:
+    async with h.worker(transport) as worker:
 
         async def run() -> None:
             nonlocal result
@@ -88,7 +82,7 @@ async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -
     """A stop requested before a pass's engine exists makes it claim nobody."""
     await harness.enroll("alice")
     harness.sim.clear_requests()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         worker.request_stop(10.0)
         result = await worker.run_pass()
     assert result.stopped == "cancelled"
@@ -102,7 +96,7 @@ async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -
 async def test_a_pacer_that_hands_out_no_permit_fails_the_pass_loudly(harness: Harness) -> None:
     """A pacer whose acquire returns nothing makes the pass raise TypeError."""
     await harness.enroll("x")
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
 
         async def no_permit() -> None:
             return None
@@ -118,7 +112,7 @@ async def test_a_stop_while_the_pass_finishes_is_taken_quietly(harness: Harness)
     """A stop while the pass writes its end is taken quietly; the pass ends as it would have."""
     await harness.enroll("alice")
     finishing, go_on = threading.Event(), threading.Event()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         release = worker.store.release
 
         def held_release(owner: str) -> Any:

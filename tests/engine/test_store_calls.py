@@ -16,7 +16,6 @@ import pytest
 
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.storage import Store
-from lta_worker.worker import Worker
 
 from .conftest import Harness
 
@@ -87,7 +86,7 @@ async def test_a_locked_database_does_not_stall_the_loop_or_lose_writes(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ticker)
-        worker = Worker(harness.settings(), transport=transport, clock=harness.worker_clock())
+        worker = harness.worker(transport)
         async with worker:
             result = await worker.run_pass()
         finished = time.monotonic()

@@ -10,9 +10,7 @@ import anyio
 import pytest
 from sqlalchemy import create_engine, text
 
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -22,15 +20,6 @@ HOUR = timedelta(hours=1)
 MAX_INTERVAL = timedelta(hours=12)
 READ = ("busy", "steady", "idle")  # read every hour under fixed
 USERS = (*READ, "flaky", "parked")
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
 
 
 def _changed_at(n: int) -> dict[str, str]:
@@ -59,7 +48,7 @@ async def _under_fixed(h: Harness) -> None:
     for user in (*READ, "parked"):
         await h.enroll(user, last_sync_age_days=100 if user == "parked" else 1.0)
         h.sim.set_payload(user, "latest-change", _changed_at(0))
-    worker = _worker(h)
+    worker = h.worker()
     async with worker:
         await worker.run_pass()
         await anyio.sleep(HOUR.total_seconds() / 2)
@@ -96,7 +85,7 @@ async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adap
         h.configure("poll", schedule=None, stats=None)  # the old defaults, now never named
         h.sim.configure(budget=4, window=3600)  # too few for every user each hour
         first_read: dict[str, Any] = {}
-        worker = _worker(h)
+        worker = h.worker()
         async with worker:
             for user in sorted(("flaky", *READ), key=lambda u: left[u].next_due_at):
                 await anyio.sleep(max((left[user].next_due_at - h.clock.now()).total_seconds(), 0))
