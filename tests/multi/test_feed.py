@@ -198,7 +198,7 @@ def test_the_cli_feed_over_two_serve_instances_gives_every_change_once(fleet: Fl
     )
     got: Counter[tuple[str, str, str, str]] = Counter()
     cursor: str | int = 0
-    changing = threading.Thread(target=change_contents, args=(fleet, users, 10.0))
+    changing = threading.Thread(target=change_contents, args=(fleet, users, 6.0))
     changing.start()
     while changing.is_alive():
         rows, cursor = export_after(fleet, cursor)
