@@ -126,8 +126,7 @@ class Harness:
             return await worker.run_pass(**kwargs)
 
     def worker_clock(self) -> Any:
-        """The worker's clock: the harness's own when it is a whole `Clock` (virtual time),
-        else the simulator's wall time with real monotonic time."""
+        """The worker's clock: the harness's own (virtual time), or the sim's wall time."""
         if isinstance(self.clock, VirtualTime):
             return self.clock
         return WorkerClock(self.clock)
@@ -194,8 +193,7 @@ def harness(tmp_path: Path, db_url: str) -> Harness:
 
 @pytest.fixture
 def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
-    """A simulator and a worker on one virtual clock (trio's MockClock): budget windows of
-    seconds or hours pass without waiting. Needs the test's body inside `async with autojump():`."""
+    """A simulator and worker on one virtual clock; the test's body runs inside `autojump()`."""
     clock = VirtualTime()
     sim = Simulator(clock=clock)
     secret_file, key_file = _files(tmp_path)

@@ -23,8 +23,7 @@ TICK = timedelta(minutes=1)
 
 
 async def _forget_upstream(h: Harness, user: str) -> None:
-    """The service no longer knows the user's stored token (a second enrollment of the
-    account elsewhere rotated it): its reads answer a plain 401."""
+    """Rotate the user's token elsewhere: its stored token now reads a plain 401."""
     old = h.user(user)
     await h.enroll(user, create=False)
     with h.store() as store:

@@ -1,14 +1,16 @@
-"""Health in an outage, end to end: the real worker's passes with every read failing, and the
-verdict `status --check` and `/healthz` give (`collect_status`)."""
+"""Health in an outage, end to end (under the adaptive schedule on virtual time): the real
+worker's passes with every read failing, and the verdict `status --check` and `/healthz` give."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 from lta_worker.report import collect_status
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -16,6 +18,7 @@ pytestmark = pytest.mark.anyio
 
 INTERVAL = timedelta(minutes=10)
 TICK = timedelta(seconds=30)  # how often `serve` would start a pass
+SERVE_TICK = timedelta(minutes=1)  # `poll.tick` of the adaptive test
 
 
 def verdict(harness: Harness) -> dict[str, Any]:
@@ -60,3 +63,53 @@ async def test_an_outage_turns_health_unhealthy_within_the_interval_and_back(
         harness.advance(TICK)
         await harness.run_pass()
     assert verdict(harness)["last_success"]["counts"]["ok"] > 0
+
+
+async def _serve(h: Harness, tick: timedelta = SERVE_TICK) -> None:
+    """Passes every `tick`, as `serve` starts them, until cancelled."""
+    while True:
+        await h.run_pass()
+        await anyio.sleep(tick.total_seconds())
+
+
+async def _until_unhealthy(h: Harness, limit: timedelta) -> timedelta:
+    """How long until the verdict says unhealthy (checked every 10 s, passes running)."""
+    start = h.clock.now()
+    while h.clock.now() - start < limit:
+        if not collect_status(h.settings(), h.clock.now())["healthy"]:
+            break
+        await anyio.sleep(10)
+    return h.clock.now() - start
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("users", "busy", "budget", "max_interval"),
+    [(3, 0, 1_000_000, "24h"), (6, 2, 24, "24h")],  # a generous budget; a tight one
+)
+async def test_an_outage_under_the_adaptive_schedule_shows_within_the_documented_bound(
+    virtual_harness: Harness, users: int, busy: int, budget: int, max_interval: str
+) -> None:
+    """An outage shows within 2 x interval + tick + 1 s (docs/operations.md, "How soon...")."""
+    h = virtual_harness
+    h.configure("poll", schedule="adaptive", interval="10m", max_interval=max_interval)
+    h.configure("poll", stats="on_change", tick="1m")
+    h.sim.configure(budget=budget, window=3600, header_format="draft")
+    async with autojump():
+        for n in range(users):
+            await h.enroll(f"user-{n}")
+            h.sim.set_payload(f"user-{n}", "latest-change", {"changed_at": "2025-01-01T00:00Z"})
+        for step in range(6 * 60 // 7):  # 6 h: only the busy users change
+            for n in range(busy):
+                h.sim.set_payload(f"user-{n}", "latest-change", {"changed_at": f"{step}"})
+            await h.run_pass()
+            await anyio.sleep(7 * 60)
+        before = collect_status(h.settings(), h.clock.now())
+        assert before["healthy"] is True, before["problems"]
+        h.sim.inject_fault("503", rate=1.0)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_serve, h)
+            took = await _until_unhealthy(h, timedelta(hours=30))
+            tasks.cancel_scope.cancel()
+    bound = 2 * INTERVAL + SERVE_TICK + timedelta(seconds=1)
+    assert took <= bound, f"unhealthy {took} after the outage"

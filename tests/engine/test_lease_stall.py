@@ -30,8 +30,7 @@ BUDGET = 20
 
 
 def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) -> None:
-    """The first `renew_leases` waits STALL_S virtual seconds before it reaches the database
-    (the bytes held): it lands after the leases it renews have lapsed."""
+    """The first `renew_leases` stalls STALL_S virtual seconds: it lands after its leases lapsed."""
     original: Callable[..., Any] = Store.renew_leases
 
     def renew(self: Store, *args: Any, **kwargs: Any) -> Any:
@@ -87,8 +86,7 @@ async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
 
 
 def stall_the_database(monkeypatch: pytest.MonkeyPatch, h: Harness, seconds: float) -> None:
-    """From the first lease renewal on, every store call (renewals, claims, the writer's
-    commits) waits until `seconds` after it: a database that holds the bytes, as B6's."""
+    """From the first renewal on, every store call waits until `seconds` after it (as B6)."""
     until: list[datetime] = []
 
     def stalled(name: str) -> None:

@@ -27,9 +27,7 @@ LAG = 8
 
 
 async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
-    """`USERS` users under the adaptive schedule (stats on change), a budget of `budget`
-    reads an hour at the simulator and, when `seen` is given, that budget already stored
-    as last reported (an earlier pass saw it)."""
+    """`USERS` users, adaptive, `budget` reads an hour at the sim (stored as seen, if `seen`)."""
     h.configure("poll", schedule="adaptive", stats="on_change", interval="1h")
     h.configure("poll", max_interval="24h", max_pass_duration="3h")
     h.sim.configure(budget=budget, window=3600, header_format="draft")
@@ -44,8 +42,7 @@ async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
 
 
 def _spacing(h: Harness, since: datetime) -> list[tuple[datetime, timedelta]]:
-    """(read at, due again after) of the users read successfully since `since` and due
-    again later (not those whose turn the pass's deadline cut short: they stay due), by time."""
+    """(read at, due again after) of the users read ok since `since` and due later, by time."""
     with h.store() as store:
         spaced = [
             (row.last_polled_at, row.next_due_at - row.last_polled_at)

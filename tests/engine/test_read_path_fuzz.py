@@ -65,8 +65,7 @@ class Clocks:
 
 
 class EngineClock:
-    """The same wall and monotonic time, with real sleeps for the engine's own timers (its
-    deadline, lease renewal): only the pacer's waits jump ahead."""
+    """The same clocks, with real sleeps for the engine's own timers; only pacer waits jump."""
 
     def __init__(self, clocks: Clocks) -> None:
         self.clocks = clocks
@@ -82,8 +81,7 @@ class EngineClock:
 
 
 class Scripted:
-    """A Reader that answers every read with the example's answer, marked `echoed` as the
-    API client marks a success holding a credential, and no proof of the client or URLs."""
+    """A Reader answering every read with the example, marked `echoed` as the API client does."""
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer

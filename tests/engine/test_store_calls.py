@@ -26,8 +26,7 @@ HOLD_S = 1.0
 
 
 class LockOnFirstRead(httpx.AsyncBaseTransport):
-    """Passes requests on; at the first read another connection (an operator's command)
-    takes the database's write lock and keeps it for HOLD_S seconds."""
+    """At the first read, another connection takes the write lock for HOLD_S seconds."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, path: Path) -> None:
         self.inner = inner

@@ -42,9 +42,7 @@ def _due_classes(h: Harness) -> dict[str, str]:
 
 
 async def _under_fixed(h: Harness) -> None:
-    """Twelve hours of passes under `fixed` / `always`: busy changes every hour, steady
-    twice, idle never; parked is parked at its first read; flaky, read at half past, fails
-    its last read and is backing off."""
+    """Twelve hours under `fixed`: busy, steady and idle change apart; parked; flaky backing off."""
     for user in (*READ, "parked"):
         await h.enroll(user, last_sync_age_days=100 if user == "parked" else 1.0)
         h.sim.set_payload(user, "latest-change", _changed_at(0))

@@ -91,8 +91,7 @@ def enroll(store: Store, user: str) -> int:
 
 
 def drain(reader: Reader, expected: Counter[tuple[str, int]]) -> None:
-    """Call the feed until it returned `expected` (another session's open transaction on
-    the server, a parallel test's, may hold it back for a while; never forever)."""
+    """Call the feed until it returned `expected` (an open transaction delays rows, never loses)."""
     deadline = time.monotonic() + 30
     while reader.got != expected:
         assert all(n == 1 for n in reader.got.values()), "a row came twice"
@@ -149,8 +148,7 @@ def test_two_instances_interleaved_writes_come_exactly_once(pg_url: str) -> None
 
 
 def export_after(fleet: Fleet, cursor: str | int) -> tuple[list[dict[str, Any]], str]:
-    """`lta-worker results export --changed-since CURSOR` as a child process: its rows and
-    the cursor of its last line."""
+    """`results export --changed-since CURSOR` as a child process: its rows and last cursor."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
     config = str(fleet.tmp / "worker-0.toml")
     args = ["results", "export", "--format", "jsonl", "--changed-since", str(cursor)]

@@ -103,8 +103,7 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 class _Drippers:
-    """Slow clients: each sends a request line and one header, then one header per `drip()`,
-    never the end of its head; one that is closed connects again and starts over."""
+    """Slow clients dripping one header per `drip()`, never ending their heads; reconnect if cut."""
 
     def __init__(self, port: int, count: int) -> None:
         self.port = port
