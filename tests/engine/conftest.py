@@ -7,6 +7,7 @@ import io
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,9 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment import Lifecycle
 from lta_worker.runtime import Runtime
+from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -26,7 +29,8 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store, generate_key_line
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
@@ -114,6 +118,19 @@ class Harness:
             self.sim.queue_consent(user, scopes)
             location = (await runtime.http.get(url)).headers["location"]
             await enrollment.finish(user, location)
+
+    @asynccontextmanager
+    async def lifecycle(
+        self, transport: httpx.AsyncBaseTransport | None = None
+    ) -> AsyncIterator[Lifecycle]:
+        """A Lifecycle on its own store and HTTP client (another process would have its own)."""
+        settings = self.settings()
+        transport = transport or SimulatorTransport(self.sim)
+        with self.store() as store:
+            async with http_client(settings.service, transport=transport) as http:
+                api = ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET))
+                vault = Vault.from_settings(settings)
+                yield Lifecycle(settings.poll, store, vault, api, self.clock.now)
 
     def worker(self, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> Worker:
         """The real Worker through the simulator (or `transport`), on the harness's clock."""

@@ -5,8 +5,8 @@ claim and its write, deterministically, on SQLite and PostgreSQL (row locks)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -16,14 +16,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.cli._users_cmd import _report
-from lta_worker.enrollment import DropResult, Lifecycle
+from lta_worker.enrollment import DropResult
 from lta_worker.errors import LtaError, StorageError
 from lta_worker.report import iso
-from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.storage import Store, Vault
+from lta_worker.simulator import SimulatorTransport
+from lta_worker.storage import Store
 from lta_worker.storage._db import Database
-from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult
 
 from .conftest import ON_BOTH_BACKENDS, Harness
@@ -69,25 +67,6 @@ class DeleteGate(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-@asynccontextmanager
-async def lifecycle(
-    harness: Harness, transport: httpx.AsyncBaseTransport | None = None
-) -> AsyncIterator[Lifecycle]:
-    """A Lifecycle on its own store and HTTP client (another process would have its own)."""
-    settings = harness.settings()
-    with harness.store() as store:
-        async with http_client(
-            settings.service, transport=transport or SimulatorTransport(harness.sim)
-        ) as http:
-            yield Lifecycle(
-                settings.poll,
-                store,
-                Vault.from_settings(settings),
-                ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET)),
-                harness.clock.now,
-            )
-
-
 async def gated_pass(harness: Harness, during: Any) -> tuple[PassResult, list[dict[str, Any]]]:
     """Run a pass, and `await during()` while its first read is held after returning."""
     gate = GateTransport(SimulatorTransport(harness.sim))
@@ -122,7 +101,7 @@ async def test_drop_or_forget_during_a_pass_is_not_undone(harness: Harness, comm
     harness.sim.set_payload("x", "stats", {"v": "new"})
 
     async def during() -> None:
-        async with lifecycle(harness) as lc:
+        async with harness.lifecycle() as lc:
             await (lc.forget("x") if command == "forget" else lc.drop("x"))
 
     result, logs = await gated_pass(harness, during)
@@ -267,7 +246,7 @@ async def test_no_answer_at_all_exits_75_with_few_users(harness: Harness) -> Non
 async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> None:
     """A drop the service did not confirm is sent again by the next pass once due."""
     await harness.enroll("x")
-    async with lifecycle(harness, httpx.MockTransport(down)) as lc:
+    async with harness.lifecycle(httpx.MockTransport(down)) as lc:
         result = await lc.drop("x")
     assert result.state == "dropping" and result.retry_at is not None
     harness.advance(result.retry_at - harness.clock.now() + timedelta(seconds=1))
@@ -293,7 +272,7 @@ async def held_drop(
     """`users drop x` whose DELETE is held while `await during()` runs, then let through."""
     gate = DeleteGate(inner or SimulatorTransport(harness.sim))
     box: dict[str, DropResult] = {}
-    async with lifecycle(harness, gate) as lc:
+    async with harness.lifecycle(gate) as lc:
 
         async def drop() -> None:
             box["result"] = await lc.drop("x")
@@ -355,7 +334,7 @@ async def test_a_drop_while_a_retry_sends_its_delete_sends_none(
 ) -> None:
     """`users drop` while a pass retries that drop sends no second DELETE, and says so."""
     await harness.enroll("x")
-    async with lifecycle(harness, httpx.MockTransport(down)) as lc:
+    async with harness.lifecycle(httpx.MockTransport(down)) as lc:
         pending = await lc.drop("x")
     assert pending.retry_at is not None
     harness.advance(pending.retry_at - harness.clock.now() + timedelta(seconds=1))
@@ -365,7 +344,7 @@ async def test_a_drop_while_a_retry_sends_its_delete_sends_none(
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run_pass)
         await gate.reached.wait()
-        async with lifecycle(harness) as lc:
+        async with harness.lifecycle() as lc:
             box["result"] = await lc.drop("x")
         gate.release.set()
     assert len(deletes(harness)) == 1
@@ -421,7 +400,7 @@ async def test_a_forget_cut_off_by_the_database_never_leaves_results_of_a_droppi
             yield conn
         committed.append(True)
 
-    async with lifecycle(harness) as lc:
+    async with harness.lifecycle() as lc:
         monkeypatch.setattr(Database, "write", cut_after_one_commit)
         with pytest.raises(StorageError):
             await lc.forget("x")
@@ -450,7 +429,7 @@ async def test_a_pass_reads_no_more_for_a_user_a_drop_took_once_a_renewal_return
     monkeypatch.setattr(Store, "renew_leases", renew)
 
     async def during() -> None:
-        async with lifecycle(harness) as lc:
+        async with harness.lifecycle() as lc:
             await lc.drop("x")
         for _ in range(2):  # the second ran whole after the drop's commit
             renewed.clear()

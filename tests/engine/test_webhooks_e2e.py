@@ -18,13 +18,10 @@ import pytest
 import time_machine
 from standardwebhooks.webhooks import Webhook
 
-from lta_worker.enrollment import Lifecycle
 from lta_worker.logs import configure_logging, forget_secrets, reset_logging
 from lta_worker.report import collect_status
-from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
+from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.storage import Vault
-from lta_worker.upstream import ApiClient, http_client
 from support.schemas import webhook_problems
 
 from .conftest import Harness
@@ -100,17 +97,8 @@ async def run_pass(harness: Harness, receiver: Receiver) -> None:
 
 async def drop(harness: Harness, user: str) -> None:
     """`users drop` through the real Lifecycle (DELETE confirmed by the simulator)."""
-    settings = harness.settings()
-    with harness.store() as store:
-        async with http_client(settings.service, transport=SimulatorTransport(harness.sim)) as http:
-            lifecycle = Lifecycle(
-                settings.poll,
-                store,
-                Vault.from_settings(settings),
-                ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET)),
-                harness.clock.now,
-            )
-            await lifecycle.drop(user)
+    async with harness.lifecycle() as lifecycle:
+        await lifecycle.drop(user)
 
 
 def verify(body: bytes, headers: dict[str, str]) -> Any:
