@@ -1,5 +1,5 @@
 """End-to-end harness: the real `Worker` (store, vault, API client, pacer, engine) against the
-simulator in-process, on SQLite and, when LTA_TEST_DATABASE_URL is set, PostgreSQL."""
+simulator in-process, on SQLite (and PostgreSQL for the tests marked `ON_BOTH_BACKENDS`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import io
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,9 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.enrollment import Lifecycle
 from lta_worker.runtime import Runtime
+from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -26,10 +29,12 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store, generate_key_line
+from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.upstream import ApiClient, http_client
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
-from support.virtual_time import VirtualTime
+from support.pg import PG_ENV, PG_SKIP, throwaway_database
+from support.virtual_time import VirtualTime, virtual_backend
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
@@ -37,8 +42,9 @@ REDIRECT_URI = "https://app.example/lta/callback"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """asyncio; for a test on `virtual_harness`, trio with its MockClock (virtual time)."""
+    return virtual_backend() if "virtual_harness" in request.fixturenames else "asyncio"
 
 
 class WorkerClock:
@@ -113,19 +119,31 @@ class Harness:
             location = (await runtime.http.get(url)).headers["location"]
             await enrollment.finish(user, location)
 
+    @asynccontextmanager
+    async def lifecycle(
+        self, transport: httpx.AsyncBaseTransport | None = None
+    ) -> AsyncIterator[Lifecycle]:
+        """A Lifecycle on its own store and HTTP client (another process would have its own)."""
+        settings = self.settings()
+        transport = transport or SimulatorTransport(self.sim)
+        with self.store() as store:
+            async with http_client(settings.service, transport=transport) as http:
+                api = ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET))
+                vault = Vault.from_settings(settings)
+                yield Lifecycle(settings.poll, store, vault, api, self.clock.now)
+
+    def worker(self, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> Worker:
+        """The real Worker through the simulator (or `transport`), on the harness's clock."""
+        transport = transport or SimulatorTransport(self.sim)
+        return Worker(self.settings(), transport=transport, clock=self.worker_clock(), **kwargs)
+
     async def run_pass(self, **kwargs: Any) -> PassResult:
         """One pass of the real Worker through the in-process simulator."""
-        worker = Worker(
-            self.settings(),
-            transport=SimulatorTransport(self.sim),
-            clock=self.worker_clock(),
-        )
-        async with worker:
+        async with self.worker() as worker:
             return await worker.run_pass(**kwargs)
 
     def worker_clock(self) -> Any:
-        """The worker's clock: the harness's own when it is a whole `Clock` (virtual time),
-        else the simulator's wall time with real monotonic time."""
+        """The worker's clock: the harness's own (virtual time), or the sim's wall time."""
         if isinstance(self.clock, VirtualTime):
             return self.clock
         return WorkerClock(self.clock)
@@ -145,26 +163,22 @@ class Harness:
         return row
 
 
-def _backends() -> list[Any]:
-    params: list[Any] = ["sqlite"]
-    reason = "set LTA_TEST_DATABASE_URL to run the end-to-end tests on PostgreSQL"
-    params.append(
-        pytest.param(
-            "postgresql",
-            marks=pytest.mark.skipif(not os.environ.get("LTA_TEST_DATABASE_URL"), reason=reason),
-        )
-    )
-    return params
+# SQLite by default: the storage contract suite runs every store operation on both backends.
+# A test whose scenario exercises PostgreSQL-specific code (row locks, leases between
+# connections, column bounds) takes `ON_BOTH_BACKENDS` as a mark.
+ON_BOTH_BACKENDS = pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 
 
-@pytest.fixture(params=_backends())
+@pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         yield f"sqlite:///{tmp_path / 'lta.db'}"
         return
-    from support.pg import throwaway_database
-
-    with throwaway_database(os.environ["LTA_TEST_DATABASE_URL"]) as url:
+    if not os.environ.get(PG_ENV):
+        pytest.skip(PG_SKIP)
+    with throwaway_database(os.environ[PG_ENV]) as url:
         yield url
 
 
@@ -196,9 +210,7 @@ def harness(tmp_path: Path, db_url: str) -> Harness:
 
 @pytest.fixture
 def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
-    """A simulator and a worker on one virtual clock (trio's MockClock): budget windows of
-    seconds or hours pass without waiting. Needs `virtual_backend()` as the module's
-    `anyio_backend` and the test's body inside `async with autojump():`."""
+    """A simulator and worker on one virtual clock; the test's body runs inside `autojump()`."""
     clock = VirtualTime()
     sim = Simulator(clock=clock)
     secret_file, key_file = _files(tmp_path)

@@ -1,8 +1,5 @@
-"""No single user stops anything: `serve`'s pass job (`Service._pass_job`, as the scheduler
-runs it every `poll.tick`) over the real worker and the in-process simulator, on virtual
-time. One user's own plain 401 or 404 changes that user only, whatever the size of the
-pass; a wrong client secret trips the breaker, and `serve` stays up, unhealthy, checks
-again at its slow pace and recovers once a reload brings the right secret."""
+"""No single user stops `serve`: its pass job (`Service._pass_job`) over the real worker and
+the simulator on virtual time; a wrong client secret trips the breaker and `serve` recovers."""
 
 from __future__ import annotations
 
@@ -13,11 +10,10 @@ import anyio
 import pytest
 
 from lta_worker.report import collect_status
-from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.worker import Worker
+from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.worker._scheduler import Notifier
 from lta_worker.worker._serve import BREAKER_RETRY, Service
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -26,14 +22,8 @@ pytestmark = pytest.mark.anyio
 TICK = timedelta(minutes=1)
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 async def _forget_upstream(h: Harness, user: str) -> None:
-    """The service no longer knows the user's stored token (a second enrollment of the
-    account elsewhere rotated it): its reads answer a plain 401."""
+    """Rotate the user's token elsewhere: its stored token now reads a plain 401."""
     old = h.user(user)
     await h.enroll(user, create=False)
     with h.store() as store:
@@ -59,24 +49,18 @@ async def _serve_for(svc: Service, span: timedelta) -> list[Any]:
     return results
 
 
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), kind="serve", transport=SimulatorTransport(h.sim), clock=h.clock)
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cause", ["forgotten_token", "nothing_recorded"])
 async def test_one_user_alone_in_every_pass_never_stops_serve(
     virtual_harness: Harness, cause: str
 ) -> None:
-    """A user whose token the service forgot (plain 401), or whose reads answer 404 under
-    `poll.stats = "on_change"`, alone in every pass: an hour of `serve` never stops nor
-    trips the breaker; that user is `rejected` (or its result `none`), the others are read."""
+    """A forgotten token (plain 401) or a 404, alone in every pass, never stops `serve`."""
     h = virtual_harness
     h.configure("poll", schedule="fixed", stats="on_change", interval="10m", tick="1m")
     async with autojump():
         for name in ("ada", "bob", "cy"):
             await h.enroll(name)
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             await worker.run_pass()  # everybody read once; all due again in 10 minutes
         if cause == "forgotten_token":
             await _forget_upstream(h, "cy")
@@ -85,7 +69,7 @@ async def test_one_user_alone_in_every_pass_never_stops_serve(
             with h.store() as store:  # due now, alone
                 store.store_token("cy", h.user("cy").token, h.user("cy").scopes,
                                   h.clock.now(), h.clock.now())  # fmt: skip
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             svc = Service(worker, Notifier({}))
             results = await _serve_for(svc, timedelta(hours=1))
     assert [r.stopped for r in results if r.stopped != "completed"] == []
@@ -107,16 +91,13 @@ async def test_one_user_alone_in_every_pass_never_stops_serve(
 async def test_serve_with_a_wrong_secret_stays_up_unhealthy_and_recovers_on_reload(
     virtual_harness: Harness,
 ) -> None:
-    """A wrong client secret (the token endpoint answers invalid_client): the breaker trips
-    at once, even for one user; `serve` stays up, unhealthy naming the client secret, runs a
-    pass only every `BREAKER_RETRY`, changes nobody; the right secret and a reload: the next
-    tick reads everyone and health comes back."""
+    """A wrong secret: `serve` stays up, unhealthy, retries slowly, recovers on reload."""
     h = virtual_harness
     h.configure("poll", tick="1m")
     async with autojump():
         await h.enroll("ada")
         h.secret_file.write_text("not-the-right-secret\n")
-        async with _worker(h) as worker:
+        async with h.worker(kind="serve") as worker:
             svc = Service(worker, Notifier({}))
             span = 2 * BREAKER_RETRY
             tripped = await _serve_for(svc, span)

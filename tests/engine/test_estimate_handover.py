@@ -1,5 +1,4 @@
-"""An adaptive schedule's estimates across a restart and a move to another instance: the real
-worker through the simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+"""An adaptive schedule's estimates across a restart and a move to another instance."""
 
 from __future__ import annotations
 
@@ -10,25 +9,14 @@ import pytest
 
 from lta_worker.domain import population_prior
 from lta_worker.report import PlanCache
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 USERS = ("busy", "steady", "idle")
-
-
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
 
 
 def _changed_at(n: int) -> dict[str, str]:
@@ -51,10 +39,7 @@ def _endpoints(h: Harness, since: int) -> dict[str, list[str]]:
 async def test_a_second_instance_goes_on_from_the_estimates_the_first_left(
     virtual_harness: Harness,
 ) -> None:
-    """Under `poll.schedule = "adaptive"`, a second instance after the first stopped finds
-    every estimate, next due time and the population's prior as the first left them, and
-    its first read of a user that did not change reads latest-change alone and counts no
-    change."""
+    """A second instance goes on from the first's estimates, due times and prior."""
     h = virtual_harness
     h.configure("poll", schedule="adaptive", interval="10m", max_interval="12h")
     h.configure("poll", stats="on_change", max_pass_duration="30m")
@@ -67,7 +52,7 @@ async def _handover(h: Harness) -> None:
     for user in USERS:
         await h.enroll(user)
         h.sim.set_payload(user, "latest-change", _changed_at(0))
-    first = _worker(h)
+    first = h.worker()
     async with first:
         for n in range(1, 13):  # 12 h: busy changes every hour, steady at 4 h and 8 h
             h.sim.set_payload("busy", "latest-change", _changed_at(n))
@@ -84,7 +69,7 @@ async def _handover(h: Harness) -> None:
     with h.store() as store:
         assert left_plan.prior == population_prior(store.sample_estimates())
 
-    second = _worker(h)
+    second = h.worker()
     assert second.instance != first.instance
     h.sim.set_payload("busy", "latest-change", _changed_at(13))  # only busy changes
     handover: dict[str, list[str]] = {}

@@ -21,9 +21,7 @@ def _endpoints(harness: Harness, since: int) -> list[str]:
 async def test_stats_is_skipped_while_latest_change_stands_still_and_read_at_max_age(
     harness: Harness,
 ) -> None:
-    """With `poll.stats = "on_change"`, stats is read on the first read, skipped while
-    latest-change's content does not change, read again once `stats_max_age` old, and read
-    at once when latest-change moves."""
+    """`stats = "on_change"`: stats read first, when latest-change moves, and at stats_max_age."""
     harness.configure("poll", stats="on_change", stats_max_age="3h")
     await harness.enroll("u1")
     harness.sim.set_payload("u1", "latest-change", {"changed_at": "2025-01-01T00:00:00Z"})
@@ -52,9 +50,7 @@ async def test_stats_is_skipped_while_latest_change_stands_still_and_read_at_max
 async def test_the_adaptive_schedule_reads_a_user_that_changes_sooner_than_an_idle_one(
     harness: Harness,
 ) -> None:
-    """Under `poll.schedule = "adaptive"` with a budget too small for everyone at
-    `interval`, a user whose latest-change keeps moving is due sooner than one whose
-    never does, and nobody is due later than `max_interval` after its read."""
+    """Adaptive: a changing user is due sooner than an idle one, none beyond max_interval."""
     harness.configure(
         "poll", schedule="adaptive", interval="10m", max_interval="12h", stats="on_change"
     )

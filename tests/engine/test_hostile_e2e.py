@@ -1,6 +1,5 @@
-"""The real Worker (store, vault, API client, pacer, engine) against a scripted hostile server
-on loopback, on SQLite and PostgreSQL: issue 12's hostile answers end a pass normally, bound
-every figure, write every user of the batch, and keep free text of a body out of the store."""
+"""The real Worker against a scripted hostile server on loopback (issue 12): hostile answers
+end a pass normally, bound every figure, write the whole batch, store no free text of a body."""
 
 from __future__ import annotations
 
@@ -25,6 +24,8 @@ from lta_worker.storage import Store, Vault, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support.hostile import HostileServer, Seen, Step, json_body
 
+from .conftest import ON_BOTH_BACKENDS
+
 pytestmark = pytest.mark.anyio
 
 CLIENT_SECRET = "hostile-client-s3cret-value"
@@ -32,11 +33,6 @@ SCOPES = ["cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats"]
 TOKENS_PATH = "/api/long-term-access/tokens"
 READ_PREFIX = "/api/v1/history/"
 MAX_WAIT = 10
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def token_of(user: str) -> str:
@@ -145,6 +141,7 @@ FAR_RESETS: Mapping[str, list[tuple[str, str]]] = {
 }
 
 
+@ON_BOTH_BACKENDS
 @pytest.mark.parametrize("case", list(FAR_RESETS))
 async def test_far_resets_and_huge_counts_end_the_pass_normally(
     deployment: Deployment, case: str
@@ -166,6 +163,7 @@ async def test_far_resets_and_huge_counts_end_the_pass_normally(
         assert seen.remaining is None or seen.remaining < 2**31
 
 
+@ON_BOTH_BACKENDS
 @pytest.mark.parametrize(
     "body",
     [
@@ -269,8 +267,7 @@ FOREIGN: Mapping[str, Callable[[str], bytes]] = {
 async def test_another_users_token_in_a_success_body_is_never_stored(
     deployment: Deployment, case: str, log_stream: io.StringIO
 ) -> None:
-    """A 200 for e1 holding c1's `dspa_` token (no secret) is a broken answer: nothing of it
-    in snapshots, history or the export, and no `dspa_` value in the rendered log."""
+    """Another user's `dspa_` token in a 200 is a broken answer: stored nowhere, never logged."""
     foreign = token_of("c1")
     deployment.reads["e1"] = Step(200, body=FOREIGN[case](foreign))
     deployment.reads["c1"] = OK
@@ -316,8 +313,7 @@ async def test_a_token_no_header_can_carry_is_refused_at_enrollment(
 async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
     deployment: Deployment, case: str
 ) -> None:
-    """A stored token (from before the check) that cannot be sent fails its user alone:
-    the pass ends normally, the others are read, the token is kept and nothing is sent."""
+    """A stored token no header can carry fails its user alone; nothing is sent with it."""
     deployment.reads["good"] = OK
     await deployment.enroll("good")
     with deployment.store() as store:
@@ -338,8 +334,7 @@ async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
 async def test_a_pass_whose_every_answer_is_a_429_is_throttled_not_completed(
     deployment: Deployment,
 ) -> None:
-    """Every read throttled with a Retry-After of 0: the pass ends `throttled` (75), the
-    users stay due and unchanged, instead of `completed` (0) as if all were well."""
+    """Every read a 429: the pass ends `throttled` (75), not `completed`; users unchanged."""
     storm = Step(429, headers=[("Retry-After", "0")])
     deployment.reads["u1"] = storm
     deployment.reads["u2"] = storm
@@ -364,8 +359,7 @@ async def test_scopes_granted_beyond_the_long_term_ones_are_not_stored(
 async def test_a_grant_without_a_long_term_scope_is_refused_and_its_token_dropped(
     deployment: Deployment,
 ) -> None:
-    """No long term scope in the grant: nothing is stored, and the token the service made
-    is dropped (a DELETE with it) rather than left live and unknown."""
+    """A grant without a long term scope stores nothing and drops the token made."""
     deployment.scopes["u1"] = ["admin", "\u0000"]
     with pytest.raises(EnrollmentError, match="none of the long term scopes"):
         await deployment.enroll("u1")

@@ -1,6 +1,4 @@
-"""The periodic jobs (`_jobs`), each run alone on a real runtime over virtual time (trio's
-MockClock): heartbeats, the share, the schedule, the bookkeeping after a pass, maintenance,
-the heartbeat report, webhook delivery and the key file check."""
+"""The periodic jobs (`_jobs`), each run alone on a real runtime over virtual time."""
 
 from __future__ import annotations
 
@@ -14,26 +12,20 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.runtime import instance_ttl
-from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker import PassResult, Worker
 from lta_worker.worker import _jobs as jobs
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 @asynccontextmanager
 async def runtime(h: Harness, **kwargs: Any) -> AsyncIterator[Worker]:
     """An open runtime on the harness's virtual clock, inside `autojump`."""
     async with autojump():
-        worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.clock, **kwargs)
+        worker = h.worker(**kwargs)
         async with worker as rt:
             yield rt
 
@@ -45,8 +37,7 @@ def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 async def test_keep_alive_beats_and_refreshes_the_share_every_heartbeat(
     virtual_harness: Harness,
 ) -> None:
-    """While a pass runs, each `serve.heartbeat` marks the instance alive and sets the share
-    from the live instances: two beats in 75 s of 30 s heartbeats, 1/2 with another one."""
+    """Each heartbeat during a pass marks the instance alive and sets the share (1/2 of two)."""
     h = virtual_harness
     async with runtime(h) as rt:
         start = rt.clock.now()
@@ -80,8 +71,7 @@ async def test_the_share_is_whole_when_the_other_instances_fell_silent(
 async def test_a_heartbeat_registers_again_an_instance_pruned_meanwhile(
     virtual_harness: Harness,
 ) -> None:
-    """Taken for dead and pruned by another instance, this one registers again at its next
-    heartbeat."""
+    """An instance pruned by another registers again at its next heartbeat."""
     h = virtual_harness
     async with runtime(h) as rt:
         await rt.clock.sleep(10)
@@ -94,8 +84,7 @@ async def test_a_heartbeat_registers_again_an_instance_pruned_meanwhile(
 async def test_follow_schedule_moves_users_when_the_interval_changed(
     virtual_harness: Harness,
 ) -> None:
-    """A new `poll.interval` reschedules the users at the next pass (`schedule.followed`,
-    with the counts by class); the same interval again does nothing."""
+    """A new `poll.interval` reschedules once (`schedule.followed`); the same again does nothing."""
     h = virtual_harness
     async with autojump():
         await h.enroll("alice")
@@ -133,8 +122,7 @@ async def test_after_pass_records_the_pass_and_writes_the_metrics_textfile(
 async def test_a_metrics_textfile_that_cannot_be_written_is_logged(
     virtual_harness: Harness, tmp_path: Any
 ) -> None:
-    """A textfile in a directory that does not exist: `metrics.write_failed`, and the job
-    ends normally."""
+    """An unwritable textfile: `metrics.write_failed`, and the job ends normally."""
     h = virtual_harness
     h.configure("metrics", textfile=str(tmp_path / "missing" / "lta.prom"))
     async with runtime(h) as rt:
@@ -182,18 +170,15 @@ async def test_report_heartbeat_counts_the_users_due_and_by_state(
     }
 
 
-async def test_without_a_webhook_url_delivery_sends_nothing(virtual_harness: Harness) -> None:
-    """No `webhook.url`: a delivery round does nothing."""
-    async with runtime(virtual_harness) as rt:
-        done = await jobs.deliver_webhooks(rt)
-        assert (done.delivered, done.failed, done.dead) == (0, 0, 0)
-
-
-async def test_no_pending_drop_sends_nothing(virtual_harness: Harness) -> None:
-    """No user `dropping`: the drop retries send nothing and build no API client."""
+async def test_with_nothing_to_send_delivery_and_drop_retries_send_nothing(
+    virtual_harness: Harness,
+) -> None:
+    """No `webhook.url`, nobody `dropping`: those jobs send nothing, build no API client."""
     h = virtual_harness
     async with runtime(h) as rt:
+        done = await jobs.deliver_webhooks(rt)
         retries = await jobs.retry_drops(rt)
+    assert (done.delivered, done.failed, done.dead) == (0, 0, 0)
     assert (retries.confirmed, retries.pending, retries.interrupted) == (0, 0, 0)
     assert h.sim.requests() == []
 
@@ -201,8 +186,7 @@ async def test_no_pending_drop_sends_nothing(virtual_harness: Harness) -> None:
 async def test_a_lost_key_file_is_logged_once_and_its_return_too(
     virtual_harness: Harness,
 ) -> None:
-    """The key file deleted: `service.key_file_lost` once over two checks, health marked;
-    restored: `service.key_file_back`, health clear."""
+    """A deleted key file: `key_file_lost` once, health marked; restored: `key_file_back`."""
     h = virtual_harness
     saved = h.key_file.read_bytes()
     async with runtime(h) as rt:
@@ -242,9 +226,7 @@ def _same_id_other_key(line: str) -> str:
 async def test_a_replaced_key_file_is_lost_naming_the_key_id(
     virtual_harness: Harness, replace: Any
 ) -> None:
-    """The key file replaced by one that cannot decrypt what the keys in force can (another
-    key id, or another key under the same id): `service.key_file_lost` naming the key id in
-    force, health marked, and never the key itself."""
+    """A key file that cannot decrypt is lost, naming the key id in force (never the key)."""
     h = virtual_harness
     line = h.key_file.read_text(encoding="utf-8").strip()
     async with runtime(h) as rt:

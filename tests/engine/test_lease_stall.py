@@ -1,6 +1,5 @@
-"""A database that stalls for longer than a lease: the pass sends no read for a user whose
-lease may have lapsed (another instance may claim and read it meanwhile), and every user
-it gives up stays due. The real Worker and the simulator on one virtual clock."""
+"""A database stalling longer than a lease: no read once the lease may have lapsed, and every
+user given up stays due. The real Worker and the simulator on one virtual clock."""
 
 from __future__ import annotations
 
@@ -15,11 +14,11 @@ import anyio
 import pytest
 
 from lta_worker.storage import Store
-from support.virtual_time import autojump, stall, virtual_backend
+from support.virtual_time import autojump, stall
 
-from .conftest import Harness
+from .conftest import ON_BOTH_BACKENDS, Harness
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
 USERS = 20
 LEASE_S = 10
@@ -30,14 +29,8 @@ STALL_S = 15
 BUDGET = 20
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) -> None:
-    """The first `renew_leases` waits STALL_S virtual seconds before it reaches the database
-    (the bytes held): it lands after the leases it renews have lapsed."""
+    """The first `renew_leases` stalls STALL_S virtual seconds: it lands after its leases lapsed."""
     original: Callable[..., Any] = Store.renew_leases
 
     def renew(self: Store, *args: Any, **kwargs: Any) -> Any:
@@ -53,8 +46,7 @@ def stall_first_renewal(monkeypatch: pytest.MonkeyPatch, renewals: list[str]) ->
 async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
     virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO
 ) -> None:
-    """Renewal stalled past the lease: no read after the lease's end less request_timeout;
-    the users not read stay due; the pass ends without error."""
+    """Renewal stalled past the lease: no read after its end less request_timeout; rest stay due."""
     h = virtual_harness
     h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=100, concurrency=4)
     h.configure("service", request_timeout=f"{MARGIN_S}s")
@@ -94,8 +86,7 @@ async def test_no_read_is_sent_once_the_lease_may_have_lapsed(
 
 
 def stall_the_database(monkeypatch: pytest.MonkeyPatch, h: Harness, seconds: float) -> None:
-    """From the first lease renewal on, every store call (renewals, claims, the writer's
-    commits) waits until `seconds` after it: a database that holds the bytes, as B6's."""
+    """From the first renewal on, every store call waits until `seconds` after it (as B6)."""
     until: list[datetime] = []
 
     def stalled(name: str) -> None:
@@ -135,10 +126,7 @@ def record_claims(monkeypatch: pytest.MonkeyPatch, h: Harness) -> dict[str, list
 async def test_a_turn_reads_nothing_under_its_users_next_claim(
     virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The database stalls longer than a lease while turns wait for permits; after it, the
-    pass claims those users again (their leases lapsed, its own): a user's reads after its
-    last claim are that claim's one turn, latest-change then stats, never the older turn's
-    too (issue 28: two turns of one user within one lease, the user left half read)."""
+    """After a stall, a user's reads after its last claim are that claim's one turn (issue 28)."""
     h = virtual_harness
     h.configure("poll", lease_duration=f"{LEASE_S}s", batch_size=1, concurrency=4)
     h.configure("service", request_timeout=f"{MARGIN_S}s")

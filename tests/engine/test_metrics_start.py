@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from lta_worker.domain import ENDPOINTS, OUTCOME_KINDS
-from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
-from lta_worker.worker import Worker
+from lta_worker.simulator import DEMO_CLIENT_ID
 
 from .conftest import Harness
 
@@ -18,8 +17,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """Before its first read, a new worker's budget gauges say what the database recorded
-    (as `status` does) and every `lta_worker_reads_total` series exists at 0."""
+    """Before any read: the budget gauges from the database, every reads series at 0."""
     h = harness
     h.sim.configure(budget=120, window=3600)
     await h.enroll("ada")
@@ -28,7 +26,7 @@ async def test_a_restarted_worker_reports_the_budget_and_every_read_series(
         seen = store.budget_seen(DEMO_CLIENT_ID)
     assert seen is not None and seen.remaining is not None and seen.remaining < 120
     h.configure("metrics", textfile=str(tmp_path / "lta_worker.prom"))
-    worker = Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
+    worker = h.worker()
     async with worker:
         assert worker.metrics is not None
         value = worker.metrics.registry.get_sample_value

@@ -1,6 +1,5 @@
 """The adaptive plan follows the budget the service reports as soon as it reports it: a new
-install's first pass, a quota raised or lowered mid-pass. The real worker through the
-simulator on virtual time, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+install's first pass, a quota raised or lowered mid-pass (virtual time)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from lta_worker.domain import BudgetSeen, SchedulePlan
 from lta_worker.report import PlanCache
 from lta_worker.simulator import DEMO_CLIENT_ID
 from lta_worker.worker import REPLAN_GAP
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -27,15 +26,8 @@ INTERVAL = timedelta(hours=1)
 LAG = 8
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
 async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
-    """`USERS` users under the adaptive schedule (stats on change), a budget of `budget`
-    reads an hour at the simulator and, when `seen` is given, that budget already stored
-    as last reported (an earlier pass saw it)."""
+    """`USERS` users, adaptive, `budget` reads an hour at the sim (stored as seen, if `seen`)."""
     h.configure("poll", schedule="adaptive", stats="on_change", interval="1h")
     h.configure("poll", max_interval="24h", max_pass_duration="3h")
     h.sim.configure(budget=budget, window=3600, header_format="draft")
@@ -50,8 +42,7 @@ async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
 
 
 def _spacing(h: Harness, since: datetime) -> list[tuple[datetime, timedelta]]:
-    """(read at, due again after) of the users read successfully since `since` and due
-    again later (not those whose turn the pass's deadline cut short: they stay due), by time."""
+    """(read at, due again after) of the users read ok since `since` and due later, by time."""
     with h.store() as store:
         spaced = [
             (row.last_polled_at, row.next_due_at - row.last_polled_at)
@@ -83,9 +74,7 @@ async def _pass_with(h: Harness, after: timedelta, **budget: int) -> datetime:
 async def test_a_new_installs_first_pass_spaces_its_users_by_the_budget_reported(
     virtual_harness: Harness,
 ) -> None:
-    """A new install (no budget ever seen) whose real budget, 1,200 an hour, covers every
-    user each `interval`: after the first pass every user but the first few read is due
-    again at `interval`, not at the spacing `ratelimit.fallback_per_hour` (60) would give."""
+    """A new install's first pass spaces users by the budget reported, not the fallback."""
     h = virtual_harness
     async with autojump():
         await _install(h, 1200)
@@ -101,9 +90,7 @@ async def test_a_new_installs_first_pass_spaces_its_users_by_the_budget_reported
 async def test_a_quota_raised_mid_pass_is_followed_by_the_users_read_after_it(
     virtual_harness: Harness,
 ) -> None:
-    """The plan made from 100 reads an hour spaces the users read first over hours; once
-    the service reports 10,000 mid-pass, the users read after it (the first few aside)
-    are due again at `interval`."""
+    """A quota raised mid-pass: users read after it are due again at `interval`."""
     h = virtual_harness
     async with autojump():
         await _install(h, 100, seen=100)
@@ -120,10 +107,7 @@ async def test_a_quota_raised_mid_pass_is_followed_by_the_users_read_after_it(
 async def test_a_quota_lowered_mid_pass_below_what_was_spent_is_followed_after_the_429s(
     virtual_harness: Harness,
 ) -> None:
-    """The plan made from 1,200 reads an hour gives every user `interval`; once the service
-    lowers the quota to 40 an hour, below what the window has spent (429s until it
-    resets), the users read after it (the first few aside) are spaced wider than twice
-    `interval`, as 40 an hour for 120 users needs."""
+    """A quota lowered below what was spent: users read after it are spaced past 2 x interval."""
     h = virtual_harness
     async with autojump():
         await _install(h, 1200, seen=1200)
@@ -140,9 +124,7 @@ async def test_a_quota_lowered_mid_pass_below_what_was_spent_is_followed_after_t
 async def test_a_budget_that_keeps_swinging_is_planned_for_at_most_once_a_gap(
     virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A quota that swings between 100 and 10,000 an hour every 5 seconds for 5 minutes
-    makes the pass plan again at most once per `REPLAN_GAP` (a scan of the users table each), not
-    once per swing."""
+    """A quota swinging every 5 s makes the pass re-plan at most once per `REPLAN_GAP`."""
     h = virtual_harness
     made: list[datetime] = []
     get = PlanCache.get

@@ -10,10 +10,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.errors import UnknownKeyError
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
 
-from .conftest import Harness, WorkerClock
+from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
@@ -27,22 +25,13 @@ RESTART_ONLY: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def _worker(harness: Harness) -> Worker:
-    return Worker(
-        harness.settings(),
-        transport=SimulatorTransport(harness.sim),
-        clock=WorkerClock(harness.clock),
-    )
-
-
 @pytest.mark.parametrize(("section", "values"), RESTART_ONLY, ids=[s for s, _ in RESTART_ONLY])
 async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
     harness: Harness, section: str, values: dict[str, Any]
 ) -> None:
-    """A reload that changes a section only a restart applies keeps the running value (the
-    settings shown are the ones in force) and warns naming the section; `poll` applies."""
+    """A restart-only section keeps its running value and warns naming it; `poll` applies."""
     settings = harness.settings()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         harness.configure(section, **values)  # validated as the loader does
         new = harness.settings()
         assert getattr(new, section) != getattr(settings, section)
@@ -58,7 +47,7 @@ async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
 async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness: Harness) -> None:
     """Changing only `poll` applies it, with no restart warning."""
     settings = harness.settings()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
         with capture_logs() as logs:
             worker.reload(new)
@@ -67,10 +56,9 @@ async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness:
 
 
 async def test_a_key_file_without_a_key_in_use_is_refused_whole(harness: Harness) -> None:
-    """A reload whose key file lacks a key id stored tokens use raises UnknownKeyError and
-    changes nothing: the vault, the client secret and the settings stay those in force."""
+    """A key file lacking a key id in use: UnknownKeyError, and nothing in force changes."""
     settings = harness.settings()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         vault, secret = worker.vault, worker.secret("client_secret")
         new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
         with pytest.raises(UnknownKeyError) as raised:

@@ -11,27 +11,18 @@ import pytest
 from lta_worker.config import Settings, read_client_secret
 from lta_worker.runtime import READERS
 from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_SECRET, SimulatorTransport
-from lta_worker.worker import PassEngine, Worker
+from lta_worker.simulator import DEMO_CLIENT_SECRET
+from lta_worker.worker import PassEngine
 
-from .conftest import Harness, WorkerClock
+from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
-
-
-def _worker(harness: Harness) -> Worker:
-    return Worker(
-        harness.settings(),
-        transport=SimulatorTransport(harness.sim),
-        clock=WorkerClock(harness.clock),
-    )
 
 
 async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass that reads users reads `client.secret_file` once, at start; a reload reads it
-    once more, and the API client is built again with what it read."""
+    """`client.secret_file` is read once at start and once per reload, rebuilding the client."""
     await harness.enroll("alice")
     await harness.enroll("bob")
     reads: list[Settings] = []
@@ -41,7 +32,7 @@ async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload
         return read_client_secret(settings)
 
     monkeypatch.setitem(READERS, "client_secret", counted)  # type: ignore[index]
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         assert len(reads) == 1
         result = await worker.run_pass()
         assert result.reads > 0
@@ -53,12 +44,11 @@ async def test_the_client_secret_file_is_read_once_per_start_and_once_per_reload
 
 
 async def test_the_pass_engine_never_holds_the_client_secret(harness: Harness) -> None:
-    """No argument of `PassEngine` is a secret, and no attribute of a running engine holds
-    the client secret: the API client composes the credential."""
+    """Neither `PassEngine`'s arguments nor a running engine's attributes hold the secret."""
     assert [name for name in inspect.signature(PassEngine).parameters if "secret" in name] == []
     await harness.enroll("alice")
     engines: list[Any] = []
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         result = await worker.run_pass(on_progress=engines.append)
     assert result.reads > 0 and engines
     for name, value in vars(engines[0]).items():

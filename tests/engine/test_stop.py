@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import PassResult, Worker
+from lta_worker.worker import PassResult
 
-from .conftest import Harness, WorkerClock
+from .conftest import Harness
 
 pytestmark = pytest.mark.anyio
 
@@ -33,17 +33,9 @@ class WatchedTransport(SimulatorTransport):
         return response
 
 
-def _worker(h: Harness, transport: SimulatorTransport | None = None) -> Worker:
-    return Worker(
-        h.settings(), transport=transport or SimulatorTransport(h.sim), clock=WorkerClock(h.clock)
-    )
-
-
 @pytest.mark.timeout(30)
 async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> None:
-    """A budget that needs hours for the due reads: a stop with a 10 s grace ends the pass in
-    well under a second once the sent reads are back; every user whose turn did not finish
-    keeps its schedule, those stopped mid-turn keep what was read."""
+    """A stop ends a permit-starved pass at once; unfinished users keep their schedule."""
     h = realtime_harness
     h.configure("poll", concurrency=3)
     users = [f"user-{n}" for n in range(8)]
@@ -54,7 +46,7 @@ async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> No
     h.sim.clear_requests()
     result: PassResult | None = None
     transport = WatchedTransport(h.sim)
-    async with _worker(h, transport) as worker:
+    async with h.worker(transport) as worker:
 
         async def run() -> None:
             nonlocal result
@@ -87,11 +79,10 @@ async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> No
 
 
 async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -> None:
-    """A stop requested between passes (or before a pass's engine exists) makes the next pass
-    claim nobody: no read, every user still due."""
+    """A stop requested before a pass's engine exists makes it claim nobody."""
     await harness.enroll("alice")
     harness.sim.clear_requests()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         worker.request_stop(10.0)
         result = await worker.run_pass()
     assert result.stopped == "cancelled"
@@ -103,10 +94,9 @@ async def test_a_stop_before_the_engine_exists_claims_no_one(harness: Harness) -
 
 @pytest.mark.timeout(30)
 async def test_a_pacer_that_hands_out_no_permit_fails_the_pass_loudly(harness: Harness) -> None:
-    """A pacer (or a wrapper of it) whose acquire returns nothing is a bug: the pass raises
-    TypeError instead of taking every turn for interrupted and claiming the users again."""
+    """A pacer whose acquire returns nothing makes the pass raise TypeError."""
     await harness.enroll("x")
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
 
         async def no_permit() -> None:
             return None
@@ -119,12 +109,10 @@ async def test_a_pacer_that_hands_out_no_permit_fails_the_pass_loudly(harness: H
 
 @pytest.mark.timeout(30)
 async def test_a_stop_while_the_pass_finishes_is_taken_quietly(harness: Harness) -> None:
-    """SIGTERM after the pass's readers are done, while it writes its end (releasing its
-    leases): the stop is taken (nothing left to cancel) instead of raising, and the pass
-    ends as it would have."""
+    """A stop while the pass writes its end is taken quietly; the pass ends as it would have."""
     await harness.enroll("alice")
     finishing, go_on = threading.Event(), threading.Event()
-    async with _worker(harness) as worker:
+    async with harness.worker() as worker:
         release = worker.store.release
 
         def held_release(owner: str) -> Any:

@@ -16,7 +16,6 @@ import pytest
 
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.storage import Store
-from lta_worker.worker import Worker
 
 from .conftest import Harness
 
@@ -26,15 +25,8 @@ USERS = 30
 HOLD_S = 1.0
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """SQLite: the lock another connection takes is a file lock on this machine."""
-    return f"sqlite:///{tmp_path / 'lta.db'}"
-
-
 class LockOnFirstRead(httpx.AsyncBaseTransport):
-    """Passes requests on; at the first read another connection (an operator's command)
-    takes the database's write lock and keeps it for HOLD_S seconds."""
+    """At the first read, another connection takes the write lock for HOLD_S seconds."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, path: Path) -> None:
         self.inner = inner
@@ -93,7 +85,7 @@ async def test_a_locked_database_does_not_stall_the_loop_or_lose_writes(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ticker)
-        worker = Worker(harness.settings(), transport=transport, clock=harness.worker_clock())
+        worker = harness.worker(transport)
         async with worker:
             result = await worker.run_pass()
         finished = time.monotonic()

@@ -1,6 +1,5 @@
-"""A database written under `poll.schedule = "fixed"` (the built-in default up to 0.1) switched
-to the adaptive schedule by the new default, the keys never named: the real worker through the
-simulator, on SQLite and, with LTA_TEST_DATABASE_URL, PostgreSQL."""
+"""A database written under `poll.schedule = "fixed"` switched to the adaptive default, the
+keys never named: the real worker through the simulator on virtual time."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
-from lta_worker.simulator import SimulatorTransport
-from lta_worker.worker import Worker
-from support.virtual_time import autojump, virtual_backend
+from support.virtual_time import autojump
 
 from .conftest import Harness
 
@@ -23,15 +20,6 @@ HOUR = timedelta(hours=1)
 MAX_INTERVAL = timedelta(hours=12)
 READ = ("busy", "steady", "idle")  # read every hour under fixed
 USERS = (*READ, "flaky", "parked")
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return virtual_backend()
-
-
-def _worker(h: Harness) -> Worker:
-    return Worker(h.settings(), transport=SimulatorTransport(h.sim), clock=h.worker_clock())
 
 
 def _changed_at(n: int) -> dict[str, str]:
@@ -44,10 +32,7 @@ def _rows(h: Harness) -> dict[str, Any]:
 
 def _due_classes(h: Harness) -> dict[str, str]:
     """Which setting each user's due time was set by (the stored `due_class`)."""
-    url = make_url(h.db_url)
-    if url.drivername.startswith("postgres"):
-        url = url.set(drivername="postgresql+psycopg")
-    engine = create_engine(url)
+    engine = create_engine(h.db_url)
     try:
         with engine.connect() as conn:
             rows = conn.execute(text('SELECT "user", due_class FROM users'))
@@ -57,13 +42,11 @@ def _due_classes(h: Harness) -> dict[str, str]:
 
 
 async def _under_fixed(h: Harness) -> None:
-    """Twelve hours of passes under `fixed` / `always`: busy changes every hour, steady
-    twice, idle never; parked is parked at its first read; flaky, read at half past, fails
-    its last read and is backing off."""
+    """Twelve hours under `fixed`: busy, steady and idle change apart; parked; flaky backing off."""
     for user in (*READ, "parked"):
         await h.enroll(user, last_sync_age_days=100 if user == "parked" else 1.0)
         h.sim.set_payload(user, "latest-change", _changed_at(0))
-    worker = _worker(h)
+    worker = h.worker()
     async with worker:
         await worker.run_pass()
         await anyio.sleep(HOUR.total_seconds() / 2)
@@ -85,11 +68,7 @@ async def _under_fixed(h: Harness) -> None:
 async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adaptive(
     virtual_harness: Harness,
 ) -> None:
-    """After passes under `fixed`, the default schedule (adaptive, stats on change) reads nobody
-    before its stored due time, moves no due time that was not yet reached, leaves the
-    parked and backed-off users as they were, goes on from the estimates gathered under
-    `fixed`, and after its first read of a user sets a due time within [interval,
-    max_interval]."""
+    """Turning adaptive moves no due time not yet reached and goes on from the estimates."""
     h = virtual_harness
     h.configure("poll", interval="1h", backoff_base="20m")  # fixed, stats always: FIXED_POLL
     h.configure("poll", max_interval="12h", max_pass_duration="50m")
@@ -104,7 +83,7 @@ async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adap
         h.configure("poll", schedule=None, stats=None)  # the old defaults, now never named
         h.sim.configure(budget=4, window=3600)  # too few for every user each hour
         first_read: dict[str, Any] = {}
-        worker = _worker(h)
+        worker = h.worker()
         async with worker:
             for user in sorted(("flaky", *READ), key=lambda u: left[u].next_due_at):
                 await anyio.sleep(max((left[user].next_due_at - h.clock.now()).total_seconds(), 0))

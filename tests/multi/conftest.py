@@ -187,11 +187,7 @@ class Fleet:
         return Store.open(self.db_url)
 
     async def enroll(self, users: list[str]) -> None:
-        """Create each account and enroll it through the real consent flow, in-process.
-
-        The same code path as `enroll url` + `enroll finish` (PKCE, state, token creation,
-        encryption, storage), through the simulator's in-process transport.
-        """
+        """Enroll each account through the real consent flow in-process (`enroll url`, `finish`)."""
         transport = SimulatorTransport(self.sim)
         async with Runtime(self.settings(), transport=transport) as runtime:
             enrollment, http = runtime.enrollment(), runtime.http

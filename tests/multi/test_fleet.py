@@ -1,7 +1,5 @@
-"""Three `lta-worker run` processes on one PostgreSQL database and one simulator, 300 due
-users, a budget that needs several windows: every user is read exactly once per endpoint,
-no window gets more than the budget less the reserve, no 429; and when one worker is killed
-with SIGKILL mid-pass, the others read its users once its leases expire, none lost."""
+"""Three `lta-worker run` processes on one PostgreSQL database and one simulator: every user read
+once per endpoint within the budget less the reserve, and none lost when one is killed with -9."""
 
 from __future__ import annotations
 
@@ -89,9 +87,7 @@ def _check_stored(fleet: Fleet) -> None:
 
 @pytest.mark.timeout(90)
 def test_three_workers_read_every_user_exactly_once_within_the_budget(fleet: Fleet) -> None:
-    """300 due users, three workers: each (user, endpoint) read once, the work split between
-    all three, every window within the budget less the reserve, no 429; `status` lists the
-    three live instances while they run."""
+    """Three workers: each (user, endpoint) read once, work split, windows within budget, no 429."""
     _prepare(fleet)
     started = time.monotonic()
     workers = [fleet.start(f"worker-{n}", "run") for n in range(3)]
@@ -124,9 +120,7 @@ def test_three_workers_read_every_user_exactly_once_within_the_budget(fleet: Fle
 
 @pytest.mark.timeout(90)
 def test_a_killed_worker_leaves_no_user_behind(fleet: Fleet) -> None:
-    """SIGKILL one of three workers mid-pass: its leased users are read by the others once
-    the lease (3 s) expires, a user is read twice only if the dead worker held it, nothing
-    is lost, the budget still holds, and the survivors log whose lease expired."""
+    """SIGKILL one of three mid-pass: its users are read after its leases expire, none lost."""
     fleet.poll["lease_duration"] = "3s"
     _prepare(fleet)
     started = time.monotonic()

@@ -80,8 +80,7 @@ def test_claimers_on_their_own_connections_split_the_users(db_url: str) -> None:
 
 
 def test_a_dead_instances_users_go_to_the_others_once_its_leases_expire(db_url: str) -> None:
-    """A crashed instance's leased users stay with it until the lease expires, then another
-    instance claims them, and hears whose lease expired and how many users it held."""
+    """A crashed instance's users go to another once its leases expire, naming whose."""
     with Store.open(db_url) as dead, Store.open(db_url) as alive:
         heard: list[tuple[str, int]] = []
         alive.on_lease_expired = lambda owner, users: heard.append((owner, users))
@@ -132,8 +131,7 @@ def test_release_frees_what_a_stopping_instance_did_not_read(db_url: str) -> Non
 
 
 def test_release_all_frees_every_lease_and_says_whose(db_url: str) -> None:
-    """release_all (SQLite start-up, the lock proving every owner dead) frees all leases and
-    counts them per owner."""
+    """release_all (SQLite start-up) frees all leases and counts them per owner."""
     with Store.open(db_url) as store:
         claim(store, "a", T0, limit=3)
         claim(store, "b", T0, limit=2)

@@ -26,8 +26,7 @@ def anyio_backend() -> str:
 
 @pytest.mark.timeout(10)
 async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
-    """A waiter held by the blind fallback rate goes as soon as a fresh header arrives,
-    not at its next periodic re-check (a second later)."""
+    """A waiter held by the fallback rate goes as soon as a fresh header is fed."""
     pacer = Pacer(
         PacerCore(RateLimitSettings(fallback_per_hour=3600), initial_burst=1),
         time.monotonic,
@@ -53,9 +52,7 @@ async def test_a_waiting_acquire_wakes_when_an_answer_is_fed() -> None:
 
 @pytest.mark.timeout(10)
 async def test_with_a_shared_budget_permits_come_from_the_row() -> None:
-    """The core would let many permits go, but other instances left the row three: once they
-    and the one this answer settled are used, acquire waits; the answered permit leaves
-    `reserved`, the ones still out stay in it."""
+    """With a shared budget, acquire waits once the row is spent, whatever the core allows."""
     wall = datetime.now(UTC)
     row = BudgetSeen(100, 13, wall + timedelta(seconds=3), 4.0, wall)  # floor(13 - 10) = 3
     store = FakeStore(row, 0)

@@ -22,8 +22,7 @@ from .conftest import Fleet
 def test_a_second_worker_on_the_same_sqlite_file_refuses(
     served: RunningSimulator, tmp_path: Path, second: str
 ) -> None:
-    """The first `run` holds the file while it waits for the budget; a second `run` or
-    `serve` exits 75 at once, saying another worker holds it; the first is not disturbed."""
+    """A second `run` or `serve` on a SQLite file in use exits 75 at once, saying why."""
     database = tmp_path / "lta.db"
     fleet = Fleet(served, f"sqlite:///{database}", tmp_path)
     try:
@@ -49,9 +48,7 @@ def test_a_second_worker_on_the_same_sqlite_file_refuses(
 def test_the_next_run_reads_what_a_killed_run_had_leased(
     served: RunningSimulator, tmp_path: Path
 ) -> None:
-    """A run killed with -9 leaves users leased; on SQLite the lock proves it dead, so the
-    next run takes them back at once (logging instance.lease_expired) instead of waiting
-    for poll.lease_duration (5 minutes), and reads every user."""
+    """After a `run` killed with -9 the next run takes its leases back at once, on SQLite."""
     users = [f"user-{n}" for n in range(6)]
     fleet = Fleet(served, f"sqlite:///{tmp_path / 'lta.db'}", tmp_path)
     try:

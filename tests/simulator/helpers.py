@@ -1,8 +1,5 @@
-"""Helpers of the simulator's tests: constants, PKCE, and `Flow`, the client side of enrollment.
-
-`Flow` drives the real HTTP endpoints the way a client does (consent, code exchange,
-enrollment), so each test can start from an enrolled user in one line.
-"""
+"""Helpers of the simulator's tests: constants, PKCE, and `Flow`, which drives the real HTTP
+endpoints as a client does (consent, code exchange, enrollment)."""
 
 from __future__ import annotations
 

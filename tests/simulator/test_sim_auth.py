@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import httpx
 import pytest
 
@@ -52,9 +55,7 @@ async def test_consent_never_redirects_to_an_unverified_address(
 ) -> None:
     """An unknown client or unregistered redirect_uri gets a 400 page, not a redirect."""
     flow.sim.queue_consent("alice")
-
     response = await flow.http.get("/auth/oidc/auth", params=_params(**overrides))
-
     assert response.status_code == 400
     assert "location" not in response.headers
 
@@ -75,9 +76,7 @@ async def test_consent_errors_redirect_with_error_and_state(
 ) -> None:
     """Invalid consent parameters come back to the redirect address with error and state."""
     flow.sim.queue_consent("alice")
-
     response = await flow.http.get("/auth/oidc/auth", params=_params(**overrides))
-
     assert response.status_code == 302
     params = httpx.URL(response.headers["location"]).params
     assert (params["error"], params["state"]) == (error, "abc")
@@ -86,7 +85,6 @@ async def test_consent_errors_redirect_with_error_and_state(
 async def test_consent_without_a_queued_user_is_a_clear_400(flow: Flow) -> None:
     """With nobody queued to consent, the answer says how to queue one."""
     response = await flow.http.get("/auth/oidc/auth", params=_params())
-
     assert response.status_code == 400
     assert "/_sim/consent" in response.text
 
@@ -94,9 +92,7 @@ async def test_consent_without_a_queued_user_is_a_clear_400(flow: Flow) -> None:
 async def test_auto_consent_approves_for_login_hint(flow: Flow, sim: Simulator) -> None:
     """With auto-consent on and nobody queued, the login_hint user consents (and is created)."""
     sim.configure(auto_consent=True)
-
     response = await flow.http.get("/auth/oidc/auth", params=_params(login_hint="zoe"))
-
     assert response.status_code == 302
     assert "code" in httpx.URL(response.headers["location"]).params
     assert sim.user_info("zoe")["linked"] is True
@@ -105,18 +101,14 @@ async def test_auto_consent_approves_for_login_hint(flow: Flow, sim: Simulator) 
 async def test_user_denial_redirects_with_access_denied(flow: Flow, sim: Simulator) -> None:
     """A queued denial comes back as error=access_denied."""
     sim.queue_consent("alice", deny=True)
-
     response = await flow.http.get("/auth/oidc/auth", params=_params())
-
     assert httpx.URL(response.headers["location"]).params["error"] == "access_denied"
 
 
 async def test_plain_client_gets_regular_scopes(flow: Flow) -> None:
     """A client without the mode can still run an ordinary authorization."""
     flow.sim.add_user("alice")
-
     token = await flow.user_token("alice", [HISTORY_SCOPE], client=PLAIN)
-
     assert token
 
 
@@ -126,11 +118,9 @@ async def test_redirect_uri_added_through_control_is_accepted(flow: Flow, sim: S
         "/_sim/clients/demo-client/redirect-uris", json={"uri": "https://my.app/cb"}
     )
     sim.queue_consent("alice")
-
     response = await flow.http.get(
         "/auth/oidc/auth", params=_params(redirect_uri="https://my.app/cb")
     )
-
     assert response.headers["location"].startswith("https://my.app/cb?code=")
 
 
@@ -141,9 +131,7 @@ async def test_pkce_correct_verifier_is_accepted(flow: Flow) -> None:
     """The code exchanges when the verifier matches the S256 challenge."""
     verifier, challenge = pkce_pair()
     code = await flow.code("alice", challenge=challenge)
-
     response = await flow.exchange(code, verifier=verifier)
-
     assert response.status_code == 200
     body = response.json()
     assert body["token_type"] == "Bearer"
@@ -151,29 +139,6 @@ async def test_pkce_correct_verifier_is_accepted(flow: Flow) -> None:
     assert body["scope"].split() == ["openid", *LONG_TERM_SCOPES]
     assert not body["access_token"].startswith("dspa_")
     assert response.headers["cache-control"] == "no-store"
-
-
-@pytest.mark.parametrize("verifier", [None, "wrong-" * 10], ids=["missing", "wrong"])
-async def test_pkce_missing_or_wrong_verifier_is_invalid_grant(
-    flow: Flow, verifier: str | None
-) -> None:
-    """A code issued with a challenge does not exchange without the right verifier."""
-    _, challenge = pkce_pair()
-    code = await flow.code("alice", challenge=challenge)
-
-    response = await flow.exchange(code, verifier=verifier)
-
-    assert response.status_code == 400
-    assert response.json()["error"] == "invalid_grant"
-
-
-async def test_verifier_without_a_challenge_is_invalid_grant(flow: Flow) -> None:
-    """A verifier for a code issued without a challenge is refused (no PKCE downgrade)."""
-    code = await flow.code("alice")
-
-    response = await flow.exchange(code, verifier=pkce_pair()[0])
-
-    assert response.json()["error"] == "invalid_grant"
 
 
 async def test_client_secret_post_is_accepted(flow: Flow) -> None:
@@ -186,9 +151,7 @@ async def test_client_secret_post_is_accepted(flow: Flow) -> None:
         "client_id": DEMO_CLIENT_ID,
         "client_secret": DEMO_CLIENT_SECRET,
     }
-
     response = await flow.http.post("/auth/oidc/token", data=data)
-
     assert response.status_code == 200
 
 
@@ -201,22 +164,61 @@ async def test_bad_client_authentication_is_invalid_client(
     """A wrong, unknown or missing client authentication gets 401 invalid_client."""
     code = await flow.code("alice")
     data = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT}
-
     response = await flow.http.post("/auth/oidc/token", data=data, auth=auth)
-
     assert response.status_code == 401
     assert response.json()["error"] == "invalid_client"
     assert DEMO_CLIENT_SECRET not in response.text
 
 
-async def test_code_is_single_use(flow: Flow) -> None:
-    """A code exchanges once; the second exchange is invalid_grant."""
+async def _missing_verifier(flow: Flow) -> httpx.Response:
+    return await flow.exchange(await flow.code("alice", challenge=pkce_pair()[1]))
+
+
+async def _wrong_verifier(flow: Flow) -> httpx.Response:
+    code = await flow.code("alice", challenge=pkce_pair()[1])
+    return await flow.exchange(code, verifier="wrong-" * 10)
+
+
+async def _verifier_without_challenge(flow: Flow) -> httpx.Response:  # no PKCE downgrade
+    return await flow.exchange(await flow.code("alice"), verifier=pkce_pair()[0])
+
+
+async def _used_twice(flow: Flow) -> httpx.Response:
     code = await flow.code("alice")
     assert (await flow.exchange(code)).status_code == 200
+    return await flow.exchange(code)
 
-    again = await flow.exchange(code)
 
-    assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
+async def _another_client(flow: Flow) -> httpx.Response:
+    return await flow.exchange(await flow.code("alice"), client=PLAIN)
+
+
+async def _another_redirect(flow: Flow) -> httpx.Response:
+    return await flow.http.post(
+        "/auth/oidc/token",
+        data={"grant_type": "authorization_code", "code": await flow.code("alice")}
+        | {"redirect_uri": "http://x/cb"},
+        auth=(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET),
+    )
+
+
+@pytest.mark.parametrize(
+    "exchange",
+    [
+        _missing_verifier,
+        _wrong_verifier,
+        _verifier_without_challenge,
+        _used_twice,
+        _another_client,
+        _another_redirect,
+    ],
+)
+async def test_a_code_exchanges_once_for_its_client_redirect_and_verifier(
+    flow: Flow, exchange: Callable[[Flow], Awaitable[httpx.Response]]
+) -> None:
+    """A code without its verifier, used twice, or for another client or redirect: invalid_grant."""
+    response = await exchange(flow)
+    assert (response.status_code, response.json()["error"]) == (400, "invalid_grant")
 
 
 @pytest.mark.parametrize(("seconds", "status"), [(59, 200), (60, 400)])
@@ -224,22 +226,7 @@ async def test_code_expires_after_60_seconds(flow: Flow, seconds: int, status: i
     """A code exchanges within 60 s of the sim clock and not after."""
     code = await flow.code("alice")
     flow.sim.advance(seconds)
-
     assert (await flow.exchange(code)).status_code == status
-
-
-async def test_code_of_another_client_or_redirect_is_invalid_grant(flow: Flow) -> None:
-    """A code bound to one client and redirect address does not exchange elsewhere."""
-    code = await flow.code("alice")
-    stolen = await flow.exchange(code, client=PLAIN)
-    mismatched = await flow.http.post(
-        "/auth/oidc/token",
-        data={"grant_type": "authorization_code", "code": code, "redirect_uri": "http://x/cb"},
-        auth=(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET),
-    )
-
-    assert stolen.json()["error"] == "invalid_grant"
-    assert mismatched.json()["error"] == "invalid_grant"
 
 
 @pytest.mark.parametrize(
@@ -259,7 +246,6 @@ async def test_malformed_token_requests_are_refused(flow: Flow, body: str, error
         headers={"Content-Type": "application/x-www-form-urlencoded"},
         auth=(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET),
     )
-
     assert response.status_code == 400
     assert response.json()["error"] == error
 
@@ -267,44 +253,47 @@ async def test_malformed_token_requests_are_refused(flow: Flow, body: str, error
 # -- enrollment refusals ----------------------------------------------------------------------
 
 
-async def test_enrollment_refuses_a_long_term_credential(flow: Flow) -> None:
-    """Enrollment with a long term credential gets a plain 401 (spec 5.4)."""
+async def _long_term_credential(flow: Flow) -> dict[str, str]:
     flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
-
-    response = await flow.http.post(TOKENS, headers=bearer(credential))
-
-    assert response.status_code == 401
-    assert response.json() == {"message": "Unauthorized"}
+    return bearer(await flow.enroll("alice"))
 
 
-@pytest.mark.parametrize(
-    "headers", [{}, bearer("unknown-user-token"), {"Authorization": "Basic x"}]
-)
-async def test_enrollment_refuses_missing_or_unknown_user_tokens(
-    flow: Flow, headers: dict[str, str]
-) -> None:
-    """Enrollment without a valid user token gets a plain 401."""
-    response = await flow.http.post(TOKENS, headers=headers)
-
-    assert response.status_code == 401
-
-
-async def test_enrollment_refuses_an_expired_user_token(flow: Flow) -> None:
-    """A user token older than one hour no longer enrolls."""
+async def _expired_user_token(flow: Flow) -> dict[str, str]:
     token = await flow.user_token("alice")
     flow.sim.advance(3600)
+    return bearer(token)
 
-    assert (await flow.http.post(TOKENS, headers=bearer(token))).status_code == 401
+
+async def _no_long_term_scope(flow: Flow) -> dict[str, str]:
+    return bearer(await flow.user_token("alice", [HISTORY_SCOPE]))
 
 
-async def test_enrollment_needs_a_long_term_scope(flow: Flow) -> None:
-    """A user token without any long term scope is refused with 403 insufficient_scope."""
-    token = await flow.user_token("alice", [HISTORY_SCOPE])
+async def _mode_withdrawn_since(flow: Flow) -> dict[str, str]:
+    token = await flow.user_token("alice")
+    flow.sim.withdraw_mode(DEMO_CLIENT_ID)
+    return bearer(token)
 
-    response = await flow.http.post(TOKENS, headers=bearer(token))
 
-    assert (response.status_code, response.json()["error"]) == (403, "insufficient_scope")
+REFUSALS: dict[str, tuple[Any, int, str | None]] = {
+    "long-term-credential": (_long_term_credential, 401, None),  # spec 5.4
+    "no-token": ({}, 401, None),
+    "unknown-user-token": (bearer("unknown-user-token"), 401, None),
+    "basic": ({"Authorization": "Basic x"}, 401, None),
+    "expired-user-token": (_expired_user_token, 401, None),
+    "no-long-term-scope": (_no_long_term_scope, 403, "insufficient_scope"),
+    "mode-withdrawn-since": (_mode_withdrawn_since, 403, "invalid_scope"),
+}
+
+
+@pytest.mark.parametrize(("given", "status", "error"), REFUSALS.values(), ids=REFUSALS.keys())
+async def test_enrollment_refusals(flow: Flow, given: Any, status: int, error: str | None) -> None:
+    """Enrollment without a live user token holding a long term scope is refused."""
+    headers = given if isinstance(given, dict) else await given(flow)
+    response = await flow.http.post(TOKENS, headers=headers)
+    assert response.status_code == status
+    assert response.json().get("error") == error
+    if status == 401:
+        assert response.json() == {"message": "Unauthorized"}
 
 
 @pytest.mark.parametrize("status", [200, 201, 202])
@@ -314,9 +303,7 @@ async def test_enrollment_success_status_is_configurable(
     """The success status of token creation is whatever 2xx the simulator is set to."""
     sim.configure(enroll_status=status)
     token = await flow.user_token("alice")
-
     response = await flow.http.post(TOKENS, headers=bearer(token))
-
     assert response.status_code == status
     assert response.json()["token"].startswith("dspa_")
 
@@ -330,7 +317,6 @@ async def test_both_modes_return_the_same_payload(flow: Flow) -> None:
     credential = await flow.enroll("alice")
     user_token = await flow.user_token("alice", [HISTORY_SCOPE])
     regular = bearer(user_token) | {"DS-API-CLIENT-ID": DEMO_CLIENT_ID}
-
     for path in (LATEST, STATS):
         long_term = await flow.http.get(path, headers=bearer(credential))
         ordinary = await flow.http.get(path, headers=regular)
@@ -360,9 +346,7 @@ async def test_regular_mode_rules(
     token = await flow.user_token("alice", scopes)
     flow.sim.advance(advance)
     headers = bearer(token) | ({"DS-API-CLIENT-ID": client_header} if client_header else {})
-
     response = await flow.http.get(STATS, headers=headers)
-
     assert response.status_code == status
 
 
@@ -375,30 +359,17 @@ async def test_other_endpoints_refuse_a_valid_long_term_credential(flow: Flow, p
     flow.sim.add_user("alice")
     credential = await flow.enroll("alice")
     user_token = await flow.user_token("alice", [HISTORY_SCOPE])
-
     refused = await flow.http.get(path, headers=bearer(credential))
     accepted = await flow.http.get(
         path, headers=bearer(user_token) | {"DS-API-CLIENT-ID": DEMO_CLIENT_ID}
     )
-
     assert (refused.status_code, refused.json()) == (401, {"message": "Unauthorized"})
     assert accepted.status_code == 200
-
-
-async def test_enrollment_after_the_mode_was_withdrawn_is_refused(flow: Flow) -> None:
-    """A user token from before the operator withdrew the mode no longer enrolls."""
-    token = await flow.user_token("alice")
-    flow.sim.withdraw_mode(DEMO_CLIENT_ID)
-
-    response = await flow.http.post(TOKENS, headers=bearer(token))
-
-    assert (response.status_code, response.json()["error"]) == (403, "invalid_scope")
 
 
 def test_default_client_secrets_are_overridable() -> None:
     """The demo secrets can be replaced; a secret with a dot is refused."""
     sim = Simulator(clients=default_clients(demo_secret="mine", plain_secret="other"))
-
     assert sim.client_secret(DEMO_CLIENT_ID) == "mine"
     assert sim.client_secret(PLAIN_CLIENT_ID) == "other"
     with pytest.raises(ValueError, match=r"no '\.'"):

@@ -94,34 +94,6 @@ def test_quota_reports_seconds_to_reset_rounded_up(now: float, reset: int, reset
 Q = Quota(limit=120, remaining=7, reset=42, reset_at=1_735_693_200, window=3600)
 
 
-@pytest.mark.parametrize(
-    ("fmt", "headers"),
-    [
-        (
-            "draft",
-            [("RateLimit", '"default";r=7;t=42'), ("RateLimit-Policy", '"default";q=120;w=3600')],
-        ),
-        ("combined", [("RateLimit", "limit=120, remaining=7, reset=42")]),
-        (
-            "triple",
-            [("RateLimit-Limit", "120"), ("RateLimit-Remaining", "7"), ("RateLimit-Reset", "42")],
-        ),
-        (
-            "x",
-            [
-                ("X-RateLimit-Limit", "120"),
-                ("X-RateLimit-Remaining", "7"),
-                ("X-RateLimit-Reset", "1735693200"),
-            ],
-        ),
-        ("none", []),
-    ],
-)
-def test_render_each_header_format(fmt: str, headers: list[tuple[str, str]]) -> None:
-    """Each header format renders the same figures its own way."""
-    assert render(fmt, Q) == headers  # type: ignore[arg-type]
-
-
 def test_render_refuses_an_unknown_format() -> None:
     """An unknown header format is an error, not silence."""
     with pytest.raises(ValueError, match="unknown header format"):
@@ -188,9 +160,7 @@ async def test_each_header_format_on_the_wire(
     """A read carries the RateLimit headers of the chosen format."""
     credential = await _enrolled(flow)
     flow.sim.configure(budget=10, header_format=fmt)
-
     response = await flow.http.get(STATS, headers=bearer(credential))
-
     seen = {k: v for k, v in response.headers.items() if "ratelimit" in k}
     assert seen == expected
 
@@ -203,9 +173,7 @@ async def test_spent_budget_gives_429_with_retry_after_and_headers(flow: Flow) -
     flow.sim.advance(15)
     for _ in range(2):
         assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
-
     refused = await flow.http.get(STATS, headers=bearer(credential))
-
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "45"
     assert refused.headers["ratelimit"] == '"default";r=0;t=45'
@@ -218,9 +186,7 @@ async def test_window_reset_through_the_clock(flow: Flow) -> None:
     flow.sim.configure(budget=1, window=30)
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 429
-
     flow.sim.advance(30)
-
     response = await flow.http.get(STATS, headers=bearer(credential))
     assert response.status_code == 200
     assert response.headers["ratelimit"] == '"default";r=0;t=30'
@@ -239,7 +205,6 @@ async def test_every_public_request_counts_but_429s_and_auth_service_do_not(
     await http.get(STATS, headers=bearer(credential))  # 403
     await http.post(TOKENS, headers=bearer(credential))  # auth service: not counted
     await http.delete(TOKENS, headers={})  # auth service: not counted
-
     assert sim.budget_of(DEMO_CLIENT_ID).remaining == 3
 
 
@@ -248,9 +213,7 @@ async def test_consumed_budget_is_shared_with_the_reads(flow: Flow, sim: Simulat
     """Budget consumed for the client's other traffic leaves less for the reads."""
     credential = await _enrolled(flow)
     sim.configure(budget=10)
-
     assert sim.consume_budget(DEMO_CLIENT_ID, 9) == 1
-
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 429
 
@@ -264,6 +227,5 @@ async def test_unauthenticated_requests_count_in_their_own_bucket(
     sim.configure(budget=3)
     for _ in range(3):
         await flow.http.get(STATS, headers=bearer("dspa_unknown.secret"))
-
     assert (await flow.http.get(STATS, headers=bearer("dspa_unknown.secret"))).status_code == 429
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200

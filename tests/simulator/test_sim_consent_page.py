@@ -35,8 +35,7 @@ async def _decide(flow: Flow, request: str, decision: str, scopes: list[str]) ->
 
 
 async def test_the_page_offers_every_requested_scope_ticked(flow: Flow) -> None:
-    """The page (200, HTML) names the client, proposes an account, and offers each requested
-    long term scope as a ticked box, with Allow and Deny."""
+    """The page names the client and offers each requested long term scope ticked."""
     page, _ = await _page(flow)
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
@@ -52,8 +51,7 @@ async def test_the_page_offers_every_requested_scope_ticked(flow: Flow) -> None:
 async def test_allow_grants_exactly_the_scopes_left_ticked(
     flow: Flow, sim: Simulator, ticked: list[str]
 ) -> None:
-    """Allow redirects (303) to the callback with a code whose token carries openid and
-    exactly the long term scopes left ticked."""
+    """Allow redirects (303) with a code granting exactly the scopes left ticked."""
     _, request = await _page(flow)
     answer = await _decide(flow, request, "allow", ticked)
     assert answer.status_code == 303
@@ -84,8 +82,7 @@ async def test_a_consent_request_is_answered_once(flow: Flow) -> None:
 
 
 async def test_a_queued_consent_still_wins_over_the_page(flow: Flow, sim: Simulator) -> None:
-    """With the page on, a consent queued through the control API is used first (tests and
-    the page coexist)."""
+    """With the page on, a consent queued through the control API is used first."""
     sim.configure(consent_page=True)
     sim.queue_consent("svc-bob")
     answer = await flow.authorize()

@@ -69,10 +69,8 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
     assert created.json()["last_sync_at"] == "2024-12-30T00:00:00Z"
     credential = await _credential_over_http(http, "alice")
     assert (await http.get(STATS, headers=bearer(credential))).json() == {"n": 1}
-
     await http.put("/_sim/users/alice/payloads", json={"latest-change": None})
     assert (await http.get(LATEST, headers=bearer(credential))).status_code == 404
-
     await http.put("/_sim/users/alice/sync", json={"linked": False})
     assert (await http.get(STATS, headers=bearer(credential))).json()[
         "error"
@@ -82,12 +80,10 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
         "error"
     ] == "CloudSyncInactive"
     await http.put("/_sim/users/alice/sync", json={"last_sync_age_days": 0})
-
     revoked = await http.post("/_sim/users/alice/revoke", json={})
     assert revoked.json() == {"revoked": 1}
     answer = await http.get(STATS, headers=bearer(credential))
     assert answer.json()["error"] == "PermanentAccessRevoked"
-
     assert (await http.delete("/_sim/users/alice")).json() == {"revoked": 0}
     assert (await http.get("/_sim/users/alice")).status_code == 404
 
@@ -96,20 +92,17 @@ async def test_client_controls_through_the_control_api(http: httpx.AsyncClient) 
     """Withdraw, reopen and untick scopes over /_sim/; client info never shows the secret."""
     await http.post("/_sim/users", json={"user": "alice"})
     credential = await _credential_over_http(http, "alice")
-
     unticked = await http.put(
         f"/_sim/clients/{DEMO_CLIENT_ID}/scopes", json={"scopes": [LATEST_CHANGE_SCOPE]}
     )
     assert unticked.json()["scopes"] == [LATEST_CHANGE_SCOPE]
     assert (await http.get(STATS, headers=bearer(credential))).status_code == 403
-
     assert (await http.post(f"/_sim/clients/{DEMO_CLIENT_ID}/withdraw")).json() == {"revoked": 1}
     info = (await http.post(f"/_sim/clients/{DEMO_CLIENT_ID}/reopen")).json()
     assert info["long_term"] is True
     assert info["tokens"] == 0
     answer = await http.get(LATEST, headers=bearer(credential))
     assert answer.json()["error"] == "PermanentAccessRevoked"
-
     added = await http.post(
         "/_sim/clients", json={"client": "new-client", "secret": "s3cr3t", "long_term": True}
     )
@@ -135,11 +128,9 @@ async def test_settings_budget_faults_and_clock_through_the_control_api(
     )
     assert (settings.json()["budget"], settings.json()["window"]) == (5, 60)
     assert (await http.get("/_sim/settings")).json()["header_format"] == "triple"
-
     consumed = await http.post("/_sim/budget/consume", json={"client": DEMO_CLIENT_ID, "count": 4})
     assert consumed.json() == {"client": DEMO_CLIENT_ID, "remaining": 1}
     assert (await http.get(f"/_sim/budget/{DEMO_CLIENT_ID}")).json()["remaining"] == 1
-
     rule = await http.post(
         "/_sim/faults", json={"kind": "latency", "next": 2, "ms": 250, "seed": 3}
     )
@@ -148,7 +139,6 @@ async def test_settings_budget_faults_and_clock_through_the_control_api(
     assert (await http.get("/_sim/faults")).json()["seed"] == 3
     assert (await http.delete("/_sim/faults")).status_code == 204
     assert (await http.get("/_sim/faults")).json()["rules"] == []
-
     moved = await http.post("/_sim/clock", json={"advance": 90})
     assert moved.json() == {"now": "2025-01-01T00:01:30Z"}
     jumped = await http.post("/_sim/clock", json={"set": "2025-02-01T12:00:00+00:00"})
@@ -180,7 +170,6 @@ async def test_control_api_refuses_bad_requests(
 ) -> None:
     """Unknown names, wrong types and invalid values get a 4xx with an error message."""
     response = await http.request(method, path, json=body)
-
     assert response.status_code == status
     assert response.json()["error"]
 
@@ -209,9 +198,7 @@ async def test_reset_restores_the_initial_simulator(flow: Flow, sim: Simulator) 
     credential = await flow.enroll("alice")
     sim.configure(budget=1)
     sim.inject_fault("500", rate=1.0)
-
     assert (await flow.http.post("/_sim/reset")).status_code == 204
-
     assert sim.settings.budget == 120
     assert sim.faults.rules == []
     assert sim.requests() == []
@@ -233,7 +220,6 @@ async def test_request_log_never_contains_a_credential(flow: Flow, sim: Simulato
     await flow.http.get(STATS, headers=bearer(f"{token}.wrong-secret-value"))
     await flow.http.get(STATS, headers=bearer(user_token) | {"DS-API-CLIENT-ID": DEMO_CLIENT_ID})
     await flow.http.delete(TOKENS, headers=bearer(credential))
-
     log = (await flow.http.get("/_sim/requests")).text
     basic = base64.b64encode(f"{DEMO_CLIENT_ID}:{DEMO_CLIENT_SECRET}".encode()).decode()
     secrets = [user_token, token, DEMO_CLIENT_SECRET, code, verifier, challenge, basic]
@@ -255,9 +241,7 @@ async def test_state_keeps_only_hashes_of_tokens_and_codes(flow: Flow, sim: Simu
     sim.add_user("alice")
     credential = await flow.enroll("alice")
     pending = await flow.code("alice")
-
     state = repr(sim.world)
-
     assert credential.split(".", 1)[0] not in state
     assert pending not in state
     assert DEMO_CLIENT_SECRET not in state
@@ -267,9 +251,7 @@ async def test_default_payloads_are_deterministic_per_user(flow: Flow, sim: Simu
     """A user's default payloads depend only on the user id, and differ between users."""
     sim.add_user("alice")
     credential = await flow.enroll("alice")
-
     response = await flow.http.get(LATEST, headers=bearer(credential))
-
     assert response.json() == latest_change("alice")
     assert default_payloads("alice") == default_payloads("alice")
     assert default_payloads("alice") != default_payloads("bob")

@@ -52,7 +52,6 @@ async def test_401_plain_same_answer_for_unknown_malformed_or_wrong_secret(
     answers: dict[str, httpx.Response] = {}
     for name, variant in _malformed_variants(credential).items():
         answers[name] = await flow.http.get(STATS, headers=bearer(variant))
-
     for name, response in answers.items():
         assert response.status_code == 401, name
         assert code_of(response, style) is None, name
@@ -67,29 +66,27 @@ async def test_401_revoked_only_when_both_halves_are_correct(flow: Flow, style: 
     credential = await _enrolled(flow)
     flow.sim.revoke("alice")
     token = credential.split(".", 1)[0]
-
     right = await flow.http.get(STATS, headers=bearer(credential))
     wrong = await flow.http.get(STATS, headers=bearer(f"{token}.wrong-secret"))
-
     assert (right.status_code, code_of(right, style)) == (401, "PermanentAccessRevoked")
     assert (wrong.status_code, code_of(wrong, style)) == (401, None)
 
 
-async def test_401_no_cloud_sync_linked(flow: Flow, style: str) -> None:
-    """A user without cloud sync gets 401 NoCloudSyncLinked on both reads."""
+async def test_401_no_cloud_sync_linked_until_the_user_links_it(flow: Flow, style: str) -> None:
+    """A user without cloud sync gets 401 NoCloudSyncLinked on both reads; linking ends it."""
     credential = await _enrolled(flow, linked=False)
-
     for path in (LATEST, STATS):
         response = await flow.http.get(path, headers=bearer(credential))
         assert (response.status_code, code_of(response, style)) == (401, "NoCloudSyncLinked")
+    flow.sim.set_sync("alice", linked=True, last_sync_age_days=0)
+    assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
 
 
-async def test_403_cloud_sync_inactive(flow: Flow, style: str) -> None:
-    """Cloud sync silent for over 90 days gives 403 CloudSyncInactive."""
-    credential = await _enrolled(flow, last_sync_age_days=95)
-
+@pytest.mark.parametrize("age_days", [95, None], ids=["95-days", "never-synced"])
+async def test_403_cloud_sync_inactive(flow: Flow, style: str, age_days: int | None) -> None:
+    """Cloud sync silent for over 90 days, or never synced, gives 403 CloudSyncInactive."""
+    credential = await _enrolled(flow, last_sync_age_days=age_days)
     response = await flow.http.get(LATEST, headers=bearer(credential))
-
     assert (response.status_code, code_of(response, style)) == (403, "CloudSyncInactive")
 
 
@@ -97,10 +94,8 @@ async def test_403_plain_when_the_user_did_not_grant_the_scope(flow: Flow, style
     """A read needing a scope the user did not grant gets a codeless 403; the other reads."""
     flow.sim.add_user("alice")
     credential = await flow.enroll("alice", [LATEST_CHANGE_SCOPE])
-
     denied = await flow.http.get(STATS, headers=bearer(credential))
     allowed = await flow.http.get(LATEST, headers=bearer(credential))
-
     assert (denied.status_code, code_of(denied, style)) == (403, None)
     assert allowed.status_code == 200
 
@@ -109,9 +104,7 @@ async def test_403_plain_when_the_client_unticked_the_scope(flow: Flow, style: s
     """A scope the client owner unticked gives a codeless 403 even though the user granted it."""
     credential = await _enrolled(flow)
     flow.sim.set_client_scopes(DEMO_CLIENT_ID, [LATEST_CHANGE_SCOPE])
-
     denied = await flow.http.get(STATS, headers=bearer(credential))
-
     assert (denied.status_code, code_of(denied, style)) == (403, None)
     assert (await flow.http.get(LATEST, headers=bearer(credential))).status_code == 200
     flow.sim.set_client_scopes(DEMO_CLIENT_ID, [LATEST_CHANGE_SCOPE, STATS_SCOPE])
@@ -122,9 +115,7 @@ async def test_404_when_nothing_is_recorded_and_access_stays_valid(flow: Flow, s
     """latest-change with nothing recorded gives a codeless 404; the same token still reads."""
     credential = await _enrolled(flow)
     flow.sim.set_payload("alice", "latest-change", None)
-
     missing = await flow.http.get(LATEST, headers=bearer(credential))
-
     assert (missing.status_code, code_of(missing, style)) == (404, None)
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
     flow.sim.set_payload("alice", "latest-change", {"id": "chg_1"})
@@ -134,9 +125,7 @@ async def test_404_when_nothing_is_recorded_and_access_stays_valid(flow: Flow, s
 async def test_invalid_scope_for_a_client_without_the_mode(flow: Flow) -> None:
     """A long term scope asked by a client without the mode is refused with invalid_scope."""
     flow.sim.queue_consent("alice")
-
     response = await flow.authorize([STATS_SCOPE], client_id=PLAIN_CLIENT_ID, state="s-1")
-
     assert response.status_code == 302
     location = httpx.URL(response.headers["location"])
     assert str(location).startswith(REDIRECT)
@@ -155,7 +144,6 @@ async def test_codeless_answers_carry_no_word_that_passes_for_a_code(
     sim.set_payload("alice", "latest-change", None)
     unknown = await flow.http.get(STATS, headers=bearer("dspa_x.y"))
     missing = await flow.http.get(LATEST, headers=bearer(credential))
-
     for response in (unknown, missing):
         if response.content:
             body = response.json()
@@ -173,25 +161,5 @@ async def test_90_day_boundary(flow: Flow, age_seconds: int, status: int) -> Non
     """Exactly 90 days of silence still reads; anything more is CloudSyncInactive."""
     credential = await _enrolled(flow, last_sync_age_days=0)
     flow.sim.advance(age_seconds)
-
     response = await flow.http.get(STATS, headers=bearer(credential))
-
     assert response.status_code == status
-
-
-async def test_a_user_who_never_synced_is_inactive(flow: Flow) -> None:
-    """A linked account that never synced counts as silent: CloudSyncInactive."""
-    credential = await _enrolled(flow, last_sync_age_days=None)
-
-    response = await flow.http.get(STATS, headers=bearer(credential))
-
-    assert (response.status_code, response.json()["error"]) == (403, "CloudSyncInactive")
-
-
-async def test_linking_again_clears_no_cloud_sync_linked(flow: Flow) -> None:
-    """NoCloudSyncLinked ends once the user links cloud sync; the token was kept."""
-    credential = await _enrolled(flow, linked=False)
-
-    flow.sim.set_sync("alice", linked=True, last_sync_age_days=0)
-
-    assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200

@@ -27,10 +27,8 @@ async def test_server_error_faults(flow: Flow, kind: str, status: int, content_t
     """A 5xx fault replaces the next read's answer, then reads succeed again."""
     credential = await _enrolled(flow)
     flow.sim.inject_fault(kind, count=1)
-
     faulted = await flow.http.get(STATS, headers=bearer(credential))
     after = await flow.http.get(STATS, headers=bearer(credential))
-
     assert faulted.status_code == status
     assert faulted.headers["content-type"].startswith(content_type)
     assert "ratelimit" in faulted.headers
@@ -41,7 +39,6 @@ async def test_drop_fault_is_a_remote_protocol_error(flow: Flow) -> None:
     """A dropped connection reaches an in-process client as httpx.RemoteProtocolError."""
     credential = await _enrolled(flow)
     flow.sim.inject_fault("drop", count=2)
-
     for _ in range(2):
         with pytest.raises(httpx.RemoteProtocolError):
             await flow.http.get(STATS, headers=bearer(credential))
@@ -52,7 +49,6 @@ async def test_drop_fault_when_streaming_fails_while_reading_the_body(flow: Flow
     """Streamed, a drop shows a 200 status line whose body then fails, as over a socket."""
     credential = await _enrolled(flow)
     flow.sim.inject_fault("drop", count=1)
-
     async with flow.http.stream("GET", STATS, headers=bearer(credential)) as response:
         assert response.status_code == 200
         with pytest.raises(httpx.RemoteProtocolError):
@@ -63,9 +59,7 @@ async def test_broken_json_fault_is_a_200_that_does_not_parse(flow: Flow) -> Non
     """broken_json answers 200 with a JSON body cut short."""
     credential = await _enrolled(flow)
     flow.sim.inject_fault("broken_json", count=1)
-
     response = await flow.http.get(LATEST, headers=bearer(credential))
-
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     with pytest.raises(ValueError, match=r"Expecting|Unterminated|delimiter"):
@@ -84,7 +78,6 @@ async def test_latency_fault_waits_then_answers(clock: ManualClock) -> None:
     sim.inject_fault("latency", count=1, delay=0.25)
     async with httpx.AsyncClient(transport=SimulatorTransport(sim), base_url=BASE) as http:
         response = await http.get(STATS, headers=bearer("dspa_x.y"))
-
     assert slept == [0.25]
     assert response.status_code == 401
 
@@ -110,7 +103,6 @@ async def test_stall_fault_outlasts_a_client_timeout_and_is_cancellable(
         tasks.start_soon(http.get, STATS)
         await stalled.wait()
         tasks.cancel_scope.cancel()
-
     assert slept == [3600]
     async with httpx.AsyncClient(transport=SimulatorTransport(sim), base_url=BASE) as http:
         assert (await http.get(STATS)).status_code == 401
@@ -122,11 +114,9 @@ async def test_fault_is_logged_with_what_the_client_saw(flow: Flow) -> None:
     flow.sim.clear_requests()
     flow.sim.inject_fault("503", count=1)
     flow.sim.inject_fault("drop", count=1)
-
     await flow.http.get(STATS, headers=bearer(credential))
     with pytest.raises(httpx.RemoteProtocolError):
         await flow.http.get(STATS, headers=bearer(credential))
-
     seen = [(e.status, e.fault) for e in flow.sim.requests()]
     assert seen == [(503, "503"), (None, "drop")]
 
@@ -184,5 +174,4 @@ async def test_clear_faults(flow: Flow) -> None:
     credential = await _enrolled(flow)
     flow.sim.inject_fault("500", rate=1.0)
     flow.sim.clear_faults()
-
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200

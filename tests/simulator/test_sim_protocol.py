@@ -1,8 +1,5 @@
-"""The simulator's copy of the service's facts agrees with the worker's (`lta_worker.protocol`).
-
-The simulator imports nothing of the worker, so it spells the paths, the token prefix, the
-scopes, the error codes and the header names itself; this is the one place both are read.
-"""
+"""The simulator's copy of the service's facts (it imports nothing of the worker) agrees with
+the worker's `lta_worker.protocol`."""
 
 from __future__ import annotations
 
@@ -38,14 +35,12 @@ async def test_the_simulator_and_the_worker_agree_on_the_protocol(flow: Flow) ->
     assert state.LONG_TERM_SCOPES == protocol.LONG_TERM_SCOPES
     assert dict(state.ENDPOINT_SCOPES) == dict(protocol.ENDPOINT_SCOPES)
     assert (responses.REVOKED, responses.UNLINKED, responses.INACTIVE) == protocol.ERROR_CODES
-
     # Every rate limit field the simulator can send is one the worker names.
     quota = Quota(limit=10, remaining=3, reset=30, reset_at=1_735_689_630, window=60)
     rendered = {name for fmt in HEADER_FORMATS for name, _ in render(fmt, quota)}
     triples = (protocol.RATELIMIT_TRIPLE_PREFIX, protocol.X_RATELIMIT_PREFIX)
     named = {p + field for p in triples for field in ("Limit", "Remaining", "Reset")}
     assert rendered == {protocol.RATELIMIT, protocol.RATELIMIT_POLICY} | named
-
     # The regular mode's client header is the one the simulator reads; its 429 says when.
     user_token = await flow.user_token("alice", [HISTORY_SCOPE])
     regular = bearer(user_token) | {protocol.CLIENT_ID_HEADER: DEMO_CLIENT_ID}

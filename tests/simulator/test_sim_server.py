@@ -20,7 +20,6 @@ def test_start_in_thread_serves_on_loopback_and_refuses_an_unknown_credential() 
         assert running.auth_url == running.base_url + "/auth"
         with httpx.Client(base_url=running.base_url, timeout=5) as http:
             response = http.get(STATS, headers=bearer("dspa_x.y"))
-
     assert response.status_code == 401
     assert response.json() == {"message": "Unauthorized"}
     assert response.headers["www-authenticate"] == 'Bearer realm="api"'
@@ -82,7 +81,6 @@ def test_cli_refuses_a_non_loopback_host_from_the_environment() -> None:
     result = CliRunner().invoke(
         cli, ["simulator", "serve"], env={"LTA_SIMULATOR_HOST": "0.0.0.0"}, standalone_mode=True
     )
-
     assert result.exit_code == 2
     assert "non-loopback" in result.output
 
@@ -90,7 +88,6 @@ def test_cli_refuses_a_non_loopback_host_from_the_environment() -> None:
 def test_cli_serve_help_lists_its_options() -> None:
     """`simulator serve --help` documents port, host, window, budget and header format."""
     result = CliRunner().invoke(cli, ["simulator", "serve", "--help"])
-
     assert result.exit_code == 0
     for option in ("--port", "--host", "--window", "--budget", "--header-format"):
         assert option in result.output

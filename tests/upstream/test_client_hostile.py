@@ -173,9 +173,7 @@ async def test_no_proxy_hosts_are_reached_directly(tmp_path: Path) -> None:
 async def test_a_cookie_the_service_sets_is_never_sent_back(
     server: HostileServer, operation: Callable[[ApiClient], Awaitable[Any]]
 ) -> None:
-    """A Set-Cookie in one user's answer is not kept: no later request (another user's read,
-    an enrollment) carries it, so the service cannot tie users together or echo one's data
-    to another through the worker."""
+    """A Set-Cookie in one answer is never sent back (the service cannot tie users together)."""
     cookie = ("Set-Cookie", "session=user-a-0123456789; Path=/")
     server.default = Step(200, [cookie, ("Content-Type", "application/json")], json_body({}))
     settings = settings_for(server.url)
@@ -190,8 +188,7 @@ async def test_a_cookie_the_service_sets_is_never_sent_back(
 
 
 async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None:
-    """Many reads at once share at most `poll.concurrency` + 1 kept-alive connections, and
-    reads one after another reuse one (httpx's own pool, as configured by `http_client`)."""
+    """Concurrent reads keep at most `poll.concurrency` + 1 connections; sequential reuse one."""
     accepted = 0
     body = json_body({"ok": True})
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -229,8 +226,7 @@ async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None
 async def test_reads_cut_at_their_deadline_give_their_connection_back(
     server: HostileServer,
 ) -> None:
-    """Reads cut at `request_timeout` (those sent and the one still waiting for a
-    connection) free what they held: the next read goes out and is answered."""
+    """Reads cut at `request_timeout` give their connections back: the next read is answered."""
     slow = Step(200, body=json_body({}), delay=3.0)
     stalling = True
     server.respond = lambda seen: slow if stalling else None

@@ -58,8 +58,7 @@ def test_every_state_change_is_an_event_with_a_client_action(state: str) -> None
 
 
 def test_event_names_cover_the_issue_list() -> None:
-    """Enrolled, rotated, scope denied and back to active are events beside the states, and
-    result.changed beside them."""
+    """Enrolled, rotated, scope denied, back to active and result.changed are events too."""
     assert set(EVENT_TYPES) == {
         "user.enrolled",
         "user.rotated",
@@ -128,8 +127,7 @@ async def test_the_library_verifies_what_the_sender_signs() -> None:
     [(503, "HTTP 503"), (301, "HTTP 301"), ("drop", "ConnectError"), ("hang", "timeout")],
 )
 async def test_a_failed_delivery_says_why_and_never_raises(answer: Any, expected: str) -> None:
-    """A non-2xx answer, a broken connection or a receiver past the total timeout is a
-    reason string, not an exception."""
+    """A non-2xx, broken connection or timeout is a reason string, never an exception."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if answer == "drop":
@@ -178,8 +176,7 @@ def test_webhook_url_rules(url: str, accepted: bool) -> None:
     ids=["valid", "world-readable", "not-whsec", "too-short", "not-base64"],
 )
 def test_webhook_secret_file_rules(tmp_path: Path, content: str, mode: int, ok: bool) -> None:
-    """The secret file follows the one secret-file rule and holds one whsec_ secret; an error
-    names the setting and never the content."""
+    """The secret file holds one whsec_ secret under the secret-file rule; errors hide it."""
     path = tmp_path / "hook-secret"
     path.write_text(content)
     path.chmod(mode)
@@ -224,8 +221,7 @@ def test_webhook_durations_have_ranges() -> None:
     ],
 )
 def test_events_setting(events: Any, expected: Any) -> None:
-    """`events` lists known types (default all; from the environment, space- or comma-
-    separated); an unknown type, none, or not a list is refused naming `webhook.events`."""
+    """`events` lists known types (env: space or comma separated); else refused naming it."""
     given = {} if events is None else {"events": events}
     if isinstance(expected, tuple):
         assert settings(**given).webhook.events == expected
@@ -249,8 +245,7 @@ def test_events_setting(events: Any, expected: Any) -> None:
 def test_what_storage_writes_of_result_changed(
     url: str | None, events: Any, include_content: Any, mode: str
 ) -> None:
-    """Nothing without a receiver of result.changed; its hashes, or the content too with
-    include_content (default false)."""
+    """result.changed is written only for a receiver of it: hashes, content with include_content."""
     given = {
         k: v
         for k, v in {"url": url, "events": events, "include_content": include_content}.items()

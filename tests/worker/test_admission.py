@@ -21,9 +21,7 @@ _OPS = st.lists(
 def test_admission_keeps_the_cap_and_makes_room_from_the_oldest_head(
     cap: int, ops: list[tuple[str, int]]
 ) -> None:
-    """Never more than `cap` kept; a newcomer is refused only when every kept connection is
-    being answered; the connections closed to make room or at the deadline are always the
-    oldest still sending their heads, so one that sends its head in time is always answered."""
+    """The cap holds; room is made only from the oldest connections still sending their heads."""
     admission = Admission(cap, deadline=10.0)
     order: list[int] = []  # connections in the order they came, while they wait
     now = 0.0

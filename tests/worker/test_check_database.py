@@ -53,8 +53,7 @@ def test_writable_database_passes(database: Path) -> None:
 def test_database_run_cannot_write_fails_the_check(
     database: Path, monkeypatch: pytest.MonkeyPatch, target: str, mode: int
 ) -> None:
-    """A SQLite file (0400) or its directory (0555) not writable by this user: the check
-    fails with 78 naming database.url and the path, with the hint `run` would give."""
+    """A SQLite file or directory `run` cannot write fails the check (78), with `run`'s hint."""
     denied = database if target == "file" else database.parent
     real_access = os.access
 

@@ -27,8 +27,7 @@ def test_the_cap_is_a_quarter_of_the_descriptor_limit_at_most(limit: int, cap: i
 
 
 def test_accept_failures_are_reported_once_per_period_with_their_count() -> None:
-    """The first refusal is reported at once; those within the period are counted and come
-    with the next report after it."""
+    """The first refusal is reported at once; later ones in the period are counted into the next."""
     failures = AcceptFailures(every=60.0)
     assert failures.note(now=0.0) == 1
     assert [failures.note(now=t) for t in (1.0, 2.0, 59.0)] == [None, None, None]
@@ -62,8 +61,7 @@ _CHILD = textwrap.dedent(
 
 
 def test_running_out_of_descriptors_is_one_json_event() -> None:
-    """200 connections to a listener with 64 descriptors: stderr gets one
-    `enroll.accept_failed` event (EMFILE, with its count) and nothing else."""
+    """Out of descriptors (EMFILE): one `enroll.accept_failed` event with its count, no more."""
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD],
         stdin=subprocess.PIPE,

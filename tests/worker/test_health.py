@@ -74,8 +74,7 @@ class StoreFigures:
 
 
 def test_metrics_carry_the_outbox_and_pending_drops_from_the_store() -> None:
-    """After a pass the gauges say what the database holds: users by state, due users,
-    pending drops, webhook events waiting and dead-lettered."""
+    """After a pass the gauges say what the database holds (states, due, drops, outbox)."""
     metrics = Metrics()
     metrics.on_store(StoreFigures(), datetime(2025, 1, 1, tzinfo=UTC))  # type: ignore[arg-type]
     value = metrics.registry.get_sample_value
@@ -99,8 +98,7 @@ def test_metrics_carry_the_outbox_and_pending_drops_from_the_store() -> None:
 def test_last_success_is_the_last_pass_with_an_answered_read(
     stopped: str, counts: dict[str, int], moves: bool
 ) -> None:
-    """`lta_worker_last_pass_success_timestamp_seconds` moves only for a pass with a read the
-    service answered, whatever it stopped as: a pass that read nobody proves nothing."""
+    """The last-success timestamp moves only for a pass with an answered read."""
     from collections import Counter
 
     from lta_worker.worker import PassResult

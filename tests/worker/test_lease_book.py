@@ -95,8 +95,7 @@ def test_the_margin_is_the_request_timeout_at_most_a_renewal_period(
 
 
 def test_a_turn_of_a_lapsed_claim_never_reads_under_the_next_claim() -> None:
-    """The pass claims a user again after its lease lapsed: the old turn may not read under
-    the new claim, and the old turn's end leaves the new one's lease alone (issue 28)."""
+    """A lapsed claim's turn never reads under the next claim, nor ends its lease (issue 28)."""
     book = LeaseBook()
     book.claimed([ONE], at(0) + LEASE)
     book.claimed([AGAIN], at(15) + LEASE)  # after a stall: ONE lapsed at 10
@@ -107,8 +106,7 @@ def test_a_turn_of_a_lapsed_claim_never_reads_under_the_next_claim() -> None:
 
 
 def test_a_lease_a_renewal_did_not_find_held_is_never_read_under_again() -> None:
-    """`users drop` ended the pass's lease and took the user while its turn was out: once a
-    renewal returns without it, the turn reads no more, well before its bound (issue 28)."""
+    """Once a renewal returns without the lease, the turn reads no more (issue 28)."""
     book = LeaseBook()
     book.claimed([ONE, (2, 1)], at(0) + LEASE)
     renewal = book.renewing(at(3) + LEASE)

@@ -26,8 +26,7 @@ def _value(metrics: Metrics, name: str) -> float:
 
 
 def test_the_expected_delay_follows_the_adaptive_plan() -> None:
-    """The expected delay is NaN (unknown) until a plan gives a figure, then that figure; a
-    plan without one (`fixed` after a reload, or no active users) makes it NaN again."""
+    """The expected delay is the plan's figure, NaN while no plan gives one."""
     metrics = Metrics()
     assert math.isnan(_value(metrics, DELAY))
     metrics.on_plan(SchedulePlan())
@@ -56,9 +55,7 @@ NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 def test_the_budget_gauges_start_from_what_the_database_recorded(
     seen: BudgetSeen | None, remaining: float, limit: float
 ) -> None:
-    """At start the budget gauges take the recorded limit and what was left, the whole limit
-    once the recorded window has reset, and stay unknown (NaN, never 0: a limit of 0 is a
-    budget) when no limit was recorded."""
+    """At start the budget gauges take what was recorded (NaN, never 0, when nothing was)."""
     metrics = Metrics()
     metrics.on_budget_seen(seen, NOW)
     assert _value(metrics, "lta_worker_budget_remaining") == pytest.approx(remaining, nan_ok=True)
@@ -77,9 +74,7 @@ def test_the_budget_gauges_start_from_what_the_database_recorded(
 def test_a_pass_stopped_by_the_breaker_is_no_success_and_sets_the_trip_time(
     stopped: str, counts: dict[str, int], success: float, trip: float
 ) -> None:
-    """A pass the breaker stopped, whatever its answers, leaves the last success time as it
-    was and sets the last trip's time (the alert compares the two); a completed pass with
-    an answered read is a success."""
+    """A breaker-stopped pass is no success and sets the trip time; a completed one is."""
     from collections import Counter
 
     from lta_worker.worker import PassResult
@@ -92,9 +87,7 @@ def test_a_pass_stopped_by_the_breaker_is_no_success_and_sets_the_trip_time(
 
 
 def test_textfile_counters_continue_from_the_last_run(tmp_path: Path) -> None:
-    """Each `run` writes the textfile anew: its counters go on from the file the last run
-    wrote, so a trip or a revocation every run grows them (`increase()` fires); a file
-    that is missing or not metrics starts them at 0."""
+    """The textfile's counters go on from the last run's file (0 when missing or not metrics)."""
     path = tmp_path / "lta.prom"
     for run in range(1, 4):
         metrics = Metrics()

@@ -1,7 +1,5 @@
-"""The metrics and health server under load: a flood of `/healthz` costs the database one
-status a second, an idle client is let go, a client that trickles its request head is cut
-at the head deadline, slow clients never lock a scrape or a probe out, and neither do
-probes waiting on a hung database."""
+"""The metrics and health server under load: shared status computation, slow and idle clients,
+and probes waiting on a hung database never lock out a scrape or a probe."""
 
 from __future__ import annotations
 
@@ -80,8 +78,7 @@ def test_an_idle_client_is_let_go() -> None:
 
 
 def test_past_the_cap_the_oldest_incomplete_connection_makes_room() -> None:
-    """With the cap's connections open and none of them done with its request head, a new
-    connection closes the oldest of them, not itself; the others stay open."""
+    """Past the cap a newcomer closes the oldest connection still sending its head."""
     server = _server(cap=2, deadline=60.0)
     try:
         oldest = socket.create_connection(("127.0.0.1", server.port))
@@ -106,8 +103,7 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 class _Drippers:
-    """Slow clients: each sends a request line and one header, then one header per `drip()`,
-    never the end of its head; one that is closed connects again and starts over."""
+    """Slow clients dripping one header per `drip()`, never ending their heads; reconnect if cut."""
 
     def __init__(self, port: int, count: int) -> None:
         self.port = port
@@ -139,8 +135,7 @@ class _Drippers:
 
 
 def test_slow_clients_never_lock_out_a_scrape_or_a_probe() -> None:
-    """40 clients trickling their request heads, at a cap of 32 and a head deadline longer
-    than the test: every /metrics scrape and /healthz probe between their drips is answered."""
+    """40 clients trickling their heads at a cap of 32: every scrape and probe is answered."""
     server = _server(cap=32, deadline=60.0)
     drippers = _Drippers(server.port, 40)
     try:
@@ -157,9 +152,7 @@ def test_slow_clients_never_lock_out_a_scrape_or_a_probe() -> None:
 
 
 def test_a_client_trickling_its_head_is_cut_at_the_head_deadline() -> None:
-    """A client that sends a header line every 0.1 s, well within any read timeout, is
-    closed once the head deadline (1 s) has passed since it connected: long before the
-    100 header lines that the parser would refuse."""
+    """A client trickling a header every 0.1 s is cut at the head deadline (1 s)."""
     server = _server(cap=4, deadline=1.0)
     drippers = _Drippers(server.port, 1)
     try:
@@ -189,8 +182,7 @@ class _Hung:
 
 
 def test_a_hung_status_answers_unhealthy_at_once_after_the_wait() -> None:
-    """While the status hangs, every probe gets 503 "the database does not answer" once the
-    wait is over, and the hung status is the only one computing."""
+    """A hung status: every probe gets 503 after the wait, one computation in all."""
     hung = _Hung()
     server = MetricsServer("127.0.0.1", 0, Metrics(), hung, health_wait=0.2)
     try:
@@ -206,8 +198,7 @@ def test_a_hung_status_answers_unhealthy_at_once_after_the_wait() -> None:
 
 
 def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
-    """40 probes sent while the status hangs, at a cap of 32 connections: once every one of
-    them is past its request head, a scrape is still answered."""
+    """40 probes waiting on a hung status at a cap of 32: a scrape is still answered."""
     hung = _Hung()
     server = MetricsServer("127.0.0.1", 0, Metrics(), hung)
     probes = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
@@ -228,8 +219,7 @@ def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
 
 
 def test_a_locked_sqlite_database_answers_unhealthy_within_the_wait(sqlite_store: Store) -> None:
-    """Another process holding SQLite's lock makes a read wait out the busy timeout (30 s):
-    /healthz answers 503 "the database does not answer" within the wait all the same."""
+    """A SQLite lock held elsewhere: /healthz answers 503 within the wait, not the busy timeout."""
     path = sqlite_store.database.path
     assert path is not None
     holder = sqlite3.connect(path, isolation_level=None)

@@ -97,8 +97,7 @@ def test_an_unreachable_socket_is_reported_not_raised() -> None:
     ],
 )
 def test_watchdog_usec_and_pid(usec: str, pid: str | None, interval: float | None) -> None:
-    """WATCHDOG_USEC > 0 turns the watchdog on at half the period, unless WATCHDOG_PID names
-    another process; anything else leaves it off."""
+    """WATCHDOG_USEC > 0 sets the watchdog at half the period, unless WATCHDOG_PID is another."""
     env = {"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": usec}
     if pid is not None:
         env["WATCHDOG_PID"] = str(os.getpid() if pid == "self" else os.getpid() + 1)

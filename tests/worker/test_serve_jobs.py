@@ -109,12 +109,7 @@ def service(run_pass: Any) -> tuple[Service, StandInWorker, RecordingNotifier]:
 async def test_a_failing_pass_is_an_error_event_and_the_service_goes_on(
     error: Exception, name: str, exit_code: int, traceback: bool
 ) -> None:
-    """A pass that raises is logged as `error` (job, class, message, exit code; a traceback
-    only for a bug), systemd's status says so, and the next job can run: a configuration
-    error other than an unknown key id (a database file that cannot be opened, which is also
-    what a machine out of descriptors says) does not stop the service. An error the pass's
-    task groups wrap is logged as itself (a lost database is no bug), unless a bug is in the
-    group too."""
+    """A pass that raises is one `error` event (a traceback only for a bug); the service goes on."""
 
     async def run_pass() -> Any:
         raise error
@@ -133,9 +128,7 @@ async def test_a_failing_pass_is_an_error_event_and_the_service_goes_on(
 
 
 async def test_a_stop_lets_the_running_pass_finish() -> None:
-    """SIGTERM during a pass: the scheduler is paused (not shut down, which would cancel the
-    pass), the worker is asked to stop with the grace period, and the stop returns once the
-    pass has wound down and reported."""
+    """SIGTERM during a pass pauses the scheduler and returns once the pass has wound down."""
     started, finished = anyio.Event(), anyio.Event()
 
     async def run_pass() -> Any:
@@ -162,8 +155,7 @@ async def test_a_stop_lets_the_running_pass_finish() -> None:
 
 
 async def test_a_stop_during_the_key_file_check_waits_for_it_and_starts_no_pass() -> None:
-    """SIGTERM while a pass job reads the key file again (before its pass): the stop waits
-    for that job instead of finding the service idle, and the job starts no pass."""
+    """SIGTERM during a pass job's key file check waits for it; the job starts no pass."""
     checking, go_on = threading.Event(), threading.Event()
     order: list[str] = []
 
