@@ -46,37 +46,24 @@ def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, va
     store.apply([read(row.id, t1, latest_change={"v": 1}, stats={"s": 1})])
     store.apply([read(row.id, t2, latest_change={"v": 1}, stats={"s": 1})])
     store.apply([read(row.id, t3, latest_change={"v": 2}, stats={"s": 1})])
+    action = changes(store)[0]["client_action"]
+
+    def event(endpoint: str, at: Any, content: Any, previous: Any) -> dict[str, Any]:
+        return {
+            "user": "alice",
+            "endpoint": endpoint,
+            "status": "ok",
+            "read_at": at.isoformat(),
+            "content_hash": sha(content),
+            "previous_hash": previous and sha(previous),
+            "client_action": action,
+            "action": "read_result",
+        }
+
     assert changes(store) == [
-        {
-            "user": "alice",
-            "endpoint": "latest-change",
-            "status": "ok",
-            "read_at": t1.isoformat(),
-            "content_hash": sha({"v": 1}),
-            "previous_hash": None,
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
-        {
-            "user": "alice",
-            "endpoint": "stats",
-            "status": "ok",
-            "read_at": t1.isoformat(),
-            "content_hash": sha({"s": 1}),
-            "previous_hash": None,
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
-        {
-            "user": "alice",
-            "endpoint": "latest-change",
-            "status": "ok",
-            "read_at": t3.isoformat(),
-            "content_hash": sha({"v": 2}),
-            "previous_hash": sha({"v": 1}),
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
+        event("latest-change", t1, {"v": 1}, None),
+        event("stats", t1, {"s": 1}, None),
+        event("latest-change", t3, {"v": 2}, {"v": 1}),
     ]
 
 
