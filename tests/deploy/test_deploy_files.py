@@ -70,13 +70,6 @@ def _documented_events() -> dict[str, dict[str, set[str]]]:
 EVENTS = _documented_events()
 
 
-def test_event_table_parses() -> None:
-    """The event table of docs/log-events.md parses into events with fields."""
-    assert {"poll.read", "pass.finished", "service.heartbeat", "token.deleted"} <= set(EVENTS)
-    assert "budget_remaining" in EVENTS["poll.read"]
-    assert EVENTS["token.deleted"]["reason"] == {"revoked", "dropped", "forgotten"}
-
-
 # --- deploy/grafana-dashboard.json -------------------------------------------------------
 
 
@@ -143,14 +136,6 @@ def test_dashboard_metric_panels_query_only_real_metrics() -> None:
         "lta_worker_breaker_trips_total",
         "lta_worker_pending_drops",
     } <= queried
-
-
-def test_operations_doc_lists_every_metric() -> None:
-    """docs/operations.md's table names every metric family the worker exposes."""
-    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    for name in _metric_names():
-        family = re.sub(r"_(bucket|sum|count|created)$", "", name)
-        assert family in text, family
 
 
 def test_dashboard_covers_the_operational_questions() -> None:
@@ -237,12 +222,6 @@ def _model_keys(model: type[Settings]) -> dict[str, set[str]]:
 def _uncommented(text: str) -> str:
     """The example with its commented-out `# key = value` lines switched on."""
     return re.sub(r"(?m)^# ?([a-z_]+ = )", r"\1", text)
-
-
-def test_config_example_loads() -> None:
-    """deploy/config.example.toml, as shipped, builds a valid Settings."""
-    settings = load_settings(EXAMPLE, env={})
-    assert isinstance(settings, Settings)
 
 
 def test_config_example_with_optional_keys_loads() -> None:
@@ -375,9 +354,7 @@ def test_run_unit_and_timer_have_required_directives() -> None:
     assert d["Type"] == ["oneshot"]
     assert " run --max-duration " in d["ExecStart"][0]
     assert d["SuccessExitStatus"] == ["75"]
-    assert set(d["LoadCredential"]) == CREDENTIALS
-    for key, value in SANDBOX.items():
-        assert d[key] == [value], key
+    assert set(d["LoadCredential"]) == CREDENTIALS  # its sandbox: test_units_share_one_sandbox
     t = _directives(TIMER)
     assert t["Persistent"] == ["true"]
     assert "RandomizedDelaySec" in t
