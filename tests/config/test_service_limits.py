@@ -84,8 +84,7 @@ def test_a_bad_proxy_from_the_environment_names_the_variable(name: str) -> None:
 
 
 def test_a_bad_proxy_of_the_worker_own_setting_names_only_the_key() -> None:
-    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names the key and that variable,
-    not HTTPS_PROXY."""
+    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names that variable, not HTTPS_PROXY."""
     env = {**REQUIRED, "HTTPS_PROXY": "http://p:1", "LTA_WORKER_SERVICE_HTTPS_PROXY": "socks5://q"}
     with pytest.raises(ConfigError) as info:
         load_settings(None, env)

@@ -1,9 +1,5 @@
-"""The operations files in deploy/ agree with the code and the documented contracts.
-
-The dashboard queries only documented log events and fields, the example config is complete
-and loads, the systemd units carry the directives the worker relies on, and (where
-systemd-analyze exists) the service unit's sandbox stays at an exposure of 1.5 or less.
-"""
+"""The operations files in deploy/ agree with the code and the documented contracts: dashboard
+queries, the example config, the systemd units and (with systemd-analyze) their exposure."""
 
 from __future__ import annotations
 
@@ -82,8 +78,7 @@ def _target_params() -> list[Any]:
 
 
 def test_dashboard_has_loki_input_and_panels() -> None:
-    """The dashboard asks for a Loki and a Prometheus datasource on import; every panel uses
-    one of them, each query the panel's own, and Loki queries parse the JSON line."""
+    """The dashboard's panels use its Loki and Prometheus inputs; Loki queries parse the JSON."""
     board = dashboard()
     assert board["schemaVersion"] >= 36
     inputs = {i["name"]: i for i in board["__inputs"]}
@@ -101,8 +96,7 @@ def test_dashboard_has_loki_input_and_panels() -> None:
 
 
 def _metric_names() -> set[str]:
-    """Every sample name the worker's registry exposes (counters with `_total`, histograms
-    with `_bucket`, `_sum`, `_count`)."""
+    """Every sample name the worker's registry exposes."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -117,8 +111,7 @@ def _metric_names() -> set[str]:
 
 
 def test_dashboard_metric_panels_query_only_real_metrics() -> None:
-    """The Prometheus panels cover reads, users, budget, pass duration, last success, pacer
-    waits, breaker trips and pending drops, and name only metrics the worker exposes."""
+    """The Prometheus panels cover the main metrics and name only metrics the worker exposes."""
     exposed = _metric_names()
     queried: set[str] = set()
     for panel in panels(DS_PROMETHEUS):
@@ -156,8 +149,7 @@ def test_dashboard_covers_the_operational_questions() -> None:
 
 @pytest.mark.parametrize(("title", "expr"), _target_params())
 def test_dashboard_queries_only_documented_events_and_fields(title: str, expr: str) -> None:
-    """Each query (dashboard panel or Loki rule) names documented events, and only their
-    documented fields and values."""
+    """Each dashboard or Loki rule query names documented events, fields and values only."""
     events = query_events(expr)
     unknown = events - set(EVENTS)
     assert not unknown, f"{title}: events not in docs/log-events.md: {unknown}"
@@ -320,10 +312,7 @@ SECRET_FILES = {
 
 @pytest.mark.parametrize("unit", [SERVICE, RUN_SERVICE], ids=lambda p: p.name)
 def test_units_pass_every_secret_file_the_config_reads(unit: Path, tmp_path: Path) -> None:
-    """Under a DynamicUser that cannot read /etc/lta-worker, each secret file is handed over
-    by `LoadCredential=` under the name the config's default reads, so every documented
-    feature runs with the unit as shipped; an optional one (webhook, enrollment) falls back
-    to an empty `SetCredential=`, so that the unit starts without it."""
+    """Each unit passes every secret file the config reads as a credential (optional ones unset)."""
     d = _directives(unit)
     loaded = dict(line.split(":", 1) for line in d["LoadCredential"])
     optional = {line.split(":", 1)[0] for line in d.get("SetCredential", [])}
@@ -448,9 +437,7 @@ FIRST_READ = {
 
 
 def test_dashboard_reads_first_from_metrics() -> None:
-    """The panels above every log panel query Prometheus alone and answer the first
-    questions (budget left, reads by outcome, users by state, last success, webhook backlog,
-    pending drops, expected delay), so the dashboard works without Loki."""
+    """The panels above the log panels query Prometheus alone and answer the first questions."""
     board = dashboard()["panels"]
     first_log = min(p["gridPos"]["y"] for p in panels(DS_LOKI))
     above = [p for p in board if p["type"] != "row" and p["gridPos"]["y"] < first_log]

@@ -77,8 +77,7 @@ async def test_stored_scopes_are_exactly_the_granted_ones(world: World) -> None:
 
 @pytest.mark.parametrize("form", ["other_state", "bare_code"])
 async def test_a_code_with_another_consents_verifier_fails_pkce(world: World, form: str) -> None:
-    """A code finished under another consent (its state, or bare for another user's newest
-    consent) is refused at the token endpoint (invalid_grant): PKCE binds it; nothing stored."""
+    """A code finished under another consent's verifier fails PKCE (invalid_grant): no user."""
     enrollment = world.enrollment()
     first = enrollment.start("alice")
     second = enrollment.start("bob" if form == "bare_code" else "alice")
@@ -169,9 +168,10 @@ async def test_denied_consent_is_an_enrollment_error(world: World) -> None:
         ("bare_unstarted", "no consent was started"),
     ],
 )
-async def test_a_redirect_of_no_live_consent_is_refused(world: World, case: str, words: str) -> None:
-    """A used, expired (10 min), foreign or unknown state, or a bare code with no consent
-    started, is a UsageError (2) and the code is never exchanged."""
+async def test_a_redirect_of_no_live_consent_is_refused(
+    world: World, case: str, words: str
+) -> None:
+    """A used, expired, foreign or unknown consent is a UsageError (2); no code is exchanged."""
     enrollment = world.enrollment()
     location = await world.consent(enrollment.start("alice"), "svc-alice")
     user, given = "alice", location
@@ -266,8 +266,7 @@ async def test_enroll_from_a_user_access_token(world: World) -> None:
 
 
 async def test_refused_user_access_token_stores_nothing(world: World) -> None:
-    """An unknown user access token: EnrollmentError `token_refused` with a hint (the CLI
-    adds "start again with `enroll url`", tests/cli/test_hints.py); nothing stored."""
+    """An unknown user access token is EnrollmentError `token_refused`, with a hint; no user."""
     with pytest.raises(EnrollmentError) as info:
         await world.enrollment().from_user_token("erin", Secret("not-a-real-user-token"))
     assert info.value.reason == "token_refused" and info.value.hint

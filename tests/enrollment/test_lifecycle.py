@@ -74,8 +74,7 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
 
 
 async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World) -> None:
-    """`token.deleted` of a drop or forget the operator asked for is info, not a warning (a
-    revocation's stays one: tests/engine/test_lifecycle_race.py)."""
+    """`token.deleted` of an operator's drop or forget is info (a revocation's stays a warning)."""
     await enroll(world, "alice")
     await enroll(world, "bob")
     with capture_logs() as logs:
@@ -122,8 +121,7 @@ async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
 
 @pytest.mark.parametrize("before", ["dropped", "revoked"])
 async def test_drop_without_a_token_skips_upstream(world: World, before: str) -> None:
-    """A dropped or revoked user is left as it is, with no DELETE (a revocation's retention
-    clock kept, never relabelled dropped); dropping again is harmless."""
+    """A dropped or revoked user is left as it is (stamps kept), with no DELETE sent."""
     await enroll(world, "alice")
     if before == "dropped":
         await world.lifecycle().drop("alice")
@@ -138,7 +136,9 @@ async def test_drop_without_a_token_skips_upstream(world: World, before: str) ->
     assert world.sim.requests() == []
     assert world.store.get_user("alice").state == before  # type: ignore[union-attr]
     with world.store.database.read() as conn:
-        revoked_at, dropped_at = conn.execute(text("SELECT revoked_at, dropped_at FROM users")).one()
+        revoked_at, dropped_at = conn.execute(
+            text("SELECT revoked_at, dropped_at FROM users")
+        ).one()
     assert (revoked_at is not None, dropped_at is not None) == (
         before == "revoked", before == "dropped",
     )  # fmt: skip
@@ -313,9 +313,7 @@ def with_secret(world: World, secret: str) -> Lifecycle:
 async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
     world: World,
 ) -> None:
-    """With a wrong client secret the service would answer the DELETE 204 and drop nothing:
-    the read before it gets a plain 401, so no DELETE is sent, the drop is refused and the
-    token kept; once the secret is right again the retry drops the grant upstream."""
+    """A wrong client secret: the read's plain 401 stops the DELETE; the token waits for a retry."""
     await enroll(world, "alice")
     token = world.token_of("alice")
     world.sim.clear_requests()
@@ -338,9 +336,7 @@ async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
 
 
 async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: World) -> None:
-    """The DELETE went through but its answer was lost: the retry's read gets a 401 for a
-    token that is gone, and that confirms the drop (not a wrong secret, since the read
-    before the lost DELETE was accepted)."""
+    """A DELETE whose answer was lost is confirmed by the retry's read getting a 401."""
     await enroll(world, "alice")
     inner = SimulatorTransport(world.sim)
 
@@ -363,8 +359,7 @@ async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: 
 
 
 async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -> None:
-    """A user the service already refused alone (state rejected) has no live token: the
-    read's plain 401 confirms the drop, no wrong secret is suspected."""
+    """A user already rejected alone is dropped on the read's plain 401 (no wrong secret)."""
     await enroll(world, "alice")
     row = world.store.get_user("alice")
     assert row is not None

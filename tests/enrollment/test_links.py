@@ -51,8 +51,7 @@ def test_two_links_for_one_user_have_different_nonces() -> None:
 
 
 def test_key_rotation_the_newest_signs_every_key_verifies() -> None:
-    """With keys [old, new], links signed with the old key still verify, new links are
-    signed with the new key, and once the old key is removed its links are refused."""
+    """The newest link key signs, every listed key verifies, a removed key's links are refused."""
     old_link = EnrollLinks([OLD], START).make("alice", NOW, timedelta(hours=1))
     rotated = EnrollLinks([OLD, NEW], START)
     assert rotated.read(token_of(old_link), NOW).user == "alice"
@@ -114,9 +113,7 @@ def _settings(enroll: dict[str, Any], redirect: str = "https://app.example/lta/c
 def test_enroll_settings_that_do_not_fit_exit_78_naming_the_key(
     enroll: dict[str, Any], redirect: str | None, key: str
 ) -> None:
-    """A listener without public URL, a malformed address, a plain-http public URL for a
-    remote host, a callback off the public origin or on the start's path: ConfigError naming
-    the key."""
+    """`[enroll]` settings that do not fit together are a ConfigError naming the key."""
     with pytest.raises(ConfigError) as raised:
         _settings(enroll, *([redirect] if redirect else []))
     assert raised.value.key == key
@@ -154,8 +151,7 @@ def test_link_key_file_one_key_per_line_comments_allowed(tmp_path: Path) -> None
 def test_a_bad_link_key_file_exits_78_without_its_content(
     tmp_path: Path, content: str, mode: int, words: str
 ) -> None:
-    """A short, spaced or missing key, or a file others can read: ConfigError naming
-    enroll.link_key_file, never a piece of the file."""
+    """A bad or exposed link key file is a ConfigError naming it, never showing its content."""
     path = tmp_path / "k"
     path.write_text(content, encoding="utf-8")
     os.chmod(path, mode)
@@ -167,11 +163,8 @@ def test_a_bad_link_key_file_exits_78_without_its_content(
 
 
 @pytest.fixture
-def cli(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Any:
-    """`lta-worker enroll link ARGS` in-process over a config with `[enroll]` ENROLL:
-    (exit code, stdout, stderr)."""
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    """`lta-worker enroll link ARGS` in-process, `[enroll]` ENROLL: (exit code, stdout, stderr)."""
     for name in list(os.environ):
         if name.startswith("LTA_WORKER_") or name == "CREDENTIALS_DIRECTORY":
             monkeypatch.delenv(name)
@@ -193,8 +186,7 @@ def cli(
 
 
 def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Any) -> None:
-    """`enroll link --user ID --valid 2h` prints one line: a link under the public URL that
-    the configured key verifies, for that user, expiring in two hours; no database made."""
+    """`enroll link --user ID --valid 2h` prints one verifiable link, making no database."""
     keys = write_private(tmp_path / "link-key", NEW.reveal() + "\n")
     enroll = f'public_url = "https://app.example/lta"\nlink_key_file = "{keys}"'
     before = datetime.now(UTC)
@@ -226,8 +218,7 @@ def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Any) -> No
 def test_enroll_link_refusals_are_one_line(
     cli: Any, enroll: str, args: list[str], code: int, words: str
 ) -> None:
-    """No public URL or no key file: exit 78 naming the key; a bad --valid: exit 2; one line,
-    nothing on stdout."""
+    """No public URL or key file exits 78, a bad --valid 2; one line, nothing on stdout."""
     exit_code, out, err = cli(enroll, *args)
     assert exit_code == code, err
     assert out == ""

@@ -20,15 +20,13 @@ RFC_CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
 
 
 def test_rfc7636_appendix_b() -> None:
-    """The appendix's octets, base64url without padding, are its verifier; its challenge is
-    challenge_s256's."""
+    """RFC 7636 appendix B: its octets give its verifier, and challenge_s256 its challenge."""
     assert base64.urlsafe_b64encode(RFC_OCTETS).rstrip(b"=").decode() == RFC_VERIFIER
     assert challenge_s256(Secret(RFC_VERIFIER)) == RFC_CHALLENGE
 
 
 def test_new_verifiers_and_states_are_valid_fresh_and_secret() -> None:
-    """A verifier has 43-128 unreserved characters in a Secret, a state at least 43 URL-safe
-    ones (256 bits); each is fresh every time."""
+    """New verifiers (in a Secret) and states are valid, URL-safe and fresh each time."""
     verifier = new_verifier()
     assert isinstance(verifier, Secret)
     raw = verifier.reveal()

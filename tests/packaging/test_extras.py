@@ -86,8 +86,7 @@ def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None
 @pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
 @pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
 def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
-    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 with one line that
-    names the extra to install, instead of a traceback."""
+    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
     blocked = f"import sys; sys.modules[{missing!r}] = None\n"  # `import` now fails
     done = subprocess.run(
         [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *command],
@@ -109,8 +108,7 @@ def test_simulator_commands_without_the_extra(missing: str, command: list[str]) 
 def test_serve_with_enroll_listen_without_the_web_extra(
     world: World, tmp_path: Path, missing: str
 ) -> None:
-    """`serve` with `[enroll] listen` set but starlette or uvicorn missing exits 78 with one
-    line naming enroll.listen and the `[web]` extra, before serving anything."""
+    """`serve` with `enroll.listen` but no web stack exits 78 naming the `[web]` extra, at once."""
     world.write_config(
         world.config_text().replace(
             'redirect_uri = "http://127.0.0.1/lta/callback"',

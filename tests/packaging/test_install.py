@@ -134,8 +134,7 @@ def test_archives_carry_what_an_operator_needs(dist: Path) -> None:
 def test_installed_copy_without_then_with_the_simulator_extra(
     installed: Installed, served: RunningSimulator, tmp_path: Path
 ) -> None:
-    """Bare install: every operator command works against a served simulator; then
-    `simulator serve` wants its extra, and once it is added serves and stops on SIGTERM."""
+    """The bare install runs every operator command; with [simulator], `simulator serve` too."""
     installed.pip_install()
     assert not installed.has("starlette")
     assert not installed.has("uvicorn")

@@ -48,8 +48,7 @@ def _failure(url: str) -> LtaError:
 def test_postgresql_configuration_errors_exit_78(
     role: str, rest: str, kind: type[LtaError], expected: str
 ) -> None:
-    """Unknown database, unknown role, a bad sslmode or option, TLS the server lacks: a
-    ConfigError (exit 78) naming database.url, without the URL's password."""
+    """Unknown database or role, bad sslmode or option, TLS lacking: 78 naming database.url."""
     error = _failure(f"postgresql://{role}:{PASSWORD}@{_server()}{rest}")
     assert isinstance(error, kind), error
     assert error.exit_code == 78
@@ -88,15 +87,13 @@ class _PgError(Exception):
     ],
 )
 def test_sqlstate_decides_first(sqlstate: str, exit_code: int) -> None:
-    """With a SQLSTATE, its class decides (authorization, missing database, privileges: 78;
-    capacity, shutdown, connection, serialization, disk: 75), whatever the message says."""
+    """With a SQLSTATE, its class decides 78 or 75, whatever the message says."""
     exc = OperationalError("SELECT 1", {}, _PgError(sqlstate, 'role "x" does not exist'))
     assert map_driver_error(exc).exit_code == exit_code
 
 
 def test_sqlite_in_a_read_only_file_is_configuration(tmp_path: Path) -> None:
-    """An existing SQLite database the user may not write (read-only file): exit 78 naming
-    database.url with the permission hint, not a temporary failure."""
+    """A read-only SQLite file is 78 naming database.url with the permission hint, not temporary."""
     path = tmp_path / "lta.db"
     Store.open(f"sqlite:///{path}").close()
     path.chmod(stat.S_IRUSR | stat.S_IWUSR)
@@ -144,8 +141,7 @@ def _damaged_pages(path: Path) -> str:
 def test_a_damaged_sqlite_file_is_configuration(
     tmp_path: Path, make: Any, words: str, hint: str
 ) -> None:
-    """Random bytes (SQLITE_NOTADB) or damaged pages (SQLITE_CORRUPT): a ConfigError (78)
-    naming database.url, with the advice to check or restore it; never temporary."""
+    """A file of random bytes or damaged pages is 78 naming database.url, with the repair advice."""
     path = tmp_path / "lta.db"
     query = make(path)
     path.chmod(0o600)
@@ -165,8 +161,7 @@ def test_a_damaged_sqlite_file_is_configuration(
 
 @pytest.mark.postgres
 def test_postgresql_waits_are_bounded_unless_the_url_says_otherwise() -> None:
-    """A statement and a lock wait at most 30 s on PostgreSQL (a stalled or locked database
-    is a storage error, not a hang); the URL's own `options` win."""
+    """PostgreSQL statements and lock waits stop at 30 s unless the URL's `options` differ."""
     url = f"postgresql://postgres@{_server()}/test"
     with Store.open(url) as store, store.database.read() as conn:
         shown = [

@@ -36,8 +36,7 @@ def pending(vault: Vault, user: str = "alice", ttl: timedelta = 10 * MINUTE) -> 
 
 
 def test_save_then_take_once_until_expiry(store: Store, vault: Vault) -> None:
-    """A saved consent (state plain or a Secret) is taken back whole, exactly once, before its
-    expiry; an expired consent or an unknown state gives None."""
+    """A saved consent (state plain or Secret) is taken back whole once, until it expires."""
     saved = pending(vault)
     store.save_pending(Secret(STATE), saved)  # hashed as the plain string
     assert store.take_pending("other-state", T0) is None
@@ -80,8 +79,7 @@ def test_concurrent_takes_succeed_once(store_url: str, vault: Vault) -> None:
 
 
 def test_a_link_is_spent_once_and_kept_until_it_expires(store: Store, vault: Vault) -> None:
-    """`spend_link` is True once per nonce; the record outlives the purge of used consents
-    until the link expires (no replay), and no take (by state or bare code) returns it."""
+    """A link's nonce is spent once and its record outlives the consents' purge until expiry."""
     assert store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE) is True
     assert store.spend_link("nonce-1", "alice", T0 + MINUTE, T0 + 60 * MINUTE) is False
     assert store.spend_link("nonce-2", "alice", T0, T0 + 60 * MINUTE) is True

@@ -19,8 +19,7 @@ TTL = timedelta(seconds=90)
 
 
 def test_register_heartbeat_live_unregister_prune(store: Store) -> None:
-    """Instances are live while their heartbeat is recent; registering again replaces the
-    row; unregistered or pruned (silent past the ttl) ones are gone."""
+    """Instances live while their heartbeat is recent; re-registering replaces; gone once pruned."""
     store.register_instance("i1", "serve", T0)
     store.register_instance("i2", "run", T0 + MINUTE)
     assert [i.instance for i in store.live_instances(T0 + MINUTE, TTL)] == ["i1", "i2"]

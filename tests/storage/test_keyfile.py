@@ -169,8 +169,7 @@ def test_vault_from_settings_uses_crypto_key_file(tmp_path: Path) -> None:
 
 
 def test_generated_lines_parse_with_unique_ids_and_fresh_keys() -> None:
-    """A generated line is `k<UTC timestamp>:BASE64(32 bytes)`; ids made at one instant are
-    made unique, and no two lines share key material."""
+    """Generated lines parse as `k<UTC timestamp>:BASE64`, ids unique, key material fresh."""
     now = datetime(2025, 6, 1, 12, 30, 15, 123456, tzinfo=UTC)
     ring = parse_key_file(generate_key_line(now))
     assert ring.current_id == "k20250601T123015123456Z"

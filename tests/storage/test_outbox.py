@@ -137,8 +137,7 @@ def test_the_two_phase_drop_queues_dropping_then_dropped(store: Store, vault: Va
 
 
 def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vault) -> None:
-    """Delivery order per user: only each user's head is claimed, and a claimed head is
-    leased (not claimed again) until acknowledged or backed off."""
+    """Only each user's oldest event is claimed, leased until acknowledged or backed off."""
     for user in ("a", "b"):
         row = enroll(store, vault, user)
         store.apply([turn(row.id, "parked", last_outcome="inactive")])
@@ -217,8 +216,7 @@ _OPS = st.lists(
 )
 @given(ops=_OPS)
 def test_queued_events_chain_each_users_states(store: Store, vault: Vault, ops: Any) -> None:
-    """Whatever the sequence of turns and lifecycle commands, each user's state events form a
-    chain (each old_state is the previous new_state, the first is None) ending at its state."""
+    """Whatever the operations, each user's state events chain (old_state to new_state) to it."""
     run = uuid.uuid4().hex[:8]
     for step, (op, name, state, deny) in enumerate(ops):
         user, now = f"{run}-{name}", T0 + step * MINUTE

@@ -39,8 +39,7 @@ def sha(payload: Any) -> str:
 
 
 def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, vault: Vault) -> None:
-    """The first result (previous hash null) and each changed one are queued with the user,
-    endpoint, read time and hashes; the same content read again queues nothing."""
+    """The first and each changed content are queued with both hashes; the same content is not."""
     row = enroll(store, vault, "alice")
     t1, t2, t3 = T0 + MINUTE, T0 + 2 * MINUTE, T0 + 3 * MINUTE
     store.apply([read(row.id, t1, latest_change={"v": 1}, stats={"s": 1})])
@@ -89,8 +88,7 @@ def test_a_fenced_decision_queues_no_result_event(store: Store, vault: Vault) ->
 def test_a_user_whose_write_fails_queues_nothing_and_the_batch_still_does(
     store: Store, vault: Vault
 ) -> None:
-    """One user's write that fails (not JSON) is rolled back with its event; the others of
-    its batch keep theirs."""
+    """A user's failed write is rolled back with its event; its batch-mates keep theirs."""
     good = enroll(store, vault, "good")
     bad = enroll(store, vault, "bad")
     discarded: list[tuple[UserUpdate, str]] = []

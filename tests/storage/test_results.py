@@ -121,8 +121,7 @@ def test_older_write_is_ignored(store: Store, vault: Vault) -> None:
 
 
 def test_content_hash_is_of_canonical_json_and_stable() -> None:
-    """sha256 of sorted-key compact JSON, equal to what earlier versions stored, with or
-    without the canonical content the read already made."""
+    """The content hash is sha256 of canonical JSON, equal to what earlier versions stored."""
     assert results.content_hash({"a": 1, "b": [1, 2]}) == results.content_hash(
         {"b": [1, 2], "a": 1}
     )
@@ -150,8 +149,7 @@ def test_export_in_batches_and_per_user(store: Store, vault: Vault) -> None:
 
 
 def test_forget_purges_one_users_results(store: Store, vault: Vault) -> None:
-    """A drop with `purge` (forget) deletes the user's snapshots and history, no one else's,
-    and reports the row count."""
+    """A drop with `purge` deletes that user's snapshots and history only, and counts the rows."""
     a = enroll(store, vault, "a")
     b = enroll(store, vault, "b")
     store.apply([turn(a.id, T0, ("stats", "ok", {"v": 1}))])

@@ -39,8 +39,7 @@ def turn(user_id: int, payload: Any) -> UserUpdate:
 def test_the_store_refuses_a_payload_that_is_not_strict_json(
     store: Store, vault: Vault, value: float
 ) -> None:
-    """A non-finite number never reaches a JSON column (second line of defence): that user's
-    write is discarded as failed, and its batch-mate is written."""
+    """A non-finite number fails that user's write (discarded); its batch-mate is written."""
     bad, good = enroll(store, vault, "a"), enroll(store, vault, "b")
     discarded: list[tuple[UserUpdate, str]] = []
     applied = store.apply(
