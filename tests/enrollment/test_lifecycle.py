@@ -152,27 +152,6 @@ async def test_unknown_user_is_a_usage_error(world: World) -> None:
         assert info.value.exit_code == EX_USAGE
 
 
-async def test_forget_leaves_no_result_of_the_user(world: World) -> None:
-    """forget drops the user and purges every snapshot and history row of theirs, only theirs."""
-    await enroll(world, "alice")
-    await enroll(world, "bob")
-    store_results(world, "alice")
-    store_results(world, "bob")
-    assert list(world.store.export_results("alice"))
-    result = await world.lifecycle().forget("alice")
-    assert result.upstream == "ok"
-    assert result.purged is not None
-    assert result.purged >= 3
-    assert list(world.store.export_results("alice")) == []
-    assert world.store.history("alice", "stats") == []
-    assert world.store.history("alice", "latest-change") == []
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token) == ("dropped", None)
-    assert len(list(world.store.export_results("bob"))) == 2
-    assert world.store.history("bob", "stats")
-
-
 class FreePermits:
     """A pacer that grants every permit at once and keeps the statuses it is fed."""
 
@@ -199,15 +178,33 @@ def answering(status: int, body: bytes = b"") -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-async def test_forget_purges_at_once_even_when_the_delete_fails(world: World) -> None:
-    """forget purges the results right away, whatever the DELETE answers; the drop is pending."""
+@pytest.mark.parametrize("answer", [None, 503], ids=["confirmed", "delete-fails"])
+async def test_forget_purges_every_result_of_the_user_at_once(
+    world: World, answer: int | None
+) -> None:
+    """forget purges the user's snapshots and history (only theirs) whatever the DELETE says."""
     await enroll(world, "alice")
+    await enroll(world, "bob")
     store_results(world, "alice")
-    async with http_client(world.settings.service, transport=answering(503)) as http:
-        result = await failing_lifecycle(world, http).forget("alice")
-    assert (result.upstream, result.state) == ("failed", "dropping")
-    assert result.purged is not None and result.purged >= 3
+    store_results(world, "bob")
+    assert list(world.store.export_results("alice"))
+    if answer is None:
+        result = await world.lifecycle().forget("alice")
+    else:
+        async with http_client(world.settings.service, transport=answering(answer)) as http:
+            result = await failing_lifecycle(world, http).forget("alice")
+    expected = ("ok", "dropped") if answer is None else ("failed", "dropping")
+    assert (result.upstream, result.state) == expected
+    assert result.purged is not None
+    assert result.purged >= 3
     assert list(world.store.export_results("alice")) == []
+    assert world.store.history("alice", "stats") == []
+    assert world.store.history("alice", "latest-change") == []
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is None) == (expected[1], answer is None)
+    assert len(list(world.store.export_results("bob"))) == 2
+    assert world.store.history("bob", "stats")
 
 
 async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from lta_worker.domain import ACTION_CODES, UserUpdate
+from lta_worker.domain import ACTION_CODES, SnapshotWrite, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import write_batch
@@ -118,9 +118,10 @@ def test_a_newly_denied_endpoint_is_queued_once(store: Store, vault: Vault) -> N
 
 
 def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None:
-    """A fenced decision about a user changed since the claim writes no event."""
+    """A fenced decision (user changed since the claim) queues no state or result event."""
     row = enroll(store, vault, "u")
-    stale = turn(row.id, "revoked", generation=row.generation + 5)
+    read = SnapshotWrite("stats", "ok", {"v": 1}, T0 + MINUTE)
+    stale = turn(row.id, "revoked", generation=row.generation + 5, snapshots=(read,))
     discarded: list[tuple[UserUpdate, str]] = []
     assert store.apply([stale], discarded=discarded) == 0
     assert discarded == [(stale, "changed")]

@@ -1,17 +1,16 @@
-"""`result.changed` in the outbox: queued with the write of a changed content (the first
-included), in its transaction, after the turn's state events; never for the same content, a
-replay, a fenced decision or a write rolled back. Over every backend."""
+"""`result.changed` in the outbox: queued with each changed content, after the turn's state
+events; never for the same content or a replay (fenced: test_outbox; rolled back:
+test_strict_json). Over every backend."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from lta_worker.domain import ResultEvents, UserUpdate, canonical_json
+from lta_worker.domain import ResultEvents, canonical_json
 from lta_worker.storage import OutboxEvent, Store, Vault
 from support.storage import MINUTE, T0, enroll, keyring
 from support.storage import read_turn as read
@@ -74,34 +73,6 @@ def test_a_replay_and_an_older_read_queue_nothing(store: Store, vault: Vault) ->
     store.apply([turn])
     store.apply([read(row.id, T0 + MINUTE, latest_change={"v": 0})])
     assert len(changes(store)) == 1
-
-
-def test_a_fenced_decision_queues_no_result_event(store: Store, vault: Vault) -> None:
-    """A decision discarded by fencing (the user changed since the claim) sends nothing."""
-    row = enroll(store, vault, "u")
-    stale = read(row.id, T0 + MINUTE, latest_change={"v": 1})
-    stale = dataclasses.replace(stale, generation=row.generation + 3)
-    assert store.apply([stale]) == 0
-    assert changes(store) == []
-
-
-def test_a_user_whose_write_fails_queues_nothing_and_the_batch_still_does(
-    store: Store, vault: Vault
-) -> None:
-    """A user's failed write is rolled back with its event; its batch-mates keep theirs."""
-    good = enroll(store, vault, "good")
-    bad = enroll(store, vault, "bad")
-    discarded: list[tuple[UserUpdate, str]] = []
-    applied = store.apply(
-        [
-            read(good.id, T0 + MINUTE, latest_change={"v": 1}),
-            read(bad.id, T0 + MINUTE, latest_change={"v": float("nan")}),
-        ],
-        discarded=discarded,
-    )
-    assert applied == 1
-    assert [d[1] for d in discarded] == ["failed"]
-    assert [c["user"] for c in changes(store)] == ["good"]
 
 
 @pytest.mark.parametrize(
