@@ -4,6 +4,7 @@ every few minutes (the plan's arithmetic is the domain's: tests/domain/test_fres
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,14 @@ from lta_worker.report._plan import REPLAN, for_active
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+
+
+def _settings(client: dict[str, object] | None = None, **sections: dict[str, object]) -> Any:
+    """Settings with an API, client `c` (with `client`) and the given sections."""
+    service = {"base_url": "https://api.example", "auth_url": "https://a.example"}
+    return build_settings({"service": service, "client": {"id": "c", **(client or {})}, **sections})
+
+
 ADAPTIVE = FreshnessConfig(
     schedule="adaptive",
     interval=timedelta(minutes=15),
@@ -59,13 +68,8 @@ class FakeStore:
 
 def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
     """The adaptive plan is made from the store and renewed each `REPLAN`; `fixed` reads nothing."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0},
-        }
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m"}, ratelimit={"fallback_per_hour": 20.0}
     )
     policy = settings.poll.policy()
     store, cache = FakeStore(), PlanCache()
@@ -110,13 +114,9 @@ def test_a_plan_is_out_of_date_once_the_budget_reported_moved(
 
 def test_the_plan_is_made_again_at_once_when_the_stored_budget_moved() -> None:
     """A plan made from the fallback is made again once the store holds a limit that moved."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0, "reserve": 0.0},
-        }
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m"},
+        ratelimit={"fallback_per_hour": 20.0, "reserve": 0.0},
     )
     policy = settings.poll.policy()
     store, cache = FakeStore(), PlanCache()
@@ -138,13 +138,10 @@ class _Buckets:
 
 def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
     """`status`'s capacity and the plan's budget come from one mapping (`capacity_plan`)."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0},
-        }
+    settings = _settings(
+        {"scopes": ["cloud-sync.permanent.latest-change"]},
+        poll={"schedule": "adaptive", "interval": "15m"},
+        ratelimit={"fallback_per_hour": 20.0},
     )
     counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
     capacity = capacity_plan(settings, counts, None)
@@ -204,13 +201,9 @@ class _Learned:
 
 def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None:
     """Issue 29 item 6: `status` shows each learned class's size, interval and expected delay."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
-            "ratelimit": {"fallback_per_hour": 40.0},
-        }
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
+        ratelimit={"fallback_per_hour": 40.0},
     )
     store, counts = _Learned(), {"active": 100}
     summary = schedule_summary(store, settings, counts, capacity_plan(settings, counts, None))  # type: ignore[arg-type]
