@@ -1,7 +1,5 @@
-"""docs/examples run as an application runs them, in-process against the simulator: the
-signed-in page redirects to the consent, the callback enrolls, a pass's webhooks reach the
-receiver (through Werkzeug's title-cased headers and threads for Flask), and the feed
-consumer takes the results once."""
+"""docs/examples run in-process as an application runs them against the simulator: enrollment,
+webhooks (Werkzeug's title-cased headers and threads for Flask) and the feed consumer."""
 
 from __future__ import annotations
 
@@ -99,9 +97,7 @@ def flask_driver(settings: Settings, db: str, sim: Simulator) -> Iterator[Any]:
 def test_example_app_enrolls_receives_and_follows_the_feed(
     tmp_path: Path, driver: Callable[..., AbstractContextManager[Any]]
 ) -> None:
-    """Enrollment from the signed-in page and the callback, then a pass: the receiver keeps
-    the user's state and action once, the feed consumer takes both results once, and after
-    a forget the feed's line deletes what it kept of the user."""
+    """The example app enrolls, takes each webhook once, follows the feed and honours a forget."""
     import lta_app
 
     sim = Simulator()
@@ -152,8 +148,7 @@ def test_example_app_enrolls_receives_and_follows_the_feed(
 
 @pytest.mark.usefixtures("examples")
 def test_the_receiver_acts_once_and_refuses_a_forged_event(tmp_path: Path) -> None:
-    """The examples' receiver (docs/webhooks.md's): a signed event under title-cased header
-    names is handled once however often it comes (204 each time); a forged one gets 400."""
+    """The receiver handles a signed event once however often it comes, and refuses a forged one."""
     import lta_app
 
     db = str(tmp_path / "app.db")

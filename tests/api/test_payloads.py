@@ -1,7 +1,5 @@
-"""The payload types of `lta_worker.api` and the JSON Schemas of docs/schemas say the same
-as the code that makes the bodies: every event type validates, each with its action code;
-a body the schema does not describe fails it. (The e2e webhook tests and the feed's CLI
-tests validate what the sender and the feed produce against the same schemas.)"""
+"""The payload types of `lta_worker.api`, docs/schemas and the code that makes the bodies agree
+(what the sender and the feed send is validated by the e2e webhook and feed CLI tests)."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def _properties(node: dict[str, Any]) -> set[str]:
 
 
 def test_types_schemas_and_codes_agree() -> None:
-    """The TypedDicts name the schemas' fields; every event type has an action code, every
-    code is in the schema, and every state the code knows is in it."""
+    """The TypedDicts, the schemas, the event types, action codes and states all agree."""
     hook, line = schema("webhook-event"), schema("result-line")
     defs = hook["$defs"]
     assert set(UserEventData.__annotations__) == _properties(

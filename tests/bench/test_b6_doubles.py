@@ -126,8 +126,7 @@ CASES = [
 def test_a_double_is_a_read_outside_the_readers_own_lease(
     tmp_path: Path, case: tuple[list[float], list[float], float | None, list[Any], int]
 ) -> None:
-    """Only a read made while another instance held the user's lease (or under a lease
-    taken over before it ended) is a double, however close two instances' reads come."""
+    """A double is only a read made while another instance held the lease, however close."""
     a_reads, b_reads, b_offset, log, expected = case
     a, b = incarnation(tmp_path, "A", a_reads), incarnation(tmp_path, "B", b_reads, b_offset)
     fleet = cast(Fleet, SimpleNamespace(all=[a, b]))

@@ -195,9 +195,7 @@ DOUBLES = "doubles (two instances, one lease)"
 
 
 def test_the_soak_holds_every_invariant(smoke: dict[str, Any]) -> None:
-    """B6's short soak (every fault once, on PostgreSQL) held each invariant: no double read,
-    no 429 of the fleet's own, every revocation, drop and forget as told, every webhook
-    delivered in order, no exit, the data as served; and each fault was seen to happen."""
+    """B6's short soak held every invariant, and each of its faults was seen to happen."""
     if not PG_URL:
         pytest.skip("B6 needs LTA_TEST_DATABASE_URL (without it, it reports itself skipped)")
     details = smoke["benchmarks"]["B6"]["details"]
@@ -214,13 +212,12 @@ def test_a_smoke_run_judges_no_target(smoke: dict[str, Any]) -> None:
     assert "targets: 0 met, 0 missed" in smoke["stdout"]
 
 
-@pytest.mark.parametrize("bench", NEEDS_PG)
-def test_without_a_server_it_says_it_was_skipped_and_why(tmp_path: Path, bench: str) -> None:
+def test_without_a_server_it_says_it_was_skipped_and_why(tmp_path: Path) -> None:
     """Without a PostgreSQL URL, B3PG and B6 run nothing and report `skipped` and how to run."""
     out = tmp_path / "out.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
     env.pop("LTA_BENCH_DATABASE_URL", None)
-    args = ["--smoke", "--only", bench, "--out", str(out)]
+    args = ["--smoke", "--only", ",".join(NEEDS_PG), "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run"), *args],
         cwd=ROOT,
@@ -231,7 +228,9 @@ def test_without_a_server_it_says_it_was_skipped_and_why(tmp_path: Path, bench: 
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    figures = _figures(json.loads(out.read_text()), bench)
-    assert list(figures) == ["skipped"]
-    assert "LTA_BENCH_DATABASE_URL" in figures["skipped"]["note"]
-    assert "--database-url" in figures["skipped"]["note"]
+    results = json.loads(out.read_text())
+    for bench in NEEDS_PG:
+        figures = _figures(results, bench)
+        assert list(figures) == ["skipped"], bench
+        assert "LTA_BENCH_DATABASE_URL" in figures["skipped"]["note"]
+        assert "--database-url" in figures["skipped"]["note"]

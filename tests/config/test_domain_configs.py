@@ -17,8 +17,7 @@ M, H = timedelta(minutes=1), timedelta(hours=1)
 
 
 def test_config_objects_state_no_default_of_their_own() -> None:
-    """PolicyConfig, FreshnessConfig and PassOptions restate no setting's default (only the
-    pass's plan, which no setting holds, has one)."""
+    """PolicyConfig, FreshnessConfig and PassOptions restate no setting's default."""
     for cls, own in ((PolicyConfig, {"plan"}), (FreshnessConfig, set()), (PassOptions, set())):
         defaulted = {
             f.name
@@ -29,8 +28,7 @@ def test_config_objects_state_no_default_of_their_own() -> None:
 
 
 def test_the_policy_is_built_from_poll() -> None:
-    """`PollSettings.policy()` carries every `[poll]` key the policy schedules with, and the
-    freshness schedule never has a `max_interval` below `interval`."""
+    """`PollSettings.policy()` carries every `[poll]` key the policy and freshness schedule use."""
     poll = PollSettings(
         interval=30 * M,
         parked_interval=12 * H,

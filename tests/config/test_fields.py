@@ -78,19 +78,18 @@ def test_a_table_where_a_value_belongs_is_refused(section: str, name: str) -> No
     assert info.value.key == f"{section}.{name}"
 
 
-def test_an_unknown_key_is_named_with_its_section() -> None:
-    """A misspelt key is refused with its dotted name and a hint to check the spelling."""
-    with pytest.raises(ConfigError, match="spelling") as info:
-        build_settings(_with("poll", "intervall", "5m"))
-    assert info.value.key == "poll.intervall"
-
-
 @pytest.mark.parametrize(
-    ("section", "name", "meant"),
-    [("poll", "concurency", "poll.concurrency"), ("webhook", "secretfile", "webhook.secret_file")],
+    ("section", "name", "words"),
+    [
+        ("poll", "intervall", "spelling"),
+        ("poll", "concurency", "did you mean poll.concurrency"),
+        ("webhook", "secretfile", "did you mean webhook.secret_file"),
+    ],
 )
-def test_an_unknown_key_suggests_the_closest_known_one(section: str, name: str, meant: str) -> None:
-    """A misspelt key's error names the known key it most resembles (did you mean ...?)."""
-    with pytest.raises(ConfigError, match=f"did you mean {meant}") as info:
+def test_an_unknown_key_is_named_with_the_closest_known_one(
+    section: str, name: str, words: str
+) -> None:
+    """A misspelt key is refused by its dotted name, with a spelling hint or the key meant."""
+    with pytest.raises(ConfigError, match=words) as info:
         build_settings(_with(section, name, 4))
     assert info.value.key == f"{section}.{name}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -84,8 +83,7 @@ def test_docs_state_each_range(key: str) -> None:
 
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_just_outside_the_range_is_refused_naming_the_key(key: str) -> None:
-    """A value just below the minimum or just above the maximum is a ConfigError naming the
-    key; the bounds themselves are accepted."""
+    """A value just outside a range is refused naming the key and bounds; the bounds are taken."""
     low, high = RANGES[key]
     for bound in (low, high):
         build_settings(_with(key, _as_setting(bound)))
@@ -100,8 +98,7 @@ def test_just_outside_the_range_is_refused_naming_the_key(key: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), key=st.sampled_from(sorted(RANGES)))
 def test_the_loader_takes_exactly_the_range_in_the_metadata(data: st.DataObject, key: str) -> None:
-    """Any value of a ranged key is taken when within its field's range and refused, naming
-    the key, when outside."""
+    """Any value of a ranged key is taken within its range and refused, naming the key, outside."""
     low, high = RANGES[key]
     value: Bound
     if isinstance(low, timedelta) and isinstance(high, timedelta):
@@ -136,8 +133,7 @@ def _outside(low: Bound, high: Bound) -> list[Bound]:
 
 @given(text=st.text(max_size=30))
 def test_parse_duration_raises_only_value_error(text: str) -> None:
-    """Any text either parses to a timedelta or raises ValueError: never OverflowError or
-    anything else that would escape the settings validation as a traceback."""
+    """Any text parses to a timedelta or raises ValueError, never anything else."""
     with contextlib.suppress(ValueError):
         assert isinstance(parse_duration(text), timedelta)
 
@@ -175,9 +171,3 @@ def test_a_huge_integer_duration_is_too_long() -> None:
         ConfigError, match=r"^poll\.interval: invalid duration.*: too long to represent$"
     ):
         build_settings(_with("poll.interval", HUGE))
-
-
-def test_range_message_reads_well() -> None:
-    """The message names the bounds as the docs write them (100ms, 1h) and the value given."""
-    with pytest.raises(ConfigError, match=re.escape("between 100ms and 1h (got 0s)")):
-        build_settings(_with("serve.heartbeat", "0s"))

@@ -39,8 +39,7 @@ SupplementaryGroups=
 
 
 def stand_ins(tmp_path: Path, loaded: set[str]) -> dict[str, str]:
-    """`systemctl` answering `show` for the units in `loaded`; `systemd-run` printing its
-    arguments one per line and exiting 3."""
+    """`systemctl` answering `show` for the units in `loaded`; `systemd-run` echoing, exit 3."""
     show = tmp_path / "show.txt"
     show.write_text(SHOW)
     systemctl = tmp_path / "systemctl"
@@ -72,9 +71,7 @@ def admin(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_admin_passes_the_units_environment_and_credentials(tmp_path: Path) -> None:
-    """The drop-in's environment (PGPASSFILE pointed at the transient unit's credentials),
-    the environment file, every credential, the dynamic user, state directory and umask
-    reach `systemd-run`; then the command; the exit code passes through."""
+    """The unit's environment, credentials, user, state dir and umask reach `systemd-run`."""
     done = admin(stand_ins(tmp_path, {"lta-worker.service"}), "users", "list")
     assert done.returncode == 3, done.stderr
     args = done.stdout.splitlines()

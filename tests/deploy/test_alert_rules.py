@@ -1,8 +1,5 @@
-"""The Prometheus alert rules of deploy/prometheus-rules.yml parse (`promtool check rules`),
-fire when they should and not otherwise (`promtool test rules` on
-tests/deploy/prometheus-rules.test.yml), each has such a test, and each names only metrics
-the worker exposes. The promtool checks skip, saying why, where promtool is not installed
-(Debian: `apt-get install prometheus`; .ci/run installs it as root)."""
+"""deploy/prometheus-rules.yml: promtool checks and unit-tests it (skipped, saying why, without
+promtool), every alert has a firing and a quiet test, and it names only exposed metrics."""
 
 from __future__ import annotations
 
@@ -34,17 +31,11 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_promtool
-def test_promtool_checks_the_rules() -> None:
-    """`promtool check rules` accepts the shipped rules file and finds every rule."""
+def test_promtool_checks_and_unit_tests_the_rules() -> None:
+    """`promtool check rules` finds every rule and `promtool test rules` passes."""
     done = _promtool("check", "rules", str(PROMETHEUS_RULES))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(rules(PROMETHEUS_RULES))} rules found" in done.stdout
-
-
-@needs_promtool
-def test_promtool_unit_tests_pass() -> None:
-    """`promtool test rules`: every alert fires on the series that should fire it, at the
-    time it should, with its labels and summary, and stays quiet on the others."""
     done = _promtool("test", "rules", str(UNIT_TESTS))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout

@@ -1,11 +1,5 @@
-"""The `unit` label of the shipped log lines and the queries that select it agree: the
-service, the timer's one-shot runs and cron runs all reach Loki under a unit the dashboard's
-`$unit` (its All value and each option) and every LogQL selector of the dashboard and the
-Loki rules match, and nothing else is shipped.
-
-Promtail's relabelling is evaluated here on journal entries as journald records them;
-Vector's remap cannot run without Vector, so its filters and names are compared instead.
-"""
+"""The `unit` label of shipped log lines (promtail's relabelling run here, Vector's compared) and
+every LogQL selector agree for the service, the timer's runs and cron; nothing else shipped."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ def _directive(path: Path, key: str) -> str | None:
 
 
 def shipped_units() -> set[str]:
-    """The units the worker runs under as shipped: each service unit, the timer's target,
-    and the label cron runs get."""
+    """The units the worker runs under as shipped, and the label cron runs get."""
     units = {p.name for p in DEPLOY.glob("*.service")}
     for timer in DEPLOY.glob("*.timer"):
         units.add(_directive(timer, "Unit") or timer.name.removesuffix(".timer") + ".service")
@@ -83,8 +76,7 @@ def promtail_unit(journal: dict[str, str]) -> str | None:
 
 
 def journal_entries() -> list[tuple[dict[str, str], str | None]]:
-    """(journal fields, the unit label they must get): each shipped way of running, and a
-    line of another program that must not be shipped."""
+    """(journal fields, the unit label they must get) per way of running, and another program."""
     ident = cron_identifier()
     entries: list[tuple[dict[str, str], str | None]] = [
         ({"_SYSTEMD_UNIT": unit, "SYSLOG_IDENTIFIER": "lta-worker"}, unit)
@@ -101,8 +93,7 @@ def journal_entries() -> list[tuple[dict[str, str], str | None]]:
 
 @pytest.mark.parametrize(("journal", "unit"), journal_entries(), ids=str)
 def test_promtail_labels_each_way_of_running(journal: dict[str, str], unit: str | None) -> None:
-    """Promtail keeps the service's, the timer's and cron's lines (under unit
-    lta-worker-cron) and drops other programs' lines."""
+    """Promtail labels the service's, timer's and cron's lines and drops other programs' lines."""
     assert promtail_unit(journal) == unit
 
 
@@ -110,8 +101,7 @@ def test_promtail_labels_each_way_of_running(journal: dict[str, str], unit: str 
 
 
 def test_vector_ships_the_units_and_cron() -> None:
-    """Vector reads the units and cron's identifier (once each), and its remap keeps the
-    units' names and labels everything else lta-worker-cron."""
+    """Vector reads the units and cron's identifier once each and labels them as promtail does."""
     text = (DEPLOY / "vector.toml").read_text(encoding="utf-8")
     vector = tomllib.loads(text)
     units = shipped_units() - {CRON_LABEL}
@@ -162,8 +152,7 @@ def _selectors() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("title", "selector"), _selectors(), ids=str)
 def test_every_log_query_selects_every_unit(title: str, selector: str) -> None:
-    """Each stream selector of the dashboard, its variables and the Loki rules selects the
-    service's, the timer's and cron's lines."""
+    """Each stream selector of the dashboard, its variables and Loki rules selects every unit."""
     assert "unit" in selector, f"{title}: no unit selector"
     for unit in sorted(shipped_units()):
         assert _selected(selector, unit), f"{title}: {selector} misses {unit}"

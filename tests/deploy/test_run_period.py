@@ -1,7 +1,5 @@
-"""The shipped timer and cron line start `run` every 15 minutes: each passes a
-`--max-duration` that, with `serve.grace_period`'s default, ends the pass within that
-period, so that the default `poll.max_pass_duration` (50 min, for a run started by hand)
-never makes a run outlast the next one's start."""
+"""The shipped timer and cron `run`s pass a `--max-duration` that, with the default grace period,
+ends within their period, so that no run outlasts the next one's start."""
 
 from __future__ import annotations
 

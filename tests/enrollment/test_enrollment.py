@@ -75,45 +75,22 @@ async def test_stored_scopes_are_exactly_the_granted_ones(world: World) -> None:
     assert not row.granted("latest-change")
 
 
-async def test_pkce_wrong_verifier_is_refused(world: World) -> None:
-    """A code exchanged with another consent's verifier fails (the service checks PKCE)."""
+@pytest.mark.parametrize("form", ["other_state", "bare_code"])
+async def test_a_code_with_another_consents_verifier_fails_pkce(world: World, form: str) -> None:
+    """A code finished under another consent's verifier fails PKCE (invalid_grant): no user."""
     enrollment = world.enrollment()
     first = enrollment.start("alice")
-    second = enrollment.start("alice")
-    location = await world.consent(first, "svc-alice")
-    other_state = query_of(second)["state"]
-    code = query_of(location)["code"]
+    second = enrollment.start("bob" if form == "bare_code" else "alice")
+    code = query_of(await world.consent(first, "svc-alice"))["code"]
+    user, given = "bob", code
+    if form == "other_state":
+        user, given = "alice", f"{REDIRECT_URI}?code={code}&state={query_of(second)['state']}"
     with pytest.raises(EnrollmentError) as info:
-        await enrollment.finish("alice", f"{REDIRECT_URI}?code={code}&state={other_state}")
+        await enrollment.finish(user, given)
     assert info.value.code == "invalid_grant"
-    assert world.store.get_user("alice") is None
+    assert world.store.get_user("alice") is None and world.store.get_user("bob") is None
     token_calls = [r for r in world.sim.requests() if r.path.endswith("/oidc/token")]
     assert [r.code for r in token_calls] == ["invalid_grant"]
-
-
-async def test_pkce_verifier_is_checked_at_the_token_endpoint(world: World) -> None:
-    """At the token endpoint, a wrong verifier is refused and the right one accepted."""
-    verifier = Secret("a" * 43)
-
-    async def code_for(sim_user: str) -> Secret:
-        world.sim.queue_consent(sim_user)
-        url = world.enrollment().consent_url("s" * 43, challenge_s256(verifier))
-        response = await world.http.get(url)
-        return Secret(query_of(response.headers["location"])["code"])
-
-    with pytest.raises(EnrollmentError, match="invalid_grant"):
-        await world.api.exchange_code(
-            await code_for("svc-carol"),
-            Secret("b" * 43),
-            REDIRECT_URI,
-        )
-    token, scopes = await world.api.exchange_code(
-        await code_for("svc-carol"),
-        verifier,
-        REDIRECT_URI,
-    )
-    assert token.reveal()
-    assert set(LONG_TERM_SCOPES) <= set(scopes)
 
 
 async def test_enrolling_again_rotates_the_token(world: World) -> None:
@@ -181,75 +158,53 @@ async def test_denied_consent_is_an_enrollment_error(world: World) -> None:
     assert world.store.get_user("alice") is None
 
 
-async def test_state_cannot_be_used_twice(world: World) -> None:
-    """A redirect finished once cannot be finished again."""
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("used", "already used"),
+        ("expired", "expired"),
+        ("other_user", "another user"),
+        ("unknown", "unknown"),
+        ("bare_unstarted", "no consent was started"),
+    ],
+)
+async def test_a_redirect_of_no_live_consent_is_refused(
+    world: World, case: str, words: str
+) -> None:
+    """A used, expired, foreign or unknown consent is a UsageError (2); no code is exchanged."""
     enrollment = world.enrollment()
     location = await world.consent(enrollment.start("alice"), "svc-alice")
-    await enrollment.finish("alice", location)
-    with pytest.raises(UsageError, match="already used") as info:
+    user, given = "alice", location
+    if case == "used":
         await enrollment.finish("alice", location)
-    assert info.value.exit_code == EX_USAGE
-
-
-async def test_expired_state_is_refused(world: World) -> None:
-    """A consent older than ten minutes is refused, and the code is never exchanged."""
-    enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("alice"), "svc-alice")
-    world.clock.advance(PENDING_TTL.total_seconds() + 1)
+    elif case == "expired":
+        world.clock.advance(PENDING_TTL.total_seconds() + 1)
+    elif case == "other_user":
+        user = "bob"
+    elif case == "unknown":
+        given = f"{REDIRECT_URI}?code=abcdef&state=forged"
+    else:
+        user, given = "bob", "some-code-value"
     world.sim.clear_requests()
-    with pytest.raises(UsageError, match="expired"):
-        await enrollment.finish("alice", location)
+    with pytest.raises(UsageError, match=words) as info:
+        await enrollment.finish(user, given)
+    assert info.value.exit_code == EX_USAGE
     assert world.sim.requests() == []
-
-
-async def test_state_minted_for_another_user_is_refused(world: World) -> None:
-    """A redirect started for alice cannot enroll bob, and is void afterwards."""
-    enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("alice"), "svc-alice")
-    with pytest.raises(UsageError, match="another user"):
-        await enrollment.finish("bob", location)
     assert world.store.get_user("bob") is None
-    with pytest.raises(UsageError):
-        await enrollment.finish("alice", location)
+    if case == "other_user":  # and the consent is void afterwards
+        with pytest.raises(UsageError):
+            await enrollment.finish("alice", location)
 
 
-async def test_unknown_state_is_refused(world: World) -> None:
-    """A redirect whose state this worker never minted is refused."""
-    with pytest.raises(UsageError, match="unknown"):
-        await world.enrollment().finish("alice", f"{REDIRECT_URI}?code=abcdef&state=forged")
-
-
-async def test_bare_code_finishes_the_users_newest_consent(world: World) -> None:
-    """A bare code (no state) finishes the newest consent started for that user."""
+@pytest.mark.parametrize("with_state", [False, True])
+async def test_a_bare_code_finishes_the_newest_consent(world: World, with_state: bool) -> None:
+    """A bare code finishes the user's newest consent, or the one whose state comes with it."""
     enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("alice"), "svc-alice")
-    result = await enrollment.finish("alice", query_of(location)["code"])
+    params = query_of(await world.consent(enrollment.start("alice"), "svc-alice"))
+    state = params["state"] if with_state else None
+    result = await enrollment.finish("alice", params["code"], state=state)
     assert result.scopes == LONG_TERM_SCOPES
     assert world.store.get_user("alice") is not None
-
-
-async def test_bare_code_without_a_started_consent_is_refused(world: World) -> None:
-    """A bare code for a user with no live consent is refused with what to do."""
-    with pytest.raises(UsageError, match="no consent was started"):
-        await world.enrollment().finish("bob", "some-code-value")
-
-
-async def test_bare_code_of_another_consent_fails_pkce(world: World) -> None:
-    """A code from a consent with another verifier fails the exchange: PKCE binds it."""
-    enrollment = world.enrollment()
-    foreign = await world.consent(enrollment.start("carol"), "svc-carol")
-    await world.consent(enrollment.start("alice"), "svc-alice")
-    with pytest.raises(EnrollmentError):
-        await enrollment.finish("alice", query_of(foreign)["code"])
-
-
-async def test_code_with_its_state_enrolls(world: World) -> None:
-    """A bare code with the redirect's state passed alongside enrolls."""
-    enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("alice"), "svc-alice")
-    params = query_of(location)
-    result = await enrollment.finish("alice", params["code"], state=params["state"])
-    assert result.scopes == LONG_TERM_SCOPES
 
 
 @pytest.mark.parametrize(
@@ -311,8 +266,7 @@ async def test_enroll_from_a_user_access_token(world: World) -> None:
 
 
 async def test_refused_user_access_token_stores_nothing(world: World) -> None:
-    """An unknown user access token: EnrollmentError `token_refused` with a hint (the CLI
-    adds "start again with `enroll url`", tests/cli/test_hints.py); nothing stored."""
+    """An unknown user access token is EnrollmentError `token_refused`, with a hint; no user."""
     with pytest.raises(EnrollmentError) as info:
         await world.enrollment().from_user_token("erin", Secret("not-a-real-user-token"))
     assert info.value.reason == "token_refused" and info.value.hint

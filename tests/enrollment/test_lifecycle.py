@@ -74,8 +74,7 @@ async def test_drop_sends_delete_with_the_credential(world: World) -> None:
 
 
 async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World) -> None:
-    """`token.deleted` of a drop or forget the operator asked for is info, not a warning (a
-    revocation's stays one: tests/engine/test_lifecycle_race.py)."""
+    """`token.deleted` of an operator's drop or forget is info (a revocation's stays a warning)."""
     await enroll(world, "alice")
     await enroll(world, "bob")
     with capture_logs() as logs:
@@ -120,51 +119,29 @@ async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
     assert world.store.count_due(result.retry_at + timedelta(days=1)) == 0
 
 
-async def test_drop_reports_an_unexpected_status(world: World) -> None:
-    """A 5xx answer to the DELETE is reported as failed; the token is kept for the retry."""
+@pytest.mark.parametrize("before", ["dropped", "revoked"])
+async def test_drop_without_a_token_skips_upstream(world: World, before: str) -> None:
+    """A dropped or revoked user is left as it is (stamps kept), with no DELETE sent."""
     await enroll(world, "alice")
-
-    def teapot(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(500)
-
-    async with http_client(world.settings.service, transport=httpx.MockTransport(teapot)) as http:
-        result = await failing_lifecycle(world, http).drop("alice")
-    assert (result.upstream, result.status, result.state) == ("failed", 500, "dropping")
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert row.token is not None
-
-
-async def test_drop_without_a_token_skips_upstream(world: World) -> None:
-    """A user already dropped (no token) is not sent upstream; dropping again is harmless."""
-    await enroll(world, "alice")
-    await world.lifecycle().drop("alice")
-    world.sim.clear_requests()
-    result = await world.lifecycle().drop("alice")
-    assert (result.upstream, result.status, result.previous_state) == ("skipped", None, "dropped")
-    assert world.sim.requests() == []
-
-
-async def test_drop_of_a_revoked_user_changes_nothing(world: World) -> None:
-    """A revoked user is left revoked (no relabel, retention clock kept), with no DELETE."""
-    await enroll(world, "alice")
-    world.store.delete_token("alice", "revoked", world.clock.now())
+    if before == "dropped":
+        await world.lifecycle().drop("alice")
+    else:
+        world.store.delete_token("alice", "revoked", world.clock.now())
     world.clock.advance(3600)
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
-    assert (result.upstream, result.state, result.previous_state) == (
-        "skipped",
-        "revoked",
-        "revoked",
-    )
+    assert (result.upstream, result.status, result.state, result.previous_state) == (
+        "skipped", None, before, before,
+    )  # fmt: skip
     assert world.sim.requests() == []
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert row.state == "revoked"
+    assert world.store.get_user("alice").state == before  # type: ignore[union-attr]
     with world.store.database.read() as conn:
-        stamps = conn.execute(text("SELECT revoked_at, dropped_at FROM users")).one()
-    assert stamps[1] is None
-    assert stamps[0] is not None
+        revoked_at, dropped_at = conn.execute(
+            text("SELECT revoked_at, dropped_at FROM users")
+        ).one()
+    assert (revoked_at is not None, dropped_at is not None) == (
+        before == "revoked", before == "dropped",
+    )  # fmt: skip
 
 
 async def test_unknown_user_is_a_usage_error(world: World) -> None:
@@ -173,27 +150,6 @@ async def test_unknown_user_is_a_usage_error(world: World) -> None:
         with pytest.raises(UnknownUserError) as info:
             await action("nobody")
         assert info.value.exit_code == EX_USAGE
-
-
-async def test_forget_leaves_no_result_of_the_user(world: World) -> None:
-    """forget drops the user and purges every snapshot and history row of theirs, only theirs."""
-    await enroll(world, "alice")
-    await enroll(world, "bob")
-    store_results(world, "alice")
-    store_results(world, "bob")
-    assert list(world.store.export_results("alice"))
-    result = await world.lifecycle().forget("alice")
-    assert result.upstream == "ok"
-    assert result.purged is not None
-    assert result.purged >= 3
-    assert list(world.store.export_results("alice")) == []
-    assert world.store.history("alice", "stats") == []
-    assert world.store.history("alice", "latest-change") == []
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token) == ("dropped", None)
-    assert len(list(world.store.export_results("bob"))) == 2
-    assert world.store.history("bob", "stats")
 
 
 class FreePermits:
@@ -222,15 +178,33 @@ def answering(status: int, body: bytes = b"") -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-async def test_forget_purges_at_once_even_when_the_delete_fails(world: World) -> None:
-    """forget purges the results right away, whatever the DELETE answers; the drop is pending."""
+@pytest.mark.parametrize("answer", [None, 503], ids=["confirmed", "delete-fails"])
+async def test_forget_purges_every_result_of_the_user_at_once(
+    world: World, answer: int | None
+) -> None:
+    """forget purges the user's snapshots and history (only theirs) whatever the DELETE says."""
     await enroll(world, "alice")
+    await enroll(world, "bob")
     store_results(world, "alice")
-    async with http_client(world.settings.service, transport=answering(503)) as http:
-        result = await failing_lifecycle(world, http).forget("alice")
-    assert (result.upstream, result.state) == ("failed", "dropping")
-    assert result.purged is not None and result.purged >= 3
+    store_results(world, "bob")
+    assert list(world.store.export_results("alice"))
+    if answer is None:
+        result = await world.lifecycle().forget("alice")
+    else:
+        async with http_client(world.settings.service, transport=answering(answer)) as http:
+            result = await failing_lifecycle(world, http).forget("alice")
+    expected = ("ok", "dropped") if answer is None else ("failed", "dropping")
+    assert (result.upstream, result.state) == expected
+    assert result.purged is not None
+    assert result.purged >= 3
     assert list(world.store.export_results("alice")) == []
+    assert world.store.history("alice", "stats") == []
+    assert world.store.history("alice", "latest-change") == []
+    row = world.store.get_user("alice")
+    assert row is not None
+    assert (row.state, row.token is None) == (expected[1], answer is None)
+    assert len(list(world.store.export_results("bob"))) == 2
+    assert world.store.history("bob", "stats")
 
 
 async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
@@ -263,17 +237,18 @@ async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
         ),
         pytest.param(401, b"", "refused", "dropping", id="401-plain-refused"),
         pytest.param(404, b"", "failed", "dropping", id="404-retried"),
+        pytest.param(500, b"", "failed", "dropping", id="500-retried"),
         pytest.param(503, b"", "failed", "dropping", id="503-retried"),
     ],
 )
 async def test_what_the_delete_answer_means(
     world: World, status: int, body: bytes, upstream: str, state: str
 ) -> None:
-    """Each answer to the DELETE either confirms the drop or keeps it pending."""
+    """Each answer to the DELETE either confirms the drop or keeps it (and the token) pending."""
     await enroll(world, "alice")
     async with http_client(world.settings.service, transport=answering(status, body)) as http:
         result = await failing_lifecycle(world, http).drop("alice")
-    assert (result.upstream, result.state) == (upstream, state)
+    assert (result.upstream, result.state, result.status) == (upstream, state, status)
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token is None) == (state, state == "dropped")
@@ -335,9 +310,7 @@ def with_secret(world: World, secret: str) -> Lifecycle:
 async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
     world: World,
 ) -> None:
-    """With a wrong client secret the service would answer the DELETE 204 and drop nothing:
-    the read before it gets a plain 401, so no DELETE is sent, the drop is refused and the
-    token kept; once the secret is right again the retry drops the grant upstream."""
+    """A wrong client secret: the read's plain 401 stops the DELETE; the token waits for a retry."""
     await enroll(world, "alice")
     token = world.token_of("alice")
     world.sim.clear_requests()
@@ -360,9 +333,7 @@ async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
 
 
 async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: World) -> None:
-    """The DELETE went through but its answer was lost: the retry's read gets a 401 for a
-    token that is gone, and that confirms the drop (not a wrong secret, since the read
-    before the lost DELETE was accepted)."""
+    """A DELETE whose answer was lost is confirmed by the retry's read getting a 401."""
     await enroll(world, "alice")
     inner = SimulatorTransport(world.sim)
 
@@ -385,8 +356,7 @@ async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: 
 
 
 async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -> None:
-    """A user the service already refused alone (state rejected) has no live token: the
-    read's plain 401 confirms the drop, no wrong secret is suspected."""
+    """A user already rejected alone is dropped on the read's plain 401 (no wrong secret)."""
     await enroll(world, "alice")
     row = world.store.get_user("alice")
     assert row is not None

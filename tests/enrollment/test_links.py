@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lta_worker.cli import main
 from lta_worker.config import build_settings, parse_listen, read_link_keys
 from lta_worker.enrollment import EnrollLinks
 from lta_worker.enrollment._links import LinkError
@@ -52,8 +51,7 @@ def test_two_links_for_one_user_have_different_nonces() -> None:
 
 
 def test_key_rotation_the_newest_signs_every_key_verifies() -> None:
-    """With keys [old, new], links signed with the old key still verify, new links are
-    signed with the new key, and once the old key is removed its links are refused."""
+    """The newest link key signs, every listed key verifies, a removed key's links are refused."""
     old_link = EnrollLinks([OLD], START).make("alice", NOW, timedelta(hours=1))
     rotated = EnrollLinks([OLD, NEW], START)
     assert rotated.read(token_of(old_link), NOW).user == "alice"
@@ -115,9 +113,7 @@ def _settings(enroll: dict[str, Any], redirect: str = "https://app.example/lta/c
 def test_enroll_settings_that_do_not_fit_exit_78_naming_the_key(
     enroll: dict[str, Any], redirect: str | None, key: str
 ) -> None:
-    """A listener without public URL, a malformed address, a plain-http public URL for a
-    remote host, a callback off the public origin or on the start's path: ConfigError naming
-    the key."""
+    """`[enroll]` settings that do not fit together are a ConfigError naming the key."""
     with pytest.raises(ConfigError) as raised:
         _settings(enroll, *([redirect] if redirect else []))
     assert raised.value.key == key
@@ -155,8 +151,7 @@ def test_link_key_file_one_key_per_line_comments_allowed(tmp_path: Path) -> None
 def test_a_bad_link_key_file_exits_78_without_its_content(
     tmp_path: Path, content: str, mode: int, words: str
 ) -> None:
-    """A short, spaced or missing key, or a file others can read: ConfigError naming
-    enroll.link_key_file, never a piece of the file."""
+    """A bad or exposed link key file is a ConfigError naming it, never showing its content."""
     path = tmp_path / "k"
     path.write_text(content, encoding="utf-8")
     os.chmod(path, mode)
@@ -167,45 +162,38 @@ def test_a_bad_link_key_file_exits_78_without_its_content(
     assert "short-key" not in str(raised.value) and "k" * 40 not in str(raised.value)
 
 
-def _cli(tmp_path: Path, enroll: str, *args: str) -> subprocess.CompletedProcess[str]:
-    config = tmp_path / "lta.toml"
-    config.write_text(
-        f"""
-[service]
-base_url = "https://api.example"
-auth_url = "https://api.example"
-[client]
-id = "c"
-redirect_uri = "https://app.example/lta/callback"
-[database]
-url = "sqlite:///{tmp_path / "never.db"}"
-[enroll]
-{enroll}
-""",
-        encoding="utf-8",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
-    env.pop("CREDENTIALS_DIRECTORY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(config), "enroll", "link", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    """`lta-worker enroll link ARGS` in-process, `[enroll]` ENROLL: (exit code, stdout, stderr)."""
+    for name in list(os.environ):
+        if name.startswith("LTA_WORKER_") or name == "CREDENTIALS_DIRECTORY":
+            monkeypatch.delenv(name)
+
+    def run(enroll: str, *args: str) -> tuple[int, str, str]:
+        config = tmp_path / "lta.toml"
+        config.write_text(
+            '[service]\nbase_url = "https://api.example"\nauth_url = "https://api.example"\n'
+            '[client]\nid = "c"\nredirect_uri = "https://app.example/lta/callback"\n'
+            f'[database]\nurl = "sqlite:///{tmp_path / "never.db"}"\n[enroll]\n{enroll}\n',
+            encoding="utf-8",
+        )
+        with pytest.raises(SystemExit) as stop:
+            main(["--config", str(config), "enroll", "link", *args])
+        out, err = capsys.readouterr()
+        return int(stop.value.code or 0), out, err
+
+    return run
 
 
-def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path) -> None:
-    """`enroll link --user ID --valid 2h` prints one line: a link under the public URL that
-    the configured key verifies, for that user, expiring in two hours; no database made."""
+def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Any) -> None:
+    """`enroll link --user ID --valid 2h` prints one verifiable link, making no database."""
     keys = write_private(tmp_path / "link-key", NEW.reveal() + "\n")
     enroll = f'public_url = "https://app.example/lta"\nlink_key_file = "{keys}"'
     before = datetime.now(UTC)
-    done = _cli(tmp_path, enroll, "--user", "alice", "--valid", "2h")
-    assert done.returncode == 0, done.stderr
-    link = done.stdout.strip()
-    assert done.stdout.count("\n") == 1
+    code, out, err = cli(enroll, "--user", "alice", "--valid", "2h")
+    assert code == 0, err
+    link = out.strip()
+    assert out.count("\n") == 1
     assert link.startswith("https://app.example/lta/enroll/start?link=")
     claim = EnrollLinks([NEW], START).read(token_of(link), datetime.now(UTC))
     assert claim.user == "alice"
@@ -228,12 +216,11 @@ def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path) -> None:
     ],
 )
 def test_enroll_link_refusals_are_one_line(
-    tmp_path: Path, enroll: str, args: list[str], code: int, words: str
+    cli: Any, enroll: str, args: list[str], code: int, words: str
 ) -> None:
-    """No public URL or no key file: exit 78 naming the key; a bad --valid: exit 2; one line,
-    nothing on stdout."""
-    done = _cli(tmp_path, enroll, *args)
-    assert done.returncode == code, done.stderr
-    assert done.stdout == ""
-    assert len(done.stderr.strip().splitlines()) == 1
-    assert words in done.stderr
+    """No public URL or key file exits 78, a bad --valid 2; one line, nothing on stdout."""
+    exit_code, out, err = cli(enroll, *args)
+    assert exit_code == code, err
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert words in err

@@ -19,18 +19,14 @@ RFC_VERIFIER = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
 RFC_CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
 
 
-def test_rfc7636_appendix_b_octets_give_the_verifier() -> None:
-    """The appendix's octets, base64url-encoded without padding, are its verifier."""
+def test_rfc7636_appendix_b() -> None:
+    """RFC 7636 appendix B: its octets give its verifier, and challenge_s256 its challenge."""
     assert base64.urlsafe_b64encode(RFC_OCTETS).rstrip(b"=").decode() == RFC_VERIFIER
-
-
-def test_rfc7636_appendix_b_challenge() -> None:
-    """challenge_s256 gives the appendix's challenge for the appendix's verifier."""
     assert challenge_s256(Secret(RFC_VERIFIER)) == RFC_CHALLENGE
 
 
-def test_new_verifier_is_valid_and_secret() -> None:
-    """A new verifier has 43-128 unreserved characters and is wrapped in a Secret."""
+def test_new_verifiers_and_states_are_valid_fresh_and_secret() -> None:
+    """New verifiers (in a Secret) and states are valid, URL-safe and fresh each time."""
     verifier = new_verifier()
     assert isinstance(verifier, Secret)
     raw = verifier.reveal()
@@ -38,19 +34,11 @@ def test_new_verifier_is_valid_and_secret() -> None:
     assert set(raw) <= UNRESERVED
     assert raw not in repr(verifier)
     assert raw not in f"{verifier}"
-
-
-def test_new_verifiers_differ() -> None:
-    """Verifiers and states are fresh random values each time."""
-    assert len({new_verifier().reveal() for _ in range(50)}) == 50
-    assert len({new_state() for _ in range(50)}) == 50
-
-
-def test_new_state_is_url_safe() -> None:
-    """A state is at least 43 URL-safe characters (256 bits)."""
     state = new_state()
     assert len(state) >= 43
     assert set(state) <= UNRESERVED
+    assert len({new_verifier().reveal() for _ in range(50)}) == 50
+    assert len({new_state() for _ in range(50)}) == 50
 
 
 @pytest.mark.parametrize(

@@ -124,8 +124,7 @@ def credential_rows(text: str) -> dict[str, str]:
 
 
 def test_credential_table_is_every_secret_file_and_its_credential() -> None:
-    """One row per `*_file` setting, naming the credential systemd's directory fills it
-    from (`(set the path)` for one it does not)."""
+    """The credential table has one row per `*_file` setting, with the credential filling it."""
     env = {
         "CREDENTIALS_DIRECTORY": "/creds",
         "LTA_WORKER_SERVICE_BASE_URL": "https://api.example",
@@ -169,8 +168,7 @@ def _read_literally() -> set[str]:
 
 
 def test_every_variable_the_docs_name_is_read() -> None:
-    """Each `LTA_*` variable README.md and docs/ name is a setting's (the loader maps it to a
-    key that exists) or one the program, its scripts or its tests read: none stale."""
+    """Every `LTA_*` variable the docs name is a setting's or read by the code, scripts or tests."""
     texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     named = {n for p in texts for n in re.findall(r"\bLTA_[A-Z0-9_]+\b", p.read_text("utf-8"))}
     literal = _read_literally()
@@ -197,8 +195,7 @@ def toml_blocks() -> dict[str, str]:
 
 @pytest.mark.parametrize(("where", "block"), sorted(toml_blocks().items()))
 def test_every_toml_block_holds_valid_settings(where: str, block: str) -> None:
-    """A config excerpt in the docs, its commented-out `# key = value` lines switched on,
-    names only real keys with values the loader takes (the keys it leaves out aside)."""
+    """Each TOML excerpt of the docs, comments switched on, names real keys with valid values."""
     import tomllib
 
     from lta_worker.config._fields import REQUIRED, read_section

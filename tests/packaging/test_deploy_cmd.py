@@ -23,8 +23,7 @@ def _deploy_files(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, 
 
 
 def test_writes_every_deploy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Every file of deploy/ is written byte for byte, the admin script executable, the
-    rest 0644, each path printed; a second call changes nothing and says so."""
+    """Every deploy/ file is written byte for byte with its mode; a second call changes nothing."""
     dest = tmp_path / "share" / "lta-worker"
     code, out, err = _deploy_files(capsys, "--dest", str(dest))
     assert (code, err) == (0, "")
@@ -43,8 +42,7 @@ def test_writes_every_deploy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_refuses_to_overwrite_an_edited_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A file that differs stops the command (exit 2, one line naming it and --force) before
-    anything is written; --force then overwrites it."""
+    """An edited file stops the command (exit 2, one line) before any write; --force overwrites."""
     edited = tmp_path / "config.example.toml"
     edited.write_text("# mine\n", encoding="utf-8")
     code, out, err = _deploy_files(capsys, "--dest", str(tmp_path))

@@ -1,5 +1,5 @@
-"""starlette and uvicorn are the simulator's alone: `run` and `serve` never import them, and
-`simulator serve` or `demo` without the `[simulator]` extra stop with a one-line hint."""
+"""starlette and uvicorn are the simulator's alone: `serve` never imports them (`run`: the bare
+install of test_install.py), and the commands that need them stop with a one-line hint."""
 
 from __future__ import annotations
 
@@ -42,23 +42,6 @@ def _simulator_modules(dump: Path) -> list[str]:
     return [m for m in loaded if any(m == p or m.startswith(p + ".") for p in SIMULATOR_ONLY)]
 
 
-def test_run_imports_no_simulator_module(world: World, tmp_path: Path) -> None:
-    """A `run` that reads users through the served simulator loads no starlette or uvicorn."""
-    world.enroll(["ada", "bob"])
-    dump = tmp_path / "modules.json"
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, "--config", str(world.config), "run"],
-        capture_output=True,
-        text=True,
-        env=child_env(LTA_PROBE_OUT=str(dump)),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert '"event": "poll.read"' in done.stderr  # it really read
-    assert _simulator_modules(dump) == []
-
-
 def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None:
     """`serve`, through a pass and a SIGTERM drain, loads no starlette or uvicorn."""
     world.enroll(["ada"])
@@ -86,8 +69,7 @@ def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None
 @pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
 @pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
 def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
-    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 with one line that
-    names the extra to install, instead of a traceback."""
+    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
     blocked = f"import sys; sys.modules[{missing!r}] = None\n"  # `import` now fails
     done = subprocess.run(
         [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *command],
@@ -109,8 +91,7 @@ def test_simulator_commands_without_the_extra(missing: str, command: list[str]) 
 def test_serve_with_enroll_listen_without_the_web_extra(
     world: World, tmp_path: Path, missing: str
 ) -> None:
-    """`serve` with `[enroll] listen` set but starlette or uvicorn missing exits 78 with one
-    line naming enroll.listen and the `[web]` extra, before serving anything."""
+    """`serve` with `enroll.listen` but no web stack exits 78 naming the `[web]` extra, at once."""
     world.write_config(
         world.config_text().replace(
             'redirect_uri = "http://127.0.0.1/lta/callback"',

@@ -1,12 +1,5 @@
-"""The wheel, built from this checkout, installed into a clean venv as an operator would:
-no dev extras, the locked versions, first without and then with the `[simulator]` extra.
-
-Everything but the service runs from the installed copy: `--version`, the one-line error of
-`simulator serve` without its extra, `deploy-files`, `keys generate`, `db upgrade`, an
-enrollment through the consent flow and a `run` that reads through a served simulator (with
-starlette and uvicorn absent, so the run path provably needs neither); then, with the
-extra, the installed `simulator serve` itself.
-"""
+"""The wheel and sdist, built once from this checkout; the wheel installed once into a clean
+venv at the locked versions, used first without and then with the `[simulator]` extra."""
 
 from __future__ import annotations
 
@@ -45,8 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 class Installed:
-    """A clean venv (no pip of its own, nothing installed) for the built wheel; calling it
-    runs the venv's `lta-worker`."""
+    """A clean venv (no pip of its own) for the built wheel; calling it runs its `lta-worker`."""
 
     def __init__(self, tmp: Path, wheel: Path) -> None:
         self.tmp = tmp
@@ -57,8 +49,7 @@ class Installed:
         self.script = self.venv / "bin" / "lta-worker"
 
     def pip_install(self, extras: str = "") -> None:
-        """Install the wheel (with `extras`) at the locked versions, through the test's own
-        pip (`pip --python`), as `pip install -c constraints.txt WHEEL` does in the venv."""
+        """`pip install -c constraints.txt WHEEL[extras]` into the venv, with the test's pip."""
         target = f"{self.wheel}{extras}"
         subprocess.run(
             [sys.executable, "-m", "pip", "--python", str(self.python), "install", "-q",
@@ -87,7 +78,7 @@ class Installed:
         return subprocess.run([str(self.python), "-c", probe], check=False).returncode == 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sdist and, built from it, the wheel, as `python3 dev.py dist` builds them."""
     out = tmp_path_factory.mktemp("dist")
@@ -100,7 +91,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """A new venv for the wheel; each test installs it with the extras it needs."""
+    """A new venv for the wheel, nothing installed yet."""
     (wheel,) = dist.glob("lta_worker-*.whl")
     return Installed(tmp_path_factory.mktemp("installed"), wheel)
 
@@ -118,8 +109,7 @@ def _expected_commit() -> str | None:
 
 
 def test_archives_carry_what_an_operator_needs(dist: Path) -> None:
-    """The wheel holds deploy/ byte for byte, the build's commit and the licence; the sdist
-    holds the licence, changelog, lock files and the build hook."""
+    """The wheel holds deploy/, the build's commit and the licence; the sdist the lock files."""
     (wheel,) = dist.glob("lta_worker-*.whl")
     (sdist,) = dist.glob("lta_worker-*.tar.gz")
     assert wheel.name == f"lta_worker-{__version__}-py3-none-any.whl"
@@ -141,12 +131,10 @@ def test_archives_carry_what_an_operator_needs(dist: Path) -> None:
         assert f"COMMIT = {commit!r}" in info
 
 
-def test_installed_copy_without_the_simulator_extra(
+def test_installed_copy_without_then_with_the_simulator_extra(
     installed: Installed, served: RunningSimulator, tmp_path: Path
 ) -> None:
-    """Without dev extras or [simulator]: --version names version and commit, simulator serve
-    says which extra to install, deploy-files writes the units, and keys generate, db
-    upgrade, enroll url|finish, run and check work against a served simulator."""
+    """The bare install runs every operator command; with [simulator], `simulator serve` too."""
     installed.pip_install()
     assert not installed.has("starlette")
     assert not installed.has("uvicorn")
@@ -199,11 +187,7 @@ def test_installed_copy_without_the_simulator_extra(
         ("ada", "stats", "ok"),
     ]
 
-
-def test_installed_simulator_with_its_extra(installed: Installed) -> None:
-    """With the [simulator] extra, the installed `simulator serve` answers on loopback and
-    stops on SIGTERM."""
-    installed.pip_install("[simulator]")
+    installed.pip_install("[simulator]")  # the same venv: only the extra's packages are added
     proc = subprocess.Popen(
         [str(installed.script), "simulator", "serve", "--port", "0"],
         stdout=subprocess.PIPE,

@@ -1,8 +1,5 @@
-"""uv.lock matches pyproject.toml, and constraints.txt pins exactly what uv.lock pins.
-
-`python3 dev.py lock` refreshes both; these tests fail when pyproject.toml changes without it,
-or when constraints.txt is edited by hand.
-"""
+"""uv.lock matches pyproject.toml and constraints.txt pins exactly what uv.lock pins
+(`python3 dev.py lock` refreshes both)."""
 
 from __future__ import annotations
 

@@ -47,8 +47,7 @@ def test_enroll_failed_lists_every_stage_and_state_code() -> None:
 
 
 def test_error_lists_every_job_of_serve() -> None:
-    """The `error` event's `job`: exactly the jobs `serve` schedules and those of its
-    metrics server."""
+    """The `error` event's `job` values are exactly serve's jobs and its metrics server's."""
     assert documented_values("error", "job") == set(JOB_IDS) | set(SERVER_JOBS)
 
 
@@ -100,12 +99,7 @@ class Logged:
 
 
 def logged_events() -> dict[str, Logged]:
-    """Every event name the worker logs (the simulator, which logs on its own, left out),
-    with the fields it is given: the string literal that is the first argument of a
-    structlog level method (`log.info("x")`, `getattr(log, level)("x")`, a name bound to
-    such a method), the event argument of a helper in EVENT_PARAMS (with the fields that
-    helper adds), or an `event="x"` keyword (the CLI's `error` line, written without
-    structlog)."""
+    """Every event name the worker logs (simulator aside), with its fields, read from the source."""
     found: dict[str, Logged] = {}
     unknown: list[str] = []
     forwarded: dict[str, set[str]] = {}  # helper -> the fields its own log call adds
@@ -179,8 +173,7 @@ def test_event_table_lists_exactly_the_events_the_code_logs() -> None:
 
 
 def documented_fields(text: str) -> dict[str, set[str]]:
-    """Each event's fields: the `names` of its fields cell outside parentheses (which hold
-    values and notes)."""
+    """Each event's fields: the `names` of its fields cell outside parentheses."""
     out = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -195,8 +188,7 @@ def documented_fields(text: str) -> dict[str, set[str]]:
 
 
 def test_each_events_fields_are_the_ones_logged() -> None:
-    """Every field the code gives an event is in its row; every field of a row is given
-    (but for events that take fields from a mapping, which the code cannot show)."""
+    """Each event's row lists exactly the fields the code gives it (open mappings aside)."""
     documented = documented_fields(DOC.read_text(encoding="utf-8"))
     missing, extra = {}, {}
     for event, logged in logged_events().items():

@@ -14,9 +14,7 @@ Row = tuple[str, str, tuple[str, ...]]
 
 
 def registered() -> set[Row]:
-    """(exposed name, type, label names) of every metric a fresh `Metrics` exposes: a
-    counter's series are exposed as NAME_total, as the table names them. Every labelled
-    metric has its series from the start, so the labels show in what is collected."""
+    """(exposed name, type, label names) of every metric a fresh `Metrics` exposes."""
     rows: set[Row] = set()
     for metric in Metrics().registry.collect():
         name = metric.name + ("_total" if metric.type == "counter" else "")

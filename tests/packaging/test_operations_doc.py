@@ -114,8 +114,7 @@ DROP_ROWS = table("| case | the command prints | exit | state after | then |")
 
 @pytest.mark.parametrize("row", DROP_ROWS, ids=[r[0][:40] for r in DROP_ROWS])
 def test_drop_table_row_is_what_the_code_does(row: list[str]) -> None:
-    """Each case of the drop table exits with its `exit` and leaves its `state after`, as
-    `drop_verdict` and the command's report make them."""
+    """Each drop table row's exit code and state after are what the code makes of its case."""
     case, exit_cell, state_cell = _case(row[0]), row[2], row[3]
     if ANSWERS[case] == "again":  # "as above": a `dropping` user's drop starts over
         assert (exit_cell, state_cell) == ("as above", "as above")
@@ -144,8 +143,7 @@ RUNBOOK = table("| state | means | who acts | what to do |")
 
 
 def test_runbooks_cover_every_state_that_asks_something() -> None:
-    """The runbook table has a row for each user state but `active` and `dropped` (which ask
-    nothing), and for scope denied; every webhook type it names is one the code sends."""
+    """The runbooks cover every state but active and dropped, and name only real webhook types."""
     states = {m.group(1) for row in RUNBOOK if (m := re.fullmatch(r"`(\w+)`", row[0]))}
     assert states == set(USER_STATES) - {"active", "dropped"}
     assert any(row[0].startswith("scope denied") for row in RUNBOOK)
@@ -187,8 +185,7 @@ SETTING = re.compile(r"^(SECTION\.KEY|[a-z]+\.[a-z_]+): ")
 
 @functools.cache
 def _texts() -> list[tuple[list[str], int | None]]:
-    """Every string of the package, as its literal pieces, with the exit code of the error
-    it is given to (the LtaError class called with it or defining it), or None."""
+    """Every string of the package, as literal pieces, with the exit code of its error or None."""
     import ast
     import inspect
 
@@ -228,9 +225,7 @@ ERROR_LINES = table("| error line names | code | what to do |")
 
 @pytest.mark.parametrize("row", ERROR_LINES, ids=[r[0][:40] for r in ERROR_LINES])
 def test_each_common_error_line_is_one_the_code_writes(row: list[str]) -> None:
-    """Every piece of the lines a row names is text of the program (or the driver's own
-    words), and the row's code is the exit code of an error that text is given to (a line
-    that starts with a setting's name is a configuration error, 78)."""
+    """Each common error line is the program's text, given to an error of the row's exit code."""
     texts = _texts()
     codes: set[int] = set()
     for named in re.findall(r"`([^`]+)`", row[0]):

@@ -55,8 +55,7 @@ async def user_access_token(world: World, settings: Any) -> str:
 
 
 def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
-    """The block enrolls user-42 through the consent URL it redirects to, again from a user
-    access token, then forgets it: the service confirms the drop and the user is gone."""
+    """README's block enrolls user-42 (consent, then user token) and forgets it upstream too."""
     block = readme_block()
     assert "\n    ...\n" in block
     with start_in_thread(Simulator()) as running:

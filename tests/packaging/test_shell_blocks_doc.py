@@ -1,8 +1,6 @@
-"""Every ```sh block of README.md and docs/*.md either runs here, in a temporary directory
-against the simulator, and does what its text says, or is listed with why it cannot.
-
-A block runs as written but for the machine's paths (moved into the temporary directory)
-and `lta-worker-admin`, which needs systemd: there it is `lta-worker --config CFG`."""
+"""Every ```sh block of README.md and docs/*.md runs here in a temporary directory against the
+simulator (machine paths moved, `lta-worker-admin` as `lta-worker --config CFG`) and does
+what its text says, or is listed with why it cannot."""
 
 from __future__ import annotations
 
@@ -162,8 +160,7 @@ def keyed_and_enrolled(ctx: Ctx) -> None:
 
 
 def rotated(ctx: Ctx, stdout: str) -> None:
-    """Only the new key is left, the service was restarted at steps 2 and 4, and the token
-    re-encrypted under the new key reads: the old key is no longer needed."""
+    """Only the new key is left, the service restarted twice, and the re-encrypted token reads."""
     world = ctx.world
     lines = world.key_file.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1
@@ -226,8 +223,7 @@ def _matches(table: Mapping[str, object], block: str) -> list[str]:
 
 
 def test_every_block_is_run_or_excused() -> None:
-    """Each block starts with exactly one entry of RUN, NOT_RUN or SERVED, and each entry
-    starts a block: a new block fails here until it is placed."""
+    """Each block starts with exactly one entry of RUN, NOT_RUN or SERVED; each entry a block."""
     problems = [
         (where, found)
         for where, block in BLOCKS.items()
@@ -270,10 +266,7 @@ def sim_on_free_port() -> Iterator[int]:
 
 
 def _shims(tmp: Path, world: World) -> Path:
-    """`lta-worker` is this checkout's; `lta-worker-admin` runs it with the config, as the
-    unit would (the real script needs systemd); `systemctl` notes what it was asked in
-    systemctl.log; `edit-drop-first-line`, the $EDITOR, removes a file's first line (the
-    old key, in key rotation)."""
+    """Stand-ins on PATH: this checkout's lta-worker, lta-worker-admin, systemctl, $EDITOR."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     main = f'exec {sys.executable} -m lta_worker "$@"\n'
@@ -321,8 +314,7 @@ def _bash(script: str, tmp: Path, env: dict[str, str]) -> subprocess.CompletedPr
 def test_block_runs_and_does_what_its_text_says(
     where: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The block exits 0 in a temporary directory against the simulator, printing and
-    leaving what the text around it promises."""
+    """The block exits 0 against the simulator and prints and leaves what its text promises."""
     block = BLOCKS[where]
     case = RUN[_matches(RUN, block)[0]]
     port = request.getfixturevalue("sim_on_free_port") if "8765" in block else None

@@ -1,9 +1,5 @@
-"""A command imports only what it uses: `status`, and a `run` with nobody due, as started by
-cron, leave out the libraries they do not need (the start-up budget of bench B4).
-
-Each command runs as a child process whose exit dumps `sys.modules`; the test names what
-must not be there. It measures nothing: the figures are B4's.
-"""
+"""A command imports only what it uses: `status`, and a `run` with nobody due (cron), leave out
+the libraries they do not need (bench B4's start-up budget; the figures are B4's)."""
 
 from __future__ import annotations
 
@@ -100,14 +96,12 @@ def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 
 
 def test_status_imports_only_what_it_reads_with(tmp_path: Path, config: Path) -> None:
-    """`status` reads the database with Core queries: no ORM, migrations, HTTP, encryption,
-    async runtime, logging library or settings library is imported."""
+    """`status` imports no ORM, migrations, HTTP, encryption, async, logging or settings library."""
     assert loaded(imported(tmp_path, config, "status"), NOT_IN_STATUS) == []
 
 
 def test_run_with_nobody_due_builds_no_http_client(tmp_path: Path, config: Path) -> None:
-    """A `run` with nobody due records its pass but imports neither httpx nor httpcore (no
-    HTTP client is built), nor the ORM, migrations or encryption."""
+    """A `run` with nobody due records its pass without importing HTTP, ORM or encryption."""
     modules = imported(tmp_path, config, "run")
     assert loaded(modules, NEVER) == []
     assert "lta_worker.worker._engine" in modules

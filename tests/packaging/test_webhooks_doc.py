@@ -34,8 +34,7 @@ def events_table(text: str) -> list[tuple[str, str, str]]:
 
 
 def test_events_table_is_the_codes_types_and_actions() -> None:
-    """docs/webhooks.md's table: every type in the code's order, with its `client_action`
-    and its `action` code."""
+    """webhooks.md's table lists every type in order with its `client_action` and `action`."""
     rows = events_table((DOCS / "webhooks.md").read_text(encoding="utf-8"))
     assert rows == [(t, CLIENT_ACTIONS[t], ACTION_CODES[t]) for t in EVENT_TYPES]
 
@@ -71,9 +70,7 @@ def _block(text: str, lang: str, after: str) -> str:
 
 
 def test_examples_are_the_bodies_the_code_sends() -> None:
-    """webhooks.md's `result.changed` example and the request's body are exactly what the
-    code makes of the values they show (every field, no other), and the request's
-    user agent is the sender's."""
+    """webhooks.md's example bodies and headers are exactly what the code and sender make."""
     text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
     changed = json.loads(_block(text, "json", "### `result.changed`"))
     data = changed["data"]

@@ -4,6 +4,7 @@ every few minutes (the plan's arithmetic is the domain's: tests/domain/test_fres
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,14 @@ from lta_worker.report._plan import REPLAN, for_active
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+
+
+def _settings(client: dict[str, object] | None = None, **sections: dict[str, object]) -> Any:
+    """Settings with an API, client `c` (with `client`) and the given sections."""
+    service = {"base_url": "https://api.example", "auth_url": "https://a.example"}
+    return build_settings({"service": service, "client": {"id": "c", **(client or {})}, **sections})
+
+
 ADAPTIVE = FreshnessConfig(
     schedule="adaptive",
     interval=timedelta(minutes=15),
@@ -58,16 +67,9 @@ class FakeStore:
 
 
 def test_the_plan_is_made_from_the_store_and_renewed_every_few_minutes() -> None:
-    """Under `adaptive` the plan comes from the stored buckets and the fallback budget (and
-    the population's prior from the sample of estimates), is reused for `REPLAN`, then made
-    again; under `fixed` the store is not read at all."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0},
-        }
+    """The adaptive plan is made from the store and renewed each `REPLAN`; `fixed` reads nothing."""
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m"}, ratelimit={"fallback_per_hour": 20.0}
     )
     policy = settings.poll.policy()
     store, cache = FakeStore(), PlanCache()
@@ -111,15 +113,10 @@ def test_a_plan_is_out_of_date_once_the_budget_reported_moved(
 
 
 def test_the_plan_is_made_again_at_once_when_the_stored_budget_moved() -> None:
-    """A plan made from the fallback (nothing seen) is made again before `REPLAN` once the
-    store holds a limit, from it, and kept while the limit stays within twice of it."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0, "reserve": 0.0},
-        }
+    """A plan made from the fallback is made again once the store holds a limit that moved."""
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m"},
+        ratelimit={"fallback_per_hour": 20.0, "reserve": 0.0},
     )
     policy = settings.poll.policy()
     store, cache = FakeStore(), PlanCache()
@@ -140,18 +137,11 @@ class _Buckets:
 
 
 def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
-    """`status`'s capacity and the freshness plan's budget come from one mapping of the
-    settings (`capacity_plan`): an active user costs a read per granted scope each
-    `max_interval` under the adaptive schedule (not each `interval`), the plan's budget is
-    what is available less the re-checks, and the schedule's parked class counts the users
-    the capacity re-checks."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
-            "poll": {"schedule": "adaptive", "interval": "15m"},
-            "ratelimit": {"fallback_per_hour": 20.0},
-        }
+    """`status`'s capacity and the plan's budget come from one mapping (`capacity_plan`)."""
+    settings = _settings(
+        {"scopes": ["cloud-sync.permanent.latest-change"]},
+        poll={"schedule": "adaptive", "interval": "15m"},
+        ratelimit={"fallback_per_hour": 20.0},
     )
     counts = {"active": 100, "parked": 4, "unlinked": 1, "rejected": 1, "revoked": 3}
     capacity = capacity_plan(settings, counts, None)
@@ -169,8 +159,7 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
 
 
 def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval() -> None:
-    """Adaptive: a budget that cannot read every user each `max_interval` is the warning,
-    and it names `poll.max_interval` (fixed: `poll.interval`)."""
+    """Adaptive: the capacity warning is about `poll.max_interval` (fixed: `poll.interval`)."""
     base = {
         "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
         "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
@@ -184,8 +173,7 @@ def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval(
 
 
 class _Learned:
-    """A store whose active users were learned: 20 busy ones (a change every hour) and 80
-    idle ones (none in four days)."""
+    """A store of 20 busy (hourly change) and 80 idle (none in four days) learned users."""
 
     def __init__(self) -> None:
         busy = idle = ChangeEstimate()
@@ -212,17 +200,10 @@ class _Learned:
 
 
 def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None:
-    """Issue 29 item 6: `status` shows per class of learned users (by estimated rate) how
-    many, the interval in force (shorter for the busy class) and the expected delay (half
-    of it); the overall expected delay is the plan's figure the metric exports, weighted
-    towards the busy class."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-            "client": {"id": "c"},
-            "poll": {"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
-            "ratelimit": {"fallback_per_hour": 40.0},
-        }
+    """Issue 29 item 6: `status` shows each learned class's size, interval and expected delay."""
+    settings = _settings(
+        poll={"schedule": "adaptive", "interval": "15m", "stats": "on_change"},
+        ratelimit={"fallback_per_hour": 40.0},
     )
     store, counts = _Learned(), {"active": 100}
     summary = schedule_summary(store, settings, counts, capacity_plan(settings, counts, None))  # type: ignore[arg-type]

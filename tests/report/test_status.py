@@ -81,9 +81,7 @@ STALE = 2 * HOUR + timedelta(seconds=1)
 def test_assess_health(
     given: dict[str, Any], first_pass_ago: timedelta | None, problem: str | None
 ) -> None:
-    """Each rule: reads failing after the last answered one, users due with no answered read
-    for twice poll.interval (or none since the first pass for that long), a breaker or config
-    stop (of the last pass or the last that made reads), the capacity warning, rejected users."""
+    """Each health rule gives its one problem, and only its own."""
     first = None if first_pass_ago is None else NOW - first_pass_ago
     problems = assess_health(given, now=NOW, interval=HOUR, first_pass_at=first, failing_after=5)
     if problem is None:
@@ -93,8 +91,7 @@ def test_assess_health(
 
 
 def test_failing_reads_name_the_last_answered_pass_when_no_user_read_still_stands() -> None:
-    """Every user's last read failed, a pass had answered reads before: the problem names that
-    pass's time, not 'ever'."""
+    """Failing reads name the last answered pass's time when no user's read still stands."""
     earlier = _pass("completed", timedelta(minutes=5))
     given = data(failing=3, active=3, due=0, success=earlier)
     problems = assess_health(given, now=NOW, interval=HOUR, failing_after=5)

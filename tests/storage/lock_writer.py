@@ -1,10 +1,6 @@
-"""Child process of the SQLite concurrency test (run as a script, not collected by pytest).
-
-Usage: lock_writer.py URL NAME COUNT. Waits for stdin to close (the start signal), then runs
-COUNT write transactions (enroll or rotate a token, apply a turn with a snapshot, take
-budget permits, drop a token, claim and release), most of which read before they write, and
-prints {"errors": n, "seconds": s} as JSON, where n counts "database is locked"/busy failures.
-"""
+"""Child of the SQLite concurrency test: `lock_writer.py URL NAME COUNT` waits for stdin to close,
+runs COUNT read-then-write transactions, and prints {"errors": n, "seconds": s} as JSON,
+n counting "database is locked"/busy failures."""
 
 from __future__ import annotations
 

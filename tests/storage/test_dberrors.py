@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -46,8 +48,7 @@ def _failure(url: str) -> LtaError:
 def test_postgresql_configuration_errors_exit_78(
     role: str, rest: str, kind: type[LtaError], expected: str
 ) -> None:
-    """Unknown database, unknown role, a bad sslmode or option, TLS the server lacks: a
-    ConfigError (exit 78) naming database.url, without the URL's password."""
+    """Unknown database or role, bad sslmode or option, TLS lacking: 78 naming database.url."""
     error = _failure(f"postgresql://{role}:{PASSWORD}@{_server()}{rest}")
     assert isinstance(error, kind), error
     assert error.exit_code == 78
@@ -86,20 +87,16 @@ class _PgError(Exception):
     ],
 )
 def test_sqlstate_decides_first(sqlstate: str, exit_code: int) -> None:
-    """With a SQLSTATE, its class decides (authorization, missing database, privileges: 78;
-    capacity, shutdown, connection, serialization, disk: 75), whatever the message says."""
+    """With a SQLSTATE, its class decides 78 or 75, whatever the message says."""
     exc = OperationalError("SELECT 1", {}, _PgError(sqlstate, 'role "x" does not exist'))
     assert map_driver_error(exc).exit_code == exit_code
 
 
 def test_sqlite_in_a_read_only_file_is_configuration(tmp_path: Path) -> None:
-    """An existing SQLite database the user may not write (read-only file): exit 78 naming
-    database.url with the permission hint, not a temporary failure."""
+    """A read-only SQLite file is 78 naming database.url with the permission hint, not temporary."""
     path = tmp_path / "lta.db"
     Store.open(f"sqlite:///{path}").close()
     path.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    import sqlite3
-
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         conn.execute("CREATE TABLE t (x)")
@@ -113,54 +110,58 @@ def test_sqlite_in_a_read_only_file_is_configuration(tmp_path: Path) -> None:
 
 def test_disk_full_is_temporary_with_the_disk_hint() -> None:
     """SQLite's "database or disk is full" is temporary (75) and says to free disk space."""
-    import sqlite3
-
     exc = OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
     mapped = map_driver_error(exc)
     assert type(mapped) is StorageError and "free disk space" in str(mapped)
 
 
-def test_sqlite_file_that_is_not_a_database_is_configuration(tmp_path: Path) -> None:
-    """A database.url file of random bytes (SQLITE_NOTADB) is a ConfigError (78) naming
-    database.url and the file, with the advice to restore it; never a temporary error."""
-    path = tmp_path / "lta.db"
+def _not_a_database(path: Path) -> str:
     path.write_bytes(os.urandom(65536))
-    path.chmod(0o600)
-    error = _failure(f"sqlite:///{path}")
-    assert isinstance(error, ConfigError) and error.key == "database.url", error
-    assert f"{str(path)!r} is not a SQLite database" in str(error)
-    assert error.hint is not None and "restore it from a backup" in error.hint
+    return "SELECT 1"
 
 
-def test_corrupt_sqlite_database_is_configuration(tmp_path: Path) -> None:
-    """A SQLite file with damaged pages (SQLITE_CORRUPT, "malformed") is a ConfigError (78)
-    naming database.url, with the advice to check it and restore it from a backup."""
-    import sqlite3
-
-    path = tmp_path / "lta.db"
+def _damaged_pages(path: Path) -> str:
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE t (x)")
         conn.executemany("INSERT INTO t VALUES (?)", [("x" * 100,)] * 1000)
     damaged = bytearray(path.read_bytes())
     damaged[4096:8192] = os.urandom(4096)
     path.write_bytes(bytes(damaged))
+    return "SELECT count(*), max(x) FROM t"
+
+
+@pytest.mark.parametrize(
+    ("make", "words", "hint"),
+    [
+        (_not_a_database, "is not a SQLite database", "restore it from a backup"),
+        (_damaged_pages, "malformed", "PRAGMA integrity_check"),
+    ],
+    ids=["notadb", "corrupt"],
+)
+def test_a_damaged_sqlite_file_is_configuration(
+    tmp_path: Path, make: Any, words: str, hint: str
+) -> None:
+    """A file of random bytes or damaged pages is 78 naming database.url, with the repair advice."""
+    path = tmp_path / "lta.db"
+    query = make(path)
     path.chmod(0o600)
     with (
         Store.open(f"sqlite:///{path}") as store,
         pytest.raises(LtaError) as info,
         store.database.read() as conn,
     ):
-        conn.execute(text("SELECT count(*), max(x) FROM t")).all()
+        conn.execute(text(query)).all()
     error = info.value
     assert isinstance(error, ConfigError) and error.key == "database.url", error
-    assert "malformed" in str(error)
-    assert error.hint is not None and "PRAGMA integrity_check" in error.hint
+    assert words in str(error)
+    if make is _not_a_database:
+        assert f"{str(path)!r} is not a SQLite database" in str(error)
+    assert error.hint is not None and hint in error.hint
 
 
 @pytest.mark.postgres
 def test_postgresql_waits_are_bounded_unless_the_url_says_otherwise() -> None:
-    """A statement and a lock wait at most 30 s on PostgreSQL (a stalled or locked database
-    is a storage error, not a hang); the URL's own `options` win."""
+    """PostgreSQL statements and lock waits stop at 30 s unless the URL's `options` differ."""
     url = f"postgresql://postgres@{_server()}/test"
     with Store.open(url) as store, store.database.read() as conn:
         shown = [

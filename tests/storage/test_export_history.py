@@ -69,8 +69,7 @@ def test_history_export_in_order_per_user_and_since(store: Store, vault: Vault) 
 def test_retention_history_prunes_old_contents_keeping_the_newest(
     store: Store, vault: Vault
 ) -> None:
-    """Contents older than retention.history go, the newest of each (user, endpoint) stays
-    whatever its age, and the snapshot is untouched."""
+    """retention.history prunes old contents but the newest per (user, endpoint), snapshot kept."""
     three_contents(store, vault, "a")
     counts = store.purge_expired(T0 + 30 * DAY, after=30 * DAY, history=10 * DAY)
     assert counts.history_pruned == 2
@@ -86,8 +85,7 @@ def test_cli_export_history_and_state(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`results export` lines have `state`; `--history --since` prints past contents;
-    `--since` without `--history` is a usage error (exit 2)."""
+    """`results export` lines carry `state`; `--history --since` works; `--since` alone exits 2."""
     for name in list(os.environ):
         if name.startswith("LTA_WORKER_"):
             monkeypatch.delenv(name)

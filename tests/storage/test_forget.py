@@ -1,7 +1,5 @@
-"""`users forget` in storage (`begin_drop(purge=True)`): nothing of the user's data is left
-(results, waiting events and their content, what the worker learned), a feed consumer and a
-webhook receiver both learn it, whatever the user's state; a reused id starts afresh.
-Over every backend."""
+"""`users forget` in storage (`begin_drop(purge=True)`): none of the user's data is left, feed
+and webhook receivers learn it, a reused id starts afresh. Over every backend."""
 
 from __future__ import annotations
 
@@ -14,6 +12,8 @@ from sqlalchemy import select
 from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, User, Vault
 from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
+
+from .test_feed import take
 
 
 @pytest.fixture
@@ -43,9 +43,7 @@ def events(store: Store, user: str) -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("case", ["waiting", "in_delivery", "revoked"])
 def test_forget_leaves_no_waiting_content(store: Store, vault: Vault, case: str) -> None:
-    """A waiting `result.changed` with its content (being delivered, or of a user revoked
-    since) is gone with the forget; what is queued is `user.forgotten` (reason `forget`),
-    then, for a user holding a token, `user.dropping` with reason `forget`."""
+    """A forget removes waiting content and queues `user.forgotten` (then `user.dropping`)."""
     store.result_events = "content"
     row = enroll(store, vault, "alice")
     store.apply([read(row.id, 1, 1)])
@@ -71,8 +69,7 @@ def test_forget_leaves_no_waiting_content(store: Store, vault: Vault, case: str)
 def test_forget_erases_what_was_learned_and_a_reused_id_inherits_nothing(
     store: Store, vault: Vault
 ) -> None:
-    """The estimate, its buckets and the last read go with a forget; the id enrolled again
-    is a new user: no results, no estimate, and the feed holds none of the old content."""
+    """A forget erases what was learned; the id enrolled again inherits nothing, feed included."""
     row = enroll(store, vault, "alice")
     store.apply([read(row.id, 1, 1)])
     assert store.get_user("alice").estimate is not None  # type: ignore[union-attr]
@@ -87,13 +84,12 @@ def test_forget_erases_what_was_learned_and_a_reused_id_inherits_nothing(
     again = enroll(store, vault, "alice", due=T0 + 2 * HOUR)
     assert (again.estimate, again.last_polled_at, again.state) == (None, None, "active")
     assert list(store.export_results("alice")) == []
-    rows = list(store.changed_since(0).rows)
-    assert [(r.user, getattr(r, "reason", None)) for r in rows] == [("alice", "forget")]
+    # `take` waits out another session's open transaction (parallel PostgreSQL tests).
+    assert take(store, 0)[1] == [("alice", "forget")]
 
 
 def test_a_forgotten_user_refuses_links_issued_before(store: Store, vault: Vault) -> None:
-    """`forgotten_since`: a link issued before the forget (or of an older format) is refused,
-    one issued after it is not; a user never forgotten refuses none."""
+    """`forgotten_since` refuses links issued before a forget (or undated), none issued after it."""
     enroll(store, vault, "alice")
     assert not store.forgotten_since("alice", None)
     store.begin_drop("alice", T0 + HOUR, purge=True)

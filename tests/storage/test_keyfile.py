@@ -119,15 +119,26 @@ def test_keyring_needs_a_key() -> None:
         Keyring({})
 
 
-def test_load_refuses_group_or_world_readable(tmp_path: Path) -> None:
-    """A key file readable by group or others is refused, naming crypto.key_file and chmod 600."""
-    for mode in (0o640, 0o604, 0o660, 0o644):
-        path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)), mode)
-        with pytest.raises(KeyFileError) as info:
-            load_key_file(path)
-        assert "crypto.key_file" in str(info.value)
-        assert "chmod 600" in str(info.value)
-        assert info.value.exit_code == 78
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [(0o640, "chmod 600"), (0o604, "chmod 600"), (0o660, "chmod 600"), (0o644, "chmod 600"),
+     (None, "does not exist"), ("dir", "crypto.key_file")],
+)  # fmt: skip
+def test_load_refuses_what_is_not_a_private_key_file(
+    tmp_path: Path, mode: int | str | None, words: str
+) -> None:
+    """A key file others may read, a missing one or a directory: KeyFileError (78) saying so."""
+    path = tmp_path / "keys"
+    if isinstance(mode, int):
+        write_key_file(path, generate_key_line(datetime.now(UTC)), mode)
+    elif mode == "dir":
+        path.mkdir(mode=0o700)
+    with pytest.raises(KeyFileError) as info:
+        load_key_file(path)
+    assert words in str(info.value) and "crypto.key_file" in str(info.value)
+    assert info.value.exit_code == 78
+    if mode is None:  # the CLI turns `missing` into how to make one: tests/cli/test_hints.py
+        assert info.value.reason == "missing"
 
 
 def test_load_reads_a_private_file(tmp_path: Path) -> None:
@@ -138,14 +149,6 @@ def test_load_reads_a_private_file(tmp_path: Path) -> None:
         assert ring.current_id.startswith("k20250102")
 
 
-def test_load_missing_file(tmp_path: Path) -> None:
-    """A missing key file raises KeyFileError naming the path, with reason `missing` (the CLI
-    turns it into how to make one: tests/cli/test_hints.py)."""
-    with pytest.raises(KeyFileError, match="does not exist") as info:
-        load_key_file(tmp_path / "nope")
-    assert info.value.reason == "missing"
-
-
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
 def test_load_unreadable_file(tmp_path: Path) -> None:
     """A key file this user cannot read raises KeyFileError."""
@@ -154,58 +157,27 @@ def test_load_unreadable_file(tmp_path: Path) -> None:
         load_key_file(path)
 
 
-def test_load_directory_is_refused(tmp_path: Path) -> None:
-    """A directory where the key file should be is refused."""
-    (tmp_path / "dir").mkdir(mode=0o700)
-    with pytest.raises(KeyFileError, match=r"crypto\.key_file"):
-        load_key_file(tmp_path / "dir")
-
-
 def test_vault_from_settings_uses_crypto_key_file(tmp_path: Path) -> None:
-    """Vault.from_settings reads the file that crypto.key_file names."""
+    """Vault.from_settings reads the file crypto.key_file names; unset, a ConfigError names it."""
     path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)))
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
-            "client": {"id": "c"},
-            "crypto": {"key_file": str(path)},
-        }
-    )
+    service = {"base_url": "https://api.example", "auth_url": "https://auth.example"}
+    base = {"service": service, "client": {"id": "c"}}
+    settings = build_settings({**base, "crypto": {"key_file": str(path)}})
     assert Vault.from_settings(settings).current_key_id == load_key_file(path).current_id
-
-
-def test_vault_from_settings_without_key_file() -> None:
-    """No crypto.key_file configured is a configuration error naming the key."""
-    settings = build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
-            "client": {"id": "c"},
-        }
-    )
     with pytest.raises(ConfigError, match=r"crypto\.key_file"):
-        Vault.from_settings(settings)
+        Vault.from_settings(build_settings(base))
 
 
-def test_generated_line_parses() -> None:
-    """A generated line is `k<UTC timestamp>:BASE64(32 bytes)` and parses."""
-    line = generate_key_line(datetime(2025, 6, 1, 12, 30, 15, 123456, tzinfo=UTC))
-    ring = parse_key_file(line)
+def test_generated_lines_parse_with_unique_ids_and_fresh_keys() -> None:
+    """Generated lines parse as `k<UTC timestamp>:BASE64`, ids unique, key material fresh."""
+    now = datetime(2025, 6, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    ring = parse_key_file(generate_key_line(now))
     assert ring.current_id == "k20250601T123015123456Z"
     assert len(ring.keys[ring.current_id]) == 32
-
-
-def test_generated_ids_are_unique() -> None:
-    """Ids made at the same instant are made unique against those already taken."""
-    now = datetime(2025, 6, 1, tzinfo=UTC)
     taken: set[str] = set()
     for _ in range(5):
         taken.add(new_key_id(now, frozenset(taken)))
     assert len(taken) == 5
     assert all(KEY_ID_PATTERN.fullmatch(k) for k in taken)
-
-
-def test_generated_keys_differ() -> None:
-    """Two generated lines never share key material."""
-    now = datetime.now(UTC)
     first, second = (generate_key_line(now).split(":")[1] for _ in range(2))
     assert first != second

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from lta_worker.domain import UserUpdate
+from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.domain._events import ACTION_CODES
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
@@ -119,9 +119,10 @@ def test_a_newly_denied_endpoint_is_queued_once(store: Store, vault: Vault) -> N
 
 
 def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None:
-    """A fenced decision about a user changed since the claim writes no event."""
+    """A fenced decision (user changed since the claim) queues no state or result event."""
     row = enroll(store, vault, "u")
-    stale = turn(row.id, "revoked", generation=row.generation + 5)
+    read = SnapshotWrite("stats", "ok", {"v": 1}, T0 + MINUTE)
+    stale = turn(row.id, "revoked", generation=row.generation + 5, snapshots=(read,))
     discarded: list[tuple[UserUpdate, str]] = []
     assert store.apply([stale], discarded=discarded) == 0
     assert discarded == [(stale, "changed")]
@@ -138,8 +139,7 @@ def test_the_two_phase_drop_queues_dropping_then_dropped(store: Store, vault: Va
 
 
 def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vault) -> None:
-    """Delivery order per user: only each user's head is claimed, and a claimed head is
-    leased (not claimed again) until acknowledged or backed off."""
+    """Only each user's oldest event is claimed, leased until acknowledged or backed off."""
     for user in ("a", "b"):
         row = enroll(store, vault, user)
         store.apply([turn(row.id, "parked", last_outcome="inactive")])
@@ -218,8 +218,7 @@ _OPS = st.lists(
 )
 @given(ops=_OPS)
 def test_queued_events_chain_each_users_states(store: Store, vault: Vault, ops: Any) -> None:
-    """Whatever the sequence of turns and lifecycle commands, each user's state events form a
-    chain (each old_state is the previous new_state, the first is None) ending at its state."""
+    """Whatever the operations, each user's state events chain (old_state to new_state) to it."""
     run = uuid.uuid4().hex[:8]
     for step, (op, name, state, deny) in enumerate(ops):
         user, now = f"{run}-{name}", T0 + step * MINUTE

@@ -1,17 +1,16 @@
-"""`result.changed` in the outbox: queued with the write of a changed content (the first
-included), in its transaction, after the turn's state events; never for the same content, a
-replay, a fenced decision or a write rolled back. Over every backend."""
+"""`result.changed` in the outbox: queued with each changed content, after the turn's state
+events; never for the same content or a replay (fenced: test_outbox; rolled back:
+test_strict_json). Over every backend."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from lta_worker.domain import ResultEvents, UserUpdate, canonical_json
+from lta_worker.domain import ResultEvents, canonical_json
 from lta_worker.storage import OutboxEvent, Store, Vault
 from support.storage import MINUTE, T0, enroll, keyring
 from support.storage import read_turn as read
@@ -39,44 +38,30 @@ def sha(payload: Any) -> str:
 
 
 def test_first_and_changed_contents_are_queued_with_both_hashes(store: Store, vault: Vault) -> None:
-    """The first result (previous hash null) and each changed one are queued with the user,
-    endpoint, read time and hashes; the same content read again queues nothing."""
+    """The first and each changed content are queued with both hashes; the same content is not."""
     row = enroll(store, vault, "alice")
     t1, t2, t3 = T0 + MINUTE, T0 + 2 * MINUTE, T0 + 3 * MINUTE
     store.apply([read(row.id, t1, latest_change={"v": 1}, stats={"s": 1})])
     store.apply([read(row.id, t2, latest_change={"v": 1}, stats={"s": 1})])
     store.apply([read(row.id, t3, latest_change={"v": 2}, stats={"s": 1})])
+    action = changes(store)[0]["client_action"]
+
+    def event(endpoint: str, at: Any, content: Any, previous: Any) -> dict[str, Any]:
+        return {
+            "user": "alice",
+            "endpoint": endpoint,
+            "status": "ok",
+            "read_at": at.isoformat(),
+            "content_hash": sha(content),
+            "previous_hash": previous and sha(previous),
+            "client_action": action,
+            "action": "read_result",
+        }
+
     assert changes(store) == [
-        {
-            "user": "alice",
-            "endpoint": "latest-change",
-            "status": "ok",
-            "read_at": t1.isoformat(),
-            "content_hash": sha({"v": 1}),
-            "previous_hash": None,
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
-        {
-            "user": "alice",
-            "endpoint": "stats",
-            "status": "ok",
-            "read_at": t1.isoformat(),
-            "content_hash": sha({"s": 1}),
-            "previous_hash": None,
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
-        {
-            "user": "alice",
-            "endpoint": "latest-change",
-            "status": "ok",
-            "read_at": t3.isoformat(),
-            "content_hash": sha({"v": 2}),
-            "previous_hash": sha({"v": 1}),
-            "client_action": changes(store)[0]["client_action"],
-            "action": "read_result",
-        },
+        event("latest-change", t1, {"v": 1}, None),
+        event("stats", t1, {"s": 1}, None),
+        event("latest-change", t3, {"v": 2}, {"v": 1}),
     ]
 
 
@@ -88,35 +73,6 @@ def test_a_replay_and_an_older_read_queue_nothing(store: Store, vault: Vault) ->
     store.apply([turn])
     store.apply([read(row.id, T0 + MINUTE, latest_change={"v": 0})])
     assert len(changes(store)) == 1
-
-
-def test_a_fenced_decision_queues_no_result_event(store: Store, vault: Vault) -> None:
-    """A decision discarded by fencing (the user changed since the claim) sends nothing."""
-    row = enroll(store, vault, "u")
-    stale = read(row.id, T0 + MINUTE, latest_change={"v": 1})
-    stale = dataclasses.replace(stale, generation=row.generation + 3)
-    assert store.apply([stale]) == 0
-    assert changes(store) == []
-
-
-def test_a_user_whose_write_fails_queues_nothing_and_the_batch_still_does(
-    store: Store, vault: Vault
-) -> None:
-    """One user's write that fails (not JSON) is rolled back with its event; the others of
-    its batch keep theirs."""
-    good = enroll(store, vault, "good")
-    bad = enroll(store, vault, "bad")
-    discarded: list[tuple[UserUpdate, str]] = []
-    applied = store.apply(
-        [
-            read(good.id, T0 + MINUTE, latest_change={"v": 1}),
-            read(bad.id, T0 + MINUTE, latest_change={"v": float("nan")}),
-        ],
-        discarded=discarded,
-    )
-    assert applied == 1
-    assert [d[1] for d in discarded] == ["failed"]
-    assert [c["user"] for c in changes(store)] == ["good"]
 
 
 @pytest.mark.parametrize(

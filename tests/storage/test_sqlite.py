@@ -92,44 +92,33 @@ def test_missing_parent_directory_is_created_private(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+LOCK_CHILD = """
+import sys
+from lta_worker.errors import InstanceLockedError
+from lta_worker.storage import Store
+try:
+    with Store.open(sys.argv[1]).single_instance_lock(): print("got it")
+except InstanceLockedError: print("locked")
+"""
+
+
 def test_single_instance_lock(sqlite_store: Store) -> None:
-    """A second holder of the lock is refused with InstanceLockedError until the first leaves."""
-    with Store.open(sqlite_store.database.engine.url) as other:
+    """A second holder, in this process or another, is refused (75) until the first leaves."""
+    url = str(sqlite_store.database.engine.url)
+    child = [sys.executable, "-c", LOCK_CHILD, url]
+    with Store.open(url) as other:
         with sqlite_store.single_instance_lock():
             with pytest.raises(InstanceLockedError) as info, other.single_instance_lock():
                 pass
             assert "already working on" in str(info.value)
             assert info.value.exit_code == 75
+            held = subprocess.run(child, capture_output=True, text=True, timeout=60, check=True)
         with other.single_instance_lock():
             pass
+    free = subprocess.run(child, capture_output=True, text=True, timeout=60, check=True)
+    assert (held.stdout.strip(), free.stdout.strip()) == ("locked", "got it")
     assert sqlite_store.database.path is not None
     assert lock_file(sqlite_store.database.path).exists()
-    sqlite_store.close()
-
-
-def test_single_instance_lock_across_processes(sqlite_store: Store) -> None:
-    """Another process cannot take the lock while this one holds it."""
-    code = (
-        "import sys\n"
-        "from lta_worker.errors import InstanceLockedError\n"
-        "from lta_worker.storage import Store\n"
-        "try:\n"
-        "    with Store.open(sys.argv[1]).single_instance_lock(): print('got it')\n"
-        "except InstanceLockedError: print('locked')\n"
-    )
-    url = str(sqlite_store.database.engine.url)
-    with sqlite_store.single_instance_lock():
-        held = subprocess.run(
-            [sys.executable, "-c", code, url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-    free = subprocess.run(
-        [sys.executable, "-c", code, url], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert (held.stdout.strip(), free.stdout.strip()) == ("locked", "got it")
     sqlite_store.close()
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from lta_worker.cli import main
 from lta_worker.domain import SnapshotWrite, UserUpdate
-from lta_worker.storage import Store, Vault
+from lta_worker.storage import OutboxEvent, Store, Vault
 from support.storage import T0, enroll, keyring
 
 
@@ -39,8 +39,7 @@ def turn(user_id: int, payload: Any) -> UserUpdate:
 def test_the_store_refuses_a_payload_that_is_not_strict_json(
     store: Store, vault: Vault, value: float
 ) -> None:
-    """A non-finite number never reaches a JSON column (second line of defence): that user's
-    write is discarded as failed, and its batch-mate is written."""
+    """A non-finite number fails that user's write (discarded); its batch-mate is written."""
     bad, good = enroll(store, vault, "a"), enroll(store, vault, "b")
     discarded: list[tuple[UserUpdate, str]] = []
     applied = store.apply(
@@ -49,6 +48,9 @@ def test_the_store_refuses_a_payload_that_is_not_strict_json(
     assert applied == 1
     assert [(update.user_id, why) for update, why in discarded] == [(bad.id, "failed")]
     assert [(r.user, r.payload) for r in store.export_results()] == [("b", {"n": 1})]
+    with store.database.read() as conn:  # the failed write's result.changed rolled back too
+        changed = select(OutboxEvent.user).where(OutboxEvent.type == "result.changed")
+        assert conn.execute(changed).scalars().all() == ["b"]
 
 
 @pytest.fixture(autouse=True)
