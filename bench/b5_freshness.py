@@ -19,7 +19,9 @@ estimated changes a day against the truth at the end of the run. Targets (issue 
 independent changes, 1.30 x on `sessions`; no class worse off than under round robin on
 change (2 % tolerance); nobody unread longer than `poll.max_interval`; budget used >= 0.97.
 At 800 the worker's mean delay <= round robin on change's (a floor, `poll.interval`, too
-high would leave reads unused).
+high would leave reads unused). New users (`b5_cohort`): at 100 / 200 / 400, 5 % of the
+users enrolled half-way through, their time to first read and mean delay over their first
+three days against round robin on change's; none read after a settled user not overdue.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import workloads
+from bench import b5_cohort, workloads
 from bench.b5_policies import (
     Schedule,
     oracle,
@@ -88,28 +90,42 @@ def _answer(changes: Sequence[float], endpoint: str, t: float) -> Outcome:
     return Outcome("ok", 200, {"syncs": count})
 
 
-def worker(changes: Sequence[Sequence[float]], per_hour: float, end: float, seed: int) -> Schedule:
+def worker(
+    changes: Sequence[Sequence[float]],
+    per_hour: float,
+    end: float,
+    seed: int,
+    enrolled: Sequence[float] | None = None,
+) -> Schedule:
     """The worker's scheduling code, one read per slot, over the users' changes (hours);
-    `Schedule.estimates` holds each user's estimated changes a day at the end."""
+    `Schedule.estimates` holds each user's estimated changes a day at the end. A user
+    enrolled at `enrolled[i]` (hours; None: everyone at 0) is due at once then, as
+    enrollment sets `next_due_at`, and planned for from the next plan on."""
     rng = random.Random(seed)
     n, slot = len(changes), 1.0 / per_hour
     out = Schedule([[] for _ in range(n)], [[] for _ in range(n)], 0, [0] * n)
+    out.dues = [[] for _ in range(n)]
+    joins = sorted((at, i) for i, at in enumerate(enrolled or [0.0] * n))
     rows = [
         UserRow(i, f"u{i}", "active", TOKEN, SCOPES, {}, START, None, START, 0, None, None)
         for i in range(n)
     ]
-    due: list[tuple[float, int]] = [(0.0, i) for i in range(n)]
-    cfg, planned_at, t = POLICY, -1.0, 0.0
+    due: list[tuple[float, int]] = []
+    cfg, planned_at, t, k = POLICY, -1.0, 0.0, 0
     while t < end:
+        while k < n and joins[k][0] <= t:  # enrolled: due at once
+            heapq.heappush(due, joins[k])
+            k += 1
         if t - planned_at >= 1.0:  # a pass's plan: the budget over the estimated rates
-            rates = bucket_rates(r.estimate or ChangeEstimate() for r in rows)
+            live = [rows[i] for _, i in joins[:k]]  # the enrolled users
+            rates = bucket_rates(r.estimate or ChangeEstimate() for r in live)
             plan = plan_scale(rates, per_hour, POLICY.freshness)
-            shape = day_shape(r.estimate or ChangeEstimate() for r in rows)
-            prior = population_prior(r.estimate for r in rows if r.estimate)
+            shape = day_shape(r.estimate or ChangeEstimate() for r in live)
+            prior = population_prior(r.estimate for r in live if r.estimate)
             cfg = replace(POLICY, plan=replace(plan, shape=shape, prior=prior))
             planned_at = t
         if not due or due[0][0] > t:
-            nxt = due[0][0] if due else end
+            nxt = min(due[0][0] if due else end, joins[k][0] if k < n else end)
             t += max(1, math.ceil((nxt - t) / slot)) * slot  # slots left unused
             continue
         _, i = heapq.heappop(due)
@@ -134,7 +150,8 @@ def worker(changes: Sequence[Sequence[float]], per_hour: float, end: float, seed
             next_due_at=update.next_due_at,
             estimate=update.estimate,
         )
-        heapq.heappush(due, (_hours(update.next_due_at - START), i))
+        out.dues[i].append(_hours(update.next_due_at - START))
+        heapq.heappush(due, (out.dues[i][-1], i))
     out.estimates = [(r.estimate or ChangeEstimate()).per_day() for r in rows]
     return out
 
@@ -209,7 +226,28 @@ def compare(workload: Workload, budget: int, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"reads_per_hour": per_hour}
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})
     out["estimates"] = _estimates(workload, intensity, schedules["worker"].estimates, end)
+    if budget in JUDGED:
+        out["cohort"] = new_users(workload, per_hour, seed)
     return out
+
+
+def new_users(workload: Workload, per_hour: float, seed: int) -> dict[str, Any]:
+    """The cohort enrolled mid-run (`b5_cohort`) under the worker and round robin on change."""
+    enrolled, at = b5_cohort.enrollment(workload)
+    end = b5_cohort.run_end(workload, at)
+    changes = [u.changes for u in workload.users]
+    ours = worker(changes, per_hour, end, seed, enrolled)
+    age = _hours(POLICY.stats_max_age)
+    rrc = round_robin_on_change(changes, per_hour, end, age, enrolled)
+    return {
+        "enrolled_at_h": at,
+        "share": 1 / b5_cohort.COHORT_EVERY,
+        "worker": {
+            **b5_cohort.figures(workload, ours, enrolled, at, end),
+            "read_out_of_turn": b5_cohort.read_out_of_turn(ours, enrolled, at),
+        },
+        "round_robin_on_change": b5_cohort.figures(workload, rrc, enrolled, at, end),
+    }
 
 
 def _estimates(
@@ -336,6 +374,32 @@ def _add_figures(
         note=f"poll.max_interval {cap:g} h; oracle {figures['oracle']['longest_unread_h']:.1f} h",
     )
     result.add(f"{tag}: budget used, worker", wk["budget_used"], at_least=MIN_BUDGET_USED)
+    _add_cohort(result, tag, figures.get("cohort"))
+
+
+def _add_cohort(result: BenchResult, tag: str, cohort: dict[str, Any] | None) -> None:
+    if not cohort or not cohort["worker"]["users"]:
+        return
+    ours, rrc = cohort["worker"], cohort["round_robin_on_change"]
+    result.add(
+        f"{tag}: new users, time to first read, worker / RR on change",
+        f"{_h(ours['first_read_mean_h'])} / {_h(rrc['first_read_mean_h'])}",
+        "h",
+        note=f"{ours['users']} users enrolled at day {cohort['enrolled_at_h'] / 24:g}; longest "
+        f"{_h(ours['first_read_max_h'])} / {_h(rrc['first_read_max_h'])} h",
+    )
+    result.add(
+        f"{tag}: new users' mean delay over their first {b5_cohort.FIRST_DAYS} days, "
+        "worker / RR on change",
+        _ratio(ours["mean_delay_h"], rrc["mean_delay_h"]),
+        "x",
+        note=f"{_h(ours['mean_delay_h'])} / {_h(rrc['mean_delay_h'])} h",
+    )
+    result.add(
+        f"{tag}: new users read after settled users not overdue, worker",
+        ours["read_out_of_turn"],
+        at_most=0,
+    )
 
 
 def _worst_class(ours: dict[str, Any], base: dict[str, Any]) -> tuple[str, float | None]:

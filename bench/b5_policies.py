@@ -42,6 +42,7 @@ class Schedule:
         reads: Reads made in all (a turn is one or two).
         per_user_reads: For each user, the reads made of it.
         estimates: The worker's: each user's estimated changes a day at the end.
+        dues: The worker's: for each user, the due time each of its turns set.
     """
 
     turns: list[list[float]]
@@ -49,6 +50,7 @@ class Schedule:
     reads: int = 0
     per_user_reads: list[int] = field(default_factory=list)
     estimates: list[float] = field(default_factory=list)
+    dues: list[list[float]] = field(default_factory=list)
 
 
 def _empty(n: int) -> Schedule:
@@ -116,7 +118,11 @@ def round_robin(n: int, per_hour: float, end: float) -> Schedule:
 
 
 def round_robin_on_change(
-    changes: Sequence[Sequence[float]], per_hour: float, end: float, stats_max_age: float
+    changes: Sequence[Sequence[float]],
+    per_hour: float,
+    end: float,
+    stats_max_age: float,
+    enrolled: Sequence[float] | None = None,
 ) -> Schedule:
     """Every user in turn; stats only when latest-change changed or stats are too old.
 
@@ -125,12 +131,19 @@ def round_robin_on_change(
         per_hour: Reads an hour.
         end: The run's end (hours).
         stats_max_age: Hours after which stats are read whatever latest-change says.
+        enrolled: When each user was enrolled (hours; None: all at 0): until then its turn
+            is passed over, at no cost.
     """
     n = len(changes)
     out, slot, t, i = _empty(n), 1.0 / per_hour, 0.0, 0
     state = _Reads.start(n, stats_max_age, per_hour)
+    joined = enrolled or [0.0] * n
+    passed = 0  # turns passed over in a row
     while t < end:
-        t = _turn(out, changes[i], i, t, state) + slot
+        if joined[i] <= t:
+            t, passed = _turn(out, changes[i], i, t, state) + slot, 0
+        elif (passed := passed + 1) >= n:  # nobody enrolled yet
+            t, passed = min(j for j in joined if j > t), 0
         i = (i + 1) % n
     return out
 

@@ -1,4 +1,5 @@
-"""B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracle."""
+"""B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracle;
+and the cohort of new users (bench/b5_cohort.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import math
 import random
 
 import pytest
-from bench.b5_freshness import measure
+from bench.b5_freshness import measure, worker
 from bench.b5_policies import (
+    Schedule,
     accrued_delay,
     oracle,
     round_robin,
     round_robin_on_change,
 )
 from bench.b5_workload import Workload, WorkloadUser
+
+from bench import b5_cohort, workloads
 
 
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
@@ -39,6 +43,58 @@ def test_round_robin_on_change_reads_stats_when_they_are_too_old() -> None:
     s = round_robin_on_change([[]], 1.0, 6.0, stats_max_age=2.5)
     # Latest-change at 0 (+ stats at 1), 2, 3 (+ stats at 4: 3 >= 1 + 2.5? no; 4 >= 3.5 yes).
     assert s.stats == [[1.0, 5.0]]
+
+
+def test_round_robin_on_change_passes_over_users_not_yet_enrolled() -> None:
+    """User 1 enrolls at 1 h: until then user 0 has every slot; then they alternate."""
+    s = round_robin_on_change([[], []], 4.0, 2.0, stats_max_age=24.0, enrolled=[0.0, 1.0])
+    # u0 at 0 (both reads, arrives 0.25), 0.5, 0.75 (latest-change only); u1 at 1 (both).
+    assert s.turns[0][:3] == [0.25, 0.5, 0.75]
+    assert s.turns[1][0] == 1.25
+    assert min(s.turns[0][3:]) > 1.25
+
+
+def test_nobody_enrolled_yet_moves_round_robin_on_to_the_first_enrollment() -> None:
+    s = round_robin_on_change([[]], 1.0, 5.0, stats_max_age=24.0, enrolled=[2.5])
+    assert s.turns == [[3.5, 4.5]]
+
+
+def test_the_cohort_figures_count_from_enrollment() -> None:
+    """Time to first read from enrollment; delays of the changes in the first days only."""
+    w = Workload(14, (WorkloadUser("a", "x", (1.0,)), WorkloadUser("b", "x", (169.0, 250.0))))
+    s = Schedule([[2.0, 200.0], [168.5, 170.0, 260.0]], [[], []])
+    fig = b5_cohort.figures(w, s, [0.0, 168.0], 168.0, 336.0)
+    assert fig["users"] == 1
+    assert fig["first_read_mean_h"] == fig["first_read_max_h"] == 0.5
+    assert (fig["mean_delay_h"], fig["changes"]) == (1.0, 1)  # 250 is after the first 3 days
+
+
+def test_a_new_user_read_after_a_settled_user_not_overdue_is_counted() -> None:
+    """Settled user 0 was due at 3 h (not overdue at the enrollment, 2 h) and read at 3 h;
+    user 1, overdue (due 1.5 h), at 2.2 h; the new user 2 only at 4 h: one pair out of turn."""
+    s = Schedule([[1.0, 3.0], [0.5, 2.2], [4.0]], [[], [], []])
+    s.dues = [[3.0, 9.0], [1.5, 9.0], [9.0]]
+    assert b5_cohort.read_out_of_turn(s, [0.0, 0.0, 2.0], 2.0) == 1
+    s.turns[2] = [2.1]
+    assert b5_cohort.read_out_of_turn(s, [0.0, 0.0, 2.0], 2.0) == 0
+
+
+def test_the_worker_reads_a_new_user_before_settled_users_not_overdue() -> None:
+    """In the worker's simulation (its scheduling code, enrollment due at once), every new
+    user's first read comes before the next read of each settled user not overdue when it
+    enrolled; and there were such settled users, read after the enrollment."""
+    w = workloads.builtin(60, 2)
+    enrolled, at = b5_cohort.enrollment(w)
+    s = worker([u.changes for u in w.users], 15.0, 30.0, 1, enrolled)
+    assert b5_cohort.read_out_of_turn(s, enrolled, at) == 0
+    firsts = [t[0] for t, e in zip(s.turns, enrolled, strict=True) if e == at]
+    assert len(firsts) == 3 and min(firsts) >= at
+    waiting = [
+        next(x for x in t if x > at)
+        for t, d in zip(s.turns, s.dues, strict=True)
+        if t and t[0] < at and any(x > at for x in t) and d[sum(x <= at for x in t) - 1] > at
+    ]
+    assert waiting and max(firsts) < min(waiting)
 
 
 def test_accrued_delay_is_the_integral_of_rate_times_wait() -> None:
