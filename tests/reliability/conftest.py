@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from lta_worker.simulator import RunningSimulator
+from support.process import serve_simulator
 
-from .harness import ITERATIONS_ENV, serve_simulator
+from .crash import ITERATIONS_ENV
 
 # Per-test timeout (seconds) at scale 1; scaled with the iteration count.
 BASE_TIMEOUT = 120

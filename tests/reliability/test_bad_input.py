@@ -43,8 +43,7 @@ from lta_worker.pacing import (
     wait_after_429,
 )
 from lta_worker.storage import generate_key_line
-
-from .harness import render_toml, write_private
+from support.process import render_toml, write_private
 
 EXAMPLES_IN_CI = 1000
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -37,8 +37,9 @@ from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import challenge_s256
 from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
+from support.process import REDIRECT, Workspace, reads_seen, wait_for
 
-from .harness import REDIRECT, Deployment, make_deployment, reads_seen, seed, wait_for
+from .crash import deploy, seed
 
 WINDOW = 8
 DUE_AGAIN_S = 0.35  # poll.interval is 0.3s: every user is due again after this
@@ -78,7 +79,7 @@ def _query(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
-def _consent(d: Deployment, url: str, sim_user: str) -> str:
+def _consent(d: Workspace, url: str, sim_user: str) -> str:
     """The user approves the consent at `url`; returns the redirect the browser is sent to."""
     d.sim.queue_consent(sim_user)
     response = httpx.get(url, follow_redirects=False)
@@ -86,7 +87,7 @@ def _consent(d: Deployment, url: str, sim_user: str) -> str:
     return response.headers["location"]
 
 
-def _verifiers(d: Deployment) -> list[str]:
+def _verifiers(d: Workspace) -> list[str]:
     """The PKCE verifiers of the pending enrollments, decrypted from the database."""
     vault = d.vault()
     with sqlite3.connect(d.database) as conn:
@@ -100,7 +101,7 @@ def _verifiers(d: Deployment) -> list[str]:
     ]
 
 
-def _user_access_token(d: Deployment, canaries: Canaries, sim_user: str) -> str:
+def _user_access_token(d: Workspace, canaries: Canaries, sim_user: str) -> str:
     """A user access token from a long term consent, by the OAuth flow done by hand."""
     verifier = canaries.plant("PKCE verifier (by hand)", secrets.token_urlsafe(48))
     query = urlencode(
@@ -131,19 +132,19 @@ def _user_access_token(d: Deployment, canaries: Canaries, sim_user: str) -> str:
     return canaries.plant("user access token", exchanged.json()["access_token"])
 
 
-def _copy_db_files(d: Deployment, label: str, into: list[tuple[str, bytes]]) -> None:
+def _copy_db_files(d: Workspace, label: str, into: list[tuple[str, bytes]]) -> None:
     """Keep the bytes of the database files as they are now (the -wal and -shm included)."""
     for path in d.db_files():
         into.append((f"{path.name} ({label})", path.read_bytes()))
 
 
 @pytest.fixture
-def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
+def deployment(tmp_path: Path, running: RunningSimulator) -> Workspace:
     """A client made for this test, with a secret nobody else knows."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
     running.sim.add_client(CLIENT_ID, "cs_" + secrets.token_urlsafe(30), long_term=True)
-    return make_deployment(
+    return deploy(
         tmp_path,
         running,
         client_id=CLIENT_ID,
@@ -154,7 +155,7 @@ def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
     )
 
 
-def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -> None:
+def test_no_secret_reaches_any_output_or_database_file(deployment: Workspace) -> None:
     """Every command and fault scenario: 0 occurrences of any planted secret, or of any
     8-character piece of one, in stdout, stderr, rendered logs, errors and database files."""
     d, sim = deployment, deployment.sim
@@ -214,7 +215,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
 
     # Passes, and what the operator looks at.
     assert d.cli("run").returncode == 0
-    console = d.write_config(d.tmp / "console.toml", log={"format": "console"})
+    console = d.other_config(d.tmp / "console.toml", log={"format": "console"})
     d.cli("run", config=console)
     for args in (
         ("status",),
@@ -236,7 +237,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     target = (d.running.host, d.running.port)
     fates = {"reset": 1, "truncate": 1, "garbage": 1, "close": 1, "pass": 2}
     with FaultProxy(target, fates, seed()) as proxy:
-        via = d.write_config(d.tmp / "proxy.toml", service={"base_url": proxy.url})
+        via = d.other_config(d.tmp / "proxy.toml", service={"base_url": proxy.url})
         time.sleep(DUE_AGAIN_S)
         assert d.cli("run", config=via).returncode in (0, 75)
     # A wrong client secret: plain 401s for everyone, the breaker, exit 78.
@@ -245,7 +246,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     wrong_file.write_text(wrong + "\n")
     wrong_file.chmod(0o600)
     time.sleep(DUE_AGAIN_S)
-    misconfigured = d.write_config(d.tmp / "wrong.toml", client={"secret_file": str(wrong_file)})
+    misconfigured = d.other_config(d.tmp / "wrong.toml", client={"secret_file": str(wrong_file)})
     assert d.cli("run", config=misconfigured).returncode == 78
 
     # kill -9 mid-pass: the WAL is left as the crash left it.
@@ -277,7 +278,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     ok("keys", "rotate")
     ok("users", "drop", "--user", "dave")
     ok("users", "forget", "--user", "alice")
-    unreachable = d.write_config(d.tmp / "down.toml", service={"auth_url": "http://127.0.0.1:9"})
+    unreachable = d.other_config(d.tmp / "down.toml", service={"auth_url": "http://127.0.0.1:9"})
     # The service unreachable: the drop is pending (exit 75), retried by `run`/`serve`.
     pending = d.cli("users", "drop", "--user", "bob", config=unreachable)
     assert pending.returncode == 75, pending.stderr[-2000:]

@@ -35,8 +35,8 @@ import pytest
 from lta_worker.config import LATEST_CHANGE_SCOPE
 from lta_worker.secret import Secret
 from lta_worker.storage import Keyring, Store, Vault, load_key_file
+from support.process import render_toml
 
-from .harness import render_toml
 from .test_bad_input import _valid
 
 PG_ENV = "LTA_TEST_DATABASE_URL"

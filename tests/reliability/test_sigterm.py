@@ -17,20 +17,10 @@ from datetime import datetime
 
 import pytest
 
-from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
+from lta_worker.simulator import RunningSimulator
+from support.process import Workspace, reads_seen, wait_for, wait_for_reads
 
-from .harness import (
-    Deployment,
-    acknowledge,
-    inspect,
-    make_deployment,
-    reads_seen,
-    rng,
-    seed,
-    violations,
-    wait_for,
-    wait_for_reads,
-)
+from .crash import acknowledge, deploy, inspect, rng, seed, violations
 
 USERS = 16
 STOPS_IN_CI = 10
@@ -41,15 +31,13 @@ MARGIN_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator) -> Deployment:
+def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator) -> Workspace:
     """16 users, every user due a second after a read; stalls outlive the grace period."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
-    made = make_deployment(
+    made = deploy(
         tmp_path_factory.mktemp("sigterm"),
         running,
-        client_id=DEMO_CLIENT_ID,
-        client_secret=DEMO_CLIENT_SECRET,
         service={"read_timeout": "5s"},
         poll={
             "interval": "1s",
@@ -64,7 +52,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulat
     return made
 
 
-def _stop_mid_pass(deployment: Deployment, command: str, offset: int, iterations: float) -> None:
+def _stop_mid_pass(deployment: Workspace, command: str, offset: int, iterations: float) -> None:
     sim = deployment.sim
     chance = rng(offset)
     vault = deployment.vault()
@@ -113,18 +101,18 @@ def _story(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if '"poll.read"' not in line)
 
 
-def test_sigterm_run_mid_pass(deployment: Deployment, iterations: float) -> None:
+def test_sigterm_run_mid_pass(deployment: Workspace, iterations: float) -> None:
     """SIGTERM during `run`, 10 times: gone within the grace period, nothing half-written."""
     _stop_mid_pass(deployment, "run", 11, iterations)
 
 
-def test_sigterm_serve_mid_pass(deployment: Deployment, iterations: float) -> None:
+def test_sigterm_serve_mid_pass(deployment: Workspace, iterations: float) -> None:
     """SIGTERM during a pass of `serve`, 10 times: exit 0 within the grace period, leases
     released, instance unregistered, nothing half-written."""
     _stop_mid_pass(deployment, "serve", 12, iterations)
 
 
-def test_sigterm_serve_idle(deployment: Deployment) -> None:
+def test_sigterm_serve_idle(deployment: Workspace) -> None:
     """SIGTERM to `serve` between passes: exit 0 at once, nothing leased."""
     deployment.sim.clear_faults()
     proc = deployment.spawn("serve")

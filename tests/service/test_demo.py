@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from lta_worker.simulator import DEMO_CLIENT_SECRET
-
-from .helpers import child_env
+from support.process import child_env
 
 
 @pytest.mark.timeout(60)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from .helpers import World, child_env, stop
+from support.process import Workspace, child_env, stop
+
 from .test_exit_codes import service_down
 
 
@@ -27,12 +28,12 @@ def last_event(stderr: str) -> dict[str, Any]:
     return event
 
 
-def wrong_secret(world: World) -> None:
+def wrong_secret(world: Workspace) -> None:
     world.enroll([f"user-{n}" for n in range(6)])
     world.secret_file.write_text("not-the-secret\n")
 
 
-def unreachable(world: World) -> None:
+def unreachable(world: Workspace) -> None:
     world.enroll(["ada"])
     service_down(world)
 
@@ -43,7 +44,7 @@ def unreachable(world: World) -> None:
     ids=["breaker", "unreachable"],
 )
 def test_a_failing_run_ends_with_its_error_event(
-    world: World, setup: Callable[[World], None], code: int
+    world: Workspace, setup: Callable[[Workspace], None], code: int
 ) -> None:
     """`run` stopped by the breaker (78) or by an unreachable service (75): the last line
     is the `error` event with that exit code, after `pass.finished`."""
@@ -55,7 +56,7 @@ def test_a_failing_run_ends_with_its_error_event(
     assert event["message"] and event["error"] == "PassStoppedError"
 
 
-def test_a_run_past_its_deadline_ends_with_its_error_event(world: World) -> None:
+def test_a_run_past_its_deadline_ends_with_its_error_event(world: Workspace) -> None:
     """`run --max-duration` reached with users still due: 75, the `error` event last."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=3.0)
@@ -66,7 +67,7 @@ def test_a_run_past_its_deadline_ends_with_its_error_event(world: World) -> None
     assert "deadline" in event["message"] or "max-duration" in event["message"]
 
 
-def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: World) -> None:
+def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) -> None:
     """SIGTERM during a `run` pass: 75, and the `error` event is the last line."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=2.0)
@@ -89,7 +90,7 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: World) -> Non
     assert (event["event"], event["exit_code"]) == ("error", 75)
 
 
-def test_a_failing_check_writes_its_error_event(world: World) -> None:
+def test_a_failing_check_writes_its_error_event(world: Workspace) -> None:
     """`check` with a failed check: the table on stdout, and the `error` event on stderr."""
     world.enroll(["ada"])
     world.secret_file.chmod(0o644)
@@ -101,11 +102,10 @@ def test_a_failing_check_writes_its_error_event(world: World) -> None:
     assert event["key"] == "client.secret_file"
 
 
-def test_check_json_with_a_broken_config_prints_its_json(world: World) -> None:
+def test_check_json_with_a_broken_config_prints_its_json(world: Workspace) -> None:
     """`check --format json` with a configuration that does not load: the JSON on stdout
     (the `config` check failed, naming the key) and the `error` event on stderr, exit 78."""
-    world.poll = {"interval": "0s"}
-    world.write_config()
+    world.configure(poll={"interval": "0s"})
     done = world.cli("check", "--format", "json")
     assert done.returncode == 78
     data = json.loads(done.stdout)

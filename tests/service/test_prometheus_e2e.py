@@ -21,13 +21,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lta_worker.simulator import DEMO_CLIENT_ID
+from support.process import Workspace, free_port, stop
 from support.prometheus import (
     MISSING_NODE_EXPORTER,
     MISSING_PROMETHEUS,
     NODE_EXPORTER,
     PROMETHEUS,
     Prometheus,
-    free_port,
     http_get,
     running_node_exporter,
     running_prometheus,
@@ -42,8 +42,6 @@ from support.queries import (
     rules,
     targets,
 )
-
-from .helpers import World, stop
 
 # Grafana's built-in interval variables, at values that hold several 1 s scrapes.
 BUILTIN = {"$__rate_interval": "15s", "$__interval": "15s", "$__range": "1m"}
@@ -86,18 +84,20 @@ def promql_queries() -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def served_world(world: World) -> World:
+def served_world(world: Workspace) -> Workspace:
     """Three users: one active, one revoked upstream and one parked (no sync for 100 days);
     passes every 200 ms, the adaptive schedule (its expected delay is a panel) reading
     active users every second or two, a heartbeat every second."""
-    world.poll = {
-        "tick": "200ms",
-        "schedule": "adaptive",
-        "interval": "1s",
-        "max_interval": "2s",
-        "parked_interval": "1s",
-    }
-    world.serve = {"heartbeat": "1s"}
+    world.configure(
+        poll={
+            "tick": "200ms",
+            "schedule": "adaptive",
+            "interval": "1s",
+            "max_interval": "2s",
+            "parked_interval": "1s",
+        },
+        serve={"heartbeat": "1s"},
+    )
     world.enroll({"ada": {}, "gone": {}, "sleepy": {"last_sync_age_days": 100}})
     world.sim.revoke("gone")
     return world
@@ -106,7 +106,7 @@ def served_world(world: World) -> World:
 @pytest.mark.skipif(PROMETHEUS is None, reason=MISSING_PROMETHEUS)
 @pytest.mark.timeout(120)
 def test_dashboard_queries_return_data_from_a_real_prometheus(
-    served_world: World, tmp_path: Path
+    served_world: Workspace, tmp_path: Path
 ) -> None:
     """Prometheus scrapes serve through a pass, a revocation and a parked user: every PromQL
     query of the dashboard (and its instance variable) parses and returns data, the users
@@ -214,7 +214,7 @@ def _check_logql_against(events: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_node_exporter_reads_the_textfile_run_writes(world: World, tmp_path: Path) -> None:
+def test_node_exporter_reads_the_textfile_run_writes(world: Workspace, tmp_path: Path) -> None:
     """`run` writes `[metrics] textfile`; node_exporter's textfile collector (Debian's
     prometheus-node-exporter; where absent, the Prometheus text parser alone) exposes every
     sample of it unchanged and reports no scrape error."""
