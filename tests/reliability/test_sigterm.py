@@ -23,7 +23,7 @@ from support.process import Workspace, reads_seen, wait_for, wait_for_reads
 from .crash import acknowledge, deploy, inspect, rng, seed, violations
 
 USERS = 16
-STOPS_IN_CI = 10
+STOPS_IN_CI = 5
 GRACE_S = 0.5
 # The stop may take the grace period, then closing the store and the HTTP client, then the
 # interpreter's exit: this much more is allowed.
@@ -102,12 +102,12 @@ def _story(stderr: str) -> str:
 
 
 def test_sigterm_run_mid_pass(deployment: Workspace, iterations: float) -> None:
-    """SIGTERM during `run`, 10 times: gone within the grace period, nothing half-written."""
+    """SIGTERM during `run`, 5 times: gone within the grace period, nothing half-written."""
     _stop_mid_pass(deployment, "run", 11, iterations)
 
 
 def test_sigterm_serve_mid_pass(deployment: Workspace, iterations: float) -> None:
-    """SIGTERM during a pass of `serve`, 10 times: exit 0 within the grace period, leases
+    """SIGTERM during a pass of `serve`, 5 times: exit 0 within the grace period, leases
     released, instance unregistered, nothing half-written."""
     _stop_mid_pass(deployment, "serve", 12, iterations)
 
