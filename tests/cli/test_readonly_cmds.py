@@ -6,7 +6,6 @@ exit 78."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from sqlalchemy import inspect, text
 from lta_worker.errors import LtaError
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._migrate import alembic_config
+from support.process import child_env
 from support.storage import enroll, keyring
 
 READ_ONLY = [
@@ -28,12 +28,6 @@ READ_ONLY = [
     ("results", "export", "--changed-since", "0"),
     ("check",),
 ]
-
-
-def child_env() -> dict[str, str]:
-    """The environment without the caller's LTA_WORKER_* or systemd variables."""
-    dropped = {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET"}
-    return {k: v for k, v in os.environ.items() if not k.startswith("LTA_") and k not in dropped}
 
 
 def write_config(tmp_path: Path, url: str) -> Path:

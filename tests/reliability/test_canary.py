@@ -1,21 +1,6 @@
-"""Canary scan: plant known secrets, run every command and fault scenario, search everything.
-
-Planted: the client secret (of a client made for this test, so it is unique), its HTTP Basic
-form, a wrong client secret, every long term token the simulator issued (the credential
-`<token>.<secret>` is covered by both halves), a user access token, a bogus user access
-token, the authorization codes and PKCE verifiers of three enrollments, and the token key
-material.
-
-Searched: stdout and stderr of every command (the rendered JSON logs and the console
-rendering, error messages, any traceback) and the database files, `-wal` and `-shm`
-included, copied while `serve` runs, right after a kill -9, and at the end. Not one
-occurrence of any secret, nor of any 8-character piece of one (a sliding window).
-
-Excluded, by design: the key material printed by `keys generate` (that is its job; the key
-material is still searched for everywhere else), and `simulator serve`, which prints its own
-demo secrets. The OAuth `state` and the PKCE challenge are public by design (they travel in
-the consent URL) and are not planted.
-"""
+"""Canary scan: plant every secret (client secret, tokens, codes, verifiers, key material), run
+every command and fault, and find no secret nor any 8-character piece of one in any output or
+database file (`keys generate` may print keys; `state` and the PKCE challenge are public)."""
 
 from __future__ import annotations
 
@@ -27,17 +12,14 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 from bench.faultproxy import FaultProxy
 
 from lta_worker.domain import EncryptedToken
-from lta_worker.enrollment import challenge_s256
-from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
-from support.process import REDIRECT, Workspace, reads_seen, wait_for
+from support.process import Workspace, reads_seen, wait_for
 
 from .crash import deploy, seed
 
@@ -79,57 +61,13 @@ def _query(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
-def _consent(d: Workspace, url: str, sim_user: str) -> str:
-    """The user approves the consent at `url`; returns the redirect the browser is sent to."""
-    d.sim.queue_consent(sim_user)
-    response = httpx.get(url, follow_redirects=False)
-    assert response.status_code == 302, response.text
-    return response.headers["location"]
-
-
-def _verifiers(d: Workspace) -> list[str]:
-    """The PKCE verifiers of the pending enrollments, decrypted from the database."""
-    vault = d.vault()
-    with sqlite3.connect(d.database) as conn:
-        rows = conn.execute(
-            "SELECT user, verifier_ciphertext, verifier_key_id FROM pending_enrollments"
-        ).fetchall()
-    conn.close()
-    return [
-        vault.decrypt(EncryptedToken(bytes(c), k), user=u, purpose="verifier").reveal()
-        for u, c, k in rows
-    ]
-
-
 def _user_access_token(d: Workspace, canaries: Canaries, sim_user: str) -> str:
     """A user access token from a long term consent, by the OAuth flow done by hand."""
     verifier = canaries.plant("PKCE verifier (by hand)", secrets.token_urlsafe(48))
-    query = urlencode(
-        {
-            "client_id": CLIENT_ID,
-            "response_type": "code",
-            "redirect_uri": REDIRECT,
-            "scope": "openid cloud-sync.permanent.latest-change cloud-sync.permanent.stats",
-            "state": "by-hand",
-            "code_challenge": challenge_s256(Secret(verifier)),
-            "code_challenge_method": "S256",
-        }
-    )
-    location = _consent(d, f"{d.running.auth_url}/oidc/auth?{query}", sim_user)
-    code = canaries.plant("authorization code (by hand)", _query(location)["code"])
-    basic = base64.b64encode(f"{CLIENT_ID}:{d.client_secret}".encode()).decode()
-    exchanged = httpx.post(
-        f"{d.running.auth_url}/oidc/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT,
-            "code_verifier": verifier,
-        },
-        headers={"Authorization": f"Basic {basic}"},
-    )
-    assert exchanged.status_code == 200, exchanged.text
-    return canaries.plant("user access token", exchanged.json()["access_token"])
+    scope = "openid cloud-sync.permanent.latest-change cloud-sync.permanent.stats"
+    token, code = d.user_access_token(sim_user, scope, verifier)
+    canaries.plant("authorization code (by hand)", code)
+    return canaries.plant("user access token", token)
 
 
 def _copy_db_files(d: Workspace, label: str, into: list[tuple[str, bytes]]) -> None:
@@ -178,16 +116,16 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Workspace) ->
 
     # Enrollment through the CLI: consent URL, redirect on stdin; then a replay (refused).
     url = d.cli("enroll", "url", "--user", "alice")
-    (verifier,) = _verifiers(d)
+    (verifier,) = d.verifiers()
     canaries.plant("PKCE verifier (alice)", verifier)
-    location = _consent(d, url.stdout.strip(), "alice")
+    location = d.consent(url.stdout.strip(), "alice")
     canaries.plant("authorization code (alice)", _query(location)["code"])
     ok("enroll", "finish", "--user", "alice", stdin=location + "\n")
     assert d.cli("enroll", "finish", "--user", "alice", stdin=location).returncode == 2
     # A bare code on stdin.
     url = d.cli("enroll", "url", "--user", "bob")
-    canaries.plant("PKCE verifier (bob)", _verifiers(d)[-1])
-    code = _query(_consent(d, url.stdout.strip(), "bob"))["code"]
+    canaries.plant("PKCE verifier (bob)", d.verifiers()[-1])
+    code = _query(d.consent(url.stdout.strip(), "bob"))["code"]
     canaries.plant("authorization code (bob)", code)
     ok("enroll", "finish", "--user", "bob", stdin=code + "\n")
     # A user access token on stdin; then a bogus one (refused by the service).

@@ -1,18 +1,6 @@
-"""The CLI error-path matrix: every failure the operator or the machine can cause, through the
-real entry point in a child process, ends in ONE error line with the documented exit code
-(78 configuration, 75 temporary, 2 usage, 1 a bug) and no traceback.
-
-Broken configuration values are in `test_bad_input.BROKEN`; this matrix holds the other
-paths: a stored token under a key the key file lost, a full disk, a file size limit, a
-`--config` that is a directory or a binary, a new SQLite database in a read-only directory,
-a FIFO key file, usage errors, PostgreSQL refusing the URL, an unexpected bug, and the debug
-switch. In JSON log mode the error line is a JSON `error` event with `exit_code`.
-
-A full disk is a real one when the tests may mount a small tmpfs (root); the file size
-limit (RLIMIT_FSIZE, SIGXFSZ ignored so the write fails with EFBIG) runs everywhere. A
-read-only directory is a read-only tmpfs under root (EROFS) and a mode 0555 directory
-otherwise (EACCES).
-"""
+"""The CLI error paths not in `test_bad_input.BROKEN` (lost key, full disk, EFBIG, odd --config,
+read-only directory, usage, PostgreSQL refusals, a bug, the debug switch) through a child
+process: one error line, the documented exit code, no traceback."""
 
 from __future__ import annotations
 

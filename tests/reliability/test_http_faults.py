@@ -1,12 +1,5 @@
-"""Faults at the HTTP level, through the simulator and through a TCP fault proxy.
-
-`lta-worker run` reads 24 users while every read (or a seeded share of them) fails: a stall
-beyond `service.read_timeout`, a dropped connection, a truncated body, a 5xx, broken JSON, a
-reset, garbage, a refused connection. Each time: the run ends by itself (exit 0, or 75 once
-20 reads in a row failed), within a bounded time, without a traceback; it sends at most one
-read per endpoint and user (no retry storm); and nothing is deleted: every user keeps a token
-that decrypts to the one the service issued, and stays active.
-"""
+"""HTTP faults (simulator and TCP fault proxy) under `lta-worker run`: it ends by itself (0 or
+75) in bounded time, without a traceback or a retry storm, and every token is kept."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""SIGTERM in the middle of a pass, for `run` and `serve`: the process is gone within the grace
-period, and nothing is half-written.
-
-The worker reads through latency and stalls (a stalled read outlives the grace period, so the
-stop has to cancel it). SIGTERM comes at a seeded random moment after the first read. After
-each stop: exit within `serve.grace_period` plus a small margin, `integrity_check` ok, no
-token lost, no row half-written (no active user without a token, no token without its key
-id), every snapshot committed before the signal still there. `serve` must also exit 0, say
-`service.stopped`, release every lease and unregister itself.
-"""
+"""SIGTERM in the middle of a pass, for `run` and `serve`: gone within the grace period, nothing
+half-written; `serve` exits 0, releases its leases and unregisters."""
 
 from __future__ import annotations
 

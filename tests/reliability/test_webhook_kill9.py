@@ -1,12 +1,5 @@
-"""kill -9 between a change and its webhook delivery loses no event.
-
-`lta-worker run` (a child process) reads against the simulator on loopback, revokes a user,
-stores another's first results, and starts delivering to a receiver that holds every
-request without answering. Once the receiver holds one, the child is SIGKILLed. The
-revocation, the results and their events are all committed (each shares its write's
-transaction); the next `run`, with the receiver answering, delivers every event, in order
-per user, under the webhook-ids the killed attempts used.
-"""
+"""kill -9 between a change and its webhook delivery loses no event: the next `run` delivers
+every event the killed one committed, in order per user, under the same webhook-ids."""
 
 from __future__ import annotations
 
@@ -112,9 +105,7 @@ EXPECTED = {
 def test_kill9_between_state_change_and_delivery_loses_no_event(
     deployment: Workspace, receiver: tuple[Receiver, int]
 ) -> None:
-    """SIGKILL while the first delivery is in flight: the revocation, the new results and
-    their events are committed, and the next run delivers all of them in order, with the
-    same ids."""
+    """SIGKILL mid-delivery: the next run delivers every event in order, with the same ids."""
     hook, port = receiver
     secret_file = write_private(deployment.tmp / "webhook-secret", SECRET + "\n")
     deployment.configure(

@@ -1,10 +1,5 @@
-"""Enrollment in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
-driven by Selenium, through `serve` (a child process) and the simulator's consent page, both
-on loopback.
-
-Skipped, with the reason in pytest's summary, where Chromium or its driver is not installed
-(`.ci/run` installs them where it can: `apt-get install chromium chromium-driver`).
-"""
+"""Enrollment in headless Chromium (Selenium) through `serve` and the simulator's consent page;
+skipped where Chromium or its driver is not installed."""
 
 from __future__ import annotations
 
@@ -99,9 +94,7 @@ def users(world: Workspace) -> dict[str, dict[str, Any]]:
 def test_click_untick_allow_deny_and_replay_in_a_real_browser(
     served: Workspace, driver: Any
 ) -> None:
-    """Click the link, untick the stats scope, Allow: the success page, and `users list`
-    shows the user active with exactly the scope left ticked. Deny: the denial page, no
-    token. The first link opened again: the "already used" page."""
+    """Allow with a scope unticked keeps the other; Deny stores nothing; a reused link says so."""
     from selenium.webdriver.common.by import By
 
     link = link_for(served, "ada")

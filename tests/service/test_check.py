@@ -26,9 +26,7 @@ def _client_reads(world: Workspace) -> int:
 
 
 def test_check_passes_and_spends_no_read(world: Workspace) -> None:
-    """Config, secret, key file, database and service all ok: exit 0, and the simulator saw
-    no read with a credential (the client's budget is untouched); the table form says `ok`
-    per check."""
+    """All checks ok: exit 0, no credentialed read spent, the table says `ok` per check."""
     world.enroll(["ada"])
     before = _client_reads(world)
     code, data = _check(world)
@@ -62,9 +60,7 @@ def test_check_open_secret_file_is_78(world: Workspace) -> None:
 
 
 def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: Workspace) -> None:
-    """A key file whose ids are the database's but whose keys are not: the key_file check
-    fails with 78 naming crypto.key_file (else every token would fail at the next pass);
-    nothing is changed and no key or token is shown."""
+    """Right key ids, wrong keys: key_file check fails 78, nothing changes, no key shown."""
     world.enroll(["ada"])
     key_id, material = world.key_file.read_text().strip().split(":", 1)
     other = generate_key_line(datetime.now(UTC)).split(":", 1)[1]
@@ -101,9 +97,7 @@ def test_check_writes_nothing(world: Workspace) -> None:
 
 
 def test_check_wrong_base_url_path_is_78(world: Workspace) -> None:
-    """A `service.base_url` with a wrong path (`.../v2`): the read path answers 404 without
-    credentials instead of 401, so `check` exits 78 naming `service.base_url`, spending no
-    read of the client's."""
+    """A wrong base_url path (404 unauthenticated): 78 naming service.base_url, no read spent."""
     world.enroll(["ada"])
     base = world.running.base_url
     world.write_config(world.config_text().replace(base, base + "/v2"))

@@ -24,9 +24,7 @@ SECRET = "whsec_" + base64.b64encode(b"flask-example-webhook-secret-32b").decode
 def test_the_flask_example_enrolls_receives_and_follows_a_real_serve(
     world: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Enrolled from the app's pages, read by `serve`: the app gets user.enrolled and both
-    result.changed once (Werkzeug's title-cased headers, one connection per thread), and
-    its feed consumer takes both results; SIGTERM still exits 0."""
+    """The Flask example enrolls, gets each webhook once and follows the feed of a real serve."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import lta_app
     from flask_app import create_app

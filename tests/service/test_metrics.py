@@ -39,9 +39,7 @@ def get(url: str) -> tuple[int, str]:
 
 
 def test_serve_answers_metrics_and_healthz(world: Workspace, notify: NotifySocket) -> None:
-    """After the first pass of `serve`: /metrics holds reads by endpoint and outcome, users
-    by state, the budget, the pass duration and the last success timestamp; /healthz
-    answers 200 with the same `healthy` and `problems` as `status --format json`."""
+    """After a pass, /metrics holds every family and /healthz agrees with `status --format json`."""
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
     world.write_config()
@@ -112,10 +110,7 @@ def test_serve_with_its_metrics_port_taken_is_78(world: Workspace) -> None:
 
 
 def test_serve_notices_its_key_file_gone_and_reads_on(world: Workspace) -> None:
-    """The key file deleted under `serve`: the next tick logs `service.key_file_lost` (error,
-    naming `crypto.key_file`) once, /healthz answers 503 with that problem, and the passes
-    go on reading with the keys read at start; the file restored, `service.key_file_back`
-    and health again."""
+    """A deleted key file: logged once, /healthz 503, passes read on; restored, healthy again."""
     port = free_port()
     world.configure(poll={"tick": "200ms", "interval": "1s", "max_interval": "1s"})
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
@@ -155,10 +150,7 @@ def test_serve_notices_its_key_file_gone_and_reads_on(world: Workspace) -> None:
 def test_a_killed_service_turns_healthz_and_status_check_unhealthy_within_the_bound(
     world: Workspace,
 ) -> None:
-    """`serve` against a simulator that is killed: /healthz answers 503 and `status --check`
-    exits 1 within the bound docs/operations.md states (`poll.interval` plus one pass plus
-    `poll.tick`, and the second /healthz reuses its verdict), and both stay unhealthy
-    through the passes that follow, which find every user backed off and read nobody."""
+    """A killed service: /healthz and `status --check` unhealthy within the documented bound."""
     port = free_port()
     interval, tick, fresh = 3.0, 0.2, 1.0
     world.configure(poll={"interval": "3s", "tick": "200ms", "max_interval": "3s"})

@@ -1,11 +1,6 @@
-"""The dashboard and the alert rules against the tools they are for: Debian's Prometheus
-scrapes a real `serve` (a child process, metrics on a free loopback port) against the served
-simulator through a pass, a revocation and a parked user (then a 429); every PromQL query of
-deploy/grafana-dashboard.json, its template variables substituted, goes through
-Prometheus's HTTP API and must parse and return data; the Prometheus rules load and
-evaluate. The LogQL queries of the dashboard and of deploy/loki-rules.yml are checked
-against the JSON lines that same `serve` wrote. node_exporter reads the textfile `run`
-writes. Skipped, with the reason, where the binaries are not installed."""
+"""The dashboard and alert rules against a real Prometheus scraping a real `serve`, the LogQL
+queries against that `serve`'s JSON lines, and node_exporter reading `run`'s textfile
+(skipped where the binaries are not installed)."""
 
 from __future__ import annotations
 
@@ -108,9 +103,7 @@ def served_world(world: Workspace) -> Workspace:
 def test_dashboard_queries_return_data_from_a_real_prometheus(
     served_world: Workspace, tmp_path: Path
 ) -> None:
-    """Prometheus scrapes serve through a pass, a revocation and a parked user: every PromQL
-    query of the dashboard (and its instance variable) parses and returns data, the users
-    and the revocation show as the database has them, and every alert rule evaluates."""
+    """Every dashboard PromQL query returns data from Prometheus scraping serve; rules evaluate."""
     world = served_world
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
@@ -215,9 +208,7 @@ def _check_logql_against(events: list[dict[str, Any]]) -> None:
 
 @pytest.mark.timeout(60)
 def test_node_exporter_reads_the_textfile_run_writes(world: Workspace, tmp_path: Path) -> None:
-    """`run` writes `[metrics] textfile`; node_exporter's textfile collector (Debian's
-    prometheus-node-exporter; where absent, the Prometheus text parser alone) exposes every
-    sample of it unchanged and reports no scrape error."""
+    """node_exporter exposes every sample of the textfile `run` writes, with no scrape error."""
     directory = tmp_path / "textfile"
     directory.mkdir()
     path = directory / "lta_worker.prom"

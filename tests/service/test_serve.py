@@ -54,9 +54,7 @@ def test_serve_notifies_ready_status_and_watchdog(world: Workspace, notify: Noti
 def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
     world: Workspace, notify: NotifySocket, slow: str
 ) -> None:
-    """SIGTERM during a slow pass (every read delayed, or a budget nearly spent): exit 0
-    within the 10 s grace period, STOPPING=1, an intact database, what was read is committed,
-    every user not reached is still due with its schedule untouched, and stderr is JSON only."""
+    """SIGTERM mid-pass: exit 0 in the grace period, STOPPING=1, reads kept, the rest still due."""
     # A tick far shorter than the pass: the scheduler skips ticks while it runs (its
     # plain-text warnings must stay off stderr), and the heartbeat runs alongside.
     world.configure(poll={"concurrency": "4", "tick": "0.3s"})
@@ -117,9 +115,7 @@ def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
 def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
     world: Workspace, notify: NotifySocket
 ) -> None:
-    """SIGHUP re-reads the config: service.reloaded ok=true and the new poll.tick is in force
-    (passes come every 0.5 s instead of hourly); with a broken config file, ok=false naming
-    the problem, and the service goes on with the settings it had."""
+    """SIGHUP applies a new config; a broken one is refused (ok=false) and the old one kept."""
     world.enroll(["alice"])
     world.configure(poll={"tick": "1h"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
@@ -222,9 +218,7 @@ def test_serve_without_notify_socket_runs_and_stops(world: Workspace) -> None:
 def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
     world: Workspace, notify: NotifySocket
 ) -> None:
-    """A key line removed too early: the first pass meets a token it cannot decrypt, and
-    `serve` stops with 78 (`service.config_stop`) instead of failing every pass; no token
-    is deleted or changed."""
+    """A token under a removed key line stops serve with 78; no token is touched."""
     world.enroll(["alice", "bob", "carol"])
     with world.store() as store:
         before = {u.user: u.token for u in store.list_users()}
@@ -252,9 +246,7 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
 def test_serve_takes_a_key_added_after_it_started_instead_of_stopping(
     world: Workspace, notify: NotifySocket
 ) -> None:
-    """Step 1 of key rotation with `serve` running: a user enrolled under the key line just
-    added makes `serve` read the key file again (`service.keys_reloaded`) and read that
-    user, not stop with 78 saying a line was removed."""
+    """A token under a key line added after start makes serve reload its keys and read, not stop."""
     world.enroll(["alice"])
     world.configure(poll={"tick": "0.5s", "interval": "1s"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
@@ -280,9 +272,7 @@ def _complete_lines(world: Workspace) -> list[str]:
     return text[: text.rfind("\n") + 1].splitlines()
 
 
-def _wait_until_read(
-    world: Workspace, proc: Spawned, users: set[str], *, since: int = 0
-) -> None:
+def _wait_until_read(world: Workspace, proc: Spawned, users: set[str], *, since: int = 0) -> None:
     """Wait (20 s at most, the child alive) until each of `users` has a `poll.read` line
     with outcome ok among the complete log lines after the first `since`."""
     deadline = time.monotonic() + 20
@@ -300,9 +290,7 @@ def _read_ok(lines: list[str]) -> set[str]:
 def test_sighup_refuses_a_key_file_without_a_key_in_use(
     world: Workspace, notify: NotifySocket
 ) -> None:
-    """SIGHUP with a key file that lost a key line stored tokens still use: the reload is
-    refused (service.reloaded ok=false naming crypto.key_file), the old keys stay in force
-    and the passes go on reading both users with them."""
+    """SIGHUP with a key file missing a key in use is refused; the old keys keep reading."""
     world.enroll(["alice", "bob"])
     world.configure(
         poll={"tick": "0.5s", "interval": "1s"}

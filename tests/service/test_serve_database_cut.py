@@ -40,9 +40,7 @@ def cut_world(
 def test_a_sighup_during_a_database_cut_is_retried_until_it_applies(
     cut_world: tuple[Workspace, FaultProxy], notify: NotifySocket
 ) -> None:
-    """SIGHUP while every database connection is cut: the reload cannot check the key ids
-    in use, logs ok=false with when it tries again, keeps serving, and applies the new
-    config (tick 1h -> 0.5 s) once the database is back, with no second SIGHUP."""
+    """A SIGHUP during a database cut is retried and applied once the database is back."""
     world, proxy = cut_world
     world.enroll(["alice"])
     world.configure(poll={"tick": "1h"})
@@ -87,9 +85,7 @@ def snapshots(url: str) -> set[tuple[object, ...]]:
 def test_a_stalled_database_leaves_health_answering_and_sigterm_obeyed(
     cut_world: tuple[Workspace, FaultProxy], notify: NotifySocket
 ) -> None:
-    """Every database connection stalled under `serve`: /healthz answers 503 naming the
-    database, /metrics answers, SIGTERM ends `serve` (exit 75) within the unit's
-    TimeoutStopSec with no bug line, and every result stored before the stall is kept."""
+    """Stalled database: /healthz 503, /metrics answers, SIGTERM ends serve (75), results kept."""
     world, proxy = cut_world
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'

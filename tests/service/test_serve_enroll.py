@@ -33,9 +33,7 @@ def _configure(world: Workspace, tmp_path: Path, port: int) -> str:
 
 
 def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: Workspace, tmp_path: Path) -> None:
-    """The link from `enroll link` gets a 303 to the consent screen with the cookie; a queued
-    consent comes back to the callback and enrolls the user; after SIGTERM (exit 0) nothing
-    listens any more."""
+    """serve hosts the enroll link flow to a stored user and stops listening at SIGTERM."""
     port = free_port()
     public = _configure(world, tmp_path, port)
     proc = world.start_serve()
@@ -81,9 +79,7 @@ def test_an_address_it_cannot_bind_stops_serve_with_78(world: Workspace, tmp_pat
 
 
 def test_a_client_that_never_finishes_a_request_is_let_go(world: Workspace, tmp_path: Path) -> None:
-    """An idle connection, and one that trickles a request's head (slowloris), are closed
-    by the listener within its request deadline: they cannot pile up and take the
-    descriptors the passes need; a real request still gets its answer."""
+    """Idle and slowloris connections are closed at the deadline; real requests are answered."""
     port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve()
@@ -110,9 +106,7 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: Workspace, tmp_
 def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
     world: Workspace, tmp_path: Path
 ) -> None:
-    """A request carrying both Content-Length and Transfer-Encoding: chunked (request
-    smuggling, RFC 9112 section 6.1) is answered 400 and its connection closed: the request
-    smuggled behind it is never answered."""
+    """Content-Length with chunked (request smuggling) gets a 400 and a closed connection."""
     port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve()
@@ -177,9 +171,7 @@ def _still_open_after(socks: list[socket.socket], seconds: float) -> int:
 def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(
     world: Workspace, tmp_path: Path
 ) -> None:
-    """Under RLIMIT_NOFILE 256, 400 connections that never finish their request head: a
-    well-formed request is answered during the flood and after it, the listener lets every
-    one of them go, and stderr stays small and JSON only (no accept() tracebacks)."""
+    """400 stalled connections at RLIMIT_NOFILE 256: requests answered, stderr small JSON."""
     port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve(nofile=256)

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio
+import httpx
 
 from lta_worker.config import Settings, load_settings
+from lta_worker.domain import EncryptedToken
+from lta_worker.enrollment import challenge_s256
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
@@ -81,7 +85,13 @@ def render_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a child `lta-worker`: none of the caller's LTA_WORKER_* or systemd
     variables, plus `extra`."""
-    dropped = {"CREDENTIALS_DIRECTORY", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}
+    dropped = {
+        "CREDENTIALS_DIRECTORY",
+        "STATE_DIRECTORY",
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+    }
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_") and k not in dropped
     }
@@ -454,6 +464,77 @@ class Workspace:
                 encrypted = vault.encrypt(Secret(token), user=user)
                 store.store_token(user, encrypted, ["cloud-sync.permanent.stats"], now, far)
                 self.tokens[user] = token
+
+    @property
+    def rendered(self) -> str:
+        """Everything every `cli` command printed, stdout and stderr."""
+        return "\n".join(o.stdout + "\n" + o.stderr for o in self.outputs)
+
+    def stored_token(self, user: str) -> str:
+        """The plaintext of `user`'s stored token."""
+        with Store.open(self.db_url) as store:
+            row = store.get_user(user)
+        assert row is not None and row.token is not None
+        return self.vault().decrypt(row.token, user=user).reveal()
+
+    def verifiers(self) -> list[str]:
+        """The PKCE verifiers of the pending enrollments, decrypted from the database."""
+        vault = self.vault()
+        with sqlite3.connect(self.database) as conn:
+            rows = conn.execute(
+                "SELECT user, verifier_ciphertext, verifier_key_id FROM pending_enrollments"
+            ).fetchall()
+        conn.close()
+        return [
+            vault.decrypt(EncryptedToken(bytes(c), k), user=u, purpose="verifier").reveal()
+            for u, c, k in rows
+        ]
+
+    def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
+        """`sim_user` approves the consent at `url`; the redirect the browser is sent to."""
+        self.sim.queue_consent(sim_user, scopes)
+        response = httpx.get(url, follow_redirects=False)
+        assert response.status_code == 302, response.text
+        return response.headers["location"]
+
+    def enroll_by_cli(self, user: str, sim_user: str) -> str:
+        """Enroll through `enroll url` and `enroll finish`; return the redirect used."""
+        url = self.cli("enroll", "url", "--user", user)
+        assert url.returncode == 0, url.stderr
+        location = self.consent(url.stdout.strip(), sim_user)
+        done = self.cli("enroll", "finish", "--user", user, stdin=location + "\n")
+        assert done.returncode == 0, done.stderr
+        return location
+
+    def user_access_token(
+        self, sim_user: str, scope: str, verifier: str = "v" * 43
+    ) -> tuple[str, str]:
+        """(user access token, authorization code) from a consent, by the OAuth flow by hand."""
+        query = urlencode(
+            {
+                "client_id": self.client_id,
+                "response_type": "code",
+                "redirect_uri": REDIRECT,
+                "scope": scope,
+                "state": "by-hand",
+                "code_challenge": challenge_s256(Secret(verifier)),
+                "code_challenge_method": "S256",
+            }
+        )
+        location = self.consent(f"{self.running.auth_url}/oidc/auth?{query}", sim_user)
+        code = parse_qs(urlsplit(location).query)["code"][0]
+        exchanged = httpx.post(
+            f"{self.running.auth_url}/oidc/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": REDIRECT,
+                "code_verifier": verifier,
+            },
+            auth=(self.client_id, self.client_secret),
+        )
+        assert exchanged.status_code == 200, exchanged.text
+        return exchanged.json()["access_token"], code
 
     def db_files(self) -> list[Path]:
         """The database and its companions (-wal, -shm, lock) that exist now."""
