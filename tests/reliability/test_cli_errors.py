@@ -386,12 +386,10 @@ def _open_to_others(setting: str) -> Callable[[Path, dict[str, Any]], None]:
     return arrange
 
 
+# `run` is in test_bad_input.BROKEN (secret and key file 0644) and the test above (database).
 SECRET_FILE_USES = [
-    ("client.secret_file", ("run",)),
-    ("crypto.key_file", ("run",)),
     ("crypto.key_file", ("keys", "rotate")),
     ("crypto.key_file", ("enroll", "url", "--user", "alice")),
-    ("database.url", ("run",)),
     ("database.url", ("db", "upgrade")),
     ("database.url", ("status",)),
     ("database.url", ("users", "list")),
