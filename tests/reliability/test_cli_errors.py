@@ -386,8 +386,9 @@ def _open_to_others(setting: str) -> Callable[[Path, dict[str, Any]], None]:
     return arrange
 
 
-# `run` is in test_bad_input.BROKEN (secret and key file 0644) and the test above (database).
+# `run` with the key file or the database at 0644: test_bad_input.BROKEN and the test above.
 SECRET_FILE_USES = [
+    ("client.secret_file", ("run",)),
     ("crypto.key_file", ("keys", "rotate")),
     ("crypto.key_file", ("enroll", "url", "--user", "alice")),
     ("database.url", ("db", "upgrade")),
