@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from support.process import Workspace, child_env, stop
+from support.process import Workspace, stop
 
 from .test_exit_codes import service_down
 
@@ -71,14 +69,7 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) ->
     """SIGTERM during a `run` pass: 75, and the `error` event is the last line."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=2.0)
-    with world.log_file.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lta_worker", "--config", str(world.config), "run"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=child_env(),
-        )
+    proc = world.spawn("run")
     try:
         world.wait_for_event("pass.started", proc)
         time.sleep(0.2)  # let the first read go out; the stop is the same either way
@@ -86,7 +77,7 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) ->
         assert proc.wait(30) == 75
     finally:
         stop(proc)
-    event = last_event(world.log_file.read_text(encoding="utf-8"))
+    event = last_event(proc.stderr())
     assert (event["event"], event["exit_code"]) == ("error", 75)
 
 

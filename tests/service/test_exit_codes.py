@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +14,7 @@ import httpx
 import pytest
 
 from lta_worker.domain import PassRecord
-from support.process import REDIRECT, Workspace, child_env, free_port, stop
+from support.process import REDIRECT, Workspace, free_port, stop
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 CODES = ("0", "1", "2", "75", "78")
@@ -39,16 +37,7 @@ def documented_cells() -> list[tuple[str, int]]:
 
 def cli(world: Workspace, *args: str, stdin: str = "") -> int:
     """`lta-worker --config CFG ARGS` with `stdin`; its exit code."""
-    done = subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(world.config), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
-    return done.returncode
+    return world.cli(*args, stdin=stdin, timeout=60).returncode or 0
 
 
 def bad_config(world: Workspace) -> None:
@@ -75,24 +64,8 @@ def enrolled(world: Workspace) -> None:
 
 
 def consent_url(world: Workspace) -> str:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lta_worker",
-            "--config",
-            str(world.config),
-            "enroll",
-            "url",
-            "--user",
-            "ada",
-        ],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=True,
-    )
+    done = world.cli("enroll", "url", "--user", "ada")
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
