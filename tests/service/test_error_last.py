@@ -1,21 +1,15 @@
-"""Every failing exit ends with its `error` event as the last log line (docs/log-events.md):
-`run` stopped by the breaker, an unreachable service, SIGTERM or its deadline; `check` with
-a failed check or a broken configuration, whose
-`--format json` still prints its JSON."""
+"""A failing exit ends with its `error` event as the last log line (docs/log-events.md): `run`
+stopped by the breaker, SIGTERM or its deadline (unreachable: test_exit_codes); a failing
+`check`, whose `--format json` still prints its JSON."""
 
 from __future__ import annotations
 
 import json
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from support.process import Workspace, stop
-
-from .test_exit_codes import service_down
 
 
 def last_event(stderr: str) -> dict[str, Any]:
@@ -31,26 +25,13 @@ def wrong_secret(world: Workspace) -> None:
     world.secret_file.write_text("not-the-secret\n")
 
 
-def unreachable(world: Workspace) -> None:
-    world.enroll(["ada"])
-    service_down(world)
-
-
-@pytest.mark.parametrize(
-    ("setup", "code"),
-    [(wrong_secret, 78), (unreachable, 75)],
-    ids=["breaker", "unreachable"],
-)
-def test_a_failing_run_ends_with_its_error_event(
-    world: Workspace, setup: Callable[[Workspace], None], code: int
-) -> None:
-    """`run` stopped by the breaker (78) or by an unreachable service (75): the last line
-    is the `error` event with that exit code, after `pass.finished`."""
-    setup(world)
+def test_a_run_stopped_by_the_breaker_ends_with_its_error_event(world: Workspace) -> None:
+    """`run` stopped by the breaker: 78, the `error` event last (unreachable: test_exit_codes)."""
+    wrong_secret(world)
     done = world.cli("run")
-    assert done.returncode == code, done.stderr
+    assert done.returncode == 78, done.stderr
     event = last_event(done.stderr)
-    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", code)
+    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", 78)
     assert event["message"] and event["error"] == "PassStoppedError"
 
 

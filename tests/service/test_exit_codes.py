@@ -3,6 +3,7 @@ a child process against the served simulator: the table and the program agree.""
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 from collections.abc import Callable
@@ -120,6 +121,27 @@ def keys_open(world: Workspace) -> int:
     return cli(world, "keys", "rotate")
 
 
+def run_unreachable(world: Workspace) -> int:
+    """The error event is the last line, after `pass.finished`."""
+    enrolled(world)
+    service_down(world)
+    done = world.cli("run")
+    event = json.loads(done.stderr.splitlines()[-1])
+    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", 75)
+    assert event["message"] and event["error"] == "PassStoppedError"
+    return done.returncode or 0
+
+
+def check_unreachable(world: Workspace) -> int:
+    """The `service` check is the one that failed, with 75."""
+    enrolled(world)
+    service_down(world)
+    done = world.cli("check", "--format", "json")
+    service = json.loads(done.stdout)["checks"][-1]
+    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 75)
+    return done.returncode or 0
+
+
 def then(setup: Callable[[Workspace], None], *args: str) -> Callable[[Workspace], int]:
     """Prepare the world with `setup`, then run `lta-worker ARGS`."""
 
@@ -137,7 +159,7 @@ def nothing(_world: Workspace) -> None:
 SCENARIOS: dict[tuple[str, int], Callable[[Workspace], int]] = {
     ("run", 0): then(enrolled, "run"),
     ("run", 2): then(enrolled, "run", "--max-duration", "soon"),
-    ("run", 75): lambda w: (enrolled(w), then(service_down, "run")(w))[1],
+    ("run", 75): run_unreachable,
     ("run", 78): then(bad_config, "run"),
     ("serve", 0): lambda w: (enrolled(w), serve_until_first_pass(w))[1],
     ("serve", 2): then(nothing, "serve", "--forever"),
@@ -186,7 +208,7 @@ SCENARIOS: dict[tuple[str, int], Callable[[Workspace], int]] = {
     ("status", 78): then(nothing, "status"),
     ("check", 0): then(enrolled, "check"),
     ("check", 2): then(enrolled, "check", "--format", "xml"),
-    ("check", 75): lambda w: (enrolled(w), then(service_down, "check")(w))[1],
+    ("check", 75): check_unreachable,
     ("check", 78): then(nothing, "check"),
 }
 
