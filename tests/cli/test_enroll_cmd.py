@@ -47,8 +47,7 @@ def log_events(stderr: str) -> list[dict[str, object]]:
 
 
 def test_url_finish_list_without_leaks(cli: Cli) -> None:
-    """enroll url -> consent -> enroll finish (stdin) -> users list shows alice active, both
-    scopes; no token, code, verifier or client secret in any output."""
+    """enroll url, consent, enroll finish, users list: alice active; no secret in any output."""
     url = cli.cli("enroll", "url", "--user", "alice")
     assert url.returncode == 0, url.stderr
     assert url.stdout.count("\n") == 1

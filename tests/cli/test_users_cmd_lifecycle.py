@@ -114,9 +114,7 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
 def test_drop_report_exit_codes(
     capsys: pytest.CaptureFixture[str], upstream: str, state: str, code: int, says: str
 ) -> None:
-    """Confirmed or nothing to drop: 0 and one line; not confirmed, a DELETE already out, or
-    overtaken by a new consent: 75; credential refused: 78, each the error the CLI prints as
-    its one line, saying what is stored."""
+    """A drop's report: confirmed 0 in one line; otherwise 75, or 78 when refused."""
     upstream, _, overtaken = upstream.partition("+")
     result = DropResult(
         user="x",
@@ -155,8 +153,7 @@ def _secret_on_two_lines(secret_file: Path) -> None:
 def test_unusable_secret_file_changes_nothing(
     tmp_path: Path, verb: str, breakage: Callable[[Path], None]
 ) -> None:
-    """An unusable client secret file stops `users drop`/`forget` with 78 before any change:
-    the user stays `active` with its token, and no DELETE is sent."""
+    """An unusable secret file stops drop/forget with 78 before any change or DELETE."""
     with start_in_thread(Simulator()) as served:
         cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
         cli.enroll_by_cli("x", "svc-x")
