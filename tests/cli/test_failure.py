@@ -44,16 +44,14 @@ from lta_worker.errors import ConfigError, StorageError, UnknownKeyError, UsageE
 def test_classify_picks_the_telling_leaf_and_its_code(
     exc: BaseException, exit_code: int, error: str
 ) -> None:
-    """Nested groups resolve to their most telling leaf (an explained error, then a machine
-    error, then a bug, never a cancellation), with the documented exit code."""
+    """Nested groups resolve to their most telling leaf, with the documented exit code."""
     failure = classify(exc)
     assert (failure.exit_code, failure.error) == (exit_code, error)
     assert (failure.hint == DEBUG_HINT) == (exit_code == 1)
 
 
 def test_json_line_is_one_error_event_with_key_and_hint() -> None:
-    """JSON rendering: one line, event `error`, level, exit_code, the key of a ConfigError,
-    the hint, and known secret shapes masked."""
+    """JSON rendering: one `error` line with level, exit_code, key and hint, secrets masked."""
     exc = ConfigError("bad value 'dspa_SECRETSECRET'\nsecond line", key="poll.interval", hint="h")
     line = render(classify(exc), as_json=True)
     assert "\n" not in line

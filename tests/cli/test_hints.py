@@ -86,8 +86,7 @@ def _command_pattern() -> re.Pattern[str]:
 
 
 def test_no_cli_advice_outside_the_cli() -> None:
-    """No string constant outside the CLI, the demo and the simulator (docstrings aside)
-    names an `lta-worker COMMAND`: such advice belongs in the CLI's hints table."""
+    """No constant outside the CLI, demo and simulator names an `lta-worker COMMAND`."""
     pattern = _command_pattern()
     found = {
         (path.relative_to(PACKAGE).as_posix(), text)
@@ -129,8 +128,7 @@ def _reasons_in_source() -> set[tuple[str, str]]:
 
 
 def test_every_literal_reason_has_an_entry() -> None:
-    """Each `reason=` an error is raised with has its own row in the table (advice, or an
-    explicit None), so no reason silently takes a base class's advice."""
+    """Each literal `reason=` has its own row in the hints table (advice or None)."""
     found = _reasons_in_source()
     assert len(found) >= 10, found
     reasons_in_table = {reason for _, reason in HINTS}
@@ -223,8 +221,7 @@ CASES: list[tuple[LtaError, str | None]] = [
 
 @pytest.mark.parametrize(("exc", "expected"), CASES)
 def test_the_cli_hint_of_each_error(exc: LtaError, expected: str | None) -> None:
-    """The CLI's hint for an error is its own hint, then the table's advice for its class and
-    reason; the boundary renders exactly that."""
+    """An error's CLI hint is its own, else the table's for its class and reason."""
     assert hint_line(exc) == expected
     assert classify(exc).hint == expected
     if expected:
@@ -262,8 +259,7 @@ def test_an_unknown_reason_falls_back_to_the_class(exc: LtaError, expected: str 
 
 
 def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
-    """Errors raised by library code hold data and a situation hint, never a command; the
-    CLI's line for them still says which command helps."""
+    """Library errors carry no command; the CLI's line still says which command helps."""
     with pytest.raises(KeyFileError) as missing:
         load_key_file(tmp_path / "nope")
     (tmp_path / "empty").write_text("# nothing\n")

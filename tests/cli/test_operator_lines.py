@@ -50,9 +50,7 @@ def _listening(tmp_path: Path, section: str, port: int) -> str:
 def test_check_tries_the_listen_address(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
 ) -> None:
-    """`metrics.listen` or `enroll.listen` on a port another process holds: `check` fails it
-    with 78 naming the key and a hint saying what to do, as `serve` would stop; a free port
-    passes and is let go at once."""
+    """A listen address another process holds fails `check` with 78 naming it; a free one passes."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -76,8 +74,7 @@ def test_check_tries_the_listen_address(
 def test_run_names_a_broken_secret_file_before_the_lock(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`run` with an unusable client secret file while another instance holds the SQLite
-    database: exit 78 naming `client.secret_file`, not 75 for the lock."""
+    """A broken secret file under a held lock: `run` exits 78 naming it, not 75."""
     url = f"sqlite:///{tmp_path / 'lta.db'}"
     config = write_config(tmp_path, url)
     (tmp_path / "secret").chmod(0o644)
@@ -92,8 +89,7 @@ def test_run_names_a_broken_secret_file_before_the_lock(
 def test_a_missing_sqlite_file_is_said_not_to_exist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`status` on a SQLite file never created: the error says the database does not exist
-    (not an outdated schema) and names `lta-worker db upgrade`."""
+    """`status` on a missing SQLite file says it does not exist and names `db upgrade`."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
     code, _, err = run(capsys, config, "status")
     event = json.loads(err.splitlines()[-1])
@@ -105,8 +101,7 @@ def test_a_missing_sqlite_file_is_said_not_to_exist(
 def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A secret file this user may not read (a root-owned 0600 file under the unit's
-    DynamicUser): `check` fails it with 78 and a hint naming `LoadCredential=`."""
+    """An unreadable secret file fails `check` with 78 and a `LoadCredential=` hint."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
     secret, real_open = str(tmp_path / "secret"), os.open
 

@@ -90,8 +90,7 @@ def engine(users: int, due: int, reads: int, remaining: int | None) -> Any:
     ],
 )
 def test_render_progress(kwargs: dict[str, Any], expected: str) -> None:
-    """Users done of due as a bar and a count, reads, the budget left ('?' before any header)
-    and the time left, never negative."""
+    """The progress line: bar and count, reads, budget left ('?' at first), time left."""
     assert render_progress(**kwargs) == expected
 
 
@@ -105,9 +104,7 @@ def test_no_progress_line_when_the_stream_is_not_a_terminal() -> None:
 
 
 def test_on_a_terminal_the_line_is_drawn_then_ended() -> None:
-    """On a terminal each callback redraws the line in place; at the end it is ended with a
-    newline, its last figures kept, so that what follows (the error line, the shell's
-    prompt) starts on a line of its own."""
+    """On a terminal the line is redrawn in place, then ended with a newline, figures kept."""
     term = Terminal()
     with progress_for(term, FixedClock()) as on_progress:
         assert on_progress is not None
@@ -123,8 +120,7 @@ def test_on_a_terminal_the_line_is_drawn_then_ended() -> None:
 
 
 def test_log_lines_scroll_above_the_progress_line() -> None:
-    """Lines printed through the ProgressLine (as structlog prints: text, then newline) end
-    up above the progress line, whole, and the progress line stays last."""
+    """Log lines end up whole above the progress line, which stays last."""
     term = Terminal()
     line = ProgressLine(term)
     assert line.isatty()
@@ -137,8 +133,7 @@ def test_log_lines_scroll_above_the_progress_line() -> None:
 
 
 def test_an_ended_line_stays_above_later_lines() -> None:
-    """After `end`, lines written through the ProgressLine go below the ended line and the
-    progress line is not drawn again."""
+    """After `end`, later lines go below the ended line, which is not drawn again."""
     term = Terminal()
     line = ProgressLine(term)
     line.show("[bar]")

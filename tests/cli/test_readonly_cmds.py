@@ -6,7 +6,6 @@ exit 78."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from sqlalchemy import inspect, text
 from lta_worker.errors import LtaError
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._migrate import alembic_config
+from support.process import child_env
 from support.storage import enroll, keyring
 
 READ_ONLY = [
@@ -28,12 +28,6 @@ READ_ONLY = [
     ("results", "export", "--changed-since", "0"),
     ("check",),
 ]
-
-
-def child_env() -> dict[str, str]:
-    """The environment without the caller's LTA_WORKER_* or systemd variables."""
-    dropped = {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET"}
-    return {k: v for k, v in os.environ.items() if not k.startswith("LTA_") and k not in dropped}
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
@@ -95,8 +89,7 @@ def one_error_line(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
 def test_missing_database_is_78_naming_db_upgrade(
     tmp_path: Path, empty_url: str, args: tuple[str, ...]
 ) -> None:
-    """On a database never set up, a read-only command exits 78 with `db upgrade` in the
-    hint, and creates nothing: no SQLite file or directory, no PostgreSQL table."""
+    """A read-only command on no database: 78 naming `db upgrade`, nothing created."""
     done = cli(write_config(tmp_path, empty_url), *args)
     assert done.returncode == 78, done.stderr
     if args[0] == "check":
@@ -114,9 +107,7 @@ def test_missing_database_is_78_naming_db_upgrade(
 def test_old_schema_is_78_and_stays_old(
     tmp_path: Path, empty_url: str, args: tuple[str, ...]
 ) -> None:
-    """On a schema an older lta-worker left (revision 0002), a read-only command exits 78
-    naming `db upgrade`, and the schema stays at 0002 (no migration during a rolling
-    upgrade)."""
+    """A read-only command on an old schema: 78 naming `db upgrade`; no migration."""
     from alembic import command
 
     if empty_url.startswith("sqlite"):
@@ -131,8 +122,7 @@ def test_old_schema_is_78_and_stays_old(
 
 
 def test_read_only_commands_write_nothing(tmp_path: Path, store_url: str) -> None:
-    """On a current database with a user, `status`, `users list` and `results export`
-    succeed and leave it byte for byte as it was (SQLite: no -wal or -shm file left)."""
+    """Read-only commands leave a current database byte for byte as it was."""
     with Store.open(store_url) as store:
         enroll(store, Vault(keyring("k1")), "alice")
         with store.database.read() as conn:
@@ -151,8 +141,7 @@ def test_read_only_commands_write_nothing(tmp_path: Path, store_url: str) -> Non
 
 
 def test_read_only_store_refuses_writes(store_url: str) -> None:
-    """A store opened read-only cannot write even by mistake: SQLite mode=ro, PostgreSQL
-    default_transaction_read_only."""
+    """A read-only store cannot write (SQLite mode=ro, PostgreSQL read-only transactions)."""
     with Store.open(store_url, read_only=True) as store:
         with pytest.raises(LtaError) as info:
             enroll(store, Vault(keyring("k1")), "mallory")

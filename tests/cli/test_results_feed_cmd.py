@@ -67,8 +67,7 @@ def export(config: Path, url: str, cursor: str | int) -> tuple[list[dict[str, An
 def test_changed_since_prints_the_new_contents_then_the_next_cursor(
     tmp_path: Path, store_url: str
 ) -> None:
-    """From 0 every stored content, each a results line; from the printed cursor only what
-    was stored since, and nothing when nothing was; after a forget, a line naming the user."""
+    """--changed-since prints what was stored since the cursor, then the next cursor."""
     config = write_config(tmp_path, store_url)
     with Store.open(store_url) as store:
         alice = enroll(store, Vault(keyring("k1")), "alice").id
@@ -99,8 +98,7 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
 def test_a_cursor_the_database_never_issued_is_a_usage_error(
     tmp_path: Path, store_url: str, cursor: str
 ) -> None:
-    """A cursor ahead of the database (or a bare number) exits 2 naming the way
-    back, `--changed-since 0`, and prints nothing on stdout."""
+    """A cursor the database never issued exits 2 naming `--changed-since 0`."""
     config = write_config(tmp_path, store_url)
     if cursor == "ahead":
         _, issued = export(config, store_url, 0)
@@ -136,8 +134,7 @@ def test_a_bad_cursor_is_a_usage_error(
 def test_an_unknown_event_type_is_78_naming_the_key(
     tmp_path: Path, store_url: str, events: str
 ) -> None:
-    """`[webhook] events` naming an unknown type, none, or not a list stops every command
-    with exit 78 naming `webhook.events`."""
+    """A bad `[webhook] events` stops every command with 78 naming `webhook.events`."""
     config = write_config(tmp_path, store_url)
     config.write_text(config.read_text() + f"[webhook]\nevents = {events}\n")
     done = cli(config, "status")

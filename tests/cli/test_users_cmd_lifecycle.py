@@ -7,9 +7,6 @@ the test) while `users forget` runs in another process: the forget wins.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +20,7 @@ from lta_worker.errors import LtaError
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator
 from lta_worker.simulator.server import RunningSimulator, start_in_thread
 
-from .test_enroll_cmd import Cli, make_cli
+from .test_enroll_cmd import make_cli
 
 
 class ReadGate:
@@ -49,42 +46,26 @@ def gated(gate: ReadGate) -> Iterator[RunningSimulator]:
         yield served
 
 
-def spawn(cli: Cli, *args: str) -> subprocess.Popen[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("LTA_WORKER_") and k != "CREDENTIALS_DIRECTORY"
-    }
-    env["LTA_WORKER_CONFIG"] = str(cli.config)
-    return subprocess.Popen(
-        [sys.executable, "-m", "lta_worker", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
 def test_forget_in_another_process_wins_over_a_running_pass(
     tmp_path: Path, gated: RunningSimulator, gate: ReadGate
 ) -> None:
     """`users forget` while `run` holds the user: after the pass it is dropped, nothing stored."""
     cli = make_cli(tmp_path, gated, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
-    cli.enroll("x", "svc-x")
+    cli.enroll_by_cli("x", "svc-x")
     gated.sim.inject_fault("latency", count=1, delay=1.0)
-    run = spawn(cli, "run")
+    run = cli.spawn("run")
     try:
         assert gate.reached.wait(60), "the pass never read"
-        forgot = cli("users", "forget", "--user", "x")
+        forgot = cli.cli("users", "forget", "--user", "x")
         assert forgot.returncode == 0, forgot.stderr
     finally:
         gate.release.set()
-        _, err = run.communicate(timeout=60)
-    assert run.returncode == 0, err[-2000:]
+        assert run.wait(60) == 0, run.stderr()[-2000:]
+    err = run.stderr()
     assert '"poll.discarded"' in err
-    listed = {u["user"]: u for u in json.loads(cli("users", "list", "--format", "json").stdout)}
+    listed = {u["user"]: u for u in json.loads(cli.cli("users", "list", "--format", "json").stdout)}
     assert (listed["x"]["state"], listed["x"]["has_token"]) == ("dropped", False)
-    exported = cli("results", "export", "--user", "x")
+    exported = cli.cli("results", "export", "--user", "x")
     assert (exported.returncode, exported.stdout.strip()) == (0, "")
 
 
@@ -92,23 +73,23 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
     """Unreachable: `users drop` says so in one line and exits 75; a later drop confirms."""
     with start_in_thread(Simulator()) as served:
         cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
-        cli.enroll("x", "svc-x")
+        cli.enroll_by_cli("x", "svc-x")
         good = cli.config.read_text(encoding="utf-8")
         cli.config.write_text(
             good.replace(f'auth_url = "{served.auth_url}"', 'auth_url = "http://127.0.0.1:9"'),
             encoding="utf-8",
         )
-        pending = cli("users", "drop", "--user", "x")
+        pending = cli.cli("users", "drop", "--user", "x")
         assert pending.returncode == 75, pending.stderr
         # JSON logs: every line is JSON, the last the `error` event saying the drop is retried.
         events = [json.loads(line) for line in pending.stderr.splitlines()]
         assert events[-1]["event"] == "error" and "retry" in events[-1]["message"]
-        listed = json.loads(cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("dropping", True)
         cli.config.write_text(good, encoding="utf-8")
-        again = cli("users", "drop", "--user", "x")
+        again = cli.cli("users", "drop", "--user", "x")
         assert again.returncode == 0, again.stderr
-        listed = json.loads(cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("dropped", False)
         # No pass read the dropping user: the only reads are the two drops' own, one before
         # each DELETE (a plain 401 there would have kept the token).
@@ -133,9 +114,7 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
 def test_drop_report_exit_codes(
     capsys: pytest.CaptureFixture[str], upstream: str, state: str, code: int, says: str
 ) -> None:
-    """Confirmed or nothing to drop: 0 and one line; not confirmed, a DELETE already out, or
-    overtaken by a new consent: 75; credential refused: 78, each the error the CLI prints as
-    its one line, saying what is stored."""
+    """A drop's report: confirmed 0 in one line; otherwise 75, or 78 when refused."""
     upstream, _, overtaken = upstream.partition("+")
     result = DropResult(
         user="x",
@@ -174,15 +153,14 @@ def _secret_on_two_lines(secret_file: Path) -> None:
 def test_unusable_secret_file_changes_nothing(
     tmp_path: Path, verb: str, breakage: Callable[[Path], None]
 ) -> None:
-    """An unusable client secret file stops `users drop`/`forget` with 78 before any change:
-    the user stays `active` with its token, and no DELETE is sent."""
+    """An unusable secret file stops drop/forget with 78 before any change or DELETE."""
     with start_in_thread(Simulator()) as served:
         cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
-        cli.enroll("x", "svc-x")
+        cli.enroll_by_cli("x", "svc-x")
         breakage(tmp_path / "client-secret")
-        done = cli("users", verb, "--user", "x")
+        done = cli.cli("users", verb, "--user", "x")
         assert done.returncode == 78, done.stderr
         assert "client.secret_file" in done.stderr
-        listed = json.loads(cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("active", True)
         assert [r for r in served.sim.requests() if r.method == "DELETE"] == []

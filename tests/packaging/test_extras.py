@@ -14,7 +14,8 @@ import pytest
 
 from lta_worker.errors import EX_CONFIG
 from lta_worker.simulator import Simulator, start_in_thread
-from service.helpers import World, child_env
+from support.process import Workspace as World
+from support.process import child_env
 
 SIMULATOR_ONLY = ("starlette", "uvicorn", "lta_worker.simulator")
 

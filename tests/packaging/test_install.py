@@ -28,7 +28,7 @@ from lta_worker.simulator import (
     Simulator,
     start_in_thread,
 )
-from service.helpers import REDIRECT, child_env, write_private
+from support.process import REDIRECT, child_env, write_private
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_FILES = sorted(p.name for p in (ROOT / "deploy").iterdir() if p.is_file())

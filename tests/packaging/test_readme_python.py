@@ -16,8 +16,9 @@ from lta_worker.protocol import TOKENS_PATH
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator, start_in_thread
-from service.helpers import REDIRECT, World
 from support.enroll import basic, query_of
+from support.process import REDIRECT
+from support.process import Workspace as World
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from lta_worker.simulator import Simulator, start_in_thread
-from service.helpers import World, child_env, stop, write_private
+from support.process import Workspace as World
+from support.process import child_env, stop, write_private
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

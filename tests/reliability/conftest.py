@@ -1,11 +1,9 @@
 """Options and fixtures of the reliability suite.
 
-More iterations on demand: `pytest tests/reliability --iterations 200` runs 200 kills instead
-of CI's 20, and scales everything else by the same factor (200/20 = 10: 100 SIGTERMs each for
-`run` and `serve`, 10,000 fuzz examples per fuzzer) and the per-test timeouts. The option is
-registered here, so pytest knows it only when this directory (or a file in it) is named on
-the command line; from the project root use `LTA_RELIABILITY_ITERATIONS=200 pytest`.
-`LTA_RELIABILITY_SEED` changes the seed of every random choice (kill moments, faults).
+`pytest tests/reliability --iterations 200` runs 200 kills instead of CI's 10 and scales the
+SIGTERM stops, fuzz examples and per-test timeouts by the same factor (20: 100 SIGTERMs each
+for `run` and `serve`, 5,000 fuzz examples); from the project root use
+`LTA_RELIABILITY_ITERATIONS=200 pytest`. `LTA_RELIABILITY_SEED` changes every random choice.
 """
 
 from __future__ import annotations
@@ -16,31 +14,32 @@ from collections.abc import Iterator
 import pytest
 
 from lta_worker.simulator import RunningSimulator
+from support.process import serve_simulator
 
-from .harness import ITERATIONS_ENV, serve_simulator
+from .crash import ITERATIONS_ENV
 
 # Per-test timeout (seconds) at scale 1; scaled with the iteration count.
 BASE_TIMEOUT = 120
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--iterations N`: N kills, and the SIGTERM and fuzz loops scaled by N/20."""
+    """`--iterations N`: N kills, and the SIGTERM and fuzz loops scaled by N/10."""
     parser.addoption(
         "--iterations",
         type=int,
         default=None,
-        help="reliability suite: N kill -9 moments (CI: 20); SIGTERM stops and fuzz examples "
-        f"scale by N/20 (also ${ITERATIONS_ENV})",
+        help="reliability suite: N kill -9 moments (CI: 10); SIGTERM stops and fuzz examples "
+        f"scale by N/10 (also ${ITERATIONS_ENV})",
     )
 
 
 def scale(config: pytest.Config) -> float:
-    """How much more than CI to do: `--iterations N` (or the environment) over 20 kills;
-    never less than CI."""
+    """How much more than CI to do: `--iterations N` (or the environment) over CI's 10
+    kills; never less than CI."""
     raw = config.getoption("iterations", default=None) or os.environ.get(ITERATIONS_ENV)
     if not raw:
         return 1.0
-    return max(1.0, int(raw) / 20)
+    return max(1.0, int(raw) / 10)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,14 +1,6 @@
-"""Bad input: hostile headers and bodies, broken configurations, a database from the future.
-
-- Hypothesis drives the RateLimit parser, the pacer behind it and the classifier with many
-  more (and nastier) examples than the unit tests: structured-field fragments, huge and
-  non-finite numbers, invalid UTF-8, deep nesting, echoed credentials. 0 exceptions, and
-  every figure that comes out is finite and in range.
-- A matrix of broken configurations, each driven through the real CLI (`lta-worker run` in
-  a child process): exit 78, a one-line message naming the key, no traceback.
-- A database stamped with a schema revision this code does not know: every command that
-  opens it exits 78 saying so, and nothing in the file changes.
-"""
+"""Bad input: Hypothesis fuzzes the RateLimit parser, the pacer and the classifier with hostile
+values; broken configurations through `lta-worker run` exit 78 in one line naming the key; a
+database from a newer schema is refused by every command and left unchanged."""
 
 from __future__ import annotations
 
@@ -36,10 +28,9 @@ from lta_worker.pacing import PacerCore, RateLimitInfo, wait_after_429
 from lta_worker.pacing._ratelimit import parse_answer, parse_ratelimit
 from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT, trusted_wait
 from lta_worker.storage import generate_key_line
+from support.process import render_toml, write_private
 
-from .harness import render_toml, write_private
-
-EXAMPLES_IN_CI = 1000
+EXAMPLES_IN_CI = 250
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
 # -- fuzzing -------------------------------------------------------------------------------
@@ -142,9 +133,7 @@ def _finite_or_none(value: float | None) -> bool:
 
 
 def test_ratelimit_parser_never_raises(iterations: float) -> None:
-    """1,000 hostile header sets: the parser never raises, and every figure it returns is a
-    finite, non-negative number (or absent); only a wait may be infinite (a `Retry-After`
-    too long to be a number of seconds), which the window rule caps at `max_wait`."""
+    """Hostile headers: parsing never raises; figures are finite, >= 0, waits capped at max_wait."""
 
     @_fuzz(_examples(iterations))
     @given(headers=header_maps, now=moments)
@@ -254,10 +243,7 @@ answers = st.builds(
 
 
 def test_classifier_never_raises(iterations: float) -> None:
-    """1,000 hostile answers (any status, headers, body; deep nesting, huge numbers, invalid
-    UTF-8, echoed credentials): classify never raises, the outcome is a known kind, a 429's
-    wait (the pacing layer's `wait_after_429`, which the engine applies) is bounded, and no
-    `dspa_` text reaches `reason` or `code`."""
+    """Hostile answers: classify never raises, 429 waits are bounded, no `dspa_` in reason/code."""
 
     @_fuzz(_examples(iterations))
     @given(answer=answers, endpoint=st.sampled_from(["latest-change", "stats"]), now=moments)
@@ -369,40 +355,8 @@ def _missing(section: str, key: str) -> Callable[[Sections, Path], None]:
 # (name, change to the valid config, environment, text the message must contain)
 BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] = [
     ("client.id missing", _drop("client", "id"), {}, "client.id"),
-    ("client.id empty", _set("client", "id", ""), {}, "client.id"),
     ("service.base_url missing", _drop("service", "base_url"), {}, "service.base_url"),
     ("poll.interval not a duration", _set("poll", "interval", "soon"), {}, "poll.interval"),
-    ("poll.interval zero", _set("poll", "interval", "0s"), {}, "poll.interval"),
-    ("poll.interval negative", _set("poll", "interval", "-5m"), {}, "poll.interval"),
-    ("poll.concurrency zero", _set("poll", "concurrency", 0), {}, "poll.concurrency"),
-    ("poll.batch_size a word", _set("poll", "batch_size", "many"), {}, "poll.batch_size"),
-    ("poll.interval too large", _set("poll", "interval", "99999999999999d"), {}, "poll.interval"),
-    ("poll.interval over a year", _set("poll", "interval", "400d"), {}, "poll.interval"),
-    ("poll.backoff_base zero", _set("poll", "backoff_base", "0s"), {}, "poll.backoff_base"),
-    ("poll.tick zero", _set("poll", "tick", "0s"), {}, "poll.tick"),
-    ("poll.breaker_threshold huge", _set("poll", "breaker_threshold", 10**9), {}, "threshold"),
-    ("serve.heartbeat zero", _set("serve", "heartbeat", "0s"), {}, "serve.heartbeat"),
-    ("serve.grace_period an hour", _set("serve", "grace_period", "1h"), {}, "grace_period"),
-    (
-        "max_response_bytes unbounded",
-        _set("service", "max_response_bytes", 10**15),
-        {},
-        "service.max_response_bytes",
-    ),
-    ("connect_timeout zero", _set("service", "connect_timeout", "0s"), {}, "connect_timeout"),
-    (
-        "fallback_per_hour infinite",
-        _set("ratelimit", "fallback_per_hour", math.inf),
-        {},
-        "ratelimit.fallback_per_hour",
-    ),
-    (
-        "retention over ten years",
-        _set("retention", "after_revocation", "5000d"),
-        {},
-        "retention.after_revocation",
-    ),
-    ("webhook max_age zero", _set("webhook", "max_age", "0s"), {}, "webhook.max_age"),
     (
         "http to a non-loopback webhook url",
         _set("webhook", "url", "http://hooks.example/lta"),
@@ -411,12 +365,6 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ),
     ("unknown key", _set("poll", "intervall", "1h"), {}, "poll.intervall"),
     ("unknown section", _set("polling", "interval", "1h"), {}, "polling"),
-    (
-        "http to a non-loopback base_url",
-        _set("service", "base_url", "http://api.example.com"),
-        {},
-        "service.base_url",
-    ),
     (
         "http to a non-loopback auth_url",
         _set("service", "auth_url", "http://10.0.0.8/auth"),
@@ -429,8 +377,6 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
         {},
         "service.token_url",
     ),
-    ("base_url not http(s)", _set("service", "base_url", "ftp://127.0.0.1"), {}, "base_url"),
-    ("secret file missing", _missing("client", "secret_file"), {}, "client.secret_file"),
     ("secret file empty", _secret_file("\n"), {}, "client.secret_file"),
     ("no secret file configured", _drop("client", "secret_file"), {}, "client.secret_file"),
     ("key file missing", _missing("crypto", "key_file"), {}, "crypto.key_file"),
@@ -444,17 +390,10 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ("secret file mode 0644", _secret_bytes(b"a-client-secret\n", 0o644), {}, "chmod 600"),
     ("secret file a FIFO", _fifo("client", "secret_file"), {}, "client.secret_file"),
     ("secret file a directory", _set("client", "secret_file", "/"), {}, "client.secret_file"),
-    ("key file not base64", _key_file("k1:not-base64!!\n"), {}, "crypto.key_file"),
-    ("key file with a short key", _key_file("k1:c2hvcnQ=\n"), {}, "crypto.key_file"),
     ("key file with no key", _key_file("# nothing\n"), {}, "crypto.key_file"),
     ("no key file configured", _drop("crypto", "key_file"), {}, "crypto.key_file"),
-    ("database.url another driver", _set("database", "url", "mysql://u@h/db"), {}, "database.url"),
     ("database.url not a URL", _set("database", "url", "lta.db"), {}, "database.url"),
-    ("ratelimit.reserve 1.5", _set("ratelimit", "reserve", 1.5), {}, "ratelimit.reserve"),
-    ("log.level unknown", _set("log", "level", "loud"), {}, "log.level"),
-    ("client.scopes unknown", _set("client", "scopes", ["everything"]), {}, "client.scopes"),
     ("redirect_uri not a URL", _set("client", "redirect_uri", "callback"), {}, "redirect_uri"),
-    ("grace period not a duration", _set("serve", "grace_period", "a bit"), {}, "grace_period"),
     (
         "environment override not a duration",
         lambda data, tmp: None,
@@ -503,16 +442,6 @@ def broken_runs(
             for name, change, env, _ in BROKEN
         }
         return {name: future.result() for name, future in futures.items()}
-
-
-def test_every_range_has_a_broken_row() -> None:
-    """The matrix breaks at least one duration, size and count setting of every section
-    that has a range (so a new range is exercised through the CLI, not only in-process)."""
-    from lta_worker.config import Settings, ranges
-
-    broken = " ".join(b[3] + " " + b[0] for b in BROKEN)
-    sections = {key.split(".")[0] for key in ranges(Settings)}
-    assert all(section in broken for section in sections), sections
 
 
 @pytest.mark.parametrize(("name", "expected"), [(b[0], b[3]) for b in BROKEN])

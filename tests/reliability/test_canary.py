@@ -1,21 +1,6 @@
-"""Canary scan: plant known secrets, run every command and fault scenario, search everything.
-
-Planted: the client secret (of a client made for this test, so it is unique), its HTTP Basic
-form, a wrong client secret, every long term token the simulator issued (the credential
-`<token>.<secret>` is covered by both halves), a user access token, a bogus user access
-token, the authorization codes and PKCE verifiers of three enrollments, and the token key
-material.
-
-Searched: stdout and stderr of every command (the rendered JSON logs and the console
-rendering, error messages, any traceback) and the database files, `-wal` and `-shm`
-included, copied while `serve` runs, right after a kill -9, and at the end. Not one
-occurrence of any secret, nor of any 8-character piece of one (a sliding window).
-
-Excluded, by design: the key material printed by `keys generate` (that is its job; the key
-material is still searched for everywhere else), and `simulator serve`, which prints its own
-demo secrets. The OAuth `state` and the PKCE challenge are public by design (they travel in
-the consent URL) and are not planted.
-"""
+"""Canary scan: plant every secret (client secret, tokens, codes, verifiers, key material), run
+every command and fault, and find no secret nor any 8-character piece of one in any output or
+database file (`keys generate` may print keys; `state` and the PKCE challenge are public)."""
 
 from __future__ import annotations
 
@@ -27,18 +12,16 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 from bench.faultproxy import FaultProxy
 
 from lta_worker.domain import EncryptedToken
-from lta_worker.enrollment import challenge_s256
-from lta_worker.secret import Secret
 from lta_worker.simulator import RunningSimulator
+from support.process import Workspace, reads_seen, wait_for
 
-from .harness import REDIRECT, Deployment, make_deployment, reads_seen, seed, wait_for
+from .crash import deploy, seed
 
 WINDOW = 8
 DUE_AGAIN_S = 0.35  # poll.interval is 0.3s: every user is due again after this
@@ -78,72 +61,28 @@ def _query(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
-def _consent(d: Deployment, url: str, sim_user: str) -> str:
-    """The user approves the consent at `url`; returns the redirect the browser is sent to."""
-    d.sim.queue_consent(sim_user)
-    response = httpx.get(url, follow_redirects=False)
-    assert response.status_code == 302, response.text
-    return response.headers["location"]
-
-
-def _verifiers(d: Deployment) -> list[str]:
-    """The PKCE verifiers of the pending enrollments, decrypted from the database."""
-    vault = d.vault()
-    with sqlite3.connect(d.database) as conn:
-        rows = conn.execute(
-            "SELECT user, verifier_ciphertext, verifier_key_id FROM pending_enrollments"
-        ).fetchall()
-    conn.close()
-    return [
-        vault.decrypt(EncryptedToken(bytes(c), k), user=u, purpose="verifier").reveal()
-        for u, c, k in rows
-    ]
-
-
-def _user_access_token(d: Deployment, canaries: Canaries, sim_user: str) -> str:
+def _user_access_token(d: Workspace, canaries: Canaries, sim_user: str) -> str:
     """A user access token from a long term consent, by the OAuth flow done by hand."""
     verifier = canaries.plant("PKCE verifier (by hand)", secrets.token_urlsafe(48))
-    query = urlencode(
-        {
-            "client_id": CLIENT_ID,
-            "response_type": "code",
-            "redirect_uri": REDIRECT,
-            "scope": "openid cloud-sync.permanent.latest-change cloud-sync.permanent.stats",
-            "state": "by-hand",
-            "code_challenge": challenge_s256(Secret(verifier)),
-            "code_challenge_method": "S256",
-        }
-    )
-    location = _consent(d, f"{d.running.auth_url}/oidc/auth?{query}", sim_user)
-    code = canaries.plant("authorization code (by hand)", _query(location)["code"])
-    basic = base64.b64encode(f"{CLIENT_ID}:{d.client_secret}".encode()).decode()
-    exchanged = httpx.post(
-        f"{d.running.auth_url}/oidc/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT,
-            "code_verifier": verifier,
-        },
-        headers={"Authorization": f"Basic {basic}"},
-    )
-    assert exchanged.status_code == 200, exchanged.text
-    return canaries.plant("user access token", exchanged.json()["access_token"])
+    scope = "openid cloud-sync.permanent.latest-change cloud-sync.permanent.stats"
+    token, code = d.user_access_token(sim_user, scope, verifier)
+    canaries.plant("authorization code (by hand)", code)
+    return canaries.plant("user access token", token)
 
 
-def _copy_db_files(d: Deployment, label: str, into: list[tuple[str, bytes]]) -> None:
+def _copy_db_files(d: Workspace, label: str, into: list[tuple[str, bytes]]) -> None:
     """Keep the bytes of the database files as they are now (the -wal and -shm included)."""
     for path in d.db_files():
         into.append((f"{path.name} ({label})", path.read_bytes()))
 
 
 @pytest.fixture
-def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
+def deployment(tmp_path: Path, running: RunningSimulator) -> Workspace:
     """A client made for this test, with a secret nobody else knows."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
     running.sim.add_client(CLIENT_ID, "cs_" + secrets.token_urlsafe(30), long_term=True)
-    return make_deployment(
+    return deploy(
         tmp_path,
         running,
         client_id=CLIENT_ID,
@@ -154,7 +93,7 @@ def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
     )
 
 
-def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -> None:
+def test_no_secret_reaches_any_output_or_database_file(deployment: Workspace) -> None:
     """Every command and fault scenario: 0 occurrences of any planted secret, or of any
     8-character piece of one, in stdout, stderr, rendered logs, errors and database files."""
     d, sim = deployment, deployment.sim
@@ -177,16 +116,16 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
 
     # Enrollment through the CLI: consent URL, redirect on stdin; then a replay (refused).
     url = d.cli("enroll", "url", "--user", "alice")
-    (verifier,) = _verifiers(d)
+    (verifier,) = d.verifiers()
     canaries.plant("PKCE verifier (alice)", verifier)
-    location = _consent(d, url.stdout.strip(), "alice")
+    location = d.consent(url.stdout.strip(), "alice")
     canaries.plant("authorization code (alice)", _query(location)["code"])
     ok("enroll", "finish", "--user", "alice", stdin=location + "\n")
     assert d.cli("enroll", "finish", "--user", "alice", stdin=location).returncode == 2
     # A bare code on stdin.
     url = d.cli("enroll", "url", "--user", "bob")
-    canaries.plant("PKCE verifier (bob)", _verifiers(d)[-1])
-    code = _query(_consent(d, url.stdout.strip(), "bob"))["code"]
+    canaries.plant("PKCE verifier (bob)", d.verifiers()[-1])
+    code = _query(d.consent(url.stdout.strip(), "bob"))["code"]
     canaries.plant("authorization code (bob)", code)
     ok("enroll", "finish", "--user", "bob", stdin=code + "\n")
     # A user access token on stdin; then a bogus one (refused by the service).
@@ -214,7 +153,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
 
     # Passes, and what the operator looks at.
     assert d.cli("run").returncode == 0
-    console = d.write_config(d.tmp / "console.toml", log={"format": "console"})
+    console = d.other_config(d.tmp / "console.toml", log={"format": "console"})
     d.cli("run", config=console)
     for args in (
         ("status",),
@@ -236,7 +175,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     target = (d.running.host, d.running.port)
     fates = {"reset": 1, "truncate": 1, "garbage": 1, "close": 1, "pass": 2}
     with FaultProxy(target, fates, seed()) as proxy:
-        via = d.write_config(d.tmp / "proxy.toml", service={"base_url": proxy.url})
+        via = d.other_config(d.tmp / "proxy.toml", service={"base_url": proxy.url})
         time.sleep(DUE_AGAIN_S)
         assert d.cli("run", config=via).returncode in (0, 75)
     # A wrong client secret: plain 401s for everyone, the breaker, exit 78.
@@ -245,7 +184,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     wrong_file.write_text(wrong + "\n")
     wrong_file.chmod(0o600)
     time.sleep(DUE_AGAIN_S)
-    misconfigured = d.write_config(d.tmp / "wrong.toml", client={"secret_file": str(wrong_file)})
+    misconfigured = d.other_config(d.tmp / "wrong.toml", client={"secret_file": str(wrong_file)})
     assert d.cli("run", config=misconfigured).returncode == 78
 
     # kill -9 mid-pass: the WAL is left as the crash left it.
@@ -277,7 +216,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Deployment) -
     ok("keys", "rotate")
     ok("users", "drop", "--user", "dave")
     ok("users", "forget", "--user", "alice")
-    unreachable = d.write_config(d.tmp / "down.toml", service={"auth_url": "http://127.0.0.1:9"})
+    unreachable = d.other_config(d.tmp / "down.toml", service={"auth_url": "http://127.0.0.1:9"})
     # The service unreachable: the drop is pending (exit 75), retried by `run`/`serve`.
     pending = d.cli("users", "drop", "--user", "bob", config=unreachable)
     assert pending.returncode == 75, pending.stderr[-2000:]

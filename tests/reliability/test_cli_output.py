@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .harness import render_toml
+from support.process import render_toml
+
 from .test_bad_input import _valid
 
 EX_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell shows for `yes | head -1`

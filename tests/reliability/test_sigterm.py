@@ -1,13 +1,5 @@
-"""SIGTERM in the middle of a pass, for `run` and `serve`: the process is gone within the grace
-period, and nothing is half-written.
-
-The worker reads through latency and stalls (a stalled read outlives the grace period, so the
-stop has to cancel it). SIGTERM comes at a seeded random moment after the first read. After
-each stop: exit within `serve.grace_period` plus a small margin, `integrity_check` ok, no
-token lost, no row half-written (no active user without a token, no token without its key
-id), every snapshot committed before the signal still there. `serve` must also exit 0, say
-`service.stopped`, release every lease and unregister itself.
-"""
+"""SIGTERM in the middle of a pass, for `run` and `serve`: gone within the grace period, nothing
+half-written; `serve` exits 0, releases its leases and unregisters."""
 
 from __future__ import annotations
 
@@ -17,23 +9,13 @@ from datetime import datetime
 
 import pytest
 
-from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
+from lta_worker.simulator import RunningSimulator
+from support.process import Workspace, reads_seen, wait_for, wait_for_reads
 
-from .harness import (
-    Deployment,
-    acknowledge,
-    inspect,
-    make_deployment,
-    reads_seen,
-    rng,
-    seed,
-    violations,
-    wait_for,
-    wait_for_reads,
-)
+from .crash import acknowledge, deploy, inspect, rng, seed, violations
 
 USERS = 16
-STOPS_IN_CI = 10
+STOPS_IN_CI = 5
 GRACE_S = 0.5
 # The stop may take the grace period, then closing the store and the HTTP client, then the
 # interpreter's exit: this much more is allowed.
@@ -41,15 +23,13 @@ MARGIN_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator) -> Deployment:
+def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator) -> Workspace:
     """16 users, every user due a second after a read; stalls outlive the grace period."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
-    made = make_deployment(
+    made = deploy(
         tmp_path_factory.mktemp("sigterm"),
         running,
-        client_id=DEMO_CLIENT_ID,
-        client_secret=DEMO_CLIENT_SECRET,
         service={"read_timeout": "5s"},
         poll={
             "interval": "1s",
@@ -64,7 +44,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulat
     return made
 
 
-def _stop_mid_pass(deployment: Deployment, command: str, offset: int, iterations: float) -> None:
+def _stop_mid_pass(deployment: Workspace, command: str, offset: int, iterations: float) -> None:
     sim = deployment.sim
     chance = rng(offset)
     vault = deployment.vault()
@@ -113,18 +93,18 @@ def _story(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if '"poll.read"' not in line)
 
 
-def test_sigterm_run_mid_pass(deployment: Deployment, iterations: float) -> None:
-    """SIGTERM during `run`, 10 times: gone within the grace period, nothing half-written."""
+def test_sigterm_run_mid_pass(deployment: Workspace, iterations: float) -> None:
+    """SIGTERM during `run`, 5 times: gone within the grace period, nothing half-written."""
     _stop_mid_pass(deployment, "run", 11, iterations)
 
 
-def test_sigterm_serve_mid_pass(deployment: Deployment, iterations: float) -> None:
-    """SIGTERM during a pass of `serve`, 10 times: exit 0 within the grace period, leases
+def test_sigterm_serve_mid_pass(deployment: Workspace, iterations: float) -> None:
+    """SIGTERM during a pass of `serve`, 5 times: exit 0 within the grace period, leases
     released, instance unregistered, nothing half-written."""
     _stop_mid_pass(deployment, "serve", 12, iterations)
 
 
-def test_sigterm_serve_idle(deployment: Deployment) -> None:
+def test_sigterm_serve_idle(deployment: Workspace) -> None:
     """SIGTERM to `serve` between passes: exit 0 at once, nothing leased."""
     deployment.sim.clear_faults()
     proc = deployment.spawn("serve")

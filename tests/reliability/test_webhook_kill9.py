@@ -1,12 +1,5 @@
-"""kill -9 between a change and its webhook delivery loses no event.
-
-`lta-worker run` (a child process) reads against the simulator on loopback, revokes a user,
-stores another's first results, and starts delivering to a receiver that holds every
-request without answering. Once the receiver holds one, the child is SIGKILLed. The
-revocation, the results and their events are all committed (each shares its write's
-transaction); the next `run`, with the receiver answering, delivers every event, in order
-per user, under the webhook-ids the killed attempts used.
-"""
+"""kill -9 between a change and its webhook delivery loses no event: the next `run` delivers
+every event the killed one committed, in order per user, under the same webhook-ids."""
 
 from __future__ import annotations
 
@@ -22,10 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, RunningSimulator
+from lta_worker.simulator import RunningSimulator
 from lta_worker.storage import OutboxEvent, Store
+from support.process import Workspace, wait_for, write_private
 
-from .harness import Deployment, kill, make_deployment, wait_for, write_private
+from .crash import deploy
 
 SECRET = "whsec_" + base64.b64encode(b"kill-nine-webhook-secret-32bytes").decode()
 
@@ -81,18 +75,16 @@ def receiver() -> Iterator[tuple[Receiver, int]]:
 
 
 @pytest.fixture
-def deployment(tmp_path: Path, running: RunningSimulator) -> Deployment:
+def deployment(tmp_path: Path, running: RunningSimulator) -> Workspace:
     """Two users enrolled as demo-client."""
     running.sim.reset()
     running.sim.configure(budget=10_000_000, window=3600)
-    made = make_deployment(
-        tmp_path, running, client_id=DEMO_CLIENT_ID, client_secret=DEMO_CLIENT_SECRET
-    )
+    made = deploy(tmp_path, running)
     made.enroll(["u1", "u2"])
     return made
 
 
-def queued(deployment: Deployment) -> dict[str, list[str]]:
+def queued(deployment: Workspace) -> dict[str, list[str]]:
     """The types of the events in the outbox, per user, in order."""
     with Store.open(deployment.db_url) as store, store.database.read() as conn:
         rows = conn.execute(
@@ -111,11 +103,9 @@ EXPECTED = {
 
 
 def test_kill9_between_state_change_and_delivery_loses_no_event(
-    deployment: Deployment, receiver: tuple[Receiver, int]
+    deployment: Workspace, receiver: tuple[Receiver, int]
 ) -> None:
-    """SIGKILL while the first delivery is in flight: the revocation, the new results and
-    their events are committed, and the next run delivers all of them in order, with the
-    same ids."""
+    """SIGKILL mid-delivery: the next run delivers every event in order, with the same ids."""
     hook, port = receiver
     secret_file = write_private(deployment.tmp / "webhook-secret", SECRET + "\n")
     deployment.configure(
@@ -124,7 +114,7 @@ def test_kill9_between_state_change_and_delivery_loses_no_event(
     deployment.sim.revoke("u1")
     proc = deployment.spawn("run")
     assert wait_for(lambda: hook.held, timeout=60), deployment.keep(proc).stderr[-3000:]
-    kill(proc)
+    proc.kill()
 
     with Store.open(deployment.db_url) as store:
         row = store.get_user("u1")

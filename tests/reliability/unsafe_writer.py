@@ -1,18 +1,6 @@
-"""Deliberately unsafe writers for the negative controls of the kill -9 test.
-
-Each mode does to the database what a careless writer would, stops at the worst moment and
-says so on stdout (`ready`), so the harness can SIGKILL it there. The same invariant checks
-that pass after killing the real worker must then report the damage.
-
-    python unsafe_writer.py MODE DATABASE
-
-| mode | what the careless writer does | what the checks must report |
-|---|---|---|
-| delete-then-insert | rewrites snapshots as DELETE (committed), then INSERT later | snapshot lost |
-| token-null-then-set | re-encrypts tokens by NULLing them (committed) first | token lost |
-| replay-history | replays the last turn without comparing content hashes | duplicate history |
-| torn-page | writes a page with no journal and is cut off halfway | integrity |
-"""
+"""Deliberately unsafe writers for the kill -9 negative controls (`python unsafe_writer.py MODE
+DATABASE`): each damages the database as a careless writer would (delete-then-insert,
+token-null-then-set, replay-history, torn-page), prints `ready` and waits to be killed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Fixtures for the service tests: a simulator served on loopback, a config directory, and a
-fake systemd notify socket."""
+"""Fixtures for the service tests: a simulator served on loopback, a workspace, and a fake
+systemd notify socket."""
 
 from __future__ import annotations
 
@@ -8,21 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.simulator import RunningSimulator, Simulator, start_in_thread
-
-from .helpers import NotifySocket, World
+from lta_worker.simulator import RunningSimulator
+from support.process import NotifySocket, Workspace, serve_simulator
 
 
 @pytest.fixture
 def running() -> Iterator[RunningSimulator]:
-    with start_in_thread(Simulator()) as served:
-        served.sim.configure(budget=100_000, window=3600)
+    with serve_simulator(budget=100_000) as served:
         yield served
 
 
 @pytest.fixture
-def world(tmp_path: Path, running: RunningSimulator) -> World:
-    return World(running, tmp_path)
+def world(tmp_path: Path, running: RunningSimulator) -> Workspace:
+    return Workspace(running, tmp_path)
 
 
 @pytest.fixture

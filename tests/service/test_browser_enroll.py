@@ -1,17 +1,11 @@
-"""Enrollment in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
-driven by Selenium, through `serve` (a child process) and the simulator's consent page, both
-on loopback.
-
-Skipped, with the reason in pytest's summary, where Chromium or its driver is not installed
-(`.ci/run` installs them where it can: `apt-get install chromium chromium-driver`).
-"""
+"""Enrollment in headless Chromium (Selenium) through `serve` and the simulator's consent page;
+skipped where Chromium or its driver is not installed."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +13,7 @@ from typing import Any
 import pytest
 
 from lta_worker.simulator import DEMO_CLIENT_ID, LATEST_CHANGE_SCOPE, STATS_SCOPE
-
-from .helpers import REDIRECT, World, stop, write_private
+from support.process import REDIRECT, Workspace, free_port, stop, write_private
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -32,12 +25,6 @@ pytestmark = [
         reason="no Chromium/chromedriver installed (apt-get install chromium chromium-driver)",
     ),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -58,7 +45,7 @@ def driver() -> Iterator[Any]:
 
 
 @pytest.fixture
-def served(world: World, tmp_path: Path) -> Iterator[World]:
+def served(world: Workspace, tmp_path: Path) -> Iterator[Workspace]:
     """`serve` with `[enroll] listen` on a free loopback port, the simulator showing its
     consent page, a link key file, and the callback registered for the demo client."""
     port = free_port()
@@ -81,7 +68,7 @@ def served(world: World, tmp_path: Path) -> Iterator[World]:
         stop(proc)
 
 
-def link_for(world: World, user: str) -> str:
+def link_for(world: Workspace, user: str) -> str:
     done = world.cli("enroll", "link", "--user", user, "--valid", "10m")
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -98,16 +85,16 @@ def outcome(driver: Any) -> str:
     return str(heading.get_attribute("data-outcome"))
 
 
-def users(world: World) -> dict[str, dict[str, Any]]:
+def users(world: Workspace) -> dict[str, dict[str, Any]]:
     done = world.cli("users", "list", "--format", "json")
     assert done.returncode == 0, done.stderr
     return {row["user"]: row for row in json.loads(done.stdout)}
 
 
-def test_click_untick_allow_deny_and_replay_in_a_real_browser(served: World, driver: Any) -> None:
-    """Click the link, untick the stats scope, Allow: the success page, and `users list`
-    shows the user active with exactly the scope left ticked. Deny: the denial page, no
-    token. The first link opened again: the "already used" page."""
+def test_click_untick_allow_deny_and_replay_in_a_real_browser(
+    served: Workspace, driver: Any
+) -> None:
+    """Allow with a scope unticked keeps the other; Deny stores nothing; a reused link says so."""
     from selenium.webdriver.common.by import By
 
     link = link_for(served, "ada")

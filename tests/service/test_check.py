@@ -12,32 +12,23 @@ from typing import Any
 import pytest
 
 from lta_worker.storage import generate_key_line
+from support.process import REDIRECT, Workspace, reads, write_private
 
-from .helpers import REDIRECT, World, reads, write_private
 
-
-def _check(world: World) -> tuple[int, dict[str, Any]]:
+def _check(world: Workspace) -> tuple[int, dict[str, Any]]:
     done = world.cli("check", "--format", "json")
     return done.returncode, json.loads(done.stdout)
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _client_reads(world: World) -> int:
+def _client_reads(world: Workspace) -> int:
     """Reads the simulator counted against the client (with a credential)."""
     return sum(1 for e in reads(world.sim) if e.client is not None)
 
 
-def test_check_passes_and_spends_no_read(world: World) -> None:
-    """Config, secret, key file, database and service all ok: exit 0, and the simulator saw
-    no read with a credential (the client's budget is untouched); the table form says `ok`
-    per check."""
+def test_check_passes_and_spends_no_read(world: Workspace) -> None:
+    """All checks ok: exit 0, no read spent, nothing written, the table says `ok` per check."""
     world.enroll(["ada"])
-    before = _client_reads(world)
+    before, database = _client_reads(world), world.database.read_bytes()
     code, data = _check(world)
     assert code == 0, data
     assert data["ok"] is True
@@ -53,9 +44,11 @@ def test_check_passes_and_spends_no_read(world: World) -> None:
     table = world.cli("check")
     assert table.returncode == 0
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
+    assert world.database.read_bytes() == database  # nothing written
+    assert not (world.tmp / "lta.db-wal").exists()
 
 
-def test_check_open_secret_file_is_78(world: World) -> None:
+def test_check_open_secret_file_is_78(world: Workspace) -> None:
     """A client secret file readable by others: exit 78, the check names the setting and
     says what to do; the others still run."""
     world.enroll(["ada"])
@@ -68,10 +61,8 @@ def test_check_open_secret_file_is_78(world: World) -> None:
     assert failed["client_secret"]["exit_code"] == 78
 
 
-def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: World) -> None:
-    """A key file whose ids are the database's but whose keys are not: the key_file check
-    fails with 78 naming crypto.key_file (else every token would fail at the next pass);
-    nothing is changed and no key or token is shown."""
+def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: Workspace) -> None:
+    """Right key ids, wrong keys: key_file check fails 78, nothing changes, no key shown."""
     world.enroll(["ada"])
     key_id, material = world.key_file.read_text().strip().split(":", 1)
     other = generate_key_line(datetime.now(UTC)).split(":", 1)[1]
@@ -87,30 +78,8 @@ def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: World) ->
     assert world.database.read_bytes() == before
 
 
-def test_check_unreachable_service_is_75(world: World) -> None:
-    """A service URL nobody answers on: exit 75 (temporary), the service check fails."""
-    world.enroll(["ada"])
-    text = world.config_text().replace(world.running.base_url, f"http://127.0.0.1:{_closed_port()}")
-    world.write_config(text)
-    code, data = _check(world)
-    assert code == 75
-    service = data["checks"][-1]
-    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 75)
-
-
-def test_check_writes_nothing(world: World) -> None:
-    """The SQLite file is byte for byte the same after `check`, with no -wal or -shm left."""
-    world.enroll(["ada"])
-    before = world.database.read_bytes()
-    assert _check(world)[0] == 0
-    assert world.database.read_bytes() == before
-    assert not (world.tmp / "lta.db-wal").exists()
-
-
-def test_check_wrong_base_url_path_is_78(world: World) -> None:
-    """A `service.base_url` with a wrong path (`.../v2`): the read path answers 404 without
-    credentials instead of 401, so `check` exits 78 naming `service.base_url`, spending no
-    read of the client's."""
+def test_check_wrong_base_url_path_is_78(world: Workspace) -> None:
+    """A wrong base_url path (404 unauthenticated): 78 naming service.base_url, no read spent."""
     world.enroll(["ada"])
     base = world.running.base_url
     world.write_config(world.config_text().replace(base, base + "/v2"))
@@ -127,20 +96,20 @@ def test_check_wrong_base_url_path_is_78(world: World) -> None:
 WEBHOOK_SECRET = "whsec_" + "c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM="
 
 
-def webhook_secret_open(world: World) -> None:
+def webhook_secret_open(world: Workspace) -> None:
     path = write_private(world.tmp / "webhook-secret", WEBHOOK_SECRET + "\n")
     path.chmod(0o644)
     world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
     world.write_config()
 
 
-def webhook_secret_missing(world: World) -> None:
+def webhook_secret_missing(world: Workspace) -> None:
     path = world.tmp / "no-such-secret"
     world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
     world.write_config()
 
 
-def link_key_open(world: World) -> None:
+def link_key_open(world: Workspace) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -163,7 +132,7 @@ def link_key_open(world: World) -> None:
     ],
     ids=["webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
 )
-def test_check_fails_where_serve_fails(world: World, setup: Any, key: str) -> None:
+def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -> None:
     """A secret file `serve` refuses at start (the webhook secret with `webhook.url` set, the
     link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does."""
     world.enroll(["ada"])
@@ -178,7 +147,7 @@ def test_check_fails_where_serve_fails(world: World, setup: Any, key: str) -> No
 
 
 def test_check_fails_where_serve_lacks_the_web_extra(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`enroll.listen` set without the `[web]` extra (here: a module that is not there):
     `check` exits 78 naming `enroll.listen`, as `serve` would at start."""

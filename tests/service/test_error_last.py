@@ -1,22 +1,15 @@
-"""Every failing exit ends with its `error` event as the last log line (docs/log-events.md):
-`run` stopped by the breaker, an unreachable service, SIGTERM or its deadline; `check` with
-a failed check or a broken configuration, whose
-`--format json` still prints its JSON."""
+"""A failing exit ends with its `error` event as the last log line (docs/log-events.md): `run`
+stopped by the breaker, SIGTERM or its deadline (unreachable: test_exit_codes); a failing
+`check`, whose `--format json` still prints its JSON."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from .helpers import World, child_env, stop
-from .test_exit_codes import service_down
+from support.process import Workspace, stop
 
 
 def last_event(stderr: str) -> dict[str, Any]:
@@ -27,35 +20,22 @@ def last_event(stderr: str) -> dict[str, Any]:
     return event
 
 
-def wrong_secret(world: World) -> None:
+def wrong_secret(world: Workspace) -> None:
     world.enroll([f"user-{n}" for n in range(6)])
     world.secret_file.write_text("not-the-secret\n")
 
 
-def unreachable(world: World) -> None:
-    world.enroll(["ada"])
-    service_down(world)
-
-
-@pytest.mark.parametrize(
-    ("setup", "code"),
-    [(wrong_secret, 78), (unreachable, 75)],
-    ids=["breaker", "unreachable"],
-)
-def test_a_failing_run_ends_with_its_error_event(
-    world: World, setup: Callable[[World], None], code: int
-) -> None:
-    """`run` stopped by the breaker (78) or by an unreachable service (75): the last line
-    is the `error` event with that exit code, after `pass.finished`."""
-    setup(world)
+def test_a_run_stopped_by_the_breaker_ends_with_its_error_event(world: Workspace) -> None:
+    """`run` stopped by the breaker: 78, the `error` event last (unreachable: test_exit_codes)."""
+    wrong_secret(world)
     done = world.cli("run")
-    assert done.returncode == code, done.stderr
+    assert done.returncode == 78, done.stderr
     event = last_event(done.stderr)
-    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", code)
+    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", 78)
     assert event["message"] and event["error"] == "PassStoppedError"
 
 
-def test_a_run_past_its_deadline_ends_with_its_error_event(world: World) -> None:
+def test_a_run_past_its_deadline_ends_with_its_error_event(world: Workspace) -> None:
     """`run --max-duration` reached with users still due: 75, the `error` event last."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=3.0)
@@ -66,18 +46,11 @@ def test_a_run_past_its_deadline_ends_with_its_error_event(world: World) -> None
     assert "deadline" in event["message"] or "max-duration" in event["message"]
 
 
-def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: World) -> None:
+def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) -> None:
     """SIGTERM during a `run` pass: 75, and the `error` event is the last line."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=2.0)
-    with world.log_file.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lta_worker", "--config", str(world.config), "run"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=child_env(),
-        )
+    proc = world.spawn("run")
     try:
         world.wait_for_event("pass.started", proc)
         time.sleep(0.2)  # let the first read go out; the stop is the same either way
@@ -85,11 +58,11 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: World) -> Non
         assert proc.wait(30) == 75
     finally:
         stop(proc)
-    event = last_event(world.log_file.read_text(encoding="utf-8"))
+    event = last_event(proc.stderr())
     assert (event["event"], event["exit_code"]) == ("error", 75)
 
 
-def test_a_failing_check_writes_its_error_event(world: World) -> None:
+def test_a_failing_check_writes_its_error_event(world: Workspace) -> None:
     """`check` with a failed check: the table on stdout, and the `error` event on stderr."""
     world.enroll(["ada"])
     world.secret_file.chmod(0o644)
@@ -101,11 +74,10 @@ def test_a_failing_check_writes_its_error_event(world: World) -> None:
     assert event["key"] == "client.secret_file"
 
 
-def test_check_json_with_a_broken_config_prints_its_json(world: World) -> None:
+def test_check_json_with_a_broken_config_prints_its_json(world: Workspace) -> None:
     """`check --format json` with a configuration that does not load: the JSON on stdout
     (the `config` check failed, naming the key) and the `error` event on stderr, exit 78."""
-    world.poll = {"interval": "0s"}
-    world.write_config()
+    world.configure(poll={"interval": "0s"})
     done = world.cli("check", "--format", "json")
     assert done.returncode == 78
     data = json.loads(done.stdout)

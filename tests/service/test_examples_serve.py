@@ -15,19 +15,16 @@ import httpx
 import pytest
 
 from lta_worker.api import LtaApi
-
-from .helpers import World, stop, write_private
+from support.process import Workspace, stop, write_private
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 SECRET = "whsec_" + base64.b64encode(b"flask-example-webhook-secret-32b").decode()
 
 
 def test_the_flask_example_enrolls_receives_and_follows_a_real_serve(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Enrolled from the app's pages, read by `serve`: the app gets user.enrolled and both
-    result.changed once (Werkzeug's title-cased headers, one connection per thread), and
-    its feed consumer takes both results; SIGTERM still exits 0."""
+    """The Flask example enrolls, gets each webhook once and follows the feed of a real serve."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import lta_app
     from flask_app import create_app
@@ -40,7 +37,7 @@ def test_the_flask_example_enrolls_receives_and_follows_a_real_serve(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
     secret_file = write_private(world.tmp / "webhook-secret", SECRET + "\n")
-    world.poll = {"tick": "200ms"}
+    world.configure(poll={"tick": "200ms"})
     hook = f'url = "{base}/lta/webhook"\nsecret_file = "{secret_file}"\ninterval = "200ms"\n'
     world.extra = f"[webhook]\n{hook}"
     world.write_config()

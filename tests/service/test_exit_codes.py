@@ -3,11 +3,9 @@ a child process against the served simulator: the table and the program agree.""
 
 from __future__ import annotations
 
+import json
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,8 +15,7 @@ import httpx
 import pytest
 
 from lta_worker.domain import PassRecord
-
-from .helpers import REDIRECT, World, child_env, stop
+from support.process import REDIRECT, Workspace, free_port, stop
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 CODES = ("0", "1", "2", "75", "78")
@@ -39,73 +36,41 @@ def documented_cells() -> list[tuple[str, int]]:
     return cells
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cli(world: World, *args: str, stdin: str = "") -> int:
+def cli(world: Workspace, *args: str, stdin: str = "") -> int:
     """`lta-worker --config CFG ARGS` with `stdin`; its exit code."""
-    done = subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(world.config), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
-    return done.returncode
+    return world.cli(*args, stdin=stdin, timeout=60).returncode or 0
 
 
-def bad_config(world: World) -> None:
-    world.poll = {"interval": "0s"}
-    world.write_config()
+def bad_config(world: Workspace) -> None:
+    world.configure(poll={"interval": "0s"})
 
 
-def service_down(world: World) -> None:
+def service_down(world: Workspace) -> None:
     """Both service URLs at a port nobody listens on."""
-    port = closed_port()
+    port = free_port()
     text = world.config_text()
     for url in {world.running.base_url, world.running.auth_url}:
         text = text.replace(url, f"http://127.0.0.1:{port}")
     world.write_config(text)
 
 
-def database_down(world: World) -> None:
+def database_down(world: Workspace) -> None:
     """A PostgreSQL URL at a port nobody listens on (connection refused: temporary)."""
-    url = f"postgresql://lta@127.0.0.1:{closed_port()}/lta"
+    url = f"postgresql://lta@127.0.0.1:{free_port()}/lta"
     world.write_config(world.config_text().replace(f"sqlite:///{world.database}", url))
 
 
-def enrolled(world: World) -> None:
+def enrolled(world: Workspace) -> None:
     world.enroll(["ada"])
 
 
-def consent_url(world: World) -> str:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lta_worker",
-            "--config",
-            str(world.config),
-            "enroll",
-            "url",
-            "--user",
-            "ada",
-        ],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=True,
-    )
+def consent_url(world: Workspace) -> str:
+    done = world.cli("enroll", "url", "--user", "ada")
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
-def serve_until_first_pass(world: World) -> int:
+def serve_until_first_pass(world: Workspace) -> int:
     proc = world.start_serve()
     try:
         world.wait_for_event("pass.finished", proc)
@@ -115,12 +80,12 @@ def serve_until_first_pass(world: World) -> int:
         stop(proc)
 
 
-def serve_locked(world: World) -> int:
+def serve_locked(world: Workspace) -> int:
     with world.store() as store, store.single_instance_lock():
         return world.serve_until_exit()
 
 
-def enroll_finish_ok(world: World) -> int:
+def enroll_finish_ok(world: Workspace) -> int:
     url = consent_url(world)
     world.sim.add_user("ada")
     world.sim.queue_consent("ada", None)
@@ -128,21 +93,21 @@ def enroll_finish_ok(world: World) -> int:
     return cli(world, "enroll", "finish", "--user", "ada", stdin=location + "\n")
 
 
-def enroll_finish_unreachable(world: World) -> int:
+def enroll_finish_unreachable(world: Workspace) -> int:
     state = parse_qs(urlsplit(consent_url(world)).query)["state"][0]
     service_down(world)
     redirect = f"{REDIRECT}?code=abc&state={state}\n"
     return cli(world, "enroll", "finish", "--user", "ada", stdin=redirect)
 
 
-def newer_schema(world: World) -> int:
+def newer_schema(world: Workspace) -> int:
     enrolled(world)
     with sqlite3.connect(world.database) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '9999'")
     return cli(world, "db", "upgrade")
 
 
-def unhealthy(world: World) -> int:
+def unhealthy(world: Workspace) -> int:
     enrolled(world)
     now = datetime.now(UTC)
     with world.store() as store:
@@ -150,30 +115,51 @@ def unhealthy(world: World) -> int:
     return cli(world, "status", "--check")
 
 
-def keys_open(world: World) -> int:
+def keys_open(world: Workspace) -> int:
     enrolled(world)
     world.key_file.chmod(0o644)
     return cli(world, "keys", "rotate")
 
 
-def then(setup: Callable[[World], None], *args: str) -> Callable[[World], int]:
+def run_unreachable(world: Workspace) -> int:
+    """The error event is the last line, after `pass.finished`."""
+    enrolled(world)
+    service_down(world)
+    done = world.cli("run")
+    event = json.loads(done.stderr.splitlines()[-1])
+    assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", 75)
+    assert event["message"] and event["error"] == "PassStoppedError"
+    return done.returncode or 0
+
+
+def check_unreachable(world: Workspace) -> int:
+    """The `service` check is the one that failed, with 75."""
+    enrolled(world)
+    service_down(world)
+    done = world.cli("check", "--format", "json")
+    service = json.loads(done.stdout)["checks"][-1]
+    assert (service["name"], service["ok"], service["exit_code"]) == ("service", False, 75)
+    return done.returncode or 0
+
+
+def then(setup: Callable[[Workspace], None], *args: str) -> Callable[[Workspace], int]:
     """Prepare the world with `setup`, then run `lta-worker ARGS`."""
 
-    def scenario(world: World) -> int:
+    def scenario(world: Workspace) -> int:
         setup(world)
         return cli(world, *args)
 
     return scenario
 
 
-def nothing(_world: World) -> None:
+def nothing(_world: Workspace) -> None:
     """A world whose database was never set up."""
 
 
-SCENARIOS: dict[tuple[str, int], Callable[[World], int]] = {
+SCENARIOS: dict[tuple[str, int], Callable[[Workspace], int]] = {
     ("run", 0): then(enrolled, "run"),
     ("run", 2): then(enrolled, "run", "--max-duration", "soon"),
-    ("run", 75): lambda w: (enrolled(w), then(service_down, "run")(w))[1],
+    ("run", 75): run_unreachable,
     ("run", 78): then(bad_config, "run"),
     ("serve", 0): lambda w: (enrolled(w), serve_until_first_pass(w))[1],
     ("serve", 2): then(nothing, "serve", "--forever"),
@@ -222,7 +208,7 @@ SCENARIOS: dict[tuple[str, int], Callable[[World], int]] = {
     ("status", 78): then(nothing, "status"),
     ("check", 0): then(enrolled, "check"),
     ("check", 2): then(enrolled, "check", "--format", "xml"),
-    ("check", 75): lambda w: (enrolled(w), then(service_down, "check")(w))[1],
+    ("check", 75): check_unreachable,
     ("check", 78): then(nothing, "check"),
 }
 
@@ -233,6 +219,6 @@ def test_every_documented_cell_has_a_scenario() -> None:
 
 
 @pytest.mark.parametrize(("command", "code"), sorted(SCENARIOS), ids=str)
-def test_exit_code(world: World, command: str, code: int) -> None:
+def test_exit_code(world: Workspace, command: str, code: int) -> None:
     """The command exits with the documented code in the situation the table names."""
     assert SCENARIOS[(command, code)](world) == code

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .helpers import World, child_env
+from support.process import Workspace, child_env
 
 
-def run_journaled(world: World, *args: str) -> tuple[int, list[str]]:
+def run_journaled(world: Workspace, *args: str) -> tuple[int, list[str]]:
     """`lta-worker --config CFG ARGS` with stderr a file that `$JOURNAL_STREAM` names."""
     path = world.tmp / "journal.log"
     with path.open("wb") as err:
@@ -29,7 +29,7 @@ def run_journaled(world: World, *args: str) -> tuple[int, list[str]]:
     return done.returncode, Path(path).read_text().splitlines()
 
 
-def test_run_lines_carry_journal_priorities(world: World) -> None:
+def test_run_lines_carry_journal_priorities(world: Workspace) -> None:
     """Under the journal every line of `run` starts with its priority then the JSON event:
     `<6>` for `poll.read` and a completed `pass.finished`."""
     world.enroll(["ada"])
@@ -41,11 +41,10 @@ def test_run_lines_carry_journal_priorities(world: World) -> None:
     assert all(line[:3] in {"<3>", "<4>", "<6>", "<7>"} for line in lines)
 
 
-def test_fatal_error_is_one_priority_3_json_line(world: World) -> None:
+def test_fatal_error_is_one_priority_3_json_line(world: Workspace) -> None:
     """A bad setting under the journal: exit 78, one line `<3>` + the JSON `error` event with
     its exit code and the key."""
-    world.poll = {"interval": "0s"}
-    world.write_config()
+    world.configure(poll={"interval": "0s"})
     code, lines = run_journaled(world, "run")
     assert code == 78
     (line,) = lines
@@ -54,7 +53,7 @@ def test_fatal_error_is_one_priority_3_json_line(world: World) -> None:
     assert (event["event"], event["exit_code"], event["key"]) == ("error", 78, "poll.interval")
 
 
-def test_read_level_debug_keeps_pass_finished(world: World) -> None:
+def test_read_level_debug_keeps_pass_finished(world: Workspace) -> None:
     """`[log] read_level = "debug"` at level info: no `poll.read` line, `pass.finished`
     still there."""
     world.write_config(world.config_text().replace("[log]\n", '[log]\nread_level = "debug"\n', 1))

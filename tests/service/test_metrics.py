@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .helpers import NotifySocket, World, stop
+from support.process import NotifySocket, Workspace, free_port, stop
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -29,12 +29,6 @@ def samples(text: str) -> Samples:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def get(url: str) -> tuple[int, str]:
     """GET `url`: (status, body), an HTTP error status included."""
     try:
@@ -44,10 +38,8 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_serve_answers_metrics_and_healthz(world: World, notify: NotifySocket) -> None:
-    """After the first pass of `serve`: /metrics holds reads by endpoint and outcome, users
-    by state, the budget, the pass duration and the last success timestamp; /healthz
-    answers 200 with the same `healthy` and `problems` as `status --format json`."""
+def test_serve_answers_metrics_and_healthz(world: Workspace, notify: NotifySocket) -> None:
+    """After a pass, /metrics holds every family and /healthz agrees with `status --format json`."""
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
     world.write_config()
@@ -84,7 +76,7 @@ def test_serve_answers_metrics_and_healthz(world: World, notify: NotifySocket) -
     assert all(line.startswith("{") for line in world.log_lines())  # no access log
 
 
-def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
+def test_run_writes_the_textfile(world: Workspace, tmp_path: Path) -> None:
     """`run` with `[metrics] textfile` leaves a parseable file after its pass (and no
     temporary file beside it), whose last success timestamp is the pass's end."""
     path = tmp_path / "prom" / "lta_worker.prom"
@@ -103,7 +95,7 @@ def test_run_writes_the_textfile(world: World, tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["lta_worker.prom"]
 
 
-def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
+def test_serve_with_its_metrics_port_taken_is_78(world: Workspace) -> None:
     """`metrics.listen` on a port another socket holds: `serve` stops at start with exit 78
     and one `error` event naming the key."""
     with socket.socket() as holder:
@@ -117,13 +109,10 @@ def test_serve_with_its_metrics_port_taken_is_78(world: World) -> None:
     assert (error["event"], error["key"]) == ("error", "metrics.listen")
 
 
-def test_serve_notices_its_key_file_gone_and_reads_on(world: World) -> None:
-    """The key file deleted under `serve`: the next tick logs `service.key_file_lost` (error,
-    naming `crypto.key_file`) once, /healthz answers 503 with that problem, and the passes
-    go on reading with the keys read at start; the file restored, `service.key_file_back`
-    and health again."""
+def test_serve_notices_its_key_file_gone_and_reads_on(world: Workspace) -> None:
+    """A deleted key file: logged once, /healthz 503, passes read on; restored, healthy again."""
     port = free_port()
-    world.poll = {"tick": "200ms", "interval": "1s", "max_interval": "1s"}
+    world.configure(poll={"tick": "200ms", "interval": "1s", "max_interval": "1s"})
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
     world.write_config()
     world.enroll(["ada"])
@@ -159,15 +148,12 @@ def test_serve_notices_its_key_file_gone_and_reads_on(world: World) -> None:
 
 
 def test_a_killed_service_turns_healthz_and_status_check_unhealthy_within_the_bound(
-    world: World,
+    world: Workspace,
 ) -> None:
-    """`serve` against a simulator that is killed: /healthz answers 503 and `status --check`
-    exits 1 within the bound docs/operations.md states (`poll.interval` plus one pass plus
-    `poll.tick`, and the second /healthz reuses its verdict), and both stay unhealthy
-    through the passes that follow, which find every user backed off and read nobody."""
+    """A killed service: /healthz and `status --check` unhealthy within the documented bound."""
     port = free_port()
     interval, tick, fresh = 3.0, 0.2, 1.0
-    world.poll = {"interval": "3s", "tick": "200ms", "max_interval": "3s"}
+    world.configure(poll={"interval": "3s", "tick": "200ms", "max_interval": "3s"})
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
     world.write_config()
     world.enroll([f"user-{n}" for n in range(6)])

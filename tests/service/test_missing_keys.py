@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import World
+from support.process import Workspace
 
 
 def _error(stderr: str) -> dict[str, Any]:
@@ -20,7 +20,9 @@ def _error(stderr: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("command", [("run",), ("serve",)], ids=["run", "serve"])
-def test_missing_key_file_with_tokens_says_restore_it(world: World, command: tuple[str]) -> None:
+def test_missing_key_file_with_tokens_says_restore_it(
+    world: Workspace, command: tuple[str]
+) -> None:
     """Tokens stored under the key file's id, the file gone: 78, the error names the key id
     the database needs and says to restore the file, and does not suggest a new key."""
     world.enroll(["ada"])
@@ -37,7 +39,7 @@ def test_missing_key_file_with_tokens_says_restore_it(world: World, command: tup
     assert "keys generate" not in text
 
 
-def test_check_names_the_key_ids_a_missing_key_file_had(world: World) -> None:
+def test_check_names_the_key_ids_a_missing_key_file_had(world: Workspace) -> None:
     """`check` with the key file gone and tokens stored: the `key_file` check says to
     restore it, naming the key ids, never to generate one."""
     world.enroll(["ada"])
@@ -52,7 +54,7 @@ def test_check_names_the_key_ids_a_missing_key_file_had(world: World) -> None:
     assert "keys generate" not in text
 
 
-def test_missing_key_file_with_an_empty_database_suggests_a_new_one(world: World) -> None:
+def test_missing_key_file_with_an_empty_database_suggests_a_new_one(world: Workspace) -> None:
     """No token stored yet (a new installation): the advice is to generate a key file."""
     assert world.cli("db", "upgrade").returncode == 0
     world.key_file.unlink()

@@ -1,11 +1,6 @@
-"""The dashboard and the alert rules against the tools they are for: Debian's Prometheus
-scrapes a real `serve` (a child process, metrics on a free loopback port) against the served
-simulator through a pass, a revocation and a parked user (then a 429); every PromQL query of
-deploy/grafana-dashboard.json, its template variables substituted, goes through
-Prometheus's HTTP API and must parse and return data; the Prometheus rules load and
-evaluate. The LogQL queries of the dashboard and of deploy/loki-rules.yml are checked
-against the JSON lines that same `serve` wrote. node_exporter reads the textfile `run`
-writes. Skipped, with the reason, where the binaries are not installed."""
+"""The dashboard and alert rules against a real Prometheus scraping a real `serve`, the LogQL
+queries against that `serve`'s JSON lines, and node_exporter reading `run`'s textfile
+(skipped where the binaries are not installed)."""
 
 from __future__ import annotations
 
@@ -21,13 +16,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lta_worker.simulator import DEMO_CLIENT_ID
+from support.process import Workspace, free_port, stop
 from support.prometheus import (
     MISSING_NODE_EXPORTER,
     MISSING_PROMETHEUS,
     NODE_EXPORTER,
     PROMETHEUS,
     Prometheus,
-    free_port,
     http_get,
     running_node_exporter,
     running_prometheus,
@@ -42,8 +37,6 @@ from support.queries import (
     rules,
     targets,
 )
-
-from .helpers import World, stop
 
 # Grafana's built-in interval variables, at values that hold several 1 s scrapes.
 BUILTIN = {"$__rate_interval": "15s", "$__interval": "15s", "$__range": "1m"}
@@ -86,18 +79,20 @@ def promql_queries() -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def served_world(world: World) -> World:
+def served_world(world: Workspace) -> Workspace:
     """Three users: one active, one revoked upstream and one parked (no sync for 100 days);
     passes every 200 ms, the adaptive schedule (its expected delay is a panel) reading
     active users every second or two, a heartbeat every second."""
-    world.poll = {
-        "tick": "200ms",
-        "schedule": "adaptive",
-        "interval": "1s",
-        "max_interval": "2s",
-        "parked_interval": "1s",
-    }
-    world.serve = {"heartbeat": "1s"}
+    world.configure(
+        poll={
+            "tick": "200ms",
+            "schedule": "adaptive",
+            "interval": "1s",
+            "max_interval": "2s",
+            "parked_interval": "1s",
+        },
+        serve={"heartbeat": "1s"},
+    )
     world.enroll({"ada": {}, "gone": {}, "sleepy": {"last_sync_age_days": 100}})
     world.sim.revoke("gone")
     return world
@@ -106,11 +101,9 @@ def served_world(world: World) -> World:
 @pytest.mark.skipif(PROMETHEUS is None, reason=MISSING_PROMETHEUS)
 @pytest.mark.timeout(120)
 def test_dashboard_queries_return_data_from_a_real_prometheus(
-    served_world: World, tmp_path: Path
+    served_world: Workspace, tmp_path: Path
 ) -> None:
-    """Prometheus scrapes serve through a pass, a revocation and a parked user: every PromQL
-    query of the dashboard (and its instance variable) parses and returns data, the users
-    and the revocation show as the database has them, and every alert rule evaluates."""
+    """Every dashboard PromQL query returns data from Prometheus scraping serve; rules evaluate."""
     world = served_world
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
@@ -214,10 +207,8 @@ def _check_logql_against(events: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_node_exporter_reads_the_textfile_run_writes(world: World, tmp_path: Path) -> None:
-    """`run` writes `[metrics] textfile`; node_exporter's textfile collector (Debian's
-    prometheus-node-exporter; where absent, the Prometheus text parser alone) exposes every
-    sample of it unchanged and reports no scrape error."""
+def test_node_exporter_reads_the_textfile_run_writes(world: Workspace, tmp_path: Path) -> None:
+    """node_exporter exposes every sample of the textfile `run` writes, with no scrape error."""
     directory = tmp_path / "textfile"
     directory.mkdir()
     path = directory / "lta_worker.prom"

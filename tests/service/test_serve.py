@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -15,13 +14,12 @@ import pytest
 
 from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.storage import generate_key_line
-
-from .helpers import NotifySocket, World, reads, stop, wait_for_reads
+from support.process import NotifySocket, Spawned, Workspace, reads, stop, wait_for_reads
 
 USERS = [f"user-{n:02d}" for n in range(20)]
 
 
-def test_serve_notifies_ready_status_and_watchdog(world: World, notify: NotifySocket) -> None:
+def test_serve_notifies_ready_status_and_watchdog(world: Workspace, notify: NotifySocket) -> None:
     """READY=1 with MAINPID, a STATUS line after the first pass, WATCHDOG=1 pings while
     WATCHDOG_USEC is set, STOPPING=1 on SIGTERM, exit 0, and every stderr line is JSON."""
     world.enroll(["alice", "bob", "carol"])
@@ -54,16 +52,13 @@ def test_serve_notifies_ready_status_and_watchdog(world: World, notify: NotifySo
 
 @pytest.mark.parametrize("slow", ["latency", "budget"])
 def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
-    world: World, notify: NotifySocket, slow: str
+    world: Workspace, notify: NotifySocket, slow: str
 ) -> None:
-    """SIGTERM during a slow pass (every read delayed, or a budget nearly spent): exit 0
-    within the 10 s grace period, STOPPING=1, an intact database, what was read is committed,
-    every user not reached is still due with its schedule untouched, and stderr is JSON only."""
+    """SIGTERM mid-pass: exit 0 in the grace period, STOPPING=1, reads kept, the rest still due."""
     # A tick far shorter than the pass: the scheduler skips ticks while it runs (its
     # plain-text warnings must stay off stderr), and the heartbeat runs alongside.
-    world.poll = {"concurrency": "4", "tick": "0.3s"}
-    world.serve = {"heartbeat": "0.5s"}
-    world.write_config()
+    world.configure(poll={"concurrency": "4", "tick": "0.3s"})
+    world.configure(serve={"heartbeat": "0.5s"})
     world.enroll(USERS)
     with world.store() as store:
         before = {u: store.get_user(u) for u in USERS}
@@ -74,7 +69,7 @@ def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     try:
         notify.wait_for(lambda m: m.get("READY") == "1")
-        wait_for_reads(world.sim, 4)
+        assert wait_for_reads(world.sim, 3, timeout=20)
         world.wait_for_event("service.heartbeat", proc)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -118,14 +113,11 @@ def test_sigterm_mid_pass_exits_0_and_leaves_the_rest_due(
 
 
 def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
-    world: World, notify: NotifySocket
+    world: Workspace, notify: NotifySocket
 ) -> None:
-    """SIGHUP re-reads the config: service.reloaded ok=true and the new poll.tick is in force
-    (passes come every 0.5 s instead of hourly); with a broken config file, ok=false naming
-    the problem, and the service goes on with the settings it had."""
+    """SIGHUP applies a new config; a broken one is refused (ok=false) and the old one kept."""
     world.enroll(["alice"])
-    world.poll = {"tick": "1h"}
-    world.write_config()
+    world.configure(poll={"tick": "1h"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
 
     def a_pass(message: dict[str, str]) -> bool:
@@ -133,8 +125,7 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(
 
     try:
         notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
-        world.poll = {"tick": "0.5s"}
-        world.write_config()
+        world.configure(poll={"tick": "0.5s"})
         mark = len(notify.messages)
         proc.send_signal(signal.SIGHUP)
         reloading = notify.wait_for(lambda m: m.get("RELOADING") == "1", since=mark)
@@ -173,13 +164,12 @@ def _sighup_held(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_sighup_all_through_start_up_neither_ends_serve_nor_is_lost(
-    world: World, notify: NotifySocket
+    world: Workspace, notify: NotifySocket
 ) -> None:
     """SIGHUP every few milliseconds from serve's first line of Python until it is READY:
     it starts, serves, and the config rewritten meanwhile is in force (tick 1h -> 0.5 s)."""
     world.enroll(["alice"])
-    world.poll = {"tick": "1h"}
-    world.write_config()
+    world.configure(poll={"tick": "1h"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     started = threading.Event()
 
@@ -193,8 +183,7 @@ def test_sighup_all_through_start_up_neither_ends_serve_nor_is_lost(
         while not _sighup_held(proc.pid):  # its first act, once the interpreter runs
             assert proc.poll() is None, f"serve ended with {proc.returncode} before its CLI ran"
             assert time.monotonic() < deadline, "serve never held SIGHUP"
-        world.poll = {"tick": "0.5s"}
-        world.write_config()
+        world.configure(poll={"tick": "0.5s"})
         spammer = threading.Thread(target=hang_up_until_started)
         spammer.start()
         try:
@@ -213,7 +202,7 @@ def test_sighup_all_through_start_up_neither_ends_serve_nor_is_lost(
     assert not any(e["event"] == "service.reloaded" and not e["ok"] for e in events)
 
 
-def test_serve_without_notify_socket_runs_and_stops(world: World) -> None:
+def test_serve_without_notify_socket_runs_and_stops(world: Workspace) -> None:
     """With no $NOTIFY_SOCKET (not under systemd) serve still runs a pass and stops on SIGINT."""
     world.enroll(["alice"])
     proc = world.start_serve()
@@ -227,11 +216,9 @@ def test_serve_without_notify_socket_runs_and_stops(world: World) -> None:
 
 
 def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
-    world: World, notify: NotifySocket
+    world: Workspace, notify: NotifySocket
 ) -> None:
-    """A key line removed too early: the first pass meets a token it cannot decrypt, and
-    `serve` stops with 78 (`service.config_stop`) instead of failing every pass; no token
-    is deleted or changed."""
+    """A token under a removed key line stops serve with 78; no token is touched."""
     world.enroll(["alice", "bob", "carol"])
     with world.store() as store:
         before = {u.user: u.token for u in store.list_users()}
@@ -257,14 +244,11 @@ def test_serve_exits_78_on_a_token_under_a_key_the_file_no_longer_lists(
 
 
 def test_serve_takes_a_key_added_after_it_started_instead_of_stopping(
-    world: World, notify: NotifySocket
+    world: Workspace, notify: NotifySocket
 ) -> None:
-    """Step 1 of key rotation with `serve` running: a user enrolled under the key line just
-    added makes `serve` read the key file again (`service.keys_reloaded`) and read that
-    user, not stop with 78 saying a line was removed."""
+    """A token under a key line added after start makes serve reload its keys and read, not stop."""
     world.enroll(["alice"])
-    world.poll = {"tick": "0.5s", "interval": "1s"}
-    world.write_config()
+    world.configure(poll={"tick": "0.5s", "interval": "1s"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     try:
         notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
@@ -282,15 +266,13 @@ def test_serve_takes_a_key_added_after_it_started_instead_of_stopping(
     assert not any(e["event"] in {"error", "service.config_stop"} for e in world.log_events())
 
 
-def _complete_lines(world: World) -> list[str]:
+def _complete_lines(world: Workspace) -> list[str]:
     """The child's log lines written whole so far (a line being written is left out)."""
     text = world.log_file.read_text(encoding="utf-8")
     return text[: text.rfind("\n") + 1].splitlines()
 
 
-def _wait_until_read(
-    world: World, proc: subprocess.Popen[bytes], users: set[str], *, since: int = 0
-) -> None:
+def _wait_until_read(world: Workspace, proc: Spawned, users: set[str], *, since: int = 0) -> None:
     """Wait (20 s at most, the child alive) until each of `users` has a `poll.read` line
     with outcome ok among the complete log lines after the first `since`."""
     deadline = time.monotonic() + 20
@@ -305,13 +287,14 @@ def _read_ok(lines: list[str]) -> set[str]:
     return {e["user"] for e in events if e["event"] == "poll.read" and e["outcome"] == "ok"}
 
 
-def test_sighup_refuses_a_key_file_without_a_key_in_use(world: World, notify: NotifySocket) -> None:
-    """SIGHUP with a key file that lost a key line stored tokens still use: the reload is
-    refused (service.reloaded ok=false naming crypto.key_file), the old keys stay in force
-    and the passes go on reading both users with them."""
+def test_sighup_refuses_a_key_file_without_a_key_in_use(
+    world: Workspace, notify: NotifySocket
+) -> None:
+    """SIGHUP with a key file missing a key in use is refused; the old keys keep reading."""
     world.enroll(["alice", "bob"])
-    world.poll = {"tick": "0.5s", "interval": "1s"}  # both read again within a second or two
-    world.write_config()
+    world.configure(
+        poll={"tick": "0.5s", "interval": "1s"}
+    )  # both read again within a second or two
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     try:
         notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))

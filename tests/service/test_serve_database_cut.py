@@ -13,15 +13,17 @@ from sqlalchemy import create_engine, make_url, text
 
 from lta_worker.storage import Store
 from support.pg import PG_SKIP, PgDatabases
+from support.process import NotifySocket, Workspace, free_port, stop
 
-from .helpers import NotifySocket, World, stop
-from .test_metrics import free_port, get
+from .test_metrics import get
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def cut_world(world: World, pg_databases: PgDatabases | None) -> Iterator[tuple[World, FaultProxy]]:
+def cut_world(
+    world: Workspace, pg_databases: PgDatabases | None
+) -> Iterator[tuple[Workspace, FaultProxy]]:
     """The world's config on a fresh PostgreSQL database reached through a fault proxy."""
     if pg_databases is None:
         pytest.skip(PG_SKIP)
@@ -36,21 +38,17 @@ def cut_world(world: World, pg_databases: PgDatabases | None) -> Iterator[tuple[
 
 
 def test_a_sighup_during_a_database_cut_is_retried_until_it_applies(
-    cut_world: tuple[World, FaultProxy], notify: NotifySocket
+    cut_world: tuple[Workspace, FaultProxy], notify: NotifySocket
 ) -> None:
-    """SIGHUP while every database connection is cut: the reload cannot check the key ids
-    in use, logs ok=false with when it tries again, keeps serving, and applies the new
-    config (tick 1h -> 0.5 s) once the database is back, with no second SIGHUP."""
+    """A SIGHUP during a database cut is retried and applied once the database is back."""
     world, proxy = cut_world
     world.enroll(["alice"])
-    world.poll = {"tick": "1h"}
-    world.write_config()
+    world.configure(poll={"tick": "1h"})
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     try:
         notify.wait_for(lambda m: m.get("STATUS", "").startswith("pass 1:"))
         proxy.cut()
-        world.poll = {"tick": "0.5s"}
-        world.write_config()
+        world.configure(poll={"tick": "0.5s"})
         mark = len(notify.messages)
         proc.send_signal(signal.SIGHUP)
         waiting = notify.wait_for(lambda m: m.get("READY") == "1", since=mark)
@@ -85,17 +83,14 @@ def snapshots(url: str) -> set[tuple[object, ...]]:
 
 
 def test_a_stalled_database_leaves_health_answering_and_sigterm_obeyed(
-    cut_world: tuple[World, FaultProxy], notify: NotifySocket
+    cut_world: tuple[Workspace, FaultProxy], notify: NotifySocket
 ) -> None:
-    """Every database connection stalled under `serve`: /healthz answers 503 naming the
-    database, /metrics answers, SIGTERM ends `serve` (exit 75) within the unit's
-    TimeoutStopSec with no bug line, and every result stored before the stall is kept."""
+    """Stalled database: /healthz 503, /metrics answers, SIGTERM ends serve (75), results kept."""
     world, proxy = cut_world
     port = free_port()
     world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
-    world.poll = {"tick": "0.2s", "interval": "0.5s"}
-    world.serve = {"grace_period": "1s"}
-    world.write_config()
+    world.configure(poll={"tick": "0.2s", "interval": "0.5s"})
+    world.configure(serve={"grace_period": "1s"})
     world.enroll(["ada", "bob"])
     proc = world.start_serve(NOTIFY_SOCKET=str(notify.path))
     try:

@@ -16,12 +16,11 @@ import httpx
 
 from lta_worker.errors import EX_CONFIG
 from lta_worker.simulator import DEMO_CLIENT_ID
+from support.process import REDIRECT, Workspace, free_port, stop, write_private
 from support.sockets import closed_within
 
-from .helpers import REDIRECT, World, stop, write_private
 
-
-def _configure(world: World, tmp_path: Path, port: int) -> str:
+def _configure(world: Workspace, tmp_path: Path, port: int) -> str:
     public = f"http://127.0.0.1:{port}"
     keys = write_private(tmp_path / "enroll-link-key", "k" * 44 + "\n")
     world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
@@ -33,17 +32,9 @@ def _configure(world: World, tmp_path: Path, port: int) -> str:
     return public
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: World, tmp_path: Path) -> None:
-    """The link from `enroll link` gets a 303 to the consent screen with the cookie; a queued
-    consent comes back to the callback and enrolls the user; after SIGTERM (exit 0) nothing
-    listens any more."""
-    port = _free_port()
+def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: Workspace, tmp_path: Path) -> None:
+    """serve hosts the enroll link flow to a stored user and stops listening at SIGTERM."""
+    port = free_port()
     public = _configure(world, tmp_path, port)
     proc = world.start_serve()
     try:
@@ -69,7 +60,7 @@ def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: World, tmp_path: P
         assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_an_address_it_cannot_bind_stops_serve_with_78(world: World, tmp_path: Path) -> None:
+def test_an_address_it_cannot_bind_stops_serve_with_78(world: Workspace, tmp_path: Path) -> None:
     """A listen address already taken: `serve` exits 78 with one error line naming
     enroll.listen, before it serves anything."""
     with socket.socket() as taken:
@@ -87,11 +78,9 @@ def test_an_address_it_cannot_bind_stops_serve_with_78(world: World, tmp_path: P
     assert not any(e["event"] == "service.started" for e in world.log_events())
 
 
-def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path: Path) -> None:
-    """An idle connection, and one that trickles a request's head (slowloris), are closed
-    by the listener within its request deadline: they cannot pile up and take the
-    descriptors the passes need; a real request still gets its answer."""
-    port = _free_port()
+def test_a_client_that_never_finishes_a_request_is_let_go(world: Workspace, tmp_path: Path) -> None:
+    """Idle and slowloris connections are closed at the deadline; real requests are answered."""
+    port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve()
     try:
@@ -115,12 +104,10 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: World, tmp_path
 
 
 def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
-    world: World, tmp_path: Path
+    world: Workspace, tmp_path: Path
 ) -> None:
-    """A request carrying both Content-Length and Transfer-Encoding: chunked (request
-    smuggling, RFC 9112 section 6.1) is answered 400 and its connection closed: the request
-    smuggled behind it is never answered."""
-    port = _free_port()
+    """Content-Length with chunked (request smuggling) gets a 400 and a closed connection."""
+    port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve()
     try:
@@ -182,12 +169,10 @@ def _still_open_after(socks: list[socket.socket], seconds: float) -> int:
 
 
 def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(
-    world: World, tmp_path: Path
+    world: Workspace, tmp_path: Path
 ) -> None:
-    """Under RLIMIT_NOFILE 256, 400 connections that never finish their request head: a
-    well-formed request is answered during the flood and after it, the listener lets every
-    one of them go, and stderr stays small and JSON only (no accept() tracebacks)."""
-    port = _free_port()
+    """400 stalled connections at RLIMIT_NOFILE 256: requests answered, stderr small JSON."""
+    port = free_port()
     _configure(world, tmp_path, port)
     proc = world.start_serve(nofile=256)
     try:

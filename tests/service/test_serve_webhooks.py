@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from .helpers import World, stop, write_private
+from support.process import Workspace, stop, write_private
 
 SECRET = "whsec_" + base64.b64encode(b"serve-webhook-secret-of-32-bytes").decode()
 
@@ -78,13 +78,13 @@ def wait_until(predicate: Any, timeout: float = 20.0) -> None:
 
 
 def test_serve_delivers_after_its_pass_and_from_its_job(
-    world: World, receiver: tuple[Received, int]
+    world: Workspace, receiver: tuple[Received, int]
 ) -> None:
     """Enrolled and revoked arrive after serve's first pass; dropping and dropped, made by a
     `users drop` while serve runs, arrive through its webhook job; SIGTERM exits 0."""
     received, port = receiver
     secret_file = write_private(world.tmp / "webhook-secret", SECRET + "\n")
-    world.poll = {"tick": "1h"}
+    world.configure(poll={"tick": "1h"})
     world.extra = (
         f'[webhook]\nurl = "http://127.0.0.1:{port}/hook"\n'
         f'secret_file = "{secret_file}"\ninterval = "200ms"\n'

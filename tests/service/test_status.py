@@ -12,14 +12,13 @@ import pytest
 
 from lta_worker.domain import BudgetSeen
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
-
-from .helpers import World
+from support.process import Workspace
 
 BUDGET = 100_000
 
 
 @pytest.fixture
-def after_a_pass(world: World) -> World:
+def after_a_pass(world: Workspace) -> Workspace:
     """Five users (three active, one inactive for 120 days, one without cloud sync) and one
     `run`, with stderr piped: the pass's JSON log is checked here too."""
     world.enroll(
@@ -41,14 +40,14 @@ def after_a_pass(world: World) -> World:
     return world
 
 
-def status(world: World) -> dict[str, Any]:
+def status(world: Workspace) -> dict[str, Any]:
     done = world.cli("status", "--format", "json")
     assert done.returncode == 0, done.stderr
     data: dict[str, Any] = json.loads(done.stdout)
     return data
 
 
-def test_status_json_after_a_pass(after_a_pass: World) -> None:
+def test_status_json_after_a_pass(after_a_pass: Workspace) -> None:
     """Users per state, nobody due, the last pass with its outcome counts and no 429, the
     budget the simulator reported, and a sustainable capacity plan at poll.interval."""
     data = status(after_a_pass)
@@ -88,7 +87,7 @@ def test_status_json_after_a_pass(after_a_pass: World) -> None:
     assert data["instances"] == []  # `run` unregistered itself on exit
 
 
-def test_status_table_after_a_pass(after_a_pass: World) -> None:
+def test_status_table_after_a_pass(after_a_pass: Workspace) -> None:
     """The table says the same for people: states, the last pass, the budget, the plan."""
     done = after_a_pass.cli("status")
     assert done.returncode == 0, done.stderr
@@ -104,12 +103,11 @@ def test_status_table_after_a_pass(after_a_pass: World) -> None:
     assert "WARNING" not in text
 
 
-def test_status_warns_when_the_budget_cannot_sustain_the_interval(after_a_pass: World) -> None:
+def test_status_warns_when_the_budget_cannot_sustain_the_interval(after_a_pass: Workspace) -> None:
     """120 requests an hour less 10% cannot read 3 users twice every 2 minutes (180 reads an
     hour): the plan stretches the interval to 3m20s and says what to do."""
     world = after_a_pass
-    world.poll = {"interval": "2m"}
-    world.write_config()
+    world.configure(poll={"interval": "2m"})
     now = datetime.now(UTC)
     with world.store() as store:
         seen = BudgetSeen(120, 100, now + timedelta(minutes=30), 3600.0, now + timedelta(seconds=1))
@@ -125,7 +123,7 @@ def test_status_warns_when_the_budget_cannot_sustain_the_interval(after_a_pass: 
     assert "each user read every 3m20s" in table
 
 
-def test_status_before_any_pass(world: World) -> None:
+def test_status_before_any_pass(world: Workspace) -> None:
     """A fresh database: users due now, no pass yet, no budget seen, the fallback rate used."""
     world.enroll(["ada"])
     data = status(world)
@@ -141,7 +139,7 @@ def test_status_before_any_pass(world: World) -> None:
 
 
 def _record(
-    world: World, stopped: str, exit_code: int, finished: datetime, answered: int = 0
+    world: Workspace, stopped: str, exit_code: int, finished: datetime, answered: int = 0
 ) -> None:
     from lta_worker.domain import PassRecord
 
@@ -151,7 +149,7 @@ def _record(
         store.record_pass(record)
 
 
-def test_status_json_says_when_what_and_healthy(after_a_pass: World) -> None:
+def test_status_json_says_when_what_and_healthy(after_a_pass: Workspace) -> None:
     """After a completed pass: `generated_at` (now), `version`, `last_success` (the same pass
     as `last_pass`), `healthy` true with no `problems`; `status --check` exits 0."""
     from lta_worker import __version__
@@ -167,7 +165,7 @@ def test_status_json_says_when_what_and_healthy(after_a_pass: World) -> None:
     assert "healthy" in done.stdout
 
 
-def test_status_after_a_breaker_is_unhealthy(after_a_pass: World) -> None:
+def test_status_after_a_breaker_is_unhealthy(after_a_pass: Workspace) -> None:
     """A last pass stopped at the breaker: `healthy` false, a problem naming it, the earlier
     completed pass kept as `last_success`; `status --check` exits 1."""
     _record(after_a_pass, "breaker", 78, datetime.now(UTC))
@@ -181,7 +179,7 @@ def test_status_after_a_breaker_is_unhealthy(after_a_pass: World) -> None:
     assert json.loads(done.stdout)["healthy"] is False
 
 
-def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
+def test_status_without_a_recent_success_is_unhealthy(world: Workspace) -> None:
     """The only pass with an answered read ended three intervals ago (1h) and a user is due:
     a problem says no read was answered since then; `status --check` exits 1."""
     world.enroll(["ada"])
@@ -192,11 +190,8 @@ def test_status_without_a_recent_success_is_unhealthy(world: World) -> None:
     assert world.cli("status", "--check").returncode == 1
 
 
-def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> None:
-    """`status` shows the schedule: under `fixed` one interval for every active user; under
-    `adaptive` the interval the plan gives each class of user (new users count as light),
-    both with a re-check class per parked, unlinked and rejected state and the delay
-    expected from a change to its arrival, per class and overall, in the JSON and the table."""
+def test_status_shows_the_interval_per_class_of_user(after_a_pass: Workspace) -> None:
+    """`status` shows the interval and expected delay per class of user, fixed and adaptive."""
     fixed = status(after_a_pass)["schedule"]
     assert (fixed["mode"], fixed["stats"]) == ("fixed", "always")
     assert fixed["classes"] == [
@@ -208,8 +203,7 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: World) -> Non
     ]
     assert fixed["expected_delay_s"] == 1800
     world = after_a_pass
-    world.poll = {"schedule": "adaptive", "interval": "15m", "stats": "on_change"}
-    world.write_config()
+    world.configure(poll={"schedule": "adaptive", "interval": "15m", "stats": "on_change"})
     sched = status(world)["schedule"]
     assert (sched["mode"], sched["stats"], sched["max_interval_s"]) == (
         "adaptive",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,19 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from support.process import free_port
+
 PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 MISSING_PROMETHEUS = "prometheus is not installed (Debian: apt-get install prometheus)"
 MISSING_NODE_EXPORTER = (
     "prometheus-node-exporter is not installed (Debian: apt-get install prometheus-node-exporter)"
 )
-
-
-def free_port() -> int:
-    """A loopback port free at the time of asking."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from lta_worker.worker._scheduler import Notifier
-from service.helpers import NotifySocket
+from support.process import NotifySocket
 
 
 def _fields(data: bytes) -> dict[str, str]:
