@@ -174,6 +174,7 @@ DRIVER = frozenset({
     'role "x" does not exist',
     "invalid sslmode value",
     "Connection refused",  # the system
+    "too many connections",  # PostgreSQL (53300)
 })  # fmt: skip
 # What the table writes for a value filled in at run time, and where one piece of the
 # program's text ends and another begins.
