@@ -224,8 +224,7 @@ def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:
 def report(
     exc: BaseException, *, fmt: str | None, debug: bool, stream: TextIO | None = None
 ) -> int:
-    """Print `exc` as one line on `stream` (stderr), after the traceback when `debug`; return
-    the exit code."""
+    """Print `exc` as one line on `stream` (traceback first when `debug`); the exit code."""
     import os
 
     from lta_worker.logs import priority_prefix, scrub, stderr_is_journal

@@ -124,16 +124,10 @@ _PRIOR_HOURS: Final = _hourly(WINDOW_PRIOR)
 class ChangeEstimate:
     """What the reads of one user have observed, stored with the user.
 
-    Attributes:
-        content: The content hash of the last latest-change answer (None: never read).
-        seen_at: When that answer was read.
-        stats_at: When stats was last read successfully.
-        level: The estimated mean rate, the mean of `belief`; None before any interval was
-            read.
-        belief: The probability of each rate of `GRID` being the user's (`update_belief`);
-            None before any interval was read (then the population's prior).
-        window: The probability of each of `WINDOWS` being the user's day; None before any
-            interval was read (then `WINDOW_PRIOR`).
+    `content` is the hash of the last latest-change answer (None: never read), `seen_at`
+    when it was read. `level` (the mean of `belief`, the probability of each rate of `GRID`)
+    and `window` (the probability of each of `WINDOWS` being the user's day) are None
+    before any interval was read: then the population's prior and `WINDOW_PRIOR` hold.
     """
 
     content: str | None = None
@@ -155,8 +149,7 @@ class ChangeEstimate:
         return hours
 
     def rates(self) -> tuple[float, ...]:
-        """Estimated changes per second in each hour of the day (UTC): the level times the
-        day's shape (one change a day before any interval was read)."""
+        """Estimated changes per second per hour of the day (UTC): level times the day's shape."""
         level = UNREAD_RATE if self.level is None else self.level
         return tuple(min(level * h, MAX_RATE) for h in self.hourly())
 
@@ -256,8 +249,7 @@ def _mean(belief: Sequence[float]) -> float:
 
 
 def _stored_window(stored: Any) -> tuple[float, ...] | None:
-    """The window belief as stored (`w`); None when it is not one (absent, or of another
-    layout of `WINDOWS`): then the counts say it."""
+    """The window belief as stored (`w`); None when absent or of another `WINDOWS` layout."""
     if stored is None or len(stored) != len(WINDOWS):
         return None
     weights = [_WEIGHTS.get(w) for w in stored]

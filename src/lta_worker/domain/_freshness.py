@@ -29,8 +29,7 @@ RESOLUTION: Final = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FreshnessConfig:
-    """The knobs of the schedule: the `[poll]` settings of the same names (docs/config.md),
-    built by `PolicyConfig.freshness`."""
+    """The knobs of the schedule: the `[poll]` settings of the same names (docs/config.md)."""
 
     schedule: ScheduleMode
     interval: timedelta
@@ -172,8 +171,7 @@ class Waiting:
     def crossing(
         self, rate: float, took: float, price: float, stats_at: float, cfg: FreshnessConfig
     ) -> float | None:
-        """Seconds into an hour's `took` seconds at which the delay reaches the price (to
-        `RESOLUTION`), or None when it does not within them."""
+        """Seconds into an hour's `took` when the delay reaches the price, or None within them."""
         if self.short(rate, took, price, stats_at, cfg) < 0:
             return None
         low, high = 0.0, took

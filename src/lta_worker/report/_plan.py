@@ -136,8 +136,7 @@ def schedule_summary(
 
 
 class PlanCache:
-    """The last plan, when and from which budget it was made (renewed every `REPLAN`, or once
-    the budget moved)."""
+    """The last plan, when and from which budget it was made (renewed every `REPLAN`)."""
 
     def __init__(self) -> None:
         self.plan: SchedulePlan | None = None

@@ -52,8 +52,7 @@ def roll(window: Window | None, now: float, length: int) -> Window:
 
 
 def take(window: Window | None, now: float, limit: int, length: int) -> tuple[Window, bool]:
-    """Count one request if the budget allows it: (the window to keep, counted); a refused
-    request (429) is not counted."""
+    """Count one request if the budget allows it: (window to keep, counted); a 429 is not."""
     current = roll(window, now, length)
     if current.used >= limit:
         return current, False

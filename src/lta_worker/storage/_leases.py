@@ -230,8 +230,7 @@ _UPSERTS: list[Any] = []
 
 
 def _upsert() -> Any:
-    """SQLite's lease upsert of `b_ids`; no RETURNING (it doubles the cost; the write lock
-    makes every lease won)."""
+    """SQLite's lease upsert; no RETURNING (it doubles the cost; the write lock wins all)."""
     if not _UPSERTS:
         from sqlalchemy.dialects.sqlite import insert
 

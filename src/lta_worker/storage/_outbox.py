@@ -174,8 +174,7 @@ class OutboxQueries(Queries):
             )
 
     def release_events(self, now: datetime) -> int:
-        """Make every leased event due now (SQLite at start, under the single-instance lock);
-        return how many."""
+        """Make every leased event due now (SQLite at start, under the instance lock); how many."""
         with self._db.write() as conn:
             return conn.execute(
                 update(OutboxEvent)

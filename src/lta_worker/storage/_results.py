@@ -48,8 +48,7 @@ class ResultQueries(Queries):
     """Stored results: the latest per (user, endpoint), every past content, one user's purge."""
 
     def export_results(self, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
-        """The latest result per user and endpoint (of one user when given), by user row id
-        then endpoint, in batches."""
+        """The latest result per user and endpoint (of one user when given), in batches."""
         query = select(
             Snapshot.user_id,
             User.user,
@@ -115,8 +114,7 @@ def purge_user(conn: Connection, user_id: int) -> int:
 def purge_expired_results(
     conn: Connection, now: datetime, after: timedelta
 ) -> tuple[PurgeCounts, list[str]]:
-    """Delete results of users revoked or dropped at least `after` ago (0 means at once);
-    the counts and the users whose results went."""
+    """Delete results of users revoked or dropped at least `after` ago; counts and users."""
     cutoff = now - after
     expired = select(User.id).where(
         or_(

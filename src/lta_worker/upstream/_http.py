@@ -75,12 +75,8 @@ def http_client(
     `concurrency`, no redirects, no cookies, an `lta-worker/<version>` User-Agent, plain
     http refused for non-loopback hosts, and proxies from `service.https_proxy` and
     `service.no_proxy` only (https requests only; the environment is not read here).
-
-    Args:
-        service: the `[service]` section.
-        concurrency: the user turns that may read at once (`poll.concurrency`).
-        transport: where requests go (default: the network); tests pass the simulator's.
-            An injected transport is used for every request, proxy or not.
+    `concurrency` is `poll.concurrency`; an injected `transport` (tests: the simulator's)
+    is used for every request, proxy or not.
     """
     # One connection per concurrent user turn, and one spare for enrollment and drop.
     limits = httpx.Limits(
