@@ -216,8 +216,7 @@ def stats_still_wanted(
     now: datetime,
     cfg: FreshnessConfig,
 ) -> bool:
-    """Whether stats is read after the turn's answers so far (`wants_stats`); yes without a
-    content answer from latest-change (not granted, denied)."""
+    """Whether stats is read after the turn so far (`wants_stats`); yes without a content answer."""
     for endpoint, kind, content in turn:
         if endpoint == "latest-change" and kind in ("ok", "none"):
             fresh = changed(est, content_hash(kind, content))

@@ -82,8 +82,7 @@ def for_active(capacity: CapacityPlan) -> float:
 def schedule_summary(
     store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
 ) -> dict[str, Any]:
-    """What `status` shows of the schedule: the mode, and per class of user how many, their
-    interval and the mean delay expected from a change to its arrival."""
+    """What `status` shows of the schedule: per class of user, count, interval and mean delay."""
     poll = settings.poll
     policy = poll.policy()
     rates = from_buckets(store.rate_buckets())

@@ -190,8 +190,7 @@ class Runtime:
         return self._secrets[name]
 
     def secret_files(self) -> dict[str, Callable[[], object]]:
-        """Every secret file `run` or `serve` reads at start, by name, with its reader (`check`
-        runs exactly these, so that it fails where they would)."""
+        """Every secret file `run`/`serve` reads at start, with its reader (`check` runs these)."""
         names = ["client_secret"]
         if self.settings.webhook.url is not None:
             names.append("webhook_secret")

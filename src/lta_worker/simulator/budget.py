@@ -25,8 +25,7 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What one answer reports about the budget: `reset` in whole seconds (at least 1),
-    `reset_at` in epoch seconds, `window` its length in seconds."""
+    """One answer's budget: `reset` whole seconds (>= 1), `reset_at` epoch s, `window` seconds."""
 
     limit: int
     remaining: int

@@ -141,8 +141,7 @@ def purge_expired_results(
 
 
 def prune_history(conn: Connection, now: datetime, keep: timedelta) -> int:
-    """Delete past contents fetched more than `keep` ago, each (user, endpoint)'s newest
-    kept (the snapshot still shows it); return how many."""
+    """Delete past contents fetched over `keep` ago but each (user, endpoint)'s newest; count."""
     newest = select(func.max(History.id)).group_by(History.user_id, History.endpoint)
     stmt = delete(History).where(History.fetched_at < now - keep, History.id.not_in(newest))
     return conn.execute(stmt).rowcount

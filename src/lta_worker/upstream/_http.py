@@ -26,8 +26,7 @@ USER_AGENT = f"lta-worker/{__version__}"
 
 
 class _NoCookies(CookieJar):
-    """A cookie jar that keeps nothing: one client reads for every user, and a cookie from one
-    user's answer would otherwise go out with the others' requests."""
+    """A cookie jar that keeps nothing: one user's cookie must never go with another's request."""
 
     def set_cookie(self, cookie: Cookie) -> None:
         """Keep nothing."""

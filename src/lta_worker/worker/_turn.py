@@ -231,8 +231,7 @@ class Turns:
             raise LeaseLapsed
 
     async def prove(self, proof: Proof) -> None:
-        """Ask the service `proof` (`Reader.prove`) once a pass, and give the breaker its
-        answer; a reader that needs it meanwhile waits for the one asking."""
+        """Ask `proof` once a pass and tell the breaker; a reader needing it meanwhile waits."""
         while proof in self._proving:
             await self._proving[proof].wait()
         if proof in self.breaker.proofs:
