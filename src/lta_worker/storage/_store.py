@@ -112,7 +112,8 @@ class Store(
     def purge_expired(
         self, now: datetime, after: timedelta, history: timedelta | None = None
     ) -> PurgeCounts:
-        """Retention purge: revoked/dropped users' results, dead consents, (`history`) old contents."""
+        """Retention purge: results of users revoked/dropped `after` ago, dead consents, and
+        (with `history`) older past contents and feed lines."""
         with self._db.write() as conn:
             counts, gone = results.purge_expired_results(conn, now, after)
             feed.record_gone(conn, self.dialect, gone, "retention", now)
