@@ -17,8 +17,6 @@ from lta_worker.domain._estimate import BINS, ChangeEstimate, changed, content_h
 
 ScheduleMode = Literal["fixed", "adaptive"]
 StatsMode = Literal["always", "on_change"]
-SCHEDULE_MODES: Final[tuple[ScheduleMode, ...]] = ("fixed", "adaptive")
-STATS_MODES: Final[tuple[StatsMode, ...]] = ("always", "on_change")
 
 # Users are due at most this share of `max_interval` after a read: the rest is room for
 # the queue of due users, so that nobody goes unread longer than `max_interval`.

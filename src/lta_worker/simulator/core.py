@@ -233,8 +233,3 @@ class Simulator(ControlOps):
         with self._lock:
             caller = access.drop(self.world, self.settings, authorization)
             self._log("DELETE", path, caller.auth, caller, 204)
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The lock that guards `world` (the control operations take it)."""
-        return self._lock
