@@ -98,10 +98,7 @@ WINDOW_SLICES: Final = tuple(
 
 def _hourly(window: tuple[float, ...]) -> tuple[float, ...]:
     """The window belief's mean shape: rate per hour of the day (UTC) over the day's mean.
-
-    Per length, the weight of the windows covering hour h is a moving sum over their starts
-    (a prefix sum over two days), so the cost is a few passes of 24, not windows x hours.
-    """
+    Per length a prefix sum over two days of starts: a few passes of 24, not windows x hours."""
     out = [window[0]] * BINS
     at = 1
     for length in LENGTHS:
@@ -279,13 +276,9 @@ def _seeded_window(changes: Sequence[float], observed: Sequence[float]) -> tuple
 def _stored_belief(
     raw: Any, changes: Sequence[float], observed: Sequence[float]
 ) -> tuple[float, ...] | None:
-    """The belief as stored (`b`); from an older version's evidence when there is none.
-
-    Before the belief, the level's evidence was `m` (reads that saw a change, by the step
-    of their length: 60 s x 2^(k/2)) and `q` (seconds of reads that saw none); before the
-    level, only the counts per slice. Either is the likelihood of the same reads, here
-    folded into the default prior: an upgrade keeps what every user's reads said.
-    """
+    """The belief as stored (`b`), else the default prior times an older version's evidence:
+    `m`/`q` (reads that saw a change, per length step; seconds of reads that saw none) or,
+    before the level, the counts per slice. An upgrade keeps what every user's reads said."""
     stored = raw.get("b")
     if stored is not None:
         belief = tuple(float(b) for b in stored)

@@ -38,12 +38,8 @@ class _NoCookies(CookieJar):
 def _proxy_mounts(
     service: ServiceSettings, limits: httpx.Limits
 ) -> dict[str, httpx.AsyncBaseTransport | None]:
-    """Transports for `service.https_proxy`: https requests only, except `service.no_proxy`.
-
-    Plain http is never proxied: it goes only to loopback (the simulator), and a proxy would
-    see the credential in clear. An https request through the proxy is a CONNECT tunnel, so
-    TLS (and the credential inside it) stays end to end.
-    """
+    """Transports for `service.https_proxy`: https requests only (a CONNECT tunnel keeps TLS
+    end to end; a plain http proxy would see the credential), except `service.no_proxy`."""
     if not service.https_proxy:
         return {}
     mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
