@@ -304,10 +304,8 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (KeyFileError, "missing_in_use"): None,
     (KeyFileError, "no_key"): _APPEND_KEY,
     (KeyFileError, "malformed"): _APPEND_KEY,
-    # The database.
     (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
     (NoDatabaseError, None): "create it with `lta-worker db upgrade` (`run` and `serve` do too)",
-    # A pass that stopped early.
     (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
     (
         PassStoppedError,
