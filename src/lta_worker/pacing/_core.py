@@ -118,8 +118,7 @@ class PacerCore:
         return slot - now
 
     def delay(self, now: float) -> tuple[float, WaitReason]:
-        """Seconds until the next permit could be handed out, and why; nothing is accounted
-        (the shell reserves at 0.0, with what is known when the permit is used)."""
+        """Seconds until the next permit, and why; nothing accounted (the shell reserves at 0.0)."""
         slot, reason, _ = self._plan(now)
         return slot - now, reason
 

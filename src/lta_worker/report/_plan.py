@@ -44,8 +44,7 @@ def _per_hour(seen: BudgetSeen | None) -> float | None:
 
 
 def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:
-    """Whether a plan made from `planned` is out of date once `seen` is reported: a limit where
-    there was none, or one `MOVED` times larger or smaller."""
+    """Whether a plan from `planned` is stale once `seen`: a limit new, or `MOVED` times off."""
     before, now = _per_hour(planned), _per_hour(seen)
     if now is None:
         return False

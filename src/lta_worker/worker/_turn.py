@@ -174,8 +174,7 @@ class Turns:
         return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
 
     def _unusable(self, user: UserRow) -> UserUpdate:
-        """The turn of a user whose stored token cannot be used: nothing is sent, the
-        token is kept, and the user is tried again rarely (`undecryptable`)."""
+        """An unusable stored token: nothing sent, token kept, retried rarely (`undecryptable`)."""
         unusable = Outcome(kind="undecryptable")
         self.result.counts[unusable.kind] += 1
         self.result.users += 1
