@@ -18,11 +18,7 @@ UNKNOWN = "unknown"
 def git_commit(root: Path) -> str | None:
     """The commit checked out at `root` (12 hex digits, `-dirty` with uncommitted changes).
 
-    Args:
-        root: the top of a git checkout of lta-worker.
-
-    Returns:
-        The commit, or None when `root` is not a checkout or git cannot answer.
+    None when `root` is not the top of a git checkout or git cannot answer.
     """
     if not (root / ".git").exists():
         # Never ask git elsewhere: it would answer for some enclosing repository.

@@ -168,8 +168,7 @@ class SchemaTooNewError(StorageError):
 
 
 class SchemaOutdatedError(StorageError):
-    """The database has no lta-worker schema, or an older one, and the command may not
-    migrate it (the read-only commands); reason `schema_outdated`."""
+    """No lta-worker schema, or an older one, for a command that may not migrate it."""
 
     exit_code = EX_CONFIG
 

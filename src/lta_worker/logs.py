@@ -254,6 +254,5 @@ class _PackageLogger:
 
 
 def get_logger(name: str | None = None) -> Any:
-    """A structlog logger; `name` becomes the `logger` field (and the stdlib logger's name
-    inside a host application)."""
+    """A structlog logger; `name` becomes the `logger` field."""
     return _PackageLogger(name)

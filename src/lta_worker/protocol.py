@@ -49,7 +49,6 @@ NOT_LINKED: Final = "NoCloudSyncLinked"  # 401: the user has no cloud sync linke
 INACTIVE: Final = "CloudSyncInactive"  # 403: cloud sync silent too long; comes back
 ERROR_CODES: Final = (REVOKED, NOT_LINKED, INACTIVE)
 
-# -- header names --------------------------------------------------------------------------
 
 # The regular mode's client header (spec 5); long term reads must not need it.
 CLIENT_ID_HEADER: Final = "DS-API-CLIENT-ID"

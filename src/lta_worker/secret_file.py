@@ -53,10 +53,7 @@ def check_mode(path: Path, mode: int, *, key: str, error: type[ConfigError] = Co
 def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigError) -> bytes:
     """Read a secret file under the rule above; return its bytes (BOM refused).
 
-    Args:
-        path: the file.
-        key: the setting that names it (`client.secret_file`, `crypto.key_file`).
-        error: the ConfigError subclass to raise.
+    `key` is the setting that names the file (`client.secret_file`, `crypto.key_file`).
 
     Raises:
         ConfigError: (or `error`) naming `key`, when the file breaks the rule or cannot be read;

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Changes:
-    """The feed's lines after a cursor, oldest first (read lazily, once), and the opaque
-    cursor to pass to the next `LtaApi.changes` once they are handled."""
+    """The feed's lines after a cursor, oldest first (read once), and the next cursor."""
 
     lines: Iterator[FeedLine]
     cursor: str
@@ -93,8 +92,7 @@ class LtaApi:
         return await self._runtime.enrollment().finish(user, redirect_url, state=state)
 
     async def enroll_with_user_token(self, user: str, user_access_token: str) -> EnrollResult:
-        """Enroll `user` with a user access token the application got from its own long
-        term consent (async); writes as `finish_enrollment`."""
+        """Enroll `user` with a user access token from the app's own long term consent (async)."""
         token = Secret(user_access_token)
         return await self._runtime.enrollment().from_user_token(user, token)
 

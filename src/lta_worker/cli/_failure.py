@@ -224,8 +224,7 @@ def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:
 def report(
     exc: BaseException, *, fmt: str | None, debug: bool, stream: TextIO | None = None
 ) -> int:
-    """Print `exc` as one line on `stream` (stderr), after the traceback when `debug`; return
-    the exit code."""
+    """Print `exc` as one line on `stream` (traceback first when `debug`); the exit code."""
     import os
 
     from lta_worker.logs import priority_prefix, scrub, stderr_is_journal
@@ -305,10 +304,8 @@ HINTS: Final[Mapping[tuple[type[LtaError], str | None], str | None]] = {
     (KeyFileError, "missing_in_use"): None,
     (KeyFileError, "no_key"): _APPEND_KEY,
     (KeyFileError, "malformed"): _APPEND_KEY,
-    # The database.
     (StorageError, "schema_outdated"): "run `lta-worker db upgrade`",
     (NoDatabaseError, None): "create it with `lta-worker db upgrade` (`run` and `serve` do too)",
-    # A pass that stopped early.
     (PassStoppedError, "deadline"): "see the capacity in `lta-worker status`",
     (
         PassStoppedError,

@@ -90,8 +90,7 @@ def progress_line(stream: TextIO) -> ProgressLine | None:
 
 @contextmanager
 def progress_for(stream: TextIO | ProgressLine, clock: Clock) -> Iterator[ProgressFn | None]:
-    """A progress callback drawing on `stream` (the `ProgressLine` the logs are written
-    through) when it is a terminal; None otherwise."""
+    """A progress callback drawing on `stream` when it is a terminal; None otherwise."""
     line = stream if isinstance(stream, ProgressLine) else progress_line(stream)
     if line is None:
         yield None

@@ -62,8 +62,7 @@ def reader_gone(exc: BaseException) -> bool:
 
 
 def end_quietly() -> None:
-    """After a reader went away: point descriptor 1 at /dev/null (no flush into the broken
-    pipe again) and exit 141."""
+    """After a reader went away: descriptor 1 to /dev/null (no flush again), exit 141."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 1)

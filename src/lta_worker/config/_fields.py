@@ -50,10 +50,8 @@ def rule(
 ) -> dict[str, Rule]:
     """A field's metadata: its range (`low` to `high`, both included), length and checks.
 
-    Args:
-        before: takes the raw value, returns what the type then converts (ValueError: the
-            value is refused, with the error's message).
-        check: takes the typed value, returns the value kept (ValueError: refused).
+    `before` maps the raw value to what the type converts, `check` the typed value to the
+    value kept; either refuses a value by raising ValueError (its message is shown).
     """
     return {"rule": Rule(low, high, min_length, before, check)}
 

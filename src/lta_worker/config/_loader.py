@@ -138,8 +138,7 @@ def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str,
 
 
 def _proxy_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    """Fill unset `service.https_proxy` and `no_proxy` from the usual variables; return the
-    variable each filled key came from."""
+    """Fill unset `service.https_proxy`/`no_proxy` from the usual variables; their origins."""
     origins = {}
     for key, names in (("https_proxy", HTTPS_PROXY_ENV), ("no_proxy", NO_PROXY_ENV)):
         name = next((n for n in names if env.get(n, "").strip()), None)

@@ -58,11 +58,10 @@ class Routed(Generic[T]):
 class Breaker(Generic[T]):
     """Holds decisions while the pass has no proof that the client and URLs are right.
 
-    Args:
-        threshold: Distinct users held for one cause, with no answer to its proof, that
-            trip it; also the run of failures that means "down" before any authenticated
-            answer (a cron run would otherwise wait out the slow fallback rate).
-        down_after: The run of failures that means "down" once the client was accepted.
+    `threshold`: distinct users held for one cause, with no answer to its proof, that trip
+    it; also the run of failures that means "down" before any authenticated answer (a cron
+    run would otherwise wait out the slow fallback rate). `down_after`: that run once the
+    client was accepted.
     """
 
     def __init__(self, threshold: int, down_after: int) -> None:
@@ -89,8 +88,7 @@ class Breaker(Generic[T]):
         return self.authenticated > 0 or self.proofs.get("client") is True
 
     def observe(self, outcome: Outcome, user: Hashable = None) -> Signal | None:
-        """Count one read's outcome (of `user`); say `down` or `trip` when the pass must
-        stop, `check` when the `urls` proof must be asked."""
+        """Count one read's outcome; `down`/`trip`: stop the pass, `check`: ask the `urls` proof."""
         self.reads += 1
         status = outcome.status
         if status is not None:
@@ -113,8 +111,7 @@ class Breaker(Generic[T]):
         return None
 
     def route(self, decision: T, *, saw_404: bool, rejected: bool) -> Routed[T]:
-        """Hold a user's `decision` (its turn saw a 404, or ended `rejected` on a plain 401)
-        or release it, with whatever it lets go."""
+        """Hold a decision (saw a 404, or `rejected` on a plain 401) or release what it lets go."""
         if saw_404 and not self.url_proven:
             self._held_404.append(decision)
             return Routed()
@@ -125,8 +122,7 @@ class Breaker(Generic[T]):
         return Routed(release=[*self._release(), decision])
 
     def prove(self, proof: Proof, right: bool | None) -> bool:
-        """Take the answer to `proof` (True right, False wrong, None unknown); True when
-        the pass must stop at the breaker."""
+        """Take the answer to `proof` (None: unknown); True when the pass must stop here."""
         self.proofs[proof] = right
         if right is True and proof == "urls":
             self.url_proven = True

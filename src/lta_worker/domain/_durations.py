@@ -12,8 +12,7 @@ _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
 
 
 def parse_duration(value: object) -> timedelta:
-    """Parse a timedelta, seconds, or `<number><unit>` parts (ms, s, m, h, d, w: `1h30m`);
-    raise ValueError with an example of the accepted form."""
+    """Parse a timedelta, seconds, or `<unit>` parts (ms s m h d w: `1h30m`); ValueError else."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool):

@@ -98,10 +98,7 @@ WINDOW_SLICES: Final = tuple(
 
 def _hourly(window: tuple[float, ...]) -> tuple[float, ...]:
     """The window belief's mean shape: rate per hour of the day (UTC) over the day's mean.
-
-    Per length, the weight of the windows covering hour h is a moving sum over their starts
-    (a prefix sum over two days), so the cost is a few passes of 24, not windows x hours.
-    """
+    Per length a prefix sum over two days of starts: a few passes of 24, not windows x hours."""
     out = [window[0]] * BINS
     at = 1
     for length in LENGTHS:
@@ -124,16 +121,10 @@ _PRIOR_HOURS: Final = _hourly(WINDOW_PRIOR)
 class ChangeEstimate:
     """What the reads of one user have observed, stored with the user.
 
-    Attributes:
-        content: The content hash of the last latest-change answer (None: never read).
-        seen_at: When that answer was read.
-        stats_at: When stats was last read successfully.
-        level: The estimated mean rate, the mean of `belief`; None before any interval was
-            read.
-        belief: The probability of each rate of `GRID` being the user's (`update_belief`);
-            None before any interval was read (then the population's prior).
-        window: The probability of each of `WINDOWS` being the user's day; None before any
-            interval was read (then `WINDOW_PRIOR`).
+    `content` is the hash of the last latest-change answer (None: never read), `seen_at`
+    when it was read. `level` (the mean of `belief`, the probability of each rate of `GRID`)
+    and `window` (the probability of each of `WINDOWS` being the user's day) are None
+    before any interval was read: then the population's prior and `WINDOW_PRIOR` hold.
     """
 
     content: str | None = None
@@ -155,8 +146,7 @@ class ChangeEstimate:
         return hours
 
     def rates(self) -> tuple[float, ...]:
-        """Estimated changes per second in each hour of the day (UTC): the level times the
-        day's shape (one change a day before any interval was read)."""
+        """Estimated changes per second per hour of the day (UTC): level times the day's shape."""
         level = UNREAD_RATE if self.level is None else self.level
         return tuple(min(level * h, MAX_RATE) for h in self.hourly())
 
@@ -256,8 +246,7 @@ def _mean(belief: Sequence[float]) -> float:
 
 
 def _stored_window(stored: Any) -> tuple[float, ...] | None:
-    """The window belief as stored (`w`); None when it is not one (absent, or of another
-    layout of `WINDOWS`): then the counts say it."""
+    """The window belief as stored (`w`); None when absent or of another `WINDOWS` layout."""
     if stored is None or len(stored) != len(WINDOWS):
         return None
     weights = [_WEIGHTS.get(w) for w in stored]
@@ -287,13 +276,9 @@ def _seeded_window(changes: Sequence[float], observed: Sequence[float]) -> tuple
 def _stored_belief(
     raw: Any, changes: Sequence[float], observed: Sequence[float]
 ) -> tuple[float, ...] | None:
-    """The belief as stored (`b`); from an older version's evidence when there is none.
-
-    Before the belief, the level's evidence was `m` (reads that saw a change, by the step
-    of their length: 60 s x 2^(k/2)) and `q` (seconds of reads that saw none); before the
-    level, only the counts per slice. Either is the likelihood of the same reads, here
-    folded into the default prior: an upgrade keeps what every user's reads said.
-    """
+    """The belief as stored (`b`), else the default prior times an older version's evidence:
+    `m`/`q` (reads that saw a change, per length step; seconds of reads that saw none) or,
+    before the level, the counts per slice. An upgrade keeps what every user's reads said."""
     stored = raw.get("b")
     if stored is not None:
         belief = tuple(float(b) for b in stored)

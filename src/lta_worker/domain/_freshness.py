@@ -17,8 +17,6 @@ from lta_worker.domain._estimate import BINS, ChangeEstimate, changed, content_h
 
 ScheduleMode = Literal["fixed", "adaptive"]
 StatsMode = Literal["always", "on_change"]
-SCHEDULE_MODES: Final[tuple[ScheduleMode, ...]] = ("fixed", "adaptive")
-STATS_MODES: Final[tuple[StatsMode, ...]] = ("always", "on_change")
 
 # Users are due at most this share of `max_interval` after a read: the rest is room for
 # the queue of due users, so that nobody goes unread longer than `max_interval`.
@@ -29,8 +27,7 @@ RESOLUTION: Final = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FreshnessConfig:
-    """The knobs of the schedule: the `[poll]` settings of the same names (docs/config.md),
-    built by `PolicyConfig.freshness`."""
+    """The knobs of the schedule: the `[poll]` settings of the same names (docs/config.md)."""
 
     schedule: ScheduleMode
     interval: timedelta
@@ -172,8 +169,7 @@ class Waiting:
     def crossing(
         self, rate: float, took: float, price: float, stats_at: float, cfg: FreshnessConfig
     ) -> float | None:
-        """Seconds into an hour's `took` seconds at which the delay reaches the price (to
-        `RESOLUTION`), or None when it does not within them."""
+        """Seconds into an hour's `took` when the delay reaches the price, or None within them."""
         if self.short(rate, took, price, stats_at, cfg) < 0:
             return None
         low, high = 0.0, took
@@ -218,8 +214,7 @@ def stats_still_wanted(
     now: datetime,
     cfg: FreshnessConfig,
 ) -> bool:
-    """Whether stats is read after the turn's answers so far (`wants_stats`); yes without a
-    content answer from latest-change (not granted, denied)."""
+    """Whether stats is read after the turn so far (`wants_stats`); yes without a content answer."""
     for endpoint, kind, content in turn:
         if endpoint == "latest-change" and kind in ("ok", "none"):
             fresh = changed(est, content_hash(kind, content))

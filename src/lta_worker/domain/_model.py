@@ -165,8 +165,7 @@ class PassRecord:
 
     @property
     def answered(self) -> int:
-        """Its reads the service answered (`ANSWERED_KINDS`): a pass with none proves
-        nothing of the service, whatever it stopped as."""
+        """Its reads the service answered (`ANSWERED_KINDS`); none proves nothing of the service."""
         return answered_reads(self.counts, self.stopped)
 
 

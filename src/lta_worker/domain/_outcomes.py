@@ -124,8 +124,7 @@ _AUTH_ERROR: Final = re.compile(
 
 
 def classify(endpoint: Endpoint, answer: Answer) -> Outcome:
-    """Turn one answer to a read of `endpoint` into an outcome; never raises, whatever the
-    body or headers hold; `code` is None or one of `ALLOWED_CODES`."""
+    """Classify one answer to a read of `endpoint`; never raises; `code` is in `ALLOWED_CODES`."""
     status = answer.status
     if status is None:
         kind = answer.error if answer.error and _SAFE_ERROR.fullmatch(answer.error) else None

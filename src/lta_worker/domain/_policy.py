@@ -73,23 +73,15 @@ class Rule:
     """One row of the table: what an outcome does to the user.
 
     Attributes:
-        state: The user's new state, or `unchanged`.
-        token_action: Keep the stored token, or delete it in the same transaction.
-        snapshot: The result to store for the endpoint (`ok`, `none`), or None.
-        ends_turn: True when the user's other endpoint is not called after it.
-        schedule: When the user is due next: `interval`, `parked_interval`, `backoff`
-            (exponential with jitter, capped by `backoff_cap`), `never` (no next_due_at),
-            `retry_soon` (next_due_at unchanged: still due, read again when budget allows).
-        failures: What happens to consecutive_failures: reset to 0, keep, or add one.
+        schedule: `interval`, `parked_interval`, `backoff` (exponential with jitter, capped
+            by `backoff_cap`), `never` (no next_due_at) or `retry_soon` (next_due_at
+            unchanged: still due, read again when budget allows).
         deny_endpoint: True to skip this endpoint until now + parked_interval.
-        backoff_cap: The longest backoff, for the `backoff` schedule.
-        authenticated: True when the answer proves the client itself was accepted (both
-            halves of the credential right); the circuit breaker counts these.
-        read: True when the outcome is an answer to a request (it moves `last_polled_at`);
-            False when nothing was sent.
+        authenticated: True when the answer proves the client itself was accepted; the
+            circuit breaker counts these.
+        read: False when nothing was sent (`last_polled_at` does not move).
         attempts: How many times one read may be sent within a turn while it keeps
-            getting this outcome (a 429: the pacer pauses every request until the reset,
-            then the read goes again).
+            getting this outcome (a 429: the pacer pauses until the reset, then retries).
     """
 
     state: UserState | Unchanged
@@ -171,18 +163,11 @@ NO_PLAN: Final = SchedulePlan()
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """The durations the policy schedules with: the `[poll]` settings of the same names,
-    built by `PollSettings.policy()` (their defaults and ranges are the settings').
+    """The durations the policy schedules with: the `[poll]` settings of the same names.
 
-    Attributes:
-        interval: How often an active user is read (`poll.interval`); also the cap of the
-            transient backoff, so a failure never leaves data staler than twice this.
-        parked_interval: How often parked, unlinked and denied users are re-checked, and
-            the cap of the backoff after a plain 401.
-        backoff_base: The backoff ceiling after the first failure.
-        schedule, max_interval, stats, stats_max_age, rate_half_life: the freshness
-            schedule (`freshness.FreshnessConfig`).
-        plan: The budget's scale for this pass (`_spread.plan_scale`).
+    Built by `PollSettings.policy()`. `interval` also caps the transient backoff (a failure
+    never leaves data staler than twice it); `parked_interval` caps the backoff after a
+    plain 401; `plan` is the budget's scale for this pass (`_spread.plan_scale`).
     """
 
     interval: timedelta
@@ -273,20 +258,10 @@ def decide_turn(
 ) -> UserUpdate:
     """Fold one turn's outcomes through `RULES` into the update to write.
 
-    Args:
-        user: The user as claimed at the start of the turn.
-        results: (endpoint, outcome) in call order. The turn stops at the first outcome
-            that ends it, so nothing follows one; anything that does is ignored. The
-            endpoint is None for an outcome reached before any request (`undecryptable`).
-        now: The time of the decision.
-        cfg: The durations to schedule with.
-        rng: The jitter source for backoff.
-
-    Returns:
-        The update: state, token action, snapshots, denied endpoints, failures, the worst
-        outcome as `last_outcome`, and `next_due_at`. With no result at all (nothing was
-        callable), only the schedule moves: to the earliest denied retry, at the latest
-        `parked_interval` from now.
+    `results` are (endpoint, outcome) in call order; anything after the first outcome that
+    ends the turn is ignored, and the endpoint is None for an outcome reached before any
+    request (`undecryptable`). With no result at all (nothing was callable), only the
+    schedule moves: to the earliest denied retry, at the latest `parked_interval` from now.
     """
     turn = _until_end(results)
     denied = {name: until for name, until in user.denied.items() if until > now}

@@ -14,12 +14,8 @@ if TYPE_CHECKING:
 class ClientOperation:
     """Holds the collaborators of a user operation.
 
-    Args:
-        store: users, tokens, pending enrollments and results.
-        vault: encrypts and decrypts tokens and verifiers at rest.
-        api: the service's HTTP interface, or a function returning it for every request
-            (the runtime builds its HTTP client lazily, and a new one on SIGHUP).
-        clock: returns the current aware UTC datetime.
+    `api` may be a function returning the client for every request (the runtime builds its
+    HTTP client lazily, and a new one on SIGHUP); `clock` returns an aware UTC datetime.
     """
 
     def __init__(

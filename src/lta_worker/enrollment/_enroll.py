@@ -160,10 +160,7 @@ def parse_redirect(text: str) -> RedirectParams:
 class Enrollment(ClientOperation):
     """Enrolls users: the consent URL, the redirect back, or a user access token directly.
 
-    Args:
-        client: the client id, redirect URI and scopes the consent asks for (`[client]`).
-        store, vault, api, clock: as `ClientOperation`'s.
-        auth_url: the account service (`service.auth_url`), where consent is asked.
+    `auth_url` is the account service (`service.auth_url`), where consent is asked.
     """
 
     def __init__(

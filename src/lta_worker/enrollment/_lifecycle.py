@@ -97,12 +97,7 @@ class DropRetries:
 
 
 class Lifecycle(ClientOperation):
-    """Drops and forgets users, and retries the drops the service did not confirm.
-
-    Args:
-        poll: the `[poll]` section (lease, retry backoff, parked interval).
-        store, vault, api, clock: as `ClientOperation`'s.
-    """
+    """Drops and forgets users, and retries the drops the service did not confirm."""
 
     rng: random.Random = random.Random()
 

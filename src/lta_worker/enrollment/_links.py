@@ -47,8 +47,7 @@ class LinkClaim:
 
 
 class EnrollLinks:
-    """Makes and verifies enrollment links with `keys` (oldest first, the last signs) for the
-    absolute URL of the flow's start."""
+    """Makes and verifies enrollment links with `keys` (oldest first, the last signs)."""
 
     def __init__(self, keys: Sequence[Secret], start_url: str) -> None:
         if not keys:

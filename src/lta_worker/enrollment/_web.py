@@ -144,12 +144,8 @@ def build_enroll_app(
 ) -> ASGIApp:
     """The ASGI app of the browser enrollment.
 
-    Args:
-        flow: the flow's logic.
-        start_path: the path of the start (`config.start_path`).
-        callback_path: the path of `client.redirect_uri`.
-        secure: the public URL is https (Secure cookie with the `__Host-` prefix).
-        return_url: when set, outcomes redirect there instead of showing a page.
+    `secure`: the public URL is https (Secure cookie with the `__Host-` prefix);
+    `return_url`: when set, outcomes redirect there instead of showing a page.
     """
     # Imported here, so that the package's face imports without the `[web]` extra.
     from starlette.applications import Starlette

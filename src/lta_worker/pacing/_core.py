@@ -52,11 +52,9 @@ class PacerSnapshot:
 class PacerCore:
     """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
 
-    Args:
-        ratelimit: The `[ratelimit]` section (reserve, fallback rate, `max_wait`).
-        share: This instance's share of the allowance (0 < share <= 1).
-        initial_burst: Permits that go at once before any header is known (then the
-            fallback rate applies). The runner sets it to `poll.breaker_threshold`.
+    `share`: this instance's share of the allowance (0 < share <= 1). `initial_burst`:
+    permits that go at once before any header is known (the runner's
+    `poll.breaker_threshold`), then the fallback rate applies.
     """
 
     def __init__(
@@ -120,8 +118,7 @@ class PacerCore:
         return slot - now
 
     def delay(self, now: float) -> tuple[float, WaitReason]:
-        """Seconds until the next permit could be handed out, and why; nothing is accounted
-        (the shell reserves at 0.0, with what is known when the permit is used)."""
+        """Seconds until the next permit, and why; nothing accounted (the shell reserves at 0.0)."""
         slot, reason, _ = self._plan(now)
         return slot - now, reason
 
@@ -292,8 +289,7 @@ class PacerCore:
         return grew and moved > RESET_TOLERANCE
 
     def _within_window(self, now: float) -> None:
-        """A reset further away than the window's length (it was reported shorter) is not
-        believed: the window in force ends within it."""
+        """A reset beyond the window's length is not believed: the window ends within it."""
         if self._reset_at is not None:
             latest = now + longest_wait(self._window, self.max_wait)
             self._reset_at = min(self._reset_at, latest)

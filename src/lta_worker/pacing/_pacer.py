@@ -68,12 +68,9 @@ class PacerLike(Protocol):
 class Pacer:
     """The async shell around `PacerCore`: reads the clocks, parses headers, sleeps.
 
-    Args:
-        core: The arithmetic.
-        clock: Monotonic seconds; `sleep` sleeps that many (tests advance a fake clock).
-        wall_clock: The wall time, for epoch resets and HTTP-dates of an answer without `Date`.
-        shared: The budget shared with other instances: a permit the core allows also needs
-            one from it, and every answer is settled with it.
+    `clock` is monotonic seconds (`sleep` sleeps that many); `wall_clock` dates epoch resets
+    and answers without `Date`; a permit the core allows also needs one from `shared` (the
+    budget shared with other instances), and every answer is settled with it.
     """
 
     def __init__(

@@ -108,8 +108,7 @@ def pause_after_429(info: RateLimitInfo | None, max_wait: float = DEFAULT_MAX_WA
 def wait_after_429(
     headers: Mapping[str, str], now: datetime | None, max_wait: float = DEFAULT_MAX_WAIT
 ) -> float:
-    """Seconds to hold every request after a 429 with these headers, arrived at `now`
-    (local clock, or the answer's `Date`: `parse_answer`); never raises."""
+    """Seconds to hold every request after a 429 with these headers at `now`; never raises."""
     try:
         info = parse_answer(headers, now)
     except Exception:  # a hostile header must never break a pass

@@ -44,8 +44,7 @@ def _per_hour(seen: BudgetSeen | None) -> float | None:
 
 
 def budget_moved(planned: BudgetSeen | None, seen: BudgetSeen | None) -> bool:
-    """Whether a plan made from `planned` is out of date once `seen` is reported: a limit where
-    there was none, or one `MOVED` times larger or smaller."""
+    """Whether a plan from `planned` is stale once `seen`: a limit new, or `MOVED` times off."""
     before, now = _per_hour(planned), _per_hour(seen)
     if now is None:
         return False
@@ -82,8 +81,7 @@ def for_active(capacity: CapacityPlan) -> float:
 def schedule_summary(
     store: Store, settings: Settings, counts: Mapping[str, int], capacity: CapacityPlan
 ) -> dict[str, Any]:
-    """What `status` shows of the schedule: the mode, and per class of user how many, their
-    interval and the mean delay expected from a change to its arrival."""
+    """What `status` shows of the schedule: per class of user, count, interval and mean delay."""
     poll = settings.poll
     policy = poll.policy()
     rates = from_buckets(store.rate_buckets())
@@ -136,8 +134,7 @@ def schedule_summary(
 
 
 class PlanCache:
-    """The last plan, when and from which budget it was made (renewed every `REPLAN`, or once
-    the budget moved)."""
+    """The last plan, when and from which budget it was made (renewed every `REPLAN`)."""
 
     def __init__(self) -> None:
         self.plan: SchedulePlan | None = None

@@ -82,12 +82,8 @@ def collect_status(
 ) -> dict[str, Any]:
     """Everything `status` shows, as plain JSON-able data, with the health verdict.
 
-    Args:
-        settings: the settings in force.
-        now: the time to count due users at; the system clock by default.
-        store: an open store to read (`serve`'s, for `/healthz`); else the database is
-            opened read-only and closed again.
-        problems: what the caller knows is wrong beyond the database, added to the verdict.
+    Without `store` (`serve`'s, for `/healthz`) the database is opened read-only and closed
+    again; `problems` (known beyond the database) are added to the verdict.
 
     Raises:
         SchemaOutdatedError: no schema or an older one; NoDatabaseError: no SQLite file
@@ -173,14 +169,9 @@ def assess_health(
     """The problems in `collect_status`'s data (empty: healthy); pure, takes `now`.
 
     The one verdict of `status --check`, `status --format json` and `/healthz`.
-
-    Args:
-        data: what `collect_status` collected.
-        now: the time of the verdict.
-        interval: `poll.interval`; users due and no answered read for twice it: a problem.
-        first_pass_at: when the oldest recorded pass finished (a new installation's grace).
-        failing_after: `poll.breaker_threshold`: this many users (or every active one)
-            whose last read failed after the last answered one is a problem.
+    Problems: users due and no answered read for twice `interval` (after `first_pass_at`,
+    a new installation's grace); `failing_after` users (or every active one) whose last
+    read failed after the last answered one.
     """
     problems: list[str] = []
     reads = data.get("reads") or {}

@@ -190,8 +190,7 @@ class Runtime:
         return self._secrets[name]
 
     def secret_files(self) -> dict[str, Callable[[], object]]:
-        """Every secret file `run` or `serve` reads at start, by name, with its reader (`check`
-        runs exactly these, so that it fails where they would)."""
+        """Every secret file `run`/`serve` reads at start, with its reader (`check` runs these)."""
         names = ["client_secret"]
         if self.settings.webhook.url is not None:
             names.append("webhook_secret")
@@ -250,8 +249,7 @@ class Runtime:
         return self._pacer
 
     async def start(self) -> None:
-        """Load the vault, every secret file, the webhook sender and the pacer now, so that a
-        problem stops `run` or `serve` at start."""
+        """Load the vault, secret files, webhook sender and pacer now: a problem stops the start."""
         _ = self.vault
         for read in self.secret_files().values():
             read()
@@ -308,8 +306,7 @@ class Runtime:
         self._api = None
 
     def reload_keys(self, *, key_ids_in_use: Iterable[str]) -> None:
-        """Re-read the key file alone; a broken one, or one lacking one of `key_ids_in_use`,
-        leaves the keys in force as they were."""
+        """Re-read the key file alone; a broken or incomplete one leaves the keys in force."""
         self._vault = self.read_key_file(needs=key_ids_in_use)
 
 

@@ -40,8 +40,7 @@ from lta_worker.simulator.state import (
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a request comes from: `client` and `user` once the credential is proven, `refusal`
-    when authentication already decides the answer."""
+    """Who a request comes from once proven (`client`, `user`), or the `refusal` it gets."""
 
     auth: AuthKind
     client: str | None = None

@@ -25,8 +25,7 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What one answer reports about the budget: `reset` in whole seconds (at least 1),
-    `reset_at` in epoch seconds, `window` its length in seconds."""
+    """One answer's budget: `reset` whole seconds (>= 1), `reset_at` epoch s, `window` seconds."""
 
     limit: int
     remaining: int
@@ -52,8 +51,7 @@ def roll(window: Window | None, now: float, length: int) -> Window:
 
 
 def take(window: Window | None, now: float, limit: int, length: int) -> tuple[Window, bool]:
-    """Count one request if the budget allows it: (the window to keep, counted); a refused
-    request (429) is not counted."""
+    """Count one request if the budget allows it: (window to keep, counted); a 429 is not."""
     current = roll(window, now, length)
     if current.used >= limit:
         return current, False

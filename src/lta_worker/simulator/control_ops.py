@@ -165,8 +165,7 @@ class ControlOps:
     def queue_consent(
         self, user: str, scopes: list[str] | None = None, *, deny: bool = False
     ) -> int:
-        """Queue who approves the next consent (created if new) and the scopes they leave
-        ticked; returns the number queued."""
+        """Queue who approves the next consent and the scopes they leave ticked; how many queued."""
         if not user:
             raise ControlError("a consent needs a user")
         with self._lock:

@@ -62,12 +62,8 @@ def _as_seen(
 class Simulator(ControlOps):
     """A faithful in-memory stand-in for the Long Term Access service.
 
-    Args:
-        clock: Where time comes from; a `ManualClock` in tests, the real clock by default.
-        settings: Initial knobs.
-        clients: The registered clients; `default_clients()` by default.
-        seed: Seed of the fault generator, for reproducible rate-based faults.
-        sleep: How latency and stall faults wait; `anyio.sleep` (cancellable) by default.
+    `seed` seeds the fault generator (reproducible rate-based faults); `sleep` is how latency
+    and stall faults wait (`anyio.sleep`, cancellable, by default).
     """
 
     def __init__(
@@ -237,8 +233,3 @@ class Simulator(ControlOps):
         with self._lock:
             caller = access.drop(self.world, self.settings, authorization)
             self._log("DELETE", path, caller.auth, caller, 204)
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The lock that guards `world` (the control operations take it)."""
-        return self._lock

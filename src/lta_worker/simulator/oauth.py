@@ -153,8 +153,7 @@ def authorize(
 def _issue(
     world: World, settings: SimSettings, request: ConsentRequest, consent: Consent, now: datetime
 ) -> AuthorizeAnswer:
-    """Answer a validated request as `consent` decides: a code for the scopes left ticked,
-    or `access_denied`."""
+    """Answer a validated request as `consent` decides: a code, or `access_denied`."""
     user = _ensure_user(world, consent.user, now)
     if consent.deny:
         params = {

@@ -122,8 +122,7 @@ DROP_DECLARED_LENGTH: Final = 2048
 
 
 class SimulatedDrop(Exception):
-    """Raised by `DropResponse` after a partial answer (`status`, `headers` and the `partial`
-    body already sent), to make the server drop the connection."""
+    """Raised by `DropResponse` after a partial answer, to make the server drop the connection."""
 
     def __init__(self, status: int, headers: list[tuple[str, str]], partial: bytes) -> None:
         super().__init__("simulated dropped connection")

@@ -70,8 +70,7 @@ class _Server(uvicorn.Server):
 
 
 class RunningSimulator:
-    """A simulator (`sim`) served by uvicorn on a background thread at `host`:`port`; a
-    context manager."""
+    """A simulator served by uvicorn on a background thread; a context manager."""
 
     def __init__(
         self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket

@@ -197,8 +197,7 @@ def _user_statement(shape: _Shape) -> Any:
 def _write_snapshots(
     conn: Connection, dialect: Dialect, written: Sequence[UserUpdate]
 ) -> list[ResultChange]:
-    """Upsert the written users' snapshots, append history where the content changed; return
-    those changes."""
+    """Upsert the snapshots, append history where the content changed; return those changes."""
     writes = [(upd, snap) for upd in written for snap in upd.snapshots]
     if not writes:
         return []

@@ -81,8 +81,7 @@ class EnrollmentQueries(Queries):
         return self._take(Row.state_hash == state_hash(state), now)
 
     def take_latest_pending(self, user: str, now: datetime) -> PendingEnrollment | None:
-        """Take the newest live pending enrollment of `user`, once (a bare code has no
-        state)."""
+        """Take the newest live pending enrollment of `user`, once (a bare code has no state)."""
         newest = (
             select(Row.state_hash)
             .where(Row.user == user, Row.used_at.is_(None), Row.expires_at > now)
@@ -100,8 +99,7 @@ class EnrollmentQueries(Queries):
             return conn.execute(delete(Row).where(spent, ~link_alive)).rowcount
 
     def spend_link(self, nonce: str, user: str, now: datetime, expires_at: datetime) -> bool:
-        """Record the enrollment link of `nonce` as used (kept until `expires_at`); False
-        when it already was."""
+        """Record the link of `nonce` used (kept until `expires_at`); False when it already was."""
         stmt = insert_for(self._db.dialect, Row).values(
             state_hash=state_hash(f"link:{nonce}"),
             user=user,
@@ -118,8 +116,7 @@ class EnrollmentQueries(Queries):
             return conn.execute(returning).first() is not None
 
     def forgotten_since(self, user: str, issued_at: datetime | None) -> bool:
-        """Whether `user` was forgotten at or after `issued_at` (None: at any time): a link
-        issued before a forget is refused."""
+        """Whether `user` was forgotten at or after `issued_at` (None: ever): older links fail."""
         with self._db.read() as conn:
             at = conn.execute(select(User.forgotten_at).where(User.user == user)).scalar()
         return at is not None and (issued_at is None or at >= issued_at)

@@ -130,8 +130,7 @@ class InstanceQueries(Queries):
         return None
 
     def record_budget(self, client_id: str, seen: BudgetSeen) -> None:
-        """Store what the service reported about the budget (unless older than the stored
-        one); `reserved` restarts at 0."""
+        """Store the budget the service reported (unless older); `reserved` restarts at 0."""
         values = _budget_values(seen, 0)
         stmt = insert_for(self._db.dialect, ClientBudget).values(client_id=client_id, **values)
         stmt = stmt.on_conflict_do_update(

@@ -230,8 +230,7 @@ _UPSERTS: list[Any] = []
 
 
 def _upsert() -> Any:
-    """SQLite's lease upsert of `b_ids`; no RETURNING (it doubles the cost; the write lock
-    makes every lease won)."""
+    """SQLite's lease upsert; no RETURNING (it doubles the cost; the write lock wins all)."""
     if not _UPSERTS:
         from sqlalchemy.dialects.sqlite import insert
 
@@ -245,8 +244,7 @@ def _upsert() -> Any:
 
 
 def _ids_param(claimed: dict[int, int]) -> str:
-    """SQLite: `{id: new generation}` as one JSON parameter (a thousand parameters cost
-    SQLAlchemy more than the statement costs SQLite)."""
+    """SQLite: `{id: new generation}` as one JSON parameter (cheaper than a thousand parameters)."""
     return json.dumps(dict(sorted(claimed.items())))
 
 

@@ -68,8 +68,7 @@ def alembic_config(db: Database | None = None) -> Config:
 
 
 def upgrade(db: Database) -> bool:
-    """Migrate the database to `HEAD_REVISION`; True when a migration ran. Safe from several
-    processes at once (`migrations/env.py` serializes them)."""
+    """Migrate to `HEAD_REVISION`; True when one ran. Safe from several processes at once."""
     with db.read() as conn:
         if classify(current_revision(conn)) == "current":
             return False

@@ -118,8 +118,7 @@ class OutboxQueries(Queries):
     def claim_events(
         self, now: datetime, limit: int, lease_until: datetime, owner: str = "-"
     ) -> list[PendingEvent]:
-        """Lease the oldest live event of up to `limit` users, when due, to `owner` until
-        `lease_until` (its `next_attempt_at`); oldest first."""
+        """Lease the oldest due live event of up to `limit` users to `owner` until `lease_until`."""
         table = OutboxEvent.__table__
         inner = table.alias().c
         head = (
@@ -174,8 +173,7 @@ class OutboxQueries(Queries):
             )
 
     def release_events(self, now: datetime) -> int:
-        """Make every leased event due now (SQLite at start, under the single-instance lock);
-        return how many."""
+        """Make every leased event due now (SQLite at start, under the instance lock); how many."""
         with self._db.write() as conn:
             return conn.execute(
                 update(OutboxEvent)

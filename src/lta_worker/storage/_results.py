@@ -48,8 +48,7 @@ class ResultQueries(Queries):
     """Stored results: the latest per (user, endpoint), every past content, one user's purge."""
 
     def export_results(self, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
-        """The latest result per user and endpoint (of one user when given), by user row id
-        then endpoint, in batches."""
+        """The latest result per user and endpoint (of one user when given), in batches."""
         query = select(
             Snapshot.user_id,
             User.user,
@@ -115,8 +114,7 @@ def purge_user(conn: Connection, user_id: int) -> int:
 def purge_expired_results(
     conn: Connection, now: datetime, after: timedelta
 ) -> tuple[PurgeCounts, list[str]]:
-    """Delete results of users revoked or dropped at least `after` ago (0 means at once);
-    the counts and the users whose results went."""
+    """Delete results of users revoked or dropped at least `after` ago; counts and users."""
     cutoff = now - after
     expired = select(User.id).where(
         or_(
@@ -143,8 +141,7 @@ def purge_expired_results(
 
 
 def prune_history(conn: Connection, now: datetime, keep: timedelta) -> int:
-    """Delete past contents fetched more than `keep` ago, each (user, endpoint)'s newest
-    kept (the snapshot still shows it); return how many."""
+    """Delete past contents fetched over `keep` ago but each (user, endpoint)'s newest; count."""
     newest = select(func.max(History.id)).group_by(History.user_id, History.endpoint)
     stmt = delete(History).where(History.fetched_at < now - keep, History.id.not_in(newest))
     return conn.execute(stmt).rowcount

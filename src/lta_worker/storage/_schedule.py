@@ -139,8 +139,7 @@ class ScheduleQueries(Queries):
         return sorted(counts.items())
 
     def sample_estimates(self, limit: int = SAMPLE) -> list[ChangeEstimate]:
-        """Up to `limit` stored estimates of active users (the newest by id: the primary key's
-        index, never a sort of the whole table)."""
+        """Up to `limit` stored estimates of active users, newest by id (no whole-table sort)."""
         with self._db.read() as conn:
             rows = conn.execute(
                 select(User.estimate)

@@ -1,15 +1,8 @@
 """The service's HTTP interface (httpx): reads, token creation and drop, code exchange.
 
-- `ApiClient` over an injected `httpx.AsyncClient`; `read` returns a raw `Answer` and never
-  raises for HTTP or network trouble (`_client`);
-- `long_term_credential` (`<token>.<client secret>`, built by `ApiClient` alone, which
-  holds the client credentials), `usable_token`, `join_url` and the enrollment refusals'
-  reasons, without httpx (`_wire`);
-  `READ_PATHS` (`protocol`'s); `check_secure_url` (plain http only to loopback, `_wire`);
-- `http_client`, the production client: timeouts, no proxy from the environment but an
-  https one from the settings (`_http`);
-- `WebhookSender` and `webhook_http_client`: signed POSTs to the webhook receiver
-  (`_http`).
+`ApiClient` (`_client`) reads without raising for HTTP or network trouble; `_wire` holds what
+needs no httpx (the credential, `usable_token`, `check_secure_url`, refusal reasons); `_http`
+the production client (no proxy from the environment) and the signed webhook sender.
 """
 
 from __future__ import annotations

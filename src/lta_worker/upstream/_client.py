@@ -88,11 +88,7 @@ def _service_code(answer: Answer) -> str | None:
 class ApiClient:
     """The service's HTTP interface, over an injected `httpx.AsyncClient`.
 
-    Args:
-        http: the client to send with; its transport decides where requests really go.
-        service: URLs, timeouts and the response size cap (`[service]`).
-        client: the client id and its token endpoint authentication (`[client]`).
-        client_secret: the client's secret (read and registered by `runtime.Runtime`).
+    `client_secret` is read and registered with the redactor by `runtime.Runtime`.
     """
 
     def __init__(
@@ -322,8 +318,7 @@ class ApiClient:
         headers: Mapping[str, str],
         form: Mapping[str, str] | None = None,
     ) -> Answer:
-        """Send one request and read at most `max_response_bytes` of the body, all within
-        `service.request_timeout` (past it: a `timeout` answer)."""
+        """Send one request, read at most `max_response_bytes`, all within `request_timeout`."""
         check_secure_url(url)
         request = self._http.build_request(
             method, url, headers=headers, data=form, timeout=self._timeout
@@ -361,8 +356,7 @@ class ApiClient:
         )
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """The raw body (never decoded: a few KB of gzip can be gigabytes), at most
-        `max_response_bytes` of it, and True when there was more."""
+        """The raw body, never decoded (gzip bombs), at most `max_response_bytes`; True if more."""
         if response.is_stream_consumed:  # built with its body (a MockTransport's answer)
             content = response.content
             return content[: self._cap], len(content) > self._cap

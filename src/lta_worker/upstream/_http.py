@@ -26,8 +26,7 @@ USER_AGENT = f"lta-worker/{__version__}"
 
 
 class _NoCookies(CookieJar):
-    """A cookie jar that keeps nothing: one client reads for every user, and a cookie from one
-    user's answer would otherwise go out with the others' requests."""
+    """A cookie jar that keeps nothing: one user's cookie must never go with another's request."""
 
     def set_cookie(self, cookie: Cookie) -> None:
         """Keep nothing."""
@@ -39,12 +38,8 @@ class _NoCookies(CookieJar):
 def _proxy_mounts(
     service: ServiceSettings, limits: httpx.Limits
 ) -> dict[str, httpx.AsyncBaseTransport | None]:
-    """Transports for `service.https_proxy`: https requests only, except `service.no_proxy`.
-
-    Plain http is never proxied: it goes only to loopback (the simulator), and a proxy would
-    see the credential in clear. An https request through the proxy is a CONNECT tunnel, so
-    TLS (and the credential inside it) stays end to end.
-    """
+    """Transports for `service.https_proxy`: https requests only (a CONNECT tunnel keeps TLS
+    end to end; a plain http proxy would see the credential), except `service.no_proxy`."""
     if not service.https_proxy:
         return {}
     mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
@@ -75,12 +70,8 @@ def http_client(
     `concurrency`, no redirects, no cookies, an `lta-worker/<version>` User-Agent, plain
     http refused for non-loopback hosts, and proxies from `service.https_proxy` and
     `service.no_proxy` only (https requests only; the environment is not read here).
-
-    Args:
-        service: the `[service]` section.
-        concurrency: the user turns that may read at once (`poll.concurrency`).
-        transport: where requests go (default: the network); tests pass the simulator's.
-            An injected transport is used for every request, proxy or not.
+    `concurrency` is `poll.concurrency`; an injected `transport` (tests: the simulator's)
+    is used for every request, proxy or not.
     """
     # One connection per concurrent user turn, and one spare for enrollment and drop.
     limits = httpx.Limits(

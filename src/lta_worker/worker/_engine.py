@@ -182,8 +182,6 @@ class PassEngine:
         await self.clock.sleep(seconds)
         self.stop.request("deadline", self.options.grace.total_seconds())
 
-    # -- the pass ------------------------------------------------------------------------
-
     async def run(self) -> PassResult:
         """Run the pass to its end and return how it ended; never raises for upstream trouble.
 
@@ -280,8 +278,6 @@ class PassEngine:
         if stopped == "completed" and not (self.result.users or self.result.reads):
             level = "debug"
         getattr(log, level)("pass.finished", instance=opts.instance, **self.result.summary())
-
-    # -- tasks ---------------------------------------------------------------------------
 
     async def _claimer(self, send: ObjectSendStream[UserRow], due_before: datetime) -> None:
         opts = self.options

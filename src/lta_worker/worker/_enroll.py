@@ -66,8 +66,7 @@ def connection_cap(descriptor_limit: int) -> int:
 
 
 class AcceptFailures:
-    """accept() calls refused for want of a resource: counted, reported at most once per
-    `every` seconds (pure: `now` passed in)."""
+    """accept() calls refused for want of a resource, reported at most once per `every` s."""
 
     def __init__(self, every: float = ACCEPT_REPORT_EVERY) -> None:
         self.every = every

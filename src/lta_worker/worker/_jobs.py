@@ -254,8 +254,6 @@ async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
     return True
 
 
-# -- webhook delivery ---------------------------------------------------------------------
-
 # One round: dead-letter what grew older than `webhook.max_age`, claim the oldest due event
 # of each user, POST them (a few at a time, never two of one user), delete the acknowledged
 # ones (and, unsent, those of a type `webhook.events` leaves out) or back the others off

@@ -107,8 +107,6 @@ class Metrics:
             for outcome in OUTCOME_KINDS:
                 self.reads.labels(endpoint=endpoint, outcome=outcome)
 
-    # -- observers -----------------------------------------------------------------------
-
     def on_read(self, endpoint: str, outcome: str, duration_s: float) -> None:
         """The engine's read observer: one read of `endpoint` ended with `outcome`."""
         self.reads.labels(endpoint=endpoint, outcome=outcome).inc()

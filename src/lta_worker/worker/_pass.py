@@ -163,7 +163,6 @@ class Reader(Protocol):
         ...
 
 
-# -- how a pass stops ---------------------------------------------------------------------
 # A stop (the deadline, the service seeming down, SIGTERM in `serve`) lets reads already sent
 # finish and cancels the readers still reading after the grace period; a reader still waiting
 # for a permit gives its turn up at once, so a tight budget never holds a stop for the whole
@@ -229,7 +228,6 @@ class PassStop:
         return permit
 
 
-# -- leases -------------------------------------------------------------------------------
 # A lease in the database ends at the expiry last written for it; the pass knows a lower
 # bound of that: a claim's `lease_until` (computed before the claim call). A renewal raises
 # it only when it is known to have reached the row while the lease was still held (started
@@ -266,8 +264,7 @@ def read_margin(lease: timedelta, request_timeout: timedelta) -> timedelta:
 
 @dataclass(frozen=True, slots=True)
 class Renewal:
-    """A renewal in flight: the users it covers (claimed before it started) and the expiry
-    it writes."""
+    """A renewal in flight: the users it covers (claimed before it) and the expiry it writes."""
 
     leases: frozenset[Lease]
     lease_until: datetime

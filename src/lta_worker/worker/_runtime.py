@@ -168,8 +168,7 @@ class Worker(Runtime):
         on_progress: ProgressFn | None,
         watch: BudgetWatch,
     ) -> PassEngine:
-        """The engine of one pass, over the runtime's collaborators and the freshness plan
-        (made again when `watch` sees the budget move)."""
+        """The engine of one pass (its plan made again when `watch` sees the budget move)."""
         plan = await make_plan(self)
         # After the wait: a reload meanwhile is in force from the first turn (none can come
         # between here and `self.current`, where a later one reaches the engine).
@@ -239,8 +238,7 @@ class Worker(Runtime):
 
 
 class _ApiOnFirstRead:
-    """The pass's reader: the runtime's API client, asked for at the first read (a pass
-    with nobody due never builds it)."""
+    """The pass's reader: the API client, built at the first read (none if nobody is due)."""
 
     __slots__ = ("_rt",)
 

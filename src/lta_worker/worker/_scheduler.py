@@ -89,8 +89,7 @@ def reschedule(
 
 
 class Guard:
-    """The job runs in progress, counted (`idle` is set when none runs), and their
-    failures logged as `error` events."""
+    """The job runs in progress (`idle` set when none), their failures logged as `error`."""
 
     def __init__(self) -> None:
         self.running = 0
@@ -147,7 +146,6 @@ def _explained(exc: BaseException) -> LtaError | None:
     return leaves[0]
 
 
-# -- sd_notify ----------------------------------------------------------------------------
 # One datagram of newline-separated `KEY=VALUE` pairs to $NOTIFY_SOCKET (a leading `@`: the
 # abstract namespace); without it every call does nothing. The watchdog is on when
 # $WATCHDOG_USEC is positive and $WATCHDOG_PID, if set, is this process; pings go at half
@@ -205,7 +203,6 @@ class Notifier:
         return self.notify(stopping=1, status=status)
 
 
-# -- reload on SIGHUP ---------------------------------------------------------------------
 # The new settings and key file, or the old ones if they are broken. A reload the database
 # keeps from completing (the key ids stored tokens use are read from it) is tried again,
 # RELOAD_RETRY doubling up to RELOAD_RETRY_MAX, until it completes or another SIGHUP comes,

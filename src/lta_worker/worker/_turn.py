@@ -174,8 +174,7 @@ class Turns:
         return decide_turn(user, results, self.clock.now(), opts.policy, self.rng)
 
     def _unusable(self, user: UserRow) -> UserUpdate:
-        """The turn of a user whose stored token cannot be used: nothing is sent, the
-        token is kept, and the user is tried again rarely (`undecryptable`)."""
+        """An unusable stored token: nothing sent, token kept, retried rarely (`undecryptable`)."""
         unusable = Outcome(kind="undecryptable")
         self.result.counts[unusable.kind] += 1
         self.result.users += 1
@@ -231,8 +230,7 @@ class Turns:
             raise LeaseLapsed
 
     async def prove(self, proof: Proof) -> None:
-        """Ask the service `proof` (`Reader.prove`) once a pass, and give the breaker its
-        answer; a reader that needs it meanwhile waits for the one asking."""
+        """Ask `proof` once a pass and tell the breaker; a reader needing it meanwhile waits."""
         while proof in self._proving:
             await self._proving[proof].wait()
         if proof in self.breaker.proofs:
