@@ -17,25 +17,18 @@ from lta_worker.domain import EVENT_TYPES, PendingEvent, ResultChanged, StateEve
 from lta_worker.domain._events import ACTION_CODES, CLIENT_ACTIONS
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client
+from support.docs import table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def events_table(text: str) -> list[tuple[str, str, str]]:
-    """(type, client_action, action) of each row of webhooks.md's *Events* table."""
-    start = text.index("| `type` | the change | `client_action`")
-    rows = []
-    for line in text[start:].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows.append((cells[0].strip("`"), cells[2], cells[3].strip("`")))
-    return rows
-
-
 def test_events_table_is_the_codes_types_and_actions() -> None:
     """webhooks.md's table lists every type in order with its `client_action` and `action`."""
-    rows = events_table((DOCS / "webhooks.md").read_text(encoding="utf-8"))
+    text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
+    rows = [
+        (c[0].strip("`"), c[2], c[3].strip("`"))
+        for c in table(text, "| `type` | the change | `client_action`")
+    ]
     assert rows == [(t, CLIENT_ACTIONS[t], ACTION_CODES[t]) for t in EVENT_TYPES]
 
 
