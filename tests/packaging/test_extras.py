@@ -67,19 +67,24 @@ def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None
     assert _simulator_modules(dump) == []
 
 
-@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
-@pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
-def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
-    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
-    blocked = f"import sys; sys.modules[{missing!r}] = None\n"  # `import` now fails
-    done = subprocess.run(
-        [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *command],
+def _without(missing: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lta-worker ARGS` in a process where importing `missing` fails."""
+    blocked = f"import sys; sys.modules[{missing!r}] = None\n"
+    return subprocess.run(
+        [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *args],
         capture_output=True,
         text=True,
         env=child_env(),
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+@pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
+def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
+    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
+    done = _without(missing, *command)
     assert done.returncode == EX_CONFIG, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
@@ -100,22 +105,7 @@ def test_serve_with_enroll_listen_without_the_web_extra(
         )
         + '\n[enroll]\nlisten = "127.0.0.1:18080"\npublic_url = "http://127.0.0.1:18080"\n'
     )
-    blocked = f"import sys; sys.modules[{missing!r}] = None\n"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            blocked + PROBE.split("atexit.register(_dump)\n")[1],
-            "--config",
-            str(world.config),
-            "serve",
-        ],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = _without(missing, "--config", str(world.config), "serve")
     assert done.returncode == EX_CONFIG, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr

@@ -104,3 +104,18 @@ def query_fields(expr: str) -> dict[str, set[str]]:
         for name in filter(None, (n.strip() for n in group.split(","))):
             fields.setdefault(name, set())
     return fields
+
+
+def exposed_metrics() -> set[str]:
+    """Every sample name the worker's registry exposes (each labelled series given a value)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lta_worker.worker._metrics import Metrics
+
+    metrics = Metrics()
+    metrics.on_read("stats", "ok", 0.1)
+    metrics.users.labels(state="active").set(1)
+    metrics.pass_duration.observe(1.0)
+    text = generate_latest(metrics.registry).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
