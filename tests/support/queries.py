@@ -1,12 +1,6 @@
-"""The queries of deploy/: the Grafana dashboard's (LogQL and PromQL), the alert rules'
-(deploy/prometheus-rules.yml, deploy/loki-rules.yml), the dashboard's template variables,
-and what a LogQL query asks of the log lines (events, fields, values).
-
-Shared by the static checks (tests/deploy) and the end-to-end run against a real
-Prometheus (tests/service/test_prometheus_e2e.py). No YAML library is a dependency: the
-rules files keep one `- alert:` and one single-line `expr:` per rule, which `rules()`
-reads and checks.
-"""
+"""The queries of deploy/ (dashboard, alert rules, template variables) and what a LogQL query
+asks of the log lines. No YAML library: the rules files keep one `- alert:` and one single-line
+`expr:` per rule, which `rules()` reads and checks."""
 
 from __future__ import annotations
 
