@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lta_worker.config import Settings, field_types, load_settings, parse_duration
+from lta_worker.config._fields import ranges, render
 from lta_worker.config._loader import _env_overrides  # the name rule alone, before any value
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES
@@ -60,23 +61,14 @@ def doc_rows(text: str) -> dict[str, list[str]]:
 
 ROWS = doc_rows(DOC.read_text(encoding="utf-8"))
 FIELDS = settings_fields()
+RANGES = ranges(Settings)
+UNITS = {timedelta: "duration", int: "integer", float: "number"}
 
 
 def test_one_row_per_setting() -> None:
     """Every setting has a row, and every row is a setting."""
     assert sorted(set(FIELDS) - set(ROWS)) == [], "settings without a row"
     assert sorted(set(ROWS) - set(FIELDS)) == [], "rows that are no setting"
-
-
-@pytest.mark.parametrize("key", sorted(FIELDS))
-def test_row_names_the_variable_the_loader_reads(key: str) -> None:
-    """The environment variable column is the name the loader maps to this key."""
-    cell = ROWS[key][3]
-    name = cell.strip("`")
-    overrides, _ = _env_overrides({name: "x"})
-    section, _, field = key.partition(".")
-    assert re.fullmatch(r"`LTA_WORKER_\w+`", cell)
-    assert overrides == {section: {field: "x"}}
 
 
 def _first_literal(cell: str) -> str:
@@ -86,8 +78,17 @@ def _first_literal(cell: str) -> str:
 
 
 @pytest.mark.parametrize("key", sorted(FIELDS))
-def test_row_states_the_default(key: str) -> None:
-    """The default column gives the code's default (in words only where listed here)."""
+def test_row_states_the_range_default_and_variable(key: str) -> None:
+    """A setting's row gives its unit and range (where it has one), its default (in words only
+    where listed here) and the environment variable the loader maps to it."""
+    section, _, name = key.partition(".")
+    overrides, _ = _env_overrides({ROWS[key][3].strip("`"): "x"})
+    assert re.fullmatch(r"`LTA_WORKER_\w+`", ROWS[key][3])
+    assert overrides == {section: {name: "x"}}
+    if key in RANGES:
+        low, high = RANGES[key]
+        unit = UNITS[field_types(field_types(Settings)[section])[name]]
+        assert ROWS[key][1] == f"{unit} {render(low)}\u2013{render(high)}"  # an en dash
     field, cell = FIELDS[key], ROWS[key][2]
     if field.default_factory is not dataclasses.MISSING:
         default: Any = field.default_factory()
