@@ -24,6 +24,13 @@ def table(text: str, header: str) -> list[list[str]]:
     return rows
 
 
+def block_after(text: str, lang: str, heading: str) -> str:
+    """The first ```LANG block after `heading` in `text`."""
+    found = re.search(rf"^```{lang}\n(.*?)^```", text[text.index(heading) :], re.M | re.S)
+    assert found, f"no {lang} block after {heading}"
+    return found.group(1)
+
+
 def fenced(lang: str) -> dict[str, str]:
     """Every ```LANG block of README.md and docs/*.md, keyed by where it is (FILE:LINE)."""
     blocks = {}
