@@ -82,14 +82,16 @@ class World:
     api: ApiClient
     client_secret: Secret
 
-    def enrollment(self) -> Enrollment:
+    def enrollment(self, store: Store | None = None, api: ApiClient | None = None) -> Enrollment:
+        """The worker's Enrollment, on another store or API client where given."""
+        client, auth_url = self.settings.client, self.settings.service.auth_url
         return Enrollment(
-            self.settings.client,
-            self.store,
+            client,
+            store or self.store,
             self.vault,
-            self.api,
+            api or self.api,
             self.clock.now,
-            auth_url=self.settings.service.auth_url,
+            auth_url=auth_url,
         )
 
     def lifecycle(self) -> Lifecycle:
