@@ -1,5 +1,5 @@
-"""docs/config.md has one row per setting, with the code's default and the environment
-variable the loader reads for it (the ranges: tests/config/test_ranges.py)."""
+"""docs/config.md has one row per setting, with its range, the code's default and the environment
+variable the loader reads for it (the ranges enforced: tests/config/test_ranges.py)."""
 
 from __future__ import annotations
 
