@@ -1,10 +1,6 @@
-"""The benchmarks still run: `bench/run --smoke` (tiny sizes, no targets) reports their figures.
-
-The default suite (and CI) runs only B6, the fleet soak: its smoke size is the short soak (every
-fault once) and its figures are invariants that hold at any size. `LTA_BENCH_SMOKE=all` runs
-every benchmark and checks what each reported (not the values: they say nothing at these sizes),
-so that the benchmarks do not rot unnoticed; run it when bench/ or a face it drives changes.
-"""
+"""`bench/run --smoke` still runs and reports every figure: B6's short soak (invariants at any
+size) by default, every benchmark with `LTA_BENCH_SMOKE=all` (run it when bench/ or a face it
+drives changes)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,11 +12,8 @@ from hypothesis import strategies as st
 from lta_worker.config import Settings, build_settings
 from lta_worker.config._fields import field_types
 from lta_worker.errors import ConfigError
+from support.configs import with_setting
 
-BASE: dict[str, dict[str, Any]] = {
-    "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-    "client": {"id": "c"},
-}
 KEYS = sorted(
     (section, name)
     for section, model in field_types(Settings).items()
@@ -37,12 +34,6 @@ VALUES = st.recursive(
 )
 
 
-def _with(section: str, name: str, value: object) -> dict[str, Any]:
-    data = {s: dict(v) for s, v in BASE.items()}
-    data.setdefault(section, {})[name] = value
-    return data
-
-
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(key=st.sampled_from(KEYS), value=VALUES)
 def test_any_value_is_taken_or_refused_naming_its_key(key: tuple[str, str], value: object) -> None:
@@ -50,7 +41,7 @@ def test_any_value_is_taken_or_refused_naming_its_key(key: tuple[str, str], valu
     section, name = key
     refused: ConfigError | None = None
     try:
-        built = build_settings(_with(section, name, value))
+        built = build_settings(with_setting(f"{section}.{name}", value))
     except ConfigError as exc:
         refused = exc
     if refused is not None:
@@ -74,7 +65,7 @@ def test_a_table_where_a_value_belongs_is_refused(section: str, name: str) -> No
     if dataclasses.is_dataclass(field_types(model)[name]):
         pytest.skip("a nested section takes a table")
     with pytest.raises(ConfigError) as info:
-        build_settings(_with(section, name, {"x": 1}))
+        build_settings(with_setting(f"{section}.{name}", {"x": 1}))
     assert info.value.key == f"{section}.{name}"
 
 
@@ -91,5 +82,5 @@ def test_an_unknown_key_is_named_with_the_closest_known_one(
 ) -> None:
     """A misspelt key is refused by its dotted name, with a spelling hint or the key meant."""
     with pytest.raises(ConfigError, match=words) as info:
-        build_settings(_with(section, name, 4))
+        build_settings(with_setting(f"{section}.{name}", 4))
     assert info.value.key == f"{section}.{name}"

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from lta_worker.config import build_settings, load_settings
 from lta_worker.errors import ConfigError
+from support.configs import with_setting
 
 REQUIRED = {
     "LTA_WORKER_SERVICE_BASE_URL": "https://api.example",
@@ -17,20 +16,11 @@ REQUIRED = {
 }
 
 
-def settings(section: str, **values: Any) -> Any:
-    data: dict[str, Any] = {
-        "service": {"base_url": "https://api.example", "auth_url": "https://account.example"},
-        "client": {"id": "client-1"},
-    }
-    data[section] = {**data.get(section, {}), **values}
-    return build_settings(data)
-
-
 @pytest.mark.parametrize("value", ["socks5://p:1080", "http://"], ids=["scheme", "no-host"])
 def test_a_proxy_the_worker_cannot_use_is_refused(value: str) -> None:
     """An https_proxy of another scheme or without a host: exit 78 naming the key."""
     with pytest.raises(ConfigError) as info:
-        settings("service", https_proxy=value)
+        build_settings(with_setting("service.https_proxy", value))
     assert info.value.exit_code == 78
     assert "service.https_proxy" in str(info.value)
 

@@ -10,6 +10,7 @@ import pytest
 
 from lta_worker.config import build_settings, key_file_path, load_settings, read_client_secret
 from lta_worker.errors import ConfigError
+from support.configs import with_setting
 
 MINIMAL = """
 [service]
@@ -71,10 +72,7 @@ def test_derived_defaults(tmp_path: Path) -> None:
 )
 def test_a_broken_key_is_named(patch: dict[str, object], key: str) -> None:
     """Each broken setting raises ConfigError (exit 78) whose message names the key."""
-    data: dict[str, object] = {
-        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-        "client": {"id": "c"},
-    }
+    data: dict[str, object] = with_setting("client.id", "c")
     for section, values in patch.items():
         if values is None:
             data.pop(section)
@@ -147,22 +145,12 @@ URL_KEYS = [
 ]
 
 
-def _with_url(key: str, url: str) -> dict[str, dict[str, object]]:
-    section, _, name = key.partition(".")
-    data: dict[str, dict[str, object]] = {
-        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-        "client": {"id": "c"},
-    }
-    data.setdefault(section, {})[name] = url
-    return data
-
-
 @pytest.mark.parametrize("key", URL_KEYS)
 @pytest.mark.parametrize("port", ["99999", "65536", "0", "abc", "-1", "+1", "1_0", "1:2", "\uff18"])
 def test_a_url_with_a_bad_port_is_refused_naming_the_key(key: str, port: str) -> None:
     """A URL setting whose port is not a number from 1 to 65535 is refused at load."""
     with pytest.raises(ConfigError) as info:
-        build_settings(_with_url(key, f"https://h.example:{port}/x"))
+        build_settings(with_setting(key, f"https://h.example:{port}/x"))
     assert info.value.key == key
     assert str(info.value) == f"{key}: the port must be a number from 1 to 65535 (got {port!r})"
 
@@ -172,7 +160,7 @@ def test_a_url_with_a_bad_port_is_refused_naming_the_key(key: str, port: str) ->
 def test_a_url_with_a_control_character_is_refused(key: str, url: str) -> None:
     """A URL setting holding a control character (which httpx refuses) is refused at load."""
     with pytest.raises(ConfigError, match="control character") as info:
-        build_settings(_with_url(key, url))
+        build_settings(with_setting(key, url))
     assert info.value.key == key
 
 

@@ -9,11 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
-from lta_worker.worker._metrics import Metrics
-from support.queries import LOKI_RULES, PROMETHEUS_RULES, ROOT, rules
+from support.docs import DOCS
+from support.queries import LOKI_RULES, PROMETHEUS_RULES, ROOT, exposed_metrics, rules
 
 UNIT_TESTS = Path(__file__).with_name("prometheus-rules.test.yml")
 PROMTOOL = shutil.which("promtool")
@@ -62,17 +60,9 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     assert set(outcomes) == {alert for alert, _ in rules(PROMETHEUS_RULES)}
 
 
-def _exposed() -> set[str]:
-    """Every sample name the worker's registry exposes."""
-    metrics = Metrics()
-    metrics.on_read("stats", "ok", 0.1)
-    text = generate_latest(metrics.registry).decode()
-    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-
-
 def test_rules_name_only_exposed_metrics() -> None:
     """The rules query only metrics the worker exposes (and Prometheus's own `up`)."""
-    exposed = _exposed()
+    exposed = exposed_metrics()
     for alert, expr in rules(PROMETHEUS_RULES):
         names = set(re.findall(r"\b(lta_worker_[a-z_]+)", expr))
         assert names or re.fullmatch(r'up\{job="lta-worker"\} == 0', expr), alert
@@ -81,10 +71,9 @@ def test_rules_name_only_exposed_metrics() -> None:
 
 def test_the_rules_have_one_home() -> None:
     """No document repeats a rule's expression; docs/operations.md points at both files."""
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     for path in (PROMETHEUS_RULES, LOKI_RULES):
         for alert, expr in rules(path):
-            for doc in docs:
+            for doc in DOCS:
                 assert expr not in doc.read_text(encoding="utf-8"), f"{doc.name}: {alert}"
     operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     assert "deploy/prometheus-rules.yml" in operations

@@ -24,6 +24,7 @@ from support.queries import (
     DS_LOKI,
     DS_PROMETHEUS,
     dashboard,
+    exposed_metrics,
     logql_queries,
     panels,
     query_events,
@@ -93,21 +94,6 @@ def test_dashboard_has_loki_input_and_panels() -> None:
     for panel in prometheus:
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
-
-
-def _metric_names() -> set[str]:
-    """Every sample name the worker's registry exposes."""
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from lta_worker.worker._metrics import Metrics
-
-    metrics = Metrics()
-    metrics.on_read("stats", "ok", 0.1)
-    metrics.users.labels(state="active").set(1)
-    metrics.pass_duration.observe(1.0)
-    text = generate_latest(metrics.registry).decode()
-    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
 def test_dashboard_covers_the_operational_questions() -> None:
@@ -195,21 +181,15 @@ def _uncommented(text: str) -> str:
     return re.sub(r"(?m)^# ?([a-z_]+ = )", r"\1", text)
 
 
-def test_config_example_with_optional_keys_loads() -> None:
-    """The commented-out optional keys of the example are valid when switched on."""
+def test_config_example_lists_every_key_valid() -> None:
+    """Every key of every section is in the example, set or commented out; switched on, valid."""
     data = tomllib.loads(_uncommented(EXAMPLE.read_text(encoding="utf-8")))
+    assert {section: set(values) for section, values in data.items()} == _model_keys(Settings)
     errors: list[tuple[str, str]] = []
     settings = read_section(Settings, data, "", errors)  # each key valid (not the whole)
     assert settings is not None, errors
     assert settings.client.secret_file is not None
     assert settings.crypto.key_file is not None
-
-
-def test_config_example_lists_every_key() -> None:
-    """Every key of every Settings section appears in the example (set or commented out)."""
-    data = tomllib.loads(_uncommented(EXAMPLE.read_text(encoding="utf-8")))
-    listed = {section: set(values) for section, values in data.items()}
-    assert listed == _model_keys(Settings)
 
 
 def test_config_example_values_are_the_defaults() -> None:
@@ -430,7 +410,7 @@ def _queried(board_panels: list[dict[str, Any]]) -> set[str]:
 def test_dashboard_reads_first_from_metrics_the_worker_exposes() -> None:
     """Prometheus panels name only exposed metrics; those above the log panels answer the
     first questions alone, so the dashboard works without Loki."""
-    exposed = _metric_names()
+    exposed = exposed_metrics()
     for panel in panels(DS_PROMETHEUS):
         names = _queried([panel])
         assert names <= exposed, f"{panel['title']}: {names - exposed}"

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from lta_worker.config import Settings, build_settings
+from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import Enrollment, Lifecycle
 from lta_worker.logs import configure_logging, reset_logging
 from lta_worker.secret import Secret
@@ -25,7 +27,7 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Keyring, Store, Vault
+from lta_worker.storage import Keyring, PendingEnrollmentRow, Store, Vault
 from lta_worker.upstream import ApiClient, http_client
 
 BASE_URL = "https://api.sim.example"
@@ -48,6 +50,25 @@ def make_vault() -> Vault:
     return Vault(Keyring({"k1": os.urandom(32)}))
 
 
+def stored_verifiers(store: Store, vault: Vault) -> list[str]:
+    """Every PKCE verifier the store holds (used consents stay until the purge), decrypted."""
+    table = PendingEnrollmentRow.__table__
+    with store.database.read() as conn:
+        rows = conn.execute(
+            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id).where(
+                table.c.verifier_key_id != ""
+            )
+        ).all()
+    return [
+        vault.decrypt(
+            EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id),
+            user=r.user,
+            purpose="verifier",
+        ).reveal()
+        for r in rows
+    ]
+
+
 @dataclass
 class World:
     """Everything a test drives: the simulator, the worker side, and the clock they share."""
@@ -61,14 +82,16 @@ class World:
     api: ApiClient
     client_secret: Secret
 
-    def enrollment(self) -> Enrollment:
+    def enrollment(self, store: Store | None = None, api: ApiClient | None = None) -> Enrollment:
+        """The worker's Enrollment, on another store or API client where given."""
+        client, auth_url = self.settings.client, self.settings.service.auth_url
         return Enrollment(
-            self.settings.client,
-            self.store,
+            client,
+            store or self.store,
             self.vault,
-            self.api,
+            api or self.api,
             self.clock.now,
-            auth_url=self.settings.service.auth_url,
+            auth_url=auth_url,
         )
 
     def lifecycle(self) -> Lifecycle:

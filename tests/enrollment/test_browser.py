@@ -14,10 +14,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, build_settings
-from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
 from lta_worker.enrollment._browser import state_for
 from lta_worker.enrollment._web import SECURITY_HEADERS
@@ -31,10 +29,10 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import PendingEnrollmentRow, Store, Vault
+from lta_worker.storage import Store, Vault
 from lta_worker.upstream import ApiClient, http_client
 
-from .conftest import AUTH_URL, BASE_URL, make_vault
+from .conftest import AUTH_URL, BASE_URL, make_vault, stored_verifiers
 
 pytestmark = pytest.mark.anyio
 
@@ -326,7 +324,7 @@ async def test_no_token_code_or_verifier_reaches_the_browser_or_the_log(
     row = browser.store.get_user("alice")
     assert row is not None and row.token is not None
     token = browser.vault.decrypt(row.token, user="alice").reveal()
-    verifiers = _verifiers(browser)
+    verifiers = stored_verifiers(browser.store, browser.vault)
     assert len(verifiers) == 1
     seen = (
         "\n".join(f"{a.status_code} {a.headers.raw!r} {a.text}" for a in browser.answers)
@@ -337,25 +335,6 @@ async def test_no_token_code_or_verifier_reaches_the_browser_or_the_log(
         assert secret not in seen
     assert "code_verifier" not in seen
     assert "/lta/callback?" not in rendered_logs.getvalue()
-
-
-def _verifiers(browser: Browser) -> list[str]:
-    """Every PKCE verifier the flow stored (used consents stay until the purge), decrypted."""
-    table = PendingEnrollmentRow.__table__
-    with browser.store.database.read() as conn:
-        rows = conn.execute(
-            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id).where(
-                table.c.verifier_key_id != ""
-            )
-        ).all()
-    return [
-        browser.vault.decrypt(
-            EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id),
-            user=r.user,
-            purpose="verifier",
-        ).reveal()
-        for r in rows
-    ]
 
 
 class _BrokenFlow(BrowserFlow):

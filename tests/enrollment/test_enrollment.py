@@ -7,7 +7,7 @@ import pytest
 
 from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
 from lta_worker.domain import classify
-from lta_worker.enrollment import Enrollment, challenge_s256, parse_redirect
+from lta_worker.enrollment import challenge_s256, parse_redirect
 from lta_worker.enrollment._enroll import PENDING_TTL
 from lta_worker.errors import (
     EX_CONFIG,
@@ -291,14 +291,7 @@ class FailingStore(Store):
 async def test_token_that_cannot_be_stored_is_dropped_upstream(world: World) -> None:
     """When storing fails, the just-created token is dropped so no unknown live token remains."""
     failing = FailingStore(world.store.database)
-    enrollment = Enrollment(
-        world.settings.client,
-        failing,
-        world.vault,
-        world.api,
-        world.clock.now,
-        auth_url=world.settings.service.auth_url,
-    )
+    enrollment = world.enrollment(store=failing)
     location = await world.consent(enrollment.start("gus"), "svc-gus")
     with pytest.raises(StorageError):
         await enrollment.finish("gus", location)
@@ -318,13 +311,7 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
     async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
         from lta_worker.upstream import ApiClient
 
-        broken = Enrollment(
-            world.settings.client,
-            world.store,
-            world.vault,
-            ApiClient(http, world.settings.service, world.settings.client, world.client_secret),
-            world.clock.now,
-            auth_url=world.settings.service.auth_url,
-        )
+        api = ApiClient(http, world.settings.service, world.settings.client, world.client_secret)
+        broken = world.enrollment(api=api)
         with pytest.raises(EnrollmentError, match="connect"):
             await broken.finish("hal", location)

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from lta_worker.domain import SnapshotWrite, UserUpdate
-from lta_worker.enrollment import Lifecycle
+from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
 from lta_worker.secret import Secret
@@ -84,15 +84,16 @@ async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World
     assert deleted == [("alice", "info"), ("bob", "info")]
 
 
-def failing_lifecycle(world: World, http: httpx.AsyncClient) -> Lifecycle:
-    """A Lifecycle whose HTTP client is `http` (a failing or scripted service)."""
-    return Lifecycle(
-        world.settings.poll,
-        world.store,
-        world.vault,
-        ApiClient(http, world.settings.service, world.settings.client, world.client_secret),
-        world.clock.now,
-    )
+async def through(
+    world: World, transport: httpx.AsyncBaseTransport, *users: str, forget: bool = False
+) -> DropResult:
+    """Drop (or forget) each user with the service behind `transport`; the last result."""
+    async with http_client(world.settings.service, transport=transport) as http:
+        api = ApiClient(http, world.settings.service, world.settings.client, world.client_secret)
+        lifecycle = Lifecycle(world.settings.poll, world.store, world.vault, api, world.clock.now)
+        for user in users:
+            result = await (lifecycle.forget if forget else lifecycle.drop)(user)
+    return result
 
 
 async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
@@ -105,10 +106,7 @@ async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
             raise httpx.ConnectError("connection refused")
         return await inner.handle_async_request(request)
 
-    async with http_client(
-        world.settings.service, transport=httpx.MockTransport(failing_delete)
-    ) as http:
-        result = await failing_lifecycle(world, http).drop("alice")
+    result = await through(world, httpx.MockTransport(failing_delete), "alice")
     assert (result.upstream, result.state) == ("failed", "dropping")
     assert result.error is not None
     assert "connect" in result.error
@@ -191,8 +189,7 @@ async def test_forget_purges_every_result_of_the_user_at_once(
     if answer is None:
         result = await world.lifecycle().forget("alice")
     else:
-        async with http_client(world.settings.service, transport=answering(answer)) as http:
-            result = await failing_lifecycle(world, http).forget("alice")
+        result = await through(world, answering(answer), "alice", forget=True)
     expected = ("ok", "dropped") if answer is None else ("failed", "dropping")
     assert (result.upstream, result.state) == expected
     assert result.purged is not None
@@ -211,8 +208,7 @@ async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
     """A pending drop is sent again by `retry_pending` once due; the 204 drops the token."""
     await enroll(world, "alice")
     token = world.token_of("alice")
-    async with http_client(world.settings.service, transport=answering(503)) as http:
-        first = await failing_lifecycle(world, http).drop("alice")
+    first = await through(world, answering(503), "alice")
     assert first.retry_at is not None
     pacer = FreePermits()
     early = await world.lifecycle().retry_pending(pacer, owner="i1", lease=timedelta(minutes=5))
@@ -246,8 +242,7 @@ async def test_what_the_delete_answer_means(
 ) -> None:
     """Each answer to the DELETE either confirms the drop or keeps it (and the token) pending."""
     await enroll(world, "alice")
-    async with http_client(world.settings.service, transport=answering(status, body)) as http:
-        result = await failing_lifecycle(world, http).drop("alice")
+    result = await through(world, answering(status, body), "alice")
     assert (result.upstream, result.state, result.status) == (upstream, state, status)
     row = world.store.get_user("alice")
     assert row is not None
@@ -257,8 +252,7 @@ async def test_what_the_delete_answer_means(
 async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> None:
     """A second `drop` of a pending drop retries the DELETE at once."""
     await enroll(world, "alice")
-    async with http_client(world.settings.service, transport=answering(503)) as http:
-        await failing_lifecycle(world, http).drop("alice")
+    await through(world, answering(503), "alice")
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
     assert (result.upstream, result.previous_state, result.state) == ("ok", "dropping", "dropped")
@@ -280,9 +274,7 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
     """A tampered token of a pending drop stops neither the retries nor the others."""
     await enroll(world, "alice")
     await enroll(world, "bob")
-    async with http_client(world.settings.service, transport=answering(503)) as http:
-        for user in ("alice", "bob"):
-            await failing_lifecycle(world, http).drop(user)
+    await through(world, answering(503), "alice", "bob")
     with world.store.database.write() as conn:
         conn.execute(
             text("UPDATE users SET token_ciphertext = :junk WHERE user = 'alice'"),
@@ -343,10 +335,7 @@ async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: 
             raise httpx.ReadError("connection reset")
         return response
 
-    async with http_client(
-        world.settings.service, transport=httpx.MockTransport(answer_lost)
-    ) as http:
-        first = await failing_lifecycle(world, http).drop("alice")
+    first = await through(world, httpx.MockTransport(answer_lost), "alice")
     assert (first.upstream, first.state) == ("failed", "dropping")
     world.sim.clear_requests()
     again = await world.lifecycle().drop("alice")
@@ -372,6 +361,5 @@ async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -
             )
         ]
     )
-    async with http_client(world.settings.service, transport=answering(401)) as http:
-        result = await failing_lifecycle(world, http).drop("alice")
+    result = await through(world, answering(401), "alice")
     assert (result.upstream, result.state) == ("ok", "dropped")

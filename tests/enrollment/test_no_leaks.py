@@ -8,18 +8,15 @@ from typing import Any
 
 import pytest
 import structlog
-from sqlalchemy import select
 from structlog.typing import EventDict, WrappedLogger
 
-from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import Enrollment
 from lta_worker.errors import LtaError
 from lta_worker.logs import REDACTED
 from lta_worker.secret import Secret
-from lta_worker.storage import PendingEnrollmentRow
 from support.enroll import query_of
 
-from .conftest import REDIRECT_URI, World
+from .conftest import REDIRECT_URI, World, stored_verifiers
 from .test_enrollment import _user_access_token
 
 pytestmark = pytest.mark.anyio
@@ -34,19 +31,6 @@ class RawEvents:
     def __call__(self, _logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
         self.events.append(dict(event))
         return event
-
-
-def verifiers(world: World) -> list[str]:
-    """Every PKCE verifier this test's enrollments created, decrypted from the database."""
-    with world.store.database.read() as conn:
-        table = PendingEnrollmentRow.__table__
-        rows = conn.execute(
-            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id)
-        ).all()
-        pairs = [
-            (r.user, EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id)) for r in rows
-        ]
-    return [world.vault.decrypt(enc, user=user, purpose="verifier").reveal() for user, enc in pairs]
 
 
 async def test_logs_and_errors_hold_no_secret(world: World, rendered_logs: io.StringIO) -> None:
@@ -90,7 +74,7 @@ async def test_logs_and_errors_hold_no_secret(world: World, rendered_logs: io.St
 
     await world.lifecycle().drop("alice")
     await world.lifecycle().forget("carol")
-    planted += verifiers(world)
+    planted += stored_verifiers(world.store, world.vault)
 
     rendered = rendered_logs.getvalue()
     events = [json.loads(line) for line in rendered.splitlines()]

@@ -34,6 +34,7 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, generate_key_line
 from support import FIXED_POLL
+from support.enroll import write_private
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 
 REDIRECT_URI = "http://127.0.0.1/lta/callback"
@@ -62,13 +63,6 @@ def served() -> Iterator[RunningSimulator]:
     """A simulator on the real clock, served by uvicorn on a loopback port."""
     with start_in_thread(Simulator(clock=SystemClock())) as running:
         yield running
-
-
-def write_private(path: Path, text: str) -> Path:
-    """Write a file only its owner may read."""
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
 
 
 @dataclass

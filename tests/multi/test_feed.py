@@ -3,29 +3,17 @@ out of order, reach a reader following its cursor exactly once (a sequence id wo
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import anyio
-import pytest
 from sqlalchemy import select
 
 from lta_worker.domain import EncryptedToken, ResultRow, SnapshotWrite, UserUpdate
-from lta_worker.report import result_json
 from lta_worker.storage import History, Store
 from lta_worker.storage._apply import write_batch
-
-from .conftest import Fleet
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -145,76 +133,3 @@ def test_two_instances_interleaved_writes_come_exactly_once(pg_url: str) -> None
         expected = stored(one)
         assert sum(expected.values()) > 30
         drain(reader, expected)
-
-
-def export_after(fleet: Fleet, cursor: str | int) -> tuple[list[dict[str, Any]], str]:
-    """`results export --changed-since CURSOR` as a child process: its rows and last cursor."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
-    config = str(fleet.tmp / "worker-0.toml")
-    args = ["results", "export", "--format", "jsonl", "--changed-since", str(cursor)]
-    done = subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", config, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    *rows, last = [json.loads(line) for line in done.stdout.splitlines()]
-    assert set(last) == {"cursor"} and position(last["cursor"]) >= position(cursor)
-    return rows, str(last["cursor"])
-
-
-def change_contents(fleet: Fleet, users: list[str], seconds: float) -> None:
-    """Give every user a new latest-change content every 0.3 s for `seconds`."""
-    step, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for user in users:
-            step += 1
-            fleet.sim.set_payload(user, "latest-change", {"step": step})
-        time.sleep(0.3)  # the pace of the changes upstream, not a wait for the workers
-
-
-def key(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    """A stored content: its user, endpoint, read time and payload."""
-    return row["user"], row["endpoint"], row["fetched_at"], json.dumps(row["payload"])
-
-
-@pytest.mark.timeout(120)
-def test_the_cli_feed_over_two_serve_instances_gives_every_change_once(fleet: Fleet) -> None:
-    """Two `serve` processes, `results export --changed-since` in a loop: every content once."""
-    users = [f"user-{n}" for n in range(8)]
-    fleet.sim.configure(budget=1_000_000, window=3600)
-    fleet.poll.update({"interval": "1s", "max_interval": "1s", "tick": "200ms"})
-    anyio.run(fleet.enroll, users)
-    serving = [fleet.start(f"worker-{n}", "serve") for n in range(2)]
-    fleet.wait_for(
-        "both instances reading",
-        lambda: all(w.has_logged("pass.finished") for w in serving),
-        timeout=60,
-    )
-    got: Counter[tuple[str, str, str, str]] = Counter()
-    cursor: str | int = 0
-    changing = threading.Thread(target=change_contents, args=(fleet, users, 6.0))
-    changing.start()
-    while changing.is_alive():
-        rows, cursor = export_after(fleet, cursor)
-        got.update(key(r) for r in rows)
-    changing.join()
-    for worker in serving:
-        worker.process.send_signal(signal.SIGTERM)
-    assert [w.wait(timeout=30) for w in serving] == [0, 0], "\n".join(w.tail() for w in serving)
-    with fleet.store() as store:
-        stored = Counter(key(result_json(r)) for r in store.export_history())
-    # A transaction open elsewhere on the server (another database's) may hold rows back
-    # for a while, never for good: call again until all came, none twice.
-    deadline = time.monotonic() + 30
-    while got != stored:
-        assert all(n == 1 for n in got.values()), [k for k, n in got.items() if n > 1][:5]
-        assert time.monotonic() < deadline, sorted(set(stored) - set(got))[:5]
-        rows, cursor = export_after(fleet, cursor)
-        got.update(key(r) for r in rows)
-    assert export_after(fleet, cursor)[0] == []  # nothing stored since: nothing again
-    assert all(w.events("pass.finished") for w in serving)  # both instances wrote
-    assert len(stored) > 3 * len(users)  # contents changed under them, several times

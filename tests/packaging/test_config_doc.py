@@ -1,5 +1,5 @@
-"""docs/config.md has one row per setting, with the code's default and the environment
-variable the loader reads for it (the ranges: tests/config/test_ranges.py)."""
+"""docs/config.md has one row per setting, with its range, the code's default and the environment
+variable the loader reads for it (the ranges enforced: tests/config/test_ranges.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from lta_worker.config import Settings, field_types, load_settings, parse_duration
+from lta_worker.config._fields import ranges, render
 from lta_worker.config._loader import _env_overrides  # the name rule alone, before any value
 from lta_worker.domain import EVENT_TYPES
 from lta_worker.protocol import LONG_TERM_SCOPES
+from support.docs import DOCS, fenced, table
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "config.md"
@@ -59,23 +61,14 @@ def doc_rows(text: str) -> dict[str, list[str]]:
 
 ROWS = doc_rows(DOC.read_text(encoding="utf-8"))
 FIELDS = settings_fields()
+RANGES = ranges(Settings)
+UNITS = {timedelta: "duration", int: "integer", float: "number"}
 
 
 def test_one_row_per_setting() -> None:
     """Every setting has a row, and every row is a setting."""
     assert sorted(set(FIELDS) - set(ROWS)) == [], "settings without a row"
     assert sorted(set(ROWS) - set(FIELDS)) == [], "rows that are no setting"
-
-
-@pytest.mark.parametrize("key", sorted(FIELDS))
-def test_row_names_the_variable_the_loader_reads(key: str) -> None:
-    """The environment variable column is the name the loader maps to this key."""
-    cell = ROWS[key][3]
-    name = cell.strip("`")
-    overrides, _ = _env_overrides({name: "x"})
-    section, _, field = key.partition(".")
-    assert re.fullmatch(r"`LTA_WORKER_\w+`", cell)
-    assert overrides == {section: {field: "x"}}
 
 
 def _first_literal(cell: str) -> str:
@@ -85,8 +78,17 @@ def _first_literal(cell: str) -> str:
 
 
 @pytest.mark.parametrize("key", sorted(FIELDS))
-def test_row_states_the_default(key: str) -> None:
-    """The default column gives the code's default (in words only where listed here)."""
+def test_row_states_the_range_default_and_variable(key: str) -> None:
+    """A setting's row gives its unit and range (where it has one), its default (in words only
+    where listed here) and the environment variable the loader maps to it."""
+    section, _, name = key.partition(".")
+    overrides, _ = _env_overrides({ROWS[key][3].strip("`"): "x"})
+    assert re.fullmatch(r"`LTA_WORKER_\w+`", ROWS[key][3])
+    assert overrides == {section: {name: "x"}}
+    if key in RANGES:
+        low, high = RANGES[key]
+        unit = UNITS[field_types(field_types(Settings)[section])[name]]
+        assert ROWS[key][1] == f"{unit} {render(low)}\u2013{render(high)}"  # an en dash
     field, cell = FIELDS[key], ROWS[key][2]
     if field.default_factory is not dataclasses.MISSING:
         default: Any = field.default_factory()
@@ -111,18 +113,6 @@ def test_row_states_the_default(key: str) -> None:
         assert _first_literal(cell) == str(default)
 
 
-def credential_rows(text: str) -> dict[str, str]:
-    """*Credential files*' table (its contiguous rows): setting -> systemd credential cell."""
-    start = text.index("| file | setting | systemd credential | content |")
-    rows = {}
-    for line in text[start:].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows[cells[1].strip("`")] = cells[2]
-    return rows
-
-
 def test_credential_table_is_every_secret_file_and_its_credential() -> None:
     """The credential table has one row per `*_file` setting, with the credential filling it."""
     env = {
@@ -140,7 +130,8 @@ def test_credential_table_is_every_secret_file_and_its_credential() -> None:
         if key.endswith("_file")
         for value in [getattr(getattr(settings, key.partition(".")[0]), key.partition(".")[2])]
     }
-    assert credential_rows(DOC.read_text(encoding="utf-8")) == expected
+    rows = table(DOC.read_text(encoding="utf-8"), "| file | setting | systemd credential |")
+    assert {cells[1].strip("`"): cells[2] for cells in rows} == expected
 
 
 # Where the variables that are no setting are read: the program, the admin script, the
@@ -169,7 +160,7 @@ def _read_literally() -> set[str]:
 
 def test_every_variable_the_docs_name_is_read() -> None:
     """Every `LTA_*` variable the docs name is a setting's or read by the code, scripts or tests."""
-    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    texts = DOCS
     named = {n for p in texts for n in re.findall(r"\bLTA_[A-Z0-9_]+\b", p.read_text("utf-8"))}
     literal = _read_literally()
     stale = []
@@ -181,19 +172,7 @@ def test_every_variable_the_docs_name_is_read() -> None:
     assert stale == [], "named in the docs, read nowhere"
 
 
-def toml_blocks() -> dict[str, str]:
-    """Every ```toml block of README.md and docs/, by FILE:LINE."""
-    blocks = {}
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        text = doc.read_text(encoding="utf-8")
-        for found in re.finditer(r"^```toml\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
-            blocks[f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, found.start()) + 1}"] = (
-                found.group(1)
-            )
-    return blocks
-
-
-@pytest.mark.parametrize(("where", "block"), sorted(toml_blocks().items()))
+@pytest.mark.parametrize(("where", "block"), sorted(fenced("toml").items()))
 def test_every_toml_block_holds_valid_settings(where: str, block: str) -> None:
     """Each TOML excerpt of the docs, comments switched on, names real keys with valid values."""
     import tomllib

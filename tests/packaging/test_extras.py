@@ -17,18 +17,9 @@ from lta_worker.simulator import Simulator, start_in_thread
 from support.process import Workspace as World
 from support.process import child_env
 
-SIMULATOR_ONLY = ("starlette", "uvicorn", "lta_worker.simulator")
+from .test_start_imports import CHILD, loaded
 
-# Runs the CLI and, at exit, writes the names of every imported module to $LTA_PROBE_OUT.
-PROBE = """
-import atexit, json, os, sys
-def _dump():
-    with open(os.environ["LTA_PROBE_OUT"], "w") as out:
-        json.dump(sorted(sys.modules), out)
-atexit.register(_dump)
-from lta_worker.cli import main
-main(sys.argv[1:])
-"""
+SIMULATOR_ONLY = ("starlette", "uvicorn", "lta_worker.simulator")
 
 
 @pytest.fixture
@@ -38,22 +29,17 @@ def world(tmp_path: Path) -> Iterator[World]:
         yield World(served, tmp_path)
 
 
-def _simulator_modules(dump: Path) -> list[str]:
-    loaded = json.loads(dump.read_text(encoding="utf-8"))
-    return [m for m in loaded if any(m == p or m.startswith(p + ".") for p in SIMULATOR_ONLY)]
-
-
 def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None:
     """`serve`, through a pass and a SIGTERM drain, loads no starlette or uvicorn."""
     world.enroll(["ada"])
     dump = tmp_path / "modules.json"
     with world.log_file.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-c", PROBE, "--config", str(world.config), "serve"],
+            [sys.executable, "-c", CHILD, str(dump), "--config", str(world.config), "serve"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=child_env(LTA_PROBE_OUT=str(dump)),
+            env=child_env(),
         )
     try:
         world.wait_for_event("pass.finished", proc, timeout=60)
@@ -64,22 +50,27 @@ def test_serve_imports_no_simulator_module(world: World, tmp_path: Path) -> None
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, world.log_lines()[-5:]
-    assert _simulator_modules(dump) == []
+    assert loaded(set(json.loads(dump.read_text(encoding="utf-8"))), SIMULATOR_ONLY) == []
 
 
-@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
-@pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
-def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
-    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
-    blocked = f"import sys; sys.modules[{missing!r}] = None\n"  # `import` now fails
-    done = subprocess.run(
-        [sys.executable, "-c", blocked + PROBE.split("atexit.register(_dump)\n")[1], *command],
+def _without(missing: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lta-worker ARGS` in a process where importing `missing` fails."""
+    blocked = f"import sys; sys.modules[{missing!r}] = None\n"
+    return subprocess.run(
+        [sys.executable, "-c", blocked + "from lta_worker.cli import main\nmain()\n", *args],
         capture_output=True,
         text=True,
         env=child_env(),
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.parametrize("missing", ["starlette", "uvicorn"])
+@pytest.mark.parametrize("command", [["simulator", "serve", "--port", "0"], ["demo"]])
+def test_simulator_commands_without_the_extra(missing: str, command: list[str]) -> None:
+    """Without starlette or uvicorn, `simulator serve` and `demo` exit 78 naming the extra."""
+    done = _without(missing, *command)
     assert done.returncode == EX_CONFIG, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
@@ -100,22 +91,7 @@ def test_serve_with_enroll_listen_without_the_web_extra(
         )
         + '\n[enroll]\nlisten = "127.0.0.1:18080"\npublic_url = "http://127.0.0.1:18080"\n'
     )
-    blocked = f"import sys; sys.modules[{missing!r}] = None\n"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            blocked + PROBE.split("atexit.register(_dump)\n")[1],
-            "--config",
-            str(world.config),
-            "serve",
-        ],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = _without(missing, "--config", str(world.config), "serve")
     assert done.returncode == EX_CONFIG, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr

@@ -22,22 +22,29 @@ from lta_worker.worker._scheduler import JOB_IDS
 DOC = Path(__file__).resolve().parents[2] / "docs" / "log-events.md"
 
 
+def field_cells(text: str) -> dict[str, str]:
+    """Each event of the event table, by name, with its fields cell."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"`[a-z_.]+`", cells[0]):
+            out[cells[0].strip("`")] = cells[3]
+    return out
+
+
 def documented_values(event: str, field: str) -> set[str]:
     """The values the event table lists for `field` of `event`: "`field` (`v1`, `v2`)"."""
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0] == f"`{event}`":
-            found = re.search(rf"`{field}` \(", cells[3])
-            assert found, f"{event}: no values listed for {field}"
-            # The values are those in the parentheses, not in notes nested in them.
-            depth, listed = 1, ""
-            for char in cells[3][found.end() :]:
-                depth += {"(": 1, ")": -1}.get(char, 0)
-                if depth == 0:
-                    break
-                listed += char if depth == 1 and char != ")" else " "
-            return set(re.findall(r"`([^`]+)`", listed))
-    raise AssertionError(f"{event} is not in the event table")
+    cell = field_cells(DOC.read_text(encoding="utf-8"))[event]
+    found = re.search(rf"`{field}` \(", cell)
+    assert found, f"{event}: no values listed for {field}"
+    # The values are those in the parentheses, not in notes nested in them.
+    depth, listed = 1, ""
+    for char in cell[found.end() :]:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+        listed += char if depth == 1 and char != ")" else " "
+    return set(re.findall(r"`([^`]+)`", listed))
 
 
 def test_enroll_failed_lists_every_stage_and_state_code() -> None:
@@ -175,15 +182,13 @@ def test_event_table_lists_exactly_the_events_the_code_logs() -> None:
 def documented_fields(text: str) -> dict[str, set[str]]:
     """Each event's fields: the `names` of its fields cell outside parentheses."""
     out = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and re.fullmatch(r"`[a-z_.]+`", cells[0]):
-            depth, outside = 0, ""
-            for char in cells[3]:
-                depth += {"(": 1, ")": -1}.get(char, 0)
-                outside += char if depth == 0 and char != ")" else " "
-            # "in `serve` also `job`": a command, the context of a field, is not one.
-            out[cells[0].strip("`")] = set(re.findall(r"(?<!in )`(\w+)`", outside))
+    for event, cell in field_cells(text).items():
+        depth, outside = 0, ""
+        for char in cell:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            outside += char if depth == 0 and char != ")" else " "
+        # "in `serve` also `job`": a command, the context of a field, is not one.
+        out[event] = set(re.findall(r"(?<!in )`(\w+)`", outside))
     return out
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,20 +15,13 @@ from lta_worker.domain._drop import DROP_START
 from lta_worker.enrollment import DropResult
 from lta_worker.errors import LtaError
 from lta_worker.protocol import REVOKED
-
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "operations.md"
+from support.docs import ROOT, read
+from support.docs import table as _table
 
 
 def table(header: str) -> list[list[str]]:
-    """The cells of each row of the table whose header line starts with `header`."""
-    text = DOC.read_text(encoding="utf-8")
-    rows = []
-    for line in text[text.index(header) :].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
+    """The rows of operations.md's table whose header line starts with `header`."""
+    return _table(read("docs/operations.md"), header)
 
 
 # --- users drop ---------------------------------------------------------------------------

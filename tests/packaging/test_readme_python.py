@@ -4,7 +4,6 @@ as its comment says."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,12 @@ from lta_worker.protocol import TOKENS_PATH
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator, start_in_thread
+from support.docs import block_after
 from support.enroll import basic, query_of
 from support.process import REDIRECT
 from support.process import Workspace as World
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def readme_block() -> str:
-    """The ```python block of README.md's *Enrolling from a web application*."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Enrolling from a web application") :]
-    found = re.search(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
-    assert found, "README's enrollment section has no python block"
-    return found.group(1)
 
 
 async def user_access_token(world: World, settings: Any) -> str:
@@ -57,7 +48,7 @@ async def user_access_token(world: World, settings: Any) -> str:
 
 def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
     """README's block enrolls user-42 (consent, then user token) and forgets it upstream too."""
-    block = readme_block()
+    block = block_after(README.read_text("utf-8"), "python", "## Enrolling from a web application")
     assert "\n    ...\n" in block
     with start_in_thread(Simulator()) as running:
         world = World(running, tmp_path)

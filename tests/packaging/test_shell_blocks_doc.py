@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import socket
 import stat
@@ -21,11 +20,9 @@ import httpx
 import pytest
 
 from lta_worker.simulator import Simulator, start_in_thread
+from support.docs import fenced
 from support.process import Workspace as World
 from support.process import child_env, stop, write_private
-
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # Blocks that cannot run here, by the start of their text: why.
 NOT_RUN = {
@@ -205,18 +202,7 @@ RUN = {
 }
 
 
-def sh_blocks() -> dict[str, str]:
-    """Every ```sh block: its text, keyed by where it is (FILE:LINE)."""
-    blocks = {}
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for found in re.finditer(r"^```sh\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
-            line = text.count("\n", 0, found.start()) + 1
-            blocks[f"{doc.relative_to(ROOT)}:{line}"] = found.group(1)
-    return blocks
-
-
-BLOCKS = sh_blocks()
+BLOCKS = fenced("sh")
 
 
 def _matches(table: Mapping[str, object], block: str) -> list[str]:

@@ -17,32 +17,25 @@ from lta_worker.domain import EVENT_TYPES, PendingEvent, ResultChanged, StateEve
 from lta_worker.domain._events import ACTION_CODES, CLIENT_ACTIONS
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client
+from support.docs import block_after, table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def events_table(text: str) -> list[tuple[str, str, str]]:
-    """(type, client_action, action) of each row of webhooks.md's *Events* table."""
-    start = text.index("| `type` | the change | `client_action`")
-    rows = []
-    for line in text[start:].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        rows.append((cells[0].strip("`"), cells[2], cells[3].strip("`")))
-    return rows
-
-
 def test_events_table_is_the_codes_types_and_actions() -> None:
     """webhooks.md's table lists every type in order with its `client_action` and `action`."""
-    rows = events_table((DOCS / "webhooks.md").read_text(encoding="utf-8"))
+    text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
+    rows = [
+        (c[0].strip("`"), c[2], c[3].strip("`"))
+        for c in table(text, "| `type` | the change | `client_action`")
+    ]
     assert rows == [(t, CLIENT_ACTIONS[t], ACTION_CODES[t]) for t in EVENT_TYPES]
 
 
 def test_the_receiver_shown_is_the_example_that_runs() -> None:
     """webhooks.md's receiver is, verbatim, the one of docs/examples/lta_app.py (tested)."""
     text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
-    block = _block(text, "python", "## A receiver")
+    block = block_after(text, "python", "## A receiver")
     assert "def receive(" in block
     assert block in (DOCS / "examples" / "lta_app.py").read_text(encoding="utf-8")
 
@@ -62,17 +55,10 @@ def test_every_list_of_types_names_each_type(doc: str, row: str) -> None:
     assert listed == set(EVENT_TYPES)
 
 
-def _block(text: str, lang: str, after: str) -> str:
-    """The first ```LANG block after the heading `after`."""
-    found = re.search(rf"^```{lang}\n(.*?)^```", text[text.index(after) :], re.M | re.S)
-    assert found, f"no {lang} block after {after}"
-    return found.group(1)
-
-
 def test_examples_are_the_bodies_the_code_sends() -> None:
     """webhooks.md's example bodies and headers are exactly what the code and sender make."""
     text = (DOCS / "webhooks.md").read_text(encoding="utf-8")
-    changed = json.loads(_block(text, "json", "### `result.changed`"))
+    changed = json.loads(block_after(text, "json", "### `result.changed`"))
     data = changed["data"]
     assert (
         ResultChanged(
@@ -85,7 +71,7 @@ def test_examples_are_the_bodies_the_code_sends() -> None:
         ).payload()
         == changed
     )
-    head, _, body = _block(text, "http", "## The request").partition("\n\n")
+    head, _, body = block_after(text, "http", "## The request").partition("\n\n")
     sent = json.loads(body)
     data = sent["data"]
     assert (

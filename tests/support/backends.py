@@ -1,12 +1,6 @@
-"""Fixtures: a migrated `store` over every backend, and empty databases for migration tests.
-
-A pytest plugin (`pytest_plugins` in tests/conftest.py): the storage tests and the
-commands' tests that read or write a database share it.
-
-SQLite always runs; PostgreSQL runs when LTA_TEST_DATABASE_URL names a server where the
-user may create databases. Each test session creates its own throwaway databases
-(`lta_test_<random>`) and drops them at the end, so concurrent runs never collide.
-"""
+"""Fixtures (a pytest plugin of tests/conftest.py): a migrated `store` over every backend, and
+empty databases for migration tests. PostgreSQL runs when LTA_TEST_DATABASE_URL names a server;
+each session uses its own throwaway databases, so concurrent runs never collide."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A scripted hostile HTTP server on loopback: status, headers, body and timing per request.
-
-`HostileServer` listens on 127.0.0.1 (an ephemeral port, optionally TLS) and answers each
-request with the next `Step` scripted for its path (or the default step), byte for byte as
-scripted: headers are sent as given (no validation, any value), the body may drip a chunk
-at a time. Every request is recorded (method, path, headers, body). Runs on its own
-asyncio loop in a daemon thread; `stop` closes everything. Also `ProxyProbe`, a listener
-that records whether anything connected to it (and the first line it was sent).
-"""
+"""`HostileServer`: a scripted HTTP server on loopback (optionally TLS) that answers each request
+with the next `Step` of its path byte for byte (any header, a dripping body) and records every
+request; `ProxyProbe`: a listener that records whether anything connected to it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Throwaway PostgreSQL databases on the server named by LTA_TEST_DATABASE_URL.
-
-Each test session creates its own databases (`lta_test_<random>_<n>`) and drops them at the
-end, so concurrent runs never collide.
-"""
+"""Throwaway PostgreSQL databases (`lta_test_<random>_<n>`, dropped at the end) on the server
+named by LTA_TEST_DATABASE_URL."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A real Prometheus and node_exporter for the tests: Debian's `prometheus` and
-`prometheus-node-exporter` binaries, each on a free loopback port with a temporary data
-directory, and the Prometheus HTTP API's query calls. Tests skip, saying why, where the
-binaries are not installed (.ci/run installs them as root)."""
+"""Debian's `prometheus` and `prometheus-node-exporter` on free loopback ports, and Prometheus's
+query API; tests skip, saying why, where the binaries are missing (.ci/run installs them)."""
 
 from __future__ import annotations
 

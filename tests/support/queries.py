@@ -1,12 +1,6 @@
-"""The queries of deploy/: the Grafana dashboard's (LogQL and PromQL), the alert rules'
-(deploy/prometheus-rules.yml, deploy/loki-rules.yml), the dashboard's template variables,
-and what a LogQL query asks of the log lines (events, fields, values).
-
-Shared by the static checks (tests/deploy) and the end-to-end run against a real
-Prometheus (tests/service/test_prometheus_e2e.py). No YAML library is a dependency: the
-rules files keep one `- alert:` and one single-line `expr:` per rule, which `rules()`
-reads and checks.
-"""
+"""The queries of deploy/ (dashboard, alert rules, template variables) and what a LogQL query
+asks of the log lines. No YAML library: the rules files keep one `- alert:` and one single-line
+`expr:` per rule, which `rules()` reads and checks."""
 
 from __future__ import annotations
 
@@ -104,3 +98,18 @@ def query_fields(expr: str) -> dict[str, set[str]]:
         for name in filter(None, (n.strip() for n in group.split(","))):
             fields.setdefault(name, set())
     return fields
+
+
+def exposed_metrics() -> set[str]:
+    """Every sample name the worker's registry exposes (each labelled series given a value)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lta_worker.worker._metrics import Metrics
+
+    metrics = Metrics()
+    metrics.on_read("stats", "ok", 0.1)
+    metrics.users.labels(state="active").set(1)
+    metrics.pass_duration.observe(1.0)
+    text = generate_latest(metrics.registry).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}

@@ -1,20 +1,8 @@
-"""Virtual time for whole passes: trio's `MockClock`, moved by a driver that jumps only when
-nothing can happen any more without time passing.
-
-The worker's `Clock` (wall, monotonic, sleep) and the simulator's clock (its rate-limit
-windows) both read trio's clock, so a pass that paces itself over minutes or hours of budget
-windows runs in well under a second of real time, and the server counts windows on the same
-time line as the pacer plans them.
-
-The driver (`autojump`) differs from MockClock's own autojump in one way that matters here:
-the worker runs database calls in threads (`anyio.to_thread`), and while one runs every task
-looks blocked. Jumping then would skip a timer ahead of work still in progress (a lease
-renewal's thread leaves only the pass's deadline pending, say). So it jumps to the next
-deadline only when every task waits AND no worker thread is busy (anyio's default thread
-limiter counts them).
-
-Use `virtual_backend()` as the module's `anyio_backend`, `VirtualTime` as the clock, and run
-the test's body inside `async with autojump():`.
+"""Virtual time for whole passes: trio's `MockClock`, which both the worker's and the
+simulator's clocks read, moved by `autojump` to the next deadline only when every task waits
+AND no worker thread (`anyio.to_thread`, a database call) is busy: jumping while one runs
+would skip a timer ahead of work still in progress. Use `virtual_backend()` as the module's
+`anyio_backend`, `VirtualTime` as the clock, and the test's body inside `async with autojump():`.
 """
 
 from __future__ import annotations
