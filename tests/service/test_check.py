@@ -16,7 +16,7 @@ from support.process import REDIRECT, Workspace, reads, write_private
 
 
 def _check(world: Workspace) -> tuple[int, dict[str, Any]]:
-    done = world.cli("check", "--format", "json")
+    done = world.here("check", "--format", "json")
     return done.returncode, json.loads(done.stdout)
 
 
@@ -41,7 +41,7 @@ def test_check_passes_and_spends_no_read(world: Workspace) -> None:
     ]
     assert all(c["ok"] for c in data["checks"])
     assert _client_reads(world) == before
-    table = world.cli("check")
+    table = world.here("check")
     assert table.returncode == 0
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
     assert world.database.read_bytes() == database  # nothing written
@@ -142,8 +142,9 @@ def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -
     failed = [c for c in data["checks"] if not c["ok"]]
     assert [c["exit_code"] for c in failed] == [78]
     assert failed[0]["message"].startswith(f"{key}: ")
-    assert world.serve_until_exit() == 78
-    assert world.log_events()[-1]["key"] == key
+    served = world.here("serve")
+    assert served.returncode == 78
+    assert served.events[-1]["key"] == key
 
 
 def test_check_fails_where_serve_lacks_the_web_extra(
