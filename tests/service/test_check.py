@@ -1,6 +1,6 @@
 """`lta-worker check` through the CLI against the served simulator: every check passes with
-exit 0 and spends no read; a bad secret file is 78; an unreachable service is 75; nothing
-is written."""
+exit 0 and spends no read; a bad secret file is 78 (test_error_last); an unreachable service
+is 75 (test_exit_codes); nothing is written."""
 
 from __future__ import annotations
 
@@ -46,19 +46,6 @@ def test_check_passes_and_spends_no_read(world: Workspace) -> None:
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
     assert world.database.read_bytes() == database  # nothing written
     assert not (world.tmp / "lta.db-wal").exists()
-
-
-def test_check_open_secret_file_is_78(world: Workspace) -> None:
-    """A client secret file readable by others: exit 78, the check names the setting and
-    says what to do; the others still run."""
-    world.enroll(["ada"])
-    world.secret_file.chmod(0o644)
-    code, data = _check(world)
-    assert code == 78
-    failed = {c["name"]: c for c in data["checks"] if not c["ok"]}
-    assert list(failed) == ["client_secret"]
-    assert "client.secret_file" in failed["client_secret"]["message"]
-    assert failed["client_secret"]["exit_code"] == 78
 
 
 def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: Workspace) -> None:

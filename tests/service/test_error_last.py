@@ -63,12 +63,17 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) ->
 
 
 def test_a_failing_check_writes_its_error_event(world: Workspace) -> None:
-    """`check` with a failed check: the table on stdout, and the `error` event on stderr."""
+    """`check` with a failed check (secret file 0644): the table on stdout, only that check
+    failed with 78 naming the setting, and the `error` event on stderr."""
     world.enroll(["ada"])
     world.secret_file.chmod(0o644)
     done = world.here("check")
     assert done.returncode == 78
     assert "FAIL  client_secret" in done.stdout
+    checks = json.loads(world.here("check", "--format", "json").stdout)["checks"]
+    failed = [c for c in checks if not c["ok"]]  # the others still ran, and passed
+    assert [(c["name"], c["exit_code"]) for c in failed] == [("client_secret", 78)]
+    assert "client.secret_file" in failed[0]["message"]
     event = last_event(done.stderr)
     assert (event["event"], event["exit_code"]) == ("error", 78)
     assert event["key"] == "client.secret_file"

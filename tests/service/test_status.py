@@ -20,7 +20,7 @@ BUDGET = 100_000
 @pytest.fixture
 def after_a_pass(world: Workspace) -> Workspace:
     """Five users (three active, one inactive for 120 days, one without cloud sync) and one
-    `run`, with stderr piped: the pass's JSON log is checked here too."""
+    `run` (stderr not a terminal): the pass's JSON log is checked here too."""
     world.enroll(
         {
             "ada": {},
