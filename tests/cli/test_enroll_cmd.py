@@ -1,5 +1,6 @@
-"""The enroll, users and results commands, run as a real process against the simulator on a
-loopback port, with a config file, a key file and a client secret file (mode 0600)."""
+"""The enroll, users and results commands against the simulator on a loopback port, with a
+config file, a key file and a client secret file (mode 0600): the leak test in a child process,
+the others in-process."""
 
 from __future__ import annotations
 
@@ -91,10 +92,10 @@ def test_url_finish_list_without_leaks(cli: Cli) -> None:
 def test_enroll_token_reads_the_user_token_from_stdin(cli: Cli) -> None:
     """enroll token takes a user access token on stdin, stores the token, never prints it."""
     user_token, code = cli.user_access_token("svc-bob", f"openid {STATS_SCOPE}")
-    done = cli.cli("enroll", "token", "--user", "bob", stdin=user_token + "\n")
+    done = cli.here("enroll", "token", "--user", "bob", stdin=user_token + "\n")
     assert done.returncode == 0, done.stderr
     assert STATS_SCOPE in done.stdout
-    listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
+    listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
     assert [(u["user"], u["scopes"]) for u in listed] == [("bob", [STATS_SCOPE])]
     for value in (user_token, code, cli.stored_token("bob"), DEMO_CLIENT_SECRET):
         assert value not in cli.rendered
@@ -103,10 +104,10 @@ def test_enroll_token_reads_the_user_token_from_stdin(cli: Cli) -> None:
 def test_client_without_the_mode_exits_78(tmp_path: Path, running: RunningSimulator) -> None:
     """plain-client: finish reports invalid_scope as 'mode not opened, ask the operator', 78."""
     cli = make_cli(tmp_path, running, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET)
-    url = cli.cli("enroll", "url", "--user", "alice")
+    url = cli.here("enroll", "url", "--user", "alice")
     assert url.returncode == 0, url.stderr
     location = cli.consent(url.stdout.strip(), "svc-alice")
-    done = cli.cli("enroll", "finish", "--user", "alice", stdin=location)
+    done = cli.here("enroll", "finish", "--user", "alice", stdin=location)
     assert done.returncode == 78
     assert done.stdout == ""
     assert "invalid_scope" in done.stderr
@@ -116,17 +117,17 @@ def test_client_without_the_mode_exits_78(tmp_path: Path, running: RunningSimula
 
 def test_finish_takes_no_secret_from_an_argument(cli: Cli) -> None:
     """A code given as an argument is refused (exit 2); so is empty stdin."""
-    assert cli.cli("enroll", "finish", "--user", "alice", "the-code").returncode == 2
-    empty = cli.cli("enroll", "finish", "--user", "alice", stdin="")
+    assert cli.here("enroll", "finish", "--user", "alice", "the-code").returncode == 2
+    empty = cli.here("enroll", "finish", "--user", "alice", stdin="")
     assert empty.returncode == 2
     assert "stdin" in empty.stderr
-    assert cli.cli("enroll", "token", "--user", "alice", "a-token").returncode == 2
+    assert cli.here("enroll", "token", "--user", "alice", "a-token").returncode == 2
 
 
 def test_finish_refuses_a_reused_redirect(cli: Cli) -> None:
     """Feeding the same redirect twice: the second finish exits 2 with a clear message."""
     location = cli.enroll_by_cli("alice", "svc-alice")
-    again = cli.cli("enroll", "finish", "--user", "alice", stdin=location)
+    again = cli.here("enroll", "finish", "--user", "alice", stdin=location)
     assert again.returncode == 2
     assert "already used" in again.stderr
     assert query_of(location)["code"] not in cli.rendered
@@ -136,7 +137,7 @@ def test_users_table_drop_and_forget(cli: Cli) -> None:
     """users list (table), drop (DELETE upstream by the client) and forget."""
     cli.enroll_by_cli("alice", "svc-alice")
     cli.enroll_by_cli("bob", "svc-bob")
-    table = cli.cli("users", "list")
+    table = cli.here("users", "list")
     assert table.returncode == 0, table.stderr
     header, *lines = table.stdout.splitlines()
     assert header.split()[:3] == ["USER", "STATE", "TOKEN"]
@@ -147,7 +148,7 @@ def test_users_table_drop_and_forget(cli: Cli) -> None:
     assert len({line.index("active") for line in lines}) == 1  # aligned
 
     cli.running.sim.clear_requests()
-    dropped = cli.cli("users", "drop", "--user", "alice")
+    dropped = cli.here("users", "drop", "--user", "alice")
     assert dropped.returncode == 0, dropped.stderr
     assert "HTTP 204" in dropped.stdout
     deletes = [r for r in cli.running.sim.requests() if r.method == "DELETE"]
@@ -155,10 +156,12 @@ def test_users_table_drop_and_forget(cli: Cli) -> None:
         (DEMO_CLIENT_ID, "svc-alice", "long_term")
     ]
 
-    forgot = cli.cli("users", "forget", "--user", "bob")
+    forgot = cli.here("users", "forget", "--user", "bob")
     assert forgot.returncode == 0, forgot.stderr
     assert "purged" in forgot.stdout
-    listed = {u["user"]: u for u in json.loads(cli.cli("users", "list", "--format", "json").stdout)}
+    listed = {
+        u["user"]: u for u in json.loads(cli.here("users", "list", "--format", "json").stdout)
+    }
     assert (listed["alice"]["state"], listed["alice"]["has_token"]) == ("dropped", False)
     assert (listed["bob"]["state"], listed["bob"]["has_token"]) == ("dropped", False)
 
@@ -188,7 +191,7 @@ def test_results_export(cli: Cli) -> None:
                 )
             ]
         )
-    exported = cli.cli("results", "export", "--format", "jsonl")
+    exported = cli.here("results", "export", "--format", "jsonl")
     assert exported.returncode == 0, exported.stderr
     lines = [json.loads(line) for line in exported.stdout.splitlines()]
     assert {(x["user"], x["endpoint"], x["status"]) for x in lines} == {
@@ -199,5 +202,5 @@ def test_results_export(cli: Cli) -> None:
     assert stats["payload"] == {"total": 3}
     assert stats["fetched_at"] == now.isoformat().replace("+00:00", "Z")
     assert "changed_at" in stats
-    only = cli.cli("results", "export", "--user", "alice")
+    only = cli.here("results", "export", "--user", "alice")
     assert len(only.stdout.splitlines()) == 2

@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from lta_worker.cli import main
 from lta_worker.storage import HEAD_REVISION, Keyring, Store, Vault, load_key_file
+from support.process import run_here
 from support.storage import enroll, keyring, token_for
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LTA_WORKER_") or name in {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY"}:
-            monkeypatch.delenv(name)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run `lta-worker ARGS`; return (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
+def run(*args: str) -> tuple[int, str, str]:
+    """Run `lta-worker ARGS` in-process; return (exit code, stdout, stderr)."""
+    done = run_here(list(args))
+    return done.returncode or 0, done.stdout, done.stderr
 
 
 def write_config(tmp_path: Path, url: str, key_file: Path) -> Path:
@@ -60,13 +50,11 @@ def write_keys(path: Path, ring_lines: list[str], mode: int = 0o600) -> Path:
     return path
 
 
-def test_keys_generate_prints_a_key_line(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_keys_generate_prints_a_key_line(tmp_path: Path) -> None:
     """`keys generate` prints one parseable line; two runs give different ids and keys."""
-    code, first, _ = run(capsys, "keys", "generate")
+    code, first, _ = run("keys", "generate")
     assert code == 0
-    _, second, _ = run(capsys, "keys", "generate")
+    _, second, _ = run("keys", "generate")
     one = load_key_file(write_keys(tmp_path / "one", [first]))
     two = load_key_file(write_keys(tmp_path / "two", [second]))
     assert first.count("\n") == 1
@@ -75,9 +63,7 @@ def test_keys_generate_prints_a_key_line(
     assert one.keys[one.current_id] != two.keys[two.current_id]
 
 
-def test_keys_rotate_then_old_key_removed(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str
-) -> None:
+def test_keys_rotate_then_old_key_removed(tmp_path: Path, store_url: str) -> None:
     """`keys rotate` re-encrypts every token; after removing the old line all still decrypt."""
     ring = keyring("k-old", "k-new")
     old = Vault(Keyring({"k-old": ring.keys["k-old"]}))
@@ -88,7 +74,7 @@ def test_keys_rotate_then_old_key_removed(
     lines = [key_line(k, m) for k, m in ring.keys.items()]
     keys = write_keys(tmp_path / "keys", lines)
     config = write_config(tmp_path, store_url, keys)
-    code, out, err = run(capsys, "--config", str(config), "keys", "rotate", "--batch-size", "2")
+    code, out, err = run("--config", str(config), "keys", "rotate", "--batch-size", "2")
     assert code == 0, err
     assert "5 re-encrypted, 0 already current, 0 failed" in out
     assert '"event": "keys.rotated"' in err
@@ -102,7 +88,7 @@ def test_keys_rotate_then_old_key_removed(
 
 
 def test_keys_rotate_unknown_key_exits_78_and_changes_nothing(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str
+    tmp_path: Path, store_url: str
 ) -> None:
     """A stored token under a key id not in the file: exit 78 naming it, nothing modified."""
     with Store.open(store_url) as store:
@@ -111,9 +97,7 @@ def test_keys_rotate_unknown_key_exits_78_and_changes_nothing(
             before = conn.execute(text("SELECT * FROM users")).all()
     ring = keyring("k-other")
     keys = write_keys(tmp_path / "keys", [key_line(k, m) for k, m in ring.keys.items()])
-    code, _, err = run(
-        capsys, "--config", str(write_config(tmp_path, store_url, keys)), "keys", "rotate"
-    )
+    code, _, err = run("--config", str(write_config(tmp_path, store_url, keys)), "keys", "rotate")
     assert code == 78
     assert "'k-lost'" in err
     with Store.open(store_url) as store, store.database.read() as conn:
@@ -129,7 +113,6 @@ def test_keys_rotate_unknown_key_exits_78_and_changes_nothing(
     ],
 )
 def test_keys_rotate_bad_key_file_exits_78(
-    capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     store_url: str,
     setup: str,
@@ -141,31 +124,27 @@ def test_keys_rotate_bad_key_file_exits_78(
         write_keys(keys, [key_line("k1", bytes(32))], mode=0o644)
     elif setup == "malformed":
         write_keys(keys, ["k1:short"])
-    code, _, err = run(
-        capsys, "--config", str(write_config(tmp_path, store_url, keys)), "keys", "rotate"
-    )
+    code, _, err = run("--config", str(write_config(tmp_path, store_url, keys)), "keys", "rotate")
     assert code == 78
     assert "crypto.key_file" in err
     assert expected in err
 
 
-def test_db_upgrade(capsys: pytest.CaptureFixture[str], tmp_path: Path, empty_url: str) -> None:
+def test_db_upgrade(tmp_path: Path, empty_url: str) -> None:
     """`db upgrade` migrates an empty database, then reports it current."""
     config = str(write_config(tmp_path, empty_url, tmp_path / "no-keys-needed"))
-    code, out, err = run(capsys, "--config", config, "db", "upgrade")
+    code, out, err = run("--config", config, "db", "upgrade")
     assert code == 0, err
     assert f"upgraded to revision {HEAD_REVISION}" in out
-    code, out, _ = run(capsys, "--config", config, "db", "upgrade")
+    code, out, _ = run("--config", config, "db", "upgrade")
     assert (code, out.strip()) == (0, f"database schema is current (revision {HEAD_REVISION})")
 
 
-def test_db_upgrade_refuses_newer_schema(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str
-) -> None:
+def test_db_upgrade_refuses_newer_schema(tmp_path: Path, store_url: str) -> None:
     """`db upgrade` on a database from a newer lta-worker exits 78 and says so."""
     with Store.open(store_url) as store, store.database.write() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     config = str(write_config(tmp_path, store_url, tmp_path / "keys"))
-    code, _, err = run(capsys, "--config", config, "db", "upgrade")
+    code, _, err = run("--config", config, "db", "upgrade")
     assert code == 78
     assert "newer than this lta-worker knows" in err

@@ -11,25 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.cli import main
 from lta_worker.storage import Store
+from support.process import run_here
 
 from .test_readonly_cmds import write_config
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LTA_WORKER_") or name in {"CREDENTIALS_DIRECTORY", "STATE_DIRECTORY"}:
-            monkeypatch.delenv(name)
-
-
-def run(capsys: pytest.CaptureFixture[str], config: Path, *args: str) -> tuple[int, str, str]:
-    """`lta-worker --config CONFIG ARGS`; (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(["--config", str(config), *args])
-    out, err = capsys.readouterr()
-    return int(info.value.code or 0), out, err
+def run(config: Path, *args: str) -> tuple[int, str, str]:
+    """`lta-worker --config CONFIG ARGS` in-process; (exit code, stdout, stderr)."""
+    done = run_here(["--config", str(config), *args])
+    return done.returncode or 0, done.stdout, done.stderr
 
 
 def _listening(tmp_path: Path, section: str, port: int) -> str:
@@ -47,9 +38,7 @@ def _listening(tmp_path: Path, section: str, port: int) -> str:
 
 
 @pytest.mark.parametrize("section", ["metrics", "enroll"])
-def test_check_tries_the_listen_address(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
-) -> None:
+def test_check_tries_the_listen_address(tmp_path: Path, section: str) -> None:
     """A listen address another process holds fails `check` with 78 naming it; a free one passes."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
     with socket.socket() as taken:
@@ -60,20 +49,18 @@ def test_check_tries_the_listen_address(
             "[client]\n", f'[client]\nredirect_uri = "http://127.0.0.1:{port}/lta/callback"\n'
         )
         config.write_text(base + _listening(tmp_path, section, port))
-        code, out, _ = run(capsys, config, "check", "--format", "json")
+        code, out, _ = run(config, "check", "--format", "json")
     listen = {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]
     assert (code, listen["ok"], listen["exit_code"]) == (78, False, 78)
     assert listen["message"].startswith(f"{section}.listen: ")
     assert "another process holds it" in listen["hint"]
-    code, out, _ = run(capsys, config, "check", "--format", "json")  # now free
+    code, out, _ = run(config, "check", "--format", "json")  # now free
     assert {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]["ok"]
     with socket.socket() as again:  # and let go at once
         again.bind(("127.0.0.1", port))
 
 
-def test_run_names_a_broken_secret_file_before_the_lock(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_names_a_broken_secret_file_before_the_lock(tmp_path: Path) -> None:
     """A broken secret file under a held lock: `run` exits 78 naming it, not 75."""
     url = f"sqlite:///{tmp_path / 'lta.db'}"
     config = write_config(tmp_path, url)
@@ -81,17 +68,15 @@ def test_run_names_a_broken_secret_file_before_the_lock(
     with Store.open(url) as store:
         store.upgrade()
         with store.single_instance_lock():
-            code, _, err = run(capsys, config, "run")
+            code, _, err = run(config, "run")
     event = json.loads(err.splitlines()[-1])
     assert (code, event["key"]) == (78, "client.secret_file"), event
 
 
-def test_a_missing_sqlite_file_is_said_not_to_exist(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_missing_sqlite_file_is_said_not_to_exist(tmp_path: Path) -> None:
     """`status` on a missing SQLite file says it does not exist and names `db upgrade`."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
-    code, _, err = run(capsys, config, "status")
+    code, _, err = run(config, "status")
     event = json.loads(err.splitlines()[-1])
     assert (code, event["error"]) == (78, "NoDatabaseError"), event
     assert "does not exist" in str(event["message"])
@@ -99,7 +84,7 @@ def test_a_missing_sqlite_file_is_said_not_to_exist(
 
 
 def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An unreadable secret file fails `check` with 78 and a `LoadCredential=` hint."""
     config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
@@ -111,7 +96,7 @@ def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", denied)
-    code, out, _ = run(capsys, config, "check", "--format", "json")
+    code, out, _ = run(config, "check", "--format", "json")
     failed = {c["name"]: c for c in json.loads(out)["checks"]}["client_secret"]
     assert (code, failed["exit_code"]) == (78, 78)
     assert "Permission denied" in failed["message"] and "LoadCredential=" in failed["hint"]

@@ -1,13 +1,11 @@
 """The read-only commands (`status`, `users list`, `results export`, `check`) through the CLI
-as child processes, over SQLite and PostgreSQL: they never create, migrate or write the
+in-process, over SQLite and PostgreSQL: they never create, migrate or write the
 database; a missing database or an old schema is one line naming `lta-worker db upgrade`,
 exit 78."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from sqlalchemy import inspect, text
 from lta_worker.errors import LtaError
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._migrate import alembic_config
-from support.process import child_env
+from support.process import Output, run_here
 from support.storage import enroll, keyring
 
 READ_ONLY = [
@@ -56,16 +54,9 @@ def write_config(tmp_path: Path, url: str) -> Path:
     return config
 
 
-def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`lta-worker --config CONFIG ARGS` as a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+def cli(config: Path, *args: str) -> Output:
+    """`lta-worker --config CONFIG ARGS` in this process."""
+    return run_here(["--config", str(config), *args])
 
 
 def tables(url: str) -> set[str]:
@@ -78,7 +69,7 @@ def tables(url: str) -> set[str]:
         return set(inspect(conn).get_table_names())
 
 
-def one_error_line(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+def one_error_line(done: Output) -> dict[str, object]:
     """The failing command's last stderr line, parsed: one JSON `error` event."""
     event: dict[str, object] = json.loads(done.stderr.splitlines()[-1])
     assert event["event"] == "error"

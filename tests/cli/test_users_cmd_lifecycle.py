@@ -79,17 +79,17 @@ def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: 
             good.replace(f'auth_url = "{served.auth_url}"', 'auth_url = "http://127.0.0.1:9"'),
             encoding="utf-8",
         )
-        pending = cli.cli("users", "drop", "--user", "x")
+        pending = cli.here("users", "drop", "--user", "x")
         assert pending.returncode == 75, pending.stderr
         # JSON logs: every line is JSON, the last the `error` event saying the drop is retried.
         events = [json.loads(line) for line in pending.stderr.splitlines()]
         assert events[-1]["event"] == "error" and "retry" in events[-1]["message"]
-        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("dropping", True)
         cli.config.write_text(good, encoding="utf-8")
-        again = cli.cli("users", "drop", "--user", "x")
+        again = cli.here("users", "drop", "--user", "x")
         assert again.returncode == 0, again.stderr
-        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("dropped", False)
         # No pass read the dropping user: the only reads are the two drops' own, one before
         # each DELETE (a plain 401 there would have kept the token).
@@ -158,9 +158,9 @@ def test_unusable_secret_file_changes_nothing(
         cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
         cli.enroll_by_cli("x", "svc-x")
         breakage(tmp_path / "client-secret")
-        done = cli.cli("users", verb, "--user", "x")
+        done = cli.here("users", verb, "--user", "x")
         assert done.returncode == 78, done.stderr
         assert "client.secret_file" in done.stderr
-        listed = json.loads(cli.cli("users", "list", "--format", "json").stdout)
+        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
         assert (listed[0]["state"], listed[0]["has_token"]) == ("active", True)
         assert [r for r in served.sim.requests() if r.method == "DELETE"] == []

@@ -1,6 +1,6 @@
 """Bad input: Hypothesis fuzzes the RateLimit parser, the pacer and the classifier with hostile
-values; broken configurations through `lta-worker run` exit 78 in one line naming the key; a
-database from a newer schema is refused by every command and left unchanged."""
+values; broken configurations through `lta-worker run` (in-process `main`) exit 78 in one line
+naming the key; a database from a newer schema is refused by every command and left unchanged."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import math
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from lta_worker.pacing import PacerCore, RateLimitInfo, wait_after_429
 from lta_worker.pacing._ratelimit import parse_answer, parse_ratelimit
 from lta_worker.pacing._window import DEFAULT_MAX_WAIT, MIN_429_WAIT, trusted_wait
 from lta_worker.storage import generate_key_line
-from support.process import render_toml, write_private
+from support.process import Output, render_toml, run_here, write_private
 
 EXAMPLES_IN_CI = 250
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -411,46 +408,23 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
 
 def _run_broken(
     root: Path, name: str, change: Callable[[Sections, Path], None], env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
+) -> Output:
+    """`lta-worker run` in-process on the valid configuration changed by `change`."""
     tmp = root / name.replace(" ", "-").replace("/", "-")
     tmp.mkdir()
     data = _valid(tmp)
     change(data, tmp)
     config = tmp / "lta-worker.toml"
     config.write_text(render_toml(data), encoding="utf-8")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
-    clean.pop("CREDENTIALS_DIRECTORY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(config), "run"],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-        check=False,
-    )
-
-
-@pytest.fixture(scope="module")
-def broken_runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every broken configuration run once, four processes at a time."""
-    root = tmp_path_factory.mktemp("broken")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {
-            name: pool.submit(_run_broken, root, name, change, env)
-            for name, change, env, _ in BROKEN
-        }
-        return {name: future.result() for name, future in futures.items()}
+    return run_here(["--config", str(config), "run"], env=env)
 
 
 @pytest.mark.parametrize(("name", "expected"), [(b[0], b[3]) for b in BROKEN])
-def test_broken_config_exits_78_naming_the_key(
-    broken_runs: dict[str, subprocess.CompletedProcess[str]], name: str, expected: str
-) -> None:
+def test_broken_config_exits_78_naming_the_key(tmp_path: Path, name: str, expected: str) -> None:
     """`lta-worker run` with a broken configuration (JSON log mode): exit 78, nothing on stdout,
     no traceback, and stderr is exactly one line: a JSON `error` event naming the key."""
-    done = broken_runs[name]
+    (_, change, env, _) = next(b for b in BROKEN if b[0] == name)
+    done = _run_broken(tmp_path, name, change, env)
     assert done.returncode == 78, (done.returncode, done.stderr[-2000:])
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
@@ -482,13 +456,7 @@ def test_unreadable_config_file_exits_78(
     config = tmp_path / "lta-worker.toml"
     if content is not None:
         config.write_text(content, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "lta_worker", "--config", str(config), "run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_here(["--config", str(config), "run"])
     assert done.returncode == 78, done.stderr
     assert expected in done.stderr
     assert str(config) in done.stderr
@@ -517,18 +485,9 @@ def test_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     data = _valid(tmp_path)
     config = tmp_path / "lta-worker.toml"
     config.write_text(render_toml(data), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
-    env["LTA_WORKER_CONFIG"] = str(config)
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "lta_worker", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+    def cli(*args: str) -> Output:
+        return run_here(list(args), env={"LTA_WORKER_CONFIG": str(config)})
 
     assert cli("db", "upgrade").returncode == 0
     database = tmp_path / "lta.db"
@@ -538,9 +497,8 @@ def test_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     before = _fingerprint(database)
     shutil.copy2(database, tmp_path / "before.db")
     commands = [("run",), ("serve",), ("db", "upgrade"), ("status",), ("users", "list")]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda args: cli(*args), commands))
-    for args, done in zip(commands, results, strict=True):
+    for args in commands:
+        done = cli(*args)
         assert done.returncode == 78, (args, done.returncode, done.stderr[-2000:])
         assert "9999_from_the_future" in done.stderr, (args, done.stderr)
         assert "newer than this lta-worker knows" in done.stderr, (args, done.stderr)

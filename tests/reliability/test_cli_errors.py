@@ -1,6 +1,7 @@
 """The CLI error paths not in `test_bad_input.BROKEN` (lost key, full disk, EFBIG, odd --config,
 read-only directory, usage, PostgreSQL refusals, a bug, the debug switch) through a child
-process: one error line, the documented exit code, no traceback."""
+process (the secret file rule per command and `check` in-process): one error line, the
+documented exit code, no traceback."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pytest
 from lta_worker.config import LATEST_CHANGE_SCOPE
 from lta_worker.secret import Secret
 from lta_worker.storage import Keyring, Store, Vault, load_key_file
-from support.process import render_toml
+from support.process import Output, render_toml, run_here
 
 from .test_bad_input import _valid
 
@@ -245,11 +246,16 @@ CASES = [
 ]
 
 
-def _run(tmp: Path, case: Case, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp: Path, case: Case, extra_env: dict[str, str], child: bool = True
+) -> subprocess.CompletedProcess[str] | Output:
+    """`case` as a child process, or with `child=False` through `main` in-process."""
     data = _valid(tmp)
     case.arrange(tmp, data)
     config = tmp / "lta-worker.toml"
     config.write_text(render_toml(data), encoding="utf-8")
+    if not child:
+        return run_here(["--config", str(config), *case.args], env={**case.env, **extra_env})
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LTA_WORKER_")}
     clean.pop("CREDENTIALS_DIRECTORY", None)
     if case.args[0] == "-c":
@@ -364,11 +370,11 @@ def test_existing_database_open_to_others_is_refused(tmp_path: Path) -> None:
     sqlite3.connect(database).close()
     database.chmod(0o644)
     case = Case("db 0644", 78, "")
-    done = _run(tmp_path, case, {"LTA_WORKER_LOG_FORMAT": "console"})
+    done = _run(tmp_path, case, {"LTA_WORKER_LOG_FORMAT": "console"}, child=False)
     assert done.returncode == 78, done.stderr
     assert "database.url" in done.stderr and f"chmod o-rwx {database}" in done.stderr
     database.chmod(0o640)
-    assert _run(tmp_path, case, {}).returncode == 0
+    assert _run(tmp_path, case, {}, child=False).returncode == 0
 
 
 def _open_to_others(setting: str) -> Callable[[Path, dict[str, Any]], None]:
@@ -408,7 +414,7 @@ def test_every_command_applies_the_secret_file_rule(
     """Each command that uses a secret file (or the database file) refuses it at 0644 with
     exit 78, one line naming the setting and the chmod that fixes it."""
     case = Case(setting, 78, setting, args=args, arrange=_open_to_others(setting))
-    done = _run(tmp_path, case, {"LTA_WORKER_LOG_FORMAT": "console"})
+    done = _run(tmp_path, case, {"LTA_WORKER_LOG_FORMAT": "console"}, child=False)
     assert done.returncode == 78, (done.returncode, done.stderr[-2000:])
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert setting in done.stderr and "chmod" in done.stderr, done.stderr
@@ -418,7 +424,7 @@ def test_check_names_a_database_file_that_is_not_sqlite(tmp_path: Path) -> None:
     """`check` on a database file of random bytes: exit 78, its database check names
     database.url and says to restore the file, not a temporary failure."""
     case = Case("check", 78, "", args=("check", "--format", "json"), arrange=_garbage_database)
-    done = _run(tmp_path, case, {})
+    done = _run(tmp_path, case, {}, child=False)
     assert done.returncode == 78, (done.returncode, done.stdout, done.stderr[-2000:])
     failed = {c["name"]: c for c in json.loads(done.stdout)["checks"] if not c["ok"]}
     assert failed["database"]["exit_code"] == 78

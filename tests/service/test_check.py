@@ -1,6 +1,6 @@
 """`lta-worker check` through the CLI against the served simulator: every check passes with
-exit 0 and spends no read; a bad secret file is 78; an unreachable service is 75; nothing
-is written."""
+exit 0 and spends no read; a bad secret file is 78 (test_error_last); an unreachable service
+is 75 (test_exit_codes); nothing is written."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from support.process import REDIRECT, Workspace, reads, write_private
 
 
 def _check(world: Workspace) -> tuple[int, dict[str, Any]]:
-    done = world.cli("check", "--format", "json")
+    done = world.here("check", "--format", "json")
     return done.returncode, json.loads(done.stdout)
 
 
@@ -41,24 +41,11 @@ def test_check_passes_and_spends_no_read(world: Workspace) -> None:
     ]
     assert all(c["ok"] for c in data["checks"])
     assert _client_reads(world) == before
-    table = world.cli("check")
+    table = world.here("check")
     assert table.returncode == 0
     assert all(line.startswith("ok ") for line in table.stdout.splitlines())
     assert world.database.read_bytes() == database  # nothing written
     assert not (world.tmp / "lta.db-wal").exists()
-
-
-def test_check_open_secret_file_is_78(world: Workspace) -> None:
-    """A client secret file readable by others: exit 78, the check names the setting and
-    says what to do; the others still run."""
-    world.enroll(["ada"])
-    world.secret_file.chmod(0o644)
-    code, data = _check(world)
-    assert code == 78
-    failed = {c["name"]: c for c in data["checks"] if not c["ok"]}
-    assert list(failed) == ["client_secret"]
-    assert "client.secret_file" in failed["client_secret"]["message"]
-    assert failed["client_secret"]["exit_code"] == 78
 
 
 def test_check_key_file_with_the_right_ids_but_other_keys_is_78(world: Workspace) -> None:
@@ -142,8 +129,9 @@ def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -
     failed = [c for c in data["checks"] if not c["ok"]]
     assert [c["exit_code"] for c in failed] == [78]
     assert failed[0]["message"].startswith(f"{key}: ")
-    assert world.serve_until_exit() == 78
-    assert world.log_events()[-1]["key"] == key
+    served = world.here("serve")
+    assert served.returncode == 78
+    assert served.events[-1]["key"] == key
 
 
 def test_check_fails_where_serve_lacks_the_web_extra(

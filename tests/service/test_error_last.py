@@ -28,7 +28,7 @@ def wrong_secret(world: Workspace) -> None:
 def test_a_run_stopped_by_the_breaker_ends_with_its_error_event(world: Workspace) -> None:
     """`run` stopped by the breaker: 78, the `error` event last (unreachable: test_exit_codes)."""
     wrong_secret(world)
-    done = world.cli("run")
+    done = world.here("run")
     assert done.returncode == 78, done.stderr
     event = last_event(done.stderr)
     assert (event["event"], event["level"], event["exit_code"]) == ("error", "error", 78)
@@ -39,7 +39,7 @@ def test_a_run_past_its_deadline_ends_with_its_error_event(world: Workspace) -> 
     """`run --max-duration` reached with users still due: 75, the `error` event last."""
     world.enroll(["ada", "bob"])
     world.sim.inject_fault("latency", rate=1.0, delay=3.0)
-    done = world.cli("run", "--max-duration", "1s")
+    done = world.here("run", "--max-duration", "1s")
     assert done.returncode == 75, done.stderr
     event = last_event(done.stderr)
     assert (event["event"], event["exit_code"]) == ("error", 75)
@@ -63,12 +63,17 @@ def test_a_run_stopped_by_sigterm_ends_with_its_error_event(world: Workspace) ->
 
 
 def test_a_failing_check_writes_its_error_event(world: Workspace) -> None:
-    """`check` with a failed check: the table on stdout, and the `error` event on stderr."""
+    """`check` with a failed check (secret file 0644): the table on stdout, only that check
+    failed with 78 naming the setting, and the `error` event on stderr."""
     world.enroll(["ada"])
     world.secret_file.chmod(0o644)
-    done = world.cli("check")
+    done = world.here("check")
     assert done.returncode == 78
     assert "FAIL  client_secret" in done.stdout
+    checks = json.loads(world.here("check", "--format", "json").stdout)["checks"]
+    failed = [c for c in checks if not c["ok"]]  # the others still ran, and passed
+    assert [(c["name"], c["exit_code"]) for c in failed] == [("client_secret", 78)]
+    assert "client.secret_file" in failed[0]["message"]
     event = last_event(done.stderr)
     assert (event["event"], event["exit_code"]) == ("error", 78)
     assert event["key"] == "client.secret_file"
@@ -78,7 +83,7 @@ def test_check_json_with_a_broken_config_prints_its_json(world: Workspace) -> No
     """`check --format json` with a configuration that does not load: the JSON on stdout
     (the `config` check failed, naming the key) and the `error` event on stderr, exit 78."""
     world.configure(poll={"interval": "0s"})
-    done = world.cli("check", "--format", "json")
+    done = world.here("check", "--format", "json")
     assert done.returncode == 78
     data = json.loads(done.stdout)
     assert (data["ok"], data["exit_code"]) == (False, 78)

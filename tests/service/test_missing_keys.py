@@ -30,7 +30,7 @@ def test_missing_key_file_with_tokens_says_restore_it(
         needed = sorted(store.key_ids_in_use(datetime.now(UTC)))
     assert needed
     world.key_file.unlink()
-    done = world.cli(*command)
+    done = world.here(*command)
     assert done.returncode == 78, done.stderr
     event = _error(done.stderr)
     text = f"{event['message']} {event.get('hint')}"
@@ -46,7 +46,7 @@ def test_check_names_the_key_ids_a_missing_key_file_had(world: Workspace) -> Non
     with world.store() as store:
         needed = sorted(store.key_ids_in_use(datetime.now(UTC)))
     world.key_file.unlink()
-    done = world.cli("check", "--format", "json")
+    done = world.here("check", "--format", "json")
     assert done.returncode == 78
     key_file = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "key_file")
     text = f"{key_file['message']} {key_file['hint']}"
@@ -56,8 +56,8 @@ def test_check_names_the_key_ids_a_missing_key_file_had(world: Workspace) -> Non
 
 def test_missing_key_file_with_an_empty_database_suggests_a_new_one(world: Workspace) -> None:
     """No token stored yet (a new installation): the advice is to generate a key file."""
-    assert world.cli("db", "upgrade").returncode == 0
+    assert world.here("db", "upgrade").returncode == 0
     world.key_file.unlink()
-    done = world.cli("run")
+    done = world.here("run")
     assert done.returncode == 78
     assert "keys generate" in _error(done.stderr)["hint"]

@@ -20,7 +20,7 @@ BUDGET = 100_000
 @pytest.fixture
 def after_a_pass(world: Workspace) -> Workspace:
     """Five users (three active, one inactive for 120 days, one without cloud sync) and one
-    `run`, with stderr piped: the pass's JSON log is checked here too."""
+    `run` (stderr not a terminal): the pass's JSON log is checked here too."""
     world.enroll(
         {
             "ada": {},
@@ -30,7 +30,7 @@ def after_a_pass(world: Workspace) -> Workspace:
             "claude": {"linked": False},
         }
     )
-    done = world.cli("run")
+    done = world.here("run")
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert "\r" not in done.stderr  # no progress line when stderr is not a terminal
@@ -41,7 +41,7 @@ def after_a_pass(world: Workspace) -> Workspace:
 
 
 def status(world: Workspace) -> dict[str, Any]:
-    done = world.cli("status", "--format", "json")
+    done = world.here("status", "--format", "json")
     assert done.returncode == 0, done.stderr
     data: dict[str, Any] = json.loads(done.stdout)
     return data
@@ -89,7 +89,7 @@ def test_status_json_after_a_pass(after_a_pass: Workspace) -> None:
 
 def test_status_table_after_a_pass(after_a_pass: Workspace) -> None:
     """The table says the same for people: states, the last pass, the budget, the plan."""
-    done = after_a_pass.cli("status")
+    done = after_a_pass.here("status")
     assert done.returncode == 0, done.stderr
     text = done.stdout
     lines = [line.split() for line in text.splitlines()]
@@ -118,7 +118,7 @@ def test_status_warns_when_the_budget_cannot_sustain_the_interval(after_a_pass: 
     assert capacity["sustainable"] is False
     assert capacity["effective_interval_s"] == 200
     assert "raise poll.interval or ask for a larger budget" in capacity["warning"]
-    table = world.cli("status").stdout
+    table = world.here("status").stdout
     assert "WARNING: the budget allows about 108 reads/h" in table
     assert "each user read every 3m20s" in table
 
@@ -133,7 +133,7 @@ def test_status_before_any_pass(world: Workspace) -> None:
     assert data["budget"] is None
     assert data["capacity"]["budget_known"] is False
     assert data["capacity"]["available_per_hour"] == 60
-    table = world.cli("status").stdout
+    table = world.here("status").stdout
     assert "none yet" in table
     assert "(fallback rate)" in table
 
@@ -160,7 +160,7 @@ def test_status_json_says_when_what_and_healthy(after_a_pass: Workspace) -> None
     assert data["version"] == __version__
     assert data["last_success"] == data["last_pass"]
     assert (data["healthy"], data["problems"]) == (True, [])
-    done = after_a_pass.cli("status", "--check")
+    done = after_a_pass.here("status", "--check")
     assert done.returncode == 0, done.stderr
     assert "healthy" in done.stdout
 
@@ -174,7 +174,7 @@ def test_status_after_a_breaker_is_unhealthy(after_a_pass: Workspace) -> None:
     assert data["last_pass"]["stopped"] == "breaker"
     assert data["last_success"]["stopped"] == "completed"
     assert any("breaker" in problem for problem in data["problems"])
-    done = after_a_pass.cli("status", "--check", "--format", "json")
+    done = after_a_pass.here("status", "--check", "--format", "json")
     assert done.returncode == 1
     assert json.loads(done.stdout)["healthy"] is False
 
@@ -187,7 +187,7 @@ def test_status_without_a_recent_success_is_unhealthy(world: Workspace) -> None:
     data = status(world)
     assert data["healthy"] is False
     assert any("no read answered since" in problem for problem in data["problems"])
-    assert world.cli("status", "--check").returncode == 1
+    assert world.here("status", "--check").returncode == 1
 
 
 def test_status_shows_the_interval_per_class_of_user(after_a_pass: Workspace) -> None:
@@ -217,7 +217,7 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: Workspace) ->
     learned = [c for name, c in classes.items() if name not in rechecked]
     assert all(abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1 for c in learned)
     assert sched["expected_delay_s"] == learned[0]["expected_delay_s"]
-    table = world.cli("status").stdout
+    table = world.here("status").stdout
     assert "schedule: adaptive, stats on_change" in table
     assert "each user read at least every 1d (per class: schedule)" in table  # max_interval
     assert re.search(r"every \S+, expected delay \S+", table)

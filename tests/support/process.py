@@ -4,6 +4,7 @@ events, and waits for events and reads. Used by tests/reliability, tests/service
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
@@ -26,6 +27,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import anyio
 import httpx
 
+from lta_worker.cli import main
 from lta_worker.config import Settings, load_settings
 from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import challenge_s256
@@ -97,6 +99,25 @@ def child_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def run_here(argv: list[str], stdin: str = "", env: Mapping[str, str] | None = None) -> Output:
+    """`lta-worker ARGV` in this process: `main` under `child_env`, `stdin` as standard input."""
+    saved_env, saved = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(child_env(**(env or {})))
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), out, err
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return Output(" ".join(argv), code, out.getvalue(), err.getvalue())
 
 
 def json_events(text: str) -> list[dict[str, Any]]:
@@ -353,6 +374,12 @@ class Workspace:
         self.outputs.append(out)
         return out
 
+    def here(self, *args: str, stdin: str = "", env: Mapping[str, str] | None = None) -> Output:
+        """`lta-worker --config CFG ARGS` in this process (see `run_here`); keep what it printed."""
+        out = run_here(["--config", str(self.config), *args], stdin, env)
+        self.outputs.append(out)
+        return out
+
     def spawn(
         self,
         *args: str,
@@ -499,10 +526,10 @@ class Workspace:
 
     def enroll_by_cli(self, user: str, sim_user: str) -> str:
         """Enroll through `enroll url` and `enroll finish`; return the redirect used."""
-        url = self.cli("enroll", "url", "--user", user)
+        url = self.here("enroll", "url", "--user", user)
         assert url.returncode == 0, url.stderr
         location = self.consent(url.stdout.strip(), sim_user)
-        done = self.cli("enroll", "finish", "--user", user, stdin=location + "\n")
+        done = self.here("enroll", "finish", "--user", user, stdin=location + "\n")
         assert done.returncode == 0, done.stderr
         return location
 
