@@ -194,8 +194,7 @@ async def test_clock_control_needs_a_manual_clock() -> None:
 
 async def test_reset_restores_the_initial_simulator(flow: Flow, sim: Simulator) -> None:
     """POST /_sim/reset forgets users, tokens, settings, faults and the log."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     sim.configure(budget=1)
     sim.inject_fault("500", rate=1.0)
     assert (await flow.http.post("/_sim/reset")).status_code == 204
@@ -238,8 +237,7 @@ async def test_request_log_never_contains_a_credential(flow: Flow, sim: Simulato
 
 async def test_state_keeps_only_hashes_of_tokens_and_codes(flow: Flow, sim: Simulator) -> None:
     """The service's records hold no usable token or code, only their hashes."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     pending = await flow.code("alice")
     state = repr(sim.world)
     assert credential.split(".", 1)[0] not in state
@@ -249,8 +247,7 @@ async def test_state_keeps_only_hashes_of_tokens_and_codes(flow: Flow, sim: Simu
 
 async def test_default_payloads_are_deterministic_per_user(flow: Flow, sim: Simulator) -> None:
     """A user's default payloads depend only on the user id, and differ between users."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     response = await flow.http.get(LATEST, headers=bearer(credential))
     assert response.json() == latest_change("alice")
     assert default_payloads("alice") == default_payloads("alice")
