@@ -18,43 +18,23 @@ from lta_worker.simulator import (
 )
 from lta_worker.simulator.state import default_payloads, latest_change
 
-from .helpers import BASE, LATEST, REDIRECT, STATS, TOKENS, Flow, bearer, pkce_pair
+from .helpers import BASE, LATEST, STATS, TOKENS, Flow, bearer, pkce_pair
 
 pytestmark = pytest.mark.anyio
 
 
-async def _credential_over_http(http: httpx.AsyncClient, user: str) -> str:
-    """Enroll `user` using the control API for every step the operator or user takes."""
+async def _credential_over_http(flow: Flow, user: str) -> str:
+    """Enroll `user`, queuing the consent through the control API as the operator does."""
     verifier, challenge = pkce_pair()
-    assert (await http.post("/_sim/consent", json={"user": user})).status_code == 202
-    consent = await http.get(
-        "/auth/oidc/auth",
-        params={
-            "client_id": DEMO_CLIENT_ID,
-            "redirect_uri": REDIRECT,
-            "response_type": "code",
-            "scope": f"openid {LATEST_CHANGE_SCOPE} cloud-sync.permanent.stats",
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "s",
-        },
-    )
+    assert (await flow.http.post("/_sim/consent", json={"user": user})).status_code == 202
+    consent = await flow.authorize(challenge=challenge)
     code = httpx.URL(consent.headers["location"]).params["code"]
-    exchanged = await http.post(
-        "/auth/oidc/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT,
-            "code_verifier": verifier,
-        },
-        auth=(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET),
-    )
-    created = await http.post(TOKENS, headers=bearer(exchanged.json()["access_token"]))
+    exchanged = await flow.exchange(code, verifier=verifier)
+    created = await flow.http.post(TOKENS, headers=bearer(exchanged.json()["access_token"]))
     return f"{created.json()['token']}.{DEMO_CLIENT_SECRET}"
 
 
-async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -> None:
+async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient, flow: Flow) -> None:
     """Users, sync, payloads, revocation and deletion all work over /_sim/."""
     created = await http.post(
         "/_sim/users",
@@ -67,7 +47,7 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
     )
     assert created.status_code == 201
     assert created.json()["last_sync_at"] == "2024-12-30T00:00:00Z"
-    credential = await _credential_over_http(http, "alice")
+    credential = await _credential_over_http(flow, "alice")
     assert (await http.get(STATS, headers=bearer(credential))).json() == {"n": 1}
     await http.put("/_sim/users/alice/payloads", json={"latest-change": None})
     assert (await http.get(LATEST, headers=bearer(credential))).status_code == 404
@@ -88,10 +68,10 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
     assert (await http.get("/_sim/users/alice")).status_code == 404
 
 
-async def test_client_controls_through_the_control_api(http: httpx.AsyncClient) -> None:
+async def test_client_controls_through_the_control_api(http: httpx.AsyncClient, flow: Flow) -> None:
     """Withdraw, reopen and untick scopes over /_sim/; client info never shows the secret."""
     await http.post("/_sim/users", json={"user": "alice"})
-    credential = await _credential_over_http(http, "alice")
+    credential = await _credential_over_http(flow, "alice")
     unticked = await http.put(
         f"/_sim/clients/{DEMO_CLIENT_ID}/scopes", json={"scopes": [LATEST_CHANGE_SCOPE]}
     )
