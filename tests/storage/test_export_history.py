@@ -20,6 +20,12 @@ HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
 
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
+
+
 def three_contents(store: Store, vault: Vault, user: str) -> int:
     """Store three distinct latest-change contents for `user`, a day apart from T0."""
     row = enroll(store, vault, user)

@@ -20,7 +20,13 @@ from lta_worker.domain import ResultRow, UserUpdate
 from lta_worker.errors import CursorError
 from lta_worker.storage import History, Store, Vault
 from support.pg import PgDatabases
-from support.storage import HOUR, MINUTE, T0, enroll, read_turn
+from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
 
 
 def read(user_id: int, minute: int, **payloads: Any) -> UserUpdate:

@@ -17,9 +17,15 @@ from lta_worker.domain._events import ACTION_CODES
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _outbox as outbox
 from lta_worker.storage._apply import write_batch
-from support.storage import MINUTE, T0, enroll
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
 
 
 def queued(store: Store) -> list[tuple[str, str, dict[str, Any]]]:

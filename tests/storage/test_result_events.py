@@ -12,8 +12,14 @@ from sqlalchemy import select
 
 from lta_worker.domain import ResultEvents, canonical_json
 from lta_worker.storage import OutboxEvent, Store, Vault
-from support.storage import MINUTE, T0, enroll
+from support.storage import MINUTE, T0, enroll, keyring
 from support.storage import read_turn as read
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
 
 
 def changes(store: Store) -> list[dict[str, Any]]:

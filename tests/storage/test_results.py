@@ -5,16 +5,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import PendingEnrollment, SnapshotWrite, UserUpdate, canonical_json
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage import _results as results
-from support.storage import MINUTE, T0, enroll
+from support.storage import MINUTE, T0, enroll, keyring
 
 HOUR = timedelta(hours=1)
 PAYLOAD = {"zeta": 1, "alpha": [1, 2.5, "é", None, True], "big": 2**62, "nested": {"b": 1, "a": 2}}
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
 
 
 def turn(

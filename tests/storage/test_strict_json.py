@@ -14,7 +14,13 @@ from sqlalchemy import select, text
 from lta_worker.cli import main
 from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, Vault
-from support.storage import T0, enroll
+from support.storage import T0, enroll, keyring
+
+
+@pytest.fixture
+def vault() -> Vault:
+    """A one-key vault."""
+    return Vault(keyring("k1"))
 
 
 def turn(user_id: int, payload: Any) -> UserUpdate:
