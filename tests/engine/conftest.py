@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -182,12 +182,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def _files(tmp: Path) -> tuple[Path, Path]:
+def write_files(
+    tmp: Path, secret: str = DEMO_CLIENT_SECRET, at: datetime | None = None
+) -> tuple[Path, Path]:
+    """The client secret file and a key file (its key made `at`, default now), both 0600."""
     secret_file = tmp / "client-secret"
-    secret_file.write_text(DEMO_CLIENT_SECRET + "\n")
+    secret_file.write_text(secret + "\n")
     os.chmod(secret_file, 0o600)
     key_file = tmp / "token-keys"
-    key_file.write_text(generate_key_line(SystemClock().now()) + "\n")
+    key_file.write_text(generate_key_line(at or SystemClock().now()) + "\n")
     os.chmod(key_file, 0o600)
     return secret_file, key_file
 
@@ -198,32 +201,28 @@ def log_stream(_quiet_json_logs: io.StringIO) -> io.StringIO:
     return _quiet_json_logs
 
 
+def _harness(tmp: Path, db_url: str, clock: ManualClock | SystemClock | VirtualTime) -> Harness:
+    return Harness(Simulator(clock=clock), clock, tmp, db_url, {}, *write_files(tmp))
+
+
 @pytest.fixture
 def harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator on a manual clock with a budget too large to matter."""
-    clock = ManualClock()
-    sim = Simulator(clock=clock)
-    sim.configure(budget=1_000_000, window=3600)
-    secret_file, key_file = _files(tmp_path)
-    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+    made = _harness(tmp_path, db_url, ManualClock())
+    made.sim.configure(budget=1_000_000, window=3600)
+    return made
 
 
 @pytest.fixture
 def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator and worker on one virtual clock; the test's body runs inside `autojump()`."""
-    clock = VirtualTime()
-    sim = Simulator(clock=clock)
-    secret_file, key_file = _files(tmp_path)
-    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+    return _harness(tmp_path, db_url, VirtualTime())
 
 
 @pytest.fixture
 def realtime_harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator on the real clock, for budget windows measured in seconds."""
-    clock = SystemClock()
-    sim = Simulator(clock=clock)
-    secret_file, key_file = _files(tmp_path)
-    return Harness(sim, clock, tmp_path, db_url, {}, secret_file, key_file)
+    return _harness(tmp_path, db_url, SystemClock())
 
 
 @pytest.fixture

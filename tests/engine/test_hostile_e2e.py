@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,11 +19,11 @@ from lta_worker.errors import EnrollmentError
 from lta_worker.report import result_json, user_json
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.storage import Store, Vault
 from lta_worker.worker import PassResult, Worker
 from support.hostile import HostileServer, Seen, Step, json_body
 
-from .conftest import ON_BOTH_BACKENDS
+from .conftest import ON_BOTH_BACKENDS, write_files
 
 pytestmark = pytest.mark.anyio
 
@@ -92,12 +91,7 @@ class Deployment:
 
 @pytest.fixture
 def deployment(tmp_path: Path, db_url: str) -> Iterator[Deployment]:
-    secret_file = tmp_path / "client-secret"
-    secret_file.write_text(CLIENT_SECRET + "\n")
-    secret_file.chmod(0o600)
-    key_file = tmp_path / "token-keys"
-    key_file.write_text(generate_key_line(datetime.now(UTC)) + "\n")
-    os.chmod(key_file, 0o600)
+    secret_file, key_file = write_files(tmp_path, CLIENT_SECRET)
     reads: dict[str, Step | Callable[[Seen], Step]] = {}
     holder: list[Deployment] = []
     server = HostileServer(
@@ -229,47 +223,25 @@ ECHOES: Mapping[str, Callable[[str], bytes]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(ECHOES))
-async def test_a_success_body_echoing_the_credential_is_never_stored(
-    deployment: Deployment, case: str, db_url: str
-) -> None:
-    """A 200 whose payload holds the token or client secret (escaped or not) is not stored."""
-    echo = ECHOES[case]
-    deployment.reads["u1"] = lambda seen: Step(200, body=echo(seen.headers["authorization"]))
-    deployment.reads["u2"] = OK
-    await deployment.enroll("u1", "u2")
-    result, _ = await deployment.run_pass()
-    assert result.exit_code == 0
-    users = {u["user"]: u for u in deployment.users()}
-    assert users["u1"]["last_outcome"] == "transient"
-    assert users["u1"]["has_token"] and users["u1"]["state"] == "active"
-    assert users["u2"]["last_outcome"] == "ok"
-    lines = deployment.export()
-    assert [json.loads(line)["user"] for line in lines] == ["u2", "u2"]
-    for secret in (token_of("u1"), CLIENT_SECRET):
-        assert all(secret not in line for line in lines)
-    if db_url.startswith("sqlite"):
-        path = Path(db_url.removeprefix("sqlite:///"))
-        for part in path.parent.glob(path.name + "*"):  # the file, its WAL and journal
-            raw = part.read_bytes()
-            assert token_of("u1").encode() not in raw and CLIENT_SECRET.encode() not in raw
-
-
 FOREIGN: Mapping[str, Callable[[str], bytes]] = {
     "plain": lambda token: json_body({"owner": {"note": token}}),
     "in-free-text": lambda token: json_body({"n": 1, "msg": f"see {token} for c1"}),
     "escaped": lambda token: ('{"t": "' + _escaped(token) + '"}').encode(),
     "prefix-escaped": lambda token: ('{"t": "dspa\\u005f' + token[5:] + '"}').encode(),
 }
+SECRET_BODIES: Mapping[str, Callable[[str], bytes]] = {
+    **ECHOES,  # the reading user's own credential, from its Authorization header
+    **{f"foreign-{k}": lambda _, make=make: make(token_of("c1")) for k, make in FOREIGN.items()},
+}
 
 
-@pytest.mark.parametrize("case", list(FOREIGN))
-async def test_another_users_token_in_a_success_body_is_never_stored(
-    deployment: Deployment, case: str, log_stream: io.StringIO
+@pytest.mark.parametrize("case", list(SECRET_BODIES))
+async def test_a_success_body_holding_a_credential_is_never_stored_or_logged(
+    deployment: Deployment, case: str, db_url: str, log_stream: io.StringIO
 ) -> None:
-    """Another user's `dspa_` token in a 200 is a broken answer: stored nowhere, never logged."""
-    foreign = token_of("c1")
-    deployment.reads["e1"] = Step(200, body=FOREIGN[case](foreign))
+    """A 200 holding the user's token or secret, or another user's `dspa_` token, is not stored."""
+    body = SECRET_BODIES[case]
+    deployment.reads["e1"] = lambda seen: Step(200, body=body(seen.headers["authorization"]))
     deployment.reads["c1"] = OK
     await deployment.enroll("c1", "e1")
     result, _ = await deployment.run_pass()
@@ -277,17 +249,24 @@ async def test_another_users_token_in_a_success_body_is_never_stored(
     users = {u["user"]: u for u in deployment.users()}
     assert users["e1"]["last_outcome"] == "transient"
     assert users["e1"]["has_token"] and users["e1"]["state"] == "active"
+    assert users["c1"]["last_outcome"] == "ok"
     with deployment.store() as store:
         history = [json.dumps(result_json(row)) for row in store.export_history()]
         assert [row.user for row in store.export_history("e1")] == []
     lines = deployment.export()
     assert [json.loads(line)["user"] for line in lines] == ["c1", "c1"]
-    assert all(foreign not in line for line in [*lines, *history])
+    secrets = (token_of("e1"), token_of("c1"), CLIENT_SECRET)
+    assert not any(secret in line for secret in secrets for line in [*lines, *history])
+    if db_url.startswith("sqlite"):
+        path = Path(db_url.removeprefix("sqlite:///"))
+        for part in path.parent.glob(path.name + "*"):  # the file, its WAL and journal
+            raw = part.read_bytes()
+            assert token_of("e1").encode() not in raw and CLIENT_SECRET.encode() not in raw
     rendered = log_stream.getvalue()
     reads = [json.loads(line) for line in rendered.splitlines()]
     broken = [e for e in reads if e["event"] == "poll.read" and e["user"] == "e1"]
     assert broken and all(e["reason"] == "credential echoed" for e in broken)
-    assert "dspa_" not in rendered and foreign not in rendered
+    assert "dspa_" not in rendered and CLIENT_SECRET not in rendered
 
 
 UNSENDABLE = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 from collections.abc import Iterator
 from dataclasses import replace
@@ -28,11 +27,11 @@ from lta_worker.pacing._shared import Settlement, observation, transact
 from lta_worker.pacing._window import MAX_COUNT
 from lta_worker.report import result_json, user_json
 from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault, generate_key_line
+from lta_worker.storage import Store, Vault
 from lta_worker.worker import PassEngine, pass_options
 from support.hostile import hostile_ratelimit_headers
 
-from .conftest import ON_BOTH_BACKENDS
+from .conftest import ON_BOTH_BACKENDS, write_files
 
 CLIENT_SECRET = "fuzz-client-s3cret-value"
 ECHO = "EchoedFreeTextXyz"
@@ -93,12 +92,7 @@ class Scripted:
 
 
 def _settings(tmp: Path, db_url: str) -> Settings:
-    secret_file = tmp / "client-secret"
-    secret_file.write_text(CLIENT_SECRET + "\n")
-    secret_file.chmod(0o600)
-    key_file = tmp / "token-keys"
-    key_file.write_text(generate_key_line(START) + "\n")
-    os.chmod(key_file, 0o600)
+    secret_file, key_file = write_files(tmp, CLIENT_SECRET, START)
     return build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},

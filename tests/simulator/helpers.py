@@ -9,6 +9,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -106,6 +107,13 @@ class Flow:
         response = await self.exchange(code, verifier=verifier, client=client)
         assert response.status_code == 200, response.text
         return str(response.json()["access_token"])
+
+    async def enrolled(
+        self, user: str = "alice", scopes: Iterable[str] = LONG_TERM_SCOPES, **account: Any
+    ) -> str:
+        """Create `user` (with `account`'s settings), enroll it, return the credential."""
+        self.sim.add_user(user, **account)
+        return await self.enroll(user, scopes)
 
     async def enroll(self, user: str, scopes: Iterable[str] = LONG_TERM_SCOPES) -> str:
         """Enroll `user` and return the long term credential `<token>.<client secret>`."""

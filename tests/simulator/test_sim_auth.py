@@ -254,8 +254,7 @@ async def test_malformed_token_requests_are_refused(flow: Flow, body: str, error
 
 
 async def _long_term_credential(flow: Flow) -> dict[str, str]:
-    flow.sim.add_user("alice")
-    return bearer(await flow.enroll("alice"))
+    return bearer(await flow.enrolled())
 
 
 async def _expired_user_token(flow: Flow) -> dict[str, str]:
@@ -313,8 +312,7 @@ async def test_enrollment_success_status_is_configurable(
 
 async def test_both_modes_return_the_same_payload(flow: Flow) -> None:
     """A regular user token with DS-API-CLIENT-ID and a long term credential read the same."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     user_token = await flow.user_token("alice", [HISTORY_SCOPE])
     regular = bearer(user_token) | {"DS-API-CLIENT-ID": DEMO_CLIENT_ID}
     for path in (LATEST, STATS):
@@ -356,8 +354,7 @@ async def test_regular_mode_rules(
 )
 async def test_other_endpoints_refuse_a_valid_long_term_credential(flow: Flow, path: str) -> None:
     """Endpoints outside the two reads answer a long term credential with a plain 401."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     user_token = await flow.user_token("alice", [HISTORY_SCOPE])
     refused = await flow.http.get(path, headers=bearer(credential))
     accepted = await flow.http.get(

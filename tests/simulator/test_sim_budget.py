@@ -125,11 +125,6 @@ def test_never_more_than_limit_allowed_in_any_window(
 # -- through HTTP -----------------------------------------------------------------------------
 
 
-async def _enrolled(flow: Flow) -> str:
-    flow.sim.add_user("alice")
-    return await flow.enroll("alice")
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("fmt", "expected"),
@@ -158,7 +153,7 @@ async def test_each_header_format_on_the_wire(
     flow: Flow, fmt: str, expected: dict[str, str]
 ) -> None:
     """A read carries the RateLimit headers of the chosen format."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.configure(budget=10, header_format=fmt)
     response = await flow.http.get(STATS, headers=bearer(credential))
     seen = {k: v for k, v in response.headers.items() if "ratelimit" in k}
@@ -168,7 +163,7 @@ async def test_each_header_format_on_the_wire(
 @pytest.mark.anyio
 async def test_spent_budget_gives_429_with_retry_after_and_headers(flow: Flow) -> None:
     """When the budget is spent the answer is 429, Retry-After until the reset, and headers."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.configure(budget=2, window=60)
     flow.sim.advance(15)
     for _ in range(2):
@@ -182,7 +177,7 @@ async def test_spent_budget_gives_429_with_retry_after_and_headers(flow: Flow) -
 @pytest.mark.anyio
 async def test_window_reset_through_the_clock(flow: Flow) -> None:
     """Moving the clock into the next window gives the budget back."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.configure(budget=1, window=30)
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 429
@@ -197,7 +192,7 @@ async def test_every_public_request_counts_but_429s_and_auth_service_do_not(
     flow: Flow, sim: Simulator, http: httpx.AsyncClient
 ) -> None:
     """Reads, refusals and other endpoints all count; 429s and the auth service do not."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     sim.configure(budget=5)
     sim.set_payload("alice", "latest-change", None)
     await http.get("/api/v1/history/latest-change", headers=bearer(credential))  # 404
@@ -211,7 +206,7 @@ async def test_every_public_request_counts_but_429s_and_auth_service_do_not(
 @pytest.mark.anyio
 async def test_consumed_budget_is_shared_with_the_reads(flow: Flow, sim: Simulator) -> None:
     """Budget consumed for the client's other traffic leaves less for the reads."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     sim.configure(budget=10)
     assert sim.consume_budget(DEMO_CLIENT_ID, 9) == 1
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200
@@ -223,7 +218,7 @@ async def test_unauthenticated_requests_count_in_their_own_bucket(
     flow: Flow, sim: Simulator
 ) -> None:
     """A plain 401 is counted apart from the client, so it reveals nothing about the client."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     sim.configure(budget=3)
     for _ in range(3):
         await flow.http.get(STATS, headers=bearer("dspa_unknown.secret"))

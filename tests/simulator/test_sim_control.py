@@ -18,43 +18,23 @@ from lta_worker.simulator import (
 )
 from lta_worker.simulator.state import default_payloads, latest_change
 
-from .helpers import BASE, LATEST, REDIRECT, STATS, TOKENS, Flow, bearer, pkce_pair
+from .helpers import BASE, LATEST, STATS, TOKENS, Flow, bearer, pkce_pair
 
 pytestmark = pytest.mark.anyio
 
 
-async def _credential_over_http(http: httpx.AsyncClient, user: str) -> str:
-    """Enroll `user` using the control API for every step the operator or user takes."""
+async def _credential_over_http(flow: Flow, user: str) -> str:
+    """Enroll `user`, queuing the consent through the control API as the operator does."""
     verifier, challenge = pkce_pair()
-    assert (await http.post("/_sim/consent", json={"user": user})).status_code == 202
-    consent = await http.get(
-        "/auth/oidc/auth",
-        params={
-            "client_id": DEMO_CLIENT_ID,
-            "redirect_uri": REDIRECT,
-            "response_type": "code",
-            "scope": f"openid {LATEST_CHANGE_SCOPE} cloud-sync.permanent.stats",
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "s",
-        },
-    )
+    assert (await flow.http.post("/_sim/consent", json={"user": user})).status_code == 202
+    consent = await flow.authorize(challenge=challenge)
     code = httpx.URL(consent.headers["location"]).params["code"]
-    exchanged = await http.post(
-        "/auth/oidc/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT,
-            "code_verifier": verifier,
-        },
-        auth=(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET),
-    )
-    created = await http.post(TOKENS, headers=bearer(exchanged.json()["access_token"]))
+    exchanged = await flow.exchange(code, verifier=verifier)
+    created = await flow.http.post(TOKENS, headers=bearer(exchanged.json()["access_token"]))
     return f"{created.json()['token']}.{DEMO_CLIENT_SECRET}"
 
 
-async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -> None:
+async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient, flow: Flow) -> None:
     """Users, sync, payloads, revocation and deletion all work over /_sim/."""
     created = await http.post(
         "/_sim/users",
@@ -67,7 +47,7 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
     )
     assert created.status_code == 201
     assert created.json()["last_sync_at"] == "2024-12-30T00:00:00Z"
-    credential = await _credential_over_http(http, "alice")
+    credential = await _credential_over_http(flow, "alice")
     assert (await http.get(STATS, headers=bearer(credential))).json() == {"n": 1}
     await http.put("/_sim/users/alice/payloads", json={"latest-change": None})
     assert (await http.get(LATEST, headers=bearer(credential))).status_code == 404
@@ -88,10 +68,10 @@ async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient) -
     assert (await http.get("/_sim/users/alice")).status_code == 404
 
 
-async def test_client_controls_through_the_control_api(http: httpx.AsyncClient) -> None:
+async def test_client_controls_through_the_control_api(http: httpx.AsyncClient, flow: Flow) -> None:
     """Withdraw, reopen and untick scopes over /_sim/; client info never shows the secret."""
     await http.post("/_sim/users", json={"user": "alice"})
-    credential = await _credential_over_http(http, "alice")
+    credential = await _credential_over_http(flow, "alice")
     unticked = await http.put(
         f"/_sim/clients/{DEMO_CLIENT_ID}/scopes", json={"scopes": [LATEST_CHANGE_SCOPE]}
     )
@@ -194,8 +174,7 @@ async def test_clock_control_needs_a_manual_clock() -> None:
 
 async def test_reset_restores_the_initial_simulator(flow: Flow, sim: Simulator) -> None:
     """POST /_sim/reset forgets users, tokens, settings, faults and the log."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     sim.configure(budget=1)
     sim.inject_fault("500", rate=1.0)
     assert (await flow.http.post("/_sim/reset")).status_code == 204
@@ -238,8 +217,7 @@ async def test_request_log_never_contains_a_credential(flow: Flow, sim: Simulato
 
 async def test_state_keeps_only_hashes_of_tokens_and_codes(flow: Flow, sim: Simulator) -> None:
     """The service's records hold no usable token or code, only their hashes."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     pending = await flow.code("alice")
     state = repr(sim.world)
     assert credential.split(".", 1)[0] not in state
@@ -249,8 +227,7 @@ async def test_state_keeps_only_hashes_of_tokens_and_codes(flow: Flow, sim: Simu
 
 async def test_default_payloads_are_deterministic_per_user(flow: Flow, sim: Simulator) -> None:
     """A user's default payloads depend only on the user id, and differ between users."""
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     response = await flow.http.get(LATEST, headers=bearer(credential))
     assert response.json() == latest_change("alice")
     assert default_payloads("alice") == default_payloads("alice")

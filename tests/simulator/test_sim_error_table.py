@@ -26,11 +26,6 @@ def style(request: pytest.FixtureRequest, sim: Simulator) -> str:
     return str(request.param)
 
 
-async def _enrolled(flow: Flow, user: str = "alice", **sync: object) -> str:
-    flow.sim.add_user(user, **sync)  # type: ignore[arg-type]
-    return await flow.enroll(user)
-
-
 def _malformed_variants(credential: str) -> dict[str, str]:
     token, secret = credential.split(".", 1)
     return {
@@ -48,7 +43,7 @@ async def test_401_plain_same_answer_for_unknown_malformed_or_wrong_secret(
     flow: Flow, style: str
 ) -> None:
     """Unknown, malformed and wrong-secret credentials all get one identical codeless 401."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     answers: dict[str, httpx.Response] = {}
     for name, variant in _malformed_variants(credential).items():
         answers[name] = await flow.http.get(STATS, headers=bearer(variant))
@@ -63,7 +58,7 @@ async def test_401_plain_same_answer_for_unknown_malformed_or_wrong_secret(
 
 async def test_401_revoked_only_when_both_halves_are_correct(flow: Flow, style: str) -> None:
     """A revoked token gives PermanentAccessRevoked with its secret, a plain 401 without."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.revoke("alice")
     token = credential.split(".", 1)[0]
     right = await flow.http.get(STATS, headers=bearer(credential))
@@ -74,7 +69,7 @@ async def test_401_revoked_only_when_both_halves_are_correct(flow: Flow, style: 
 
 async def test_401_no_cloud_sync_linked_until_the_user_links_it(flow: Flow, style: str) -> None:
     """A user without cloud sync gets 401 NoCloudSyncLinked on both reads; linking ends it."""
-    credential = await _enrolled(flow, linked=False)
+    credential = await flow.enrolled(linked=False)
     for path in (LATEST, STATS):
         response = await flow.http.get(path, headers=bearer(credential))
         assert (response.status_code, code_of(response, style)) == (401, "NoCloudSyncLinked")
@@ -85,15 +80,14 @@ async def test_401_no_cloud_sync_linked_until_the_user_links_it(flow: Flow, styl
 @pytest.mark.parametrize("age_days", [95, None], ids=["95-days", "never-synced"])
 async def test_403_cloud_sync_inactive(flow: Flow, style: str, age_days: int | None) -> None:
     """Cloud sync silent for over 90 days, or never synced, gives 403 CloudSyncInactive."""
-    credential = await _enrolled(flow, last_sync_age_days=age_days)
+    credential = await flow.enrolled(last_sync_age_days=age_days)
     response = await flow.http.get(LATEST, headers=bearer(credential))
     assert (response.status_code, code_of(response, style)) == (403, "CloudSyncInactive")
 
 
 async def test_403_plain_when_the_user_did_not_grant_the_scope(flow: Flow, style: str) -> None:
     """A read needing a scope the user did not grant gets a codeless 403; the other reads."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice", [LATEST_CHANGE_SCOPE])
+    credential = await flow.enrolled("alice", [LATEST_CHANGE_SCOPE])
     denied = await flow.http.get(STATS, headers=bearer(credential))
     allowed = await flow.http.get(LATEST, headers=bearer(credential))
     assert (denied.status_code, code_of(denied, style)) == (403, None)
@@ -102,7 +96,7 @@ async def test_403_plain_when_the_user_did_not_grant_the_scope(flow: Flow, style
 
 async def test_403_plain_when_the_client_unticked_the_scope(flow: Flow, style: str) -> None:
     """A scope the client owner unticked gives a codeless 403 even though the user granted it."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.set_client_scopes(DEMO_CLIENT_ID, [LATEST_CHANGE_SCOPE])
     denied = await flow.http.get(STATS, headers=bearer(credential))
     assert (denied.status_code, code_of(denied, style)) == (403, None)
@@ -113,7 +107,7 @@ async def test_403_plain_when_the_client_unticked_the_scope(flow: Flow, style: s
 
 async def test_404_when_nothing_is_recorded_and_access_stays_valid(flow: Flow, style: str) -> None:
     """latest-change with nothing recorded gives a codeless 404; the same token still reads."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.set_payload("alice", "latest-change", None)
     missing = await flow.http.get(LATEST, headers=bearer(credential))
     assert (missing.status_code, code_of(missing, style)) == (404, None)
@@ -140,7 +134,7 @@ async def test_codeless_answers_carry_no_word_that_passes_for_a_code(
 ) -> None:
     """Plain 401/403/404 bodies hold only a message, never an error or code field."""
     sim.configure(error_style=style_name)
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     sim.set_payload("alice", "latest-change", None)
     unknown = await flow.http.get(STATS, headers=bearer("dspa_x.y"))
     missing = await flow.http.get(LATEST, headers=bearer(credential))
@@ -159,7 +153,7 @@ async def test_codeless_answers_carry_no_word_that_passes_for_a_code(
 )
 async def test_90_day_boundary(flow: Flow, age_seconds: int, status: int) -> None:
     """Exactly 90 days of silence still reads; anything more is CloudSyncInactive."""
-    credential = await _enrolled(flow, last_sync_age_days=0)
+    credential = await flow.enrolled(last_sync_age_days=0)
     flow.sim.advance(age_seconds)
     response = await flow.http.get(STATS, headers=bearer(credential))
     assert response.status_code == status

@@ -14,18 +14,13 @@ from .helpers import BASE, LATEST, STATS, Flow, bearer
 pytestmark = pytest.mark.anyio
 
 
-async def _enrolled(flow: Flow) -> str:
-    flow.sim.add_user("alice")
-    return await flow.enroll("alice")
-
-
 @pytest.mark.parametrize(
     ("kind", "status", "content_type"),
     [("500", 500, "application/json"), ("502", 502, "text/html"), ("503", 503, "text/plain")],
 )
 async def test_server_error_faults(flow: Flow, kind: str, status: int, content_type: str) -> None:
     """A 5xx fault replaces the next read's answer, then reads succeed again."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.inject_fault(kind, count=1)
     faulted = await flow.http.get(STATS, headers=bearer(credential))
     after = await flow.http.get(STATS, headers=bearer(credential))
@@ -37,7 +32,7 @@ async def test_server_error_faults(flow: Flow, kind: str, status: int, content_t
 
 async def test_drop_fault_is_a_remote_protocol_error(flow: Flow) -> None:
     """A dropped connection reaches an in-process client as httpx.RemoteProtocolError."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.inject_fault("drop", count=2)
     for _ in range(2):
         with pytest.raises(httpx.RemoteProtocolError):
@@ -47,7 +42,7 @@ async def test_drop_fault_is_a_remote_protocol_error(flow: Flow) -> None:
 
 async def test_drop_fault_when_streaming_fails_while_reading_the_body(flow: Flow) -> None:
     """Streamed, a drop shows a 200 status line whose body then fails, as over a socket."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.inject_fault("drop", count=1)
     async with flow.http.stream("GET", STATS, headers=bearer(credential)) as response:
         assert response.status_code == 200
@@ -57,7 +52,7 @@ async def test_drop_fault_when_streaming_fails_while_reading_the_body(flow: Flow
 
 async def test_broken_json_fault_is_a_200_that_does_not_parse(flow: Flow) -> None:
     """broken_json answers 200 with a JSON body cut short."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.inject_fault("broken_json", count=1)
     response = await flow.http.get(LATEST, headers=bearer(credential))
     assert response.status_code == 200
@@ -110,7 +105,7 @@ async def test_stall_fault_outlasts_a_client_timeout_and_is_cancellable(
 
 async def test_fault_is_logged_with_what_the_client_saw(flow: Flow) -> None:
     """The request log marks a faulted read with the fault and the status the client got."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.clear_requests()
     flow.sim.inject_fault("503", count=1)
     flow.sim.inject_fault("drop", count=1)
@@ -171,7 +166,7 @@ def test_bad_fault_rules_are_refused(sim: Simulator, kwargs: dict[str, object]) 
 
 async def test_clear_faults(flow: Flow) -> None:
     """Clearing faults makes every read normal again."""
-    credential = await _enrolled(flow)
+    credential = await flow.enrolled()
     flow.sim.inject_fault("500", rate=1.0)
     flow.sim.clear_faults()
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 200

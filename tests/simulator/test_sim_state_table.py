@@ -72,8 +72,7 @@ ROWS = {
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
 async def test_transition_from_active(flow: Flow, row: Row) -> None:
     """Each trigger on an Active access gives the next call the answer the table says."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     assert (await flow.http.get(LATEST, headers=bearer(credential))).status_code == 200
     await row.trigger(flow, credential)
     response = await flow.http.get(LATEST, headers=bearer(credential))
@@ -170,8 +169,7 @@ async def test_after_client_drop_the_answer_is_configurable(
 ) -> None:
     """A token the client dropped answers a plain 401, or PermanentAccessRevoked if configured."""
     sim.configure(after_delete=after_delete)
-    sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     assert (await flow.http.delete(TOKENS, headers=bearer(credential))).status_code == 204
     response = await flow.http.get(STATS, headers=bearer(credential))
     assert response.status_code == 401
@@ -198,8 +196,7 @@ async def test_drop_always_answers_204(flow: Flow, authorization: str | None) ->
 
 async def test_drop_with_wrong_secret_keeps_the_token(flow: Flow) -> None:
     """A DELETE whose client secret is wrong answers 204 but drops nothing."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     token = credential.split(".", 1)[0]
     response = await flow.http.delete(TOKENS, headers=bearer(f"{token}.wrong-secret"))
     assert response.status_code == 204
@@ -208,8 +205,7 @@ async def test_drop_with_wrong_secret_keeps_the_token(flow: Flow) -> None:
 
 async def test_inactivity_keeps_the_token_and_access_resumes_by_itself(flow: Flow) -> None:
     """CloudSyncInactive leaves the token valid; once syncing resumes the same token reads."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     flow.sim.set_sync("alice", last_sync_age_days=120)
     assert (await flow.http.get(STATS, headers=bearer(credential))).status_code == 403
     flow.sim.set_sync("alice", last_sync_age_days=0)
@@ -218,8 +214,7 @@ async def test_inactivity_keeps_the_token_and_access_resumes_by_itself(flow: Flo
 
 async def test_reads_update_last_used_shown_in_connected_services(flow: Flow) -> None:
     """The account page lists the access with its scopes, grant time and last use."""
-    flow.sim.add_user("alice")
-    credential = await flow.enroll("alice")
+    credential = await flow.enrolled()
     flow.sim.advance(600)
     await flow.http.get(STATS, headers=bearer(credential))
     (service,) = flow.sim.user_info("alice")["connected_services"]

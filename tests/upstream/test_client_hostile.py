@@ -37,11 +37,12 @@ CREDENTIAL = Secret(f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}")
 DEADLINE_BOUND_S = 6.0
 
 
-def settings_for(url: str, **service: Any) -> Settings:
+def settings_for(url: str, poll: dict[str, Any] | None = None, **service: Any) -> Settings:
     return build_settings(
         {
             "service": {"base_url": url, "auth_url": url, **service},
             "client": {"id": "demo-client"},
+            "poll": poll or {},
         }
     )
 
@@ -205,13 +206,7 @@ async def test_the_client_keeps_at_most_a_connection_per_turn_plus_one() -> None
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    settings = build_settings(
-        {
-            "service": {"base_url": url, "auth_url": url},
-            "client": {"id": "demo-client"},
-            "poll": {"concurrency": 2},
-        }
-    )
+    settings = settings_for(url, {"concurrency": 2})
     concurrency = settings.poll.concurrency
     async with server, http_client(settings.service, concurrency=concurrency) as http:
         api = api_for(http, settings)
@@ -230,13 +225,7 @@ async def test_reads_cut_at_their_deadline_give_their_connection_back(
     slow = Step(200, body=json_body({}), delay=3.0)
     stalling = True
     server.respond = lambda seen: slow if stalling else None
-    settings = build_settings(
-        {
-            "service": {"base_url": server.url, "auth_url": server.url, "request_timeout": "1s"},
-            "client": {"id": "demo-client"},
-            "poll": {"concurrency": 1},  # room for two requests at a time
-        }
-    )
+    settings = settings_for(server.url, {"concurrency": 1}, request_timeout="1s")  # two at a time
     async with http_client(settings.service) as http:
         api = api_for(http, settings)
         cut = await asyncio.gather(*(_read(api) for _ in range(3)))
