@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from lta_worker.domain import ResultRow, UserUpdate
 from lta_worker.errors import CursorError
 from lta_worker.storage import History, Store, Vault
+from lta_worker.storage._models import FeedGone
 from support.pg import PgDatabases
 from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
 
@@ -42,9 +43,12 @@ def position(cursor: str | int) -> int:
 def take(
     store: Store, cursor: str | int, user: str | None = None
 ) -> tuple[str, list[tuple[Any, ...]]]:
-    """The feed from `cursor` past every row stored so far (retried while a PG transaction lags)."""
+    """The feed from `cursor` past every row and gone line stored so far (retried while a PG
+    transaction lags)."""
     with store.database.read() as conn:
-        newest = conn.execute(select(func.max(History.seq))).scalar() or 0
+        newest = max(
+            conn.execute(select(func.max(table.seq))).scalar() or 0 for table in (History, FeedGone)
+        )
     rows: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + 30
     while True:
