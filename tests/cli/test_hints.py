@@ -1,4 +1,4 @@
-"""The one table of operator hints (`cli/_hints.py`): structured errors -> CLI advice,
+"""The one table of operator hints (`cli/_failure.py`): structured errors -> CLI advice,
 and no CLI advice anywhere a web application imports."""
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class PolicyConfig:
 
     Built by `PollSettings.policy()`. `interval` also caps the transient backoff (a failure
     never leaves data staler than twice it); `parked_interval` caps the backoff after a
-    plain 401; `plan` is the budget's scale for this pass (`_spread.plan_scale`).
+    plain 401; `plan` is the budget's scale for this pass (`_capacity.plan_scale`).
     """
 
     interval: timedelta

@@ -81,7 +81,7 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 
 def _service_code(answer: Answer) -> str | None:
-    """The service's error code when it is one of the allowed codes (`classify.find_code`)."""
+    """The service's error code when it is one of the allowed codes (`_outcomes.find_code`)."""
     return find_code(answer.headers, answer.body)[1]
 
 
