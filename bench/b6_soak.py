@@ -55,7 +55,9 @@ a figure with its target (`invariants` in the details says what was counted):
 - results of forgotten users written after `forget` returned (any snapshot or history row:
   `forget` purged them before returning);
 - state-change webhooks missing (a change the harness made, whose event never reached the
-  receiver), still waiting in the outbox, or out of order per user (by change time);
+  receiver, or the last one received not naming the user's final state), still waiting in
+  the outbox, or received out of order per user (a timestamp going back by more than the
+  stepped clock's step: an event's timestamp is its writer's clock);
 - instances that exited by themselves (not killed, not yet stopped by the harness);
 - stored results that differ from what the simulator served, for every (user, endpoint)
   read with 200 after its last change;
@@ -109,6 +111,9 @@ STOP_TIMEOUT_S = 30.0
 # A directory: the instances' logs, the request log, the webhooks received and the lease
 # log are copied there before the workspace is removed (to look into a figure).
 KEEP_ENV = "LTA_BENCH_B6_KEEP"
+# Beyond the stepped clock, how far two writers' clocks (and their timestamps' rounding) may
+# disagree before a user's events received in order count as out of order.
+CLOCK_SLACK_S = 1.0
 CLI_TIMEOUT_S = 120.0
 STATE_EVENTS = tuple(t for t in EVENT_TYPES if t.startswith("user."))
 # The 429 burst spends the budget of this many windows at most, until the fleet met one.
@@ -813,10 +818,20 @@ def _brief(row: dict[str, Any] | None) -> dict[str, Any]:
     return {"state": row["state"], "has_token": bool(row["has_token"])}
 
 
-def check_webhooks(
-    book: Book, final: dict[str, dict[str, Any]], received: list[dict[str, Any]], db_url: str
-) -> dict[str, Any]:
-    """Every state change reached the receiver, in order per user, and nothing waits."""
+def webhook_order(
+    touched: set[str],
+    final: dict[str, dict[str, Any]],
+    received: list[dict[str, Any]],
+    clock_step_s: float = 0.0,
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The distinct events received, the users whose last event received does not name their
+    final state (missing), and the users' events received out of order.
+
+    An event's timestamp is its writer's clock, and one instance runs with its clock stepped
+    ahead by `clock_step_s`: two events of a user written close together by that instance and
+    by another (or by a CLI command) can carry timestamps up to the step out of their real
+    order. So the receipt order is the order judged: a timestamp may go back by at most the
+    step (and `CLOCK_SLACK_S`), and the last event received for a user names its state."""
     first: dict[str, dict[str, Any]] = {}
     for event in received:
         first.setdefault(str(event["id"]), event)
@@ -826,23 +841,31 @@ def check_webhooks(
     out_of_order = []
     for user, events in per_user.items():
         for a, b in pairwise(events):
-            if parse_at(b["timestamp"]) < parse_at(a["timestamp"]):
+            back = parse_at(a["timestamp"]) - parse_at(b["timestamp"])
+            if back > clock_step_s + CLOCK_SLACK_S:
                 out_of_order.append({"user": user, "first": a["type"], "then": b["type"]})
-    touched = {
-        *book.revoked,
-        *book.parked,
-        *book.dropped,
-        *book.forgotten,
-        *book.reenrolled,
-    }
     missing = []
     for user in sorted(touched | set(per_user)):
         row = final.get(user)
-        events = sorted(per_user.get(user, []), key=lambda e: parse_at(e["timestamp"]))
+        events = per_user.get(user, [])
         state = row["state"] if row else None
         last = events[-1]["new_state"] if events else "active"  # the bulk load sends none
         if state is not None and last != state:
             missing.append({"user": user, "state": state, "last_event": last})
+    return first, missing, out_of_order
+
+
+def check_webhooks(
+    book: Book,
+    final: dict[str, dict[str, Any]],
+    received: list[dict[str, Any]],
+    db_url: str,
+    clock_step_s: float = 0.0,
+) -> dict[str, Any]:
+    """Every state change reached the receiver, in order per user (`webhook_order`), and
+    nothing waits in the outbox."""
+    touched = {*book.revoked, *book.parked, *book.dropped, *book.forgotten, *book.reenrolled}
+    first, missing, out_of_order = webhook_order(touched, final, received, clock_step_s)
     waiting = _rows(
         db_url,
         "SELECT count(*) FILTER (WHERE dead_at IS NULL) AS waiting,"
@@ -1061,7 +1084,9 @@ def soak(url: str, plan: SoakPlan) -> dict[str, Any]:
                 _keep(Path(keep), ws.path, entries, sink.events(), leases)
             reads = [e for e in entries if e["path"].startswith(READ_PATH)]
             lifecycle = check_lifecycle(run.book, final, control, db_url, reads)
-            webhooks = check_webhooks(run.book, final, sink.events(), db_url)
+            webhooks = check_webhooks(
+                run.book, final, sink.events(), db_url, clock_step_s=plan.lease_s / 4
+            )
             data = check_data(run.book, final, reads, run.book.payloads, db_url, started=wall_start)
             reload = check_reload(fleet, final, plan)
             skewed = sum(

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from bench.b6_soak import Fleet, Incarnation, doubles
+from bench.b6_soak import Fleet, Incarnation, doubles, webhook_order
 
 T0 = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 MARGIN = 2.0  # a third of a 6 s lease: a holder sends no read later than this before its end
@@ -132,3 +132,35 @@ def test_a_double_is_a_read_outside_the_readers_own_lease(
     fleet = cast(Fleet, SimpleNamespace(all=[a, b]))
     found = doubles(fleet, log, {"u1": 1}, T0.timestamp(), margin_s=MARGIN)
     assert len(found) == expected, found
+
+
+def _event(n: int, user: str, new_state: str, timestamp: float) -> dict[str, Any]:
+    stamp = (datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=timestamp)).isoformat()
+    return {"id": n, "user": user, "type": f"user.{new_state}", "new_state": new_state,
+            "timestamp": stamp, "received": float(n)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stamps", "step", "out_of_order"),
+    [
+        ((10.0, 20.0), 0.0, 0),  # in order
+        ((20.0, 17.0), 5.0, 0),  # back by 3 s, within a 5 s stepped clock
+        ((20.0, 13.0), 5.0, 1),  # back by 7 s: beyond the step and its slack
+        ((20.0, 18.5), 0.0, 1),  # no stepped clock: 1.5 s back is beyond the slack
+    ],
+)
+def test_webhooks_received_out_of_order_beyond_the_stepped_clock_count(
+    stamps: tuple[float, float], step: float, out_of_order: int
+) -> None:
+    """Receipt order is judged; a timestamp may go back by the stepped clock's step plus 1 s."""
+    received = [_event(1, "u", "revoked", stamps[0]), _event(2, "u", "active", stamps[1])]
+    final = {"u": {"state": "active"}}
+    _, missing, late = webhook_order({"u"}, final, received, clock_step_s=step)
+    assert (len(late), missing) == (out_of_order, [])
+
+
+def test_the_last_webhook_received_must_name_the_final_state() -> None:
+    """A user whose last event received is not its final state is missing an event."""
+    received = [_event(1, "u", "active", 10.0), _event(2, "u", "revoked", 5.0)]
+    _, missing, _ = webhook_order({"u"}, {"u": {"state": "active"}}, received, clock_step_s=6.0)
+    assert missing == [{"user": "u", "state": "active", "last_event": "revoked"}]
