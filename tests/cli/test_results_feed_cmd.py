@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
 
 from lta_worker.domain import SnapshotWrite, UserUpdate
-from lta_worker.storage import History, Store, Vault
+from lta_worker.storage import Store, Vault
 from support.schemas import line_problems
-from support.storage import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring, newest_position, position
 
 from .test_readonly_cmds import cli, one_error_line, write_config
 
@@ -36,17 +35,12 @@ def read(user_id: int, minute: int, payload: Any) -> UserUpdate:
     )
 
 
-def position(cursor: str | int) -> int:
-    """Where a cursor stands in its history (`0`: the start)."""
-    return int(str(cursor).rpartition(".")[2])
-
-
 def export(config: Path, url: str, cursor: str | int) -> tuple[list[dict[str, Any]], str]:
     """The rows `results export --changed-since CURSOR` printed, and its last line's cursor,
     called again with that cursor until it passed every row stored (on PostgreSQL another
     session's open transaction, a parallel test's, holds the feed back until it ends)."""
-    with Store.open(url, read_only=True) as store, store.database.read() as conn:
-        newest = conn.execute(select(func.max(History.seq))).scalar() or 0
+    with Store.open(url, read_only=True) as store:
+        newest = newest_position(store)
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + 30
     while True:

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from lta_worker.domain import EncryptedToken, ResultRow, SnapshotWrite, UserUpdate
 from lta_worker.storage import History, Store
 from lta_worker.storage._apply import write_batch
+from support.storage import position
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -34,11 +35,6 @@ def read(user_id: int, step: int) -> UserUpdate:
             ),
         ),
     )
-
-
-def position(cursor: str | int) -> int:
-    """Where a cursor stands in its history (`0`: the start)."""
-    return int(str(cursor).rpartition(".")[2])
 
 
 class Reader:

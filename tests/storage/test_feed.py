@@ -14,14 +14,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import func, select
 
 from lta_worker.domain import ResultRow, UserUpdate
 from lta_worker.errors import CursorError
-from lta_worker.storage import History, Store, Vault
-from lta_worker.storage._models import FeedGone
+from lta_worker.storage import Store, Vault
 from support.pg import PgDatabases
-from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
+from support.storage import HOUR, MINUTE, T0, enroll, keyring, newest_position, position, read_turn
 
 
 @pytest.fixture
@@ -35,20 +33,12 @@ def read(user_id: int, minute: int, **payloads: Any) -> UserUpdate:
     return read_turn(user_id, T0 + minute * MINUTE, **payloads)
 
 
-def position(cursor: str | int) -> int:
-    """Where a cursor stands in its history (`0`: the start)."""
-    return int(str(cursor).rpartition(".")[2])
-
-
 def take(
     store: Store, cursor: str | int, user: str | None = None
 ) -> tuple[str, list[tuple[Any, ...]]]:
     """The feed from `cursor` past every row and gone line stored so far (retried while a PG
     transaction lags)."""
-    with store.database.read() as conn:
-        newest = max(
-            conn.execute(select(func.max(table.seq))).scalar() or 0 for table in (History, FeedGone)
-        )
+    newest = newest_position(store)
     rows: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + 30
     while True:

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from sqlalchemy import func, select
+
 from lta_worker.config import LONG_TERM_SCOPES
 from lta_worker.domain import BudgetSeen, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.secret import Secret
-from lta_worker.storage import Keyring, Store, Vault
+from lta_worker.storage import History, Keyring, Store, Vault
+from lta_worker.storage._models import FeedGone
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -86,3 +89,16 @@ def read_turn(user_id: int, at: datetime, state: str = "active", **payloads: Any
             for name, payload in payloads.items()
         ),
     )
+
+
+def position(cursor: str | int) -> int:
+    """Where a feed cursor stands in its history (`0`: the start)."""
+    return int(str(cursor).rpartition(".")[2])
+
+
+def newest_position(store: Store) -> int:
+    """The feed position of the newest row or gone line stored (0: none)."""
+    with store.database.read() as conn:
+        return max(
+            conn.execute(select(func.max(table.seq))).scalar() or 0 for table in (History, FeedGone)
+        )
