@@ -1,10 +1,6 @@
-"""Structured logging: JSON lines for machines, a readable console for people, no secrets.
-
-Events are a stable name plus fields (docs/log-events.md). `redact`, last in the chain,
-masks secret-named fields, long-term tokens, bearer credentials and `register_secret`ed
-values; tracebacks carry no frame locals. Inside a host application (no
-`configure_logging`) events go to stdlib `logging` as redacted JSON. Under the systemd
-journal each line starts with its syslog priority. docs/operations.md, *Logs and the dashboard*.
+"""Structured logging: JSON lines for machines, a readable console for people, no secrets
+(`redact`, last in the chain; tracebacks without frame locals). Inside a host application
+(no `configure_logging`) events go to stdlib `logging` as redacted JSON. docs/log-events.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""`lta-worker [--config PATH] COMMAND`: the command line interface.
-
-Each command lives in a module imported when it is invoked (`_commands`). Every error that
-reaches `main` is one line and its exit code (`_failure`); `--debug` adds the traceback.
-"""
+"""`lta-worker [--config PATH] COMMAND`: the command line interface (each command imported
+when invoked; every error one line and its exit code, `_failure`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""`lta-worker check [--format table|json]`: verify the configuration, the secret and key
-files, the database and the service, writing nothing (exit 0, 78, or 75 for only temporary
-problems). A failing check ends with the `error` event of its first problem on stderr.
-"""
+"""`lta-worker check [--format table|json]`: verify everything `run` needs, writing nothing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The commands of the root group by name, each module imported only when its command is
-invoked (or listed by `--help`), so that `lta-worker run` imports nothing it does not use.
-"""
+"""The root group's commands by name, each module imported only when its command is invoked
+(or listed by `--help`), so that `lta-worker run` imports nothing it does not use."""
 
 from __future__ import annotations
 

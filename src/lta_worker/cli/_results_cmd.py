@@ -1,7 +1,4 @@
-"""`lta-worker results export`: the latest result per user and endpoint, the history, or the
-change feed after a cursor, one JSON object per line (shapes: `report.result_json`; docs/
-python-api.md). A cursor the database never issued is a usage error (exit 2).
-"""
+"""`lta-worker results export`: results, history or the change feed, as JSON lines."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""`lta-worker simulator serve`: run the bundled stand-in for the remote service; and
-`lta-worker demo` on it (`_demo`).
-
-It serves plain HTTP with demo client secrets, so it listens on loopback unless a host is
-named explicitly on the command line (a host from the environment alone is refused).
-"""
+"""`lta-worker simulator serve` (plain HTTP with demo secrets: loopback unless `--host` names
+another) and `lta-worker demo` on it (`_demo`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""`lta-worker status [--format table|json] [--check]`: users per state, last pass, budget,
-capacity, the webhook outbox and the health verdict. Read-only: never creates or migrates
-the database. `--check` makes the exit code the verdict (0 healthy, 1 unhealthy).
-"""
+"""`lta-worker status [--format table|json] [--check]`, read-only (`report.collect_status`)."""
 
 from __future__ import annotations
 
@@ -25,11 +22,12 @@ def render_table(data: dict[str, Any]) -> str:
     """The people's view of `collect_status`."""
     from lta_worker.config import format_duration
 
-    lines = ["users"]
-    lines += [f"  {state:<10} {n:>8}" for state, n in data["users"].items()]
-    lines.append(f"  {'due now':<10} {data['due']:>8}")
+    def duration(seconds: float) -> str:
+        return format_duration(timedelta(seconds=seconds))
+
+    users = [f"  {state:<10} {n:>8}" for state, n in data["users"].items()]
+    lines = ["users", *users, f"  {'due now':<10} {data['due']:>8}", "last pass"]
     last = data["last_pass"]
-    lines.append("last pass")
     if last is None:
         lines.append("  none yet")
     else:
@@ -53,7 +51,7 @@ def render_table(data: dict[str, Any]) -> str:
         f"  needed {cap['reads_needed_per_hour']} reads/h, available "
         f"{cap['available_per_hour']} reads/h" + ("" if cap["budget_known"] else " (fallback rate)")
     )
-    effective = format_duration(timedelta(seconds=cap["effective_interval_s"]))
+    effective = duration(cap["effective_interval_s"])
     if data["schedule"]["mode"] == "adaptive":  # the capacity is that of max_interval
         lines.append(f"  each user read at least every {effective} (per class: schedule)")
     else:
@@ -62,16 +60,13 @@ def render_table(data: dict[str, Any]) -> str:
         lines.append(f"  WARNING: {cap['warning']}")
     sched = data["schedule"]
     lines.append(f"schedule: {sched['mode']}, stats {sched['stats']}")
-    lines += [
-        f"  {c['class']:<10} {c['users']:>8}  every "
-        f"{format_duration(timedelta(seconds=c['interval_s']))}" + _delay(c["expected_delay_s"])
-        for c in sched["classes"]
-    ]
+    for c in sched["classes"]:
+        delay = c["expected_delay_s"]
+        then = "" if delay is None else f", expected delay {duration(delay)}"
+        lines.append(f"  {c['class']:<10} {c['users']:>8}  every {duration(c['interval_s'])}{then}")
     if sched["expected_delay_s"] is not None:
-        lines.append(
-            "  a change arrives after "
-            f"{format_duration(timedelta(seconds=sched['expected_delay_s']))} on average (expected)"
-        )
+        average = duration(sched["expected_delay_s"])
+        lines.append(f"  a change arrives after {average} on average (expected)")
     hooks = data["webhooks"]
     lines.append("webhooks" + ("" if hooks["enabled"] else " (off: no webhook.url)"))
     lines.append(f"  {hooks['backlog']} waiting, {hooks['dead_letter']} dead-lettered")
@@ -103,12 +98,3 @@ def status(app: App, fmt: str, check: bool) -> None:
     click.echo(json.dumps(data, indent=2) if fmt == "json" else render_table(data))
     if check and not data["healthy"]:
         sys.exit(EX_UNHEALTHY)
-
-
-def _delay(seconds: float | None) -> str:
-    """A class's expected delay from a change to its arrival, or nothing when none is."""
-    from lta_worker.config import format_duration
-
-    if seconds is None:
-        return ""
-    return f", expected delay {format_duration(timedelta(seconds=seconds))}"

@@ -1,8 +1,5 @@
-"""The CLI's standard streams and arguments when they are not what a terminal gives.
-
-A reader gone (`| head -1`): exit 141 quietly, as a shell reports SIGPIPE. A closed stdout
-(`>&-`): the first write is a usage error. An encoding that cannot show a character: escaped
-(`\\xfc`). Arguments under a non-UTF-8 locale: decoded as UTF-8 again, or a usage error.
+"""The CLI's standard streams and arguments when they are not what a terminal gives: a
+reader gone, a closed stdout, an encoding that cannot show a character, a non-UTF-8 locale.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""`lta-worker users list|drop|forget`: see enrolled users, end their access.
-
-`list --format json` is a contract: an array of objects with at least `user`, `state`,
-`has_token`, `scopes`, `last_polled_at` and `next_due_at` (ISO 8601 UTC or null).
-"""
+"""`lta-worker users list|drop|forget`: see enrolled users, end their access (`list --format
+json` is a contract: `report.user_json`, docs/python-api.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What the database says: `status`, health and the JSON shapes of users and results
-(`_status`), the freshness and capacity plans (`_plan`).
-
-Below `worker` and above `runtime`, so that `status`, `users list` and `results export`
-start without importing the worker (anyio, structlog, httpx, APScheduler).
-"""
+"""What the database says: `status`, health, the JSON shapes of users and results, and the
+freshness and capacity plans; without the worker's imports, so that `status` starts light."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The freshness plan of a pass (`poll.schedule = "adaptive"`): the budget an hour, less the
-re-checks, spread over the active users' change rates; made again every `REPLAN` or once
-the budget reported moves (`budget_moved`). The arithmetic is pure, in `domain`.
-"""
+"""The freshness and capacity plans, from the database (the arithmetic is `domain`'s)."""
 
 from __future__ import annotations
 
@@ -89,12 +86,7 @@ def schedule_summary(
         budget = for_active(capacity)
         plan = plan_scale(rates, budget, policy.freshness)
         classes = [
-            {
-                "class": name,
-                "users": int(users),
-                "interval_s": round(seconds),
-                "expected_delay_s": None if delay is None else round(delay),
-            }
+            _user_class(name, users, seconds, delay)
             for name, users, seconds, delay in class_intervals(rates, plan, policy.freshness)
         ]
         mean_delay = expected_delay(rates, plan, policy.freshness)
@@ -103,23 +95,13 @@ def schedule_summary(
         active = int(sum(weight for _, _, weight in rates))
         every = round(poll.interval.total_seconds())
         # Fixed: a change waits half the interval on average.
-        classes = [
-            {
-                "class": "active",
-                "users": active,
-                "interval_s": every,
-                "expected_delay_s": round(every / 2),
-            }
-        ]
+        classes = [_user_class("active", active, every, every / 2)]
         mean_delay = every / 2 if active else None
-    # One class per re-checked state, each its own users (not all under `parked`).
+    # One class per re-checked state, each its own users (not all under `parked`), with no
+    # delay: re-checked for access, not read for changes.
+    parked = poll.parked_interval.total_seconds()
     classes += [
-        {
-            "class": state,
-            "users": counts.get(state, 0),
-            "interval_s": round(poll.parked_interval.total_seconds()),
-            "expected_delay_s": None,  # re-checked for access, not read for changes
-        }
+        _user_class(state, counts.get(state, 0), parked, None)
         for state in USER_STATES
         if state in RECHECKED_STATES
     ]
@@ -130,6 +112,17 @@ def schedule_summary(
         "max_interval_s": round(poll.max_interval.total_seconds()),
         "expected_delay_s": None if mean_delay is None else round(mean_delay),
         "classes": classes,
+    }
+
+
+def _user_class(
+    name: str, users: float, interval_s: float, delay_s: float | None
+) -> dict[str, Any]:
+    return {
+        "class": name,
+        "users": int(users),
+        "interval_s": round(interval_s),
+        "expected_delay_s": None if delay_s is None else round(delay_s),
     }
 
 

@@ -1,7 +1,5 @@
-"""What `status`, `check` and `/healthz` report: users per state, passes, budget, capacity,
-and a health verdict ("reads succeed"; the rules: docs/operations.md, "Metrics and health");
-and the JSON shapes of a user (`users list --format json`) and a result (`results export`).
-"""
+"""What `status`, `check` and `/healthz` report, with the health verdict (docs/operations.md,
+"Metrics and health"); the JSON shapes of a user and a result."""
 
 from __future__ import annotations
 

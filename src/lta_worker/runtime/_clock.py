@@ -1,5 +1,4 @@
-"""The clock, injected from the top (`SystemClock` is the real one), so a pass can run on
-virtual time."""
+"""The clock, injected from the top, so a pass can run on virtual time."""
 
 from __future__ import annotations
 

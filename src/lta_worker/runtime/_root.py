@@ -1,8 +1,5 @@
-"""The composition root: `Runtime` owns the store, the vault, the API client, the pacer and
-the clock, opened on first use (`status` never loads httpx) and closed together. Secret
-files are read here only, each registered with the log redactor; only the API client
-holds the client secret.
-"""
+"""The composition root: `Runtime`. Secret files are read here only, each registered with the
+log redactor; only the API client holds the client secret."""
 
 from __future__ import annotations
 
@@ -111,8 +108,7 @@ class Runtime:
 
     @property
     def store(self) -> Store:
-        """The database: migrated on opening, or with `read_only` or `migrate=False` only
-        checked.
+        """The database: migrated on opening, or with `read_only` or `migrate=False` checked.
 
         Raises:
             SchemaOutdatedError: not migrating, and no schema or an older one.
@@ -174,8 +170,7 @@ class Runtime:
         return vault
 
     def secret(self, name: str) -> Any:
-        """The secret file `name` (`READERS`), read on first use and registered with the
-        log redactor.
+        """The secret file `name` (`READERS`), read on first use, registered with the redactor.
 
         Raises:
             ConfigError: naming the file's setting, never quoting the content.
@@ -313,22 +308,17 @@ class Runtime:
 def missing_key_file(exc: KeyFileError, in_use: Mapping[str, int]) -> KeyFileError:
     """The error for a missing key file given the key ids in use: restore it
     (`missing_in_use`), or, with none, make a new one (`missing_empty`)."""
+    missing = exc.message.removeprefix(f"{exc.key}: ")
     if not in_use:
         return KeyFileError(
-            f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds no token yet",
-            key=exc.key,
-            reason="missing_empty",
+            f"{missing}; the database holds no token yet", key=exc.key, reason="missing_empty"
         )
     ids = ", ".join(repr(key_id) for key_id in sorted(in_use))
-    stored = sum(in_use.values())
     return KeyFileError(
-        f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds {stored} secret(s) "
+        f"{missing}; the database holds {sum(in_use.values())} secret(s) "
         f"encrypted under key id(s) {ids}",
         key=exc.key,
         reason="missing_in_use",
         hint=f"restore the key file with the lines of key id(s) {ids} (from a backup, or the "
         "unit's credential): a new key cannot decrypt the stored tokens",
     )
-
-
-__all__ = ["READERS", "Runtime", "instance_ttl", "missing_key_file"]

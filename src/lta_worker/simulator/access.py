@@ -1,10 +1,5 @@
-"""The resource side of long term access: who is calling, enrollment, drop, and the reads.
-
-The checks on a read in the spec's order: authentication (a `dspa_` credential with both
-halves right, else one plain 401; spec 5), revocation (401 PermanentAccessRevoked, only
-once both halves are proven), scope (403), the account (401 NoCloudSyncLinked, 403
-CloudSyncInactive), the data (404 when latest-change has nothing recorded, else 200).
-"""
+"""The resource side of long term access: who is calling, enrollment, drop, and the reads
+(checked in the spec's order: authentication, revocation, scope, the account, the data)."""
 
 from __future__ import annotations
 
@@ -86,13 +81,12 @@ def split_credential(credential: str) -> tuple[str, str] | None:
     return token, secret
 
 
-def _auth_kind(authorization: str | None) -> AuthKind:
-    if authorization is None:
-        return "none"
+def _credential(authorization: str | None) -> tuple[AuthKind, str | None]:
+    """The kind of an Authorization header and its bearer credential, if any."""
     bearer = bearer_of(authorization)
     if bearer is None:
-        return "other"
-    return "long_term" if bearer.startswith(TOKEN_PREFIX) else "regular"
+        return ("none" if authorization is None else "other"), None
+    return ("long_term" if bearer.startswith(TOKEN_PREFIX) else "regular"), bearer
 
 
 def _prove_long_term(world: World, credential: str) -> tuple[str, Grant] | None:
@@ -117,8 +111,7 @@ def identify(
     long_term: bool = True,
 ) -> Caller:
     """Authenticate a public-API request; `long_term=False` refuses `dspa_` credentials."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     if bearer is None:
         return Caller(kind, refusal=UNAUTHORIZED)
     if kind == "long_term":
@@ -174,8 +167,7 @@ def enroll(
     world: World, settings: SimSettings, authorization: str | None, now: datetime
 ) -> EnrollAnswer:
     """Handle `POST {auth_url}/api/long-term-access/tokens`: create or rotate a token."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     if bearer is None or kind != "regular":
         # Spec 5.4: only a user access token; a long term credential gets a plain 401.
         return EnrollAnswer(Caller(kind), refusal=UNAUTHORIZED)
@@ -211,8 +203,7 @@ def enroll(
 def drop(world: World, settings: SimSettings, authorization: str | None) -> Caller:
     """Handle `DELETE {auth_url}/api/long-term-access/tokens` (always 204): the token goes only
     when both halves are correct, then answers as `settings.after_delete` says."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     proven = _prove_long_term(world, bearer) if bearer and kind == "long_term" else None
     if proven is None:
         return Caller(kind)

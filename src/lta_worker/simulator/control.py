@@ -1,10 +1,5 @@
-"""The control API under `/_sim/` (a prefix the real service never uses): JSON in, JSON out.
-
-One table (`control_routes`): method and path -> the `Simulator` control method it calls
-(`control_ops`). A `ControlError` becomes its status with `{"error": message}`; nothing here
-returns a token or a client secret. The routes are listed in docs/simulator.md (a test
-keeps the two equal).
-"""
+"""The control API under `/_sim/` (docs/simulator.md, "Control API"): one table of routes,
+each calling a `Simulator` control method."""
 
 from __future__ import annotations
 

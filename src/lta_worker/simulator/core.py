@@ -1,8 +1,5 @@
-"""`Simulator`: the service's whole state and behaviour, with no I/O.
-
-The routes parse a request, call one `handle_*` method here and render the answer. One lock
-guards the state: under uvicorn the routes run on the server's thread, a test on its own.
-"""
+"""`Simulator`: the service's whole state and behaviour, with no I/O; the routes call one
+`handle_*` method each. One lock guards the state (uvicorn's thread, or a test's own)."""
 
 from __future__ import annotations
 
@@ -102,10 +99,6 @@ class Simulator(ControlOps):
             self.faults = FaultPlan(self._seed)
             self.world = World()
             self._install_clients()
-
-    def now(self) -> datetime:
-        """The simulator's current time."""
-        return self.clock.now()
 
     def _log(
         self,

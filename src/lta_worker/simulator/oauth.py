@@ -1,10 +1,5 @@
-"""The authorization server's rules: consent (`/oidc/auth`) and code exchange (`/oidc/token`).
-
-Consent: a user queued with `Simulator.queue_consent`, else the consent page (setting
-`consent_page`, answered by `decide`), else `auto_consent`. Errors follow RFC 6749: a plain
-400 page before the client and redirect address are verified, then a redirect with `error`
-and `state`; the token endpoint answers OAuth JSON errors.
-"""
+"""The authorization server's rules: consent (`/oidc/auth`: a queued consent, else the consent
+page, else `auto_consent`) and code exchange (`/oidc/token`), with RFC 6749's errors."""
 
 from __future__ import annotations
 

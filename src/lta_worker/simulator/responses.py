@@ -1,10 +1,6 @@
 """How answers go wrong on the wire: refusals in each error style (docs/simulator.md,
-"Settings"), and the faults injected on the reads.
-
-A refusal without a code never carries a word that could pass for one; no message holds a
-credential. Each read draws at most one fault from a `FaultPlan` (next N reads, or a seeded
-rate). A drop sends the status line and part of the body, then raises `SimulatedDrop`: under
-uvicorn the socket closes mid-body; in-process `SimulatorTransport` gives the same error.
+"Settings"; a refusal without a code carries no word that could pass for one), and the
+faults injected on the reads (at most one a read).
 """
 
 from __future__ import annotations

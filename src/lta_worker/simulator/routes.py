@@ -1,9 +1,5 @@
-"""The simulator's HTTP routes: the public API at `{base_url}`, the auth service at `{auth_url}`.
-
-Each route asks `Simulator` for an answer (decided under its lock) and renders it; only the
-waiting of latency and stall faults happens here, outside the lock. The auth service's
-routes do not count against the public API's budget: it is a different service.
-"""
+"""The HTTP routes of the public API (`{base_url}`) and the auth service (`{auth_url}`, not
+counted against the API's budget). Faults wait here, outside the simulator's lock."""
 
 from __future__ import annotations
 

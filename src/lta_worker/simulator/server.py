@@ -1,16 +1,13 @@
-"""Serving the simulator: the one-origin Starlette app, in-process or by uvicorn on loopback.
-
-One origin: the auth service under `/auth` (`auth_url`), the control API under `/_sim`, the
-public API at the root (`base_url`).
-"""
+"""Serving the simulator on one origin (public API at the root, `/auth`, `/_sim`), in-process
+or by uvicorn on loopback."""
 
 from __future__ import annotations
 
 import logging
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Final
 
 import httpx
@@ -42,38 +39,16 @@ def build_app(sim: Simulator) -> Starlette:
     return app
 
 
-class _QuietDrops(logging.Filter):
+def _not_a_drop(record: logging.LogRecord) -> bool:
     """Hides uvicorn's traceback for a simulated drop: it is the intended behaviour."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, SimulatedDrop)
-
-
-def _quiet_drops() -> None:
-    logger = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _QuietDrops) for f in logger.filters):
-        logger.addFilter(_QuietDrops())
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that signals once it listens."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """Start as uvicorn does, then tell the waiting thread."""
-        await super().startup(sockets=sockets)
-        self.ready.set()
+    return not isinstance(record.exc_info[1] if record.exc_info else None, SimulatedDrop)
 
 
 class RunningSimulator:
     """A simulator served by uvicorn on a background thread; a context manager."""
 
     def __init__(
-        self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket
+        self, sim: Simulator, server: uvicorn.Server, thread: threading.Thread, sock: socket.socket
     ) -> None:
         self.sim = sim
         self._server = server
@@ -111,12 +86,7 @@ class RunningSimulator:
     def __enter__(self) -> RunningSimulator:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -142,7 +112,7 @@ def start_in_thread(
     except OSError:
         sock.close()
         raise
-    _quiet_drops()
+    logging.getLogger("uvicorn.error").addFilter(_not_a_drop)  # added once, however called
     config = uvicorn.Config(
         build_app(sim),
         log_config=None,  # leave the host process's logging alone
@@ -153,12 +123,15 @@ def start_in_thread(
         # A stall fault sleeps for an hour; do not let it hold the shutdown.
         timeout_graceful_shutdown=1,
     )
-    server = _Server(config)
+    server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="lta-simulator", daemon=True
     )
     thread.start()
-    if not server.ready.wait(STARTUP_TIMEOUT) or not thread.is_alive():
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if not server.started or not thread.is_alive():
         server.should_exit = True
         thread.join(STARTUP_TIMEOUT)
         sock.close()

@@ -1,8 +1,7 @@
-"""The service's records (clients, users, codes, user tokens, long term grants) and its clock.
+"""The service's records and clock: plain data, tokens and codes kept only as SHA-256 hashes.
 
-Plain data, no rules (`oauth`, `access`); tokens and codes are kept only as SHA-256 hashes.
-The scope names are spelled out here, not imported from the worker: an independent reading
-of the spec, so a typo on one side shows up.
+The scope names are spelled out, not imported from the worker: an independent reading of
+the spec, so a typo on one side shows up.
 """
 
 from __future__ import annotations
