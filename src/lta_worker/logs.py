@@ -11,7 +11,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal, TextIO
+from typing import Any, Final, Literal, TextIO
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
@@ -153,11 +153,10 @@ def _read_level(level: int) -> Processor:
     return demote
 
 
-def _stamped() -> list[Processor]:
-    return [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-    ]
+# Tracebacks as data, without frame locals (they may hold secrets).
+_EXCEPTION_DICT: Final = structlog.processors.ExceptionRenderer(
+    ExceptionDictTransformer(show_locals=False)
+)
 
 
 def configure_logging(
@@ -174,20 +173,20 @@ def configure_logging(
     threshold = logging.getLevelNamesMapping()[level.upper()]
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     processors: list[Processor] = [structlog.contextvars.merge_contextvars, _drop_color_message]
-    renderer: Processor
+    renderer: Processor = structlog.processors.JSONRenderer(sort_keys=False)
+    exceptions: Processor = _EXCEPTION_DICT
     if use_console:
         renderer = structlog.dev.ConsoleRenderer(
             colors=stream.isatty() and not journal,
             exception_formatter=structlog.dev.plain_traceback,
         )
-        processors += [structlog.processors.format_exc_info, redact, *_stamped()]
-    else:
-        renderer = structlog.processors.JSONRenderer(sort_keys=False)
-        processors += [
-            structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
-            redact,
-            *_stamped(),
-        ]
+        exceptions = structlog.processors.format_exc_info
+    processors += [
+        exceptions,
+        redact,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+    ]
     if read_level == "debug":
         processors.append(_read_level(threshold))
     processors.append(_journal_renderer(renderer) if journal else renderer)
@@ -234,7 +233,7 @@ class _PackageLogger:
                 structlog.stdlib.filter_by_level,
                 structlog.contextvars.merge_contextvars,
                 _drop_color_message,
-                structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
+                _EXCEPTION_DICT,
                 redact,
                 structlog.processors.JSONRenderer(sort_keys=False),
             ],

@@ -20,7 +20,7 @@ from lta_worker.domain import (
 )
 from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.report import PlanCache, budget_moved, capacity_plan, schedule_summary
-from lta_worker.report._plan import REPLAN, for_active
+from lta_worker.report._status import REPLAN, for_active
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -35,6 +35,12 @@ NOTHING_RECORDED: Final = "alan"  # latest-change answers 404
 INACTIVE: Final = "hedy"  # cloud sync silent for 120 days: parked
 UNLINKED: Final = "claude"  # no cloud sync linked
 REVOKER: Final = "ken"  # revokes access before pass 2
+# How the simulator's accounts of the special users differ from a plain one.
+ACCOUNTS: Final[dict[str, dict[str, Any]]] = {
+    NOTHING_RECORDED: {"payloads": {"latest-change": None}},
+    INACTIVE: {"last_sync_age_days": 120},
+    UNLINKED: {"linked": False},
+}
 TIGHT_BUDGET: Final = 30
 WINDOW_S: Final = 10
 RELAXED_BUDGET: Final = 600
@@ -101,14 +107,7 @@ async def enroll_users(settings: Settings, sim: Simulator, clock: OffsetClock) -
     async with Runtime(settings, clock=clock) as runtime:
         enrollment = runtime.enrollment()
         for name in NAMES:
-            account: dict[str, Any] = {}
-            if name == NOTHING_RECORDED:
-                account["payloads"] = {"latest-change": None}
-            if name == INACTIVE:
-                account["last_sync_age_days"] = 120
-            if name == UNLINKED:
-                account["linked"] = False
-            sim.add_user(name, **account)
+            sim.add_user(name, **ACCOUNTS.get(name, {}))
             url = enrollment.start(name)  # saves state and PKCE verifier
             sim.queue_consent(name, ["openid", STATS_SCOPE] if name == STATS_ONLY else None)
             consent = await runtime.http.get(url)  # the user's browser at the consent page

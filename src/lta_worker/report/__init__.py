@@ -3,8 +3,17 @@ freshness and capacity plans; without the worker's imports, so that `status` sta
 
 from __future__ import annotations
 
-from lta_worker.report._plan import PlanCache, budget_moved, capacity_plan, schedule_summary
-from lta_worker.report._status import assess_health, collect_status, iso, result_json, user_json
+from lta_worker.report._status import (
+    PlanCache,
+    assess_health,
+    budget_moved,
+    capacity_plan,
+    collect_status,
+    iso,
+    result_json,
+    schedule_summary,
+    user_json,
+)
 
 __all__ = [
     "PlanCache",

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from lta_worker.runtime._clock import Clock, SystemClock
-from lta_worker.runtime._root import READERS, Runtime, instance_ttl
+from lta_worker.runtime._root import READERS, Clock, Runtime, SystemClock, instance_ttl
 
 __all__ = [
     "READERS",

@@ -1,18 +1,19 @@
-"""The composition root: `Runtime`. Secret files are read here only, each registered with the
-log redactor; only the API client holds the client secret."""
+"""The composition root: `Runtime`, and the `Clock` injected from the top (so that a pass can
+run on virtual time). Secret files are read here only, each registered with the log redactor;
+only the API client holds the client secret."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, cast
 
 from lta_worker.config import Settings, read_client_secret, read_link_keys, read_webhook_secret
 from lta_worker.errors import KeyFileError
-from lta_worker.runtime._clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     import httpx
@@ -31,6 +32,40 @@ READERS: Final[Mapping[str, Callable[[Settings], object]]] = {
 }
 # Sections set up at start that a reload does not change (a restart does).
 FIXED: Final = ("database", "service", "webhook", "enroll", "metrics")
+
+
+class Clock(Protocol):
+    """What the I/O shells read the time from; tests pass a fake one."""
+
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back, for deadlines and pacing."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on this clock."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware UTC."""
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """`time.monotonic()`."""
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """`anyio.sleep` (imported here: `status` reads the clock and never sleeps)."""
+        import anyio
+
+        await anyio.sleep(seconds)
 
 
 def instance_ttl(settings: Settings) -> timedelta:

@@ -11,7 +11,6 @@ from lta_worker.simulator.core import Simulator
 from lta_worker.simulator.server import (
     RunningSimulator,
     SimulatorTransport,
-    serve_forever,
     start_in_thread,
 )
 from lta_worker.simulator.state import (
@@ -56,6 +55,5 @@ __all__ = [
     "SimulatorTransport",
     "SystemClock",
     "default_clients",
-    "serve_forever",
     "start_in_thread",
 ]

@@ -45,14 +45,6 @@ class Caller:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """The answer to a read: a refusal, or the payload of a 200."""
-
-    refusal: Refusal | None = None
-    payload: Any = None
-
-
-@dataclass(frozen=True, slots=True)
 class EnrollAnswer:
     """The answer of token creation: `status` with `body`, or a refusal."""
 
@@ -62,42 +54,26 @@ class EnrollAnswer:
     refusal: Refusal | None = None
 
 
-def bearer_of(authorization: str | None) -> str | None:
-    """Return the credential of a `Bearer` Authorization header, or None."""
+def _credential(authorization: str | None) -> tuple[AuthKind, str | None]:
+    """The kind of an Authorization header and its `Bearer` credential, if any."""
     if authorization is None:
-        return None
+        return "none", None
     scheme, _, value = authorization.strip().partition(" ")
     value = value.strip()
     if scheme.lower() != "bearer" or not value or " " in value:
-        return None
-    return value
-
-
-def split_credential(credential: str) -> tuple[str, str] | None:
-    """Split `<token>.<client secret>` at the first dot; None when a half is missing."""
-    token, dot, secret = credential.partition(".")
-    if not dot or len(token) <= len(TOKEN_PREFIX) or not secret:
-        return None
-    return token, secret
-
-
-def _credential(authorization: str | None) -> tuple[AuthKind, str | None]:
-    """The kind of an Authorization header and its bearer credential, if any."""
-    bearer = bearer_of(authorization)
-    if bearer is None:
-        return ("none" if authorization is None else "other"), None
-    return ("long_term" if bearer.startswith(TOKEN_PREFIX) else "regular"), bearer
+        return "other", None
+    return ("long_term" if value.startswith(TOKEN_PREFIX) else "regular"), value
 
 
 def _prove_long_term(world: World, credential: str) -> tuple[str, Grant] | None:
-    """Return (token hash, grant) when both halves are correct, else None."""
-    halves = split_credential(credential)
-    if halves is None:
+    """Return (token hash, grant) when both halves of `<token>.<client secret>` are correct."""
+    token, dot, secret = credential.partition(".")
+    if not dot or len(token) <= len(TOKEN_PREFIX) or not secret:
         return None
-    token_hash = digest(halves[0])
+    token_hash = digest(token)
     grant = world.grants.get(token_hash)
     client = world.clients.get(grant.client) if grant else None
-    if grant is None or client is None or not same_secret(halves[1], client.secret):
+    if grant is None or client is None or not same_secret(secret, client.secret):
         return None
     return token_hash, grant
 
@@ -134,33 +110,33 @@ def identify(
 
 def read(
     world: World, settings: SimSettings, caller: Caller, endpoint: Endpoint, now: datetime
-) -> Verdict:
-    """Decide a read of `endpoint` by an identified caller (steps 3 to 5 of the module doc)."""
+) -> tuple[Refusal | None, Any]:
+    """Decide a read of `endpoint` by an identified caller: (a refusal, or None and the payload)."""
     if caller.refusal is not None or caller.client is None or caller.user is None:
-        return Verdict(caller.refusal or UNAUTHORIZED)
+        return caller.refusal or UNAUTHORIZED, None
     client = world.clients[caller.client]
     if caller.auth == "long_term":
         scope = ENDPOINT_SCOPES[endpoint]
         if scope not in caller.scopes or scope not in client.enabled_scopes:
-            return Verdict(FORBIDDEN)
+            return FORBIDDEN, None
     elif HISTORY_SCOPE not in caller.scopes:
-        return Verdict(FORBIDDEN)
+        return FORBIDDEN, None
     user = world.users.get(caller.user)
     if user is None or user.deleted:
-        return Verdict(UNAUTHORIZED)
+        return UNAUTHORIZED, None
     if not user.linked:
-        return Verdict(Refusal(401, UNLINKED))
+        return Refusal(401, UNLINKED), None
     silent_for = None if user.last_sync_at is None else now - user.last_sync_at
     if silent_for is None or silent_for > timedelta(days=settings.inactive_after_days):
-        return Verdict(Refusal(403, INACTIVE))
+        return Refusal(403, INACTIVE), None
     payload = (
         user.payloads[endpoint]
         if endpoint in user.payloads
         else default_payloads(user.id)[endpoint]
     )
     if payload is None:
-        return Verdict(NOT_FOUND)
-    return Verdict(payload=payload)
+        return NOT_FOUND, None
+    return None, payload
 
 
 def enroll(

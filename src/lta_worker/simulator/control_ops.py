@@ -270,9 +270,9 @@ class ControlOps:
             self.faults.reseed(seed)
 
     def clear_faults(self) -> None:
-        """Remove every fault rule."""
+        """Remove every fault rule (the generator keeps its position)."""
         with self._lock:
-            self.faults.clear()
+            self.faults.rules.clear()
 
     def _manual(self) -> ManualClock:
         if not isinstance(self.clock, ManualClock):

@@ -155,13 +155,13 @@ class Simulator(ControlOps):
                 self._log(method, path, caller.auth, caller, 429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             fault = self.faults.draw()
-            verdict = access.read(self.world, self.settings, caller, endpoint, now)
-            status = verdict.refusal.status if verdict.refusal else 200
-            code = verdict.refusal.code if verdict.refusal else None
+            refusal, payload = access.read(self.world, self.settings, caller, endpoint, now)
+            status = refusal.status if refusal else 200
+            code = refusal.code if refusal else None
             logged, code = _as_seen(fault, status, code)
             kind = fault.kind if fault else None
             self._log(method, path, caller.auth, caller, logged, code=code, fault=kind)
-            return PublicAnswer(status, verdict.payload, verdict.refusal, headers, fault)
+            return PublicAnswer(status, payload, refusal, headers, fault)
 
     def handle_other(
         self,

@@ -102,13 +102,6 @@ def with_headers(response: Response, headers: list[tuple[str, str]]) -> Response
     return response
 
 
-def json_response(
-    payload: Any, status: int = 200, headers: list[tuple[str, str]] | None = None
-) -> Response:
-    """A JSON answer with `headers` appended (repeated header names are kept)."""
-    return with_headers(JSONResponse(payload, status_code=status), headers or [])
-
-
 # -- injected faults on the public reads ------------------------------------------------
 
 FaultKind = Literal["500", "502", "503", "drop", "broken_json", "latency", "stall"]
@@ -184,10 +177,6 @@ class FaultPlan:
         self.rules.append(rule)
         return rule
 
-    def clear(self) -> None:
-        """Remove every rule (the generator keeps its position)."""
-        self.rules.clear()
-
     def draw(self) -> FaultRule | None:
         """Decide the fault of one read: the first rule that fires, or None."""
         for rule in list(self.rules):
@@ -239,9 +228,3 @@ def error_response(kind: FaultKind, headers: list[tuple[str, str]]) -> Response:
     else:
         raise ValueError(f"{kind!r} is not an error fault")
     return with_headers(response, headers)
-
-
-def broken_json(body: bytes, headers: list[tuple[str, str]]) -> Response:
-    """A 200 whose JSON body is cut in half, so it cannot be parsed."""
-    cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
-    return with_headers(Response(cut, 200, media_type="application/json"), headers)

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Final, Literal, Protocol, get_args
 
 from lta_worker.simulator.budget import HeaderFormat, Window
 
@@ -230,7 +230,6 @@ def default_clients(
 DEFAULT_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-@runtime_checkable
 class Clock(Protocol):
     """Anything that tells the current time as an aware UTC datetime."""
 
