@@ -75,17 +75,22 @@ class Failure:
 
     def as_event(self) -> dict[str, object]:
         """The `error` log event (docs/log-events.md), before redaction."""
-        optional = {"hint": self.hint, "key": self.key}
-        return {
+        event: dict[str, object] = {
             "error": self.error,
             "message": self.message,
             "exit_code": self.exit_code,
-            **{name: value for name, value in optional.items() if value},
-            "event": "error",
-            "level": "error",
-            "ts": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "logger": "lta_worker.cli",
         }
+        if self.hint:
+            event["hint"] = self.hint
+        if self.key:
+            event["key"] = self.key
+        event.update(
+            event="error",
+            level="error",
+            ts=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            logger="lta_worker.cli",
+        )
+        return event
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:

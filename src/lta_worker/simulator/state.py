@@ -111,7 +111,8 @@ class Consent:
 
 @dataclass(frozen=True, slots=True)
 class ConsentRequest:
-    """A validated consent request on the consent page, waiting under the form's random id."""
+    """A validated consent request: on the consent page under the form's random id, or, once
+    consented (`user` set, `scopes` those granted), an issued code kept under its hash."""
 
     client: str
     redirect_uri: str
@@ -119,18 +120,7 @@ class ConsentRequest:
     scopes: tuple[str, ...]
     challenge: str | None
     expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class AuthCode:
-    """An issued authorization code (kept under its hash)."""
-
-    client: str
-    user: str
-    redirect_uri: str
-    scopes: tuple[str, ...]
-    challenge: str | None
-    expires_at: datetime
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +166,7 @@ class World:
 
     clients: dict[str, Client] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
-    codes: dict[str, AuthCode] = field(default_factory=dict)
+    codes: dict[str, ConsentRequest] = field(default_factory=dict)
     user_tokens: dict[str, UserToken] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     active: dict[tuple[str, str], str] = field(default_factory=dict)
