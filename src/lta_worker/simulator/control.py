@@ -53,16 +53,13 @@ _CREATED = {"/clients": 201, "/users": 201, "/faults": 201, "/consent": 202}
 
 def _endpoint(handler: Handler, status: int) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
-        body: dict[str, Any] = {}
         raw = await request.body()
-        if raw:
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                return JSONResponse({"error": "the body is not JSON"}, status_code=400)
-            if not isinstance(parsed, dict):
-                return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
-            body = parsed
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
         try:
             result = handler(_Args(request.path_params, body))
         except ControlError as exc:

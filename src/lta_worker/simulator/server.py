@@ -30,7 +30,7 @@ from starlette.types import ASGIApp
 
 from lta_worker.simulator.control import control_routes
 from lta_worker.simulator.core import PublicAnswer, Simulator
-from lta_worker.simulator.oauth import ConsentPage
+from lta_worker.simulator.oauth import AuthorizeAnswer, ConsentPage
 from lta_worker.simulator.responses import (
     DropResponse,
     SimulatedDrop,
@@ -166,6 +166,12 @@ def _form(body: bytes) -> dict[str, str] | None:
     return form if len(form) == len(pairs) else None
 
 
+def _redirect(answer: AuthorizeAnswer, status: int) -> Response:
+    if answer.location is None:
+        return PlainTextResponse(answer.text or "Bad request", status_code=400)
+    return with_headers(RedirectResponse(answer.location, status_code=status), NO_STORE)
+
+
 def auth_routes(sim: Simulator) -> list[Route]:
     """The routes of the auth service, bound to `sim` (paths relative to the mount)."""
 
@@ -174,19 +180,14 @@ def auth_routes(sim: Simulator) -> list[Route]:
         if answer.page is not None:
             action = request.url.path.removesuffix("/auth") + "/consent"
             return with_headers(HTMLResponse(render_consent(answer.page, action)), PAGE_HEADERS)
-        if answer.location is None:
-            return PlainTextResponse(answer.text or "Bad request", status_code=400)
-        return with_headers(RedirectResponse(answer.location, status_code=302), NO_STORE)
+        return _redirect(answer, 302)
 
     async def consent(request: Request) -> Response:
         body = (await request.body())[:MAX_FORM].decode("utf-8", "replace")
         form: dict[str, list[str]] = {}
         for key, value in parse_qsl(body, keep_blank_values=True):
             form.setdefault(key, []).append(value)
-        answer = sim.handle_consent(request.url.path, form)
-        if answer.location is None:
-            return PlainTextResponse(answer.text or "Bad request", status_code=400)
-        return with_headers(RedirectResponse(answer.location, status_code=303), NO_STORE)
+        return _redirect(sim.handle_consent(request.url.path, form), 303)
 
     async def token(request: Request) -> Response:
         form = _form(await request.body())
