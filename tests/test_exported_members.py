@@ -1,9 +1,4 @@
-"""Every package's face lists what it exports in `__all__`, and exports what it lists.
-
-As httpx's `tests/test_exported_members.py`: a name in `__all__` is defined by the face, and
-every public name the face holds (not a module, not `from __future__`) is in `__all__`, once.
-The order is ruff's (RUF022): one name a line, sorted, so that merges conflict cleanly.
-"""
+"""Every package's face lists what it exports in `__all__` (once), and exports what it lists."""
 
 from __future__ import annotations
 import __future__

@@ -3,7 +3,6 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -11,12 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import Enrollment, Lifecycle
-from lta_worker.logs import configure_logging, reset_logging
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -27,7 +23,7 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Keyring, PendingEnrollmentRow, Store, Vault
+from lta_worker.storage import Keyring, Store, Vault
 from lta_worker.upstream import ApiClient, http_client
 
 BASE_URL = "https://api.sim.example"
@@ -48,25 +44,6 @@ def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Setting
 def make_vault() -> Vault:
     """A vault with one fresh key."""
     return Vault(Keyring({"k1": os.urandom(32)}))
-
-
-def stored_verifiers(store: Store, vault: Vault) -> list[str]:
-    """Every PKCE verifier the store holds (used consents stay until the purge), decrypted."""
-    table = PendingEnrollmentRow.__table__
-    with store.database.read() as conn:
-        rows = conn.execute(
-            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id).where(
-                table.c.verifier_key_id != ""
-            )
-        ).all()
-    return [
-        vault.decrypt(
-            EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id),
-            user=r.user,
-            purpose="verifier",
-        ).reveal()
-        for r in rows
-    ]
 
 
 @dataclass
@@ -158,12 +135,3 @@ async def plain_world(sim: Simulator, clock: ManualClock, store: Store) -> Async
     """The worker enrolled as `plain-client` (long term mode not open)."""
     async for made in _world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
         yield made
-
-
-@pytest.fixture
-def rendered_logs() -> Iterator[io.StringIO]:
-    """structlog configured as in production (JSON, redaction), rendered into a buffer."""
-    buffer = io.StringIO()
-    configure_logging("debug", "json", buffer)
-    yield buffer
-    reset_logging()

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, build_settings
+from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, build_settings
 from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
 from lta_worker.enrollment._browser import state_for
 from lta_worker.enrollment._web import SECURITY_HEADERS
@@ -31,8 +31,9 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, Vault
 from lta_worker.upstream import ApiClient, http_client
+from support.storage import stored_verifiers
 
-from .conftest import AUTH_URL, BASE_URL, make_vault, stored_verifiers
+from .conftest import AUTH_URL, BASE_URL, make_vault
 
 pytestmark = pytest.mark.anyio
 
@@ -45,16 +46,6 @@ SECURITY = {
     "x-content-type-options": "nosniff",
     "cache-control": "no-store",
 }
-
-
-def enroll_settings(client_id: str, public_url: str = APP) -> Settings:
-    return build_settings(
-        {
-            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
-            "client": {"id": client_id, "redirect_uri": f"{public_url}/lta/callback"},
-            "enroll": {"public_url": public_url},
-        }
-    )
 
 
 @dataclass
@@ -112,7 +103,13 @@ async def _browser(
     sim.configure(consent_page=True)
     for client_id in (DEMO_CLIENT_ID, PLAIN_CLIENT_ID):
         sim.add_redirect_uri(client_id, f"{public_url}/lta/callback")
-    settings = enroll_settings(client[0], public_url)
+    settings = build_settings(
+        {
+            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
+            "client": {"id": client[0], "redirect_uri": f"{public_url}/lta/callback"},
+            "enroll": {"public_url": public_url},
+        }
+    )
     vault = make_vault()
     links = EnrollLinks([KEY], f"{public_url}/enroll/start")
     async with http_client(settings.service, transport=SimulatorTransport(sim)) as api_http:

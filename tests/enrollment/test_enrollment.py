@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
+from lta_worker.config import LONG_TERM_SCOPES
 from lta_worker.domain import classify
 from lta_worker.enrollment import challenge_s256, parse_redirect
 from lta_worker.enrollment._enroll import PENDING_TTL
@@ -61,18 +61,6 @@ async def test_consent_to_stored_token(world: World) -> None:
     assert token.reveal().encode() not in row.token.ciphertext
     answer = await world.api.read("stats", token)
     assert answer.status == 200
-
-
-async def test_stored_scopes_are_exactly_the_granted_ones(world: World) -> None:
-    """A user who leaves only stats ticked gets a token stored with stats alone."""
-    enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("bob"), "svc-bob", ["openid", STATS_SCOPE])
-    result = await enrollment.finish("bob", location)
-    assert result.scopes == (STATS_SCOPE,)
-    row = world.store.get_user("bob")
-    assert row is not None
-    assert row.scopes == (STATS_SCOPE,)
-    assert not row.granted("latest-change")
 
 
 @pytest.mark.parametrize("form", ["other_state", "bare_code"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import httpx
@@ -9,13 +10,13 @@ import pytest
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
 from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
+from lta_worker.simulator import SimulatorTransport
 from lta_worker.upstream import ApiClient, http_client
+from support.storage import read_turn
 
 from .conftest import World
 
@@ -33,44 +34,7 @@ def store_results(world: World, user: str) -> None:
     assert row is not None
     for minutes, value in ((0, 1), (60, 2)):
         now = world.clock.now() + timedelta(minutes=minutes)
-        world.store.apply(
-            [
-                UserUpdate(
-                    user_id=row.id,
-                    state="active",
-                    next_due_at=now + timedelta(hours=1),
-                    consecutive_failures=0,
-                    last_outcome="ok",
-                    last_polled_at=now,
-                    snapshots=(
-                        SnapshotWrite("stats", "ok", {"count": value}, now),
-                        SnapshotWrite("latest-change", "none", None, now),
-                    ),
-                )
-            ]
-        )
-
-
-async def test_drop_sends_delete_with_the_credential(world: World) -> None:
-    """drop DELETEs upstream with the user's credential, then deletes the token locally."""
-    await enroll(world, "alice")
-    token = world.token_of("alice")
-    world.sim.clear_requests()
-    result = await world.lifecycle().drop("alice")
-    assert (result.upstream, result.status, result.previous_state) == ("ok", 204, "active")
-    deletes = [r for r in world.sim.requests() if r.method == "DELETE"]
-    assert len(deletes) == 1
-    assert deletes[0].path == "/auth/api/long-term-access/tokens"
-    assert (deletes[0].auth, deletes[0].client, deletes[0].user) == (
-        "long_term",
-        DEMO_CLIENT_ID,
-        "svc-alice",
-    )
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token) == ("dropped", None)
-    after = await world.api.read("stats", token)
-    assert after.status == 401
+        world.store.apply([read_turn(row.id, now, stats={"count": value}, latest_change=None)])
 
 
 async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World) -> None:
@@ -244,6 +208,7 @@ async def test_what_the_delete_answer_means(
     await enroll(world, "alice")
     result = await through(world, answering(status, body), "alice")
     assert (result.upstream, result.state, result.status) == (upstream, state, status)
+    assert result.previous_state == "active"
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token is None) == (state, state == "dropped")
@@ -349,17 +314,7 @@ async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -
     await enroll(world, "alice")
     row = world.store.get_user("alice")
     assert row is not None
-    world.store.apply(
-        [
-            UserUpdate(
-                user_id=row.id,
-                state="rejected",
-                next_due_at=world.clock.now() + timedelta(hours=1),
-                consecutive_failures=1,
-                last_outcome="rejected",
-                last_polled_at=world.clock.now(),
-            )
-        ]
-    )
+    turn = read_turn(row.id, world.clock.now(), state="rejected")
+    world.store.apply([replace(turn, consecutive_failures=1, last_outcome="rejected")])
     result = await through(world, answering(401), "alice")
     assert (result.upstream, result.state) == ("ok", "dropped")

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import datetime
 import ipaddress
+import json
 import ssl
 import threading
 from collections import deque
@@ -24,15 +25,8 @@ IO_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Step:
-    """One scripted answer.
-
-    Attributes:
-        status: The status code sent.
-        headers: Header lines, sent as given (Content-Length is added unless present).
-        body: The body.
-        drip: When set, the body goes one byte at a time with this pause in between.
-        delay: Seconds before anything is sent.
-    """
+    """One scripted answer: header lines are sent as given (Content-Length added unless
+    present); `drip` sends the body a byte at a time with this pause; `delay` waits first."""
 
     status: int = 200
     headers: Sequence[tuple[str, str]] = ()
@@ -175,9 +169,11 @@ async def _read_request(reader: asyncio.StreamReader) -> Seen | None:
 
 
 class ProxyProbe:
-    """A loopback listener standing in for a proxy: records every connection's first line."""
+    """A loopback listener standing in for a proxy: records every connection's request head
+    and its first line."""
 
     def __init__(self) -> None:
+        self.heads: list[bytes] = []
         self.first_lines: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -213,6 +209,7 @@ class ProxyProbe:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IO_TIMEOUT_S)
+            self.heads.append(head)
             self.first_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
             # Refuse whatever it was: the test only needs to know it came here.
             writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -260,8 +257,6 @@ def self_signed_tls(tmp: Path) -> ssl.SSLContext:
 
 def json_body(value: Any) -> bytes:
     """`value` as a JSON body (strict, UTF-8)."""
-    import json
-
     return json.dumps(value).encode("utf-8")
 
 
