@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import tracemalloc
 import zlib
@@ -28,6 +27,7 @@ from lta_worker.upstream import (
     join_url,
     long_term_credential,
 )
+from support.enroll import basic
 
 pytestmark = pytest.mark.anyio
 
@@ -261,41 +261,29 @@ async def test_create_token_accepts_any_2xx(status: int) -> None:
     assert (token, granted) == (TOKEN, ("cloud-sync.permanent.stats",))
 
 
+PROBLEMS = "https://api.example/problems"
+CHALLENGE = 'Bearer realm="api", error="invalid_token"'
+
+
 @pytest.mark.parametrize(
-    ("response", "code"),
+    ("status", "answer", "code"),
     [
-        (lambda: httpx.Response(401, json={"error": "invalid_token"}), "invalid_token"),
-        (lambda: httpx.Response(403, json={"code": "MissingScope"}), None),  # not allowlisted
-        (lambda: httpx.Response(401, json={"message": "Unauthorized"}), None),
-        (
-            lambda: httpx.Response(403, json={"errors": [{"code": "insufficient_scope"}]}),
-            "insufficient_scope",
-        ),
-        (
-            lambda: httpx.Response(
-                403,
-                json={"type": "https://api.example/problems/invalid_scope", "title": "x"},
-            ),
-            "invalid_scope",
-        ),
-        (
-            lambda: httpx.Response(
-                401, headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'}
-            ),
-            "invalid_token",
-        ),
-        (lambda: httpx.Response(500, text="boom"), None),
-        (lambda: httpx.Response(200, json={"token": "not-a-dspa", "scopes": []}), None),
-        (lambda: httpx.Response(200, json={"token": TOKEN.reveal()}), None),
-        (lambda: httpx.Response(200, text="<html>"), None),
+        (401, {"json": {"error": "invalid_token"}}, "invalid_token"),
+        (403, {"json": {"code": "MissingScope"}}, None),  # not allowlisted
+        (401, {"json": {"message": "Unauthorized"}}, None),
+        (403, {"json": {"errors": [{"code": "insufficient_scope"}]}}, "insufficient_scope"),
+        (403, {"json": {"type": f"{PROBLEMS}/invalid_scope", "title": "x"}}, "invalid_scope"),
+        (401, {"headers": {"WWW-Authenticate": CHALLENGE}}, "invalid_token"),
+        (500, {"text": "boom"}, None),
+        (200, {"json": {"token": "not-a-dspa", "scopes": []}}, None),
+        (200, {"json": {"token": TOKEN.reveal()}}, None),
+        (200, {"text": "<html>"}, None),
     ],
 )
-async def test_create_token_errors(
-    response: Callable[[], httpx.Response], code: str | None
-) -> None:
+async def test_create_token_errors(status: int, answer: dict[str, Any], code: str | None) -> None:
     """Refusals and malformed answers raise EnrollmentError with the code, never a token."""
     with pytest.raises(EnrollmentError) as info:
-        await make_api(Recorder(response)).create_token(USER_TOKEN)
+        await make_api(Recorder(lambda: httpx.Response(status, **answer))).create_token(USER_TOKEN)
     assert info.value.code == code
     assert info.value.hint
     text = str(info.value)
@@ -342,8 +330,7 @@ async def test_exchange_code_posts_the_form_with_basic_auth() -> None:
         "redirect_uri": "https://app.example/cb",
         "code_verifier": "v" * 43,
     }
-    basic = base64.b64encode(f"demo-client:{CLIENT_SECRET.reveal()}".encode()).decode()
-    assert request.headers["authorization"] == f"Basic {basic}"
+    assert request.headers["authorization"] == basic("demo-client", CLIENT_SECRET.reveal())
     assert "the-code" not in str(request.url)
 
 
@@ -533,21 +520,19 @@ async def test_any_content_encoding_is_a_broken_body_of_its_answer(
     assert classify("stats", answer).reason == "broken body"
 
 
-@pytest.mark.parametrize("encoding", ["identity", "Identity", "identity, identity", None])
-async def test_identity_is_no_coding_and_an_empty_body_has_none(encoding: str | None) -> None:
-    """`identity` leaves the body as sent; an empty body under any coding is just empty."""
-    answer = await encoded_api(ORIGINAL, encoding).read("stats", TOKEN)
-    assert (answer.status, answer.error, answer.body) == (200, None, ORIGINAL)
-    empty = await encoded_api(b"", "gzip").read("stats", TOKEN)
-    assert (empty.status, empty.error, empty.body) == (200, None, b"")
-
-
-@pytest.mark.parametrize("size", [CAP - 1, CAP, CAP + 1, CAP * 5])
-async def test_a_body_without_content_encoding_is_unchanged(size: int) -> None:
-    """Without Content-Encoding a body is read as sent, cut at (and marked past) the cap."""
+@pytest.mark.parametrize(
+    ("encoding", "size"),
+    [("identity", 300), ("Identity", 300), ("identity, identity", 300), ("gzip", 0)]
+    + [(None, size) for size in (0, CAP - 1, CAP, CAP + 1, CAP * 5)],
+)
+async def test_a_body_under_no_coding_is_read_as_sent_up_to_the_cap(
+    encoding: str | None, size: int
+) -> None:
+    """`identity`, no Content-Encoding or an empty body: the body as sent, cut at the cap."""
     body = bytes(range(256)) * (size // 256) + b"e" * (size % 256)
-    answer = await encoded_api(body, None).read("stats", TOKEN)
-    assert (answer.status, answer.body, answer.truncated) == (200, body[:CAP], size > CAP)
+    answer = await encoded_api(body, encoding).read("stats", TOKEN)
+    assert (answer.status, answer.error, answer.body) == (200, None, body[:CAP])
+    assert answer.truncated is (size > CAP)
 
 
 @pytest.mark.parametrize(
