@@ -50,24 +50,16 @@ def test_secrets_are_masked_in_every_field(rendered_logs: io.StringIO) -> None:
         assert leaked not in out
 
 
-def test_numbers_none_and_empty_strings_under_secret_names_are_kept(
-    rendered_logs: io.StringIO,
-) -> None:
-    """A secret-named field is masked only when it holds something: counts, None, "" stay."""
+def test_what_holds_no_secret_is_kept(rendered_logs: io.StringIO) -> None:
+    """Counts, None and "" under secret names, and error codes under `code`, stay unmasked."""
     get_logger("t").info("x", token=3, client_secret=None, password="", auth_code=1.5)
     get_logger("t").info("x", token=["a"], secret={"k": 1})
-    first, second = lines(rendered_logs)
+    get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")
+    first, second, third = lines(rendered_logs)
     assert (first["token"], first["client_secret"], first["password"]) == (3, None, "")
     assert first["auth_code"] == 1.5
     assert (second["token"], second["secret"]) == ("[redacted]", "[redacted]")
-
-
-def test_error_codes_are_not_mistaken_for_secrets(rendered_logs: io.StringIO) -> None:
-    """Fields like `code` and `error_code` carry the service's error codes unmasked."""
-    get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")
-    (line,) = lines(rendered_logs)
-    assert line["code"] == "PermanentAccessRevoked"
-    assert line["error_code"] == "invalid_scope"
+    assert (third["code"], third["error_code"]) == ("PermanentAccessRevoked", "invalid_scope")
 
 
 def test_tracebacks_render_without_frame_locals(rendered_logs: io.StringIO) -> None:

@@ -3,7 +3,6 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,27 +22,26 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Keyring, Store, Vault
+from lta_worker.storage import Store, Vault
 from lta_worker.upstream import ApiClient, http_client
+from support.storage import keyring
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
 REDIRECT_URI = "https://app.example/lta/callback"
 
 
-def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Settings:
-    """Settings pointing at the in-process simulator (the auth service under /auth)."""
+def make_settings(client_id: str = DEMO_CLIENT_ID, public_url: str | None = None) -> Settings:
+    """Settings pointing at the in-process simulator (the auth service under /auth), with the
+    browser flow's callback under `public_url` when given."""
+    redirect = REDIRECT_URI if public_url is None else f"{public_url}/lta/callback"
     return build_settings(
         {
-            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL, **service},
-            "client": {"id": client_id, "redirect_uri": REDIRECT_URI},
+            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
+            "client": {"id": client_id, "redirect_uri": redirect},
+            "enroll": {} if public_url is None else {"public_url": public_url},
         }
     )
-
-
-def make_vault() -> Vault:
-    """A vault with one fresh key."""
-    return Vault(Keyring({"k1": os.urandom(32)}))
 
 
 @dataclass
@@ -106,17 +104,18 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield opened
 
 
-async def _world(
-    sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str
+async def make_world(
+    sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str, **settings_: str
 ) -> AsyncIterator[World]:
-    settings = make_settings(client_id)
+    """A World of the worker enrolled as `client_id` (settings: see `make_settings`)."""
+    settings = make_settings(client_id, **settings_)
     async with http_client(settings.service, transport=SimulatorTransport(sim)) as http:
         yield World(
             sim=sim,
             clock=clock,
             settings=settings,
             store=store,
-            vault=make_vault(),
+            vault=Vault(keyring()),
             http=http,
             api=ApiClient(http, settings.service, settings.client, Secret(secret)),
             client_secret=Secret(secret),
@@ -126,12 +125,12 @@ async def _world(
 @pytest.fixture
 async def world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
     """The worker enrolled as `demo-client` (long term mode open)."""
-    async for made in _world(sim, clock, store, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET):
+    async for made in make_world(sim, clock, store, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET):
         yield made
 
 
 @pytest.fixture
 async def plain_world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
     """The worker enrolled as `plain-client` (long term mode not open)."""
-    async for made in _world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
+    async for made in make_world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
         yield made

@@ -20,6 +20,7 @@ from lta_worker.errors import (
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
+from lta_worker.upstream import ApiClient
 from support.enroll import basic, query_of
 
 from .conftest import AUTH_URL, REDIRECT_URI, World
@@ -297,9 +298,6 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
         raise httpx.ConnectError("refused")
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
-        from lta_worker.upstream import ApiClient
-
         api = ApiClient(http, world.settings.service, world.settings.client, world.client_secret)
-        broken = world.enrollment(api=api)
         with pytest.raises(EnrollmentError, match="connect"):
-            await broken.finish("hal", location)
+            await world.enrollment(api=api).finish("hal", location)
