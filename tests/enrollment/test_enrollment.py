@@ -107,19 +107,6 @@ async def test_enrolling_again_rotates_the_token(world: World) -> None:
     assert row.next_due_at == world.clock.now()
 
 
-async def test_reenrolling_a_dropped_user_makes_it_active(world: World) -> None:
-    """A dropped user enrolled again is active with a token and due now."""
-    enrollment = world.enrollment()
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
-    await world.lifecycle().drop("alice")
-    world.clock.advance(60)
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token is not None) == ("active", True)
-    assert row.next_due_at == world.clock.now()
-
-
 async def test_client_without_the_mode_gets_invalid_scope(plain_world: World) -> None:
     """A client without the mode: the consent answers invalid_scope -> ModeNotOpenedError (78)."""
     enrollment = plain_world.enrollment()

@@ -224,17 +224,6 @@ async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> 
     assert [r.method for r in world.sim.requests()] == ["GET", "DELETE"]
 
 
-async def test_reenrolling_a_dropping_user_keeps_the_new_token(world: World) -> None:
-    """A confirmation that arrives after a re-enrollment never deletes the new token."""
-    await enroll(world, "alice")
-    start = world.store.begin_drop("alice", world.clock.now())
-    await enroll(world, "alice")
-    assert not world.store.finish_drop(start.after.id, start.after.generation, world.clock.now())
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token is not None) == ("active", True)
-
-
 async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: World) -> None:
     """A tampered token of a pending drop stops neither the retries nor the others."""
     await enroll(world, "alice")

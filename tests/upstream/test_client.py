@@ -24,7 +24,6 @@ from lta_worker.upstream import (
     ApiClient,
     check_secure_url,
     http_client,
-    join_url,
     long_term_credential,
 )
 from support.enroll import basic
@@ -77,15 +76,6 @@ class Recorder:
         request.read()
         self.requests.append(request)
         return self._response()
-
-
-def test_join_url_keeps_the_path_prefix() -> None:
-    """A base URL's path prefix survives joining (urljoin would drop it)."""
-    assert (
-        join_url("https://host/some/prefix", "/api/v1/history/stats")
-        == "https://host/some/prefix/api/v1/history/stats"
-    )
-    assert join_url("https://host/", "/x") == "https://host/x"
 
 
 @pytest.mark.parametrize(
