@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.enrollment import Enrollment, Lifecycle
+from lta_worker.enrollment import Enrollment, EnrollResult, Lifecycle
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -69,8 +69,18 @@ class World:
             auth_url=auth_url,
         )
 
-    def lifecycle(self) -> Lifecycle:
-        return Lifecycle(self.settings.poll, self.store, self.vault, self.api, self.clock.now)
+    def lifecycle(self, api: ApiClient | None = None) -> Lifecycle:
+        """The worker's Lifecycle, on another API client where given."""
+        return Lifecycle(
+            self.settings.poll, self.store, self.vault, api or self.api, self.clock.now
+        )
+
+    async def enroll(self, user: str) -> EnrollResult:
+        """Enroll `user` through the consent of the service's account `svc-<user>`."""
+        enrollment = self.enrollment()
+        return await enrollment.finish(
+            user, await self.consent(enrollment.start(user), f"svc-{user}")
+        )
 
     async def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
         """Queue a consent for `sim_user`, visit the consent URL, return the redirect."""

@@ -84,14 +84,10 @@ async def test_a_code_with_another_consents_verifier_fails_pkce(world: World, fo
 
 async def test_enrolling_again_rotates_the_token(world: World) -> None:
     """Enrolling again stores a new token; the old one gets a plain 401, the new one reads."""
-    enrollment = world.enrollment()
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
+    await world.enroll("alice")
     old = world.token_of("alice")
     world.clock.advance(3600)
-    result = await enrollment.finish(
-        "alice", await world.consent(enrollment.start("alice"), "svc-alice")
-    )
-    assert result.rotated is True
+    assert (await world.enroll("alice")).rotated is True
     new = world.token_of("alice")
     assert new != old
     stale = await world.api.read("stats", old)
