@@ -3,9 +3,8 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -108,10 +107,9 @@ def sim(clock: ManualClock) -> Simulator:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as opened:
-        opened.upgrade()
-        yield opened
+def store(sqlite_store: Store) -> Store:
+    """A migrated SQLite store (a copy of the session's template)."""
+    return sqlite_store
 
 
 async def make_world(

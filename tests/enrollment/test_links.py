@@ -18,6 +18,7 @@ from lta_worker.enrollment import EnrollLinks
 from lta_worker.enrollment._links import LinkError
 from lta_worker.errors import EX_CONFIG, EX_USAGE, ConfigError, UsageError
 from lta_worker.secret import Secret
+from support.configs import BASE
 from support.enroll import write_private
 from support.process import Output, run_here
 
@@ -79,11 +80,7 @@ def test_any_text_is_a_valid_link_or_refused_as_invalid(text: str) -> None:
 
 def _settings(enroll: dict[str, Any], redirect: str = "https://app.example/lta/callback") -> Any:
     return build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
-            "client": {"id": "c", "redirect_uri": redirect},
-            "enroll": enroll,
-        }
+        {**BASE, "client": {"id": "c", "redirect_uri": redirect}, "enroll": enroll}
     )
 
 

@@ -21,6 +21,7 @@ from lta_worker.domain import (
 from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.report import PlanCache, budget_moved, capacity_plan, schedule_summary
 from lta_worker.report._plan import REPLAN, for_active
+from support.configs import BASE
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -28,8 +29,7 @@ HOUR = timedelta(hours=1)
 
 def _settings(client: dict[str, object] | None = None, **sections: dict[str, object]) -> Any:
     """Settings with an API, client `c` (with `client`) and the given sections."""
-    service = {"base_url": "https://api.example", "auth_url": "https://a.example"}
-    return build_settings({"service": service, "client": {"id": "c", **(client or {})}, **sections})
+    return build_settings({**BASE, "client": {"id": "c", **(client or {})}, **sections})
 
 
 ADAPTIVE = FreshnessConfig(

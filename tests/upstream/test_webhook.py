@@ -28,6 +28,7 @@ from lta_worker.domain._events import CLIENT_ACTIONS
 from lta_worker.errors import ConfigError
 from lta_worker.secret import Secret
 from lta_worker.upstream import WebhookSender, webhook_http_client
+from support.configs import BASE
 from support.schemas import webhook_problems
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,13 +38,7 @@ pytestmark = pytest.mark.anyio
 
 def settings(**webhook: Any) -> Any:
     """Settings with a `[webhook]` section."""
-    return build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://auth.example"},
-            "client": {"id": "c"},
-            "webhook": webhook,
-        }
-    )
+    return build_settings({**BASE, "webhook": webhook})
 
 
 @pytest.mark.parametrize("state", USER_STATES)
