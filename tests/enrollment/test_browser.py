@@ -142,6 +142,7 @@ async def test_untick_a_scope_allow_and_land_on_success(browser: Browser) -> Non
     row = browser.store.get_user("alice")
     assert row is not None
     assert (row.state, row.scopes) == ("active", (LATEST_CHANGE_SCOPE,))
+    assert row.granted("latest-change") and not row.granted("stats")
 
 
 async def test_start_sets_a_hardened_single_use_cookie_bound_to_the_state(

@@ -24,6 +24,7 @@ from lta_worker.upstream import (
     ApiClient,
     check_secure_url,
     http_client,
+    join_url,
     long_term_credential,
 )
 from support.enroll import basic
@@ -76,6 +77,12 @@ class Recorder:
         request.read()
         self.requests.append(request)
         return self._response()
+
+
+def test_join_url_keeps_the_path_prefix() -> None:
+    """A base URL's path prefix survives joining (urljoin would drop it), a trailing / too."""
+    assert join_url("https://host/some/prefix", "/api/v1/x") == "https://host/some/prefix/api/v1/x"
+    assert join_url("https://host/", "/x") == "https://host/x"
 
 
 @pytest.mark.parametrize(

@@ -239,3 +239,11 @@ def test_what_storage_writes_of_result_changed(
         if v is not None
     }
     assert settings(**given).webhook.result_events == mode
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, "yes please"])
+def test_include_content_takes_true_or_false_only(value: Any) -> None:
+    """A value that is not a boolean is refused naming `webhook.include_content`."""
+    with pytest.raises(ConfigError) as info:
+        settings(include_content=value)
+    assert info.value.key == "webhook.include_content"
