@@ -5,14 +5,15 @@ is 75 (test_exit_codes); nothing is written."""
 from __future__ import annotations
 
 import json
-import socket
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from lta_worker.storage import generate_key_line
-from support.process import REDIRECT, Workspace, reads, write_private
+from support.process import Workspace, reads, write_private
+
+from .conftest import listen_for_enrollment
 
 
 def _check(world: Workspace) -> tuple[int, dict[str, Any]]:
@@ -97,31 +98,24 @@ def webhook_secret_missing(world: Workspace) -> None:
 
 
 def link_key_open(world: Workspace) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    public = f"http://127.0.0.1:{port}"
-    keys = write_private(world.tmp / "enroll-link-key", "k" * 44 + "\n")
-    keys.chmod(0o644)
-    world.write_config(
-        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
-        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
-        f'link_key_file = "{keys}"\n'
-    )
+    listen_for_enrollment(world)
+    (world.tmp / "enroll-link-key").chmod(0o644)
 
 
 @pytest.mark.parametrize(
     ("setup", "key"),
     [
+        (lambda world: world.secret_file.chmod(0o644), "client.secret_file"),
         (webhook_secret_open, "webhook.secret_file"),
         (webhook_secret_missing, "webhook.secret_file"),
         (link_key_open, "enroll.link_key_file"),
     ],
-    ids=["webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
+    ids=["client-secret-0644", "webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
 )
 def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -> None:
     """A secret file `serve` refuses at start (the webhook secret with `webhook.url` set, the
-    link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does."""
+    link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does;
+    its table says FAIL for that check alone (the others ran), its `error` event names the key."""
     world.enroll(["ada"])
     setup(world)
     code, data = _check(world)
@@ -129,6 +123,11 @@ def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -
     failed = [c for c in data["checks"] if not c["ok"]]
     assert [c["exit_code"] for c in failed] == [78]
     assert failed[0]["message"].startswith(f"{key}: ")
+    table = world.here("check")
+    assert [line.split()[:2] for line in table.stdout.splitlines() if line.startswith("FAIL")] == [
+        ["FAIL", failed[0]["name"]]
+    ]
+    assert (table.events[-1]["event"], table.events[-1]["key"]) == ("error", key)
     served = world.here("serve")
     assert served.returncode == 78
     assert served.events[-1]["key"] == key

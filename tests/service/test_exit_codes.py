@@ -73,13 +73,16 @@ def consent_url(world: Workspace) -> str:
 
 
 def serve_until_first_pass(world: Workspace) -> int:
+    """Without $NOTIFY_SOCKET (not under systemd): a pass, then SIGINT (SIGTERM: test_serve)."""
     proc = world.start_serve()
     try:
-        world.wait_for_event("pass.finished", proc)
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait(20)
+        assert world.wait_for_event("pass.finished", proc)["ok"] == 2
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(20)
     finally:
         stop(proc)
+    assert world.log_events()[-1]["event"] == "service.stopped"
+    return code
 
 
 def serve_locked(world: Workspace) -> int:

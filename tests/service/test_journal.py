@@ -29,21 +29,17 @@ def run_journaled(world: Workspace, *args: str) -> tuple[int, list[str]]:
     return done.returncode, Path(path).read_text().splitlines()
 
 
-def test_run_lines_carry_journal_priorities(world: Workspace) -> None:
-    """Under the journal every line of `run` starts with its priority then the JSON event:
-    `<6>` for `poll.read` and a completed `pass.finished`."""
+def test_journal_lines_carry_priorities_and_a_fatal_error_is_one_priority_3_line(
+    world: Workspace,
+) -> None:
+    """Under the journal each line of `run` is its priority then the JSON event (`<6>` for
+    `poll.read` and `pass.finished`); a bad setting is one `<3>` `error` line, exit 78."""
     world.enroll(["ada"])
     code, lines = run_journaled(world, "run")
     assert code == 0, lines
     events = {json.loads(line[3:])["event"]: line[:3] for line in lines}
-    assert events["poll.read"] == "<6>"
-    assert events["pass.finished"] == "<6>"
+    assert (events["poll.read"], events["pass.finished"]) == ("<6>", "<6>")
     assert all(line[:3] in {"<3>", "<4>", "<6>", "<7>"} for line in lines)
-
-
-def test_fatal_error_is_one_priority_3_json_line(world: Workspace) -> None:
-    """A bad setting under the journal: exit 78, one line `<3>` + the JSON `error` event with
-    its exit code and the key."""
     world.configure(poll={"interval": "0s"})
     code, lines = run_journaled(world, "run")
     assert code == 78

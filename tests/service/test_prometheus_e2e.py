@@ -221,6 +221,8 @@ def test_node_exporter_reads_the_textfile_run_writes(world: Workspace, tmp_path:
     written = _samples(path.read_text(encoding="utf-8"))
     assert written[("lta_worker_users", (("state", "parked"),))] == 1
     assert written[("lta_worker_users", (("state", "revoked"),))] == 1
+    assert float(written[("lta_worker_last_pass_success_timestamp_seconds", ())]) > 0
+    assert [p.name for p in directory.iterdir()] == ["lta_worker.prom"]  # no temporary left
     if NODE_EXPORTER is None:
         pytest.skip(f"{MISSING_NODE_EXPORTER}; the textfile parsed with prometheus_client only")
     with running_node_exporter(directory, tmp_path / "node_exporter.log") as url:

@@ -14,8 +14,7 @@ from sqlalchemy import create_engine, make_url, text
 from lta_worker.storage import Store
 from support.pg import PG_SKIP, PgDatabases
 from support.process import NotifySocket, Workspace, free_port, stop
-
-from .test_metrics import get
+from support.prometheus import http_get as get
 
 pytestmark = pytest.mark.postgres
 
