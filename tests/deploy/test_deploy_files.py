@@ -1,5 +1,4 @@
-"""The operations files in deploy/ agree with the code and the documented contracts: dashboard
-queries, the example config, the systemd units and (with systemd-analyze) their exposure."""
+"""The operations files in deploy/ agree with the code and the documented contracts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The `unit` label of shipped log lines (promtail's relabelling run here, Vector's compared) and
-every LogQL selector agree for the service, the timer's runs and cron; nothing else shipped."""
+"""The `unit` label of shipped log lines and every LogQL selector agree for the service, the
+timer's runs and cron; nothing else is shipped."""
 
 from __future__ import annotations
 

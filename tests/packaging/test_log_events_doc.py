@@ -1,5 +1,4 @@
-"""docs/log-events.md lists the values the code logs: `enroll.failed`'s stages and its own
-codes, and the `job` of `serve`'s `error` events."""
+"""docs/log-events.md lists exactly the events, fields and values the code logs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """README's Python block (*Enrolling from a web application*) runs as written against the
-served simulator, its `...` being the user's consent: each call it shows enrolls or forgets
-as its comment says."""
+served simulator, its `...` being the user's consent."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""`lta-worker check` through the CLI against the served simulator: every check passes with
-exit 0 and spends no read; a bad secret file is 78 (test_error_last); an unreachable service
-is 75 (test_exit_codes); nothing is written."""
+"""`lta-worker check` through the CLI against the served simulator (an unreachable service:
+test_exit_codes)."""
 
 from __future__ import annotations
 

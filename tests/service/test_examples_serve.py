@@ -1,6 +1,5 @@
-"""The Flask example with a real `serve`: served by Werkzeug's threaded server on loopback, it
-enrolls a user through the served simulator; `serve` reads the user and POSTs its events to
-the example's receiver; the example's feed consumer takes what `serve` stored."""
+"""The Flask example (Werkzeug's threaded server) with a real `serve`: it enrolls, receives
+`serve`'s webhooks and follows what `serve` stored."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Journald priorities and the per-read log level, through the CLI as a child process
-whose stderr is a file named by `$JOURNAL_STREAM` (as systemd sets it)."""
+"""Journald priorities and the per-read log level, stderr a file `$JOURNAL_STREAM` names."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import time
 from typing import Any
 
@@ -61,20 +60,6 @@ def test_serve_answers_metrics_and_healthz(world: Workspace, notify: NotifySocke
     assert (health["healthy"], health["problems"]) == (True, [])
     assert json.loads(world.cli("status", "--format", "json").stdout)["healthy"] is True
     assert all(line.startswith("{") for line in world.log_lines())  # no access log
-
-
-def test_serve_with_its_metrics_port_taken_is_78(world: Workspace) -> None:
-    """`metrics.listen` on a port another socket holds: `serve` stops at start with exit 78
-    and one `error` event naming the key."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        world.extra = f'[metrics]\nlisten = "127.0.0.1:{holder.getsockname()[1]}"\n'
-        world.write_config()
-        world.enroll(["ada"])
-        assert world.serve_until_exit() == 78
-    error = world.log_events()[-1]
-    assert (error["event"], error["key"]) == ("error", "metrics.listen")
 
 
 def test_serve_notices_its_key_file_gone_and_reads_on(world: Workspace) -> None:

@@ -1,6 +1,5 @@
-"""A missing key file: the advice depends on what the database holds. With tokens stored
-under its key ids, restore the file (naming those ids), never make a new one; a new key file
-is suggested only for an empty database."""
+"""A missing key file: restore it (naming its key ids) while tokens use it; a new one only for
+an empty database."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The dashboard and alert rules against a real Prometheus scraping a real `serve`, the LogQL
-queries against that `serve`'s JSON lines, and node_exporter reading `run`'s textfile
-(skipped where the binaries are not installed)."""
+"""The dashboard, alert rules and LogQL queries against a real Prometheus scraping a real
+`serve`, and node_exporter reading `run`'s textfile (each skipped without its binary)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`serve` on PostgreSQL reached through the fault proxy (`bench/faultproxy.py`): what a
-SIGHUP does while every database connection is cut."""
+"""`serve` on PostgreSQL through the fault proxy (`bench/faultproxy.py`), its connections cut."""
 
 from __future__ import annotations
 

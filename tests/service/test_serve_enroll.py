@@ -1,5 +1,5 @@
-"""`serve` with `[enroll] listen` over real sockets: slow and hostile clients, a flood under a
-low descriptor limit, an address it cannot bind."""
+"""`serve`'s listeners over real sockets: slow and hostile clients, a flood under a low
+descriptor limit, an address it cannot bind."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import selectors
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 import httpx
+import pytest
 
 from lta_worker.errors import EX_CONFIG
 from support.process import Workspace, free_port, stop
@@ -64,21 +66,29 @@ def test_the_listener_lets_slow_and_smuggling_clients_go_and_closes_at_sigterm(
         assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_an_address_it_cannot_bind_stops_serve_with_78(world: Workspace) -> None:
-    """A listen address already taken: `serve` exits 78 with one error line naming
-    enroll.listen, before it serves anything."""
+def listen_for_metrics(world: Workspace, port: int) -> None:
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.write_config()
+
+
+@pytest.mark.parametrize(
+    ("listen", "key"),
+    [(listen_for_enrollment, "enroll.listen"), (listen_for_metrics, "metrics.listen")],
+    ids=["enroll", "metrics"],
+)
+def test_an_address_it_cannot_bind_stops_serve_with_78(
+    world: Workspace, listen: Callable[[Workspace, int], object], key: str
+) -> None:
+    """A listen address already taken (the enroll listener's or the metrics port): `serve`
+    exits 78 with one error line naming the key, before it serves anything."""
+    world.enroll(["ada"])
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        listen_for_enrollment(world, taken.getsockname()[1])
-        proc = world.start_serve()
-        try:
-            assert proc.wait(timeout=60) == EX_CONFIG
-        finally:
-            stop(proc)
+        listen(world, taken.getsockname()[1])
+        assert world.serve_until_exit(timeout=60) == EX_CONFIG
     errors = [e for e in world.log_events() if e["event"] == "error"]
-    assert len(errors) == 1
-    assert errors[0]["key"] == "enroll.listen"
+    assert [e["key"] for e in errors] == [key]
     assert not any(e["event"] == "service.started" for e in world.log_events())
 
 
