@@ -160,7 +160,8 @@ def test_status_after_a_breaker_is_unhealthy(after_a_pass: Workspace) -> None:
 
 
 def test_status_shows_the_interval_per_class_of_user(after_a_pass: Workspace) -> None:
-    """`status` shows the interval and expected delay per class of user, fixed and adaptive."""
+    """`status` shows the interval and expected delay per class of user, fixed and adaptive
+    (the adaptive plan's figures: tests/report/test_plan.py)."""
     fixed = status(after_a_pass)["schedule"]
     assert (fixed["mode"], fixed["stats"]) == ("fixed", "always")
     assert fixed["classes"] == [
@@ -173,19 +174,13 @@ def test_status_shows_the_interval_per_class_of_user(after_a_pass: Workspace) ->
     assert fixed["expected_delay_s"] == 1800
     world = after_a_pass
     world.configure(poll={"schedule": "adaptive", "interval": "15m", "stats": "on_change"})
-    sched = status(world)["schedule"]
+    sched = status(world)["schedule"]  # its classes and delays: tests/report/test_plan.py
     assert (sched["mode"], sched["stats"], sched["max_interval_s"]) == (
         "adaptive",
         "on_change",
         86400,
     )
-    classes = {c["class"]: c for c in sched["classes"]}
-    rechecked = {"parked", "unlinked", "rejected"}
-    assert sum(c["users"] for name, c in classes.items() if name not in rechecked) == 3
-    assert all(900 <= c["interval_s"] <= 86400 for c in classes.values())
-    learned = [c for name, c in classes.items() if name not in rechecked]
-    assert all(abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1 for c in learned)
-    assert sched["expected_delay_s"] == learned[0]["expected_delay_s"]
+    assert sum(c["users"] for c in sched["classes"]) == 5
     table = world.here("status").stdout
     assert "schedule: adaptive, stats on_change" in table
     assert "each user read at least every 1d (per class: schedule)" in table  # max_interval
