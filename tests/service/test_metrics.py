@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.process import NotifySocket, Workspace, free_port, stop
+from support.process import NotifySocket, Workspace, free_port, stop, wait_for, write_private
 from support.prometheus import http_get as get
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -76,18 +75,14 @@ def test_serve_notices_its_key_file_gone_and_reads_on(world: Workspace) -> None:
         world.key_file.unlink()
         lost = world.wait_for_event("service.key_file_lost", proc)
         health_status, body = get(f"http://127.0.0.1:{port}/healthz")
-        reads_then = len([e for e in world.sim.requests() if e.status == 200])
-        deadline = time.monotonic() + 20
-        while len([e for e in world.sim.requests() if e.status == 200]) <= reads_then:
-            assert time.monotonic() < deadline, "no read after the key file was lost"
-            time.sleep(0.1)
-        world.key_file.write_text(saved)
-        world.key_file.chmod(0o600)
+        answered = len([e for e in world.sim.requests() if e.status == 200])
+        assert wait_for(
+            lambda: len([e for e in world.sim.requests() if e.status == 200]) > answered, timeout=20
+        ), "no read after the key file was lost"
+        write_private(world.key_file, saved)
         world.wait_for_event("service.key_file_back", proc)
-        deadline = time.monotonic() + 10
-        while get(f"http://127.0.0.1:{port}/healthz")[0] != 200:
-            assert time.monotonic() < deadline, "/healthz stayed unhealthy"
-            time.sleep(0.2)  # a status is reused for a second (HEALTH_FRESH_S)
+        healthy = f"http://127.0.0.1:{port}/healthz"  # a status is reused for a second
+        assert wait_for(lambda: get(healthy)[0] == 200, timeout=10, interval=0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
