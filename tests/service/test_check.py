@@ -4,6 +4,7 @@ test_exit_codes)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,20 +81,20 @@ def test_check_wrong_base_url_path_is_78(world: Workspace) -> None:
     assert _client_reads(world) == before
 
 
-WEBHOOK_SECRET = "whsec_" + "c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM="
+def webhook_secret(mode: int | None) -> Callable[[Workspace], None]:
+    """`webhook.url` set, its secret file at `mode` (None: no such file)."""
 
+    def setup(world: Workspace) -> None:
+        secret = "whsec_c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM=\n"  # 32 bytes: valid
+        path = write_private(world.tmp / "webhook-secret", secret)
+        if mode is None:
+            path.unlink()
+        else:
+            path.chmod(mode)
+        world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
+        world.write_config()
 
-def webhook_secret_open(world: Workspace) -> None:
-    path = write_private(world.tmp / "webhook-secret", WEBHOOK_SECRET + "\n")
-    path.chmod(0o644)
-    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
-    world.write_config()
-
-
-def webhook_secret_missing(world: Workspace) -> None:
-    path = world.tmp / "no-such-secret"
-    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
-    world.write_config()
+    return setup
 
 
 def link_key_open(world: Workspace) -> None:
@@ -105,8 +106,8 @@ def link_key_open(world: Workspace) -> None:
     ("setup", "key"),
     [
         (lambda world: world.secret_file.chmod(0o644), "client.secret_file"),
-        (webhook_secret_open, "webhook.secret_file"),
-        (webhook_secret_missing, "webhook.secret_file"),
+        (webhook_secret(0o644), "webhook.secret_file"),
+        (webhook_secret(None), "webhook.secret_file"),
         (link_key_open, "enroll.link_key_file"),
     ],
     ids=["client-secret-0644", "webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
