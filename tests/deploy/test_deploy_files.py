@@ -163,15 +163,6 @@ def test_promtail_labels_only_event_and_level() -> None:
 # --- deploy/config.example.toml ----------------------------------------------------------
 
 
-def _model_keys(model: type[Settings]) -> dict[str, set[str]]:
-    """section -> keys, from the Settings model itself."""
-    out: dict[str, set[str]] = {}
-    for section, sub in field_types(model).items():
-        assert dataclasses.is_dataclass(sub), section
-        out[section] = set(field_types(sub))
-    return out
-
-
 def _uncommented(text: str) -> str:
     """The example with its commented-out `# key = value` lines switched on."""
     return re.sub(r"(?m)^# ?([a-z_]+ = )", r"\1", text)
@@ -182,7 +173,8 @@ def test_config_example_lists_every_key_valid_at_its_default() -> None:
     holds its default, and keys without one are commented out."""
     text = EXAMPLE.read_text(encoding="utf-8")
     data = tomllib.loads(_uncommented(text))
-    assert {section: set(values) for section, values in data.items()} == _model_keys(Settings)
+    model = {section: set(field_types(sub)) for section, sub in field_types(Settings).items()}
+    assert {section: set(values) for section, values in data.items()} == model
     errors: list[tuple[str, str]] = []
     assert read_section(Settings, data, "", errors) is not None, errors  # each key valid
     data, settings = tomllib.loads(text), load_settings(EXAMPLE, env={})
