@@ -1,9 +1,6 @@
-"""Prometheus metrics of the worker (`lta_worker_*`, listed with the alert rules in
-docs/operations.md, *Metrics and health*), through `prometheus_client`: `serve` answers
-them over HTTP (`_metrics_http`), `run` writes a textfile for node_exporter after each pass,
-continuing the counters of the last one (`resume_counters`). Every series exists from the
-start, and the timestamps and budget gauges start from the database, so a restart never
-reports "never succeeded" nor a budget of 0.
+"""The worker's Prometheus metrics (docs/operations.md, *Metrics and health*). Every series
+exists from the start, and the timestamps and budget start from the database, so a restart
+never reports "never succeeded" nor a budget of 0.
 """
 
 from __future__ import annotations
@@ -167,10 +164,8 @@ class Metrics:
                 self.last_trip.set(trip.finished_at.timestamp())
 
     def resume_counters(self, path: Path) -> None:
-        """Continue the counters from the textfile the last `run` wrote at `path` (else from 0).
-
-        Rewritten from 0 by each run, a counter would never grow for `increase()`.
-        """
+        """Continue the counters from the textfile the last `run` wrote at `path`: rewritten
+        from 0 by each run, a counter would never grow for `increase()`."""
         counters = (self.reads, self.passes, self.breaker_trips)
         by_name = {next(iter(counter.describe())).name: counter for counter in counters}
         try:
