@@ -319,10 +319,6 @@ class Database:
             yield from rows
             after = tuple(getattr(rows[-1], key.name) for key in keys)
 
-    def dispose(self) -> None:
-        """Close every pooled connection."""
-        self.engine.dispose()
-
 
 def insert_for(dialect: Dialect, table: Any) -> Any:
     """An INSERT with the backend's `on_conflict_do_*` (PostgreSQL's module is slow to import)."""

@@ -40,12 +40,6 @@ class DropStart:
 _LEARNED = ("estimate", "plan_bucket", "rate_bucket", "last_polled_at", "last_code")
 
 
-def drop_owner() -> str:
-    """The lease owner of one drop command: `DROP_OWNER_PREFIX`, host, pid, a random part."""
-    host = socket.gethostname()[:64]
-    return f"{leases.DROP_OWNER_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
 def _still(user_id: int, generation: int) -> ColumnElement[bool]:
     return and_(
         User.id == user_id,
@@ -100,8 +94,9 @@ class DropQueries(Queries):
             )
             after = to_user_row(conn.execute(stmt).one())
             owner = None
-            if lease_until is not None:
-                owner = drop_owner()
+            if lease_until is not None:  # the command's own lease, for its DELETE
+                host, pid = socket.gethostname()[:64], os.getpid()
+                owner = f"{leases.DROP_OWNER_PREFIX}{host}:{pid}:{secrets.token_hex(4)}"
                 conn.execute(
                     insert(LEASES).values(
                         user_id=after.id,

@@ -52,7 +52,7 @@ class Store(
 
     def close(self) -> None:
         """Close every pooled connection."""
-        self._db.dispose()
+        self._db.engine.dispose()
 
     def __enter__(self) -> Store:
         return self
