@@ -25,16 +25,6 @@ def state_hash(state: str | Secret) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-_RETURNED = (
-    Row.user,
-    Row.verifier_ciphertext,
-    Row.verifier_key_id,
-    Row.redirect_uri,
-    Row.created_at,
-    Row.expires_at,
-)
-
-
 class EnrollmentQueries(Queries):
     """Started consents and spent enrollment links."""
 
@@ -58,7 +48,7 @@ class EnrollmentQueries(Queries):
             update(Row)
             .where(match, Row.used_at.is_(None), Row.expires_at > now)
             .values(used_at=now)
-            .returning(*_RETURNED)
+            .returning(Row)
         )
         with self._db.write() as conn:
             row = conn.execute(stmt).first()
