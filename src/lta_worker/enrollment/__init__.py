@@ -1,13 +1,8 @@
-"""Enrollment and the end of access, as the Python API a web application embeds.
-
-`Enrollment` (`_enroll`: PKCE consent, exchange, token creation), `Lifecycle` (`_lifecycle`:
-drop, forget, retries), and the browser flow: signed links (`_links`), `BrowserFlow`
-(`_browser`) and its ASGI app (`_web`, the `[web]` extra). docs/python-api.md.
-"""
+"""Enrollment and the end of access, as the Python API a web application embeds
+(docs/python-api.md), and the browser flow (signed links, its ASGI app)."""
 
 from __future__ import annotations
 
-from lta_worker.enrollment._base import ClientOperation
 from lta_worker.enrollment._browser import BrowserFlow, Outcome
 from lta_worker.enrollment._enroll import (
     FAILURE_STAGES,
@@ -15,7 +10,6 @@ from lta_worker.enrollment._enroll import (
     Enrollment,
     EnrollResult,
     challenge_s256,
-    check_user_id,
     new_state,
     new_verifier,
     parse_redirect,
@@ -28,7 +22,6 @@ __all__ = [
     "FAILURE_STAGES",
     "STATE_FAILURES",
     "BrowserFlow",
-    "ClientOperation",
     "DropResult",
     "DropRetries",
     "EnrollLinks",
@@ -38,7 +31,6 @@ __all__ = [
     "Outcome",
     "build_enroll_app",
     "challenge_s256",
-    "check_user_id",
     "new_state",
     "new_verifier",
     "parse_redirect",

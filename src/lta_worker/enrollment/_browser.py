@@ -1,9 +1,5 @@
 """Enrollment in the browser, without HTTP: the start from a signed link, and the callback.
-
-`start` spends the link and binds the consent's OAuth state to a random cookie (state =
-BASE64URL(SHA256(tag || cookie)), so only that browser can finish); `callback` checks the
-cookie against the state, then `Enrollment.finish_state`. Every answer is an `Outcome`
-(a stable word and its HTTP status), never a token, code or verifier.
+The consent's OAuth state is bound to a random cookie, so only that browser can finish.
 """
 
 from __future__ import annotations
@@ -129,11 +125,8 @@ class BrowserFlow:
         self._clock = clock
 
     async def start(self, link: str | None) -> Started:
-        """Verify and spend the link, start the consent, bind its state to a new cookie.
-
-        Raises:
-            FlowStopped: the link is invalid, expired or used, or the database failed.
-        """
+        """Verify and spend the link, start the consent, bind its state to a new cookie;
+        FlowStopped when the link is invalid, expired or used, or the database failed."""
         now = self._clock()
         try:
             claim = self._links.read(link, now)

@@ -1,10 +1,5 @@
-"""Enrollment: consent with PKCE, code exchange, long term token creation, encrypted storage.
-
-The Python API a web application embeds (docs/python-api.md) and what `lta-worker enroll`
-calls: `start` saves a pending enrollment (encrypted verifier bound to the user and a fresh
-`state`, 10 minutes) and returns the consent URL; `finish` takes the redirect back,
-exchanges the code and creates and stores the token at once. No token, code or verifier
-ever reaches a log line or a message.
+"""Enrollment: consent with PKCE, code exchange, long term token creation, encrypted storage
+(docs/python-api.md). No token, code or verifier ever reaches a log line or a message.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 from anyio import to_thread
 
 from lta_worker.domain import OAUTH_CODES, PendingEnrollment
-from lta_worker.enrollment._base import ClientOperation
 from lta_worker.errors import (
     EnrollmentError,
     ModeNotOpenedError,
@@ -113,11 +107,7 @@ class RedirectParams:
 
 
 def check_user_id(user: str) -> str:
-    """Return the user id when it is usable (1-255 printable characters, no control character).
-
-    Raises:
-        UsageError: it is not.
-    """
+    """The user id when usable (1-255 printable characters, no outer space); else UsageError."""
     if not user or len(user) > MAX_USER_LEN or not user.isprintable() or user != user.strip():
         raise UsageError(
             "a user id is 1 to 255 printable characters without surrounding spaces",
@@ -127,11 +117,7 @@ def check_user_id(user: str) -> str:
 
 
 def parse_redirect(text: str) -> RedirectParams:
-    """Read the consent's answer from a whole redirect URL, a query string, or a bare code.
-
-    Raises:
-        UsageError: the input is empty, or a URL without `code` nor `error`.
-    """
+    """The consent's answer from a redirect URL, a query string, or a bare code (UsageError)."""
     text = text.strip()
     if not text:
         raise UsageError("no code or redirect URL was given on stdin", reason="no_input")
@@ -157,11 +143,30 @@ def parse_redirect(text: str) -> RedirectParams:
     return RedirectParams(code=Secret(text), state=None)
 
 
-class Enrollment(ClientOperation):
-    """Enrolls users: the consent URL, the redirect back, or a user access token directly.
+class ClientOperation:
+    """Holds the collaborators of a user operation; `api` may be a function returning the
+    client for every request (the runtime builds its HTTP client lazily, anew on SIGHUP)."""
 
-    `auth_url` is the account service (`service.auth_url`), where consent is asked.
-    """
+    def __init__(
+        self,
+        store: Store,
+        vault: Vault,
+        api: ApiClient | Callable[[], ApiClient],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._vault = vault
+        self._api_source = api
+        self._clock = clock
+
+    @property
+    def _api(self) -> ApiClient:
+        source = self._api_source
+        return source() if callable(source) else source
+
+
+class Enrollment(ClientOperation):
+    """Enrolls users: the consent URL (at `auth_url`), the redirect back, or a user token."""
 
     def __init__(
         self,
@@ -197,11 +202,8 @@ class Enrollment(ClientOperation):
         return f"{join_url(self._auth_url, AUTHORIZE_PATH)}?{query}"
 
     def start(self, user: str, *, state: str | None = None) -> str:
-        """Begin enrolling `user`; returns the consent URL to send their browser to.
-
-        `state`, when given, must be fresh and unguessable (`BrowserFlow` derives it from its
-        cookie); a new one is drawn by default.
-        """
+        """Begin enrolling `user`; the consent URL to send their browser to. A `state` given
+        must be fresh and unguessable (`BrowserFlow` derives it from its cookie)."""
         check_user_id(user)
         now = self._clock()
         verifier, state = new_verifier(), state or new_state()
@@ -225,10 +227,8 @@ class Enrollment(ClientOperation):
     async def finish(
         self, user: str, code_or_redirect_url: str, *, state: str | None = None
     ) -> EnrollResult:
-        """Complete the enrollment `start` began, from the redirect URL (or a bare code).
-
-        A bare code finishes the user's newest consent of the last 10 minutes; a web app
-        holding the redirect's `state` should pass it, or give the whole redirect URL.
+        """Complete the enrollment `start` began, from the redirect URL or a bare code (which
+        finishes the user's newest consent: a web app should pass the `state`).
 
         Raises:
             UsageError: no code, or the state is unknown, used, expired or for another user.
@@ -265,11 +265,7 @@ class Enrollment(ClientOperation):
         return await self._create_and_store(user, user_token)
 
     async def from_user_token(self, user: str, user_access_token: Secret) -> EnrollResult:
-        """Enroll `user` with a user access token obtained elsewhere (from a long term consent).
-
-        Raises:
-            EnrollmentError: the service refused or failed to create the token.
-        """
+        """Enroll `user` with a user access token from a long term consent (EnrollmentError)."""
         check_user_id(user)
         register_secret(user_access_token)
         if not user_access_token.reveal().strip():

@@ -1,10 +1,6 @@
-"""Ending a user's access on the client's side: drop (token gone) and forget (results gone too).
-
-Two phases (docs/operations.md, "Dropping and forgetting users"; DESIGN.md state `dropping`):
-the user is marked `dropping` (and, for forget, purged) in one transaction, then one read
-with its credential and the DELETE; the spec's DELETE answers 204 "whether or not the token
-existed", so the read's answer decides whether a 204 proves anything. Unconfirmed drops
-stay `dropping` and `run` / `serve` retry them (`retry_pending`).
+"""Drop (token gone) and forget (results gone too), in two phases (docs/operations.md,
+"Dropping and forgetting users"). The spec's DELETE answers 204 "whether or not the token
+existed": a read with the credential first decides whether a 204 proves anything.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from lta_worker.domain import (
     drop_verdict,
     find_code,
 )
-from lta_worker.enrollment._base import ClientOperation
+from lta_worker.enrollment._enroll import ClientOperation
 from lta_worker.errors import UnknownUserError
 from lta_worker.logs import get_logger, register_secret
 from lta_worker.storage import TokenDecryptError
@@ -61,19 +57,7 @@ log = get_logger("lta_worker.lifecycle")
 
 @dataclass(frozen=True, slots=True)
 class DropResult:
-    """What a drop or forget did.
-
-    Attributes:
-        upstream: `ok` (confirmed), `failed` (unreachable or unexpected: retried),
-            `refused` (plain 401: retried), `skipped` (no token), or `in_flight`
-            (another sender's DELETE is out: none was sent).
-        error: why the upstream call failed, in words (never a secret).
-        state: the user's state after (`dropped`, `dropping`, or unchanged when skipped).
-        retry_at: when `run` / `serve` send the DELETE again, for a pending drop.
-        purged: how many stored results `forget` removed; None for a plain drop.
-        overtaken: the drop's write found the user changed meanwhile (a new consent, another
-            sender): `state` and `retry_at` are the row's as stored.
-    """
+    """What a drop or forget did (its fields: docs/python-api.md)."""
 
     user: str
     upstream: UpstreamResult
@@ -128,25 +112,16 @@ class Lifecycle(ClientOperation):
         return answer
 
     async def drop(self, user: str) -> DropResult:
-        """Mark the user `dropping`, DELETE the token upstream, and on confirmation drop it.
-
-        Raises:
-            UnknownUserError: no such user (exit 2).
-            ConfigError: the stored token cannot be decrypted (nothing is changed).
-        """
+        """Mark the user `dropping`, DELETE the token upstream, and on confirmation drop it
+        (UnknownUserError; ConfigError when its token does not decrypt: nothing changed)."""
         result = await self._drop(user, reason="dropped", purge=False)
         _dropped_event(result)
         return result
 
     async def forget(self, user: str) -> DropResult:
-        """Drop the user and purge its results, waiting webhook events and estimate (older
-        enrollment links stop working), in the transaction that marks it `dropping`, whatever
-        the DELETE's answer (spec 5, rule 7); the feed and webhook say `user.forgotten`.
-
-        Raises:
-            UnknownUserError: no such user (exit 2).
-            ConfigError: as `drop` (nothing is changed, no result purged).
-        """
+        """Drop the user and purge its results, waiting events and estimate (older links stop
+        working) in the transaction that marks it `dropping`, whatever the DELETE's answer
+        (spec 5, rule 7); errors as `drop`."""
         result = await self._drop(user, reason="forgotten", purge=True)
         _dropped_event(result)
         return result
@@ -296,10 +271,8 @@ class Lifecycle(ClientOperation):
         lease: timedelta,
         stopping: Any = None,
     ) -> DropRetries:
-        """Send again the DELETE of every `dropping` user due for a retry, through the pacer.
-
-        `stopping()` returning True stops it: the users not yet sent stay due.
-        """
+        """Send again, through the pacer, the DELETE of every `dropping` user due for a retry,
+        until `stopping()` (the users not yet sent stay due)."""
         done = DropRetries()
         given_back: list[int] = []
         while not (stopping is not None and stopping()):

@@ -1,8 +1,5 @@
-"""Signed, expiring, single-use enrollment links: `{enroll.public_url}/enroll/start?link=...`.
-
-An itsdangerous `URLSafeSerializer` token of the user id, expiry, issue time (a link issued
-before a forget is refused) and a nonce (spent at the start); keys from
-`enroll.link_key_file`, the newest signs. Signed, not encrypted: it holds no secret.
+"""Signed, expiring, single-use enrollment links: `{enroll.public_url}/enroll/start?link=...`
+(the user id, expiry, issue time and a nonce; signed, not encrypted: it holds no secret).
 """
 
 from __future__ import annotations
@@ -58,11 +55,7 @@ class EnrollLinks:
         self.start_url = start_url
 
     def make(self, user: str, now: datetime, valid: timedelta) -> str:
-        """A link for `user`, valid from `now` for `valid` (1 minute to 30 days).
-
-        Raises:
-            UsageError: a bad user id, or `valid` out of range.
-        """
+        """A link for `user`, valid from `now` for `valid` (1 min to 30 days; else UsageError)."""
         check_user_id(user)
         if not MIN_VALID <= valid <= MAX_VALID:
             raise UsageError("a link is valid for 1 minute to 30 days", hint="--valid 24h")
@@ -76,11 +69,7 @@ class EnrollLinks:
         return f"{self.start_url}?{urlencode({START_QUERY: token})}"
 
     def read(self, token: str | None, now: datetime) -> LinkClaim:
-        """Verify a link's token and its expiry.
-
-        Raises:
-            LinkError: `link_invalid` (missing, malformed, bad signature) or `link_expired`.
-        """
+        """Verify a link's token and its expiry (LinkError `link_invalid` or `link_expired`)."""
         if not token or len(token) > MAX_TOKEN_LEN:
             raise LinkError("link_invalid")
         from itsdangerous import BadSignature

@@ -1,8 +1,5 @@
-"""The browser enrollment as an ASGI (Starlette, the `[web]` extra) app: `/enroll/start` and
-the callback, which `serve` mounts on `enroll.listen` (docs/operations.md, "Enrollment in the
-browser"), and its pages: one small HTML page per outcome, no script, every value escaped.
-HEAD answers 200 without using a link or a code; the cookie serves one consent; every answer
-carries `SECURITY_HEADERS`; one `enroll.page` event per request (never the query).
+"""The browser enrollment as a Starlette app (the `[web]` extra; docs/operations.md,
+"Enrollment in the browser"): one small HTML page per outcome, no script, values escaped.
 """
 
 from __future__ import annotations
@@ -142,11 +139,8 @@ def build_enroll_app(
     secure: bool,
     return_url: str | None = None,
 ) -> ASGIApp:
-    """The ASGI app of the browser enrollment.
-
-    `secure`: the public URL is https (Secure cookie with the `__Host-` prefix);
-    `return_url`: when set, outcomes redirect there instead of showing a page.
-    """
+    """The ASGI app of the browser enrollment (`secure`: a `__Host-` Secure cookie;
+    `return_url`: outcomes redirect there instead of showing a page)."""
     # Imported here, so that the package's face imports without the `[web]` extra.
     from starlette.applications import Starlette
     from starlette.responses import HTMLResponse, RedirectResponse, Response

@@ -1,8 +1,4 @@
-"""Pacing: spend the client's shared hourly budget evenly, never beyond what the service allows.
-
-Pure rules (`_ratelimit` parsing, `_window` limits, `_core` arithmetic, `_shared` budget rows)
-under thin async shells (`_pacer`: `Pacer`, `SharedBudget`). DESIGN.md, *Pacing*.
-"""
+"""Pacing (DESIGN.md, *Pacing*): pure rules under thin async shells (`Pacer`, `SharedBudget`)."""
 
 from __future__ import annotations
 

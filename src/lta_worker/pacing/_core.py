@@ -1,9 +1,5 @@
-"""The pacer's pure core, `PacerCore`: permits and learning on monotonic seconds, no clock.
-
-What remains of a window, less the reserve and times this instance's share, goes evenly over
-the time to the reset; without figures, permits go blind at a conservative rate; a 429 holds
-everything; permits in flight count against the server's `remaining`; a moved reset or a
-changed limit is followed at once unless the answer is late. DESIGN.md, *Pacing*.
+"""The pacer's pure core (DESIGN.md, *Pacing*): permits in flight count against the server's
+`remaining`; a moved reset or changed limit is followed at once unless the answer is late.
 """
 
 from __future__ import annotations
@@ -33,11 +29,8 @@ _EPSILON: Final = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class PacerSnapshot:
-    """What the pacer knows of the budget, for logs and `status`.
-
-    `remaining` is the local estimate (the server's last figure less permits handed out
-    since); `reported_remaining` the last answer's figure, `observed_ago` seconds since it.
-    """
+    """What the pacer knows of the budget, for logs and `status` (`remaining`: the server's
+    last figure, `reported_remaining`, less the permits handed out since)."""
 
     limit: int | None
     remaining: int | None
@@ -50,12 +43,8 @@ class PacerSnapshot:
 
 
 class PacerCore:
-    """The pacer's arithmetic: no clock, no sleeping; every method takes `now`.
-
-    `share`: this instance's share of the allowance (0 < share <= 1). `initial_burst`:
-    permits that go at once before any header is known (the runner's
-    `poll.breaker_threshold`), then the fallback rate applies.
-    """
+    """The pacer's arithmetic: every method takes `now`. `share`: this instance's share
+    (0 < share <= 1); `initial_burst`: permits that go at once before any figure is known."""
 
     def __init__(
         self,

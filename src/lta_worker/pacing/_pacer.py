@@ -1,8 +1,5 @@
-"""The pacing's async shells: `Pacer` around `PacerCore`, and `SharedBudget` around `_shared`.
-
-They read the injected clocks, sleep, parse headers and talk to the store; the arithmetic is
-pure (`_core`, `_shared`). Each request goes with a `Permit` and its answer is fed back with
-it, so a reset is measured from the permit's grant and settled against its window.
+"""The pacing's async shells, `Pacer` and `SharedBudget`. Each answer is fed back with its
+request's `Permit`, so a reset is measured from the grant and settled against its window.
 """
 
 from __future__ import annotations
@@ -66,11 +63,8 @@ class PacerLike(Protocol):
 
 
 class Pacer:
-    """The async shell around `PacerCore`: reads the clocks, parses headers, sleeps.
-
-    `clock` is monotonic seconds (`sleep` sleeps that many); `wall_clock` dates epoch resets
-    and answers without `Date`; a permit the core allows also needs one from `shared` (the
-    budget shared with other instances), and every answer is settled with it.
+    """The async shell around `PacerCore`: `clock` monotonic, `wall_clock` for epoch resets
+    and answers without `Date`; with `shared`, a permit also needs one from the shared row.
     """
 
     def __init__(
@@ -97,11 +91,8 @@ class Pacer:
         self.core.share = share
 
     async def acquire(self) -> Permit:
-        """Wait until one request may be sent, account it and return its permit (for one `feed`).
-
-        The first waiter re-reads the budget whenever an answer is fed and at least every
-        `RECHECK` seconds: no permit is committed on stale figures.
-        """
+        """Wait until one request may be sent and return its permit (for one `feed`); no
+        permit is committed on figures older than an answer fed or `RECHECK` seconds."""
         async with self._lock:
             logged = False
             began: float | None = None
@@ -214,10 +205,8 @@ class BudgetStore(Protocol):
 class SharedBudget:
     """Takes permits for this instance from the shared row, `block` at a time at most.
 
-    The pacer asks `ready` once its own arithmetic lets a permit go, then `take`s it (nothing
-    awaits in between, so a cancelled wait never loses a permit), and hands every answer to
-    `settle`; `settle_forever` (beside a pass) or the next block writes them, and
-    `flush(release=True)` gives the unused block back at a pass's end. `clock`: aware UTC.
+    `ready` then `take` with nothing awaited between (a cancelled wait never loses a
+    permit); answers are `settle`d, written by `settle_forever` or the next block.
     """
 
     def __init__(

@@ -1,9 +1,5 @@
-"""Parse a response's rate limit fields into one `RateLimitInfo` (pure, sans-IO).
-
-First match wins: IETF draft 08+ `RateLimit` / `RateLimit-Policy` (Structured Field Lists; of
-several policies the most restrictive item), drafts to 07's dictionary, the `RateLimit-*`
-triple, `X-RateLimit-*`; `Retry-After` beside any. A malformed field is ignored, never an
-exception: the headers are untrusted input. DESIGN.md, *Pacing*.
+"""Parse a response's rate limit fields into one `RateLimitInfo` (DESIGN.md, *Pacing*): the
+first format found wins; a malformed field is ignored, never an exception (untrusted input).
 """
 
 from __future__ import annotations
@@ -46,11 +42,8 @@ MAX_CLOCK_SKEW: Final = 900.0
 
 @dataclass(frozen=True, slots=True)
 class RateLimitInfo:
-    """What one response said about the client's budget (seconds from the `now` given).
-
-    `source` is the format read: `draft-08`, `draft-07`, `triple`, `x-ratelimit`, or
-    `retry-after` when only that was present.
-    """
+    """What one response said about the client's budget (seconds from the `now` given), and
+    the format read (`draft-08`, `draft-07`, `triple`, `x-ratelimit`, `retry-after`)."""
 
     limit: int | None = None
     remaining: int | None = None

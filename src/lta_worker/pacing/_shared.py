@@ -1,9 +1,6 @@
-"""The shared budget's pure rules: instances on one PostgreSQL database keep one limit together.
-
-The `client_budget` row holds the last reported figures and, in `reserved`, the permits no
-figure accounts for yet; one locked transaction (`transact`) settles the answers that came
-back and grants the next block. Wall-clock datetimes: monotonic clocks are not shared between
-hosts. docs/operations.md, *PostgreSQL for several instances*; the shell is `_pacer.SharedBudget`.
+"""The shared budget's pure rules (docs/operations.md, *PostgreSQL for several instances*):
+the `client_budget` row holds the last figures and, in `reserved`, permits no figure counts
+yet. Wall-clock datetimes: monotonic clocks are not shared between hosts.
 """
 
 from __future__ import annotations
@@ -198,12 +195,8 @@ def observation(
     *,
     max_wait: float = window.DEFAULT_MAX_WAIT,
 ) -> BudgetSeen | None:
-    """The figures of one answer as an observation, or None when it has none.
-
-    Resets count from `sent_at`: at most the request's latency before the window's real end,
-    and (whole seconds) less than a second after it. A 429 without figures still says the
-    window is spent until Retry-After. Every figure is bounded (`window.bound`).
-    """
+    """The figures of one answer as an observation, or None: resets count from `sent_at`
+    (at most the latency early); a 429 without figures says the window is spent."""
     if status == 429:
         pause = window.pause_after_429(info, max_wait)
         info = window.bound(info, max_wait)

@@ -1,8 +1,5 @@
-"""Window rules: the one home of every limit on a service's rate-limit figures (pure).
-
-The figures are untrusted input (a reset of 31 years, a count beyond any column): everything
-that waits on or stores one goes through `bound`, the pause after a 429 is `pause_after_429`,
-and `tolerance` says when two resets are one window. docs/config.md, `ratelimit.max_wait`.
+"""Window rules: the one home of every limit on the service's untrusted rate-limit figures
+(`bound`, `pause_after_429`, `tolerance`); docs/config.md, `ratelimit.max_wait`.
 """
 
 from __future__ import annotations

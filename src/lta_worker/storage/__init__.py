@@ -1,9 +1,4 @@
-"""Storage: the database (SQLite or PostgreSQL), its migrations, and the token vault.
-
-`Store` (`_store`, one query group per module) takes and returns the domain's records;
-`Vault` and the key file (`_vault`); the tables (`_models`) for the migrations,
-the benchmarks' bulk loads and tests; driver errors as exit 78 or 75 (`_dberrors`).
-"""
+"""Storage: the database (SQLite or PostgreSQL) as `Store`, its migrations, the token vault."""
 
 from __future__ import annotations
 

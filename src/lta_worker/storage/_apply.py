@@ -1,8 +1,5 @@
-"""Writing a batch of users' turns with a few statements, whatever the size of the batch
-(one statement per user cost more than the reads): lock and fence the users (`_fence`),
-one `executemany` UPDATE per shape of update, then the snapshots compared in Python and
-upserted, history appended (`_feed`) and changes reported (`ResultChange`). The caller
-(`UserQueries.apply`) runs it under a SAVEPOINT and retries user by user when it fails.
+"""Writing a batch of users' turns in a few statements whatever its size (one per user cost
+more than the reads): fence the users (`_fence`), one UPDATE per shape, the snapshots.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Engine creation, SQLite pragmas, transactions, and mapping driver errors to StorageError.
-
-SQLite: WAL, a busy timeout, `synchronous=FULL`, foreign keys on; writes start with `BEGIN
-IMMEDIATE` (the write lock taken up front, never "database is locked" on upgrade). PostgreSQL
-(psycopg 3): every wait bounded by `WAIT_S` (connect, TCP, statement, lock, pool) unless the
-URL says otherwise. Read-only opens (`mode=ro`, `default_transaction_read_only`) cannot write.
-docs/operations.md, *PostgreSQL for several instances* and *Read-only commands*.
+"""Engines (SQLite pragmas, PostgreSQL waits bounded by `WAIT_S`, read-only opens) and
+transactions; docs/operations.md, *PostgreSQL for several instances*, *Read-only commands*.
+SQLite writes start with `BEGIN IMMEDIATE`: the write lock up front, never "locked" midway.
 """
 
 from __future__ import annotations
@@ -52,11 +48,7 @@ _STRICT_JSON = partial(json.dumps, allow_nan=False)
 
 
 def normalize_url(url: str | URL) -> URL:
-    """Parse a database URL; `postgresql://` and `postgres://` become `postgresql+psycopg://`.
-
-    Raises:
-        ConfigError: naming `database.url`.
-    """
+    """Parse a database URL (ConfigError if unusable); `postgres(ql)://` uses psycopg 3."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url.removeprefix("postgres://")
     try:
@@ -85,8 +77,7 @@ def sqlite_path(url: URL) -> Path | None:
 
 
 def _prepare_sqlite_file(path: Path) -> None:
-    """Create the directory and an empty 0600 file (WAL files inherit it); ConfigError when
-    that fails or others may read the file (`check_database_mode`)."""
+    """Create the directory and an empty 0600 file (WAL files inherit it); ConfigError if not."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
@@ -108,12 +99,7 @@ def _prepare_sqlite_file(path: Path) -> None:
 
 
 def check_database_mode(path: Path, mode: int) -> None:
-    """Refuse a SQLite database file that is not a regular file or that others can access
-    (group access is allowed: mode 0640 lets the client's application read results).
-
-    Raises:
-        ConfigError: naming `database.url`.
-    """
+    """ConfigError for a SQLite file that is not regular or open to others (0640 is fine)."""
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{str(path)!r} is not a regular file", key="database.url")
     if mode & 0o007:
@@ -126,11 +112,7 @@ def check_database_mode(path: Path, mode: int) -> None:
 
 
 def require_sqlite_writable(path: Path) -> None:
-    """Refuse a SQLite database (file or directory) this user could not write; writes nothing.
-
-    Raises:
-        ConfigError: naming `database.url`, with the hint a failed write would give.
-    """
+    """ConfigError when this user could not write the SQLite file or its directory."""
     if path.exists() and not os.access(path, os.W_OK):
         where = f"the SQLite database {str(path)!r}"
     elif not os.access(path.parent, os.W_OK | os.X_OK):
@@ -172,7 +154,7 @@ def _enable_wal(conn: Any) -> None:
 
 
 def _existing_sqlite_file(path: Path) -> None:
-    """Raise NoDatabaseError when the file is missing, ConfigError when it cannot be used."""
+    """NoDatabaseError when the file is missing, ConfigError when it cannot be used."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -315,7 +297,6 @@ class Database:
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:
-        """Driver errors become ConfigError (78) or StorageError (75): `storage.dberrors`."""
         try:
             yield
         except DATABASE_ERRORS as exc:
@@ -337,10 +318,6 @@ class Database:
                 return
             yield from rows
             after = tuple(getattr(rows[-1], key.name) for key in keys)
-
-    def dispose(self) -> None:
-        """Close every pooled connection."""
-        self.engine.dispose()
 
 
 def insert_for(dialect: Dialect, table: Any) -> Any:

@@ -1,8 +1,6 @@
-"""Driver errors sorted into configuration (`ConfigError` naming `database.url`, exit 78) and
-temporary (`StorageError`, exit 75; anything not recognised, a pool timeout too).
+"""Driver errors as `ConfigError` (exit 78) or, when not recognised, `StorageError` (75).
 
-A failed PostgreSQL connection has no SQLSTATE: libpq's English messages are matched (other
-languages fall back to temporary). No message ever holds the URL's password.
+A failed PostgreSQL connection has no SQLSTATE: libpq's English messages are matched.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Queries of the two-phase drop: mark a user `dropping`, then confirm or retry the DELETE.
+"""Queries of the two-phase drop (mark `dropping`, then confirm or retry the DELETE).
 
-The token is kept only to send the DELETE and deleted once the service confirmed; an
-unconfirmed drop stays `dropping`, retried by `run` / `serve`. One DELETE at a time per
-user: its sender holds the user's lease (`begin_drop` for a command, `claim_drops` for a
-retry), and neither takes a live one.
+One DELETE at a time per user: its sender holds the user's lease, and none takes a live one.
 """
 
 from __future__ import annotations
@@ -30,11 +27,7 @@ from lta_worker.storage._users import USER_COLUMNS, to_user_row
 
 @dataclass(frozen=True, slots=True)
 class DropStart:
-    """The user before `begin_drop` and after it (the same row when nothing changed).
-
-    `in_flight`: another sender's DELETE is out, nothing changed. `owner`: the command's lease
-    for its DELETE. `purged`: the results removed (`purge`), None when none were asked for.
-    """
+    """The user before and after `begin_drop`; `in_flight`: another sender's DELETE is out."""
 
     before: UserRow
     after: UserRow
@@ -45,12 +38,6 @@ class DropStart:
 
 # What the worker learned of a user, erased by a forget (a reused id inherits none of it).
 _LEARNED = ("estimate", "plan_bucket", "rate_bucket", "last_polled_at", "last_code")
-
-
-def drop_owner() -> str:
-    """The lease owner of one drop command: `DROP_OWNER_PREFIX`, host, pid, a random part."""
-    host = socket.gethostname()[:64]
-    return f"{leases.DROP_OWNER_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _still(user_id: int, generation: int) -> ColumnElement[bool]:
@@ -72,15 +59,10 @@ class DropQueries(Queries):
         lease_until: datetime | None = None,
         purge: bool = False,
     ) -> DropStart:
-        """Mark the user `dropping` (due now), bump its generation, end a pass's lease on it.
+        """Mark the user `dropping` (due now, a new generation), ending a pass's lease on it.
 
-        `lease_until`: lease it to the command for its DELETE (`DropStart.owner`). `purge`
-        (`users forget`): delete its results in the same transaction, so they are gone if
-        and only if this write is (issue 28). A user without a token is left as it is; one
-        whose DELETE another sender has out is `in_flight`.
-
-        Raises:
-            UnknownUserError: no such user.
+        `lease_until`: lease it to the command for its DELETE. `purge` (`users forget`):
+        purge it in the same transaction, gone if and only if this write is (issue 28).
         """
         with self._db.write() as conn:
             query = select(*USER_COLUMNS).where(User.user == user).with_for_update()
@@ -112,8 +94,9 @@ class DropQueries(Queries):
             )
             after = to_user_row(conn.execute(stmt).one())
             owner = None
-            if lease_until is not None:
-                owner = drop_owner()
+            if lease_until is not None:  # the command's own lease, for its DELETE
+                host, pid = socket.gethostname()[:64], os.getpid()
+                owner = f"{leases.DROP_OWNER_PREFIX}{host}:{pid}:{secrets.token_hex(4)}"
                 conn.execute(
                     insert(LEASES).values(
                         user_id=after.id,
@@ -141,8 +124,7 @@ class DropQueries(Queries):
         return purged
 
     def finish_drop(self, user_id: int, generation: int, now: datetime) -> bool:
-        """The DELETE was confirmed: delete the token, state `dropped`, while the row is still
-        `dropping` with `generation` (a re-enrolled user keeps its new one); True if written."""
+        """The DELETE was confirmed: `dropped`, token deleted, if still at `generation`."""
         with self._db.write() as conn:
             result = conn.execute(
                 update(User)
@@ -174,7 +156,7 @@ class DropQueries(Queries):
         return done is not None
 
     def defer_drop(self, user_id: int, generation: int, *, retry_at: datetime, reason: str) -> bool:
-        """The DELETE was not confirmed: stay `dropping`, retried at `retry_at`; True if written."""
+        """The DELETE was not confirmed: retried at `retry_at`, if still at `generation`."""
         with self._db.write() as conn:
             result = conn.execute(
                 update(User)

@@ -1,8 +1,5 @@
-"""Pending enrollments: a started consent, found again by its OAuth state, used once.
-
-Only the sha256 of the state is stored, the PKCE verifier encrypted. A spent enrollment
-link is a used row keyed by the sha256 of `link:NONCE`, with the empty key id `LINK_MARK`,
-kept until the link expires so a link starts one consent only.
+"""Pending enrollments (by the sha256 of their OAuth state, used once) and spent links
+(a used row keyed by the sha256 of `link:NONCE`, key id `LINK_MARK`, kept until expiry).
 """
 
 from __future__ import annotations
@@ -28,16 +25,6 @@ def state_hash(state: str | Secret) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-_RETURNED = (
-    Row.user,
-    Row.verifier_ciphertext,
-    Row.verifier_key_id,
-    Row.redirect_uri,
-    Row.created_at,
-    Row.expires_at,
-)
-
-
 class EnrollmentQueries(Queries):
     """Started consents and spent enrollment links."""
 
@@ -57,12 +44,11 @@ class EnrollmentQueries(Queries):
             )
 
     def _take(self, match: ColumnElement[bool], now: datetime) -> PendingEnrollment | None:
-        """Mark the matching live pending enrollment used (one UPDATE: one take wins)."""
-        stmt = (
+        stmt = (  # one UPDATE: one take wins
             update(Row)
             .where(match, Row.used_at.is_(None), Row.expires_at > now)
             .values(used_at=now)
-            .returning(*_RETURNED)
+            .returning(Row)
         )
         with self._db.write() as conn:
             row = conn.execute(stmt).first()

@@ -1,12 +1,9 @@
-"""The change feed: the results stored after a cursor, and the cursor to pass next time.
+"""The change feed (docs/operations.md, *Exports, history and retention*).
 
-Each history row and forget line (`feed_gone`) carries `seq`, the number of the transaction
-that wrote it; a reader takes `cursor <= seq < bound`, `bound` being a number below which
-every writing transaction has ended: on PostgreSQL the transaction id (plus `pg_offset`)
-and the oldest one still running, on SQLite a counter taken under the write lock (never
-below the clock in microseconds, for restores). A cursor, `HISTORY_ID.BOUND`, names this
-database's history, so a cursor it never issued is refused; `follow_cluster` renumbers after
-a restore into another PostgreSQL cluster. docs/operations.md, *Exports, history and retention*.
+Each history row and forget line carries `seq`, its writing transaction's number; a reader
+takes `cursor <= seq < bound`, below which every writing transaction has ended (PostgreSQL:
+the oldest running xid plus `pg_offset`; SQLite: a counter bumped under the write lock,
+never below the clock in microseconds). A cursor `HISTORY_ID.BOUND` names one database.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ from sqlalchemy.exc import DBAPIError
 from lta_worker.domain import ChangeFeed, UserForgotten
 from lta_worker.errors import CursorError
 from lta_worker.storage._db import Database, Dialect, Queries
-from lta_worker.storage._models import FeedCounter, FeedGone, History, User
-from lta_worker.storage._results import result_row
+from lta_worker.storage._models import FeedCounter, FeedGone, History
+from lta_worker.storage._results import result_row, stored_results
 
 # xid8 has no cast to bigint but through text.
 _PG_XACT: Final = "pg_current_xact_id()::text::bigint"
@@ -114,11 +111,7 @@ def _cluster(conn: Connection) -> str | None:
 
 
 def parse_cursor(cursor: str | int, history: str, bound: int) -> int:
-    """The position a cursor names in this history (`0`: the start).
-
-    Raises:
-        CursorError: the database never issued it (see the error's reasons).
-    """
+    """The position a cursor names in this history (`0`: the start); else CursorError."""
     text = str(cursor).strip()
     if text == "0":
         return 0
@@ -157,33 +150,16 @@ class FeedQueries(Queries):
     def changed_since(
         self, cursor: str | int, user: str | None = None, batch: int = 500
     ) -> ChangeFeed:
-        """The results (and `UserForgotten` lines) stored at or after `cursor`, oldest
-        first, and the cursor to pass next time.
-
-        Raises:
-            CursorError: a cursor this database never issued (read again from `0`).
-        """
+        """The results and `UserForgotten` lines stored at or after `cursor`, and the next
+        cursor; CursorError for a cursor this database never issued."""
         with self._db.read() as conn:
             history, bound = _position(conn, self._db.dialect)
         after = parse_cursor(cursor, history, bound)
-        results = (
-            select(
-                History.id,
-                History.seq,
-                User.user,
-                History.endpoint,
-                History.status,
-                History.payload,
-                History.fetched_at,
-                User.state,
-            )
-            .join(User, User.id == History.user_id)
-            .where(History.seq < bound)
-        )
+        results = stored_results(History, History.id, History.seq, user=user)
+        results = results.where(History.seq < bound)
         gone = select(FeedGone.id, FeedGone.seq, FeedGone.user, FeedGone.reason, FeedGone.at)
         gone = gone.where(FeedGone.seq < bound)
         if user is not None:
-            results = results.where(User.user == user)
             gone = gone.where(FeedGone.user == user)
         rows = heapq.merge(
             self._db.pages(results, (History.seq, History.id), (after, 0), batch),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Row, delete, insert, select, update
 
@@ -16,8 +16,7 @@ from lta_worker.storage import _leases as leases
 from lta_worker.storage._db import Queries, insert_for
 from lta_worker.storage._models import ClientBudget, Instance, Pass
 
-PASSES_KEPT = 1000
-"""How many pass summaries are kept; older ones are deleted as new ones are recorded."""
+PASSES_KEPT = 1000  # pass summaries kept; older ones go as new ones are recorded
 
 T = TypeVar("T")
 BudgetFn = Callable[[BudgetSeen | None, int], tuple[BudgetSeen | None, int, T]]
@@ -65,20 +64,13 @@ class InstanceQueries(Queries):
     def live_instances(self, now: datetime, ttl: timedelta) -> list[InstanceRow]:
         """Instances whose last heartbeat is within `ttl` of `now`, oldest start first."""
         with self._db.read() as conn:
-            rows = conn.execute(
+            rows: Sequence[Row[Any]] = conn.execute(
                 select(Instance)
                 .where(Instance.heartbeat_at >= now - ttl)
                 .order_by(Instance.started_at, Instance.instance_id)
             ).all()
         return [
-            InstanceRow(
-                instance=r.instance_id,
-                host=r.host,
-                pid=r.pid,
-                kind=cast(InstanceKind, r.kind),
-                started_at=r.started_at,
-                heartbeat_at=r.heartbeat_at,
-            )
+            InstanceRow(r.instance_id, r.host, r.pid, r.kind, r.started_at, r.heartbeat_at)
             for r in rows
         ]
 
@@ -149,9 +141,8 @@ class InstanceQueries(Queries):
         return _seen(row) if row is not None else None
 
     def update_budget(self, client_id: str, fn: BudgetFn[T]) -> T:
-        """Let `fn` decide on the client's budget row under a lock, in one transaction; return
-        its result. `fn` gets (observation or None, reserved) and returns their new values and
-        a result; when another caller created the row meanwhile, `fn` runs again on it."""
+        """`fn(seen or None, reserved) -> (seen, reserved, result)` on the client's budget row,
+        locked, in one transaction; again when another caller created the row meanwhile."""
         query = select(ClientBudget).where(ClientBudget.client_id == client_id).with_for_update()
         while True:
             with self._db.write() as conn:

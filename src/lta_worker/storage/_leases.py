@@ -308,12 +308,9 @@ class LeaseQueries(Queries):
     def renew_leases(
         self, owner: str, lease_until: datetime, held: set[tuple[int, int]] | None = None
     ) -> int:
-        """Extend every lease `owner` holds to `lease_until`, never shortening one; how many.
-
-        `held` receives the leases (user id, generation) still held after the renewal: a
-        missing one was ended by someone else and is read under no more (issue 28). Never
-        shortening: a renewal delayed by a stalled database must not cut a later claim's
-        lease (issue 28). Locked leases are skipped (PostgreSQL): no wait, no deadlock.
+        """Extend every lease `owner` holds to `lease_until`, never shortening one (a renewal
+        delayed by a stalled database must not cut a later claim's); how many. `held` gets the
+        leases still held (one missing was ended by another: issue 28). Locked ones are skipped.
         """
         owned = select(LEASES.c.user_id).where(LEASES.c.owner == owner)
         owned = owned.with_for_update(skip_locked=True)

@@ -1,8 +1,4 @@
-"""Schema version checks and programmatic Alembic migrations.
-
-A current schema is told from one row (`alembic_version`) without importing Alembic; a
-test keeps `REVISIONS` equal to what Alembic finds under `migrations/versions/`.
-"""
+"""Schema version checks (without importing Alembic) and programmatic Alembic migrations."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ if TYPE_CHECKING:
 
     from lta_worker.storage._db import Database
 
-REVISIONS: Final[tuple[str, ...]] = ("0001", "0002", "0003")
-"""Every revision this code knows, oldest first."""
+REVISIONS: Final[tuple[str, ...]] = ("0001", "0002", "0003")  # a test checks them
 HEAD_REVISION: Final[str] = REVISIONS[-1]
 SCRIPT_LOCATION: Final = "lta_worker.storage:migrations"
 VERSION_TABLE: Final = "alembic_version"

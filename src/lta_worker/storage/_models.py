@@ -1,8 +1,5 @@
-"""The database schema as SQLAlchemy 2.0 Core tables, one class per table.
-
-The migrations create exactly this schema (a test compares them); a changed table needs a
-migration. Classes read like ORM models (`select(User)`) without importing the ORM (about
-100 ms at start). Datetimes are aware UTC in and out (`UtcDateTime`).
+"""The schema as SQLAlchemy Core tables that read like ORM models without importing the
+ORM (about 100 ms at start); the migrations create exactly this (a test compares them).
 """
 
 from __future__ import annotations
@@ -54,7 +51,7 @@ class UtcDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Convert an aware datetime to UTC (naive for SQLite); refuse a naive one."""
+        """To UTC (naive for SQLite); a naive datetime is refused."""
         if value is None:
             return None
         if value.tzinfo is None or value.utcoffset() is None:

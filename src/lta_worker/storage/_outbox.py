@@ -1,8 +1,5 @@
-"""The webhook outbox: events written with the state change, delivered later, at least once.
-
-Every state change (and changed content) queues its event on its own transaction's
-connection (`record`, `watch_turns`), so the event exists exactly when the change committed.
-The delivery takes each user's oldest event in turn; docs/webhooks.md.
+"""The webhook outbox (docs/webhooks.md): each event is queued in the transaction of its
+change, so it exists exactly when the change committed; delivered later, at least once.
 """
 
 from __future__ import annotations

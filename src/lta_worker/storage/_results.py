@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, and_, delete, func, or_, select
+from sqlalchemy import Connection, Select, and_, delete, func, or_, select
 
 from lta_worker.domain import (
     Endpoint,
@@ -44,23 +44,21 @@ def result_row(row: Any, *, changed_at: datetime) -> ResultRow:
     )
 
 
+def stored_results(table: Any, *columns: Any, user: str | None = None) -> Select[Any]:
+    """The results stored in `table` (`Snapshot`, `History`) with `columns`, of `user` if given."""
+    query = select(
+        *columns, User.user, table.endpoint, table.status, table.payload, table.fetched_at
+    ).add_columns(User.state)
+    query = query.join(User, User.id == table.user_id)
+    return query if user is None else query.where(User.user == user)
+
+
 class ResultQueries(Queries):
     """Stored results: the latest per (user, endpoint), every past content, one user's purge."""
 
     def export_results(self, user: str | None = None, batch: int = 500) -> Iterator[ResultRow]:
         """The latest result per user and endpoint (of one user when given), in batches."""
-        query = select(
-            Snapshot.user_id,
-            User.user,
-            Snapshot.endpoint,
-            Snapshot.status,
-            Snapshot.payload,
-            Snapshot.fetched_at,
-            Snapshot.changed_at,
-            User.state,
-        ).join(User, User.id == Snapshot.user_id)
-        if user is not None:
-            query = query.where(User.user == user)
+        query = stored_results(Snapshot, Snapshot.user_id, Snapshot.changed_at, user=user)
         keys = (Snapshot.user_id, Snapshot.endpoint)
         for row in self._db.pages(query, keys, (0, ""), batch):
             yield result_row(row, changed_at=row.changed_at)
@@ -70,17 +68,7 @@ class ResultQueries(Queries):
     ) -> Iterator[ResultRow]:
         """Every stored past content (of `user`, fetched at or after `since`), in the order
         stored; `changed_at` is the storing read's `fetched_at`."""
-        query = select(
-            History.id,
-            User.user,
-            History.endpoint,
-            History.status,
-            History.payload,
-            History.fetched_at,
-            User.state,
-        ).join(User, User.id == History.user_id)
-        if user is not None:
-            query = query.where(User.user == user)
+        query = stored_results(History, History.id, user=user)
         if since is not None:
             query = query.where(History.fetched_at >= since)
         for row in self._db.pages(query, (History.id,), (0,), batch):

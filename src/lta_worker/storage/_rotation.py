@@ -1,6 +1,5 @@
-"""Key rotation (`keys rotate`): re-encrypt every stored token and live PKCE verifier under
-the newest key, in batches with a compare-and-swap per row, so it can be interrupted and
-run again; every key id in use is checked against the key file before anything changes.
+"""`keys rotate`: re-encrypt every token and live verifier under the newest key, in batches
+with a compare-and-swap per row (interruptible, rerunnable), key ids checked first.
 """
 
 from __future__ import annotations
@@ -130,12 +129,8 @@ class RotationQueries(Queries):
 def rotate_keys(
     store: Store, vault: Vault, now: datetime, *, batch: int = DEFAULT_BATCH
 ) -> RotationReport:
-    """Re-encrypt every token and live verifier under `vault.current_key_id`.
-
-    Raises:
-        UnknownKeyError: a stored secret uses a key id missing from the key file; raised
-            before anything is modified.
-    """
+    """Re-encrypt every token and live verifier under `vault.current_key_id`; UnknownKeyError
+    before anything is modified when a stored key id is missing from the key file."""
     current = vault.current_key_id
     in_use = store.key_ids_in_use(now)
     vault.require_keys(in_use)

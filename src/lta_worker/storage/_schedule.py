@@ -1,10 +1,5 @@
-"""Due times that follow the intervals in force, and what the freshness plan reads.
-
-When the intervals differ from those last applied (`schedule_applied`), each `due_class`
-(`policy.DUE_CLASSES`) is recomputed with one set-based UPDATE: `interval` / `parked` at
-last_polled_at + the new interval, backoffs capped by it, `adaptive` users at the old floor
-moved to the new one. The freshness plan counts users per log-scale bucket with one GROUP
-BY and reads a bounded sample of estimates (`domain.plan_scale`).
+"""Due times that follow the intervals in force (one set-based UPDATE per `due_class`), and
+what the freshness plan reads (users per bucket, a bounded sample of estimates).
 """
 
 from __future__ import annotations
@@ -19,10 +14,8 @@ from lta_worker.storage._db import Dialect, Queries, insert_for
 from lta_worker.storage._models import ScheduleApplied, User
 
 _ROW_ID = 1
-BATCH = 20_000
-"""Users rewritten per transaction (by id range)."""
-SAMPLE = 2000
-"""Estimates read for the day's shape and the population's prior."""
+BATCH = 20_000  # users rewritten per transaction (by id range)
+SAMPLE = 2000  # estimates read for the day's shape and the population's prior
 
 
 def _plus(dialect: Dialect, seconds: float) -> ColumnElement[Any]:
@@ -60,12 +53,9 @@ class ScheduleQueries(Queries):
         force: bool = False,
         floor: timedelta | None = None,
     ) -> dict[str, int] | None:
-        """Recompute due times by class when the intervals differ from those last applied;
-        None when nothing changed, else the users rescheduled per class.
-
-        Id ranges of `BATCH`, one short transaction each, the intervals recorded last: every
-        step is idempotent. `force` (after a reload): recompute even at the same intervals,
-        `floor` being the longest interval this instance wrote adaptive due times with.
+        """Recompute due times by class when the intervals differ from those last applied
+        (`force`: anyway, `floor` the longest interval this instance planned adaptive users
+        with); the users rescheduled per class, or None. Each step is idempotent.
         """
         wanted = (interval.total_seconds(), parked_interval.total_seconds())
         with self._db.read() as conn:
@@ -121,10 +111,7 @@ class ScheduleQueries(Queries):
         return counts
 
     def rate_buckets(self) -> list[tuple[tuple[int, int], float]]:
-        """Active users with a token, counted per (plan_bucket, rate_bucket).
-
-        Users without an estimate yet count at the prior's buckets.
-        """
+        """Active users with a token per (plan_bucket, rate_bucket); no estimate: the prior's."""
         prior = ChangeEstimate().buckets()
         counts: dict[tuple[int, int], float] = {}
         with self._db.read() as conn:

@@ -1,8 +1,4 @@
-"""`Store`: every query group over one database, plus the schema and SQLite's housekeeping.
-
-Synchronous (the async engine calls it through `anyio.to_thread`); each method is one short
-transaction (or a series for iterators), safe to call from several threads.
-"""
+"""`Store`: every query group over one database; synchronous, one short transaction a call."""
 
 from __future__ import annotations
 
@@ -56,7 +52,7 @@ class Store(
 
     def close(self) -> None:
         """Close every pooled connection."""
-        self._db.dispose()
+        self._db.engine.dispose()
 
     def __enter__(self) -> Store:
         return self
@@ -78,12 +74,7 @@ class Store(
         return self._db
 
     def upgrade(self) -> bool:
-        """Migrate to the schema this code knows (and `_feed.follow_cluster`); True when a
-        migration ran.
-
-        Raises:
-            SchemaTooNewError: the database was migrated by a newer lta-worker.
-        """
+        """Migrate to this code's schema (SchemaTooNewError if newer); True when one ran."""
         ran = migrate.upgrade(self._db)
         feed.follow_cluster(self._db)
         return ran
@@ -94,12 +85,7 @@ class Store(
             return migrate.current_revision(conn)
 
     def check_schema(self) -> None:
-        """Raise unless the schema is exactly the one this code knows.
-
-        Raises:
-            SchemaTooNewError: the database was migrated by a newer lta-worker (exit 78).
-            SchemaOutdatedError: the schema is missing or older (exit 78).
-        """
+        """Raise SchemaTooNewError or SchemaOutdatedError unless the schema is this code's."""
         revision = self.schema_revision()
         status = migrate.classify(revision)
         if status == "current":
@@ -139,11 +125,7 @@ class Store(
 
     @contextmanager
     def single_instance_lock(self) -> Iterator[None]:
-        """Hold an exclusive lock on `<dbfile>.lock` (SQLite); no-op on PostgreSQL.
-
-        Raises:
-            InstanceLockedError: another run or serve holds the lock.
-        """
+        """Hold `<dbfile>.lock` (SQLite; InstanceLockedError when taken); no-op on PostgreSQL."""
         path = self._db.path
         if path is None:
             yield

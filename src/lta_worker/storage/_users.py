@@ -1,7 +1,4 @@
-"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens.
-
-Every state change queues its webhook event in its own transaction (`_outbox`).
-"""
+"""Queries on users: read, claim due users under a lease, apply turns, store and delete tokens."""
 
 from __future__ import annotations
 
@@ -156,11 +153,8 @@ class UserQueries(Queries):
         owner: str,
         lease_until: datetime,
     ) -> list[UserRow]:
-        """Lease up to `limit` due users to `owner`, oldest `next_due_at` first, then id.
-
-        Due: a token, not `dropping`, `next_due_at <= due_before`, no live lease at `now`.
-        Each claimed user gets a new generation (`storage._leases`), so a decision made under
-        an earlier claim can no longer be written.
+        """Lease up to `limit` users due by `due_before` to `owner`, oldest due first, each
+        with a new generation (`storage._leases`): an earlier claim's decision is not written.
         """
         rows, previous = leases.lease_due(
             self._db,
@@ -184,14 +178,10 @@ class UserQueries(Queries):
         now: datetime | None = None,
         discarded: list[tuple[UserUpdate, str]] | None = None,
     ) -> int:
-        """Write the outcome of users' turns in one transaction; return how many were applied.
+        """Write users' turns in one transaction, fenced (`storage._apply`); how many were.
 
-        Fenced (`storage._apply`): an update is written only while the user still has its
-        `generation` and, with `owner`, while `owner` holds the lease (then released); else it
-        is discarded as `changed`. When the batch fails it is written again one user at a
-        time: the user whose write fails is discarded alone (`failed`) and stays due.
-        `discarded` receives (update, reason) for each; a replay writes nothing new; a changed
-        content queues `result.changed`; `now` stamps `revoked_at`/`dropped_at`.
+        Not written, into `discarded`: `changed` (the generation or `owner`'s lease moved on),
+        or `failed` (the user whose write failed when the batch is retried one by one).
         """
         applied = 0
         # Reported only once committed: a caller retrying after a storage error hears once.
@@ -230,8 +220,7 @@ class UserQueries(Queries):
         now: datetime,
         next_due_at: datetime,
     ) -> bool:
-        """Insert the user or give it a new token (active, due at `next_due_at`, a new
-        generation, so a pass holding the old token writes nothing); True when it rotated one."""
+        """Insert the user or give it a new token and generation; True when it rotated one."""
         values: dict[str, Any] = {
             "state": "active",
             "token_ciphertext": token.ciphertext,
@@ -266,12 +255,8 @@ class UserQueries(Queries):
         return current.token_ciphertext is not None
 
     def delete_token(self, user: str, state: UserState, now: datetime) -> bool:
-        """Delete the user's token and set `state` (revoked or dropped), bumping its
-        generation; True when a token was there.
-
-        Raises:
-            UnknownUserError: no such user.
-        """
+        """Delete the user's token, set `state` (revoked or dropped) and a new generation;
+        True when a token was there."""
         if state not in TOKENLESS_STATES:
             raise ValueError("delete_token sets state 'revoked' or 'dropped'")
         stamp_column = User.revoked_at if state == "revoked" else User.dropped_at

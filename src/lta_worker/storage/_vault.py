@@ -1,9 +1,7 @@
-"""The token vault: AES-256-GCM encryption of tokens and PKCE verifiers at rest, and its key
-file (lines `ID:BASE64(32 bytes)`, the last one encrypting; errors never show key material).
+"""The token vault: AES-256-GCM at rest for tokens and PKCE verifiers, and its key file.
 
-Stored form: a format-version byte, a random 96-bit nonce, AES-GCM's ciphertext and tag. The
-associated data (version, purpose, user id, key id) binds a ciphertext to its row, so one
-moved, relabelled or altered fails authentication. Plaintext is only ever a `Secret`.
+Stored: a version byte, a 96-bit nonce, ciphertext and tag; the associated data (version,
+purpose, user id, key id) makes a ciphertext moved, relabelled or altered fail to decrypt.
 """
 
 from __future__ import annotations
@@ -63,12 +61,7 @@ class Keyring:
 
 
 def parse_key_file(text: str, *, source: str = "key file") -> Keyring:
-    """Parse key file text into a Keyring.
-
-    Raises:
-        KeyFileError: naming `crypto.key_file` and the line, for a malformed line, a key that is
-            not base64 of exactly 32 bytes, a duplicate id, or a file with no key.
-    """
+    """Parse key file text (`ID:BASE64(32 bytes)` lines) into a Keyring; else KeyFileError."""
     keys: dict[str, bytes] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -102,11 +95,7 @@ def parse_key_file(text: str, *, source: str = "key file") -> Keyring:
 
 
 def load_key_file(path: Path) -> Keyring:
-    """Read and parse the key file at `path` under the secret file rule (`secret_file`).
-
-    Raises:
-        KeyFileError: naming `crypto.key_file` when the file is unusable or malformed.
-    """
+    """Read and parse the key file at `path` under the secret file rule; else KeyFileError."""
     source = f"key file {str(path)!r}"
     data = read_secret_file(path, key=_SETTING, error=KeyFileError)
     try:
@@ -179,7 +168,6 @@ class Vault:
         self._aead: dict[str, AESGCM] = {}
 
     def _cipher(self, key_id: str) -> AESGCM:
-        """The AES-GCM cipher of `key_id` (UnknownKeyError when the key file lacks it)."""
         aead = self._aead.get(key_id)
         if aead is None:
             material = self._keyring.keys.get(key_id)
@@ -235,12 +223,7 @@ class Vault:
         return EncryptedToken(ciphertext=bytes([FORMAT_VERSION]) + nonce + sealed, key_id=key_id)
 
     def decrypt(self, token: EncryptedToken, *, user: str, purpose: Purpose = "token") -> Secret:
-        """Decrypt the stored secret of `user`'s row.
-
-        Raises:
-            UnknownKeyError: the key id is not in the key file (exit 78; nothing is changed).
-            TokenDecryptError: the ciphertext does not authenticate for this row and key.
-        """
+        """Decrypt the stored secret of `user`'s row (UnknownKeyError, TokenDecryptError)."""
         aead = self._cipher(token.key_id)
         data = token.ciphertext
         if len(data) <= _HEADER or data[0] != FORMAT_VERSION:

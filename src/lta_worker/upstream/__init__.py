@@ -1,9 +1,5 @@
-"""The service's HTTP interface (httpx): reads, token creation and drop, code exchange.
-
-`ApiClient` (`_client`) reads without raising for HTTP or network trouble; `_wire` holds what
-needs no httpx (the credential, `usable_token`, `check_secure_url`, refusal reasons); `_http`
-the production client (no proxy from the environment) and the signed webhook sender.
-"""
+"""The service's HTTP interface (httpx): reads, token creation and drop, code exchange, and
+the signed webhook sender."""
 
 from __future__ import annotations
 

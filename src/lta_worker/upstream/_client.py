@@ -1,12 +1,5 @@
-"""`ApiClient`: the wire of the Long Term Access interface (reads, token creation and drop,
-code exchange) over an injected `httpx.AsyncClient`.
-
-`read` returns a raw `Answer` and never raises for HTTP or network trouble (`classify` and
-`policy` decide what it means). The client alone holds the client secret and builds the
-credential `<token>.<client secret>`, sent only in `Authorization`, never in a URL; a
-success body echoing it is marked (`Answer.echoed`). Short-lived secrets are registered with
-the log redactor. Plain http is refused for non-loopback hosts, and every request has a
-total deadline (`service.request_timeout`) on top of httpx's timeouts.
+"""`ApiClient`: reads, token creation and drop, code exchange, over an injected
+`httpx.AsyncClient`. It alone holds the client secret; each request has a total deadline.
 """
 
 from __future__ import annotations
@@ -32,10 +25,10 @@ from lta_worker.logs import register_secret
 from lta_worker.protocol import READ_PATHS, TOKEN_PREFIX, TOKENS_PATH
 from lta_worker.secret import Secret
 from lta_worker.upstream._wire import (
+    CREATE_HINTS,
+    EXCHANGE_HINTS,
     check_secure_url,
-    create_hint,
     create_reason,
-    exchange_hint,
     exchange_reason,
     join_url,
     long_term_credential,
@@ -86,10 +79,7 @@ def _service_code(answer: Answer) -> str | None:
 
 
 class ApiClient:
-    """The service's HTTP interface, over an injected `httpx.AsyncClient`.
-
-    `client_secret` is read and registered with the redactor by `runtime.Runtime`.
-    """
+    """The service's HTTP interface (`client_secret` is registered with the redactor)."""
 
     def __init__(
         self,
@@ -126,15 +116,9 @@ class ApiClient:
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
         """GET one read endpoint with the user's long term credential; never raises for HTTP
-        trouble (network failures give `Answer(status=None, error=...)`).
-
-        The body is read as sent, up to `service.max_response_bytes` (`truncated`); a body
-        under any `Content-Encoding` is answered empty with `error="decoding"`; a success
-        body holding the token, the client secret or a credential is `echoed`.
-
-        Raises:
-            ConfigError: the URL is plain http to a non-loopback host.
-            ValueError: the token is not `usable_token` (nothing is sent).
+        or network trouble (`Answer(status=None, error=...)`), only for an insecure URL or a
+        token that is not `usable_token`. The body is read as sent, capped (`truncated`); a
+        coded one is answered empty (`error="decoding"`); one echoing a secret is `echoed`.
         """
         credential = long_term_credential(token, self._client_secret)
         bearer = {"Authorization": f"Bearer {credential.reveal()}"}
@@ -149,13 +133,8 @@ class ApiClient:
         return answer
 
     async def create_token(self, user_access_token: Secret) -> tuple[Secret, tuple[str, ...]]:
-        """Create (or rotate) the long term token of the user who owns `user_access_token`:
-        the new token (registered with the redactor) and exactly the scopes granted.
-
-        Raises:
-            EnrollmentError: the service refused, failed, was unreachable, or answered
-                without a `dspa_` token; `code` is the service's error code when it gave one.
-        """
+        """Create (or rotate) the long term token of the owner of `user_access_token`: the new
+        token and exactly the scopes granted; EnrollmentError (with the service's `code`)."""
         register_secret(user_access_token)
         answer = await self._send(
             "POST", self._tokens_url, {"Authorization": f"Bearer {user_access_token.reveal()}"}
@@ -170,7 +149,7 @@ class ApiClient:
             raise EnrollmentError(
                 f"the service refused to create the long term token (HTTP {answer.status})",
                 code=_service_code(answer),
-                hint=create_hint(answer.status),
+                hint=CREATE_HINTS.get(create_reason(answer.status)),
                 reason=create_reason(answer.status),
             )
         data = _json_object(answer.body) or {}
@@ -202,12 +181,8 @@ class ApiClient:
         return Secret(token), tuple(scopes)
 
     async def drop(self, token: Secret) -> Answer:
-        """DELETE the long term token `token`; the answer (body too: a 401
-        `PermanentAccessRevoked` confirms the drop, a plain 401 does not).
-
-        Raises:
-            ValueError: the token is not `usable_token` (nothing is sent).
-        """
+        """DELETE the long term token `token`; the answer, body too (a 401
+        `PermanentAccessRevoked` confirms the drop, a plain 401 does not)."""
         credential = long_term_credential(token, self._client_secret)
         return await self._send(
             "DELETE", self._tokens_url, {"Authorization": f"Bearer {credential.reveal()}"}
@@ -219,13 +194,9 @@ class ApiClient:
         verifier: Secret,
         redirect_uri: str,
     ) -> tuple[Secret, tuple[str, ...]]:
-        """Exchange an authorization code (with its PKCE verifier) for a user access token
-        and its scopes, authenticating with `client.token_auth`, then once more with the
-        other method after `invalid_client` (checked before the code: still unused).
-
-        Raises:
-            EnrollmentError: the token endpoint refused (`code` is the OAuth `error`), failed,
-                or was unreachable.
+        """Exchange an authorization code and its PKCE verifier for a user access token and
+        its scopes (EnrollmentError, `code` the OAuth `error`), authenticating with
+        `client.token_auth`, then the other method after `invalid_client` (code unused).
         """
         for value in (code, verifier):
             register_secret(value)
@@ -252,7 +223,7 @@ class ApiClient:
             raise EnrollmentError(
                 f"the token endpoint refused the authorization code (HTTP {answer.status})",
                 code=error,
-                hint=exchange_hint(error),
+                hint=EXCHANGE_HINTS.get(exchange_reason(error)),
                 reason=exchange_reason(error),
             )
         access_token, scope = data.get("access_token"), data.get("scope", "")
@@ -266,11 +237,8 @@ class ApiClient:
         return Secret(access_token), scopes
 
     async def client_accepted(self) -> bool | None:
-        """Whether the token endpoint accepts the client (the breaker's `client` proof).
-
-        A code exchange with a code that names nothing (no read budget spent): `invalid_client`
-        to both methods is False, `invalid_grant` True, anything else None.
-        """
+        """Whether the token endpoint accepts the client (the breaker's `client` proof), by
+        exchanging a code that names nothing: `invalid_client` False, `invalid_grant` True."""
         form = {
             "grant_type": "authorization_code",
             "code": secrets.token_urlsafe(32),
@@ -291,8 +259,7 @@ class ApiClient:
 
     @cached_property
     def _basic_auth(self) -> Secret:
-        """`client_secret_basic` (RFC 6749 section 2.3.1): both halves form-encoded, then
-        base64; registered with the log redactor once (it spells the secret another way)."""
+        """`client_secret_basic` (RFC 6749 2.3.1), registered with the redactor once."""
         pair = f"{quote_plus(self._client_id)}:{quote_plus(self._client_secret.reveal())}"
         encoded = base64.b64encode(pair.encode("utf-8")).decode("ascii")
         register_secret(encoded)

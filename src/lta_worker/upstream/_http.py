@@ -1,8 +1,5 @@
-"""The production HTTP clients: the service's (timeouts, pool, no redirects, no proxy from
-the environment, an https proxy from the settings) and the webhook receiver's, one signed
-POST per event (Standard Webhooks: `webhook-id` the same on every attempt, `v1,` HMAC-SHA256
-signatures, one total deadline, `webhook.timeout`, the answer's body never read). Both refuse
-plain http to a host that is not loopback.
+"""The production HTTP clients (the service's, the webhook receiver's: both refuse plain
+http to a host that is not loopback) and the Standard Webhooks sender (docs/webhooks.md).
 """
 
 from __future__ import annotations
@@ -66,12 +63,9 @@ def http_client(
     concurrency: int = PollSettings.concurrency,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    """An `httpx.AsyncClient` for the service: timeouts from `[service]`, a pool sized to
-    `concurrency`, no redirects, no cookies, an `lta-worker/<version>` User-Agent, plain
-    http refused for non-loopback hosts, and proxies from `service.https_proxy` and
-    `service.no_proxy` only (https requests only; the environment is not read here).
-    `concurrency` is `poll.concurrency`; an injected `transport` (tests: the simulator's)
-    is used for every request, proxy or not.
+    """An `httpx.AsyncClient` for the service: no redirects, no cookies, a pool sized to
+    `poll.concurrency`, proxies from `service.https_proxy` only (never the environment);
+    an injected `transport` (tests: the simulator's) serves every request.
     """
     # One connection per concurrent user turn, and one spare for enrollment and drop.
     limits = httpx.Limits(

@@ -1,6 +1,5 @@
-"""The wire without httpx: the long term credential, URLs joined and checked (plain http
-only to loopback), and what the service's refusals during enrollment mean. The pass engine and
-the drops ask `usable_token` before a permit: a `run` with nobody due never imports httpx.
+"""The wire without httpx (a `run` with nobody due never imports it): the long term
+credential, URLs joined and checked, what the service's refusals during enrollment mean.
 """
 
 from __future__ import annotations
@@ -18,11 +17,7 @@ if TYPE_CHECKING:
 
 
 def check_secure_url(url: str | httpx.URL) -> None:
-    """Refuse plain http to a host that is not loopback (the credential would travel in clear).
-
-    Raises:
-        ConfigError: the URL is http:// to a non-loopback host, or not http(s) at all.
-    """
+    """ConfigError for plain http to a host that is not loopback, or a scheme not http(s)."""
     parts = urlsplit(str(url))
     scheme, host = parts.scheme, parts.hostname or ""
     if host and (scheme == "https" or (scheme == "http" and is_loopback_host(host))):
@@ -41,20 +36,13 @@ async def refuse_insecure(request: httpx.Request) -> None:
 
 
 def join_url(base: str, path: str) -> str:
-    """Append `path` to `base`, keeping any path prefix of `base`.
-
-    `https://host/some/prefix` + `/api/v1/history/stats` gives
-    `https://host/some/prefix/api/v1/history/stats` (urljoin would drop the prefix).
-    """
+    """Append `path` to `base`, keeping any path prefix of `base` (urljoin would drop it)."""
     return f"{base.rstrip('/')}/{path.lstrip('/')}"
 
 
 def sendable(value: str) -> bool:
-    """True when `value` can travel in an Authorization header as it is: visible ASCII only.
-
-    The spec does not show the token's character set; a space, a control character (a CR
-    or LF would end the header) or a character beyond ASCII cannot be sent as is.
-    """
+    """True when `value` can travel in an Authorization header as it is: visible ASCII only
+    (the spec does not show the token's character set; a CR or LF would end the header)."""
     return value.isascii() and value.isprintable() and " " not in value
 
 
@@ -66,14 +54,8 @@ def usable_token(token: Secret) -> bool:
 
 
 def long_term_credential(token: Secret, client_secret: Secret) -> Secret:
-    """The long term credential `<token>.<client secret>` (the API client's to build).
-
-    The `dspa_` pattern of the log redactor masks the token and the whole credential; the
-    client secret was registered once, when it was read (`runtime.Runtime`).
-
-    Raises:
-        ValueError: the token is not `usable_token`, or the client secret is empty.
-    """
+    """The long term credential `<token>.<client secret>` (the redactor's `dspa_` pattern
+    masks it whole); ValueError when the token is not `usable_token` or the secret empty."""
     if not usable_token(token):
         raise ValueError(
             f"a long term token starts with {TOKEN_PREFIX!r}, is not empty, and holds only "
@@ -95,18 +77,13 @@ def create_reason(status: int) -> str:
     return "create_refused"
 
 
-_CREATE_HINTS: Final = {
+CREATE_HINTS: Final = {
     "token_refused": "the user access token was refused (expired, already used, or not from "
     "a consent)",
     "scope_refused": "the consent did not include a long term scope, or the mode is not "
     "opened on this client; check client.scopes, or request the mode from the operator",
     "service_failed": "the service failed",
 }
-
-
-def create_hint(status: int) -> str | None:
-    """What to do about a refused token creation, in terms of settings and the service."""
-    return _CREATE_HINTS.get(create_reason(status))
 
 
 def exchange_reason(error: str | None) -> str:
@@ -118,12 +95,7 @@ def exchange_reason(error: str | None) -> str:
     return "exchange_refused"
 
 
-_EXCHANGE_HINTS: Final = {
+EXCHANGE_HINTS: Final = {
     "code_rejected": "the code expired, was already used, or its PKCE verifier does not match",
     "client_rejected": "check client.id and the client secret in client.secret_file",
 }
-
-
-def exchange_hint(error: str | None) -> str | None:
-    """What to do about a refused code exchange, in terms of settings and the service."""
-    return _EXCHANGE_HINTS.get(exchange_reason(error))

@@ -1,8 +1,5 @@
-"""`check`: every precondition of `run` and `serve`, verified without writing anything or
-spending the read budget (docs/operations.md, *Checking an installation*). Each check runs
-whatever the others found, so one call lists every problem: the secret files (with the
-readers `run` and `serve` use), `key_file`, `database`, `service`, and the listen addresses
-bound as `serve` binds them and let go at once.
+"""`check`: every precondition of `run` and `serve`, each checked whatever the others found,
+writing nothing (docs/operations.md, *Checking an installation*).
 """
 
 from __future__ import annotations
@@ -62,9 +59,8 @@ def _database(runtime: Runtime, vault: Vault | None) -> str:
 
 
 async def _service(runtime: Runtime) -> str:
-    # A GET of the stats read path without a credential answers 401 (any status but 404
-    # passes); a 404 says `service.base_url` is wrong, which would otherwise first show as
-    # a `run` stopped by the breaker. A HEAD of `service.auth_url`: any status counts.
+    # A GET of a read path without a credential: a 404 says `service.base_url` is wrong
+    # (else first seen as a `run` stopped by the breaker). A HEAD of `service.auth_url`.
     import httpx
 
     from lta_worker.upstream import READ_PATHS, join_url

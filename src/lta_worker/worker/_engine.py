@@ -1,18 +1,6 @@
-"""One pass over the due users: claim, read, classify, decide, write (the I/O shell around
-the pure `domain` rules and the pacer):
-
-    claimer ──users──▶ readers (poll.concurrency) ──updates──▶ writer ──▶ store.apply
-                          │  ▲ permits
-                          ▼  │
-                         pacer
-
-The claimer leases due users in batches (oldest `next_due_at` first, only those due when
-the pass started); a reader takes one user's turn (`_turn`); the single writer
-(`DecisionWriter`) commits decisions in batches, fenced by the generation each user was
-claimed with. Store calls all go to a worker thread (on SQLite as on PostgreSQL), so the
-loop reads on while one waits for the database. The pass ends when no due user is left
-(0), at the deadline, when the service seems down or never answered (75: the rest stays
-due), or at the breaker (78); a stop lets reads already sent finish (`PassStop`).
+"""One pass (DESIGN.md, *One pass, as data flows*): a claimer leases due users in batches,
+readers (`poll.concurrency`) take their turns (`_turn`), one writer commits the decisions.
+Store calls go to a worker thread, so the loop reads on while one waits for the database.
 """
 
 from __future__ import annotations
@@ -66,9 +54,8 @@ Held = tuple[UserRow, UserUpdate]
 
 log = get_logger("lta_worker.engine")
 
-# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions: a commit is a
-# trip to the store's thread, on another core (at 50 a commit, B1's worker took 7 % more CPU
-# per read than at 250). At usual budgets a commit holds one decision, half a second after it.
+# The writer commits every WRITE_LINGER_S, or sooner at WRITE_BATCH decisions (at 50 a
+# commit, a trip to the store's thread, B1's worker took 7 % more CPU per read than at 250).
 WRITE_BATCH: Final = 250
 WRITE_LINGER_S: Final = 0.5
 
@@ -82,13 +69,11 @@ class DecisionWriter:
         self.clock = clock
         self.leases = leases
         self.pending: list[UserUpdate] = []
-        # The rows of the turns not written yet, per lease (a user claimed again in one
-        # pass has two): the name for `poll.discarded`, the state before for the events
-        # of a decision written.
+        # The rows of the turns not written yet, per lease (a user claimed again has two).
         self.claimed: dict[Lease, UserRow] = {}
 
     async def run(self, updates: ObjectReceiveStream[UserUpdate]) -> None:
-        """Commit what comes, batch by batch, until the readers are done."""
+        """Commit what comes, batch by batch, until the readers are done (`WRITE_LINGER_S`)."""
         async with updates:
             closed = False
             while not closed:
@@ -117,9 +102,8 @@ class DecisionWriter:
             self.leases.forget(lease)
             reason = not_written.get(id(update))
             if reason is not None:
-                # `changed`: a lifecycle command or another instance changed the user since
-                # the claim, and wins. `failed`: the database refused this user's write alone
-                # (it stays due). Neither logs the decision's changes: they did not happen.
+                # `changed` (the user changed since the claim, and wins) or `failed` (its
+                # write alone was refused): the decision's changes did not happen.
                 name = user.user if user is not None else str(update.user_id)
                 log.warning("poll.discarded", user=name, reason=reason, outcome=update.last_outcome)
             elif user is not None:
@@ -183,18 +167,13 @@ class PassEngine:
         self.stop.request("deadline", self.options.grace.total_seconds())
 
     async def run(self) -> PassResult:
-        """Run the pass to its end and return how it ended; never raises for upstream trouble.
-
-        Raises:
-            UnknownKeyError: a stored token's key id is not in the key file (the pass stops
-                first; nothing of that user is modified).
-        """
+        """Run the pass to its end and return how it ended; never raises for upstream trouble,
+        only UnknownKeyError (a stored token's key id the key file lacks)."""
         opts = self.options
         started = self.clock.monotonic()
         started_at = self.clock.now()
         self.due_at_start = await on_thread(self.store.count_due, started_at)
-        # Nobody due (most ticks of `serve`): at debug, with its `pass.finished`, so that an
-        # idle service does not log two lines a minute.
+        # Nobody due (most ticks of `serve`): at debug, so an idle service logs nothing.
         (log.info if self.due_at_start else log.debug)(
             "pass.started",
             instance=opts.instance,

@@ -1,12 +1,6 @@
-"""`serve`'s browser enrollment listener: the enrollment app under uvicorn, on `enroll.listen`,
-and its defences (a connection cap, a deadline for each request head, ambiguous framing
-refused, accept() out of descriptors as one rate-limited event).
-
-Imported only when `enroll.listen` is set (starlette and uvicorn are the `[web]` extra).
-The socket is bound before READY (taken: exit 78, naming `enroll.listen`); uvicorn runs in
-`serve`'s event loop without its own signal handling, access log (a callback URL holds the
-authorization code) or stderr records, and closes after the last pass has drained. The
-link keys and `[enroll]` are read once at the start (a SIGHUP does not change them).
+"""`serve`'s browser enrollment listener: the enrollment app under uvicorn on `enroll.listen`
+(the `[web]` extra), in `serve`'s loop, with its defences: a connection cap, a deadline for
+each request head, ambiguous framing refused, accept() failures as one rate-limited event.
 """
 
 from __future__ import annotations
@@ -40,19 +34,14 @@ if TYPE_CHECKING:
 
 log = get_logger("lta_worker.service")
 STOP_TIMEOUT: Final = 5.0
-# Seconds a client has to send a whole request head, after it connects or after an answer.
-# uvicorn times a connection out only after an answer, and only while no byte comes: an
-# idle or trickling client (slowloris) would hold its descriptor for good, and about 1,100
-# of them took the passes' database and HTTP connections.
+# Seconds a client has to send a whole request head, after its connect or an answer: uvicorn
+# times out only idle connections after an answer, and trickling clients took every socket.
 REQUEST_DEADLINE: Final = 10.0
-# Connections kept at most (`Admission`), and never more than a quarter of the process's
-# descriptor limit: the rest is for the passes, the database and the service.
+# Connections kept at most, and at most a quarter of the descriptor limit (`connection_cap`).
 MAX_CONNECTIONS: Final = 256
-# The listen backlog, which is also how many connections asyncio accepts in one go before
-# those past the cap are closed: at most this many descriptors above the cap, for a moment.
+# The listen backlog: also how many connections asyncio accepts in one go past the cap.
 BACKLOG: Final = 64
-# When accept() fails for want of descriptors, asyncio (3.11) reports every attempt of its
-# accept loop, each second: one `enroll.accept_failed` event per this many seconds instead.
+# asyncio reports every failed accept() each second: one `enroll.accept_failed` per this.
 ACCEPT_REPORT_EVERY: Final = 60.0
 _SWEEP_EVERY: Final = 0.5  # how often heads past their deadline are looked for
 _OUT_OF_RESOURCE: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -88,8 +77,7 @@ def report_accept_failures(
     previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None,
 ) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
     """An asyncio exception handler: accept() out of descriptors or memory becomes one
-    `enroll.accept_failed` event per `ACCEPT_REPORT_EVERY` (never plain tracebacks on
-    stderr); anything else goes to `previous` (or asyncio's default)."""
+    `enroll.accept_failed` event per `ACCEPT_REPORT_EVERY`; the rest goes to `previous`."""
     failures = AcceptFailures()
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -116,16 +104,10 @@ def report_accept_failures(
 
 
 class Gate:
-    """The listener's `Admission`: ASGI middleware in front of the app, and the protocol
-    class uvicorn runs each connection with (`protocol`).
-
-    The protocol sees connections come and go (uvicorn has no other hook before a head is
-    complete, nor a deadline for one): past the cap the oldest still waiting for its head is
-    closed, and `sweep` closes those without a head `REQUEST_DEADLINE` after the connect or
-    the last answer. The middleware (the connection found by `scope["client"]`, its peer)
-    marks a request answered, never cut, until its answer ends; and refuses one with both
-    `Content-Length` and `Transfer-Encoding` (400, `Connection: close`: a body smuggled
-    past a proxy that framed it the other way is never read as a request, RFC 9112 6.1).
+    """The listener's `Admission`: the protocol class uvicorn runs each connection with (its
+    only hook before a head is complete) and ASGI middleware in front of the app, which
+    marks a request answered, never cut, and refuses one with both `Content-Length` and
+    `Transfer-Encoding` (a body smuggled past a proxy, RFC 9112 6.1).
     """
 
     def __init__(self, app: ASGIApp, admission: Admission) -> None:

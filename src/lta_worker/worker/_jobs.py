@@ -1,9 +1,5 @@
-"""The worker's jobs, each a small function of the runtime (`Worker`) on its clock (STYLE 7):
-before every pass `refresh_share`, `follow_schedule`, `retry_drops`; alongside one
-`keep_alive`, `settle_shared` (PostgreSQL) and `keep_budget` (`BudgetWatch`); after one
-`after_pass`, then `deliver_webhooks` in `run`; in `serve` on their own intervals
-(`_scheduler`) `check_key_file` (and `take_new_keys`), `report_heartbeat`, `maintain` and
-`deliver_webhooks` (one round of the webhook outbox).
+"""The worker's jobs, each a small function of the `Worker`: before, alongside and after a
+pass (`Worker.run_pass`), and on their own intervals in `serve` (`_scheduler`).
 """
 
 from __future__ import annotations
@@ -46,10 +42,8 @@ async def refresh_share(rt: Worker) -> None:
 
 
 async def keep_alive(rt: Worker) -> None:
-    """While a pass runs: a heartbeat and the share every `serve.heartbeat`.
-
-    A `run` pass may outlast an instance's time to live; the others must not take it for dead.
-    """
+    """While a pass runs, every `serve.heartbeat`: a heartbeat (a `run` pass may outlast an
+    instance's time to live) and the share."""
     while True:
         await rt.clock.sleep(rt.settings.serve.heartbeat.total_seconds())
         try:
@@ -70,11 +64,8 @@ async def settle_shared(rt: Worker, shared: SharedBudget) -> None:
 
 
 async def follow_schedule(rt: Worker) -> dict[str, int] | None:
-    """Before each pass: reschedule the users when `poll.interval` or `parked_interval` changed.
-
-    By class of user, so a new interval applies at the next `run` or after a reload; after
-    a reload that changed them (`Worker.replan`), whatever the database says was applied.
-    """
+    """Before each pass: reschedule the users when `poll.interval` or `parked_interval`
+    changed (after a reload that changed them, `Worker.replan`, whatever was applied)."""
     poll = rt.settings.poll
     floor, rt.replan = rt.replan, None
     try:
@@ -129,19 +120,15 @@ async def record_pass(rt: Worker, result: PassResult, started_at: datetime) -> P
 
 
 async def keep_budget(rt: Worker) -> None:
-    """After each pass, and during an adaptive one once it moved (`BudgetWatch`): the
-    budget the pacer last saw into the store, unless a shared row keeps it live."""
+    """The budget the pacer last saw into the store, unless a shared row keeps it live."""
     budget = rt.pacer.budget_seen(rt.clock.now())
     if budget is not None and rt.pacer.shared is None:
         await on_thread(rt.store.record_budget, rt.settings.client.id, budget)
 
 
 async def purge(rt: Worker, *, checkpoint: bool = False) -> PurgeCounts:
-    """After each pass and in `maintain`: the retention purge and old dead letters.
-
-    With `checkpoint`, a WAL checkpoint too. Without `webhook.url` the outbox has no
-    reader: its events are deleted here.
-    """
+    """The retention purge, old dead letters (every event without `webhook.url`: it has no
+    reader), and with `checkpoint` a WAL checkpoint."""
     retention = rt.settings.retention
     purged = await on_thread(
         rt.store.purge_expired, rt.clock.now(), retention.after_revocation, retention.history
@@ -217,11 +204,8 @@ async def report_heartbeat(rt: Worker) -> None:
 
 
 async def check_key_file(rt: Worker) -> None:
-    """Before each `serve` pass: log once a key file deleted, replaced or broken, or back.
-
-    A lost one (`service.key_file_lost`) marks health (`Worker.problems`) while the keys
-    read at start stay in force; `service.key_file_back` once it is right again.
-    """
+    """Before each `serve` pass: log once a key file lost (`Worker.problems` then holds it),
+    or back."""
     before = rt.key_file_problem
     problem = await on_thread(rt.watch_key_file)
     if problem == before:
@@ -240,11 +224,8 @@ async def check_key_file(rt: Worker) -> None:
 
 
 async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
-    """After a `serve` pass met an unknown key id: read the key file again; True if it helped.
-
-    As a SIGHUP would: a key added after the start (step 1 of key rotation, then an
-    enrollment under it) is there, and the service goes on with it.
-    """
+    """After a `serve` pass met an unknown key id: read the key file again, as a SIGHUP
+    would (a key added since: step 1 of key rotation); True if it helped."""
     try:
         in_use = await on_thread(rt.store.key_ids_in_use, rt.clock.now())
         rt.reload_keys(key_ids_in_use=in_use)
@@ -254,11 +235,7 @@ async def take_new_keys(rt: Worker, exc: UnknownKeyError) -> bool:
     return True
 
 
-# One round: dead-letter what grew older than `webhook.max_age`, claim the oldest due event
-# of each user, POST them (a few at a time, never two of one user), delete the acknowledged
-# ones (and, unsent, those of a type `webhook.events` leaves out) or back the others off
-# (exponential with full jitter, 5 s doubling up to 15 min). It repeats while events keep
-# being acknowledged, so a user's next event follows at once; a failing receiver ends it.
+# The webhook delivery (docs/webhooks.md): rounds repeat while events are acknowledged.
 webhook_log = get_logger("lta_worker.webhook")
 
 BATCH: Final = 20

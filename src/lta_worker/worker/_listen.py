@@ -1,7 +1,5 @@
-"""`serve`'s listening sockets (`metrics.listen`, `enroll.listen`) and which connections a
-listener keeps (`Admission`). The sockets are bound before READY, and tried by `check`, which
-lets them go at once: a taken address fails `check` as it stops `serve` (exit 78, naming
-the key). A slow client (slowloris) must never lock out a scrape, a probe or a browser.
+"""`serve`'s listening sockets (bound before READY; `check` tries them) and which
+connections a listener keeps (`Admission`), so a slow client never locks the others out.
 """
 
 from __future__ import annotations
@@ -19,11 +17,7 @@ LISTEN_HINT: Final = (
 
 
 def listen_socket(listen: str, *, key: str, backlog: int = 64) -> socket.socket:
-    """A listening TCP socket on `HOST:PORT` (`SO_REUSEADDR`, as `serve`'s servers bind).
-
-    Raises:
-        ConfigError: naming `key`, with `LISTEN_HINT`, when the address cannot be bound.
-    """
+    """A listening TCP socket on `HOST:PORT` (`SO_REUSEADDR`), or ConfigError naming `key`."""
     host, port = parse_listen(listen)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -43,14 +37,12 @@ def listen_socket(listen: str, *, key: str, backlog: int = 64) -> socket.socket:
 
 
 class Admission:
-    """Which connections a listener keeps: pure bookkeeping, no I/O, `now` passed in.
+    """Which connections a listener keeps: pure bookkeeping, `now` passed in.
 
-    A connection is *waiting* from its connect until its request head is complete, then
-    *answering* until it is released. At most `cap` are kept; a new one past the cap takes
-    the place of the oldest waiting one, and is refused only when all are answering. A
-    waiting one past `deadline` seconds (for its whole head, not per read, which a client
-    sending a byte now and then never hits) is expired. A well-behaved client sends its
-    head at once, so the slow ones are always older.
+    A connection is *waiting* until its request head is complete, then *answering*. Past
+    `cap`, a new one takes the place of the oldest waiting one (the slow ones are always
+    older), refused only when all are answering; a waiting one past `deadline` seconds for
+    its whole head (not per read: a client trickling bytes never hits that) is expired.
     """
 
     def __init__(self, cap: int, deadline: float) -> None:

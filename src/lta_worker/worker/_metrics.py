@@ -1,9 +1,6 @@
-"""Prometheus metrics of the worker (`lta_worker_*`, listed with the alert rules in
-docs/operations.md, *Metrics and health*), through `prometheus_client`: `serve` answers
-them over HTTP (`_metrics_http`), `run` writes a textfile for node_exporter after each pass,
-continuing the counters of the last one (`resume_counters`). Every series exists from the
-start, and the timestamps and budget gauges start from the database, so a restart never
-reports "never succeeded" nor a budget of 0.
+"""The worker's Prometheus metrics (docs/operations.md, *Metrics and health*). Every series
+exists from the start, and the timestamps and budget start from the database, so a restart
+never reports "never succeeded" nor a budget of 0.
 """
 
 from __future__ import annotations
@@ -112,13 +109,6 @@ class Metrics:
         self.reads.labels(endpoint=endpoint, outcome=outcome).inc()
         self.read_duration.labels(endpoint=endpoint).observe(duration_s)
 
-    def on_budget(self, snapshot: PacerSnapshot) -> None:
-        """The pacer's figures (unknown ones leave the gauge as it was)."""
-        if snapshot.remaining is not None:
-            self.budget_remaining.set(snapshot.remaining)
-        if snapshot.limit is not None:
-            self.budget_limit.set(snapshot.limit)
-
     def on_plan(self, plan: SchedulePlan) -> None:
         """The plan a pass schedules with: its expected delay, or NaN when it has none."""
         delay = plan.expected_delay_s
@@ -155,22 +145,19 @@ class Metrics:
         outbox = store.outbox_counts()
         self.webhook_backlog.set(outbox.backlog)
         self.webhook_dead.set(outbox.dead)
-        if history:
-            last = store.last_pass()
+        if not history:
+            return
+        for gauge, last in (
+            (self.last_pass_end, store.last_pass()),
+            (self.last_success, store.last_pass(answered=True)),
+            (self.last_trip, store.last_pass(stopped="breaker")),
+        ):
             if last is not None:
-                self.last_pass_end.set(last.finished_at.timestamp())
-            success = store.last_pass(answered=True)
-            if success is not None:
-                self.last_success.set(success.finished_at.timestamp())
-            trip = store.last_pass(stopped="breaker")
-            if trip is not None:
-                self.last_trip.set(trip.finished_at.timestamp())
+                gauge.set(last.finished_at.timestamp())
 
     def resume_counters(self, path: Path) -> None:
-        """Continue the counters from the textfile the last `run` wrote at `path` (else from 0).
-
-        Rewritten from 0 by each run, a counter would never grow for `increase()`.
-        """
+        """Continue the counters from the textfile the last `run` wrote at `path`: rewritten
+        from 0 by each run, a counter would never grow for `increase()`."""
         counters = (self.reads, self.passes, self.breaker_trips)
         by_name = {next(iter(counter.describe())).name: counter for counter in counters}
         try:
@@ -217,9 +204,13 @@ class MeteredPacer:
         *,
         elapsed: float | None = None,
     ) -> None:
-        """Feed an answer to the pacer, then take its budget figures."""
+        """Feed an answer to the pacer, then take its budget figures (the known ones)."""
         self._pacer.feed(permit, headers, status, elapsed=elapsed)
-        self._metrics.on_budget(self._pacer.snapshot())
+        snapshot = self._pacer.snapshot()
+        if snapshot.remaining is not None:
+            self._metrics.budget_remaining.set(snapshot.remaining)
+        if snapshot.limit is not None:
+            self._metrics.budget_limit.set(snapshot.limit)
 
     def snapshot(self) -> PacerSnapshot:
         """What the wrapped pacer knows now."""

@@ -1,10 +1,5 @@
-"""`[metrics] listen`: `serve` answers `GET /metrics` and `GET /healthz` on HOST:PORT
-(docs/operations.md, *Metrics and health*).
-
-No web framework: prometheus_client's WSGI app, a small dispatcher and `wsgiref`, one
-thread per request, in a daemon thread beside the event loop. No access log. Slow clients
-cannot lock a scrape or a probe out (`Admission`), nor can probes waiting on a stalled
-database (`HEALTH_WAIT_S`, `MAX_HEALTH_WAITING`).
+"""`[metrics] listen`: `GET /metrics` and `GET /healthz` (docs/operations.md, *Metrics and
+health*) through `wsgiref` in a daemon thread, no web framework, no access log.
 """
 
 from __future__ import annotations
@@ -43,14 +38,11 @@ HealthFn = Callable[[], dict[str, Any]]
 # Connections kept at most, and the seconds each has to send its whole head (`Admission`).
 MAX_CONNECTIONS = 32
 HEAD_DEADLINE = 10.0
-# `/healthz` reads the database: one status at a time, reused this long, so that a flood
-# of health checks costs the passes' database pool one status a second, not one a request.
+# `/healthz` reads the database (`SharedHealth`): a flood of probes costs one status a
+# second; a probe waits at most HEALTH_WAIT_S (then 503), and past MAX_HEALTH_WAITING
+# waiting probes the others are answered at once, so a scrape always gets in.
 HEALTH_FRESH_S = 1.0
-# A probe waits at most this long for the status (computed in a thread of its own): past
-# it, `/healthz` answers 503, "the database does not answer", and the status runs on.
 HEALTH_WAIT_S = 5.0
-# At most this many probes wait for the status at once; more are answered at once (503):
-# waiting probes never take every connection, so a scrape always gets in.
 MAX_HEALTH_WAITING = MAX_CONNECTIONS // 2
 
 
@@ -119,11 +111,9 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class SharedHealth:
-    """`health` computed in a thread of its own, one at a time, shared by every caller.
-
-    A success is reused for `fresh_for` seconds from its start; a caller waits at most until
-    `wait_s` after the computation started, and past `max_waiting` callers waiting not at
-    all (a hung database cannot hold the probes, nor fill the server with them).
+    """`health` computed in a thread of its own, one at a time, shared by every caller, a
+    success reused for `fresh_for` s; a caller waits at most `wait_s` from its start, and
+    past `max_waiting` callers not at all (a hung database cannot hold the probes).
     """
 
     def __init__(

@@ -1,6 +1,5 @@
-"""What one pass runs with and how it ends: options, result, the reader it needs, how it
-stops (`PassStop`), and until when it certainly holds each claimed user's lease
-(`LeaseBook`). Plain data and bookkeeping, no I/O; the engine is `_engine`.
+"""What one pass runs with and how it ends: options, result, its stop (`PassStop`), and
+until when it certainly holds each claimed user's lease (`LeaseBook`). No I/O.
 """
 
 from __future__ import annotations
@@ -102,8 +101,7 @@ class PassResult:
         }
 
 
-# Why a pass stopped early, and what to do: the `error` event a failing `run` (or a `serve`
-# stopped by the breaker) ends with, after the pass's own events.
+# Why a pass stopped early, and what to do (the `error` event a failing `run` ends with).
 _STOPS: dict[StopReason, tuple[str, str | None]] = {
     "deadline": (
         "the pass reached its maximum duration (--max-duration, else poll.max_pass_duration) "
@@ -163,10 +161,9 @@ class Reader(Protocol):
         ...
 
 
-# A stop (the deadline, the service seeming down, SIGTERM in `serve`) lets reads already sent
-# finish and cancels the readers still reading after the grace period; a reader still waiting
-# for a permit gives its turn up at once, so a tight budget never holds a stop for the whole
-# grace period. An abort (the breaker, a key id the key file lacks) cancels the pass at once.
+# A stop lets reads already sent finish, cancels readers still reading after the grace
+# period, and a reader waiting for a permit gives up at once (a tight budget never holds a
+# stop); an abort (the breaker, a key id the key file lacks) cancels the pass at once.
 
 
 class Interrupted(Exception):
@@ -228,22 +225,18 @@ class PassStop:
         return permit
 
 
-# A lease in the database ends at the expiry last written for it; the pass knows a lower
-# bound of that: a claim's `lease_until` (computed before the claim call). A renewal raises
-# it only when it is known to have reached the row while the lease was still held (started
-# after the claim returned, returned before the bound it raises), and drops the leases the
-# owner no longer holds (`users drop` / `users forget` took the user: issue 28). A read is
-# sent only while `now + margin` is before the bound, so no other instance can claim the
-# user and read it too. Kept per lease `(user id, generation)`, not per user: a pass may
-# claim a user again whose lease lapsed while one of its own turns still waits for a permit,
-# and that old turn must read nothing more under the new lease.
+# The pass knows a lower bound of each lease's expiry: the claim's `lease_until` (computed
+# before the call), raised by a renewal only when it reached the row while the lease was
+# held (started after the claim returned, returned before the bound it raises); a lease the
+# owner no longer holds is dropped (`users drop` took the user: issue 28). A read is sent
+# only while `now + margin` is before the bound, so no other instance reads the user too.
+# Kept per (user id, generation): a pass may claim a user again whose lease lapsed while an
+# old turn of its own waits for a permit, and that turn must read nothing under the new one.
 
-# The pass renews its leases this many times per lease: a renewal that fails or stalls
-# once still leaves two thirds of the lease to notice.
+# A renewal that fails or stalls once still leaves two thirds of the lease to notice.
 RENEWALS_PER_LEASE: Final = 3
 
-# A lease of one claim: the user's id and the generation the claim gave it (its fencing
-# token, `storage._leases`).
+# A claim's lease: the user's id and the generation (fencing token) the claim gave it.
 Lease: TypeAlias = tuple[int, int | None]
 
 
@@ -288,8 +281,7 @@ class LeaseBook:
         return Renewal(frozenset(self._until), lease_until)
 
     def renewed(self, renewal: Renewal, now: datetime, held: Collection[Lease]) -> None:
-        """`renewal` returned at `now`, the owner holding `held`: raise those reached in time,
-        drop those ended by another (`users drop` took the user)."""
+        """`renewal` returned at `now`, `held` still held: raise those reached in time."""
         for lease in renewal.leases:
             if lease not in held:
                 self._until.pop(lease, None)

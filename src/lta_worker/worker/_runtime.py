@@ -1,7 +1,5 @@
-"""The runtime of `run` and `serve`: `Worker`, a `Runtime` opened for passes, and one pass
-with its jobs around it (`Worker.run_pass`: the jobs of `_jobs` before, alongside and after
-the engine), and the freshness plan made again within a pass once the budget the service
-reports moves (`BudgetWatch`, at most every `REPLAN_GAP`).
+"""`Worker`: a `Runtime` opened for passes, each with the jobs of `_jobs` around it, and
+the plan made again within a pass once the budget moves (`BudgetWatch`).
 """
 
 from __future__ import annotations
@@ -71,9 +69,8 @@ class Worker(Runtime):
         self.stop_grace: float | None = None  # set by `request_stop`
         self.plans = PlanCache()  # the freshness plan, renewed every few minutes
         self.key_file_problem: str | None = None  # `watch_key_file`'s last finding
-        # A reload changed the intervals: the next pass re-plans every user (`follow_schedule`),
-        # taking the longest `poll.interval` this instance scheduled with since as the floor
-        # of the adaptive due times it wrote. None: nothing to re-plan.
+        # After a reload changed the intervals: the longest `poll.interval` this instance
+        # planned with since, the floor for the next pass's `follow_schedule`.
         self.replan: timedelta | None = None
         # `serve`: when a tripped breaker lets a pass run again; a reload clears it.
         self.breaker_retry_at: datetime | None = None
@@ -119,11 +116,8 @@ class Worker(Runtime):
     async def run_pass(
         self, *, max_duration: timedelta | None = None, on_progress: ProgressFn | None = None
     ) -> PassResult:
-        """Pending drops, one pass over the due users, then its bookkeeping.
-
-        Drops the service has not confirmed yet (users `dropping`, due for a retry) are sent
-        again first, through the pacer, so they spend the same budget as the reads.
-        """
+        """The jobs before a pass (pending drops sent again through the pacer), the pass
+        with its jobs alongside, then its bookkeeping."""
         await jobs.refresh_share(self)
         await jobs.follow_schedule(self)
         await jobs.retry_drops(self)
@@ -155,9 +149,8 @@ class Worker(Runtime):
             raise error
         with anyio.CancelScope(shield=True):
             await jobs.after_pass(self, result, started_at)
-        # `run`: the pass's events go out before it exits (not shielded: a stop may cut the
-        # delivery short). `serve` delivers from its own job: a slow receiver must never hold
-        # the next pass, nor share the sender's connections with a second delivery.
+        # `run` delivers the pass's events before it exits; `serve` from its own job, so a
+        # slow receiver never holds the next pass.
         if self.stop_grace is None and self.kind != "serve":
             await jobs.deliver_webhooks(self)
         return result
@@ -193,11 +186,8 @@ class Worker(Runtime):
             self.current.stop.request("cancelled", grace)
 
     def reload(self, settings: Settings, *, key_ids_in_use: Iterable[str] = ()) -> None:
-        """Take new settings, key file and client secret (SIGHUP, `Runtime.reload`).
-
-        The pass in progress decides its next turns under the new policy; when the intervals
-        changed, the next pass re-plans every user (`follow_schedule`).
-        """
+        """Take new settings, key file and client secret (SIGHUP): the pass in progress
+        follows the new policy, and new intervals re-plan every user at the next pass."""
         before = self.settings.poll
         super().reload(settings, key_ids_in_use=key_ids_in_use)
         self.breaker_retry_at = None  # the new secret or URLs may have fixed the cause
@@ -208,10 +198,8 @@ class Worker(Runtime):
             self.replan = max(self.replan or before.interval, before.interval)
 
     def watch_key_file(self) -> str | None:
-        """What is wrong with the key file on disk against the keys in force, or None.
-
-        The keys in force stay; the problem is kept for health (`problems`).
-        """
+        """What is wrong with the key file on disk against the keys in force (kept for
+        `problems`), or None; the keys in force stay."""
         try:
             on_disk = self.read_key_file()
         except LtaError as exc:
@@ -246,7 +234,6 @@ class _ApiOnFirstRead:
         self._rt = rt
 
     async def read(self, endpoint: Endpoint, token: Secret) -> Answer:
-        """`ApiClient.read`."""
         return await self._rt.api.read(endpoint, token)
 
     async def prove(self, proof: Proof) -> bool | None:
@@ -255,12 +242,9 @@ class _ApiOnFirstRead:
         return await (api.client_accepted() if proof == "client" else api.read_path_found())
 
 
-# A pass goes on while users are due: a plan made before the first answer of a new install
-# (from `ratelimit.fallback_per_hour`), or before the service changed the client's quota,
-# would space every user it reads for a budget that is not there. Once the budget moves
-# (`report.budget_moved`), it is stored (`jobs.keep_budget`) and the plan made again, at
-# most every REPLAN_GAP: a swinging budget, or a shared row on PostgreSQL that lags the
-# pacer's own reading, costs one scan of the users table per gap, not one per read.
+# A plan made before the first answer (or a quota change) spaces users for a budget that is
+# not there: once the budget moves it is stored and the plan made again, at most every
+# REPLAN_GAP (a swinging budget costs one scan of the users table per gap, not per read).
 REPLAN_GAP: Final = timedelta(seconds=60)
 
 

@@ -1,12 +1,9 @@
-"""`serve`'s plumbing: its APScheduler jobs (`start_scheduler`, `Guard`), its reload on SIGHUP
+"""`serve`'s plumbing: APScheduler jobs (`start_scheduler`, `Guard`), reload on SIGHUP
 (`Reloader`) and systemd's notify protocol (`Notifier`).
 
-APScheduler 3.11's `AsyncIOScheduler` runs each job (`JOB_IDS`) on its interval, one run at
-a time and coalesced: a pass that overruns its tick delays the next, never doubles it. Two
-of its traps shape this: `shutdown()` cancels running coroutine jobs at once (so `serve`
-pauses first and shuts down only after the grace period), and it logs in plain text, which
-would break the JSON stream (jobs report their own errors as events; its records are not
-printed).
+Each job runs one at a time, coalesced (an overrun delays the next pass, never doubles it).
+APScheduler's `shutdown()` cancels running jobs at once (`serve` pauses first), and its
+plain-text records would break the JSON stream (jobs log their own errors as events).
 """
 
 from __future__ import annotations
@@ -146,14 +143,9 @@ def _explained(exc: BaseException) -> LtaError | None:
     return leaves[0]
 
 
-# One datagram of newline-separated `KEY=VALUE` pairs to $NOTIFY_SOCKET (a leading `@`: the
-# abstract namespace); without it every call does nothing. The watchdog is on when
-# $WATCHDOG_USEC is positive and $WATCHDOG_PID, if set, is this process; pings go at half
-# that period, as sd_watchdog_enabled(3) advises.
-
-
 class Notifier:
-    """Sends notifications to systemd when run under a `Type=notify` unit."""
+    """Notifications to systemd's $NOTIFY_SOCKET (sd_notify(3)); the watchdog pinged at half
+    its period when $WATCHDOG_USEC is set for this process (sd_watchdog_enabled(3))."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
@@ -203,10 +195,8 @@ class Notifier:
         return self.notify(stopping=1, status=status)
 
 
-# The new settings and key file, or the old ones if they are broken. A reload the database
-# keeps from completing (the key ids stored tokens use are read from it) is tried again,
-# RELOAD_RETRY doubling up to RELOAD_RETRY_MAX, until it completes or another SIGHUP comes,
-# never lost. It runs off the signal loop: a stalled database must not hold a SIGTERM.
+# A reload the database keeps from completing (it holds the key ids in use) is tried again,
+# RELOAD_RETRY doubling up to RELOAD_RETRY_MAX, until it completes or another SIGHUP comes.
 RELOAD_RETRY: Final = 2.0
 RELOAD_RETRY_MAX: Final = 60.0
 
@@ -249,8 +239,8 @@ class Reloader:
             retry = min(2 * retry, RELOAD_RETRY_MAX)
 
     async def _reload(self, scheduler: AsyncIOScheduler, retry: float) -> bool:
-        """On SIGHUP: the new settings and key file, or the old ones if they are broken.
-        False when the database was away: the old ones stay until the retry in `retry` s."""
+        """The new settings and key file, or the old ones if they are broken; False when the
+        database was away (the old ones stay until the retry in `retry` s)."""
         self.notifier.reloading("reloading the configuration and the key file")
         before = self._intervals()
         try:

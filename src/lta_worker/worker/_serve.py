@@ -1,14 +1,6 @@
 """`serve`: the long-running service under systemd (docs/operations.md, *Service, timer or
-cron*, *The circuit breaker in service mode*).
-
-A pass every `poll.tick` and the jobs of `_jobs` on their intervals (`_scheduler`);
-sd_notify READY, STATUS, WATCHDOG (from the event loop) and STOPPING; SIGTERM/SIGINT stop
-claiming, let in-flight reads finish within `serve.grace_period`, commit and exit 0, and
-a stop that waits `STOP_BOUND` more for a stalled database exits 75; SIGHUP reloads
-(`Reloader`). A pass stopped by the breaker keeps the service up and unhealthy, retried
-every `BREAKER_RETRY` or after a reload; a stored token under a key id the key file lacks,
-even read again, stops it with exit 78 (`service.config_stop`). `[metrics] listen` and
-`[enroll] listen` start their listeners beside it (`_metrics_http`, `_enroll`).
+cron*, *The circuit breaker in service mode*): passes and jobs on their intervals, signals,
+sd_notify, and the listeners of `[metrics]` and `[enroll]`.
 """
 
 from __future__ import annotations
@@ -55,12 +47,10 @@ if TYPE_CHECKING:
 log = get_logger("lta_worker.service")
 # Beyond the grace period, what a stopped pass needs to commit and release its leases.
 STOP_MARGIN: Final = 2.0
-# Beyond the grace period, the longest a stop waits for the database (the pass's last
-# commit, the instance's unregistering): a stalled one never answers, and `serve` then
-# exits 75 without it, well within the unit's TimeoutStopSec (30 s at the default grace).
+# Beyond the grace period, the longest a stop waits for a stalled database before `serve`
+# exits 75, well within the unit's TimeoutStopSec (30 s at the default grace).
 STOP_BOUND: Final = 3 * STOP_MARGIN
-# How often a `serve` whose breaker tripped runs a pass again to see whether the cause is
-# gone (a reload checks at the next tick): slow, since every such pass stops the same way.
+# How often a `serve` whose breaker tripped tries a pass again (a reload: at the next tick).
 BREAKER_RETRY: Final = timedelta(minutes=5)
 
 
@@ -81,9 +71,7 @@ class Service:
         self.stop_error: LtaError | None = None
         self.breaker: Trip | None = None  # the cause, while the breaker keeps passes off
         self.guard = Guard()
-        # The bound of a stop (`STOP_BOUND`), armed by a stop when `bounded`: only the `serve`
-        # command's process sets it, as the bound ends the process.
-        self.bounded = False
+        self.bounded = False  # a stop past `STOP_BOUND` ends the process (the command only)
         self.deadline: threading.Timer | None = None
         self.reloader = Reloader(worker, notifier, reload_settings, self._intervals)
 
@@ -189,8 +177,8 @@ class Service:
         os._exit(EX_TEMPFAIL)
 
     async def _pass_job(self) -> None:
-        """Every `poll.tick`: the key file checked, then a pass (while the breaker is open,
-        only every `BREAKER_RETRY`); a key id still missing stops the service."""
+        """Every `poll.tick` (every `BREAKER_RETRY` while the breaker is open): the key file
+        checked, then a pass; a key id still missing stops the service."""
         if self.stopping:
             return
         retry_at = self.worker.breaker_retry_at  # cleared by a reload
@@ -203,10 +191,9 @@ class Service:
             await jobs.check_key_file(self.worker)
             if self.stopping:
                 return
-            # Only a key id the key file lacks stops the service. Other exit-78 errors of a
-            # pass (a database file that cannot be opened) are logged and the service goes
-            # on: the same words come from a machine out of file descriptors, which passes,
-            # and a unit kept down by 78 would not come back.
+            # Only a key id the key file lacks stops the service: other exit-78 errors (a
+            # database file that cannot be opened) also come from a machine out of file
+            # descriptors, which passes, and a unit kept down by 78 would not come back.
             try:
                 result = await self.worker.run_pass()
             except UnknownKeyError as exc:
@@ -286,11 +273,7 @@ async def serve(
     bounded: bool = False,
 ) -> int:
     """Open a worker and serve until a stop signal; return the exit code. `bounded`: a stop
-    that waits `STOP_BOUND` past the grace period for the database ends the process (75).
-
-    Raises:
-        UnknownKeyError: a stored token's key id is missing from the key file (exit 78).
-    """
+    that waits `STOP_BOUND` past the grace period for the database ends the process (75)."""
     service: Service | None = None
     try:
         async with Worker(settings, kind="serve", transport=transport, clock=clock) as worker:

@@ -1,9 +1,6 @@
-"""One user's turn in a pass (decrypt the token, read each endpoint, classify, decide), and
-the lines of a read and of a decision written (`log_read`, `log_changes`; docs/log-events.md).
-
-Each read waits for a pacer permit first, and is sent only while the user's lease is
-certainly held until the read's end (`LeaseBook`); otherwise the turn is given up like a
-stop (the user stays due) and counted for `pass.lease_lapsed`.
+"""One user's turn in a pass (decrypt, read each endpoint, classify, decide), and the log
+lines of a read and of a decision written (docs/log-events.md). A read is sent only while
+the user's lease is certainly held until its end (`LeaseBook`), else the turn is given up.
 """
 
 from __future__ import annotations
@@ -127,8 +124,7 @@ class Turns:
     _read_log: Any = field(default_factory=pass_logger)  # one per pass
 
     async def turn(self, user: UserRow) -> UserUpdate | None:
-        """The user's turn: its decision, or None (no token, or the pass aborted on a key id
-        the key file lacks). Raises `Interrupted` when the pass stopped before any read."""
+        """The user's decision, or None (no token, or an abort); `Interrupted` before a read."""
         opts = self.options
         if user.token is None:
             return None
@@ -142,9 +138,7 @@ class Turns:
             key_id = None if user.token is None else user.token.key_id
             log.error("token.undecryptable", user=user.user, key_id=key_id)
             return self._unusable(user)
-        # upstream (and httpx with it) is imported at the first read: a `run` with nobody
-        # due never needs it.
-        from lta_worker.upstream import usable_token
+        from lta_worker.upstream import usable_token  # httpx only when someone is due
 
         if not usable_token(token):  # stored before enrollment checked what a header can carry
             log.error(
@@ -195,16 +189,14 @@ class Turns:
             except LeaseLapsed:
                 self.pacer.feed(permit, {}, None)  # taken, not used: the pacer is told
                 raise
-            # Counted as its first read goes out: a pass cut short later (breaker, grace
-            # over) still counts every user it read.
+            # Counted as its first read goes out: a pass cut short still counts it.
             if first and attempt == 1:
                 self.result.users += 1
             begun = self.clock.monotonic()
             try:
                 answer = await self.api.read(endpoint, token)
             except BaseException:
-                # Cancelled mid-request (grace over): the permit is used and no answer
-                # came. The pacer outlives the pass in `serve`, so it must be told.
+                # Cancelled mid-request: the pacer (which outlives the pass) must be told.
                 self.pacer.feed(permit, {}, None)
                 raise
             read_at = self.clock.now()
