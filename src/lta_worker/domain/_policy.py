@@ -5,12 +5,8 @@ sections 3, 5 and 7 and DESIGN.md "Rules from the spec". The functions under it 
 turn's outcomes through the table; they do no I/O and take `now` and the jitter source.
 
 A turn calls the user's endpoints in order (latest-change first) and stops at the first
-outcome that ends the turn; results after it therefore never exist.
-
-Longer than the ~400-line ceiling on purpose, as h11 keeps every rule of its state machine
-in one file: the table, the fold that applies it and the schedule it sets are read together
-against the spec; the drop rules (`_drop`), the freshness arithmetic (`_freshness`,
-`_estimate`) and the breaker (`_breaker`) are already apart.
+outcome that ends the turn; results after it therefore never exist. Over 400 lines on
+purpose (as h11's state machine): the table and its fold are read together against the spec.
 """
 
 from __future__ import annotations

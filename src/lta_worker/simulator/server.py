@@ -215,15 +215,13 @@ def auth_routes(sim: Simulator) -> list[Route]:
 
 def build_app(sim: Simulator) -> Starlette:
     """The ASGI app of `sim`: auth service, control API and public API on one origin."""
-    app = Starlette(
+    return Starlette(
         routes=[
             Mount(AUTH_PREFIX, routes=auth_routes(sim)),
             Mount(CONTROL_PREFIX, routes=control_routes(sim)),
             *api_routes(sim),
         ]
     )
-    app.state.simulator = sim
-    return app
 
 
 def _not_a_drop(record: logging.LogRecord) -> bool:
