@@ -67,6 +67,9 @@ def test_derived_defaults(tmp_path: Path) -> None:
         ({"client": {"id": ""}}, "client.id"),
         ({"database": {"url": "mysql://x"}}, "database.url"),
         ({"log": {"level": "loud"}}, "log.level"),
+        ({"webhook": {"events": ["user.revoked", "result.changd"]}}, "webhook.events"),
+        ({"webhook": {"events": []}}, "webhook.events"),
+        ({"webhook": {"events": 5}}, "webhook.events"),
         ({"client": None}, "client"),
     ],
 )

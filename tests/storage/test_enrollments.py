@@ -5,23 +5,16 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import PendingEnrollment
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._enrollments import state_hash
-from support.storage import MINUTE, T0, keyring
+from support.storage import MINUTE, T0
 
 STATE = "st_Zq8f3kq2nD9xVwS1_ab"
 VERIFIER = Secret("ver_" + "x" * 60)
-
-
-@pytest.fixture
-def vault() -> Vault:
-    """A one-key vault."""
-    return Vault(keyring("k1"))
 
 
 def pending(vault: Vault, user: str = "alice", ttl: timedelta = 10 * MINUTE) -> PendingEnrollment:

@@ -11,15 +11,9 @@ from sqlalchemy import select
 
 from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, UserUpdate
 from lta_worker.storage import OutboxEvent, Store, User, Vault
-from support.storage import HOUR, MINUTE, T0, enroll, keyring, read_turn
+from support.storage import HOUR, MINUTE, T0, enroll, read_turn
 
 from .test_feed import take
-
-
-@pytest.fixture
-def vault() -> Vault:
-    """A one-key vault."""
-    return Vault(keyring("k1"))
 
 
 def read(user_id: int, minute: int, value: int) -> UserUpdate:
