@@ -62,7 +62,7 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
         ("alice", "latest-change", {"v": 1}),
         ("alice", "latest-change", {"v": 2}),
     ]
-    assert rows[0]["state"] == "active"
+    assert (rows[0]["state"], rows[0]["fetched_at"]) == ("active", "2025-06-01T12:01:00Z")
     again, same = export(config, store_url, cursor)
     assert (again, position(same) >= position(cursor)) == ([], True)
     with Store.open(store_url) as store:
@@ -79,23 +79,24 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
 
 
 def test_history_since_and_a_stored_infinity(tmp_path: Path, store_url: str) -> None:
-    """`--history --since` lists the contents read since; `--since` alone exits 2; a row an
-    older version stored with `Infinity` (SQLite: PostgreSQL's json never took one) is left out
-    with a warning, every line strict JSON."""
+    """`--history --user --since` lists one user's contents read since; `--since` alone exits 2;
+    a row an older version stored with `Infinity` (SQLite: PostgreSQL's json never took one) is
+    left out with a warning, every line strict JSON."""
     config = write_config(tmp_path, store_url)
     with Store.open(store_url) as store:
         vault = Vault(keyring("k1"))
         bad, good = enroll(store, vault, "bad").id, enroll(store, vault, "good").id
         for minute in range(3):
             store.apply([read(good, minute, {"n": minute})])
-        store.apply([read(bad, 0, {"n": 1})])
+        store.apply([read(bad, 2, {"n": 1})])
         if store.dialect == "sqlite":
             with store.database.write() as conn:
                 conn.execute(
                     text("UPDATE snapshots SET payload = '{\"n\": Infinity}' WHERE user_id = :u"),
                     {"u": bad},
                 )
-    done = cli(config, "results", "export", "--history", "--since", (T0 + MINUTE).isoformat())
+    since = (T0 + MINUTE).isoformat()
+    done = cli(config, "results", "export", "--history", "--user", "good", "--since", since)
     assert done.returncode == 0, done.stderr
     payloads = [json.loads(line)["payload"] for line in done.stdout.splitlines()]
     assert payloads == [{"n": 1}, {"n": 2}]

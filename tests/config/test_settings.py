@@ -71,16 +71,26 @@ def test_derived_defaults(tmp_path: Path) -> None:
         ({"webhook": {"events": []}}, "webhook.events"),
         ({"webhook": {"events": 5}}, "webhook.events"),
         ({"client": None}, "client"),
+        ({"client": {"id": None}}, "client.id"),
+        ({"service": {"base_url": None}}, "service.base_url"),
+        ({"service": {"auth_url": "http://10.0.0.8/auth"}}, "service.auth_url"),
+        ({"service": {"token_url": "http://account.example/oidc/token"}}, "service.token_url"),
+        ({"webhook": {"url": "http://hooks.example/lta"}}, "webhook.url"),
+        ({"client": {"redirect_uri": "callback"}}, "client.redirect_uri"),
+        ({"database": {"url": "lta.db"}}, "database.url"),
+        ({"polling": {"interval": "1h"}}, "polling"),
     ],
 )
 def test_a_broken_key_is_named(patch: dict[str, object], key: str) -> None:
-    """Each broken setting raises ConfigError (exit 78) whose message names the key."""
+    """Each broken setting raises ConfigError (exit 78) whose message names the key (None: the
+    key left out; through `run`, one JSON line: tests/reliability/test_bad_input.py)."""
     data: dict[str, object] = with_setting("client.id", "c")
     for section, values in patch.items():
         if values is None:
             data.pop(section)
         else:
-            data[section] = {**data.get(section, {}), **values}  # type: ignore[dict-item]
+            merged = {**data.get(section, {}), **values}  # type: ignore[dict-item]
+            data[section] = {k: v for k, v in merged.items() if v is not None}
     with pytest.raises(ConfigError) as info:
         build_settings(data)
     assert info.value.key == key
@@ -103,11 +113,12 @@ def test_http_is_allowed_for_loopback_only() -> None:
 
 
 def test_invalid_toml_and_missing_file_are_config_errors(tmp_path: Path) -> None:
-    """An unreadable config is a ConfigError that says what to do, not a traceback."""
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_settings(tmp_path / "nope.toml", env={})
-    with pytest.raises(ConfigError, match="not valid TOML"):
-        load_settings(write(tmp_path, "[service\n"), env={})
+    """An unreadable config is a ConfigError naming the file and what is wrong with it."""
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=f"{missing}.*does not exist"):
+        load_settings(missing, env={})
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.toml'}.*not valid TOML"):
+        load_settings(write(tmp_path, "[service\nbase_url = "), env={})
 
 
 def test_client_secret_is_read_from_its_file_and_masked(tmp_path: Path) -> None:
@@ -184,6 +195,7 @@ def test_a_url_with_a_valid_port_is_taken(url: str) -> None:
         ("LTA_WORKER_POLL_INTERVALL", "1h", "poll.intervall"),
         ("LTA_WORKER_POLL_CONCURRENCY", "many", "poll.concurrency"),
         ("LTA_WORKER_POLL_INTERVAL", "0s", "poll.interval"),
+        ("LTA_WORKER_POLL_INTERVAL", "every now and then", "poll.interval"),
     ],
 )
 def test_an_environment_problem_names_its_variable(
