@@ -246,8 +246,6 @@ def test_every_row_is_exercised() -> None:
     ("exc", "expected"),
     [
         (EnrollmentError("x", reason="a_reason_nobody_wrote"), RESTART),
-        (EnrollmentError("x"), RESTART),
-        (UnknownUserError("bob"), USERS),
         (KeyFileError("x", reason="a_reason_nobody_wrote"), None),
         (UsageError("x", reason="a_reason_nobody_wrote"), None),
         (LtaError("x", reason="missing"), None),

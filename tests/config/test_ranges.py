@@ -3,15 +3,12 @@ enforced at load (docs/config.md states it: tests/packaging/test_config_doc.py).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from lta_worker.config import Settings, build_settings, parse_duration
+from lta_worker.config import Settings, build_settings
 from lta_worker.config._fields import Bound, Rule, field_types, ranges, render
 from lta_worker.errors import ConfigError
 from support.configs import BASE, with_setting
@@ -83,28 +80,6 @@ def _outside(low: Bound, high: Bound) -> list[Bound]:
     return [float(low) - 0.01, float(high) * 1.01 + 0.01]
 
 
-@given(text=st.text(max_size=30))
-def test_parse_duration_raises_only_value_error(text: str) -> None:
-    """Any text parses to a timedelta or raises ValueError, never anything else."""
-    with contextlib.suppress(ValueError):
-        assert isinstance(parse_duration(text), timedelta)
-
-
-@given(digits=st.integers(min_value=1, max_value=40), unit=st.sampled_from(list("smhdw")))
-def test_huge_durations_are_refused_not_overflowing(digits: int, unit: str) -> None:
-    """`999...9<unit>` of any length is accepted within range or refused naming the key."""
-    value = "9" * digits + unit
-    seconds = int("9" * digits) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-    if timedelta(seconds=0.1).total_seconds() <= seconds <= 365 * 86400:
-        assert (
-            build_settings(with_setting("poll.interval", value)).poll.interval.total_seconds() > 0
-        )
-        return
-    with pytest.raises(ConfigError) as info:
-        build_settings(with_setting("poll.interval", value))
-    assert info.value.key == "poll.interval"
-
-
 HUGE = 10**400  # a TOML integer no float holds
 HUGER = 16**5000 - 1  # `0xfff...`: TOML hex has no digit limit, its decimal form has
 
@@ -120,7 +95,8 @@ def test_a_huge_integer_is_refused_naming_the_key(key: str, huge: int) -> None:
 
 
 def test_a_huge_integer_duration_is_too_long() -> None:
-    """A huge integer duration gets the message of an over-long duration string."""
+    """A huge integer duration gets the message of an over-long duration string (the parser on
+    any text and on huge ones: tests/domain/test_durations.py)."""
     with pytest.raises(
         ConfigError, match=r"^poll\.interval: invalid duration.*: too long to represent$"
     ):

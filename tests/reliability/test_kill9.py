@@ -176,16 +176,18 @@ def test_kill9_during_key_rotation_loses_no_token(deployment: Workspace) -> None
     print(f"\nkill -9 during keys rotate: 5 kills, {halfway} mid-rotation")
 
 
-def test_next_run_reads_the_users_a_killed_run_had_leased(deployment: Workspace) -> None:
-    """With the default 5-minute lease, the run after a kill -9 reads every user due, the
-    ones the dead run had claimed included (on SQLite the lock proves their owner dead)."""
+def test_the_run_after_a_kill_reads_its_leased_users_and_forgets_it(deployment: Workspace) -> None:
+    """With the default 5-minute lease, the run after a kill -9 takes the dead run for dead
+    (on SQLite the lock proves it): it reads every user the dead run had claimed, exits 0, and
+    `status` no longer lists the dead instance."""
     deployment.configure(poll={"lease_duration": "5m"})
     deployment.sim.inject_fault("latency", rate=1.0, delay=0.3)
     proc = deployment.spawn("run")
     assert wait_for(lambda: reads_seen(deployment.sim) >= 2, timeout=20)
     proc.kill()
-    leased = [u for u, r in inspect(deployment.database).users.items() if r.lease_owner]
-    assert leased
+    seen = inspect(deployment.database)
+    leased = [u for u, r in seen.users.items() if r.lease_owner]
+    assert leased and seen.instances_of(proc.process.pid) != []
     deployment.sim.clear_faults()
     started = datetime.now(UTC)
     done = deployment.cli("run")
@@ -194,20 +196,7 @@ def test_next_run_reads_the_users_a_killed_run_had_leased(deployment: Workspace)
     polled = {u: seen.users[u].last_polled_at for u in leased}
     unread = [u for u, at in polled.items() if at is None or at < started]
     assert unread == [], f"the run after the kill exited 0 without reading {unread}"
-
-
-def test_the_run_after_a_kill_forgets_the_dead_instance(deployment: Workspace) -> None:
-    """After a kill -9, the next run takes the dead run's instance for dead (SQLite's lock
-    proves it): it is not counted in the budget share, and `status` no longer lists it."""
-    deployment.sim.inject_fault("latency", rate=1.0, delay=0.3)
-    proc = deployment.spawn("run")
-    assert wait_for(lambda: reads_seen(deployment.sim) >= 1, timeout=20)
-    proc.kill()
-    assert inspect(deployment.database).instances_of(proc.process.pid) != []
-    deployment.sim.clear_faults()
-    done = deployment.cli("run")
-    assert done.returncode == 0, done.stderr[-3000:]
-    status = deployment.cli("status", "--format", "json")
+    status = deployment.here("status", "--format", "json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["instances"] == []
 
