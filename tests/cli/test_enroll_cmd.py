@@ -1,6 +1,7 @@
 """The enroll and users commands against the simulator on a loopback port, with a config file, a
 key file and a client secret file (mode 0600), in-process (in child processes, with every secret
-planted: tests/reliability/test_canary.py; a redirect used twice: tests/enrollment)."""
+planted: tests/reliability/test_canary.py; a redirect used twice, a client without the mode:
+tests/enrollment/test_enrollment.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
-    PLAIN_CLIENT_ID,
-    PLAIN_CLIENT_SECRET,
     RunningSimulator,
 )
 from support.enroll import query_of
@@ -98,20 +97,6 @@ def test_enroll_token_reads_the_user_token_from_stdin(cli: Cli) -> None:
     assert [(u["user"], u["scopes"]) for u in listed] == [("bob", [STATS_SCOPE])]
     for value in (user_token, code, cli.stored_token("bob"), DEMO_CLIENT_SECRET):
         assert value not in cli.rendered
-
-
-def test_client_without_the_mode_exits_78(tmp_path: Path, running: RunningSimulator) -> None:
-    """plain-client: finish reports invalid_scope as 'mode not opened, ask the operator', 78."""
-    cli = make_cli(tmp_path, running, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET)
-    url = cli.here("enroll", "url", "--user", "alice")
-    assert url.returncode == 0, url.stderr
-    location = cli.consent(url.stdout.strip(), "svc-alice")
-    done = cli.here("enroll", "finish", "--user", "alice", stdin=location)
-    assert done.returncode == 78
-    assert done.stdout == ""
-    assert "invalid_scope" in done.stderr
-    assert "not opened on this client" in done.stderr
-    assert "operator" in done.stderr
 
 
 def test_finish_takes_no_secret_from_an_argument(cli: Cli) -> None:

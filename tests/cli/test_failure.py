@@ -1,16 +1,16 @@
-"""The CLI boundary's classification and rendering: one line, the right code, no secret."""
+"""The CLI boundary's classification and rendering: one line, the right code, no secret (the
+traceback of the debug switch: tests/reliability/test_cli_errors.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import io
 import json
 
 import pytest
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from lta_worker.cli._failure import DEBUG_HINT, classify, render, report
+from lta_worker.cli._failure import DEBUG_HINT, classify, render
 from lta_worker.errors import ConfigError, StorageError, UnknownKeyError, UsageError
 
 
@@ -65,22 +65,3 @@ def test_console_line_is_one_line_with_the_hint() -> None:
     """Console rendering: `lta-worker: error: MESSAGE (HINT)` on one line, secrets masked."""
     line = render(classify(StorageError("a\nb Bearer abcdef123", hint="rerun")), as_json=False)
     assert line == "lta-worker: error: a b Bearer [redacted] (rerun)"
-
-
-def test_report_prints_a_traceback_only_when_debugging() -> None:
-    """`report` writes one line without debug; with debug, Python's traceback first."""
-
-    def fail() -> None:
-        local_secret = "value-of-a-local"  # noqa: F841 - must never be rendered
-        raise RuntimeError("boom")
-
-    try:
-        fail()
-    except RuntimeError as exc:
-        caught = exc
-    quiet, loud = io.StringIO(), io.StringIO()
-    assert report(caught, fmt="console", debug=False, stream=quiet) == 1
-    assert report(caught, fmt="console", debug=True, stream=loud) == 1
-    assert quiet.getvalue().count("\n") == 1 and "Traceback" not in quiet.getvalue()
-    assert "Traceback" in loud.getvalue() and "value-of-a-local" not in loud.getvalue()
-    assert loud.getvalue().splitlines()[-1] == quiet.getvalue().strip()

@@ -1,6 +1,6 @@
 """Lines an operator reads, through the real entry point in-process: `check` tries the
-listeners' addresses, `run` names a broken secret file before the database's lock, a missing
-SQLite file says that it does not exist."""
+listeners' addresses, `run` names a broken secret file before the database's lock (a missing
+SQLite file: test_readonly_cmds.py)."""
 
 from __future__ import annotations
 
@@ -71,16 +71,6 @@ def test_run_names_a_broken_secret_file_before_the_lock(tmp_path: Path) -> None:
             code, _, err = run(config, "run")
     event = json.loads(err.splitlines()[-1])
     assert (code, event["key"]) == (78, "client.secret_file"), event
-
-
-def test_a_missing_sqlite_file_is_said_not_to_exist(tmp_path: Path) -> None:
-    """`status` on a missing SQLite file says it does not exist and names `db upgrade`."""
-    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
-    code, _, err = run(config, "status")
-    event = json.loads(err.splitlines()[-1])
-    assert (code, event["error"]) == (78, "NoDatabaseError"), event
-    assert "does not exist" in str(event["message"])
-    assert "lta-worker db upgrade" in str(event["hint"])
 
 
 def test_check_names_the_fix_for_a_secret_file_it_may_not_read(

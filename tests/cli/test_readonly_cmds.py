@@ -89,6 +89,9 @@ def test_missing_database_is_78_naming_db_upgrade(
         event = one_error_line(done)
         assert event["exit_code"] == 78
         assert "lta-worker db upgrade" in str(event["hint"])
+        if empty_url.startswith("sqlite"):
+            assert event["error"] == "NoDatabaseError", event
+            assert "does not exist" in str(event["message"])
     if empty_url.startswith("sqlite"):
         assert not Path(empty_url.removeprefix("sqlite:///")).parent.exists()
     assert tables(empty_url) == set()

@@ -172,15 +172,9 @@ def violations(
     revoked: Iterable[str] = (),
     acknowledged: Mapping[tuple[str, str], datetime] | None = None,
 ) -> list[str]:
-    """Every broken invariant (see the module docstring), in words; [] when all hold.
-
-    Args:
-        seen: what `inspect` read.
-        vault: decrypts the stored tokens.
-        tokens: the plaintext the service issued, per user.
-        revoked: users the service revoked (their token may legitimately be gone).
-        acknowledged: the newest `fetched_at` seen committed per (user, endpoint) before.
-    """
+    """Every broken invariant (see the module docstring) in what `inspect` read, in words; []
+    when all hold. `tokens` are the plaintexts the service issued, `revoked` the users whose
+    token may be gone, `acknowledged` the newest `fetched_at` seen committed per key before."""
     found: list[str] = []
     if seen.integrity != "ok":
         return [f"integrity: {seen.integrity}"]

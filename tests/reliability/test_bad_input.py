@@ -370,6 +370,7 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ("secret file with a BOM", _secret_bytes(b"\xef\xbb\xbfa-client-secret\n"), {}, "BOM"),
     ("secret file non-ASCII", _secret_bytes("a-cl\u00efent\n".encode()), {}, "client.secret_file"),
     ("secret file not UTF-8", _secret_bytes(b"a-\xff-secret\n"), {}, "client.secret_file"),
+    ("secret file on two lines", _secret_file("a-secret\nsecond line\n"), {}, "client.secret_file"),
     ("secret file mode 0644", _secret_bytes(b"a-client-secret\n", 0o644), {}, "chmod 600"),
     ("secret file a FIFO", _fifo("client", "secret_file"), {}, "client.secret_file"),
     ("secret file a directory", _set("client", "secret_file", "/"), {}, "client.secret_file"),
