@@ -12,15 +12,8 @@ from pathlib import Path
 import pytest
 
 from lta_worker.storage import Store
-from support.process import run_here
 
-from .test_readonly_cmds import write_config
-
-
-def run(config: Path, *args: str) -> tuple[int, str, str]:
-    """`lta-worker --config CONFIG ARGS` in-process; (exit code, stdout, stderr)."""
-    done = run_here(["--config", str(config), *args])
-    return done.returncode or 0, done.stdout, done.stderr
+from .test_readonly_cmds import cli, write_config
 
 
 def _listening(tmp_path: Path, section: str, port: int) -> str:
@@ -49,13 +42,13 @@ def test_check_tries_the_listen_address(tmp_path: Path, section: str) -> None:
             "[client]\n", f'[client]\nredirect_uri = "http://127.0.0.1:{port}/lta/callback"\n'
         )
         config.write_text(base + _listening(tmp_path, section, port))
-        code, out, _ = run(config, "check", "--format", "json")
-    listen = {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]
-    assert (code, listen["ok"], listen["exit_code"]) == (78, False, 78)
+        done = cli(config, "check", "--format", "json")
+    listen = {c["name"]: c for c in json.loads(done.stdout)["checks"]}[f"{section}_listen"]
+    assert (done.returncode, listen["ok"], listen["exit_code"]) == (78, False, 78)
     assert listen["message"].startswith(f"{section}.listen: ")
     assert "another process holds it" in listen["hint"]
-    code, out, _ = run(config, "check", "--format", "json")  # now free
-    assert {c["name"]: c for c in json.loads(out)["checks"]}[f"{section}_listen"]["ok"]
+    done = cli(config, "check", "--format", "json")  # now free
+    assert {c["name"]: c for c in json.loads(done.stdout)["checks"]}[f"{section}_listen"]["ok"]
     with socket.socket() as again:  # and let go at once
         again.bind(("127.0.0.1", port))
 
@@ -68,9 +61,9 @@ def test_run_names_a_broken_secret_file_before_the_lock(tmp_path: Path) -> None:
     with Store.open(url) as store:
         store.upgrade()
         with store.single_instance_lock():
-            code, _, err = run(config, "run")
-    event = json.loads(err.splitlines()[-1])
-    assert (code, event["key"]) == (78, "client.secret_file"), event
+            done = cli(config, "run")
+    event = json.loads(done.stderr.splitlines()[-1])
+    assert (done.returncode, event["key"]) == (78, "client.secret_file"), event
 
 
 def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
@@ -86,7 +79,7 @@ def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", denied)
-    code, out, _ = run(config, "check", "--format", "json")
-    failed = {c["name"]: c for c in json.loads(out)["checks"]}["client_secret"]
-    assert (code, failed["exit_code"]) == (78, 78)
+    done = cli(config, "check", "--format", "json")
+    failed = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["client_secret"]
+    assert (done.returncode, failed["exit_code"]) == (78, 78)
     assert "Permission denied" in failed["message"] and "LoadCredential=" in failed["hint"]

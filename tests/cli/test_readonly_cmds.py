@@ -14,7 +14,7 @@ from sqlalchemy import inspect, text
 from lta_worker.errors import LtaError
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._migrate import alembic_config
-from support.process import Output, run_here
+from support.process import Output, render_toml, run_here, write_private
 from support.storage import enroll, keyring
 
 READ_ONLY = [
@@ -30,26 +30,20 @@ READ_ONLY = [
 
 def write_config(tmp_path: Path, url: str) -> Path:
     """A config for `url`, with a key file and a client secret file (mode 0600)."""
-    keys = tmp_path / "keys"
-    keys.write_text("k1:" + "A" * 43 + "=\n")
-    keys.chmod(0o600)
-    secret = tmp_path / "secret"
-    secret.write_text("s3cr3t-value\n")
-    secret.chmod(0o600)
+    keys = write_private(tmp_path / "keys", "k1:" + "A" * 43 + "=\n")
+    secret = write_private(tmp_path / "secret", "s3cr3t-value\n")
+    service = {"base_url": "http://127.0.0.1:9", "auth_url": "http://127.0.0.1:9"}
     config = tmp_path / "config.toml"
     config.write_text(
-        "[service]\n"
-        'base_url = "http://127.0.0.1:9"\n'
-        'auth_url = "http://127.0.0.1:9"\n'
-        "[client]\n"
-        'id = "client"\n'
-        f"secret_file = {str(secret)!r}\n"
-        "[database]\n"
-        f"url = {url!r}\n"
-        "[crypto]\n"
-        f"key_file = {str(keys)!r}\n"
-        "[log]\n"
-        'format = "json"\n'
+        render_toml(
+            {
+                "service": service,
+                "client": {"id": "client", "secret_file": str(secret)},
+                "database": {"url": url},
+                "crypto": {"key_file": str(keys)},
+                "log": {"format": "json"},
+            }
+        )
     )
     return config
 

@@ -78,6 +78,7 @@ def test_derived_defaults(tmp_path: Path) -> None:
         ({"webhook": {"url": "http://hooks.example/lta"}}, "webhook.url"),
         ({"client": {"redirect_uri": "callback"}}, "client.redirect_uri"),
         ({"database": {"url": "lta.db"}}, "database.url"),
+        ({"database": {"url": "postgresql+psycopg2://u@h/db"}}, "database.url"),
         ({"polling": {"interval": "1h"}}, "polling"),
     ],
 )

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.config import build_settings
-from lta_worker.errors import ConfigError, KeyFileError
-from lta_worker.storage import Keyring, Vault, generate_key_line, load_key_file
+from lta_worker.errors import KeyFileError
+from lta_worker.storage import Keyring, generate_key_line, load_key_file
 from lta_worker.storage._vault import KEY_ID_PATTERN, format_key_line, new_key_id, parse_key_file
 
 key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
@@ -155,17 +154,6 @@ def test_load_unreadable_file(tmp_path: Path) -> None:
     path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)), 0o000)
     with pytest.raises(KeyFileError, match="cannot be read"):
         load_key_file(path)
-
-
-def test_vault_from_settings_uses_crypto_key_file(tmp_path: Path) -> None:
-    """Vault.from_settings reads the file crypto.key_file names; unset, a ConfigError names it."""
-    path = write_key_file(tmp_path / "keys", generate_key_line(datetime.now(UTC)))
-    service = {"base_url": "https://api.example", "auth_url": "https://auth.example"}
-    base = {"service": service, "client": {"id": "c"}}
-    settings = build_settings({**base, "crypto": {"key_file": str(path)}})
-    assert Vault.from_settings(settings).current_key_id == load_key_file(path).current_id
-    with pytest.raises(ConfigError, match=r"crypto\.key_file"):
-        Vault.from_settings(build_settings(base))
 
 
 def test_generated_lines_parse_with_unique_ids_and_fresh_keys() -> None:
