@@ -1,16 +1,23 @@
 """Every duration, size and count setting has a range, stated once in its field's metadata and
-enforced at load (docs/config.md states it: tests/packaging/test_config_doc.py)."""
+enforced at load (docs/config.md states it: tests/packaging/test_config_doc.py); the domain's, the
+pass's and the pacer's config objects take every default from the settings' fields."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import MISSING, fields
 from datetime import timedelta
 
 import pytest
 
-from lta_worker.config import Settings, build_settings
+from lta_worker.config import PollSettings, RateLimitSettings, Settings, build_settings
 from lta_worker.config._fields import Bound, Rule, field_types, ranges, render
+from lta_worker.domain import PolicyConfig
+from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.errors import ConfigError
+from lta_worker.pacing import PacerCore
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT
+from lta_worker.worker import PassOptions
 from support.configs import BASE, with_setting
 
 RANGES = ranges(Settings)
@@ -101,3 +108,49 @@ def test_a_huge_integer_duration_is_too_long() -> None:
         ConfigError, match=r"^poll\.interval: invalid duration.*: too long to represent$"
     ):
         build_settings(with_setting("poll.interval", HUGE))
+
+
+M, H = timedelta(minutes=1), timedelta(hours=1)
+
+
+def test_config_objects_state_no_default_of_their_own() -> None:
+    """PolicyConfig, FreshnessConfig and PassOptions restate no setting's default."""
+    for cls, own in ((PolicyConfig, {"plan"}), (FreshnessConfig, set()), (PassOptions, set())):
+        defaulted = {
+            f.name
+            for f in fields(cls)
+            if f.default is not MISSING or f.default_factory is not MISSING
+        }
+        assert defaulted == own, cls
+
+
+def test_the_policy_is_built_from_poll() -> None:
+    """`PollSettings.policy()` carries every `[poll]` key the policy and freshness schedule use."""
+    poll = PollSettings(
+        interval=30 * M,
+        parked_interval=12 * H,
+        backoff_base=timedelta(seconds=10),
+        schedule="adaptive",
+        max_interval=10 * M,
+        stats="on_change",
+        stats_max_age=2 * H,
+        rate_half_life=24 * H,
+    )
+    policy = poll.policy()
+    assert policy == PolicyConfig(
+        30 * M, 12 * H, timedelta(seconds=10), "adaptive", 10 * M, "on_change", 2 * H, 24 * H
+    )
+    assert policy.freshness == FreshnessConfig(
+        "adaptive", 30 * M, 30 * M, "on_change", 2 * H, 24 * H
+    )
+
+
+def test_the_pacers_defaults_are_the_settings() -> None:
+    """The pacer's defaults (reserve, fallback rate, max_wait) are `[ratelimit]`'s."""
+    core, ratelimit = PacerCore(), RateLimitSettings()
+    assert (core.reserve_fraction, core.fallback_per_hour, core.max_wait) == (
+        ratelimit.reserve,
+        ratelimit.fallback_per_hour,
+        ratelimit.max_wait.total_seconds(),
+    )
+    assert ratelimit.max_wait.total_seconds() == DEFAULT_MAX_WAIT
