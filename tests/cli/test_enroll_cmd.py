@@ -41,17 +41,13 @@ def cli(tmp_path: Path, running: RunningSimulator) -> Cli:
     return make_cli(tmp_path, running, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
 
 
-def log_events(stderr: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-
-
 def test_url_finish_list_without_leaks(cli: Cli) -> None:
     """enroll url, consent, enroll finish, users list: alice active; no secret in any output."""
     url = cli.here("enroll", "url", "--user", "alice")
     assert url.returncode == 0, url.stderr
     assert url.stdout.count("\n") == 1
     assert url.stdout.startswith(f"{cli.running.auth_url}/oidc/auth?")
-    assert [e["event"] for e in log_events(url.stderr)] == ["enroll.started"]
+    assert url.event_names() == ["enroll.started"]
 
     location = cli.consent(url.stdout.strip(), "svc-alice")
     assert location.startswith(REDIRECT + "?")
@@ -60,7 +56,7 @@ def test_url_finish_list_without_leaks(cli: Cli) -> None:
     assert done.stdout.count("\n") == 1
     assert "alice" in done.stdout
     assert all(scope in done.stdout for scope in LONG_TERM_SCOPES)
-    assert "enroll.completed" in [e["event"] for e in log_events(done.stderr)]
+    assert "enroll.completed" in done.event_names()
 
     listed = cli.here("users", "list", "--format", "json")
     assert listed.returncode == 0, listed.stderr

@@ -10,10 +10,12 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,22 +47,14 @@ class Case:
 
 def _mountable() -> bool:
     """True when this process may mount a tmpfs (root with CAP_SYS_ADMIN)."""
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
-    probe = Path(f"/tmp/lta-mount-probe-{os.getpid()}")  # removed below
-    probe.mkdir(exist_ok=True)
+    probe = Path(tempfile.mkdtemp(prefix="lta-mount-probe-"))
     try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-            capture_output=True,
-            check=False,
-        )
-        if done.returncode != 0:
+        mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)]
+        if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
             return False
-        subprocess.run(["umount", str(probe)], check=True)
-        return True
-    except FileNotFoundError:
-        return False
+        return subprocess.run(["umount", str(probe)], check=False).returncode == 0
     finally:
         probe.rmdir()
 

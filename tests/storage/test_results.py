@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from lta_worker.domain import PendingEnrollment, UserUpdate, canonical_json
-from lta_worker.secret import Secret
+from lta_worker.domain import UserUpdate, canonical_json
 from lta_worker.storage import OutboxEvent, Store, Vault
 from lta_worker.storage import _results as results
-from support.storage import HOUR, MINUTE, T0, enroll, read_turn
+from support.storage import HOUR, T0, enroll, read_turn
 
 DAY = timedelta(days=1)
 PAYLOAD = {"zeta": 1, "alpha": [1, 2.5, "é", None, True], "big": 2**62, "nested": {"b": 1, "a": 2}}
@@ -156,24 +155,6 @@ def test_retention_purges_revoked_and_dropped_after_delay(store: Store, vault: V
     assert store.purge_expired(T0, timedelta(days=30)).users == 0
     assert store.purge_expired(T0, timedelta(0)).users == 1  # 0: revoked-new's go at once
     assert [r.user for r in store.export_results()] == ["active"]
-
-
-def test_retention_purges_dead_pending_enrollments(store: Store, vault: Vault) -> None:
-    """Used and expired pending enrollments are purged; live ones stay."""
-    for state, expires in (("used", T0 + HOUR), ("expired", T0 - MINUTE), ("live", T0 + HOUR)):
-        store.save_pending(
-            state,
-            PendingEnrollment(
-                user="u",
-                verifier=vault.encrypt(Secret("v" * 43), user="u", purpose="verifier"),
-                redirect_uri="https://app.example/cb",
-                created_at=T0 - HOUR,
-                expires_at=expires,
-            ),
-        )
-    assert store.take_pending("used", T0) is not None
-    assert store.purge_expired(T0, timedelta(days=30)).pending == 2
-    assert store.take_pending("live", T0) is not None
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
