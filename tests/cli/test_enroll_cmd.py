@@ -194,32 +194,30 @@ def test_forget_in_another_process_wins_over_a_running_pass(
     assert (exported.returncode, exported.stdout.strip()) == (0, "")
 
 
-def test_drop_with_the_service_unreachable_is_pending_then_sent_again(tmp_path: Path) -> None:
+def test_drop_with_the_service_unreachable_is_pending_then_sent_again(cli: Cli) -> None:
     """Unreachable: `users drop` says so in one line and exits 75; a later drop confirms."""
-    with start_in_thread(Simulator()) as served:
-        cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
-        cli.enroll_by_cli("x", "svc-x")
-        good = cli.config.read_text(encoding="utf-8")
-        cli.config.write_text(
-            good.replace(f'auth_url = "{served.auth_url}"', 'auth_url = "http://127.0.0.1:9"'),
-            encoding="utf-8",
-        )
-        pending = cli.here("users", "drop", "--user", "x")
-        assert pending.returncode == 75, pending.stderr
-        # JSON logs: every line is JSON, the last the `error` event saying the drop is retried.
-        events = [json.loads(line) for line in pending.stderr.splitlines()]
-        assert events[-1]["event"] == "error" and "retry" in events[-1]["message"]
-        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
-        assert (listed[0]["state"], listed[0]["has_token"]) == ("dropping", True)
-        cli.config.write_text(good, encoding="utf-8")
-        again = cli.here("users", "drop", "--user", "x")
-        assert again.returncode == 0, again.stderr
-        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
-        assert (listed[0]["state"], listed[0]["has_token"]) == ("dropped", False)
-        # No pass read the dropping user: the only reads are the two drops' own, one before
-        # each DELETE (a plain 401 there would have kept the token).
-        reads = [r for r in served.sim.requests() if "/api/v1/history/" in r.path]
-        assert [(r.method, r.status) for r in reads] == [("GET", 200), ("GET", 200)]
+    cli.enroll_by_cli("x", "svc-x")
+    good = cli.config.read_text(encoding="utf-8")
+    cli.config.write_text(
+        good.replace(f'auth_url = "{cli.running.auth_url}"', 'auth_url = "http://127.0.0.1:9"'),
+        encoding="utf-8",
+    )
+    pending = cli.here("users", "drop", "--user", "x")
+    assert pending.returncode == 75, pending.stderr
+    # JSON logs: every line is JSON, the last the `error` event saying the drop is retried.
+    events = [json.loads(line) for line in pending.stderr.splitlines()]
+    assert events[-1]["event"] == "error" and "retry" in events[-1]["message"]
+    listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
+    assert (listed[0]["state"], listed[0]["has_token"]) == ("dropping", True)
+    cli.config.write_text(good, encoding="utf-8")
+    again = cli.here("users", "drop", "--user", "x")
+    assert again.returncode == 0, again.stderr
+    listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
+    assert (listed[0]["state"], listed[0]["has_token"]) == ("dropped", False)
+    # No pass read the dropping user: the only reads are the two drops' own, one before
+    # each DELETE (a plain 401 there would have kept the token).
+    reads = [r for r in cli.running.sim.requests() if "/api/v1/history/" in r.path]
+    assert [(r.method, r.status) for r in reads] == [("GET", 200), ("GET", 200)]
 
 
 @pytest.mark.parametrize(
@@ -263,17 +261,15 @@ def test_drop_report_exit_codes(
 
 
 @pytest.mark.parametrize("verb", ["drop", "forget"])
-def test_unusable_secret_file_changes_nothing(tmp_path: Path, verb: str) -> None:
+def test_unusable_secret_file_changes_nothing(cli: Cli, verb: str) -> None:
     """An unusable secret file (a directory) stops drop/forget with 78 before any change or
     DELETE (each way a secret file is refused: tests/reliability/test_bad_input.py)."""
-    with start_in_thread(Simulator()) as served:
-        cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
-        cli.enroll_by_cli("x", "svc-x")
-        (tmp_path / "client-secret").unlink()
-        (tmp_path / "client-secret").mkdir(mode=0o700)
-        done = cli.here("users", verb, "--user", "x")
-        assert done.returncode == 78, done.stderr
-        assert "client.secret_file" in done.stderr
-        listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
-        assert (listed[0]["state"], listed[0]["has_token"]) == ("active", True)
-        assert [r for r in served.sim.requests() if r.method == "DELETE"] == []
+    cli.enroll_by_cli("x", "svc-x")
+    cli.secret_file.unlink()
+    cli.secret_file.mkdir(mode=0o700)
+    done = cli.here("users", verb, "--user", "x")
+    assert done.returncode == 78, done.stderr
+    assert "client.secret_file" in done.stderr
+    listed = json.loads(cli.here("users", "list", "--format", "json").stdout)
+    assert (listed[0]["state"], listed[0]["has_token"]) == ("active", True)
+    assert [r for r in cli.running.sim.requests() if r.method == "DELETE"] == []
