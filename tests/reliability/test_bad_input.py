@@ -129,10 +129,6 @@ def _key_mode(mode: int) -> Callable[[Sections, Path], None]:
     return change
 
 
-def _missing(section: str, key: str) -> Callable[[Sections, Path], None]:
-    return _set(section, key, "/nonexistent/lta-worker/file")
-
-
 # (name, change to the valid config, environment, text the message must contain)
 # (name, change to the valid config, environment, text the message must contain); each other
 # setting's refusal at load: tests/config/test_settings.py (the same path to this line).
@@ -146,7 +142,7 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
     ),
     ("secret file empty", _secret_file("\n"), {}, "client.secret_file"),
     ("no secret file configured", _drop("client", "secret_file"), {}, "client.secret_file"),
-    ("key file missing", _missing("crypto", "key_file"), {}, "crypto.key_file"),
+    ("key file missing", _set("crypto", "key_file", "/nonexistent/keys"), {}, "crypto.key_file"),
     ("key file mode 0644", _key_mode(0o644), {}, "crypto.key_file"),
     ("key file mode 0640", _key_mode(0o640), {}, "chmod 600"),
     ("key file a FIFO", _fifo("crypto", "key_file"), {}, "crypto.key_file"),

@@ -21,10 +21,9 @@ from .crash import acknowledge, connect, deploy, inspect, rng, seed, violations
 
 USERS = 16
 KILLS_IN_CI = 10
-# Kill moments: in [0, STARTUP_WINDOW_S) after the spawn, or in [0, KILL_WINDOW_S) after
-# the pass's first read. A pass of 16 users through the faults below ends well within a
-# second of its first read since a batch of turns is written in a few statements; a later
-# kill finds it finished and is not counted, so a wider window left too few mid-pass kills.
+# Kill moments: in [0, STARTUP_WINDOW_S) after the spawn, or in [0, KILL_WINDOW_S) after the
+# pass's first read (a pass of 16 users ends well within a second of it: a wider window left
+# too few mid-pass kills).
 STARTUP_WINDOW_S = 0.8
 KILL_WINDOW_S = 0.6
 POLL = {
