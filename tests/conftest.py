@@ -34,3 +34,9 @@ def _quiet_json_logs() -> Iterator[io.StringIO]:
     yield stream
     reset_logging()
     forget_secrets()
+
+
+@pytest.fixture
+def rendered_logs(_quiet_json_logs: io.StringIO) -> io.StringIO:
+    """What the test's logs rendered so far (JSON, redaction on)."""
+    return _quiet_json_logs

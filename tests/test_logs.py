@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from lta_worker.logs import (
     SecretFilter,
     configure_logging,
-    forget_secrets,
     get_logger,
     register_secret,
     reset_logging,
@@ -26,62 +24,45 @@ TOKEN = "dspa_Z9yX8wV7uT6sR5qP4oN3mL2kJ1"
 CLIENT_SECRET = "cs-0123456789abcdef"
 
 
-@pytest.fixture
-def rendered() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    configure_logging("debug", "json", stream)
-    yield stream
-    reset_logging()
-    forget_secrets()
-
-
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
-def test_json_lines_carry_event_level_and_timestamp(rendered: io.StringIO) -> None:
+def test_json_lines_carry_event_level_and_timestamp(rendered_logs: io.StringIO) -> None:
     """A non-terminal stream gets one JSON object per event with event, level and ts."""
     get_logger("t").info("poll.read", user="u1", endpoint="stats", status=200)
-    (line,) = lines(rendered)
+    (line,) = lines(rendered_logs)
     assert line["event"] == "poll.read"
     assert line["level"] == "info"
     assert str(line["ts"]).endswith("Z")
     assert line["status"] == 200
 
 
-def test_secrets_are_masked_in_every_field(rendered: io.StringIO) -> None:
+def test_secrets_are_masked_in_every_field(rendered_logs: io.StringIO) -> None:
     """Tokens, bearer credentials, registered secrets and secret-named fields never render."""
     register_secret(CLIENT_SECRET)
     log = get_logger("t")
     log.info("x", message=f"Authorization: Bearer {TOKEN}.{CLIENT_SECRET}")
     log.info("x", nested={"deep": [f"oops {CLIENT_SECRET}"]}, token="abc", code_verifier="v" * 43)
     log.info("x", wrapped=Secret("plain-secret-1"), url="https://x/cb?code=AUTHCODE1234&state=s")
-    out = rendered.getvalue()
+    out = rendered_logs.getvalue()
     for leaked in (TOKEN, CLIENT_SECRET, "abc", "v" * 43, "plain-secret-1", "AUTHCODE1234"):
         assert leaked not in out
 
 
-def test_numbers_none_and_empty_strings_under_secret_names_are_kept(
-    rendered: io.StringIO,
-) -> None:
-    """A secret-named field is masked only when it holds something: counts, None, "" stay."""
+def test_what_holds_no_secret_is_kept(rendered_logs: io.StringIO) -> None:
+    """Counts, None and "" under secret names, and error codes under `code`, stay unmasked."""
     get_logger("t").info("x", token=3, client_secret=None, password="", auth_code=1.5)
     get_logger("t").info("x", token=["a"], secret={"k": 1})
-    first, second = lines(rendered)
+    get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")
+    first, second, third = lines(rendered_logs)
     assert (first["token"], first["client_secret"], first["password"]) == (3, None, "")
     assert first["auth_code"] == 1.5
     assert (second["token"], second["secret"]) == ("[redacted]", "[redacted]")
+    assert (third["code"], third["error_code"]) == ("PermanentAccessRevoked", "invalid_scope")
 
 
-def test_error_codes_are_not_mistaken_for_secrets(rendered: io.StringIO) -> None:
-    """Fields like `code` and `error_code` carry the service's error codes unmasked."""
-    get_logger("t").info("poll.read", code="PermanentAccessRevoked", error_code="invalid_scope")
-    (line,) = lines(rendered)
-    assert line["code"] == "PermanentAccessRevoked"
-    assert line["error_code"] == "invalid_scope"
-
-
-def test_tracebacks_render_without_frame_locals(rendered: io.StringIO) -> None:
+def test_tracebacks_render_without_frame_locals(rendered_logs: io.StringIO) -> None:
     """An exception logged with a token in a local variable shows frames, not locals."""
 
     def fail() -> None:
@@ -93,10 +74,10 @@ def test_tracebacks_render_without_frame_locals(rendered: io.StringIO) -> None:
         fail()
     except RuntimeError:
         get_logger("t").exception("error")
-    out = rendered.getvalue()
+    out = rendered_logs.getvalue()
     assert "RuntimeError" in out
     assert TOKEN not in out and CLIENT_SECRET not in out
-    (line,) = lines(rendered)
+    (line,) = lines(rendered_logs)
     frames = line["exception"][0]["frames"]  # type: ignore[index]
     assert all("locals" not in frame for frame in frames)
 
@@ -112,10 +93,7 @@ def test_module_level_loggers_follow_later_configuration() -> None:
     early = get_logger("early")
     stream = io.StringIO()
     configure_logging("info", "json", stream)
-    try:
-        early.info("pass.started", due=3)
-    finally:
-        reset_logging()
+    early.info("pass.started", due=3)
     (line,) = lines(stream)
     assert line["event"] == "pass.started"
     assert line["logger"] == "early"
@@ -129,17 +107,13 @@ def test_module_level_loggers_follow_later_configuration() -> None:
     ],
 )
 def test_read_level_debug_turns_poll_read_down_alone(level: str, shown: list[str]) -> None:
-    """`read_level = "debug"`: `poll.read` is logged at debug (dropped at level info), while
-    `pass.finished` and state changes stay at info."""
+    """`read_level = "debug"` logs `poll.read` alone at debug; the others stay at info."""
     stream = io.StringIO()
     configure_logging(level, "json", stream, read_level="debug")
-    try:
-        log = get_logger("t")
-        log.info("poll.read", user="u1")
-        log.info("pass.finished", reads=1)
-        log.info("user.state_changed", user="u1")
-    finally:
-        reset_logging()
+    log = get_logger("t")
+    log.info("poll.read", user="u1")
+    log.info("pass.finished", reads=1)
+    log.info("user.state_changed", user="u1")
     events = lines(stream)
     assert [e["event"] for e in events] == shown
     levels = {e["event"]: e["level"] for e in events}
@@ -148,26 +122,21 @@ def test_read_level_debug_turns_poll_read_down_alone(level: str, shown: list[str
 
 
 def test_journal_lines_carry_their_priority() -> None:
-    """With `journal`, each line starts with its syslog priority: `<3>` error, `<4>`
-    warning, `<6>` info, `<7>` debug, then the JSON object."""
+    """With `journal`, each JSON line starts with its syslog priority (<3> error .. <7> debug)."""
     stream = io.StringIO()
     configure_logging("debug", "json", stream, journal=True)
-    try:
-        log = get_logger("t")
-        log.error("a")
-        log.warning("b")
-        log.info("c")
-        log.debug("d")
-    finally:
-        reset_logging()
+    log = get_logger("t")
+    log.error("a")
+    log.warning("b")
+    log.info("c")
+    log.debug("d")
     out = stream.getvalue().splitlines()
     assert [line[:3] for line in out] == ["<3>", "<4>", "<6>", "<7>"]
     assert [json.loads(line[3:])["event"] for line in out] == ["a", "b", "c", "d"]
 
 
 def test_stderr_is_journal_compares_device_and_inode(tmp_path: Path) -> None:
-    """`$JOURNAL_STREAM` naming the stream's own DEV:INODE is the journal; another file, a
-    malformed value, or a stream without a file is not."""
+    """`$JOURNAL_STREAM` naming the stream's own DEV:INODE is the journal, nothing else is."""
     from lta_worker.logs import stderr_is_journal
 
     target, other = tmp_path / "a", tmp_path / "b"
@@ -182,9 +151,7 @@ def test_stderr_is_journal_compares_device_and_inode(tmp_path: Path) -> None:
 
 
 def test_inside_a_host_the_events_reach_stdlib_logging_redacted() -> None:
-    """Without `configure_logging` (a host application that set structlog up its own way,
-    with no redaction), the package's events reach stdlib logging as JSON records, at their
-    level, under their logger's name, with every planted secret masked in the rendered text."""
+    """In a host that set structlog up its own way, events reach stdlib logging masked."""
     import structlog
 
     reset_logging()

@@ -1,11 +1,8 @@
 """`python -m lta_worker` and the `lta-worker` console script: the CLI, SIGHUP held first.
 
-SIGHUP is blocked before anything else is imported: `serve` reloads on it, and one sent
-while it starts (the imports, the settings, the database: seconds on a loaded machine)
-would otherwise end it by the signal's default action. The kernel keeps one pending;
-`serve` lets it through once its handler is in place (one reload right after start), and
-every other command as it is dispatched, so that a hang-up ends them as before. Only the
-interpreter's own start, before this module runs, is out of reach.
+`serve` reloads on SIGHUP, and one sent while it starts would end it by the default action;
+blocked here, the kernel keeps it pending until `serve`'s handler is in place (every other
+command unblocks it as it is dispatched, so that a hang-up ends them as before).
 """
 
 from __future__ import annotations

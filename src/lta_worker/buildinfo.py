@@ -1,10 +1,6 @@
-"""Which source this copy of lta-worker was built from, for `lta-worker --version`.
-
-A wheel or sdist carries `lta_worker/_build_info.py`, written at build time by the hatch
-hook (`hatch_build.py`, which loads this module by path to share `git_commit`). A git
-checkout (an editable install) has no such file: there git is asked, on `--version` only, so
-that the normal start-up path never runs a subprocess. Anything else says "unknown".
-"""
+"""Which source this copy was built from, for `--version`: the `_build_info.py` a wheel or
+sdist carries (written by `hatch_build.py`, which loads this module by path), else git, asked
+on `--version` only so that no start runs a subprocess."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The one exception tree of lta-worker.
 
-Every error the program raises on purpose derives from `LtaError`, carries the exit code the
-CLI uses for it, and has a message that says what to do. No message ever contains a secret
-(token, client secret, user access token, authorization code or PKCE verifier): code that
-raises these errors passes names and ids, never values.
-
-What happened is data: the class, a short machine `reason` where one class covers several
-situations (`EnrollmentError.reason` is `"code_rejected"`, `"unreachable"`, ...), and fields
-such as `key`, `user` or `code`. The `hint` says what to do about the situation in terms any
-caller understands (a setting, a file, the service); advice in terms of lta-worker's own
-commands lives in the CLI's table of operator hints (`cli/_failure.py`), because a web
-application that imports this package has no such commands.
+Each error carries its exit code and a message that says what to do, never a secret. What
+happened is data: the class, a machine `reason`, fields such as `key`; the `hint` speaks of
+settings, files and the service, while advice naming lta-worker's commands lives in the
+CLI's table (`cli/_failure.py`): a web application that imports this has no such commands.
 
     LtaError                      base; exit 1
     ├── UsageError                a command was given something it cannot use; exit 2

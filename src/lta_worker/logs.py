@@ -1,10 +1,6 @@
-"""Structured logging: JSON lines for machines, a readable console for people, no secrets.
-
-Events are a stable name plus fields (docs/log-events.md). `redact`, last in the chain,
-masks secret-named fields, long-term tokens, bearer credentials and `register_secret`ed
-values; tracebacks carry no frame locals. Inside a host application (no
-`configure_logging`) events go to stdlib `logging` as redacted JSON. Under the systemd
-journal each line starts with its syslog priority. docs/operations.md, *Logs and the dashboard*.
+"""Structured logging: JSON lines for machines, a readable console for people, no secrets
+(`redact`, last in the chain; tracebacks without frame locals). Inside a host application
+(no `configure_logging`) events go to stdlib `logging` as redacted JSON. docs/log-events.md.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal, TextIO
+from typing import Any, Final, Literal, TextIO
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
@@ -157,11 +153,10 @@ def _read_level(level: int) -> Processor:
     return demote
 
 
-def _stamped() -> list[Processor]:
-    return [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-    ]
+# Tracebacks as data, without frame locals (they may hold secrets).
+_EXCEPTION_DICT: Final = structlog.processors.ExceptionRenderer(
+    ExceptionDictTransformer(show_locals=False)
+)
 
 
 def configure_logging(
@@ -178,20 +173,20 @@ def configure_logging(
     threshold = logging.getLevelNamesMapping()[level.upper()]
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     processors: list[Processor] = [structlog.contextvars.merge_contextvars, _drop_color_message]
-    renderer: Processor
+    renderer: Processor = structlog.processors.JSONRenderer(sort_keys=False)
+    exceptions: Processor = _EXCEPTION_DICT
     if use_console:
         renderer = structlog.dev.ConsoleRenderer(
             colors=stream.isatty() and not journal,
             exception_formatter=structlog.dev.plain_traceback,
         )
-        processors += [structlog.processors.format_exc_info, redact, *_stamped()]
-    else:
-        renderer = structlog.processors.JSONRenderer(sort_keys=False)
-        processors += [
-            structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
-            redact,
-            *_stamped(),
-        ]
+        exceptions = structlog.processors.format_exc_info
+    processors += [
+        exceptions,
+        redact,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+    ]
     if read_level == "debug":
         processors.append(_read_level(threshold))
     processors.append(_journal_renderer(renderer) if journal else renderer)
@@ -238,7 +233,7 @@ class _PackageLogger:
                 structlog.stdlib.filter_by_level,
                 structlog.contextvars.merge_contextvars,
                 _drop_color_message,
-                structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
+                _EXCEPTION_DICT,
                 redact,
                 structlog.processors.JSONRenderer(sort_keys=False),
             ],

@@ -1,9 +1,6 @@
-"""The service's facts, once: paths, the token prefix, error codes, scopes and header names.
-
-Everything here is written in the spec (`long-term-access.md`); the rest of the worker
-imports it from here instead of spelling it again. The bottom layer: it imports nothing.
-The bundled simulator keeps its own copy (it imports nothing of the worker), and
-`tests/simulator/test_sim_protocol.py` checks that the two agree.
+"""The service's facts from the spec, once: paths, the token prefix, error codes, scopes and
+header names. The simulator keeps its own copy; `tests/simulator/test_sim_protocol.py` checks
+that the two agree.
 """
 
 from __future__ import annotations

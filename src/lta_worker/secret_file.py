@@ -1,16 +1,6 @@
-"""The one rule for every secret file: the client secret file and the token key file (and any
-later one: webhook secret, enrollment link key).
-
-A secret file must be
-
-- a regular file (a FIFO, a device or a directory is refused before it is opened, so
-  reading never blocks);
-- closed to group and others (no permission bit in `0o077`; fix: `chmod 600 FILE`);
-- at most 64 KiB, UTF-8 without a byte order mark (a BOM is refused and named: an editor
-  that adds one may have changed more, and a secret is taken byte for byte).
-
-A file that breaks the rule stops every command that uses it with exit 78, naming the
-setting. Messages name the file and the setting, never any of its content.
+"""The one rule for every secret file (docs/config.md, "Credential files"): a regular file,
+closed to group and others, at most 64 KiB, without a byte order mark. Messages name the file
+and the setting, never any of its content.
 """
 
 from __future__ import annotations
@@ -51,9 +41,7 @@ def check_mode(path: Path, mode: int, *, key: str, error: type[ConfigError] = Co
 
 
 def read_secret_file(path: Path, *, key: str, error: type[ConfigError] = ConfigError) -> bytes:
-    """Read a secret file under the rule above; return its bytes (BOM refused).
-
-    `key` is the setting that names the file (`client.secret_file`, `crypto.key_file`).
+    """Read the secret file that setting `key` names, under the rule; return its bytes.
 
     Raises:
         ConfigError: (or `error`) naming `key`, when the file breaks the rule or cannot be read;

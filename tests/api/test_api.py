@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from lta_worker.api import LtaApi, SchemaOutdatedError, UnknownUserError
-from lta_worker.config import build_settings
 from support.enroll import write_private
 
 from .test_examples import example_settings
@@ -46,13 +45,7 @@ def test_enrollment_link_points_at_serves_start_page(tmp_path: Path) -> None:
     """A link from the API is `enroll.public_url`'s start page with a signed `link`."""
     settings = example_settings(tmp_path, *SIM)
     key = write_private(tmp_path / "link-key", "a" * 44 + "\n")
-    enroll = build_settings(
-        {
-            "service": {"base_url": SIM[0], "auth_url": SIM[1]},
-            "client": {"id": "c"},
-            "enroll": {"public_url": "https://app.example/lta", "link_key_file": str(key)},
-        }
-    ).enroll
+    enroll = replace(settings.enroll, public_url="https://app.example/lta", link_key_file=key)
     with LtaApi(replace(settings, enroll=enroll)) as lta:
         link = lta.enrollment_link("user-42")
     assert link.startswith("https://app.example/lta/enroll/start?link=")

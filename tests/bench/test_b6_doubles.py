@@ -1,5 +1,5 @@
-"""B6 counts a double from who held each lease when (the database's record), not from how
-close two instances' reads of a user came: issue 28's false alarms and real doubles."""
+"""B6 counts a double from the database's record of who held each lease when, not from how
+close two instances' reads came (issue 28)."""
 
 from __future__ import annotations
 

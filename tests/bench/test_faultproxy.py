@@ -1,5 +1,4 @@
-"""The soak's TCP proxy (bench/faultproxy.py): it forwards, cuts every connection and
-refuses new ones until restored, and holds bytes while stalled, then delivers them."""
+"""The soak's TCP proxy (bench/faultproxy.py): forward, cut and restore, stall and resume."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""deploy/lta-worker-admin runs a command with the unit's own user, environment (drop-ins
-included) and credentials: checked with stand-ins for `systemctl` and `systemd-run` that
-answer as systemd would and record the transient unit's properties."""
+"""deploy/lta-worker-admin runs a command with the unit's user, environment and credentials
+(stand-ins for `systemctl` and `systemd-run` answer as systemd would)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""deploy/prometheus-rules.yml: promtool checks and unit-tests it (skipped, saying why, without
-promtool), every alert has a firing and a quiet test, and it names only exposed metrics."""
+"""deploy/prometheus-rules.yml: promtool checks and unit-tests it; each alert fires and stays
+quiet in a test; it names only exposed metrics."""
 
 from __future__ import annotations
 

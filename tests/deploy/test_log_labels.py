@@ -1,5 +1,5 @@
-"""The `unit` label of shipped log lines (promtail's relabelling run here, Vector's compared) and
-every LogQL selector agree for the service, the timer's runs and cron; nothing else shipped."""
+"""The `unit` label of shipped log lines and every LogQL selector agree for the service, the
+timer's runs and cron; nothing else is shipped."""
 
 from __future__ import annotations
 
@@ -101,10 +101,12 @@ def test_promtail_labels_each_way_of_running(journal: dict[str, str], unit: str 
 
 
 def test_vector_ships_the_units_and_cron() -> None:
-    """Vector reads the units and cron's identifier once each and labels them as promtail does."""
-    text = (DEPLOY / "vector.toml").read_text(encoding="utf-8")
-    vector = tomllib.loads(text)
+    """Vector reads the units (journald) and cron's identifier once each, labels them as
+    promtail does, and makes no label of a per-user field."""
+    vector = tomllib.loads((DEPLOY / "vector.toml").read_text(encoding="utf-8"))
+    assert set(vector["sinks"]["loki"]["labels"]) == {"unit", "host", "event", "level"}
     units = shipped_units() - {CRON_LABEL}
+    assert vector["sources"]["lta_journal"]["type"] == "journald"
     assert set(vector["sources"]["lta_journal"]["include_units"]) == units
     cron = vector["sources"]["lta_cron_journal"]
     assert cron["include_matches"] == {"SYSLOG_IDENTIFIER": [cron_identifier()]}

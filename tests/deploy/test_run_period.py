@@ -1,5 +1,4 @@
-"""The shipped timer and cron `run`s pass a `--max-duration` that, with the default grace period,
-ends within their period, so that no run outlasts the next one's start."""
+"""A shipped timer or cron `run` ends (`--max-duration` + the grace period) within its period."""
 
 from __future__ import annotations
 

@@ -3,20 +3,14 @@ a vault, and the worker's objects wired to them, all on one manual clock."""
 
 from __future__ import annotations
 
-import io
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from lta_worker.config import Settings, build_settings
-from lta_worker.domain import EncryptedToken
-from lta_worker.enrollment import Enrollment, Lifecycle
-from lta_worker.logs import configure_logging, reset_logging
+from lta_worker.enrollment import Enrollment, EnrollResult, Lifecycle
 from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
@@ -27,46 +21,26 @@ from lta_worker.simulator import (
     Simulator,
     SimulatorTransport,
 )
-from lta_worker.storage import Keyring, PendingEnrollmentRow, Store, Vault
+from lta_worker.storage import Store, Vault
 from lta_worker.upstream import ApiClient, http_client
+from support.storage import keyring
 
 BASE_URL = "https://api.sim.example"
 AUTH_URL = "https://api.sim.example/auth"
 REDIRECT_URI = "https://app.example/lta/callback"
 
 
-def make_settings(client_id: str = DEMO_CLIENT_ID, **service: object) -> Settings:
-    """Settings pointing at the in-process simulator (the auth service under /auth)."""
+def make_settings(client_id: str = DEMO_CLIENT_ID, public_url: str | None = None) -> Settings:
+    """Settings pointing at the in-process simulator (the auth service under /auth), with the
+    browser flow's callback under `public_url` when given."""
+    redirect = REDIRECT_URI if public_url is None else f"{public_url}/lta/callback"
     return build_settings(
         {
-            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL, **service},
-            "client": {"id": client_id, "redirect_uri": REDIRECT_URI},
+            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
+            "client": {"id": client_id, "redirect_uri": redirect},
+            "enroll": {} if public_url is None else {"public_url": public_url},
         }
     )
-
-
-def make_vault() -> Vault:
-    """A vault with one fresh key."""
-    return Vault(Keyring({"k1": os.urandom(32)}))
-
-
-def stored_verifiers(store: Store, vault: Vault) -> list[str]:
-    """Every PKCE verifier the store holds (used consents stay until the purge), decrypted."""
-    table = PendingEnrollmentRow.__table__
-    with store.database.read() as conn:
-        rows = conn.execute(
-            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id).where(
-                table.c.verifier_key_id != ""
-            )
-        ).all()
-    return [
-        vault.decrypt(
-            EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id),
-            user=r.user,
-            purpose="verifier",
-        ).reveal()
-        for r in rows
-    ]
 
 
 @dataclass
@@ -94,8 +68,18 @@ class World:
             auth_url=auth_url,
         )
 
-    def lifecycle(self) -> Lifecycle:
-        return Lifecycle(self.settings.poll, self.store, self.vault, self.api, self.clock.now)
+    def lifecycle(self, api: ApiClient | None = None) -> Lifecycle:
+        """The worker's Lifecycle, on another API client where given."""
+        return Lifecycle(
+            self.settings.poll, self.store, self.vault, api or self.api, self.clock.now
+        )
+
+    async def enroll(self, user: str) -> EnrollResult:
+        """Enroll `user` through the consent of the service's account `svc-<user>`."""
+        enrollment = self.enrollment()
+        return await enrollment.finish(
+            user, await self.consent(enrollment.start(user), f"svc-{user}")
+        )
 
     async def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
         """Queue a consent for `sim_user`, visit the consent URL, return the redirect."""
@@ -123,23 +107,23 @@ def sim(clock: ManualClock) -> Simulator:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as opened:
-        opened.upgrade()
-        yield opened
+def store(sqlite_store: Store) -> Store:
+    """A migrated SQLite store (a copy of the session's template)."""
+    return sqlite_store
 
 
-async def _world(
-    sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str
+async def make_world(
+    sim: Simulator, clock: ManualClock, store: Store, client_id: str, secret: str, **settings_: str
 ) -> AsyncIterator[World]:
-    settings = make_settings(client_id)
+    """A World of the worker enrolled as `client_id` (settings: see `make_settings`)."""
+    settings = make_settings(client_id, **settings_)
     async with http_client(settings.service, transport=SimulatorTransport(sim)) as http:
         yield World(
             sim=sim,
             clock=clock,
             settings=settings,
             store=store,
-            vault=make_vault(),
+            vault=Vault(keyring()),
             http=http,
             api=ApiClient(http, settings.service, settings.client, Secret(secret)),
             client_secret=Secret(secret),
@@ -149,21 +133,12 @@ async def _world(
 @pytest.fixture
 async def world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
     """The worker enrolled as `demo-client` (long term mode open)."""
-    async for made in _world(sim, clock, store, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET):
+    async for made in make_world(sim, clock, store, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET):
         yield made
 
 
 @pytest.fixture
 async def plain_world(sim: Simulator, clock: ManualClock, store: Store) -> AsyncIterator[World]:
     """The worker enrolled as `plain-client` (long term mode not open)."""
-    async for made in _world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
+    async for made in make_world(sim, clock, store, PLAIN_CLIENT_ID, PLAIN_CLIENT_SECRET):
         yield made
-
-
-@pytest.fixture
-def rendered_logs() -> Iterator[io.StringIO]:
-    """structlog configured as in production (JSON, redaction), rendered into a buffer."""
-    buffer = io.StringIO()
-    configure_logging("debug", "json", buffer)
-    yield buffer
-    reset_logging()

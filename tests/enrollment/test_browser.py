@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES, Settings, build_settings
-from lta_worker.enrollment import BrowserFlow, EnrollLinks, Enrollment, build_enroll_app
+from lta_worker.config import LATEST_CHANGE_SCOPE, LONG_TERM_SCOPES
+from lta_worker.enrollment import BrowserFlow, EnrollLinks, build_enroll_app
 from lta_worker.enrollment._browser import state_for
 from lta_worker.enrollment._web import SECURITY_HEADERS
 from lta_worker.secret import Secret
@@ -30,9 +30,9 @@ from lta_worker.simulator import (
     SimulatorTransport,
 )
 from lta_worker.storage import Store, Vault
-from lta_worker.upstream import ApiClient, http_client
+from support.storage import stored_verifiers
 
-from .conftest import AUTH_URL, BASE_URL, make_vault, stored_verifiers
+from .conftest import AUTH_URL, make_world
 
 pytestmark = pytest.mark.anyio
 
@@ -45,16 +45,6 @@ SECURITY = {
     "x-content-type-options": "nosniff",
     "cache-control": "no-store",
 }
-
-
-def enroll_settings(client_id: str, public_url: str = APP) -> Settings:
-    return build_settings(
-        {
-            "service": {"base_url": BASE_URL, "auth_url": AUTH_URL},
-            "client": {"id": client_id, "redirect_uri": f"{public_url}/lta/callback"},
-            "enroll": {"public_url": public_url},
-        }
-    )
 
 
 @dataclass
@@ -112,28 +102,21 @@ async def _browser(
     sim.configure(consent_page=True)
     for client_id in (DEMO_CLIENT_ID, PLAIN_CLIENT_ID):
         sim.add_redirect_uri(client_id, f"{public_url}/lta/callback")
-    settings = enroll_settings(client[0], public_url)
-    vault = make_vault()
     links = EnrollLinks([KEY], f"{public_url}/enroll/start")
-    async with http_client(settings.service, transport=SimulatorTransport(sim)) as api_http:
-        api = ApiClient(api_http, settings.service, settings.client, Secret(client[1]))
-        auth_url = settings.service.auth_url
-        enrollment = Enrollment(settings.client, store, vault, api, clock.now, auth_url=auth_url)
-        flow = BrowserFlow(enrollment, store, links, clock.now)
+    async for world in make_world(sim, clock, store, *client, public_url=public_url):
         app = build_enroll_app(
-            flow,
+            BrowserFlow(world.enrollment(), store, links, clock.now),
             start_path="/enroll/start",
             callback_path="/lta/callback",
             secure=public_url.startswith("https"),
             return_url=return_url,
         )
-        host = urlsplit(public_url).hostname
         mounts = {
-            f"all://{host}": httpx.ASGITransport(app=app),
+            f"all://{urlsplit(public_url).hostname}": httpx.ASGITransport(app=app),
             "all://api.sim.example": SimulatorTransport(sim),
         }
         async with httpx.AsyncClient(mounts=mounts) as http:
-            yield Browser(http, sim, clock, store, vault, links, [])
+            yield Browser(http, sim, clock, store, world.vault, links, [])
 
 
 @pytest.fixture
@@ -159,6 +142,7 @@ async def test_untick_a_scope_allow_and_land_on_success(browser: Browser) -> Non
     row = browser.store.get_user("alice")
     assert row is not None
     assert (row.state, row.scopes) == ("active", (LATEST_CHANGE_SCOPE,))
+    assert row.granted("latest-change") and not row.granted("stats")
 
 
 async def test_start_sets_a_hardened_single_use_cookie_bound_to_the_state(

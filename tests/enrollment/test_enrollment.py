@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from lta_worker.config import LONG_TERM_SCOPES, STATS_SCOPE
+from lta_worker.config import LONG_TERM_SCOPES
 from lta_worker.domain import classify
 from lta_worker.enrollment import challenge_s256, parse_redirect
 from lta_worker.enrollment._enroll import PENDING_TTL
@@ -20,6 +20,7 @@ from lta_worker.errors import (
 from lta_worker.secret import Secret
 from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET
 from lta_worker.storage import Store
+from lta_worker.upstream import ApiClient
 from support.enroll import basic, query_of
 
 from .conftest import AUTH_URL, REDIRECT_URI, World
@@ -63,18 +64,6 @@ async def test_consent_to_stored_token(world: World) -> None:
     assert answer.status == 200
 
 
-async def test_stored_scopes_are_exactly_the_granted_ones(world: World) -> None:
-    """A user who leaves only stats ticked gets a token stored with stats alone."""
-    enrollment = world.enrollment()
-    location = await world.consent(enrollment.start("bob"), "svc-bob", ["openid", STATS_SCOPE])
-    result = await enrollment.finish("bob", location)
-    assert result.scopes == (STATS_SCOPE,)
-    row = world.store.get_user("bob")
-    assert row is not None
-    assert row.scopes == (STATS_SCOPE,)
-    assert not row.granted("latest-change")
-
-
 @pytest.mark.parametrize("form", ["other_state", "bare_code"])
 async def test_a_code_with_another_consents_verifier_fails_pkce(world: World, form: str) -> None:
     """A code finished under another consent's verifier fails PKCE (invalid_grant): no user."""
@@ -95,14 +84,10 @@ async def test_a_code_with_another_consents_verifier_fails_pkce(world: World, fo
 
 async def test_enrolling_again_rotates_the_token(world: World) -> None:
     """Enrolling again stores a new token; the old one gets a plain 401, the new one reads."""
-    enrollment = world.enrollment()
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
+    await world.enroll("alice")
     old = world.token_of("alice")
     world.clock.advance(3600)
-    result = await enrollment.finish(
-        "alice", await world.consent(enrollment.start("alice"), "svc-alice")
-    )
-    assert result.rotated is True
+    assert (await world.enroll("alice")).rotated is True
     new = world.token_of("alice")
     assert new != old
     stale = await world.api.read("stats", old)
@@ -115,19 +100,6 @@ async def test_enrolling_again_rotates_the_token(world: World) -> None:
     row = world.store.get_user("alice")
     assert row is not None
     assert row.state == "active"
-    assert row.next_due_at == world.clock.now()
-
-
-async def test_reenrolling_a_dropped_user_makes_it_active(world: World) -> None:
-    """A dropped user enrolled again is active with a token and due now."""
-    enrollment = world.enrollment()
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
-    await world.lifecycle().drop("alice")
-    world.clock.advance(60)
-    await enrollment.finish("alice", await world.consent(enrollment.start("alice"), "svc-alice"))
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token is not None) == ("active", True)
     assert row.next_due_at == world.clock.now()
 
 
@@ -309,9 +281,6 @@ async def test_network_failure_during_exchange_is_reported(world: World) -> None
         raise httpx.ConnectError("refused")
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
-        from lta_worker.upstream import ApiClient
-
         api = ApiClient(http, world.settings.service, world.settings.client, world.client_secret)
-        broken = world.enrollment(api=api)
         with pytest.raises(EnrollmentError, match="connect"):
-            await broken.finish("hal", location)
+            await world.enrollment(api=api).finish("hal", location)

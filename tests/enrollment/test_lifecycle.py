@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import httpx
@@ -9,22 +10,17 @@ import pytest
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from lta_worker.domain import SnapshotWrite, UserUpdate
 from lta_worker.enrollment import DropResult, Lifecycle
 from lta_worker.errors import EX_USAGE, UnknownUserError
 from lta_worker.pacing import Permit
 from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_ID, SimulatorTransport
+from lta_worker.simulator import SimulatorTransport
 from lta_worker.upstream import ApiClient, http_client
+from support.storage import read_turn
 
 from .conftest import World
 
 pytestmark = pytest.mark.anyio
-
-
-async def enroll(world: World, user: str) -> None:
-    enrollment = world.enrollment()
-    await enrollment.finish(user, await world.consent(enrollment.start(user), f"svc-{user}"))
 
 
 def store_results(world: World, user: str) -> None:
@@ -33,50 +29,13 @@ def store_results(world: World, user: str) -> None:
     assert row is not None
     for minutes, value in ((0, 1), (60, 2)):
         now = world.clock.now() + timedelta(minutes=minutes)
-        world.store.apply(
-            [
-                UserUpdate(
-                    user_id=row.id,
-                    state="active",
-                    next_due_at=now + timedelta(hours=1),
-                    consecutive_failures=0,
-                    last_outcome="ok",
-                    last_polled_at=now,
-                    snapshots=(
-                        SnapshotWrite("stats", "ok", {"count": value}, now),
-                        SnapshotWrite("latest-change", "none", None, now),
-                    ),
-                )
-            ]
-        )
-
-
-async def test_drop_sends_delete_with_the_credential(world: World) -> None:
-    """drop DELETEs upstream with the user's credential, then deletes the token locally."""
-    await enroll(world, "alice")
-    token = world.token_of("alice")
-    world.sim.clear_requests()
-    result = await world.lifecycle().drop("alice")
-    assert (result.upstream, result.status, result.previous_state) == ("ok", 204, "active")
-    deletes = [r for r in world.sim.requests() if r.method == "DELETE"]
-    assert len(deletes) == 1
-    assert deletes[0].path == "/auth/api/long-term-access/tokens"
-    assert (deletes[0].auth, deletes[0].client, deletes[0].user) == (
-        "long_term",
-        DEMO_CLIENT_ID,
-        "svc-alice",
-    )
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token) == ("dropped", None)
-    after = await world.api.read("stats", token)
-    assert after.status == 401
+        world.store.apply([read_turn(row.id, now, stats={"count": value}, latest_change=None)])
 
 
 async def test_token_deleted_for_a_drop_or_forget_asked_for_is_info(world: World) -> None:
     """`token.deleted` of an operator's drop or forget is info (a revocation's stays a warning)."""
-    await enroll(world, "alice")
-    await enroll(world, "bob")
+    await world.enroll("alice")
+    await world.enroll("bob")
     with capture_logs() as logs:
         await world.lifecycle().drop("alice")
         await world.lifecycle().forget("bob")
@@ -90,7 +49,7 @@ async def through(
     """Drop (or forget) each user with the service behind `transport`; the last result."""
     async with http_client(world.settings.service, transport=transport) as http:
         api = ApiClient(http, world.settings.service, world.settings.client, world.client_secret)
-        lifecycle = Lifecycle(world.settings.poll, world.store, world.vault, api, world.clock.now)
+        lifecycle = world.lifecycle(api)
         for user in users:
             result = await (lifecycle.forget if forget else lifecycle.drop)(user)
     return result
@@ -98,7 +57,7 @@ async def through(
 
 async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
     """An unreachable service: the user stays `dropping`, token kept for the retry, never read."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     inner = SimulatorTransport(world.sim)
 
     async def failing_delete(request: httpx.Request) -> httpx.Response:
@@ -120,7 +79,7 @@ async def test_drop_pending_when_upstream_unreachable(world: World) -> None:
 @pytest.mark.parametrize("before", ["dropped", "revoked"])
 async def test_drop_without_a_token_skips_upstream(world: World, before: str) -> None:
     """A dropped or revoked user is left as it is (stamps kept), with no DELETE sent."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     if before == "dropped":
         await world.lifecycle().drop("alice")
     else:
@@ -181,8 +140,8 @@ async def test_forget_purges_every_result_of_the_user_at_once(
     world: World, answer: int | None
 ) -> None:
     """forget purges the user's snapshots and history (only theirs) whatever the DELETE says."""
-    await enroll(world, "alice")
-    await enroll(world, "bob")
+    await world.enroll("alice")
+    await world.enroll("bob")
     store_results(world, "alice")
     store_results(world, "bob")
     assert list(world.store.export_results("alice"))
@@ -206,7 +165,7 @@ async def test_forget_purges_every_result_of_the_user_at_once(
 
 async def test_a_pending_drop_is_retried_until_confirmed(world: World) -> None:
     """A pending drop is sent again by `retry_pending` once due; the 204 drops the token."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     token = world.token_of("alice")
     first = await through(world, answering(503), "alice")
     assert first.retry_at is not None
@@ -241,9 +200,10 @@ async def test_what_the_delete_answer_means(
     world: World, status: int, body: bytes, upstream: str, state: str
 ) -> None:
     """Each answer to the DELETE either confirms the drop or keeps it (and the token) pending."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     result = await through(world, answering(status, body), "alice")
     assert (result.upstream, result.state, result.status) == (upstream, state, status)
+    assert result.previous_state == "active"
     row = world.store.get_user("alice")
     assert row is not None
     assert (row.state, row.token is None) == (state, state == "dropped")
@@ -251,7 +211,7 @@ async def test_what_the_delete_answer_means(
 
 async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> None:
     """A second `drop` of a pending drop retries the DELETE at once."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     await through(world, answering(503), "alice")
     world.sim.clear_requests()
     result = await world.lifecycle().drop("alice")
@@ -259,21 +219,10 @@ async def test_dropping_a_dropping_user_sends_the_delete_again(world: World) -> 
     assert [r.method for r in world.sim.requests()] == ["GET", "DELETE"]
 
 
-async def test_reenrolling_a_dropping_user_keeps_the_new_token(world: World) -> None:
-    """A confirmation that arrives after a re-enrollment never deletes the new token."""
-    await enroll(world, "alice")
-    start = world.store.begin_drop("alice", world.clock.now())
-    await enroll(world, "alice")
-    assert not world.store.finish_drop(start.after.id, start.after.generation, world.clock.now())
-    row = world.store.get_user("alice")
-    assert row is not None
-    assert (row.state, row.token is not None) == ("active", True)
-
-
 async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: World) -> None:
     """A tampered token of a pending drop stops neither the retries nor the others."""
-    await enroll(world, "alice")
-    await enroll(world, "bob")
+    await world.enroll("alice")
+    await world.enroll("bob")
     await through(world, answering(503), "alice", "bob")
     with world.store.database.write() as conn:
         conn.execute(
@@ -295,15 +244,16 @@ async def test_an_undecryptable_pending_drop_is_kept_and_retried_later(world: Wo
 
 def with_secret(world: World, secret: str) -> Lifecycle:
     """The world's Lifecycle, but sending `secret` as the client secret."""
-    api = ApiClient(world.http, world.settings.service, world.settings.client, Secret(secret))
-    return Lifecycle(world.settings.poll, world.store, world.vault, api, world.clock.now)
+    return world.lifecycle(
+        ApiClient(world.http, world.settings.service, world.settings.client, Secret(secret))
+    )
 
 
 async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
     world: World,
 ) -> None:
     """A wrong client secret: the read's plain 401 stops the DELETE; the token waits for a retry."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     token = world.token_of("alice")
     world.sim.clear_requests()
     refused = await with_secret(world, "not-the-client-secret").drop("alice")
@@ -326,7 +276,7 @@ async def test_a_wrong_client_secret_keeps_the_token_instead_of_trusting_a_204(
 
 async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: World) -> None:
     """A DELETE whose answer was lost is confirmed by the retry's read getting a 401."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     inner = SimulatorTransport(world.sim)
 
     async def answer_lost(request: httpx.Request) -> httpx.Response:
@@ -346,20 +296,10 @@ async def test_a_delete_that_got_no_answer_is_confirmed_by_the_next_read(world: 
 
 async def test_a_user_rejected_alone_is_dropped_on_the_reads_401(world: World) -> None:
     """A user already rejected alone is dropped on the read's plain 401 (no wrong secret)."""
-    await enroll(world, "alice")
+    await world.enroll("alice")
     row = world.store.get_user("alice")
     assert row is not None
-    world.store.apply(
-        [
-            UserUpdate(
-                user_id=row.id,
-                state="rejected",
-                next_due_at=world.clock.now() + timedelta(hours=1),
-                consecutive_failures=1,
-                last_outcome="rejected",
-                last_polled_at=world.clock.now(),
-            )
-        ]
-    )
+    turn = read_turn(row.id, world.clock.now(), state="rejected")
+    world.store.apply([replace(turn, consecutive_failures=1, last_outcome="rejected")])
     result = await through(world, answering(401), "alice")
     assert (result.upstream, result.state) == ("ok", "dropped")

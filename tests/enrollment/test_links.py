@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,17 +13,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lta_worker.cli import main
 from lta_worker.config import build_settings, parse_listen, read_link_keys
 from lta_worker.enrollment import EnrollLinks
 from lta_worker.enrollment._links import LinkError
 from lta_worker.errors import EX_CONFIG, EX_USAGE, ConfigError, UsageError
 from lta_worker.secret import Secret
+from support.configs import BASE
 from support.enroll import write_private
+from support.process import Output, run_here
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 START = "https://app.example/enroll/start"
 OLD, NEW = Secret("o" * 40), Secret("n" * 40)
+Cli = Callable[..., Output]
 
 
 def token_of(link: str) -> str:
@@ -77,11 +80,7 @@ def test_any_text_is_a_valid_link_or_refused_as_invalid(text: str) -> None:
 
 def _settings(enroll: dict[str, Any], redirect: str = "https://app.example/lta/callback") -> Any:
     return build_settings(
-        {
-            "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
-            "client": {"id": "c", "redirect_uri": redirect},
-            "enroll": enroll,
-        }
+        {**BASE, "client": {"id": "c", "redirect_uri": redirect}, "enroll": enroll}
     )
 
 
@@ -163,13 +162,10 @@ def test_a_bad_link_key_file_exits_78_without_its_content(
 
 
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
-    """`lta-worker enroll link ARGS` in-process, `[enroll]` ENROLL: (exit code, stdout, stderr)."""
-    for name in list(os.environ):
-        if name.startswith("LTA_WORKER_") or name == "CREDENTIALS_DIRECTORY":
-            monkeypatch.delenv(name)
+def cli(tmp_path: Path) -> Cli:
+    """`lta-worker enroll link ARGS` in-process with `[enroll]` ENROLL."""
 
-    def run(enroll: str, *args: str) -> tuple[int, str, str]:
+    def run(enroll: str, *args: str) -> Output:
         config = tmp_path / "lta.toml"
         config.write_text(
             '[service]\nbase_url = "https://api.example"\nauth_url = "https://api.example"\n'
@@ -177,23 +173,20 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
             f'[database]\nurl = "sqlite:///{tmp_path / "never.db"}"\n[enroll]\n{enroll}\n',
             encoding="utf-8",
         )
-        with pytest.raises(SystemExit) as stop:
-            main(["--config", str(config), "enroll", "link", *args])
-        out, err = capsys.readouterr()
-        return int(stop.value.code or 0), out, err
+        return run_here(["--config", str(config), "enroll", "link", *args])
 
     return run
 
 
-def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Any) -> None:
+def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Cli) -> None:
     """`enroll link --user ID --valid 2h` prints one verifiable link, making no database."""
     keys = write_private(tmp_path / "link-key", NEW.reveal() + "\n")
     enroll = f'public_url = "https://app.example/lta"\nlink_key_file = "{keys}"'
     before = datetime.now(UTC)
-    code, out, err = cli(enroll, "--user", "alice", "--valid", "2h")
-    assert code == 0, err
-    link = out.strip()
-    assert out.count("\n") == 1
+    done = cli(enroll, "--user", "alice", "--valid", "2h")
+    assert done.returncode == 0, done.stderr
+    link = done.stdout.strip()
+    assert done.stdout.count("\n") == 1
     assert link.startswith("https://app.example/lta/enroll/start?link=")
     claim = EnrollLinks([NEW], START).read(token_of(link), datetime.now(UTC))
     assert claim.user == "alice"
@@ -216,11 +209,11 @@ def test_enroll_link_prints_a_link_that_verifies(tmp_path: Path, cli: Any) -> No
     ],
 )
 def test_enroll_link_refusals_are_one_line(
-    cli: Any, enroll: str, args: list[str], code: int, words: str
+    cli: Cli, enroll: str, args: list[str], code: int, words: str
 ) -> None:
     """No public URL or key file exits 78, a bad --valid 2; one line, nothing on stdout."""
-    exit_code, out, err = cli(enroll, *args)
-    assert exit_code == code, err
-    assert out == ""
-    assert len(err.strip().splitlines()) == 1
-    assert words in err
+    done = cli(enroll, *args)
+    assert done.returncode == code, done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert words in done.stderr

@@ -15,8 +15,9 @@ from lta_worker.errors import LtaError
 from lta_worker.logs import REDACTED
 from lta_worker.secret import Secret
 from support.enroll import query_of
+from support.storage import stored_verifiers
 
-from .conftest import REDIRECT_URI, World, stored_verifiers
+from .conftest import REDIRECT_URI, World
 from .test_enrollment import _user_access_token
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,4 @@
-"""`lta-worker deploy-files --dest DIR` writes out the operations files of deploy/ as they are
-in this version, and never silently overwrites an operator's edited copy."""
+"""`lta-worker deploy-files --dest DIR` writes deploy/ out, never silently over an edited copy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""README's and docs/operations.md's lists of the code's facts (commands, exit codes, metrics,
-the version) against the code: each names exactly what the code has."""
+"""README's and docs/operations.md's lists of commands, exit codes, metrics and the version
+name exactly what the code has."""
 
 from __future__ import annotations
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from lta_worker.errors import EX_CONFIG
-from lta_worker.simulator import Simulator, start_in_thread
 from support.process import Workspace as World
-from support.process import child_env
+from support.process import child_env, serve_simulator
 
 from .test_start_imports import CHILD, loaded
 
@@ -24,8 +23,7 @@ SIMULATOR_ONLY = ("starlette", "uvicorn", "lta_worker.simulator")
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    with start_in_thread(Simulator()) as served:
-        served.sim.configure(budget=100_000, window=3600)
+    with serve_simulator() as served:
         yield World(served, tmp_path)
 
 

@@ -21,14 +21,8 @@ import pytest
 from lta_worker import __version__
 from lta_worker.buildinfo import git_commit
 from lta_worker.errors import EX_CONFIG
-from lta_worker.simulator import (
-    DEMO_CLIENT_ID,
-    DEMO_CLIENT_SECRET,
-    RunningSimulator,
-    Simulator,
-    start_in_thread,
-)
-from support.process import REDIRECT, child_env, write_private
+from lta_worker.simulator import RunningSimulator
+from support.process import Workspace, child_env, serve_simulator, write_private
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_FILES = sorted(p.name for p in (ROOT / "deploy").iterdir() if p.is_file())
@@ -99,8 +93,7 @@ def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed
 @pytest.fixture
 def served() -> Iterator[RunningSimulator]:
     """A simulator served by the test process (the installed copy has none yet)."""
-    with start_in_thread(Simulator()) as running:
-        running.sim.configure(budget=100_000, window=3600)
+    with serve_simulator() as running:
         yield running
 
 
@@ -157,7 +150,9 @@ def test_installed_copy_without_then_with_the_simulator_extra(
 
     keys = installed("keys", "generate")
     assert keys.returncode == 0, keys.stderr
-    config = _write_config(tmp_path, served, keys.stdout)
+    world = Workspace(served, tmp_path / "world")
+    write_private(world.key_file, keys.stdout)  # the installed copy's own key line
+    config = world.config
     served.sim.add_user("ada")
     served.sim.queue_consent("ada", None)
 
@@ -206,26 +201,3 @@ def test_installed_copy_without_then_with_the_simulator_extra(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)  # also closes the pipes
     assert proc.returncode == 0, err
-
-
-def _write_config(tmp: Path, served: RunningSimulator, key_line: str) -> Path:
-    secret = write_private(tmp / "client-secret", DEMO_CLIENT_SECRET + "\n")
-    keys = write_private(tmp / "token-keys", key_line)
-    config = tmp / "config.toml"
-    config.write_text(
-        f"""
-[service]
-base_url = "{served.base_url}"
-auth_url = "{served.auth_url}"
-[client]
-id = "{DEMO_CLIENT_ID}"
-secret_file = "{secret}"
-redirect_uri = "{REDIRECT}"
-[database]
-url = "sqlite:///{tmp / "lta.db"}"
-[crypto]
-key_file = "{keys}"
-""",
-        encoding="utf-8",
-    )
-    return config

@@ -1,5 +1,4 @@
-"""uv.lock matches pyproject.toml and constraints.txt pins exactly what uv.lock pins
-(`python3 dev.py lock` refreshes both)."""
+"""uv.lock matches pyproject.toml; constraints.txt pins exactly what uv.lock pins."""
 
 from __future__ import annotations
 

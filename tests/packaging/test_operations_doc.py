@@ -1,6 +1,5 @@
-"""docs/operations.md's tables that the other doc tests do not read, against the code: what
-`users drop` exits with and leaves, case by case (*Dropping and forgetting users*), the user
-states the runbooks cover, and the files of each way of running."""
+"""docs/operations.md's tables the other doc tests do not read, against the code: `users drop`
+case by case, the runbooks' states, each way of running, the common error lines."""
 
 from __future__ import annotations
 

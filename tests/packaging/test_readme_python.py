@@ -1,6 +1,5 @@
 """README's Python block (*Enrolling from a web application*) runs as written against the
-served simulator, its `...` being the user's consent: each call it shows enrolls or forgets
-as its comment says."""
+served simulator, its `...` being the user's consent."""
 
 from __future__ import annotations
 
@@ -10,40 +9,13 @@ from typing import Any
 import anyio
 import httpx
 
-from lta_worker.enrollment import challenge_s256
-from lta_worker.protocol import TOKENS_PATH
-from lta_worker.runtime import Runtime
-from lta_worker.secret import Secret
-from lta_worker.simulator import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, Simulator, start_in_thread
+from lta_worker.protocol import LONG_TERM_SCOPES, TOKENS_PATH
+from lta_worker.simulator import Simulator, start_in_thread
 from support.docs import block_after
-from support.enroll import basic, query_of
-from support.process import REDIRECT
 from support.process import Workspace as World
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-async def user_access_token(world: World, settings: Any) -> str:
-    """A user access token from the app's own long term consent (its own PKCE flow)."""
-    world.sim.queue_consent("svc-web")
-    verifier = Secret("v" * 43)
-    async with Runtime(settings) as runtime:
-        url = runtime.enrollment().consent_url("st" * 22, challenge_s256(verifier))
-    async with httpx.AsyncClient() as http:
-        code = query_of((await http.get(url)).headers["location"])["code"]
-        answer = await http.post(
-            f"{world.running.auth_url}/oidc/token",
-            data={
-                "grant_type": "authorization_code",
-                "code": code,
-                "redirect_uri": REDIRECT,
-                "code_verifier": verifier.reveal(),
-            },
-            headers={"Authorization": basic(DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)},
-        )
-    assert answer.status_code == 200, answer.text
-    token: str = answer.json()["access_token"]
-    return token
+LONG_TERM = " ".join(["openid", *LONG_TERM_SCOPES])  # the app's own consent
 
 
 def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
@@ -53,7 +25,6 @@ def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
     with start_in_thread(Simulator()) as running:
         world = World(running, tmp_path)
         world.store().close()  # the database set up (`db upgrade`)
-        settings = world.settings()
         world.sim.queue_consent("svc-42")
         code = block.replace(
             "\n    ...\n", "\n    redirect_url = (await consent(url)).headers['location']\n"
@@ -67,7 +38,7 @@ def test_readme_enrollment_block_runs(tmp_path: Path) -> None:
         async def go() -> None:
             namespace: dict[str, Any] = {
                 "consent": consent,
-                "access_token": await user_access_token(world, settings),
+                "access_token": world.user_access_token("svc-web", LONG_TERM)[0],
             }
             exec(compile(body, str(README), "exec"), namespace)  # noqa: S102 -- README's code
             await namespace["main"]()

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lta_worker.simulator import Simulator, start_in_thread
 from support.docs import fenced
 from support.process import Workspace as World
-from support.process import child_env, stop, write_private
+from support.process import child_env, free_port, serve_simulator, stop, wait_for, write_private
+from support.prometheus import http_get
 
 # Blocks that cannot run here, by the start of their text: why.
 NOT_RUN = {
@@ -226,9 +224,7 @@ def test_every_block_is_run_or_excused() -> None:
 @pytest.fixture
 def sim_on_free_port() -> Iterator[int]:
     """docs/simulator.md's `lta-worker simulator serve` block, on a free port, not 8765."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     (block,) = [b for b in BLOCKS.values() if _matches(SERVED, b)]
     command = shlex.split(block.replace("8765", str(port)))
     assert command[0] == "lta-worker"
@@ -239,14 +235,7 @@ def sim_on_free_port() -> Iterator[int]:
         env=child_env(),
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "simulator down"
-                time.sleep(0.05)
+        assert wait_for(lambda: http_get(f"http://127.0.0.1:{port}/_sim/")[0] == 200, timeout=20)
         yield port
     finally:
         stop(proc)
@@ -305,8 +294,7 @@ def test_block_runs_and_does_what_its_text_says(
     block = BLOCKS[where]
     case = RUN[_matches(RUN, block)[0]]
     port = request.getfixturevalue("sim_on_free_port") if "8765" in block else None
-    with start_in_thread(Simulator()) as running:
-        running.sim.configure(budget=100_000, window=3600)
+    with serve_simulator() as running:
         (tmp_path / "world").mkdir()
         for name in ("etc", "app", "sbin"):  # directories a machine has
             (tmp_path / name).mkdir()

@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from lta_worker.secret import Secret
-from lta_worker.storage import Store, Vault, generate_key_line, load_key_file
+from lta_worker.simulator import RunningSimulator
+from support.process import Workspace
 
 # Never needed by these two commands on SQLite: the ORM (the queries are Core), the
 # PostgreSQL dialect, migrations, the HTTP stack (nobody is due), encryption (nothing is
@@ -45,31 +46,13 @@ main()
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A valid config over a migrated SQLite database holding users none of whom is due."""
-    tmp = tmp_path_factory.mktemp("start")
-    keys = tmp / "keys"
-    keys.write_text(generate_key_line(datetime.now(UTC)) + "\n")
-    keys.chmod(0o600)
-    secret = tmp / "secret"
-    secret.write_text("s3cr3t-value\n")
-    secret.chmod(0o600)
-    database = f"sqlite:///{tmp / 'lta.db'}"
-    vault = Vault(load_key_file(keys))
-    later = datetime.now(UTC) + timedelta(days=1)
-    with Store.open(database) as store:
-        store.upgrade()
-        for user in ("alice", "bob"):
-            sealed = vault.encrypt(Secret(f"dspa_{user}_token"), user=user)
-            store.store_token(user, sealed, ("cloud-sync.permanent.stats",), later, later)
-    path = tmp / "config.toml"
-    path.write_text(
-        '[service]\nbase_url = "http://127.0.0.1:9"\nauth_url = "http://127.0.0.1:9"\n'
-        f'[client]\nid = "client"\nsecret_file = "{secret}"\n'
-        f'[database]\nurl = "{database}"\n[crypto]\nkey_file = "{keys}"\n'
-        '[log]\nformat = "json"\n'
-    )
-    return path
+def world(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """A valid config over a migrated SQLite database holding users none of whom is due, its
+    service at a port nobody answers on."""
+    nowhere = SimpleNamespace(base_url="http://127.0.0.1:9", auth_url="http://127.0.0.1:9")
+    world = Workspace(cast(RunningSimulator, nowhere), tmp_path_factory.mktemp("start"))
+    world.plant_tokens(2)
+    return world
 
 
 def imported(tmp_path: Path, config: Path, *args: str) -> set[str]:
@@ -95,22 +78,16 @@ def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if any(m == n or m.startswith(n + ".") for m in modules))
 
 
-def test_status_imports_only_what_it_reads_with(tmp_path: Path, config: Path) -> None:
+def test_status_imports_only_what_it_reads_with(tmp_path: Path, world: Workspace) -> None:
     """`status` imports no ORM, migrations, HTTP, encryption, async, logging or settings library."""
-    assert loaded(imported(tmp_path, config, "status"), NOT_IN_STATUS) == []
+    assert loaded(imported(tmp_path, world.config, "status"), NOT_IN_STATUS) == []
 
 
-def test_run_with_nobody_due_builds_no_http_client(tmp_path: Path, config: Path) -> None:
+def test_run_with_nobody_due_builds_no_http_client(tmp_path: Path, world: Workspace) -> None:
     """A `run` with nobody due records its pass without importing HTTP, ORM or encryption."""
-    modules = imported(tmp_path, config, "run")
+    modules = imported(tmp_path, world.config, "run")
     assert loaded(modules, NEVER) == []
     assert "lta_worker.worker._engine" in modules
-    with Store.open(json_url(config), read_only=True) as store:
+    with world.store() as store:
         last = store.last_pass()
     assert last is not None and last.stopped == "completed"
-
-
-def json_url(config: Path) -> str:
-    """The database URL written in `config`."""
-    line = next(x for x in config.read_text().splitlines() if x.startswith("url = "))
-    return str(json.loads(line.removeprefix("url = ")))

@@ -1,5 +1,4 @@
-"""The webhook event types the docs list are the code's `EVENT_TYPES`, with the code's
-`client_action` for each; the example bodies and headers are what the sender makes."""
+"""The docs' webhook types, actions, example bodies and headers are the code's."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ from lta_worker.domain import (
 )
 from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.report import PlanCache, budget_moved, capacity_plan, schedule_summary
-from lta_worker.report._plan import REPLAN, for_active
+from lta_worker.report._status import REPLAN, for_active
+from support.configs import BASE
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -28,8 +29,7 @@ HOUR = timedelta(hours=1)
 
 def _settings(client: dict[str, object] | None = None, **sections: dict[str, object]) -> Any:
     """Settings with an API, client `c` (with `client`) and the given sections."""
-    service = {"base_url": "https://api.example", "auth_url": "https://a.example"}
-    return build_settings({"service": service, "client": {"id": "c", **(client or {})}, **sections})
+    return build_settings({**BASE, "client": {"id": "c", **(client or {})}, **sections})
 
 
 ADAPTIVE = FreshnessConfig(
@@ -160,31 +160,25 @@ def test_status_and_the_plan_map_the_settings_to_capacity_once() -> None:
 
 def test_under_the_adaptive_schedule_the_capacity_warning_is_about_max_interval() -> None:
     """Adaptive: the capacity warning is about `poll.max_interval` (fixed: `poll.interval`)."""
-    base = {
-        "service": {"base_url": "https://api.example", "auth_url": "https://a.example"},
-        "client": {"id": "c", "scopes": ["cloud-sync.permanent.latest-change"]},
-        "ratelimit": {"fallback_per_hour": 2.0},
-    }
-    counts = {"active": 100}
+    client = {"scopes": ["cloud-sync.permanent.latest-change"]}
     for schedule, key in (("adaptive", "poll.max_interval"), ("fixed", "poll.interval")):
-        settings = build_settings({**base, "poll": {"schedule": schedule, "interval": "15m"}})
-        warning = capacity_plan(settings, counts, None).warning
+        poll = {"schedule": schedule, "interval": "15m"}
+        settings = _settings(client, poll=poll, ratelimit={"fallback_per_hour": 2.0})
+        warning = capacity_plan(settings, {"active": 100}, None).warning
         assert warning is not None and f"raise {key} or" in warning
 
 
-class _Learned:
+class _Learned(FakeStore):
     """A store of 20 busy (hourly change) and 80 idle (none in four days) learned users."""
 
     def __init__(self) -> None:
+        super().__init__()
         busy = idle = ChangeEstimate()
         for n in range(48):
             busy = observe(busy, str(n), NOW + n * HOUR, ADAPTIVE)
         for n in range(0, 96, 6):
             idle = observe(idle, "same", NOW + n * HOUR, ADAPTIVE)
         self.estimates = [busy] * 20 + [idle] * 80
-
-    def budget_seen(self, client_id: str) -> None:
-        return None
 
     def count_by_state(self) -> dict[str, int]:
         return {"active": 100}
@@ -215,8 +209,6 @@ def test_status_shows_each_learned_class_and_the_metric_its_mean_delay() -> None
     for c in (busy, idle):
         assert abs(c["expected_delay_s"] - c["interval_s"] / 2) <= 1
     plan = PlanCache().get(store, settings, settings.poll.policy(), NOW)  # type: ignore[arg-type]
-    assert (
-        plan.expected_delay_s is not None
-    )  # what `lta_worker_schedule_expected_delay_seconds` shows
+    assert plan.expected_delay_s is not None  # the metric's value
     assert summary["expected_delay_s"] == round(plan.expected_delay_s)
     assert busy["expected_delay_s"] <= summary["expected_delay_s"] < idle["expected_delay_s"]

@@ -1,5 +1,5 @@
-"""Fixtures for the service tests: a simulator served on loopback, a workspace, and a fake
-systemd notify socket."""
+"""Fixtures for the service tests: a simulator served on loopback, a workspace, a fake systemd
+notify socket; and the `[enroll] listen` setup."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.simulator import RunningSimulator
-from support.process import NotifySocket, Workspace, serve_simulator
+from lta_worker.simulator import DEMO_CLIENT_ID, RunningSimulator
+from support.process import (
+    REDIRECT,
+    NotifySocket,
+    Workspace,
+    free_port,
+    serve_simulator,
+    write_private,
+)
 
 
 @pytest.fixture
@@ -28,3 +35,17 @@ def notify() -> Iterator[NotifySocket]:
     sock = NotifySocket()
     yield sock
     sock.close()
+
+
+def listen_for_enrollment(world: Workspace, port: int | None = None) -> str:
+    """`[enroll] listen` on `port` (a free one by default), a link key file, the callback
+    registered for the demo client; the public URL."""
+    public = f"http://127.0.0.1:{port or free_port()}"
+    keys = write_private(world.tmp / "enroll-link-key", "k" * 44 + "\n")
+    world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
+    world.write_config(
+        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
+        + f'\n[enroll]\nlisten = "{public.removeprefix("http://")}"\npublic_url = "{public}"\n'
+        f'link_key_file = "{keys}"\n'
+    )
+    return public

@@ -7,13 +7,14 @@ import json
 import shutil
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lta_worker.simulator import DEMO_CLIENT_ID, LATEST_CHANGE_SCOPE, STATS_SCOPE
-from support.process import REDIRECT, Workspace, free_port, stop, write_private
+from lta_worker.simulator import LATEST_CHANGE_SCOPE, STATS_SCOPE
+from support.process import Workspace, stop
+
+from .conftest import listen_for_enrollment
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -45,19 +46,11 @@ def driver() -> Iterator[Any]:
 
 
 @pytest.fixture
-def served(world: Workspace, tmp_path: Path) -> Iterator[Workspace]:
+def served(world: Workspace) -> Iterator[Workspace]:
     """`serve` with `[enroll] listen` on a free loopback port, the simulator showing its
-    consent page, a link key file, and the callback registered for the demo client."""
-    port = free_port()
-    public = f"http://127.0.0.1:{port}"
-    keys = write_private(tmp_path / "enroll-link-key", "k" * 44 + "\n")
+    consent page."""
     world.sim.configure(consent_page=True)
-    world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
-    world.write_config(
-        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
-        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
-        f'link_key_file = "{keys}"\n'
-    )
+    listen_for_enrollment(world)
     proc = world.start_serve()
     try:
         world.wait_for_event("enroll.listening", proc, timeout=60)

@@ -1,18 +1,19 @@
-"""`lta-worker check` through the CLI against the served simulator: every check passes with
-exit 0 and spends no read; a bad secret file is 78 (test_error_last); an unreachable service
-is 75 (test_exit_codes); nothing is written."""
+"""`lta-worker check` through the CLI against the served simulator (an unreachable service:
+test_exit_codes)."""
 
 from __future__ import annotations
 
 import json
-import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from lta_worker.storage import generate_key_line
-from support.process import REDIRECT, Workspace, reads, write_private
+from support.process import Workspace, reads, write_private
+
+from .conftest import listen_for_enrollment
 
 
 def _check(world: Workspace) -> tuple[int, dict[str, Any]]:
@@ -80,48 +81,41 @@ def test_check_wrong_base_url_path_is_78(world: Workspace) -> None:
     assert _client_reads(world) == before
 
 
-WEBHOOK_SECRET = "whsec_" + "c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM="
+def webhook_secret(mode: int | None) -> Callable[[Workspace], None]:
+    """`webhook.url` set, its secret file at `mode` (None: no such file)."""
 
+    def setup(world: Workspace) -> None:
+        secret = "whsec_c2VydmUtd2ViaG9vay1zZWNyZXQtb2YtMzItYnl0ZXM=\n"  # 32 bytes: valid
+        path = write_private(world.tmp / "webhook-secret", secret)
+        if mode is None:
+            path.unlink()
+        else:
+            path.chmod(mode)
+        world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
+        world.write_config()
 
-def webhook_secret_open(world: Workspace) -> None:
-    path = write_private(world.tmp / "webhook-secret", WEBHOOK_SECRET + "\n")
-    path.chmod(0o644)
-    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
-    world.write_config()
-
-
-def webhook_secret_missing(world: Workspace) -> None:
-    path = world.tmp / "no-such-secret"
-    world.extra = f'[webhook]\nurl = "http://127.0.0.1:9/hook"\nsecret_file = "{path}"\n'
-    world.write_config()
+    return setup
 
 
 def link_key_open(world: Workspace) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    public = f"http://127.0.0.1:{port}"
-    keys = write_private(world.tmp / "enroll-link-key", "k" * 44 + "\n")
-    keys.chmod(0o644)
-    world.write_config(
-        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
-        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
-        f'link_key_file = "{keys}"\n'
-    )
+    listen_for_enrollment(world)
+    (world.tmp / "enroll-link-key").chmod(0o644)
 
 
 @pytest.mark.parametrize(
     ("setup", "key"),
     [
-        (webhook_secret_open, "webhook.secret_file"),
-        (webhook_secret_missing, "webhook.secret_file"),
+        (lambda world: world.secret_file.chmod(0o644), "client.secret_file"),
+        (webhook_secret(0o644), "webhook.secret_file"),
+        (webhook_secret(None), "webhook.secret_file"),
         (link_key_open, "enroll.link_key_file"),
     ],
-    ids=["webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
+    ids=["client-secret-0644", "webhook-secret-0644", "webhook-secret-missing", "link-key-0644"],
 )
 def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -> None:
     """A secret file `serve` refuses at start (the webhook secret with `webhook.url` set, the
-    link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does."""
+    link key with `enroll.listen` set): `check` exits 78 naming the same key, as `serve` does;
+    its table says FAIL for that check alone (the others ran), its `error` event names the key."""
     world.enroll(["ada"])
     setup(world)
     code, data = _check(world)
@@ -129,6 +123,11 @@ def test_check_fails_where_serve_fails(world: Workspace, setup: Any, key: str) -
     failed = [c for c in data["checks"] if not c["ok"]]
     assert [c["exit_code"] for c in failed] == [78]
     assert failed[0]["message"].startswith(f"{key}: ")
+    table = world.here("check")
+    assert [line.split()[:2] for line in table.stdout.splitlines() if line.startswith("FAIL")] == [
+        ["FAIL", failed[0]["name"]]
+    ]
+    assert (table.events[-1]["event"], table.events[-1]["key"]) == ("error", key)
     served = world.here("serve")
     assert served.returncode == 78
     assert served.events[-1]["key"] == key

@@ -1,5 +1,4 @@
-"""`lta-worker demo`, run as a new user runs it: a child process, narration on stdout, the
-worker's log in a file, and a directory the other commands can use afterwards."""
+"""`lta-worker demo` as a new user runs it: a child process, its narration and its directory."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The Flask example with a real `serve`: served by Werkzeug's threaded server on loopback, it
-enrolls a user through the served simulator; `serve` reads the user and POSTs its events to
-the example's receiver; the example's feed consumer takes what `serve` stored."""
+"""The Flask example (Werkzeug's threaded server) with a real `serve`: it enrolls, receives
+`serve`'s webhooks and follows what `serve` stored."""
 
 from __future__ import annotations
 
@@ -8,14 +7,13 @@ import base64
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from lta_worker.api import LtaApi
-from support.process import Workspace, stop, write_private
+from support.process import Workspace, stop, wait_for, write_private
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 SECRET = "whsec_" + base64.b64encode(b"flask-example-webhook-secret-32b").decode()
@@ -53,14 +51,12 @@ def test_the_flask_example_enrolls_receives_and_follows_a_real_serve(
         done = httpx.get(f"{base}/lta/callback?{query}", headers=signed_in, timeout=30)
         assert done.status_code == 200, done.text
         proc = world.start_serve()
-        deadline = time.monotonic() + 30
-        while True:
+
+        def received() -> bool:  # user.enrolled, result.changed of each endpoint
             with sqlite3.connect(db) as app_db:
-                seen = app_db.execute("SELECT count(*) FROM lta_seen").fetchone()[0]
-            if seen == 3:  # user.enrolled, result.changed of each endpoint
-                break
-            assert time.monotonic() < deadline, world.log_lines()[-5:]
-            time.sleep(0.1)
+                return app_db.execute("SELECT count(*) FROM lta_seen").fetchone()[0] == 3
+
+        assert wait_for(received, timeout=30, interval=0.1), world.log_lines()[-5:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

@@ -73,13 +73,16 @@ def consent_url(world: Workspace) -> str:
 
 
 def serve_until_first_pass(world: Workspace) -> int:
+    """Without $NOTIFY_SOCKET (not under systemd): a pass, then SIGINT (SIGTERM: test_serve)."""
     proc = world.start_serve()
     try:
-        world.wait_for_event("pass.finished", proc)
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait(20)
+        assert world.wait_for_event("pass.finished", proc)["ok"] == 2
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(20)
     finally:
         stop(proc)
+    assert world.log_events()[-1]["event"] == "service.stopped"
+    return code
 
 
 def serve_locked(world: Workspace) -> int:
@@ -144,11 +147,15 @@ def check_unreachable(world: Workspace) -> int:
     return done.returncode or 0
 
 
-def then(setup: Callable[[Workspace], None], *args: str) -> Callable[[Workspace], int]:
-    """Prepare the world with `setup`, then run `lta-worker ARGS`."""
+Setup = Callable[[Workspace], None]
+
+
+def then(setup: Setup | tuple[Setup, ...], *args: str) -> Callable[[Workspace], int]:
+    """Prepare the world with `setup` (or each of several), then run `lta-worker ARGS`."""
 
     def scenario(world: Workspace) -> int:
-        setup(world)
+        for step in setup if isinstance(setup, tuple) else (setup,):
+            step(world)
         return cli(world, *args)
 
     return scenario
@@ -181,14 +188,8 @@ SCENARIOS: dict[tuple[str, int], Callable[[Workspace], int]] = {
     ("users list", 78): then(nothing, "users", "list"),
     ("users drop", 0): then(enrolled, "users", "drop", "--user", "ada"),
     ("users drop", 2): then(enrolled, "users", "drop", "--user", "zed"),
-    ("users drop", 75): lambda w: (
-        enrolled(w),
-        then(service_down, "users", "drop", "--user", "ada")(w),
-    )[1],
-    ("users drop", 78): lambda w: (
-        enrolled(w),
-        then(bad_config, "users", "drop", "--user", "ada")(w),
-    )[1],
+    ("users drop", 75): then((enrolled, service_down), "users", "drop", "--user", "ada"),
+    ("users drop", 78): then((enrolled, bad_config), "users", "drop", "--user", "ada"),
     ("results export", 0): then(enrolled, "results", "export"),
     ("results export", 2): then(enrolled, "results", "export", "--user", "zed"),
     ("results export", 75): then(database_down, "results", "export"),

@@ -1,5 +1,4 @@
-"""Journald priorities and the per-read log level, through the CLI as a child process
-whose stderr is a file named by `$JOURNAL_STREAM` (as systemd sets it)."""
+"""Journald priorities and the per-read log level, stderr a file `$JOURNAL_STREAM` names."""
 
 from __future__ import annotations
 
@@ -29,21 +28,17 @@ def run_journaled(world: Workspace, *args: str) -> tuple[int, list[str]]:
     return done.returncode, Path(path).read_text().splitlines()
 
 
-def test_run_lines_carry_journal_priorities(world: Workspace) -> None:
-    """Under the journal every line of `run` starts with its priority then the JSON event:
-    `<6>` for `poll.read` and a completed `pass.finished`."""
+def test_journal_lines_carry_priorities_and_a_fatal_error_is_one_priority_3_line(
+    world: Workspace,
+) -> None:
+    """Under the journal each line of `run` is its priority then the JSON event (`<6>` for
+    `poll.read` and `pass.finished`); a bad setting is one `<3>` `error` line, exit 78."""
     world.enroll(["ada"])
     code, lines = run_journaled(world, "run")
     assert code == 0, lines
     events = {json.loads(line[3:])["event"]: line[:3] for line in lines}
-    assert events["poll.read"] == "<6>"
-    assert events["pass.finished"] == "<6>"
+    assert (events["poll.read"], events["pass.finished"]) == ("<6>", "<6>")
     assert all(line[:3] in {"<3>", "<4>", "<6>", "<7>"} for line in lines)
-
-
-def test_fatal_error_is_one_priority_3_json_line(world: Workspace) -> None:
-    """A bad setting under the journal: exit 78, one line `<3>` + the JSON `error` event with
-    its exit code and the key."""
     world.configure(poll={"interval": "0s"})
     code, lines = run_journaled(world, "run")
     assert code == 78
@@ -54,12 +49,10 @@ def test_fatal_error_is_one_priority_3_json_line(world: Workspace) -> None:
 
 
 def test_read_level_debug_keeps_pass_finished(world: Workspace) -> None:
-    """`[log] read_level = "debug"` at level info: no `poll.read` line, `pass.finished`
-    still there."""
-    world.write_config(world.config_text().replace("[log]\n", '[log]\nread_level = "debug"\n', 1))
+    """`[log] read_level = "debug"` at level info: no `poll.read` line, `pass.finished` kept."""
+    world.configure(log={"read_level": "debug"})
     world.enroll(["ada"])
-    done = world.cli("run")
+    done = world.here("run")
     assert done.returncode == 0, done.stderr
-    names = [json.loads(line)["event"] for line in done.stderr.splitlines()]
-    assert "poll.read" not in names
-    assert "pass.finished" in names
+    assert "poll.read" not in done.event_names()
+    assert "pass.finished" in done.event_names()

@@ -1,6 +1,5 @@
-"""The dashboard and alert rules against a real Prometheus scraping a real `serve`, the LogQL
-queries against that `serve`'s JSON lines, and node_exporter reading `run`'s textfile
-(skipped where the binaries are not installed)."""
+"""The dashboard, alert rules and LogQL queries against a real Prometheus scraping a real
+`serve`, and node_exporter reading `run`'s textfile (each skipped without its binary)."""
 
 from __future__ import annotations
 
@@ -221,6 +220,8 @@ def test_node_exporter_reads_the_textfile_run_writes(world: Workspace, tmp_path:
     written = _samples(path.read_text(encoding="utf-8"))
     assert written[("lta_worker_users", (("state", "parked"),))] == 1
     assert written[("lta_worker_users", (("state", "revoked"),))] == 1
+    assert float(written[("lta_worker_last_pass_success_timestamp_seconds", ())]) > 0
+    assert [p.name for p in directory.iterdir()] == ["lta_worker.prom"]  # no temporary left
     if NODE_EXPORTER is None:
         pytest.skip(f"{MISSING_NODE_EXPORTER}; the textfile parsed with prometheus_client only")
     with running_node_exporter(directory, tmp_path / "node_exporter.log") as url:

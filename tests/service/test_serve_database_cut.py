@@ -1,5 +1,4 @@
-"""`serve` on PostgreSQL reached through the fault proxy (`bench/faultproxy.py`): what a
-SIGHUP does while every database connection is cut."""
+"""`serve` on PostgreSQL through the fault proxy (`bench/faultproxy.py`), its connections cut."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from sqlalchemy import create_engine, make_url, text
 from lta_worker.storage import Store
 from support.pg import PG_SKIP, PgDatabases
 from support.process import NotifySocket, Workspace, free_port, stop
-
-from .test_metrics import get
+from support.prometheus import http_get as get
 
 pytestmark = pytest.mark.postgres
 

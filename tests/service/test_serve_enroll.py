@@ -1,7 +1,5 @@
-"""`serve` with `[enroll] listen`, without a browser: the listener answers the start and the
-callback over real HTTP, closes at SIGTERM, and an address it cannot bind stops `serve` with
-exit 78 naming enroll.listen; slow clients are let go, a smuggling request closes its
-connection, and a flood under a low descriptor limit stays quiet and is served through."""
+"""`serve`'s listeners over real sockets: slow and hostile clients, a flood under a low
+descriptor limit, an address it cannot bind."""
 
 from __future__ import annotations
 
@@ -10,81 +8,30 @@ import selectors
 import signal
 import socket
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
+import pytest
 
 from lta_worker.errors import EX_CONFIG
-from lta_worker.simulator import DEMO_CLIENT_ID
-from support.process import REDIRECT, Workspace, free_port, stop, write_private
+from support.process import Workspace, free_port, stop
 from support.sockets import closed_within
 
-
-def _configure(world: Workspace, tmp_path: Path, port: int) -> str:
-    public = f"http://127.0.0.1:{port}"
-    keys = write_private(tmp_path / "enroll-link-key", "k" * 44 + "\n")
-    world.sim.add_redirect_uri(DEMO_CLIENT_ID, f"{public}/lta/callback")
-    world.write_config(
-        world.config_text().replace(REDIRECT, f"{public}/lta/callback")
-        + f'\n[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
-        f'link_key_file = "{keys}"\n'
-    )
-    return public
+from .conftest import listen_for_enrollment
 
 
-def test_serve_hosts_the_flow_and_closes_it_at_sigterm(world: Workspace, tmp_path: Path) -> None:
-    """serve hosts the enroll link flow to a stored user and stops listening at SIGTERM."""
+def test_the_listener_lets_slow_and_smuggling_clients_go_and_closes_at_sigterm(
+    world: Workspace,
+) -> None:
+    """Idle and slowloris connections are closed at the deadline; Content-Length with chunked
+    (smuggling) gets a 400 and a closed connection; the listener closes at SIGTERM. (The
+    flow through `serve`: test_browser_enroll.py, in-process: tests/enrollment.)"""
     port = free_port()
-    public = _configure(world, tmp_path, port)
+    public = listen_for_enrollment(world, port)
     proc = world.start_serve()
     try:
         listening = world.wait_for_event("enroll.listening", proc, timeout=60)
         assert listening["start_url"] == f"{public}/enroll/start"
-        link = world.cli("enroll", "link", "--user", "ada").stdout.strip()
-        with httpx.Client() as browser:
-            start = browser.get(link)
-            assert start.status_code == 303
-            assert "lta-enroll" in start.headers["set-cookie"]
-            world.sim.queue_consent("svc-ada")
-            back = browser.get(start.headers["location"])
-            assert back.status_code == 302
-            done = browser.get(back.headers["location"])
-            assert done.status_code == 200, done.text
-            assert 'data-outcome="enrolled"' in done.text
-            assert done.headers["x-content-type-options"] == "nosniff"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        stop(proc)
-    with socket.socket() as probe:
-        assert probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-def test_an_address_it_cannot_bind_stops_serve_with_78(world: Workspace, tmp_path: Path) -> None:
-    """A listen address already taken: `serve` exits 78 with one error line naming
-    enroll.listen, before it serves anything."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        _configure(world, tmp_path, taken.getsockname()[1])
-        proc = world.start_serve()
-        try:
-            assert proc.wait(timeout=60) == EX_CONFIG
-        finally:
-            stop(proc)
-    errors = [e for e in world.log_events() if e["event"] == "error"]
-    assert len(errors) == 1
-    assert errors[0]["key"] == "enroll.listen"
-    assert not any(e["event"] == "service.started" for e in world.log_events())
-
-
-def test_a_client_that_never_finishes_a_request_is_let_go(world: Workspace, tmp_path: Path) -> None:
-    """Idle and slowloris connections are closed at the deadline; real requests are answered."""
-    port = free_port()
-    _configure(world, tmp_path, port)
-    proc = world.start_serve()
-    try:
-        world.wait_for_event("enroll.listening", proc, timeout=60)
         idle = socket.create_connection(("127.0.0.1", port))
         trickle = socket.create_connection(("127.0.0.1", port))
         trickle.sendall(b"GET /enroll/start HTTP/1.1\r\nHost: x\r\n")
@@ -95,23 +42,7 @@ def test_a_client_that_never_finishes_a_request_is_let_go(world: Workspace, tmp_
         assert closed_within(trickle, 15.0)
         idle.close()
         trickle.close()
-        answer = httpx.get(f"http://127.0.0.1:{port}/enroll/start", timeout=10)
-        assert answer.status_code == 400  # no link: the page, served as usual
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        stop(proc)
 
-
-def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
-    world: Workspace, tmp_path: Path
-) -> None:
-    """Content-Length with chunked (request smuggling) gets a 400 and a closed connection."""
-    port = free_port()
-    _configure(world, tmp_path, port)
-    proc = world.start_serve()
-    try:
-        world.wait_for_event("enroll.listening", proc, timeout=60)
         smuggled = b"GET /enroll/start?smuggled=1 HTTP/1.1\r\nHost: x\r\n\r\n"
         head = (
             b"POST /enroll/start HTTP/1.1\r\nHost: x\r\n"
@@ -131,6 +62,34 @@ def test_a_request_with_both_content_length_and_chunked_closes_the_connection(
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def listen_for_metrics(world: Workspace, port: int) -> None:
+    world.extra = f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    world.write_config()
+
+
+@pytest.mark.parametrize(
+    ("listen", "key"),
+    [(listen_for_enrollment, "enroll.listen"), (listen_for_metrics, "metrics.listen")],
+    ids=["enroll", "metrics"],
+)
+def test_an_address_it_cannot_bind_stops_serve_with_78(
+    world: Workspace, listen: Callable[[Workspace, int], object], key: str
+) -> None:
+    """A listen address already taken (the enroll listener's or the metrics port): `serve`
+    exits 78 with one error line naming the key, before it serves anything."""
+    world.enroll(["ada"])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen(world, taken.getsockname()[1])
+        assert world.serve_until_exit(timeout=60) == EX_CONFIG
+    errors = [e for e in world.log_events() if e["event"] == "error"]
+    assert [e["key"] for e in errors] == [key]
+    assert not any(e["event"] == "service.started" for e in world.log_events())
 
 
 def _half_sent(port: int, count: int) -> list[socket.socket]:
@@ -168,12 +127,10 @@ def _still_open_after(socks: list[socket.socket], seconds: float) -> int:
         return len(selector.get_map())
 
 
-def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(
-    world: Workspace, tmp_path: Path
-) -> None:
+def test_a_flood_under_a_low_descriptor_limit_is_quiet_and_served(world: Workspace) -> None:
     """400 stalled connections at RLIMIT_NOFILE 256: requests answered, stderr small JSON."""
     port = free_port()
-    _configure(world, tmp_path, port)
+    listen_for_enrollment(world, port)
     proc = world.start_serve(nofile=256)
     try:
         world.wait_for_event("enroll.listening", proc, timeout=60)

@@ -1,5 +1,4 @@
-"""Helpers of the simulator's tests: constants, PKCE, and `Flow`, which drives the real HTTP
-endpoints as a client does (consent, code exchange, enrollment)."""
+"""Helpers of the simulator's tests: constants, PKCE, and `Flow`, a client of the real endpoints."""
 
 from __future__ import annotations
 

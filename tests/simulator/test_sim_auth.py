@@ -98,13 +98,6 @@ async def test_auto_consent_approves_for_login_hint(flow: Flow, sim: Simulator) 
     assert sim.user_info("zoe")["linked"] is True
 
 
-async def test_user_denial_redirects_with_access_denied(flow: Flow, sim: Simulator) -> None:
-    """A queued denial comes back as error=access_denied."""
-    sim.queue_consent("alice", deny=True)
-    response = await flow.http.get("/auth/oidc/auth", params=_params())
-    assert httpx.URL(response.headers["location"]).params["error"] == "access_denied"
-
-
 async def test_plain_client_gets_regular_scopes(flow: Flow) -> None:
     """A client without the mode can still run an ordinary authorization."""
     flow.sim.add_user("alice")

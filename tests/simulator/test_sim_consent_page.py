@@ -1,5 +1,4 @@
-"""The simulator's consent page: shown with no queued consent when `consent_page` is on;
-Allow grants what the user left ticked, Deny answers access_denied; a request is used once."""
+"""The simulator's consent page (`consent_page` on, nobody queued): Allow, Deny, used once."""
 
 from __future__ import annotations
 

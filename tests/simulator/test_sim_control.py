@@ -34,36 +34,29 @@ async def _credential_over_http(flow: Flow, user: str) -> str:
     return f"{created.json()['token']}.{DEMO_CLIENT_SECRET}"
 
 
+# A control call on the user, then what the next read answers.
+STEPS = [
+    ("PUT", "/_sim/users/alice/payloads", {"latest-change": None}, LATEST, 404, None),
+    ("PUT", "/_sim/users/alice/sync", {"linked": False}, STATS, 401, "NoCloudSyncLinked"),
+    ("PUT", "/_sim/users/alice/sync", {"linked": True, "last_sync_age_days": 91}, STATS, 403,
+     "CloudSyncInactive"),
+    ("PUT", "/_sim/users/alice/sync", {"last_sync_age_days": 0}, STATS, 200, None),
+    ("POST", "/_sim/users/alice/revoke", {}, STATS, 401, "PermanentAccessRevoked"),
+]  # fmt: skip
+
+
 async def test_user_lifecycle_through_the_control_api(http: httpx.AsyncClient, flow: Flow) -> None:
     """Users, sync, payloads, revocation and deletion all work over /_sim/."""
-    created = await http.post(
-        "/_sim/users",
-        json={
-            "user": "alice",
-            "linked": True,
-            "last_sync_age_days": 2,
-            "payloads": {"stats": {"n": 1}},
-        },
-    )
-    assert created.status_code == 201
-    assert created.json()["last_sync_at"] == "2024-12-30T00:00:00Z"
+    body = {"user": "alice", "last_sync_age_days": 2, "payloads": {"stats": {"n": 1}}}
+    created = await http.post("/_sim/users", json=body)
+    assert (created.status_code, created.json()["last_sync_at"]) == (201, "2024-12-30T00:00:00Z")
     credential = await _credential_over_http(flow, "alice")
     assert (await http.get(STATS, headers=bearer(credential))).json() == {"n": 1}
-    await http.put("/_sim/users/alice/payloads", json={"latest-change": None})
-    assert (await http.get(LATEST, headers=bearer(credential))).status_code == 404
-    await http.put("/_sim/users/alice/sync", json={"linked": False})
-    assert (await http.get(STATS, headers=bearer(credential))).json()[
-        "error"
-    ] == "NoCloudSyncLinked"
-    await http.put("/_sim/users/alice/sync", json={"linked": True, "last_sync_age_days": 91})
-    assert (await http.get(STATS, headers=bearer(credential))).json()[
-        "error"
-    ] == "CloudSyncInactive"
-    await http.put("/_sim/users/alice/sync", json={"last_sync_age_days": 0})
-    revoked = await http.post("/_sim/users/alice/revoke", json={})
-    assert revoked.json() == {"revoked": 1}
-    answer = await http.get(STATS, headers=bearer(credential))
-    assert answer.json()["error"] == "PermanentAccessRevoked"
+    for method, path, json, read, status, error in STEPS:
+        answer = await http.request(method, path, json=json)
+        got = await http.get(read, headers=bearer(credential))
+        assert (got.status_code, got.json().get("error")) == (status, error), json
+    assert answer.json() == {"revoked": 1}  # the revocation's
     assert (await http.delete("/_sim/users/alice")).json() == {"revoked": 0}
     assert (await http.get("/_sim/users/alice")).status_code == 404
 

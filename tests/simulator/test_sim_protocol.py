@@ -12,7 +12,7 @@ from lta_worker.simulator import (
     HISTORY_SCOPE,
     Quota,
     responses,
-    routes,
+    server,
     state,
 )
 from lta_worker.simulator.budget import render
@@ -24,8 +24,8 @@ from .helpers import Flow, bearer
 async def test_the_simulator_and_the_worker_agree_on_the_protocol(flow: Flow) -> None:
     """Paths, token prefix, scopes, error codes and header names are the same on both sides."""
     sim = flow.sim
-    assert {e: p for p, e in routes.READ_PATHS.items()} == dict(protocol.READ_PATHS)
-    auth_paths = {route.path for route in routes.auth_routes(sim)}
+    assert {e: p for p, e in server.READ_PATHS.items()} == dict(protocol.READ_PATHS)
+    auth_paths = {route.path for route in server.auth_routes(sim)}
     assert {protocol.AUTHORIZE_PATH, protocol.TOKEN_ENDPOINT_PATH, protocol.TOKENS_PATH} <= (
         auth_paths
     )

@@ -8,31 +8,66 @@ import asyncio
 import contextlib
 import datetime
 import ipaddress
+import json
 import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from hypothesis import strategies as st
 
 IO_TIMEOUT_S = 30.0
 
 
+class _Served:
+    """A loopback asyncio server on its own thread's loop for the span of a `with`."""
+
+    tls: ssl.SSLContext | None = None
+
+    def _prepare(self, name: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError(f"{self._thread.name} did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
+        )
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+
+
 @dataclass(frozen=True)
 class Step:
-    """One scripted answer.
-
-    Attributes:
-        status: The status code sent.
-        headers: Header lines, sent as given (Content-Length is added unless present).
-        body: The body.
-        drip: When set, the body goes one byte at a time with this pause in between.
-        delay: Seconds before anything is sent.
-    """
+    """One scripted answer: header lines are sent as given (Content-Length added unless
+    present); `drip` sends the body a byte at a time with this pause; `delay` waits first."""
 
     status: int = 200
     headers: Sequence[tuple[str, str]] = ()
@@ -52,7 +87,7 @@ class Seen:
 
 
 @dataclass
-class HostileServer:
+class HostileServer(_Served):
     """The scripted server; `with HostileServer(...) as server: server.url`."""
 
     default: Step = field(default_factory=Step)
@@ -64,11 +99,7 @@ class HostileServer:
     def __post_init__(self) -> None:
         self._scripts: dict[str, deque[Step]] = {}
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._run, name="hostile", daemon=True)
-        self.port = 0
+        self._prepare("the hostile server")
 
     @property
     def url(self) -> str:
@@ -84,38 +115,6 @@ class HostileServer:
         """The requests received so far (to `path` only, when given)."""
         with self._lock:
             return [s for s in self.seen if path is None or s.path == path]
-
-    def __enter__(self) -> HostileServer:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the hostile server did not start")
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._server.close()
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-            with contextlib.suppress(Exception):
-                self._loop.run_until_complete(asyncio.sleep(0))
-            self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -174,45 +173,24 @@ async def _read_request(reader: asyncio.StreamReader) -> Seen | None:
     return Seen(method, target.split("?", 1)[0], headers, body)
 
 
-class ProxyProbe:
-    """A loopback listener standing in for a proxy: records every connection's first line."""
+class ProxyProbe(_Served):
+    """A loopback listener standing in for a proxy: records every connection's request head
+    and its first line."""
 
     def __init__(self) -> None:
+        self.heads: list[bytes] = []
         self.first_lines: list[str] = []
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="proxy-probe", daemon=True)
-        self.port = 0
+        self._prepare("the proxy probe")
 
     @property
     def url(self) -> str:
         """The proxy URL to configure."""
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> ProxyProbe:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the proxy probe did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            server.close()
-            self._loop.close()
-
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IO_TIMEOUT_S)
+            self.heads.append(head)
             self.first_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
             # Refuse whatever it was: the test only needs to know it came here.
             writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -260,8 +238,6 @@ def self_signed_tls(tmp: Path) -> ssl.SSLContext:
 
 def json_body(value: Any) -> bytes:
     """`value` as a JSON body (strict, UTF-8)."""
-    import json
-
     return json.dumps(value).encode("utf-8")
 
 

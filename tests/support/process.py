@@ -4,6 +4,7 @@ events, and waits for events and reads. Used by tests/reliability, tests/service
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -29,7 +30,6 @@ import httpx
 
 from lta_worker.cli import main
 from lta_worker.config import Settings, load_settings
-from lta_worker.domain import EncryptedToken
 from lta_worker.enrollment import challenge_s256
 from lta_worker.runtime import Runtime
 from lta_worker.secret import Secret
@@ -42,6 +42,8 @@ from lta_worker.simulator import (
 )
 from lta_worker.storage import Store, Vault, generate_key_line, load_key_file
 from support import FIXED_POLL
+from support.enroll import write_private
+from support.storage import stored_verifiers
 
 REDIRECT = "http://127.0.0.1/lta/callback"
 # Generous: only a hung process should ever reach it.
@@ -54,13 +56,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def write_private(path: Path, text: str) -> Path:
-    """Write a file readable by its owner only (mode 0600)."""
-    path.write_text(text, encoding="utf-8")
-    os.chmod(path, 0o600)
-    return path
 
 
 def toml_value(value: Any) -> str:
@@ -85,8 +80,7 @@ def render_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child `lta-worker`: none of the caller's LTA_WORKER_* or systemd
-    variables, plus `extra`."""
+    """The caller's environment without LTA_WORKER_* or systemd variables, plus `extra`."""
     dropped = {
         "CREDENTIALS_DIRECTORY",
         "STATE_DIRECTORY",
@@ -120,18 +114,6 @@ def run_here(argv: list[str], stdin: str = "", env: Mapping[str, str] | None = N
     return Output(" ".join(argv), code, out.getvalue(), err.getvalue())
 
 
-def json_events(text: str) -> list[dict[str, Any]]:
-    """The JSON log events among the lines of `text`."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 @dataclass
 class Output:
     """What one finished command printed."""
@@ -144,7 +126,12 @@ class Output:
     @property
     def events(self) -> list[dict[str, Any]]:
         """The JSON log events in stderr."""
-        return json_events(self.stderr)
+        out = []
+        for line in self.stderr.splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
 
     def event_names(self) -> list[str]:
         """The names of the JSON log events, in order."""
@@ -246,8 +233,7 @@ def reads_seen(sim: Simulator) -> int:
 def wait_for_reads(
     sim: Simulator, more_than: int, *, timeout: float = 30.0, run: Spawned | None = None
 ) -> bool:
-    """Wait until the simulator logged more than `more_than` reads (or, given `run`, that
-    process ended: a run that found nobody due reads nothing); return whether reads came."""
+    """Wait for more than `more_than` reads (or the end of `run`); return whether they came."""
     wait_for(lambda: reads_seen(sim) > more_than or (run is not None and run.poll() is not None),
              timeout=timeout)  # fmt: skip
     return reads_seen(sim) > more_than
@@ -255,11 +241,8 @@ def wait_for_reads(
 
 @dataclass
 class Workspace:
-    """An operator's installation of lta-worker on disk, against a simulator on loopback.
-
-    The config is rendered from these files and `sections` (merged by `configure`); `extra`
-    is raw TOML appended to it.
-    """
+    """An operator's installation on disk against a simulator on loopback; its config is
+    rendered from these files and `sections`, with the raw TOML `extra` appended."""
 
     running: RunningSimulator
     tmp: Path
@@ -387,9 +370,8 @@ class Workspace:
         nofile: int | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Spawned:
-        """Start `lta-worker --config CFG ARGS` in the background; its stderr becomes
-        `log_file`. `nofile` lowers the child's descriptor limit (RLIMIT_NOFILE) as it starts,
-        long before it opens its listeners (Linux: prlimit)."""
+        """Start `lta-worker --config CFG ARGS` in the background (stderr: `log_file`); `nofile`
+        lowers its RLIMIT_NOFILE as it starts, before it opens its listeners."""
         self._spawned += 1
         stem = self.tmp / f"proc{self._spawned:03d}"
         out_path, self.log_file = stem.with_suffix(".out"), stem.with_suffix(".err")
@@ -410,8 +392,7 @@ class Workspace:
         return self.spawn("serve", nofile=nofile, env=env)
 
     def serve_until_exit(self, timeout: float = 30.0, **env: str) -> int:
-        """Start `serve`, wait for it to exit by itself and return its exit code (a child
-        still running after `timeout` fails the test and is killed)."""
+        """Start `serve` and return its exit code (killed, failing, if alive after `timeout`)."""
         return self.start_serve(**env).wait(timeout)
 
     def keep(self, spawned: Spawned) -> Output:
@@ -450,10 +431,9 @@ class Workspace:
         *,
         sim_user: str | None = None,
     ) -> None:
-        """Create each account in the simulator (`{user: add_user kwargs}` or names) and
-        enroll it through the real consent flow over loopback HTTP, in-process; remember each
-        issued token's plaintext. With `sim_user`, every local user consents as that existing
-        account instead (which rotates its token)."""
+        """Create each account in the simulator (`{user: add_user kwargs}` or names), enroll it
+        in-process through the real consent flow and remember its token; with `sim_user`, each
+        local user consents as that existing account instead (rotating its token)."""
         accounts = dict(users) if isinstance(users, Mapping) else {u: {} for u in users}
         if sim_user is None:
             for user, account in accounts.items():
@@ -479,8 +459,7 @@ class Workspace:
                 self.tokens[user] = vault.decrypt(row.token, user=user).reveal()
 
     def plant_tokens(self, count: int, prefix: str = "planted") -> None:
-        """Store `count` users with random tokens straight through the store (the service
-        does not know them: for tests that never read, such as key rotation)."""
+        """Store `count` users with random tokens the service does not know (never read)."""
         vault = self.vault()
         now = datetime.now(UTC)
         far = now.replace(year=now.year + 1)  # never due
@@ -506,16 +485,8 @@ class Workspace:
 
     def verifiers(self) -> list[str]:
         """The PKCE verifiers of the pending enrollments, decrypted from the database."""
-        vault = self.vault()
-        with sqlite3.connect(self.database) as conn:
-            rows = conn.execute(
-                "SELECT user, verifier_ciphertext, verifier_key_id FROM pending_enrollments"
-            ).fetchall()
-        conn.close()
-        return [
-            vault.decrypt(EncryptedToken(bytes(c), k), user=u, purpose="verifier").reveal()
-            for u, c, k in rows
-        ]
+        with Store.open(self.db_url) as store:
+            return stored_verifiers(store, self.vault())
 
     def consent(self, url: str, sim_user: str, scopes: list[str] | None = None) -> str:
         """`sim_user` approves the consent at `url`; the redirect the browser is sent to."""
@@ -570,8 +541,7 @@ class Workspace:
 
 
 class NotifySocket:
-    """A fake `$NOTIFY_SOCKET`: a unix datagram socket bound in a short temporary directory
-    (socket paths are limited to about 100 bytes)."""
+    """A fake `$NOTIFY_SOCKET` in a short temporary directory (socket paths: about 100 bytes)."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="lta-n-"))

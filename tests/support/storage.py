@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from sqlalchemy import func, select
 
 from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain import BudgetSeen, SnapshotWrite, UserRow, UserUpdate
+from lta_worker.domain import BudgetSeen, EncryptedToken, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.secret import Secret
-from lta_worker.storage import History, Keyring, Store, Vault
+from lta_worker.storage import History, Keyring, PendingEnrollmentRow, Store, Vault
 from lta_worker.storage._models import FeedGone
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -102,3 +102,22 @@ def newest_position(store: Store) -> int:
         return max(
             conn.execute(select(func.max(table.seq))).scalar() or 0 for table in (History, FeedGone)
         )
+
+
+def stored_verifiers(store: Store, vault: Vault) -> list[str]:
+    """Every PKCE verifier the store holds (used consents stay until the purge), decrypted."""
+    table = PendingEnrollmentRow.__table__
+    with store.database.read() as conn:
+        rows = conn.execute(
+            select(table.c.user, table.c.verifier_ciphertext, table.c.verifier_key_id).where(
+                table.c.verifier_key_id != ""
+            )
+        ).all()
+    return [
+        vault.decrypt(
+            EncryptedToken(bytes(r.verifier_ciphertext), r.verifier_key_id),
+            user=r.user,
+            purpose="verifier",
+        ).reveal()
+        for r in rows
+    ]

@@ -71,10 +71,7 @@ async def _stall(seconds: float) -> None:
 
 
 class VirtualTime:
-    """The worker's `Clock` and the simulator's clock over trio's (mock) clock.
-
-    Only call it from inside the trio run (the simulator's in-process transport is).
-    """
+    """The worker's `Clock` and the simulator's clock over trio's (mock) clock, inside the run."""
 
     def __init__(self, start: datetime = START) -> None:
         self.start = start

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from lta_worker.config import Settings, build_settings, load_settings
@@ -21,18 +20,10 @@ from lta_worker.secret import Secret
 from lta_worker.upstream import ApiClient, http_client
 from support.hostile import HostileServer, ProxyProbe, Step, json_body, self_signed_tls
 
+from .test_client import LONG_TERM, TOKEN, api_for
+
 pytestmark = pytest.mark.anyio
 
-TOKEN = Secret("dspa_Tok3nValue-0123456789abcdef")
-CLIENT_SECRET = Secret("cl1ent-s3cret-value")
-
-
-def api_for(http: httpx.AsyncClient, settings: Settings) -> ApiClient:
-    """The API client over `http` with `settings`' sections and the test's client secret."""
-    return ApiClient(http, settings.service, settings.client, CLIENT_SECRET)
-
-
-CREDENTIAL = Secret(f"{TOKEN.reveal()}.{CLIENT_SECRET.reveal()}")
 # A dripping answer is cut at request_timeout (1 s); anything near this bound is a hang.
 DEADLINE_BOUND_S = 6.0
 
@@ -150,15 +141,17 @@ async def test_plain_http_never_goes_through_a_proxy(
         answer = await read_through_env(server.url, env)
     assert answer.status == 200
     assert probe.first_lines == []
-    assert server.requests()[0].headers["authorization"] == f"Bearer {CREDENTIAL.reveal()}"
+    assert server.requests()[0].headers["authorization"] == LONG_TERM
 
 
 async def test_https_goes_through_the_proxy_as_a_tunnel() -> None:
-    """HTTPS_PROXY is honoured for https, as a CONNECT tunnel: the proxy never sees a header."""
+    """HTTPS_PROXY (`service.https_proxy`) is honoured for https as a CONNECT tunnel: the proxy
+    never sees the credential; its refusal is an error answer."""
     with ProxyProbe() as probe:
         answer = await read_through_env("https://api.service.invalid", {"HTTPS_PROXY": probe.url})
     assert answer.status is None
     assert probe.first_lines == ["CONNECT api.service.invalid:443 HTTP/1.1"]
+    assert TOKEN.reveal().encode() not in probe.heads[0]
 
 
 async def test_no_proxy_hosts_are_reached_directly(tmp_path: Path) -> None:

@@ -1,9 +1,5 @@
 """The Python API for an application that embeds lta-worker (docs/python-api.md): what this
-face lists is promised, and tests/api/face.txt holds its names and signatures.
-
-`LtaApi` (`_api`), the payloads as types (`_payloads`), settings, `SecretFilter` and the
-errors. It sits at the top of the layers, beside `cli`, and uses the packages' faces.
-"""
+face lists is promised (tests/api/face.txt holds its names and signatures)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""`LtaApi`: the one face an embedding application uses (docs/python-api.md).
-
-It never migrates the database (a newer web app never changes the worker's schema under
-it); calls that speak to the service are async, those that only touch the database sync.
-"""
+"""`LtaApi` (docs/python-api.md). It never migrates the database: a newer web app never
+changes the worker's schema under it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The JSON an application receives, as types: webhook bodies (docs/webhooks.md), feed and
-`results export` lines; docs/schemas/ has them as JSON Schema, tested against the code.
-"""
+"""The JSON an application receives, as types (docs/schemas/ has them as JSON Schema)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The CLI's shared context: the config path, lazily loaded settings, and logging. Heavy
-modules are imported inside the commands that need them, so `run` starts fast from cron.
-"""
+"""The CLI's shared context: the config path, lazily loaded settings, and logging."""
 
 from __future__ import annotations
 
@@ -76,12 +74,8 @@ EXTRA_MODULES = ("starlette", "uvicorn")
 
 
 def require_extra(extra: Literal["web", "simulator"]) -> None:
-    """Stop with one line (exit 78) when a module of the `[web]` or `[simulator]` extra is
-    not installed.
-
-    Raises:
-        ConfigError: starlette or uvicorn cannot be found.
-    """
+    """Raise ConfigError (exit 78) when a module of the `[web]` or `[simulator]` extra is
+    not installed."""
     web = extra == "web"
     for name in EXTRA_MODULES:
         if importlib.util.find_spec(name) is None:

@@ -1,6 +1,5 @@
-"""The commands of the root group by name, each module imported only when its command is
-invoked (or listed by `--help`), so that `lta-worker run` imports nothing it does not use.
-"""
+"""The root group's commands by name, each module imported only when its command is invoked
+(or listed by `--help`), so that `lta-worker run` imports nothing it does not use."""
 
 from __future__ import annotations
 
@@ -14,11 +13,11 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "serve": ("_run_cmd", "serve"),
     "enroll": ("_enroll_cmd", "enroll"),
     "users": ("_users_cmd", "users"),
-    "results": ("_results_cmd", "results"),
+    "results": ("_users_cmd", "results"),
     "keys": ("_setup_cmd", "keys"),
     "db": ("_setup_cmd", "db"),
     "status": ("_status_cmd", "status"),
-    "check": ("_check_cmd", "check"),
+    "check": ("_status_cmd", "check"),
     "simulator": ("_simulator_cmd", "simulator"),
     "demo": ("_simulator_cmd", "demo"),
     "deploy-files": ("_setup_cmd", "deploy_files"),

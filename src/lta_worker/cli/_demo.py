@@ -1,9 +1,6 @@
-"""`lta-worker demo`: the whole program in under a minute, narrated in plain sentences.
-
-The bundled simulator on a loopback port, a config, keys and a SQLite database in a
-directory, 20 users enrolled through the real consent flow, three passes of the real `Worker`
-(a tight budget; a revocation; a parked user back). The worker's wall clock starts a day in
-the past and is moved between passes; monotonic time stays real, so the pacing is real.
+"""`lta-worker demo`: the whole program in under a minute, narrated in plain sentences (the
+real consent flow and `Worker` on the bundled simulator). The worker's wall clock starts a day
+in the past and is moved between passes; monotonic time stays real, so the pacing is real.
 """
 
 from __future__ import annotations
@@ -38,6 +35,12 @@ NOTHING_RECORDED: Final = "alan"  # latest-change answers 404
 INACTIVE: Final = "hedy"  # cloud sync silent for 120 days: parked
 UNLINKED: Final = "claude"  # no cloud sync linked
 REVOKER: Final = "ken"  # revokes access before pass 2
+# How the simulator's accounts of the special users differ from a plain one.
+ACCOUNTS: Final[dict[str, dict[str, Any]]] = {
+    NOTHING_RECORDED: {"payloads": {"latest-change": None}},
+    INACTIVE: {"last_sync_age_days": 120},
+    UNLINKED: {"linked": False},
+}
 TIGHT_BUDGET: Final = 30
 WINDOW_S: Final = 10
 RELAXED_BUDGET: Final = 600
@@ -104,14 +107,7 @@ async def enroll_users(settings: Settings, sim: Simulator, clock: OffsetClock) -
     async with Runtime(settings, clock=clock) as runtime:
         enrollment = runtime.enrollment()
         for name in NAMES:
-            account: dict[str, Any] = {}
-            if name == NOTHING_RECORDED:
-                account["payloads"] = {"latest-change": None}
-            if name == INACTIVE:
-                account["last_sync_age_days"] = 120
-            if name == UNLINKED:
-                account["linked"] = False
-            sim.add_user(name, **account)
+            sim.add_user(name, **ACCOUNTS.get(name, {}))
             url = enrollment.start(name)  # saves state and PKCE verifier
             sim.queue_consent(name, ["openid", STATS_SCOPE] if name == STATS_ONLY else None)
             consent = await runtime.http.get(url)  # the user's browser at the consent page
@@ -139,6 +135,10 @@ class Demo:
             text, WIDTH, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
         )
         print(wrapped, file=self.out, flush=True)
+
+    def bullet(self, text: str) -> None:
+        """A bullet of narration."""
+        self.say(text, bullet=True)
 
     def title(self, text: str) -> None:
         """A section title, after a blank line."""
@@ -190,10 +190,10 @@ class Demo:
             "worker exchanges the code at once, creates the user's long term token and "
             f"stores it encrypted. {len(NAMES)} users enrolled in {took:.1f} s. Among them:"
         )
-        self.say(f"{STATS_ONLY} ticked only the statistics scope;", bullet=True)
-        self.say(f"{NOTHING_RECORDED} has nothing recorded yet;", bullet=True)
-        self.say(f"{INACTIVE}'s cloud sync has been silent for 120 days;", bullet=True)
-        self.say(f"{UNLINKED} has no cloud sync linked at all.", bullet=True)
+        self.bullet(f"{STATS_ONLY} ticked only the statistics scope;")
+        self.bullet(f"{NOTHING_RECORDED} has nothing recorded yet;")
+        self.bullet(f"{INACTIVE}'s cloud sync has been silent for 120 days;")
+        self.bullet(f"{UNLINKED} has no cloud sync linked at all.")
 
     async def _pass(self, n: int, worker: Worker, *, progress: bool = False) -> PassResult:
         self.sim.clear_requests()
@@ -229,25 +229,20 @@ class Demo:
             f"than the {TIGHT_BUDGET} allowed less the reserve. Budget last seen: "
             + ("none" if seen is None else f"{seen.remaining} of {seen.limit} left.")
         )
-        alan = self.user(NOTHING_RECORDED)
-        self.say(
-            f"{NOTHING_RECORDED}: latest-change answered 404, stored as `{alan.last_outcome}`: "
-            f"nothing recorded, his access is fine and his statistics were read.",
-            bullet=True,
+        self.bullet(
+            f"{NOTHING_RECORDED}: latest-change answered 404, stored as "
+            f"`{self.user(NOTHING_RECORDED).last_outcome}`: nothing recorded, his access is "
+            "fine and his statistics were read."
         )
         called = sorted({e.path.rsplit("/", 1)[-1] for e in self.reads() if e.user == STATS_ONLY})
-        self.say(f"{STATS_ONLY}: only {' and '.join(called)} was called.", bullet=True)
-        hedy = self.user(INACTIVE)
-        self.say(
-            f"{INACTIVE}: 403 CloudSyncInactive, so she is {hedy.state}: her token is kept "
-            f"and she is re-checked every {self.parked}.",
-            bullet=True,
+        self.bullet(f"{STATS_ONLY}: only {' and '.join(called)} was called.")
+        self.bullet(
+            f"{INACTIVE}: 403 CloudSyncInactive, so she is {self.user(INACTIVE).state}: her "
+            f"token is kept and she is re-checked every {self.parked}."
         )
-        claude = self.user(UNLINKED)
-        self.say(
-            f"{UNLINKED}: 401 NoCloudSyncLinked, so he is {claude.state}: token kept, "
-            f"re-checked every {self.parked} too.",
-            bullet=True,
+        self.bullet(
+            f"{UNLINKED}: 401 NoCloudSyncLinked, so he is {self.user(UNLINKED).state}: token "
+            f"kept, re-checked every {self.parked} too."
         )
 
     async def _pass_2(self, worker: Worker) -> None:
@@ -266,17 +261,15 @@ class Demo:
         )
         await self._pass(2, worker)
         ken = self.user(REVOKER)
-        self.say(
+        self.bullet(
             f"{REVOKER}: 401 PermanentAccessRevoked. The worker deleted his token at once "
             f"(state {ken.state}, token held: {'yes' if ken.token else 'no'}); he is never "
-            "read again.",
-            bullet=True,
+            "read again."
         )
         called = any(e.user == INACTIVE for e in self.reads())
-        self.say(
+        self.bullet(
             f"{INACTIVE} was {'read' if called else 'not called'}: parked users wait for "
-            f"their re-check, {self.parked} after the last one.",
-            bullet=True,
+            f"their re-check, {self.parked} after the last one."
         )
 
     async def _pass_3(self, worker: Worker) -> None:
@@ -288,14 +281,13 @@ class Demo:
             "for their re-check, and every active user once more."
         )
         await self._pass(3, worker)
-        hedy = self.user(INACTIVE)
-        self.say(
-            f"{INACTIVE}: her read succeeded, so she is {hedy.state} again, by herself, with "
-            "the token she enrolled with.",
-            bullet=True,
+        self.bullet(
+            f"{INACTIVE}: her read succeeded, so she is {self.user(INACTIVE).state} again, by "
+            "herself, with the token she enrolled with."
         )
-        claude = self.user(UNLINKED)
-        self.say(f"{UNLINKED} is still {claude.state}: nothing changed on his side.", bullet=True)
+        self.bullet(
+            f"{UNLINKED} is still {self.user(UNLINKED).state}: nothing changed on his side."
+        )
 
     def _show_status(self) -> None:
         from lta_worker.cli._status_cmd import render_table

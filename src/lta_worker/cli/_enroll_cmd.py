@@ -1,7 +1,5 @@
 """`lta-worker enroll url|finish|token|link --user ID`: enroll a user for long term access.
-
-`finish` reads the code or redirect URL, `token` a user access token, from stdin: secrets
-never come from an argument, where `ps`, shell history and audit logs would keep them.
+Secrets come from stdin, never an argument (`ps`, shell history and audit logs keep those).
 """
 
 from __future__ import annotations

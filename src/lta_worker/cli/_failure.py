@@ -1,10 +1,6 @@
-"""The CLI boundary: any exception becomes one line on stderr and a documented exit code.
-
-LtaError: its own code (2, 75, 78); a click usage error: 2; OSError: 75 for the machine's
-resources, 78 for a path or permission; a database driver error: as `storage.dberrors`
-classifies it; anything else: a bug, 1. An exception group reports its most telling leaf.
-The line is an `error` JSON event or `lta-worker: error: MESSAGE (HINT)` (`<3>` first for
-the journal); `--debug` prints the scrubbed traceback before it. docs/operations.md.
+"""The CLI boundary: any exception becomes one line on stderr (an `error` JSON event or
+`lta-worker: error: MESSAGE (HINT)`) and a documented exit code (docs/operations.md); an
+exception group reports its most telling leaf.
 """
 
 from __future__ import annotations
@@ -165,9 +161,10 @@ def classify(exc: BaseException) -> Failure:
         return Failure(EX_USAGE, "UsageError", exc.format_message(), f"see `{command} --help`")
     if isinstance(exc, click.ClickException):
         return Failure(exc.exit_code or EX_USAGE, type(exc).__name__, exc.format_message())
-    db_failure = _database_failure(exc)
-    if db_failure is not None:
-        return db_failure
+    if _is_database_error(exc):  # escaped the storage layer's mapping: classified the same way
+        from lta_worker.storage import map_driver_error
+
+        return classify(map_driver_error(exc))  # type: ignore[arg-type]
     if isinstance(exc, OSError):
         return _os_failure(exc)
     message = f"unexpected {type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -181,15 +178,6 @@ def _is_database_error(exc: BaseException) -> bool:
     from lta_worker.storage import DATABASE_ERRORS
 
     return isinstance(exc, DATABASE_ERRORS)
-
-
-def _database_failure(exc: BaseException) -> Failure | None:
-    """A database error that escaped the storage layer's mapping, classified the same way."""
-    if not _is_database_error(exc):
-        return None
-    from lta_worker.storage import map_driver_error
-
-    return classify(map_driver_error(exc))  # type: ignore[arg-type]
 
 
 def render(failure: Failure, *, as_json: bool) -> str:
@@ -206,11 +194,7 @@ def render(failure: Failure, *, as_json: bool) -> str:
 
 def wants_json(fmt: str | None, stream: TextIO) -> bool:
     """True when the error line must be JSON: format `json`, or `auto` off a terminal."""
-    if fmt == "console":
-        return False
-    if fmt == "json":
-        return True
-    return not stream.isatty()
+    return fmt == "json" or (fmt != "console" and not stream.isatty())
 
 
 def log_format(loaded: str | None, env: Mapping[str, str]) -> str | None:

@@ -1,9 +1,5 @@
-"""The progress line `run` shows on a terminal: users done of due, reads, budget, time left.
-
-Log lines and the progress line share stderr: a complete line written through `ProgressLine`
-scrolls above it, and it is drawn again below. Off a terminal there is none, so piped or
-journald output stays one JSON object per line.
-"""
+"""The progress line `run` shows on a terminal (never elsewhere: piped output stays JSON
+lines); log lines written through `ProgressLine` scroll above it."""
 
 from __future__ import annotations
 

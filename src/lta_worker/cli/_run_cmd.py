@@ -1,7 +1,5 @@
-"""`lta-worker run [--max-duration D]`: one pass over every due user, then exit (0; 75 stopped
-early, the rest stays due; 78 configuration); `lta-worker serve`: the long-running service
-(systemd Type=notify).
-"""
+"""`lta-worker run`: one pass over every due user, then exit; `lta-worker serve`: the
+long-running service (systemd Type=notify)."""
 
 from __future__ import annotations
 

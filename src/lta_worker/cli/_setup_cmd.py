@@ -1,7 +1,4 @@
-"""Setting up an installation: `db upgrade` (the schema), `keys generate|rotate` (the token
-key file; rotation step by step: docs/operations.md, "Key rotation") and `deploy-files
---dest DIR` (the operations files shipped in the package, matching the installed version).
-"""
+"""Setting up an installation: `db upgrade`, `keys generate|rotate` and `deploy-files`."""
 
 from __future__ import annotations
 
@@ -54,12 +51,11 @@ def generate() -> None:
     from lta_worker.storage import generate_key_line
 
     click.echo(generate_key_line(datetime.now(UTC)))
-    if not sys.stdout.isatty():
-        return
-    click.echo(
-        "# append this line to the key file (mode 0600), then run `lta-worker keys rotate`",
-        err=True,
-    )
+    if sys.stdout.isatty():
+        click.echo(
+            "# append this line to the key file (mode 0600), then run `lta-worker keys rotate`",
+            err=True,
+        )
 
 
 @keys.command()

@@ -1,9 +1,5 @@
-"""`lta-worker simulator serve`: run the bundled stand-in for the remote service; and
-`lta-worker demo` on it (`_demo`).
-
-It serves plain HTTP with demo client secrets, so it listens on loopback unless a host is
-named explicitly on the command line (a host from the environment alone is refused).
-"""
+"""`lta-worker simulator serve` (plain HTTP with demo secrets: loopback unless `--host` names
+another) and `lta-worker demo` on it (`_demo`)."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from lta_worker.cli._app import require_extra
 from lta_worker.config import is_loopback_host
 
 if TYPE_CHECKING:
-    from lta_worker.simulator import Simulator
+    from lta_worker.simulator import RunningSimulator
 
 HEADER_FORMAT_CHOICES = ("draft", "combined", "triple", "x", "none")
 ERROR_STYLE_CHOICES = ("json", "code", "nested", "problem", "header")
@@ -82,7 +78,7 @@ def serve(
         running = start_in_thread(sim, host=host, port=port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    _print_banner(running.base_url, running.auth_url, running.control_url, sim)
+    _print_banner(running)
     if not is_loopback_host(host):
         click.echo("warning: listening beyond loopback over plain HTTP with demo secrets", err=True)
 
@@ -99,10 +95,11 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _print_banner(base_url: str, auth_url: str, control_url: str, sim: Simulator) -> None:
-    click.echo(f"base_url    = {base_url}")
-    click.echo(f"auth_url    = {auth_url}")
-    click.echo(f"control_api = {control_url}/")
+def _print_banner(running: RunningSimulator) -> None:
+    sim = running.sim
+    click.echo(f"base_url    = {running.base_url}")
+    click.echo(f"auth_url    = {running.auth_url}")
+    click.echo(f"control_api = {running.control_url}/")
     for client_id in sorted(sim.world.clients):
         info = sim.client_info(client_id)
         mode = "long term mode open" if info["long_term"] else "long term mode not open"

@@ -1,7 +1,5 @@
-"""Settings: typed, frozen, validated; from a TOML file, the environment and secret files.
-
-Nothing outside this package reads the environment for settings.
-"""
+"""Settings: typed, frozen, validated; from a TOML file, the environment and secret files
+(nothing outside this package reads the environment for settings)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""How a settings section is read from plain TOML (or environment) values, checked and typed.
-
-A field's type says how a value converts (docs/config.md), its default is the dataclass
-default, and `rule(...)` in its metadata adds its range and checks:
-`concurrency: int = field(default=8, metadata=rule(1, 256))`. This replaces pydantic, whose
-import cost every command about 0.15 s of its start.
+"""How a settings section is read from plain TOML (or environment) values: a field's type
+says how a value converts, `rule(...)` in its metadata adds its range and checks. (Instead of
+pydantic, whose import cost every command about 0.15 s of its start.)
 """
 
 from __future__ import annotations

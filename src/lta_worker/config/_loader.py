@@ -1,10 +1,6 @@
-"""Build `Settings` from a TOML file, the environment and systemd's directories; read the
-secret files.
-
-Precedence, lowest first: defaults, the TOML file, `LTA_WORKER_<SECTION>_<KEY>` variables.
-Secrets never come from the environment or an argument: from files (`client.secret_file`,
-`crypto.key_file`, ..., or `$CREDENTIALS_DIRECTORY`); docs/config.md, "Credential files".
-"""
+"""Build `Settings` from defaults, a TOML file, `LTA_WORKER_<SECTION>_<KEY>` variables and
+systemd's directories; read the secret files, which never come from the environment or an
+argument (docs/config.md, "Credential files")."""
 
 from __future__ import annotations
 
@@ -115,25 +111,21 @@ def _merge(base: dict[str, Any], overrides: Mapping[str, Mapping[str, str]]) -> 
 
 
 def _systemd_defaults(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    creds = env.get("CREDENTIALS_DIRECTORY")
-    state = env.get("STATE_DIRECTORY")
-    client = data.setdefault("client", {})
-    crypto = data.setdefault("crypto", {})
-    database = data.setdefault("database", {})
-    if creds and isinstance(client, dict) and "secret_file" not in client:
-        client["secret_file"] = str(Path(creds) / SECRET_CREDENTIAL)
-    if creds and isinstance(crypto, dict) and "key_file" not in crypto:
-        crypto["key_file"] = str(Path(creds) / KEYS_CREDENTIAL)
+    creds, state = env.get("CREDENTIALS_DIRECTORY"), env.get("STATE_DIRECTORY")
+    for section in ("client", "crypto", "database"):
+        data.setdefault(section, {})
     for section, key, name in (
-        ("enroll", "link_key_file", LINK_KEY_CREDENTIAL),
+        ("client", "secret_file", SECRET_CREDENTIAL),
+        ("crypto", "key_file", KEYS_CREDENTIAL),
+        ("enroll", "link_key_file", LINK_KEY_CREDENTIAL),  # only where the section is used
         ("webhook", "secret_file", WEBHOOK_CREDENTIAL),
     ):
-        values = data.get(section)  # only where the section is used at all
+        values = data.get(section)
         if creds and isinstance(values, dict) and key not in values:
             values[key] = str(Path(creds) / name)
+    database = data["database"]
     if state and isinstance(database, dict) and "url" not in database:
-        first = state.split(":")[0]
-        database["url"] = f"sqlite:///{Path(first) / 'lta.db'}"
+        database["url"] = f"sqlite:///{Path(state.split(':')[0]) / 'lta.db'}"
     return data
 
 

@@ -1,8 +1,5 @@
-"""The settings model: one frozen dataclass per TOML table.
-
-Field types, defaults and `rule(...)` ranges are the one home of every default and bound
-(`_fields` checks them, docs/config.md is compared with them). Every duration, size and count
-is bounded (a `0s` heartbeat busy-loops); minimums of 100 ms serve the tests and the demo.
+"""The settings model, one frozen dataclass per TOML table: the one home of every default and
+bound (docs/config.md is checked against it). Minimums of 100 ms serve the tests and the demo.
 Not slotted: a slotted frozen dataclass costs twice as much to create, at every start.
 """
 
@@ -182,17 +179,9 @@ class PollSettings:
     rate_half_life: Duration = field(default=3 * _D, metadata=rule(_M, 365 * _D))
 
     def policy(self) -> PolicyConfig:
-        """The policy's config (the domain's own object): the one builder of it."""
-        return PolicyConfig(
-            interval=self.interval,
-            parked_interval=self.parked_interval,
-            backoff_base=self.backoff_base,
-            schedule=self.schedule,
-            max_interval=self.max_interval,
-            stats=self.stats,
-            stats_max_age=self.stats_max_age,
-            rate_half_life=self.rate_half_life,
-        )
+        """The policy's config (the domain's own object, its fields these of the same names)."""
+        names = [f.name for f in fields(PolicyConfig) if f.name != "plan"]
+        return PolicyConfig(**{name: getattr(self, name) for name in names})
 
 
 @dataclass(frozen=True)
@@ -279,17 +268,18 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _metrics_listen(value: str) -> str | None:
-    if value:
-        parse_listen(value)
-    return value or None
+def _listen(value: str) -> str | None:
+    if not value:
+        return None
+    parse_listen(value)
+    return value.strip()
 
 
 @dataclass(frozen=True)
 class MetricsSettings:
     """Prometheus metrics: served by `serve` (`listen`) or written by `run` (`textfile`)."""
 
-    listen: str | None = field(default=None, metadata=rule(check=_metrics_listen))
+    listen: str | None = field(default=None, metadata=rule(check=_listen))
     textfile: Path | None = None
 
 
@@ -301,13 +291,6 @@ class ServeSettings:
     # Not 0s: a busy loop.
     heartbeat: Duration = field(default=30 * _S, metadata=rule(_MS, _H))
     maintenance_interval: Duration = field(default=_H, metadata=rule(_S, 7 * _D))
-
-
-def _enroll_listen(value: str) -> str | None:
-    if not value:
-        return None
-    parse_listen(value)
-    return value.strip()
 
 
 def _public_url(value: str) -> str | None:
@@ -327,7 +310,7 @@ def _return_url(value: str) -> str | None:
 class EnrollSettings:
     """Browser enrollment: signed links and the flow `serve` hosts when `listen` is set."""
 
-    listen: str | None = field(default=None, metadata=rule(check=_enroll_listen))
+    listen: str | None = field(default=None, metadata=rule(check=_listen))
     public_url: str | None = field(default=None, metadata=rule(check=_public_url))
     link_key_file: Path | None = None
     return_url: str | None = field(default=None, metadata=rule(check=_return_url))

@@ -1,14 +1,19 @@
-"""What the database says: `status`, health and the JSON shapes of users and results
-(`_status`), the freshness and capacity plans (`_plan`).
-
-Below `worker` and above `runtime`, so that `status`, `users list` and `results export`
-start without importing the worker (anyio, structlog, httpx, APScheduler).
-"""
+"""What the database says: `status`, health, the JSON shapes of users and results, and the
+freshness and capacity plans; without the worker's imports, so that `status` starts light."""
 
 from __future__ import annotations
 
-from lta_worker.report._plan import PlanCache, budget_moved, capacity_plan, schedule_summary
-from lta_worker.report._status import assess_health, collect_status, iso, result_json, user_json
+from lta_worker.report._status import (
+    PlanCache,
+    assess_health,
+    budget_moved,
+    capacity_plan,
+    collect_status,
+    iso,
+    result_json,
+    schedule_summary,
+    user_json,
+)
 
 __all__ = [
     "PlanCache",

@@ -1,12 +1,8 @@
-"""The composition root, for every command: `Runtime` (`_root`) and the injected `Clock`
-(`_clock`). Below `report` and `worker`, above storage, upstream, pacing, enrollment and
-config; what it builds is imported where it is built, so `status` starts light.
-"""
+"""The composition root, for every command: `Runtime` and the injected `Clock`."""
 
 from __future__ import annotations
 
-from lta_worker.runtime._clock import Clock, SystemClock
-from lta_worker.runtime._root import READERS, Runtime, instance_ttl, missing_key_file
+from lta_worker.runtime._root import READERS, Clock, Runtime, SystemClock, instance_ttl
 
 __all__ = [
     "READERS",
@@ -14,5 +10,4 @@ __all__ = [
     "Runtime",
     "SystemClock",
     "instance_ttl",
-    "missing_key_file",
 ]

@@ -1,21 +1,19 @@
-"""The composition root: `Runtime` owns the store, the vault, the API client, the pacer and
-the clock, opened on first use (`status` never loads httpx) and closed together. Secret
-files are read here only, each registered with the log redactor; only the API client
-holds the client secret.
-"""
+"""The composition root: `Runtime`, and the `Clock` injected from the top (so that a pass can
+run on virtual time). Secret files are read here only, each registered with the log redactor;
+only the API client holds the client secret."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, cast
 
 from lta_worker.config import Settings, read_client_secret, read_link_keys, read_webhook_secret
 from lta_worker.errors import KeyFileError
-from lta_worker.runtime._clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     import httpx
@@ -34,6 +32,40 @@ READERS: Final[Mapping[str, Callable[[Settings], object]]] = {
 }
 # Sections set up at start that a reload does not change (a restart does).
 FIXED: Final = ("database", "service", "webhook", "enroll", "metrics")
+
+
+class Clock(Protocol):
+    """What the I/O shells read the time from; tests pass a fake one."""
+
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back, for deadlines and pacing."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` on this clock."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware UTC."""
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """`time.monotonic()`."""
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """`anyio.sleep` (imported here: `status` reads the clock and never sleeps)."""
+        import anyio
+
+        await anyio.sleep(seconds)
 
 
 def instance_ttl(settings: Settings) -> timedelta:
@@ -111,8 +143,7 @@ class Runtime:
 
     @property
     def store(self) -> Store:
-        """The database: migrated on opening, or with `read_only` or `migrate=False` only
-        checked.
+        """The database: migrated on opening, or with `read_only` or `migrate=False` checked.
 
         Raises:
             SchemaOutdatedError: not migrating, and no schema or an older one.
@@ -174,8 +205,7 @@ class Runtime:
         return vault
 
     def secret(self, name: str) -> Any:
-        """The secret file `name` (`READERS`), read on first use and registered with the
-        log redactor.
+        """The secret file `name` (`READERS`), read on first use, registered with the redactor.
 
         Raises:
             ConfigError: naming the file's setting, never quoting the content.
@@ -313,22 +343,17 @@ class Runtime:
 def missing_key_file(exc: KeyFileError, in_use: Mapping[str, int]) -> KeyFileError:
     """The error for a missing key file given the key ids in use: restore it
     (`missing_in_use`), or, with none, make a new one (`missing_empty`)."""
+    missing = exc.message.removeprefix(f"{exc.key}: ")
     if not in_use:
         return KeyFileError(
-            f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds no token yet",
-            key=exc.key,
-            reason="missing_empty",
+            f"{missing}; the database holds no token yet", key=exc.key, reason="missing_empty"
         )
     ids = ", ".join(repr(key_id) for key_id in sorted(in_use))
-    stored = sum(in_use.values())
     return KeyFileError(
-        f"{exc.message.removeprefix(f'{exc.key}: ')}; the database holds {stored} secret(s) "
+        f"{missing}; the database holds {sum(in_use.values())} secret(s) "
         f"encrypted under key id(s) {ids}",
         key=exc.key,
         reason="missing_in_use",
         hint=f"restore the key file with the lines of key id(s) {ids} (from a backup, or the "
         "unit's credential): a new key cannot decrypt the stored tokens",
     )
-
-
-__all__ = ["READERS", "Runtime", "instance_ttl", "missing_key_file"]

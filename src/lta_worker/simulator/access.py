@@ -1,10 +1,5 @@
-"""The resource side of long term access: who is calling, enrollment, drop, and the reads.
-
-The checks on a read in the spec's order: authentication (a `dspa_` credential with both
-halves right, else one plain 401; spec 5), revocation (401 PermanentAccessRevoked, only
-once both halves are proven), scope (403), the account (401 NoCloudSyncLinked, 403
-CloudSyncInactive), the data (404 when latest-change has nothing recorded, else 200).
-"""
+"""The resource side of long term access: who is calling, enrollment, drop, and the reads
+(checked in the spec's order: authentication, revocation, scope, the account, the data)."""
 
 from __future__ import annotations
 
@@ -50,14 +45,6 @@ class Caller:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """The answer to a read: a refusal, or the payload of a 200."""
-
-    refusal: Refusal | None = None
-    payload: Any = None
-
-
-@dataclass(frozen=True, slots=True)
 class EnrollAnswer:
     """The answer of token creation: `status` with `body`, or a refusal."""
 
@@ -67,43 +54,26 @@ class EnrollAnswer:
     refusal: Refusal | None = None
 
 
-def bearer_of(authorization: str | None) -> str | None:
-    """Return the credential of a `Bearer` Authorization header, or None."""
+def _credential(authorization: str | None) -> tuple[AuthKind, str | None]:
+    """The kind of an Authorization header and its `Bearer` credential, if any."""
     if authorization is None:
-        return None
+        return "none", None
     scheme, _, value = authorization.strip().partition(" ")
     value = value.strip()
     if scheme.lower() != "bearer" or not value or " " in value:
-        return None
-    return value
-
-
-def split_credential(credential: str) -> tuple[str, str] | None:
-    """Split `<token>.<client secret>` at the first dot; None when a half is missing."""
-    token, dot, secret = credential.partition(".")
-    if not dot or len(token) <= len(TOKEN_PREFIX) or not secret:
-        return None
-    return token, secret
-
-
-def _auth_kind(authorization: str | None) -> AuthKind:
-    if authorization is None:
-        return "none"
-    bearer = bearer_of(authorization)
-    if bearer is None:
-        return "other"
-    return "long_term" if bearer.startswith(TOKEN_PREFIX) else "regular"
+        return "other", None
+    return ("long_term" if value.startswith(TOKEN_PREFIX) else "regular"), value
 
 
 def _prove_long_term(world: World, credential: str) -> tuple[str, Grant] | None:
-    """Return (token hash, grant) when both halves are correct, else None."""
-    halves = split_credential(credential)
-    if halves is None:
+    """Return (token hash, grant) when both halves of `<token>.<client secret>` are correct."""
+    token, dot, secret = credential.partition(".")
+    if not dot or len(token) <= len(TOKEN_PREFIX) or not secret:
         return None
-    token_hash = digest(halves[0])
+    token_hash = digest(token)
     grant = world.grants.get(token_hash)
     client = world.clients.get(grant.client) if grant else None
-    if grant is None or client is None or not same_secret(halves[1], client.secret):
+    if grant is None or client is None or not same_secret(secret, client.secret):
         return None
     return token_hash, grant
 
@@ -117,8 +87,7 @@ def identify(
     long_term: bool = True,
 ) -> Caller:
     """Authenticate a public-API request; `long_term=False` refuses `dspa_` credentials."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     if bearer is None:
         return Caller(kind, refusal=UNAUTHORIZED)
     if kind == "long_term":
@@ -141,41 +110,40 @@ def identify(
 
 def read(
     world: World, settings: SimSettings, caller: Caller, endpoint: Endpoint, now: datetime
-) -> Verdict:
-    """Decide a read of `endpoint` by an identified caller (steps 3 to 5 of the module doc)."""
+) -> tuple[Refusal | None, Any]:
+    """Decide a read of `endpoint` by an identified caller: (a refusal, or None and the payload)."""
     if caller.refusal is not None or caller.client is None or caller.user is None:
-        return Verdict(caller.refusal or UNAUTHORIZED)
+        return caller.refusal or UNAUTHORIZED, None
     client = world.clients[caller.client]
     if caller.auth == "long_term":
         scope = ENDPOINT_SCOPES[endpoint]
         if scope not in caller.scopes or scope not in client.enabled_scopes:
-            return Verdict(FORBIDDEN)
+            return FORBIDDEN, None
     elif HISTORY_SCOPE not in caller.scopes:
-        return Verdict(FORBIDDEN)
+        return FORBIDDEN, None
     user = world.users.get(caller.user)
     if user is None or user.deleted:
-        return Verdict(UNAUTHORIZED)
+        return UNAUTHORIZED, None
     if not user.linked:
-        return Verdict(Refusal(401, UNLINKED))
+        return Refusal(401, UNLINKED), None
     silent_for = None if user.last_sync_at is None else now - user.last_sync_at
     if silent_for is None or silent_for > timedelta(days=settings.inactive_after_days):
-        return Verdict(Refusal(403, INACTIVE))
+        return Refusal(403, INACTIVE), None
     payload = (
         user.payloads[endpoint]
         if endpoint in user.payloads
         else default_payloads(user.id)[endpoint]
     )
     if payload is None:
-        return Verdict(NOT_FOUND)
-    return Verdict(payload=payload)
+        return NOT_FOUND, None
+    return None, payload
 
 
 def enroll(
     world: World, settings: SimSettings, authorization: str | None, now: datetime
 ) -> EnrollAnswer:
     """Handle `POST {auth_url}/api/long-term-access/tokens`: create or rotate a token."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     if bearer is None or kind != "regular":
         # Spec 5.4: only a user access token; a long term credential gets a plain 401.
         return EnrollAnswer(Caller(kind), refusal=UNAUTHORIZED)
@@ -211,8 +179,7 @@ def enroll(
 def drop(world: World, settings: SimSettings, authorization: str | None) -> Caller:
     """Handle `DELETE {auth_url}/api/long-term-access/tokens` (always 204): the token goes only
     when both halves are correct, then answers as `settings.after_delete` says."""
-    kind = _auth_kind(authorization)
-    bearer = bearer_of(authorization)
+    kind, bearer = _credential(authorization)
     proven = _prove_long_term(world, bearer) if bearer and kind == "long_term" else None
     if proven is None:
         return Caller(kind)

@@ -1,8 +1,5 @@
-"""Rate-limit arithmetic: fixed windows aligned to the epoch, counting, and RateLimit headers.
-
-Pure functions on plain values (`now` is epoch seconds); the simulator keeps one `Window` per
-client and replaces it with what these return.
-"""
+"""Rate-limit arithmetic, pure (`now` in epoch seconds): fixed windows aligned to the epoch,
+counting, and RateLimit headers."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The control API under `/_sim/` (a prefix the real service never uses): JSON in, JSON out.
-
-One table (`control_routes`): method and path -> the `Simulator` control method it calls
-(`control_ops`). A `ControlError` becomes its status with `{"error": message}`; nothing here
-returns a token or a client secret. The routes are listed in docs/simulator.md (a test
-keeps the two equal).
-"""
+"""The control API under `/_sim/` (docs/simulator.md, "Control API"): one table of routes,
+each calling a `Simulator` control method."""
 
 from __future__ import annotations
 
@@ -58,16 +53,13 @@ _CREATED = {"/clients": 201, "/users": 201, "/faults": 201, "/consent": 202}
 
 def _endpoint(handler: Handler, status: int) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
-        body: dict[str, Any] = {}
         raw = await request.body()
-        if raw:
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                return JSONResponse({"error": "the body is not JSON"}, status_code=400)
-            if not isinstance(parsed, dict):
-                return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
-            body = parsed
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
         try:
             result = handler(_Args(request.path_params, body))
         except ControlError as exc:

@@ -1,8 +1,5 @@
-"""`Simulator`: the service's whole state and behaviour, with no I/O.
-
-The routes parse a request, call one `handle_*` method here and render the answer. One lock
-guards the state: under uvicorn the routes run on the server's thread, a test on its own.
-"""
+"""`Simulator`: the service's whole state and behaviour, with no I/O; the routes call one
+`handle_*` method each. One lock guards the state (uvicorn's thread, or a test's own)."""
 
 from __future__ import annotations
 
@@ -103,10 +100,6 @@ class Simulator(ControlOps):
             self.world = World()
             self._install_clients()
 
-    def now(self) -> datetime:
-        """The simulator's current time."""
-        return self.clock.now()
-
     def _log(
         self,
         method: str,
@@ -162,13 +155,13 @@ class Simulator(ControlOps):
                 self._log(method, path, caller.auth, caller, 429)
                 return PublicAnswer(429, refusal=Refusal(429), headers=headers)
             fault = self.faults.draw()
-            verdict = access.read(self.world, self.settings, caller, endpoint, now)
-            status = verdict.refusal.status if verdict.refusal else 200
-            code = verdict.refusal.code if verdict.refusal else None
+            refusal, payload = access.read(self.world, self.settings, caller, endpoint, now)
+            status = refusal.status if refusal else 200
+            code = refusal.code if refusal else None
             logged, code = _as_seen(fault, status, code)
             kind = fault.kind if fault else None
             self._log(method, path, caller.auth, caller, logged, code=code, fault=kind)
-            return PublicAnswer(status, verdict.payload, verdict.refusal, headers, fault)
+            return PublicAnswer(status, payload, refusal, headers, fault)
 
     def handle_other(
         self,

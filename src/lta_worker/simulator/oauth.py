@@ -1,10 +1,5 @@
-"""The authorization server's rules: consent (`/oidc/auth`) and code exchange (`/oidc/token`).
-
-Consent: a user queued with `Simulator.queue_consent`, else the consent page (setting
-`consent_page`, answered by `decide`), else `auto_consent`. Errors follow RFC 6749: a plain
-400 page before the client and redirect address are verified, then a redirect with `error`
-and `state`; the token endpoint answers OAuth JSON errors.
-"""
+"""The authorization server's rules: consent (`/oidc/auth`: a queued consent, else the consent
+page, else `auto_consent`) and code exchange (`/oidc/token`), with RFC 6749's errors."""
 
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ from lta_worker.simulator.state import (
     LONG_TERM_FAMILY,
     LONG_TERM_SCOPES,
     TOKEN_PREFIX,
-    AuthCode,
     AuthKind,
     Client,
     Consent,
@@ -167,13 +161,9 @@ def _issue(
         s for s in request.scopes if s == "openid" or consent.scopes is None or s in consent.scopes
     )
     code = new_secret()
-    world.codes[digest(code)] = AuthCode(
-        client=request.client,
-        user=user.id,
-        redirect_uri=request.redirect_uri,
-        scopes=granted,
-        challenge=request.challenge,
-        expires_at=now + timedelta(seconds=settings.code_ttl),
+    expires_at = now + timedelta(seconds=settings.code_ttl)
+    world.codes[digest(code)] = replace(
+        request, user=user.id, scopes=granted, expires_at=expires_at
     )
     return AuthorizeAnswer(
         location=_redirect(request.redirect_uri, {"code": code, "state": request.state}),

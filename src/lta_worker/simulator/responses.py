@@ -1,10 +1,6 @@
 """How answers go wrong on the wire: refusals in each error style (docs/simulator.md,
-"Settings"), and the faults injected on the reads.
-
-A refusal without a code never carries a word that could pass for one; no message holds a
-credential. Each read draws at most one fault from a `FaultPlan` (next N reads, or a seeded
-rate). A drop sends the status line and part of the body, then raises `SimulatedDrop`: under
-uvicorn the socket closes mid-body; in-process `SimulatorTransport` gives the same error.
+"Settings"; a refusal without a code carries no word that could pass for one), and the
+faults injected on the reads (at most one a read).
 """
 
 from __future__ import annotations
@@ -106,13 +102,6 @@ def with_headers(response: Response, headers: list[tuple[str, str]]) -> Response
     return response
 
 
-def json_response(
-    payload: Any, status: int = 200, headers: list[tuple[str, str]] | None = None
-) -> Response:
-    """A JSON answer with `headers` appended (repeated header names are kept)."""
-    return with_headers(JSONResponse(payload, status_code=status), headers or [])
-
-
 # -- injected faults on the public reads ------------------------------------------------
 
 FaultKind = Literal["500", "502", "503", "drop", "broken_json", "latency", "stall"]
@@ -188,10 +177,6 @@ class FaultPlan:
         self.rules.append(rule)
         return rule
 
-    def clear(self) -> None:
-        """Remove every rule (the generator keeps its position)."""
-        self.rules.clear()
-
     def draw(self) -> FaultRule | None:
         """Decide the fault of one read: the first rule that fires, or None."""
         for rule in list(self.rules):
@@ -243,9 +228,3 @@ def error_response(kind: FaultKind, headers: list[tuple[str, str]]) -> Response:
     else:
         raise ValueError(f"{kind!r} is not an error fault")
     return with_headers(response, headers)
-
-
-def broken_json(body: bytes, headers: list[tuple[str, str]]) -> Response:
-    """A 200 whose JSON body is cut in half, so it cannot be parsed."""
-    cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
-    return with_headers(Response(cut, 200, media_type="application/json"), headers)

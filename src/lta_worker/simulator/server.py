@@ -1,32 +1,216 @@
-"""Serving the simulator: the one-origin Starlette app, in-process or by uvicorn on loopback.
-
-One origin: the auth service under `/auth` (`auth_url`), the control API under `/_sim`, the
-public API at the root (`base_url`).
-"""
+"""Serving the simulator on one origin: the public API at the root (`base_url`), the auth
+service under `/auth` (`auth_url`, not counted against the API's budget) and the control API
+under `/_sim`; in-process or by uvicorn on loopback. Faults wait here, outside the lock."""
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Final
+from urllib.parse import parse_qsl
 
 import httpx
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from lta_worker.simulator.control import control_routes
-from lta_worker.simulator.core import Simulator
-from lta_worker.simulator.responses import SimulatedDrop
-from lta_worker.simulator.routes import api_routes, auth_routes
+from lta_worker.simulator.core import PublicAnswer, Simulator
+from lta_worker.simulator.oauth import AuthorizeAnswer, ConsentPage
+from lta_worker.simulator.responses import (
+    DropResponse,
+    SimulatedDrop,
+    error_response,
+    refusal_response,
+    with_headers,
+)
+from lta_worker.simulator.state import Endpoint
 
 AUTH_PREFIX: Final = "/auth"
 CONTROL_PREFIX: Final = "/_sim"
 STARTUP_TIMEOUT: Final = 10.0
+
+
+READ_PATHS: dict[str, Endpoint] = {
+    "/api/v1/history/latest-change": "latest-change",
+    "/api/v1/history/stats": "stats",
+}
+# Spec 1: these accept a regular user token only, even from a client with the mode.
+REGULAR_ONLY_PATHS = (
+    "/api/v1/history/changes",
+    "/api/v1/history/accidents",
+    "/api/v1/stocks",
+    "/api/v1/types",
+)
+
+
+def _render(sim: Simulator, answer: PublicAnswer) -> Response:
+    if answer.refusal is not None:
+        return refusal_response(answer.refusal, sim.settings.error_style, answer.headers)
+    return with_headers(JSONResponse(answer.payload), answer.headers)
+
+
+async def _apply_fault(sim: Simulator, answer: PublicAnswer) -> Response:
+    fault = answer.fault
+    if fault is None:
+        return _render(sim, answer)
+    if fault.kind in {"latency", "stall"}:
+        await sim.sleep(fault.delay)
+        return _render(sim, answer)
+    if fault.kind == "drop":
+        return DropResponse()
+    if fault.kind == "broken_json":  # a 200 whose JSON body is cut in half
+        body = json.dumps(answer.payload).encode() if answer.payload is not None else b""
+        cut = body[: max(1, len(body) // 2)] if len(body) > 2 else b'{"id": '
+        return with_headers(Response(cut, 200, media_type="application/json"), answer.headers)
+    return error_response(fault.kind, answer.headers)
+
+
+def api_routes(sim: Simulator) -> list[Route]:
+    """The routes of the public API, bound to `sim`."""
+
+    async def read(request: Request) -> Response:
+        answer = sim.handle_read(
+            READ_PATHS[request.url.path],
+            request.url.path,
+            request.headers.get("authorization"),
+            request.headers.get("ds-api-client-id"),
+            method=request.method,
+        )
+        return await _apply_fault(sim, answer)
+
+    async def regular_only(request: Request) -> Response:
+        answer = sim.handle_other(
+            request.url.path,
+            request.headers.get("authorization"),
+            request.headers.get("ds-api-client-id"),
+            method=request.method,
+        )
+        return _render(sim, answer)
+
+    routes = [Route(p, read, methods=["GET"]) for p in READ_PATHS]
+    return routes + [Route(p, regular_only, methods=["GET"]) for p in REGULAR_ONLY_PATHS]
+
+
+_LABELS = {
+    "cloud-sync.permanent.latest-change": "Read your latest change, at any time",
+    "cloud-sync.permanent.stats": "Read your statistics, at any time",
+    "cloud-sync.history": "Read your history",
+}
+
+
+def render_consent(page: ConsentPage, action: str) -> str:
+    """The consent page of `page`, posting to `action`: one plain HTML form, no script, every
+    value escaped; the scopes the user leaves ticked are the scopes granted."""
+    esc = html.escape
+    boxes = "".join(
+        f'<div><input type="checkbox" id="scope-{n}" name="scope" value="{esc(scope)}" checked>'
+        f' <label for="scope-{n}">{esc(_LABELS.get(scope, scope))} '
+        f"(<code>{esc(scope)}</code>)</label></div>\n"
+        for n, scope in enumerate(page.scopes)
+    )
+    return f"""<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Allow access? (simulator)</title></head>
+<body>
+<main>
+<h1>Allow <strong>{esc(page.client)}</strong> to access your account?</h1>
+<form method="post" action="{esc(action)}">
+<input type="hidden" name="request" value="{esc(page.request_id)}">
+<p><label for="account">Signed in as</label>
+<input type="text" id="account" name="account" value="{esc(page.account)}" required></p>
+<fieldset><legend>What it may do (untick what you do not want to share)</legend>
+{boxes}</fieldset>
+<p><button type="submit" id="allow" name="decision" value="allow">Allow</button>
+<button type="submit" id="deny" name="decision" value="deny">Deny</button></p>
+</form>
+</main>
+</body>
+</html>
+"""
+
+
+NO_STORE = [("Cache-Control", "no-store")]
+PAGE_HEADERS = [
+    *NO_STORE,
+    # No form-action: browsers apply it to the redirect that follows the form (to the
+    # client's callback, another origin), as the real consent screen must allow.
+    ("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"),
+    ("Referrer-Policy", "no-referrer"),
+]
+MAX_FORM = 16_384
+
+
+def _form(body: bytes) -> dict[str, str] | None:
+    """Parse an urlencoded body; None when it is not one or repeats a parameter."""
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    form = dict(pairs)
+    # RFC 6749 3.2: a parameter must not be included more than once.
+    return form if len(form) == len(pairs) else None
+
+
+def _redirect(answer: AuthorizeAnswer, status: int) -> Response:
+    if answer.location is None:
+        return PlainTextResponse(answer.text or "Bad request", status_code=400)
+    return with_headers(RedirectResponse(answer.location, status_code=status), NO_STORE)
+
+
+def auth_routes(sim: Simulator) -> list[Route]:
+    """The routes of the auth service, bound to `sim` (paths relative to the mount)."""
+
+    async def authorize(request: Request) -> Response:
+        answer = sim.handle_authorize(request.url.path, dict(request.query_params))
+        if answer.page is not None:
+            action = request.url.path.removesuffix("/auth") + "/consent"
+            return with_headers(HTMLResponse(render_consent(answer.page, action)), PAGE_HEADERS)
+        return _redirect(answer, 302)
+
+    async def consent(request: Request) -> Response:
+        body = (await request.body())[:MAX_FORM].decode("utf-8", "replace")
+        form: dict[str, list[str]] = {}
+        for key, value in parse_qsl(body, keep_blank_values=True):
+            form.setdefault(key, []).append(value)
+        return _redirect(sim.handle_consent(request.url.path, form), 303)
+
+    async def token(request: Request) -> Response:
+        form = _form(await request.body())
+        answer = sim.handle_token(request.url.path, form, request.headers.get("authorization"))
+        return with_headers(JSONResponse(answer.body, status_code=answer.status), answer.headers)
+
+    async def create(request: Request) -> Response:
+        answer = sim.handle_enroll(request.url.path, request.headers.get("authorization"))
+        if answer.refusal is not None:
+            return refusal_response(answer.refusal, sim.settings.error_style)
+        return with_headers(JSONResponse(answer.body, status_code=answer.status), NO_STORE)
+
+    async def drop(request: Request) -> Response:
+        sim.handle_drop(request.url.path, request.headers.get("authorization"))
+        return Response(status_code=204)
+
+    return [
+        Route("/oidc/auth", authorize, methods=["GET"]),
+        Route("/oidc/consent", consent, methods=["POST"]),
+        Route("/oidc/token", token, methods=["POST"]),
+        Route("/api/long-term-access/tokens", create, methods=["POST"]),
+        Route("/api/long-term-access/tokens", drop, methods=["DELETE"]),
+    ]
 
 
 def build_app(sim: Simulator) -> Starlette:
@@ -42,38 +226,16 @@ def build_app(sim: Simulator) -> Starlette:
     return app
 
 
-class _QuietDrops(logging.Filter):
+def _not_a_drop(record: logging.LogRecord) -> bool:
     """Hides uvicorn's traceback for a simulated drop: it is the intended behaviour."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, SimulatedDrop)
-
-
-def _quiet_drops() -> None:
-    logger = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _QuietDrops) for f in logger.filters):
-        logger.addFilter(_QuietDrops())
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that signals once it listens."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """Start as uvicorn does, then tell the waiting thread."""
-        await super().startup(sockets=sockets)
-        self.ready.set()
+    return not isinstance(record.exc_info[1] if record.exc_info else None, SimulatedDrop)
 
 
 class RunningSimulator:
     """A simulator served by uvicorn on a background thread; a context manager."""
 
     def __init__(
-        self, sim: Simulator, server: _Server, thread: threading.Thread, sock: socket.socket
+        self, sim: Simulator, server: uvicorn.Server, thread: threading.Thread, sock: socket.socket
     ) -> None:
         self.sim = sim
         self._server = server
@@ -111,12 +273,7 @@ class RunningSimulator:
     def __enter__(self) -> RunningSimulator:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -142,7 +299,7 @@ def start_in_thread(
     except OSError:
         sock.close()
         raise
-    _quiet_drops()
+    logging.getLogger("uvicorn.error").addFilter(_not_a_drop)  # added once, however called
     config = uvicorn.Config(
         build_app(sim),
         log_config=None,  # leave the host process's logging alone
@@ -153,26 +310,20 @@ def start_in_thread(
         # A stall fault sleeps for an hour; do not let it hold the shutdown.
         timeout_graceful_shutdown=1,
     )
-    server = _Server(config)
+    server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="lta-simulator", daemon=True
     )
     thread.start()
-    if not server.ready.wait(STARTUP_TIMEOUT) or not thread.is_alive():
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if not server.started or not thread.is_alive():
         server.should_exit = True
         thread.join(STARTUP_TIMEOUT)
         sock.close()
         raise RuntimeError("the simulator did not start listening")
     return RunningSimulator(sim, server, thread, sock)
-
-
-def serve_forever(host: str = "127.0.0.1", port: int = 8765, sim: Simulator | None = None) -> None:
-    """Serve until interrupted (Ctrl-C), then stop cleanly."""
-    running = start_in_thread(sim, host, port)
-    try:
-        running.wait()
-    finally:
-        running.stop()
 
 
 class _CutStream(httpx.AsyncByteStream):

@@ -1,8 +1,7 @@
-"""The service's records (clients, users, codes, user tokens, long term grants) and its clock.
+"""The service's records and clock: plain data, tokens and codes kept only as SHA-256 hashes.
 
-Plain data, no rules (`oauth`, `access`); tokens and codes are kept only as SHA-256 hashes.
-The scope names are spelled out here, not imported from the worker: an independent reading
-of the spec, so a typo on one side shows up.
+The scope names are spelled out, not imported from the worker: an independent reading of
+the spec, so a typo on one side shows up.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Final, Literal, Protocol, get_args
 
 from lta_worker.simulator.budget import HeaderFormat, Window
 
@@ -112,7 +111,8 @@ class Consent:
 
 @dataclass(frozen=True, slots=True)
 class ConsentRequest:
-    """A validated consent request on the consent page, waiting under the form's random id."""
+    """A validated consent request: on the consent page under the form's random id, or, once
+    consented (`user` set, `scopes` those granted), an issued code kept under its hash."""
 
     client: str
     redirect_uri: str
@@ -120,18 +120,7 @@ class ConsentRequest:
     scopes: tuple[str, ...]
     challenge: str | None
     expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class AuthCode:
-    """An issued authorization code (kept under its hash)."""
-
-    client: str
-    user: str
-    redirect_uri: str
-    scopes: tuple[str, ...]
-    challenge: str | None
-    expires_at: datetime
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +166,7 @@ class World:
 
     clients: dict[str, Client] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
-    codes: dict[str, AuthCode] = field(default_factory=dict)
+    codes: dict[str, ConsentRequest] = field(default_factory=dict)
     user_tokens: dict[str, UserToken] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     active: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -231,7 +220,6 @@ def default_clients(
 DEFAULT_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-@runtime_checkable
 class Clock(Protocol):
     """Anything that tells the current time as an aware UTC datetime."""
 
