@@ -106,16 +106,14 @@ def test_no_progress_line_when_the_stream_is_not_a_terminal() -> None:
 def test_on_a_terminal_the_line_is_drawn_then_ended() -> None:
     """On a terminal the line is redrawn in place, then ended with a newline, figures kept."""
     term = Terminal()
+    final = render_progress(done=2, due=4, reads=4, remaining=8, time_left=3000)
     with progress_for(term, FixedClock()) as on_progress:
         assert on_progress is not None
         on_progress(engine(users=1, due=4, reads=2, remaining=9))
         on_progress(engine(users=2, due=4, reads=4, remaining=8))
-        assert screen(term.getvalue()) == [
-            render_progress(done=2, due=4, reads=4, remaining=8, time_left=3000)
-        ]
+        assert screen(term.getvalue()) == [final]
     assert term.getvalue().startswith(CLEAR)
     assert term.getvalue().endswith("\n")
-    final = render_progress(done=2, due=4, reads=4, remaining=8, time_left=3000)
     assert screen(term.getvalue()) == [final, ""]
 
 

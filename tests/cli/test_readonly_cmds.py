@@ -1,21 +1,28 @@
-"""The read-only commands (`status`, `users list`, `results export`, `check`) through the CLI
-in-process, over SQLite and PostgreSQL: they never create, migrate or write the
-database; a missing database or an old schema is one line naming `lta-worker db upgrade`,
-exit 78."""
+"""The commands over a database, through the CLI in-process, over SQLite and PostgreSQL. The
+read-only ones (`status`, `users list`, `results export`, `check`) never create, migrate or write
+the database; a missing database or an old schema is one line naming `lta-worker db upgrade`,
+exit 78. Lines an operator reads: `check` tries the listeners' addresses and names the fix for a
+secret file it may not read, `run` names a broken secret file before the database's lock. `keys
+generate|rotate` and `db upgrade` (a key file refused, a key id lost, a newer schema:
+tests/reliability/test_cli_errors.py, tests/storage/test_rotation.py,
+tests/reliability/test_bad_input.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
 
 from lta_worker.errors import LtaError
-from lta_worker.storage import Store, Vault
+from lta_worker.storage import HEAD_REVISION, Keyring, Store, Vault, load_key_file
 from lta_worker.storage._migrate import alembic_config
-from support.process import Output, run_here
-from support.storage import enroll, keyring
+from support.process import Output, render_toml, run_here, write_private
+from support.storage import enroll, keyring, token_for
 
 READ_ONLY = [
     ("status",),
@@ -30,26 +37,20 @@ READ_ONLY = [
 
 def write_config(tmp_path: Path, url: str) -> Path:
     """A config for `url`, with a key file and a client secret file (mode 0600)."""
-    keys = tmp_path / "keys"
-    keys.write_text("k1:" + "A" * 43 + "=\n")
-    keys.chmod(0o600)
-    secret = tmp_path / "secret"
-    secret.write_text("s3cr3t-value\n")
-    secret.chmod(0o600)
+    keys = write_private(tmp_path / "keys", "k1:" + "A" * 43 + "=\n")
+    secret = write_private(tmp_path / "secret", "s3cr3t-value\n")
+    service = {"base_url": "http://127.0.0.1:9", "auth_url": "http://127.0.0.1:9"}
     config = tmp_path / "config.toml"
     config.write_text(
-        "[service]\n"
-        'base_url = "http://127.0.0.1:9"\n'
-        'auth_url = "http://127.0.0.1:9"\n'
-        "[client]\n"
-        'id = "client"\n'
-        f"secret_file = {str(secret)!r}\n"
-        "[database]\n"
-        f"url = {url!r}\n"
-        "[crypto]\n"
-        f"key_file = {str(keys)!r}\n"
-        "[log]\n"
-        'format = "json"\n'
+        render_toml(
+            {
+                "service": service,
+                "client": {"id": "client", "secret_file": str(secret)},
+                "database": {"url": url},
+                "crypto": {"key_file": str(keys)},
+                "log": {"format": "json"},
+            }
+        )
     )
     return config
 
@@ -89,6 +90,9 @@ def test_missing_database_is_78_naming_db_upgrade(
         event = one_error_line(done)
         assert event["exit_code"] == 78
         assert "lta-worker db upgrade" in str(event["hint"])
+        if empty_url.startswith("sqlite"):
+            assert event["error"] == "NoDatabaseError", event
+            assert "does not exist" in str(event["message"])
     if empty_url.startswith("sqlite"):
         assert not Path(empty_url.removeprefix("sqlite:///")).parent.exists()
     assert tables(empty_url) == set()
@@ -139,3 +143,133 @@ def test_read_only_store_refuses_writes(store_url: str) -> None:
         assert "read" in str(info.value).lower()
     with Store.open(store_url, read_only=True) as store:
         assert store.get_user("mallory") is None
+
+
+def _listening(tmp_path: Path, section: str, port: int) -> str:
+    """The config lines that make `serve` listen on `port` for `section`."""
+    if section == "metrics":
+        return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    keys = tmp_path / "link-key"
+    keys.write_text("k" * 44 + "\n")
+    keys.chmod(0o600)
+    public = f"http://127.0.0.1:{port}"
+    return (
+        f'[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
+        f"link_key_file = {str(keys)!r}\n"
+    )
+
+
+@pytest.mark.parametrize("section", ["metrics", "enroll"])
+def test_check_tries_the_listen_address(tmp_path: Path, section: str) -> None:
+    """A listen address another process holds fails `check` with 78 naming it; a free one passes."""
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = config.read_text().replace(
+            "[client]\n", f'[client]\nredirect_uri = "http://127.0.0.1:{port}/lta/callback"\n'
+        )
+        config.write_text(base + _listening(tmp_path, section, port))
+        done = cli(config, "check", "--format", "json")
+    listen = {c["name"]: c for c in json.loads(done.stdout)["checks"]}[f"{section}_listen"]
+    assert (done.returncode, listen["ok"], listen["exit_code"]) == (78, False, 78)
+    assert listen["message"].startswith(f"{section}.listen: ")
+    assert "another process holds it" in listen["hint"]
+    done = cli(config, "check", "--format", "json")  # now free
+    assert {c["name"]: c for c in json.loads(done.stdout)["checks"]}[f"{section}_listen"]["ok"]
+    with socket.socket() as again:  # and let go at once
+        again.bind(("127.0.0.1", port))
+
+
+def test_run_names_a_broken_secret_file_before_the_lock(tmp_path: Path) -> None:
+    """A broken secret file under a held lock: `run` exits 78 naming it, not 75."""
+    url = f"sqlite:///{tmp_path / 'lta.db'}"
+    config = write_config(tmp_path, url)
+    (tmp_path / "secret").chmod(0o644)
+    with Store.open(url) as store:
+        store.upgrade()
+        with store.single_instance_lock():
+            done = cli(config, "run")
+    event = json.loads(done.stderr.splitlines()[-1])
+    assert (done.returncode, event["key"]) == (78, "client.secret_file"), event
+
+
+def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreadable secret file fails `check` with 78 and a `LoadCredential=` hint."""
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'lta.db'}")
+    secret, real_open = str(tmp_path / "secret"), os.open
+
+    def denied(path: object, *args: object, **kwargs: object) -> int:
+        if str(path) == secret:  # as root, no mode makes the file unreadable: say it is
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    done = cli(config, "check", "--format", "json")
+    failed = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["client_secret"]
+    assert (done.returncode, failed["exit_code"]) == (78, 78)
+    assert "Permission denied" in failed["message"] and "LoadCredential=" in failed["hint"]
+
+
+def key_line(key_id: str, material: bytes) -> str:
+    """A key file line as docs/ describe it: `ID:BASE64(32 bytes)`."""
+    return f"{key_id}:{base64.b64encode(material).decode('ascii')}"
+
+
+def write_keys(path: Path, ring_lines: list[str]) -> Path:
+    """Write key lines to `path` (mode 0600)."""
+    path.write_text("# token keys\n" + "\n".join(ring_lines) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_keys_generate_prints_a_key_line(tmp_path: Path) -> None:
+    """`keys generate` prints one parseable line; two runs give different ids and keys."""
+    first, second = (run_here(["keys", "generate"]) for _ in range(2))
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr
+    one = load_key_file(write_keys(tmp_path / "one", [first.stdout]))
+    two = load_key_file(write_keys(tmp_path / "two", [second.stdout]))
+    assert first.stdout.count("\n") == 1
+    assert one.current_id.startswith("k") and one.current_id.endswith("Z")
+    assert one.current_id != two.current_id
+    assert one.keys[one.current_id] != two.keys[two.current_id]
+
+
+def test_keys_rotate_then_old_key_removed(tmp_path: Path, store_url: str) -> None:
+    """`keys rotate` re-encrypts every token; after removing the old line all still decrypt."""
+    ring = keyring("k-old", "k-new")
+    old = Vault(Keyring({"k-old": ring.keys["k-old"]}))
+    tokens = {f"u{n}": token_for(f"u{n}") for n in range(5)}
+    with Store.open(store_url) as store:
+        for user, token in tokens.items():
+            enroll(store, old, user, token=token)
+    config = write_config(tmp_path, store_url)
+    lines = [key_line(k, m) for k, m in ring.keys.items()]
+    keys = write_keys(tmp_path / "keys", lines)
+    done = cli(config, "keys", "rotate", "--batch-size", "2")
+    assert done.returncode == 0, done.stderr
+    assert "5 re-encrypted, 0 already current, 0 failed" in done.stdout
+    assert '"event": "keys.rotated"' in done.stderr
+    write_keys(keys, lines[1:])
+    vault = Vault(load_key_file(keys))
+    with Store.open(store_url) as store:
+        for user, token in tokens.items():
+            row = store.get_user(user)
+            assert row is not None and row.token is not None
+            assert vault.decrypt(row.token, user=user) == token
+
+
+def test_db_upgrade(tmp_path: Path, empty_url: str) -> None:
+    """`db upgrade` migrates an empty database, then reports it current."""
+    config = write_config(tmp_path, empty_url)
+    done = cli(config, "db", "upgrade")
+    assert done.returncode == 0, done.stderr
+    assert f"upgraded to revision {HEAD_REVISION}" in done.stdout
+    done = cli(config, "db", "upgrade")
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        f"database schema is current (revision {HEAD_REVISION})",
+    )

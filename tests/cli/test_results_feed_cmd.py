@@ -1,38 +1,28 @@
 """`results export --changed-since CURSOR` through the CLI, over every backend: the contents
-stored after the cursor, then a last line `{"cursor": N}` that the next call takes; and the
-`[webhook] events` setting refused at load (exit 78 naming the key) when it names no type."""
+stored after the cursor, then a last line `{"cursor": N}` that the next call takes; the
+history export."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from lta_worker.domain import SnapshotWrite, UserUpdate
+from lta_worker.domain import UserUpdate
 from lta_worker.storage import Store, Vault
 from support.schemas import line_problems
-from support.storage import MINUTE, T0, enroll, keyring, newest_position, position
+from support.storage import MINUTE, T0, enroll, keyring, newest_position, position, read_turn
 
-from .test_readonly_cmds import cli, one_error_line, write_config
+from .test_readonly_cmds import cli, write_config
 
 
 def read(user_id: int, minute: int, payload: Any) -> UserUpdate:
     """A turn at T0 + `minute` that read `payload` from latest-change."""
-    at = T0 + minute * MINUTE
-    snap = SnapshotWrite(endpoint="latest-change", status="ok", payload=payload, fetched_at=at)
-    return UserUpdate(
-        user_id=user_id,
-        state="active",
-        next_due_at=at + timedelta(hours=1),
-        consecutive_failures=0,
-        last_outcome="ok",
-        last_polled_at=at,
-        snapshots=(snap,),
-    )
+    return read_turn(user_id, T0 + minute * MINUTE, latest_change=payload)
 
 
 def export(config: Path, url: str, cursor: str | int) -> tuple[list[dict[str, Any]], str]:
@@ -72,7 +62,7 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
         ("alice", "latest-change", {"v": 1}),
         ("alice", "latest-change", {"v": 2}),
     ]
-    assert rows[0]["state"] == "active"
+    assert (rows[0]["state"], rows[0]["fetched_at"]) == ("active", "2025-06-01T12:01:00Z")
     again, same = export(config, store_url, cursor)
     assert (again, position(same) >= position(cursor)) == ([], True)
     with Store.open(store_url) as store:
@@ -86,6 +76,44 @@ def test_changed_since_prints_the_new_contents_then_the_next_cursor(
     rows, _ = export(config, store_url, later)
     at = "2025-06-01T12:05:00Z"
     assert rows == [{"user": "alice", "forgotten": True, "reason": "forget", "at": at}]
+
+
+def test_history_since_and_a_stored_infinity(tmp_path: Path, store_url: str) -> None:
+    """`--history --user --since` lists one user's contents read since; `--since` alone exits 2;
+    a row an older version stored with `Infinity` (SQLite: PostgreSQL's json never took one) is
+    left out with a warning, every line strict JSON."""
+    config = write_config(tmp_path, store_url)
+    with Store.open(store_url) as store:
+        vault = Vault(keyring("k1"))
+        bad, good = enroll(store, vault, "bad").id, enroll(store, vault, "good").id
+        for minute in range(3):
+            store.apply([read(good, minute, {"n": minute})])
+        store.apply([read(bad, 2, {"n": 1})])
+        if store.dialect == "sqlite":
+            with store.database.write() as conn:
+                conn.execute(
+                    text("UPDATE snapshots SET payload = '{\"n\": Infinity}' WHERE user_id = :u"),
+                    {"u": bad},
+                )
+    since = (T0 + MINUTE).isoformat()
+    done = cli(config, "results", "export", "--history", "--user", "good", "--since", since)
+    assert done.returncode == 0, done.stderr
+    payloads = [json.loads(line)["payload"] for line in done.stdout.splitlines()]
+    assert payloads == [{"n": 1}, {"n": 2}]
+    for bad_args in (("--since", "7d"), ("--history", "--since", "yesterday")):
+        assert cli(config, "results", "export", *bad_args).returncode == 2
+    if not store_url.startswith("sqlite"):
+        return
+    done = cli(config, "results", "export")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line, parse_constant=_refuse) for line in done.stdout.splitlines()]
+    assert [line["user"] for line in lines] == ["good"]
+    skipped = [json.loads(line) for line in done.stderr.splitlines() if "results.skipped" in line]
+    assert [(e["user"], e["endpoint"]) for e in skipped] == [("bad", "latest-change")]
+
+
+def _refuse(constant: str) -> Any:
+    raise AssertionError(f"{constant} is not JSON")
 
 
 @pytest.mark.parametrize("cursor", ["1000000000", "ahead"])
@@ -118,20 +146,3 @@ def test_a_bad_cursor_is_a_usage_error(
     done = cli(write_config(tmp_path, store_url), "results", "export", *args)
     assert done.returncode == 2, done.stderr
     assert "--changed-since" in done.stderr
-
-
-@pytest.mark.parametrize(
-    "events",
-    ['["user.revoked", "result.changd"]', "[]", "5"],
-    ids=["unknown", "empty", "not-a-list"],
-)
-def test_an_unknown_event_type_is_78_naming_the_key(
-    tmp_path: Path, store_url: str, events: str
-) -> None:
-    """A bad `[webhook] events` stops every command with 78 naming `webhook.events`."""
-    config = write_config(tmp_path, store_url)
-    config.write_text(config.read_text() + f"[webhook]\nevents = {events}\n")
-    done = cli(config, "status")
-    assert done.returncode == 78, done.stderr
-    event = one_error_line(done)
-    assert "webhook.events" in str(event["message"]) or event.get("key") == "webhook.events"

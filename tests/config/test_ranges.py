@@ -1,19 +1,23 @@
 """Every duration, size and count setting has a range, stated once in its field's metadata and
-enforced at load (docs/config.md states it: tests/packaging/test_config_doc.py)."""
+enforced at load (docs/config.md states it: tests/packaging/test_config_doc.py); the domain's, the
+pass's and the pacer's config objects take every default from the settings' fields."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+from dataclasses import MISSING, fields
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from lta_worker.config import Settings, build_settings, parse_duration
+from lta_worker.config import PollSettings, RateLimitSettings, Settings, build_settings
 from lta_worker.config._fields import Bound, Rule, field_types, ranges, render
+from lta_worker.domain import PolicyConfig
+from lta_worker.domain._freshness import FreshnessConfig
 from lta_worker.errors import ConfigError
+from lta_worker.pacing import PacerCore
+from lta_worker.pacing._window import DEFAULT_MAX_WAIT
+from lta_worker.worker import PassOptions
 from support.configs import BASE, with_setting
 
 RANGES = ranges(Settings)
@@ -83,28 +87,6 @@ def _outside(low: Bound, high: Bound) -> list[Bound]:
     return [float(low) - 0.01, float(high) * 1.01 + 0.01]
 
 
-@given(text=st.text(max_size=30))
-def test_parse_duration_raises_only_value_error(text: str) -> None:
-    """Any text parses to a timedelta or raises ValueError, never anything else."""
-    with contextlib.suppress(ValueError):
-        assert isinstance(parse_duration(text), timedelta)
-
-
-@given(digits=st.integers(min_value=1, max_value=40), unit=st.sampled_from(list("smhdw")))
-def test_huge_durations_are_refused_not_overflowing(digits: int, unit: str) -> None:
-    """`999...9<unit>` of any length is accepted within range or refused naming the key."""
-    value = "9" * digits + unit
-    seconds = int("9" * digits) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-    if timedelta(seconds=0.1).total_seconds() <= seconds <= 365 * 86400:
-        assert (
-            build_settings(with_setting("poll.interval", value)).poll.interval.total_seconds() > 0
-        )
-        return
-    with pytest.raises(ConfigError) as info:
-        build_settings(with_setting("poll.interval", value))
-    assert info.value.key == "poll.interval"
-
-
 HUGE = 10**400  # a TOML integer no float holds
 HUGER = 16**5000 - 1  # `0xfff...`: TOML hex has no digit limit, its decimal form has
 
@@ -120,8 +102,55 @@ def test_a_huge_integer_is_refused_naming_the_key(key: str, huge: int) -> None:
 
 
 def test_a_huge_integer_duration_is_too_long() -> None:
-    """A huge integer duration gets the message of an over-long duration string."""
+    """A huge integer duration gets the message of an over-long duration string (the parser on
+    any text and on huge ones: tests/domain/test_durations.py)."""
     with pytest.raises(
         ConfigError, match=r"^poll\.interval: invalid duration.*: too long to represent$"
     ):
         build_settings(with_setting("poll.interval", HUGE))
+
+
+M, H = timedelta(minutes=1), timedelta(hours=1)
+
+
+def test_config_objects_state_no_default_of_their_own() -> None:
+    """PolicyConfig, FreshnessConfig and PassOptions restate no setting's default."""
+    for cls, own in ((PolicyConfig, {"plan"}), (FreshnessConfig, set()), (PassOptions, set())):
+        defaulted = {
+            f.name
+            for f in fields(cls)
+            if f.default is not MISSING or f.default_factory is not MISSING
+        }
+        assert defaulted == own, cls
+
+
+def test_the_policy_is_built_from_poll() -> None:
+    """`PollSettings.policy()` carries every `[poll]` key the policy and freshness schedule use."""
+    poll = PollSettings(
+        interval=30 * M,
+        parked_interval=12 * H,
+        backoff_base=timedelta(seconds=10),
+        schedule="adaptive",
+        max_interval=10 * M,
+        stats="on_change",
+        stats_max_age=2 * H,
+        rate_half_life=24 * H,
+    )
+    policy = poll.policy()
+    assert policy == PolicyConfig(
+        30 * M, 12 * H, timedelta(seconds=10), "adaptive", 10 * M, "on_change", 2 * H, 24 * H
+    )
+    assert policy.freshness == FreshnessConfig(
+        "adaptive", 30 * M, 30 * M, "on_change", 2 * H, 24 * H
+    )
+
+
+def test_the_pacers_defaults_are_the_settings() -> None:
+    """The pacer's defaults (reserve, fallback rate, max_wait) are `[ratelimit]`'s."""
+    core, ratelimit = PacerCore(), RateLimitSettings()
+    assert (core.reserve_fraction, core.fallback_per_hour, core.max_wait) == (
+        ratelimit.reserve,
+        ratelimit.fallback_per_hour,
+        ratelimit.max_wait.total_seconds(),
+    )
+    assert ratelimit.max_wait.total_seconds() == DEFAULT_MAX_WAIT

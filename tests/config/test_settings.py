@@ -1,4 +1,5 @@
-"""Settings: TOML + environment + systemd directories, errors that name the key."""
+"""Settings: TOML + environment + systemd directories, errors that name the key; proxy settings
+taken from the usual environment variables, refused naming their source."""
 
 from __future__ import annotations
 
@@ -67,17 +68,31 @@ def test_derived_defaults(tmp_path: Path) -> None:
         ({"client": {"id": ""}}, "client.id"),
         ({"database": {"url": "mysql://x"}}, "database.url"),
         ({"log": {"level": "loud"}}, "log.level"),
+        ({"webhook": {"events": ["user.revoked", "result.changd"]}}, "webhook.events"),
+        ({"webhook": {"events": []}}, "webhook.events"),
+        ({"webhook": {"events": 5}}, "webhook.events"),
         ({"client": None}, "client"),
+        ({"client": {"id": None}}, "client.id"),
+        ({"service": {"base_url": None}}, "service.base_url"),
+        ({"service": {"auth_url": "http://10.0.0.8/auth"}}, "service.auth_url"),
+        ({"service": {"token_url": "http://account.example/oidc/token"}}, "service.token_url"),
+        ({"webhook": {"url": "http://hooks.example/lta"}}, "webhook.url"),
+        ({"client": {"redirect_uri": "callback"}}, "client.redirect_uri"),
+        ({"database": {"url": "lta.db"}}, "database.url"),
+        ({"database": {"url": "postgresql+psycopg2://u@h/db"}}, "database.url"),
+        ({"polling": {"interval": "1h"}}, "polling"),
     ],
 )
 def test_a_broken_key_is_named(patch: dict[str, object], key: str) -> None:
-    """Each broken setting raises ConfigError (exit 78) whose message names the key."""
+    """Each broken setting raises ConfigError (exit 78) whose message names the key (None: the
+    key left out; through `run`, one JSON line: tests/reliability/test_bad_input.py)."""
     data: dict[str, object] = with_setting("client.id", "c")
     for section, values in patch.items():
         if values is None:
             data.pop(section)
         else:
-            data[section] = {**data.get(section, {}), **values}  # type: ignore[dict-item]
+            merged = {**data.get(section, {}), **values}  # type: ignore[dict-item]
+            data[section] = {k: v for k, v in merged.items() if v is not None}
     with pytest.raises(ConfigError) as info:
         build_settings(data)
     assert info.value.key == key
@@ -100,11 +115,12 @@ def test_http_is_allowed_for_loopback_only() -> None:
 
 
 def test_invalid_toml_and_missing_file_are_config_errors(tmp_path: Path) -> None:
-    """An unreadable config is a ConfigError that says what to do, not a traceback."""
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_settings(tmp_path / "nope.toml", env={})
-    with pytest.raises(ConfigError, match="not valid TOML"):
-        load_settings(write(tmp_path, "[service\n"), env={})
+    """An unreadable config is a ConfigError naming the file and what is wrong with it."""
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=f"{missing}.*does not exist"):
+        load_settings(missing, env={})
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'config.toml'}.*not valid TOML"):
+        load_settings(write(tmp_path, "[service\nbase_url = "), env={})
 
 
 def test_client_secret_is_read_from_its_file_and_masked(tmp_path: Path) -> None:
@@ -181,6 +197,7 @@ def test_a_url_with_a_valid_port_is_taken(url: str) -> None:
         ("LTA_WORKER_POLL_INTERVALL", "1h", "poll.intervall"),
         ("LTA_WORKER_POLL_CONCURRENCY", "many", "poll.concurrency"),
         ("LTA_WORKER_POLL_INTERVAL", "0s", "poll.interval"),
+        ("LTA_WORKER_POLL_INTERVAL", "every now and then", "poll.interval"),
     ],
 )
 def test_an_environment_problem_names_its_variable(
@@ -191,3 +208,79 @@ def test_an_environment_problem_names_its_variable(
         load_settings(write(tmp_path, MINIMAL), env={name: value})
     assert info.value.key == key
     assert name in str(info.value)
+
+
+REQUIRED = {
+    "LTA_WORKER_SERVICE_BASE_URL": "https://api.example",
+    "LTA_WORKER_SERVICE_AUTH_URL": "https://account.example",
+    "LTA_WORKER_CLIENT_ID": "client-1",
+}
+
+
+@pytest.mark.parametrize("value", ["socks5://p:1080", "http://"], ids=["scheme", "no-host"])
+def test_a_proxy_the_worker_cannot_use_is_refused(value: str) -> None:
+    """An https_proxy of another scheme or without a host: exit 78 naming the key."""
+    with pytest.raises(ConfigError) as info:
+        build_settings(with_setting("service.https_proxy", value))
+    assert info.value.exit_code == 78
+    assert "service.https_proxy" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "proxy", "no_proxy"),
+    [
+        pytest.param({"HTTPS_PROXY": "http://p:3128"}, "http://p:3128", None, id="HTTPS_PROXY"),
+        pytest.param(
+            {"https_proxy": "http://a:1", "HTTPS_PROXY": "http://b:2"},
+            "http://a:1",
+            None,
+            id="lower-case-first",
+        ),
+        pytest.param({"ALL_PROXY": "http://p:3128"}, "http://p:3128", None, id="ALL_PROXY"),
+        pytest.param({"HTTP_PROXY": "http://p:3128"}, None, None, id="HTTP_PROXY-ignored"),
+        pytest.param(
+            {"HTTPS_PROXY": "p:3128", "NO_PROXY": "x.example"},
+            "http://p:3128",
+            "x.example",
+            id="bare-host-and-no-proxy",
+        ),
+        pytest.param(
+            {"HTTPS_PROXY": "http://p:1", "LTA_WORKER_SERVICE_HTTPS_PROXY": "http://q:2"},
+            "http://q:2",
+            None,
+            id="own-setting-wins",
+        ),
+    ],
+)
+def test_proxies_come_from_the_usual_variables(
+    env: dict[str, str], proxy: str | None, no_proxy: str | None
+) -> None:
+    """Only https proxies are taken from the environment, once, into settings."""
+    s = load_settings(None, {**REQUIRED, **env})
+    assert (s.service.https_proxy, s.service.no_proxy) == (proxy, no_proxy)
+
+
+@pytest.mark.parametrize("name", ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"])
+def test_a_bad_proxy_from_the_environment_names_the_variable(name: str) -> None:
+    """A proxy refused from HTTPS_PROXY & co. names that variable and how to fix it (exit 78)."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {**REQUIRED, name: "socks5://127.0.0.1:1080"})
+    assert info.value.exit_code == 78
+    assert info.value.key == "service.https_proxy"
+    assert str(info.value).startswith(
+        f"service.https_proxy (from the environment variable {name}): expected a proxy URL"
+    )
+    assert f"unset {name}" in str(info.value.hint)
+    assert "set service.https_proxy" in str(info.value.hint)
+
+
+def test_a_bad_proxy_of_the_worker_own_setting_names_only_the_key() -> None:
+    """A proxy refused from LTA_WORKER_SERVICE_HTTPS_PROXY names that variable, not HTTPS_PROXY."""
+    env = {**REQUIRED, "HTTPS_PROXY": "http://p:1", "LTA_WORKER_SERVICE_HTTPS_PROXY": "socks5://q"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env)
+    assert str(info.value).startswith(
+        "service.https_proxy (from the environment variable LTA_WORKER_SERVICE_HTTPS_PROXY): "
+        "expected a proxy URL"
+    )
+    assert " HTTPS_PROXY" not in str(info.value)

@@ -1,9 +1,9 @@
 """Options and fixtures of the reliability suite.
 
 `pytest tests/reliability --iterations 200` runs 200 kills instead of CI's 10 and scales the
-SIGTERM stops, fuzz examples and per-test timeouts by the same factor (20: 100 SIGTERMs each
-for `run` and `serve`, 5,000 fuzz examples); from the project root use
-`LTA_RELIABILITY_ITERATIONS=200 pytest`. `LTA_RELIABILITY_SEED` changes every random choice.
+SIGTERM stops and per-test timeouts by the same factor (20: 100 SIGTERMs each for `run` and
+`serve`); from the project root use `LTA_RELIABILITY_ITERATIONS=200 pytest`.
+`LTA_RELIABILITY_SEED` changes every random choice.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ BASE_TIMEOUT = 120
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--iterations N`: N kills, and the SIGTERM and fuzz loops scaled by N/10."""
+    """`--iterations N`: N kills, and the SIGTERM loops scaled by N/10."""
     parser.addoption(
         "--iterations",
         type=int,
         default=None,
-        help="reliability suite: N kill -9 moments (CI: 10); SIGTERM stops and fuzz examples "
-        f"scale by N/10 (also ${ITERATIONS_ENV})",
+        help="reliability suite: N kill -9 moments (CI: 10); SIGTERM stops scale by N/10 "
+        f"(also ${ITERATIONS_ENV})",
     )
 
 

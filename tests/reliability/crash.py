@@ -1,17 +1,13 @@
-"""Crash checks of the reliability suite: a deployment with the suite's settings, the seed,
-and the invariants read on the SQLite file after every kill -9 or SIGTERM.
+"""Crash checks of the reliability suite: a deployment with the suite's settings, the seed, and
+the invariants read on the SQLite file after every kill -9 or SIGTERM.
 
-`inspect` reads the database with the plain `sqlite3` module (not the worker's code) in one
-read transaction, and `violations` turns what it read into a list of broken invariants:
-
-- `integrity`: `PRAGMA integrity_check` is not `ok`, or the file cannot be read at all;
-- `token lost`: a user who was not revoked or dropped has no token, or its token does not
-  decrypt to the token the service issued, or a user the service never revoked is revoked;
-- `half-written`: a row only a torn write can leave (a token without its key id or the
-  reverse, a revoked or dropped user still holding a token);
-- `snapshot lost`: a snapshot seen committed before a crash is gone, or went back in time;
-- `duplicate history`: two consecutive history rows of one (user, endpoint) with the same
-  status and content hash (a replay that was not idempotent).
+`inspect` reads the database with the plain `sqlite3` module (not the worker's code) in one read
+transaction; `violations` lists the broken invariants: `integrity` (`integrity_check` not `ok`, or
+the file unreadable); `token lost` (a user neither revoked nor dropped without the token the
+service issued, or revoked though the service never did); `half-written` (a token without its key
+id or the reverse, a revoked or dropped user still holding one); `snapshot lost` (a snapshot seen
+committed is gone or went back in time); `duplicate history` (two consecutive history rows of one
+(user, endpoint) with the same status and content hash: a replay that was not idempotent).
 """
 
 from __future__ import annotations
@@ -172,15 +168,9 @@ def violations(
     revoked: Iterable[str] = (),
     acknowledged: Mapping[tuple[str, str], datetime] | None = None,
 ) -> list[str]:
-    """Every broken invariant (see the module docstring), in words; [] when all hold.
-
-    Args:
-        seen: what `inspect` read.
-        vault: decrypts the stored tokens.
-        tokens: the plaintext the service issued, per user.
-        revoked: users the service revoked (their token may legitimately be gone).
-        acknowledged: the newest `fetched_at` seen committed per (user, endpoint) before.
-    """
+    """Every broken invariant (see the module docstring) in what `inspect` read, in words; []
+    when all hold. `tokens` are the plaintexts the service issued, `revoked` the users whose
+    token may be gone, `acknowledged` the newest `fetched_at` seen committed per key before."""
     found: list[str] = []
     if seen.integrity != "ok":
         return [f"integrity: {seen.integrity}"]

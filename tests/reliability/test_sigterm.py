@@ -1,5 +1,6 @@
 """SIGTERM in the middle of a pass, for `run` and `serve`: gone within the grace period, nothing
-half-written; `serve` exits 0, releases its leases and unregisters."""
+half-written; `serve` exits 0, releases its leases and unregisters (between passes:
+tests/service/test_serve.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime
 import pytest
 
 from lta_worker.simulator import RunningSimulator
-from support.process import Workspace, reads_seen, wait_for, wait_for_reads
+from support.process import Workspace, reads_seen, wait_for_reads
 
 from .crash import acknowledge, deploy, inspect, rng, seed, violations
 
@@ -102,19 +103,3 @@ def test_sigterm_serve_mid_pass(deployment: Workspace, iterations: float) -> Non
     """SIGTERM during a pass of `serve`, 5 times: exit 0 within the grace period, leases
     released, instance unregistered, nothing half-written."""
     _stop_mid_pass(deployment, "serve", 12, iterations)
-
-
-def test_sigterm_serve_idle(deployment: Workspace) -> None:
-    """SIGTERM to `serve` between passes: exit 0 at once, nothing leased."""
-    deployment.sim.clear_faults()
-    proc = deployment.spawn("serve")
-    assert wait_for(lambda: "pass.finished" in proc.stderr(), timeout=30), proc.stderr()[-3000:]
-    signalled = time.monotonic()
-    proc.signal(signal.SIGTERM)
-    assert proc.wait(GRACE_S + MARGIN_S + 30) == 0
-    assert time.monotonic() - signalled <= GRACE_S + MARGIN_S
-    out = deployment.keep(proc)
-    assert "service.stopped" in out.event_names()
-    seen = inspect(deployment.database)
-    assert seen.leased_by(proc.process.pid) == []
-    assert seen.instances_of(proc.process.pid) == []

@@ -53,14 +53,14 @@ def test_postgresql_configuration_errors_exit_78(
     assert isinstance(error, kind), error
     assert error.exit_code == 78
     assert "database.url" in str(error) and expected in str(error)
-    assert PASSWORD not in str(error)
+    assert PASSWORD not in f"{error} {error.hint}"
 
 
 def test_closed_port_is_temporary() -> None:
     """A server that does not answer (closed port) is temporary: StorageError, exit 75."""
     error = _failure(f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/test")
     assert type(error) is StorageError and error.exit_code == 75
-    assert PASSWORD not in str(error)
+    assert PASSWORD not in f"{error} {error.hint}"
 
 
 class _PgError(Exception):

@@ -5,23 +5,16 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
 from sqlalchemy import text
 
 from lta_worker.domain import PendingEnrollment
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._enrollments import state_hash
-from support.storage import MINUTE, T0, keyring
+from support.storage import MINUTE, T0
 
 STATE = "st_Zq8f3kq2nD9xVwS1_ab"
 VERIFIER = Secret("ver_" + "x" * 60)
-
-
-@pytest.fixture
-def vault() -> Vault:
-    """A one-key vault."""
-    return Vault(keyring("k1"))
 
 
 def pending(vault: Vault, user: str = "alice", ttl: timedelta = 10 * MINUTE) -> PendingEnrollment:
@@ -79,14 +72,18 @@ def test_concurrent_takes_succeed_once(store_url: str, vault: Vault) -> None:
 
 
 def test_a_link_is_spent_once_and_kept_until_it_expires(store: Store, vault: Vault) -> None:
-    """A link's nonce is spent once and its record outlives the consents' purge until expiry."""
+    """A link's nonce is spent once and its record outlives the consents' purge until expiry;
+    the purge takes used and expired consents, never a live one."""
     assert store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE) is True
     assert store.spend_link("nonce-1", "alice", T0 + MINUTE, T0 + 60 * MINUTE) is False
     assert store.spend_link("nonce-2", "alice", T0, T0 + 60 * MINUTE) is True
     assert store.take_latest_pending("alice", T0) is None
     assert store.take_pending("link:nonce-1", T0) is None
     store.save_pending(STATE, pending(vault))
+    store.save_pending("expired", pending(vault, ttl=-MINUTE))
+    store.save_pending("live", pending(vault))
     assert store.take_pending(STATE, T0) is not None
-    assert store.purge_expired(T0, timedelta(days=30)).pending == 1  # the used consent only
+    assert store.purge_expired(T0, timedelta(days=30)).pending == 2  # used and expired
+    assert store.take_pending("live", T0) is not None
     assert store.spend_link("nonce-1", "alice", T0, T0 + 60 * MINUTE) is False
-    assert store.purge_expired(T0 + 61 * MINUTE, timedelta(days=30)).pending == 2
+    assert store.purge_expired(T0 + 61 * MINUTE, timedelta(days=30)).pending == 3

@@ -19,13 +19,7 @@ from lta_worker.domain import ResultRow, UserUpdate
 from lta_worker.errors import CursorError
 from lta_worker.storage import Store, Vault
 from support.pg import PgDatabases
-from support.storage import HOUR, MINUTE, T0, enroll, keyring, newest_position, position, read_turn
-
-
-@pytest.fixture
-def vault() -> Vault:
-    """A one-key vault."""
-    return Vault(keyring("k1"))
+from support.storage import HOUR, MINUTE, T0, enroll, newest_position, position, read_turn
 
 
 def read(user_id: int, minute: int, **payloads: Any) -> UserUpdate:
