@@ -36,6 +36,7 @@ from .conftest import ON_BOTH_BACKENDS, write_files
 CLIENT_SECRET = "fuzz-client-s3cret-value"
 ECHO = "EchoedFreeTextXyz"
 MAX_WAIT = 600.0
+HUGE = 999_999_999_999_999
 START = datetime(2025, 1, 1, tzinfo=UTC)
 SCOPES = ("cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats")
 
@@ -153,6 +154,14 @@ statuses = st.sampled_from([200, 204, 401, 403, 404, 429, 500, 503])
 )
 @given(headers=hostile_ratelimit_headers(), status=statuses, body=bodies)
 @example(headers={}, status=404, body=b"")  # the engine notes 404s per user, until routed
+@example(headers={}, status=500, body=json.dumps({"error": CLIENT_SECRET}).encode())
+@example(headers={}, status=401, body=json.dumps({"error": ECHO, "code": ECHO}).encode())
+@example(headers={}, status=503, body=json.dumps({"errors": [{"code": ECHO}]}).encode())
+@example(  # counts past a PostgreSQL integer, a reset 31 years ahead
+    headers={"ratelimit": f'"p";r={HUGE};t=999999999', "ratelimit-policy": f'"p";q={HUGE};w=60'},
+    status=200,
+    body=b'{"n": 1}',
+)
 def test_any_answer_goes_through_the_whole_read_path(
     deployment: tuple[Settings, Store],
     log_stream: io.StringIO,
