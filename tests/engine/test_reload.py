@@ -44,17 +44,6 @@ async def test_a_section_set_up_at_start_keeps_its_running_value_and_says_so(
     assert [e["needs_restart"] for e in warnings] == [[section]]
 
 
-async def test_a_reload_that_changes_only_what_applies_warns_of_nothing(harness: Harness) -> None:
-    """Changing only `poll` applies it, with no restart warning."""
-    settings = harness.settings()
-    async with harness.worker() as worker:
-        new = replace(settings, poll=replace(settings.poll, tick=timedelta(seconds=42)))
-        with capture_logs() as logs:
-            worker.reload(new)
-        assert worker.settings == new
-    assert not [e for e in logs if e["event"] == "service.reload_partial"]
-
-
 async def test_a_key_file_without_a_key_in_use_is_refused_whole(harness: Harness) -> None:
     """A key file lacking a key id in use: UnknownKeyError, and nothing in force changes."""
     settings = harness.settings()
