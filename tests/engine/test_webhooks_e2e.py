@@ -259,41 +259,11 @@ def content_hash(payload: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-async def test_a_changed_result_reaches_the_receiver_signed_and_an_unchanged_one_does_not(
-    harness: Harness, receiver: Receiver
-) -> None:
-    """A changed result arrives as result.changed, hash-chained; an unchanged one does not."""
-    await harness.enroll("alice")
-    harness.sim.set_payload("alice", "latest-change", {"step": 1})
-    await run_pass(harness, receiver)
-    first = receiver.changes("alice")
-    assert [c["endpoint"] for c in first] == ["latest-change", "stats"]
-    assert [c["previous_hash"] for c in first] == [None, None]
-    assert first[0]["content_hash"] == content_hash({"step": 1})
-    assert "content" not in first[0]  # thin by default
-
-    harness.advance(HOUR)
-    await run_pass(harness, receiver)
-    assert len(receiver.changes("alice")) == 2  # nothing new was read
-
-    harness.sim.set_payload("alice", "latest-change", {"step": 2})
-    harness.advance(HOUR)
-    await run_pass(harness, receiver)
-    *_, third = receiver.changes("alice")
-    assert third["endpoint"] == "latest-change"
-    assert third["previous_hash"] == first[0]["content_hash"]
-    assert third["content_hash"] == content_hash({"step": 2})
-    row = harness.user("alice")
-    assert datetime.fromisoformat(third["read_at"]) == row.last_polled_at
-    for body, headers in receiver.acked:
-        assert verify(body, headers) == json.loads(body)
-    assert len(receiver.changes("alice")) == 3
-
-
 async def test_include_content_puts_the_stored_payload_in_the_event(
     harness: Harness, receiver: Receiver
 ) -> None:
-    """With include_content the event carries the content, whose hash is the one sent."""
+    """With include_content the event carries the content, whose hash is the one sent (the
+    hash chain and thin events: tests/storage/test_result_events.py)."""
     harness.configure("webhook", include_content=True)
     await harness.enroll("bob")
     harness.sim.set_payload("bob", "latest-change", {"distance": 12.5, "tags": ["a"]})
@@ -301,6 +271,7 @@ async def test_include_content_puts_the_stored_payload_in_the_event(
     latest = next(c for c in receiver.changes("bob") if c["endpoint"] == "latest-change")
     assert latest["content"] == {"distance": 12.5, "tags": ["a"]}
     assert latest["content_hash"] == content_hash(latest["content"])
+    assert datetime.fromisoformat(latest["read_at"]) == harness.user("bob").last_polled_at
     assert [p for e in receiver.events() for p in webhook_problems(e)] == []
 
 
