@@ -20,7 +20,6 @@ import pytest
 from lta_worker.config import Settings, build_settings
 from lta_worker.enrollment import Lifecycle
 from lta_worker.runtime import Runtime
-from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -29,8 +28,7 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store, Vault, generate_key_line
-from lta_worker.upstream import ApiClient, http_client
+from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
@@ -123,14 +121,10 @@ class Harness:
     async def lifecycle(
         self, transport: httpx.AsyncBaseTransport | None = None
     ) -> AsyncIterator[Lifecycle]:
-        """A Lifecycle on its own store and HTTP client (another process would have its own)."""
-        settings = self.settings()
+        """A Lifecycle on its own runtime (another process would have its own)."""
         transport = transport or SimulatorTransport(self.sim)
-        with self.store() as store:
-            async with http_client(settings.service, transport=transport) as http:
-                api = ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET))
-                vault = Vault.from_settings(settings)
-                yield Lifecycle(settings.poll, store, vault, api, self.clock.now)
+        async with Runtime(self.settings(), transport=transport, clock=self.worker_clock()) as rt:
+            yield rt.lifecycle()
 
     def worker(self, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> Worker:
         """The real Worker through the simulator (or `transport`), on the harness's clock."""
@@ -223,9 +217,3 @@ def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
 def realtime_harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator on the real clock, for budget windows measured in seconds."""
     return _harness(tmp_path, db_url, SystemClock())
-
-
-@pytest.fixture
-async def http_sim(harness: Harness) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=SimulatorTransport(harness.sim)) as http:
-        yield http

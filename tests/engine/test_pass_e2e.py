@@ -33,19 +33,6 @@ async def test_normal_users_are_read_and_stored(harness: Harness) -> None:
     assert harness.user("user-0").state == "active"
 
 
-async def test_nobody_is_read_again_before_the_interval_and_everyone_after(
-    harness: Harness,
-) -> None:
-    """Right after a pass the next makes no request; after poll.interval every user is read."""
-    await harness.enroll("u1")
-    await harness.run_pass()
-    before = len(harness.reads())
-    result = await harness.run_pass()
-    assert (result.reads, result.exit_code, len(harness.reads())) == (0, 0, before)
-    harness.advance(HOUR + timedelta(seconds=1))
-    assert (await harness.run_pass()).reads == 2
-
-
 async def test_revoked_user_token_is_deleted_and_never_read_again(harness: Harness) -> None:
     """PermanentAccessRevoked deletes the token at once; the user is never read again."""
     await harness.enroll("keeps")
@@ -174,17 +161,6 @@ async def test_faults_end_cleanly_and_delete_nothing(harness: Harness) -> None:
         }
 
 
-async def test_transient_failures_back_off_within_the_interval(harness: Harness) -> None:
-    """A failing user is retried before poll.interval is over, never later."""
-    await harness.enroll("flaky")
-    harness.sim.inject_fault("500", count=1)
-    await harness.run_pass()
-    row = harness.user("flaky")
-    assert row.consecutive_failures == 1
-    assert row.next_due_at is not None
-    assert row.next_due_at <= harness.clock.now() + HOUR
-
-
 async def test_deadline_stops_early_and_leaves_the_rest_due(harness: Harness) -> None:
     """A pass that reaches --max-duration exits 75; users not reached stay due."""
     for n in range(6):
@@ -203,7 +179,7 @@ async def test_a_service_down_from_the_start_stops_the_pass_at_once(
     harness: Harness, fault: str, users: int
 ) -> None:
     """Only 5xx or dropped connections, however few users: `upstream_down` (75) after the first
-    burst; tokens kept; the users tried back off, the rest stay due (issue 11, case 6)."""
+    burst; tokens kept; the users tried back off within the interval, the rest stay due."""
     for n in range(users):
         await harness.enroll(f"user-{n}")
     harness.sim.configure(header_format="none")
@@ -216,7 +192,7 @@ async def test_a_service_down_from_the_start_stops_the_pass_at_once(
     rows = [harness.user(f"user-{n}") for n in range(users)]
     assert all(u.token is not None for u in rows)
     tried = [u for u in rows if u.consecutive_failures > 0]
-    assert tried and all(u.next_due_at > now for u in tried)
+    assert tried and all(now < u.next_due_at <= now + HOUR for u in tried)  # within the interval
     assert all(u.next_due_at <= now for u in rows if u.consecutive_failures == 0)
     hints = [e["hint"] for e in logs if e["event"] == "pass.unreachable"]  # no answer at all
     assert len(hints) == (fault == "drop")

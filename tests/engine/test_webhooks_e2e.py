@@ -63,14 +63,6 @@ class Receiver:
             if e["data"]["user"] == user and e["type"].startswith("user.")
         ]
 
-    def changes(self, user: str) -> list[dict[str, Any]]:
-        """The `data` of the acknowledged result.changed events of one user, in order."""
-        return [
-            e["data"]
-            for e in self.events()
-            if e["data"]["user"] == user and e["type"] == "result.changed"
-        ]
-
 
 @pytest.fixture
 def receiver(harness: Harness) -> Receiver:
@@ -93,12 +85,6 @@ async def run_pass(harness: Harness, receiver: Receiver) -> None:
     """One pass, then (as `run` does) one delivery round."""
     async with harness.worker(webhook_transport=httpx.MockTransport(receiver)) as w:
         await w.run_pass()
-
-
-async def drop(harness: Harness, user: str) -> None:
-    """`users drop` through the real Lifecycle (DELETE confirmed by the simulator)."""
-    async with harness.lifecycle() as lifecycle:
-        await lifecycle.drop(user)
 
 
 def verify(body: bytes, headers: dict[str, str]) -> Any:
@@ -124,7 +110,8 @@ async def test_every_state_change_is_delivered_signed_in_order(
     harness.sim.set_sync("sleepy", last_sync_age_days=0)
     harness.sim.set_client_scopes("demo-client", ["cloud-sync.permanent.latest-change"])
     harness.advance(timedelta(hours=25))
-    await drop(harness, "leaves")
+    async with harness.lifecycle() as lifecycle:  # `users drop`, confirmed by the simulator
+        await lifecycle.drop("leaves")
     await run_pass(harness, receiver)
 
     assert receiver.kinds("rot") == ["user.enrolled", "user.rotated", "user.scope_denied"]
@@ -268,7 +255,11 @@ async def test_include_content_puts_the_stored_payload_in_the_event(
     await harness.enroll("bob")
     harness.sim.set_payload("bob", "latest-change", {"distance": 12.5, "tags": ["a"]})
     await run_pass(harness, receiver)
-    latest = next(c for c in receiver.changes("bob") if c["endpoint"] == "latest-change")
+    (latest,) = [
+        e["data"]
+        for e in receiver.events()
+        if e["type"] == "result.changed" and e["data"]["endpoint"] == "latest-change"
+    ]
     assert latest["content"] == {"distance": 12.5, "tags": ["a"]}
     assert latest["content_hash"] == content_hash(latest["content"])
     assert datetime.fromisoformat(latest["read_at"]) == harness.user("bob").last_polled_at
