@@ -31,6 +31,7 @@ from lta_worker.simulator import (
 from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
+from support.enroll import write_private
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 from support.virtual_time import VirtualTime, virtual_backend
 
@@ -180,13 +181,9 @@ def write_files(
     tmp: Path, secret: str = DEMO_CLIENT_SECRET, at: datetime | None = None
 ) -> tuple[Path, Path]:
     """The client secret file and a key file (its key made `at`, default now), both 0600."""
-    secret_file = tmp / "client-secret"
-    secret_file.write_text(secret + "\n")
-    os.chmod(secret_file, 0o600)
-    key_file = tmp / "token-keys"
-    key_file.write_text(generate_key_line(at or SystemClock().now()) + "\n")
-    os.chmod(key_file, 0o600)
-    return secret_file, key_file
+    secret_file = write_private(tmp / "client-secret", secret + "\n")
+    key_line = generate_key_line(at or SystemClock().now())
+    return secret_file, write_private(tmp / "token-keys", key_line + "\n")
 
 
 @pytest.fixture
