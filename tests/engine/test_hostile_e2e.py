@@ -72,10 +72,9 @@ class Deployment:
             for user in users:
                 await enrollment.from_user_token(user, Secret(f"uat-{user}"))
 
-    async def run_pass(self) -> tuple[PassResult, Worker]:
-        worker = Worker(self.settings)
-        async with worker:
-            return await worker.run_pass(max_duration=timedelta(seconds=60)), worker
+    async def run_pass(self) -> PassResult:
+        async with Worker(self.settings) as worker:
+            return await worker.run_pass(max_duration=timedelta(seconds=60))
 
     def users(self) -> list[dict[str, Any]]:
         with self.store() as store:
@@ -132,7 +131,7 @@ async def test_a_payload_that_is_not_strict_json_never_blocks_its_batch(
     deployment.reads["bad"] = Step(200, body=body)
     deployment.reads["good"] = OK
     await deployment.enroll("bad", "good")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0
     users = {u["user"]: u for u in deployment.users()}
     assert users["bad"]["last_outcome"] == "transient"
@@ -180,7 +179,7 @@ async def test_a_success_body_holding_a_credential_is_never_stored_or_logged(
     deployment.reads["e1"] = lambda seen: Step(200, body=body(seen.headers["authorization"]))
     deployment.reads["c1"] = OK
     await deployment.enroll("c1", "e1")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0
     users = {u["user"]: u for u in deployment.users()}
     assert users["e1"]["last_outcome"] == "transient"
@@ -236,7 +235,7 @@ async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
         now = datetime.now(UTC)
         bad = vault.encrypt(Secret(UNSENDABLE[case]), user="bad")
         store.store_token("bad", bad, SCOPES, now, now)
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0, result
     assert result.counts["ok"] == 2 and result.counts["undecryptable"] == 1
     users = {u["user"]: u for u in deployment.users()}
@@ -254,7 +253,7 @@ async def test_a_pass_whose_every_answer_is_a_429_is_throttled_not_completed(
     deployment.reads["u1"] = storm
     deployment.reads["u2"] = storm
     await deployment.enroll("u1", "u2")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert (result.stopped, result.exit_code) == ("throttled", 75), result
     assert result.counts["rate_limited"] == result.reads > 0
     users = {u["user"]: u for u in deployment.users()}
