@@ -1,4 +1,5 @@
-"""The freshness schedule end to end: the real worker through the simulator."""
+"""`poll.stats = "on_change"` end to end: the real worker through the simulator (a changing
+user read sooner than an idle one under the adaptive schedule: test_health_e2e.py)."""
 
 from __future__ import annotations
 
@@ -45,27 +46,3 @@ async def test_stats_is_skipped_while_latest_change_stands_still_and_read_at_max
     with harness.store() as store:
         rows = {r.endpoint: r for r in store.export_results(user="u1")}
     assert rows["latest-change"].payload == {"changed_at": "2025-01-02T00:00:00Z"}
-
-
-async def test_the_adaptive_schedule_reads_a_user_that_changes_sooner_than_an_idle_one(
-    harness: Harness,
-) -> None:
-    """Adaptive: a changing user is due sooner than an idle one, none beyond max_interval."""
-    harness.configure(
-        "poll", schedule="adaptive", interval="10m", max_interval="12h", stats="on_change"
-    )
-    harness.configure("ratelimit", fallback_per_hour=2.0)
-    harness.sim.configure(budget=1_000_000, window=3600, header_format="none")
-    await harness.enroll("busy")
-    await harness.enroll("idle")
-    harness.sim.set_payload("idle", "latest-change", {"changed_at": "2025-01-01T00:00:00Z"})
-    for n in range(12):
-        harness.sim.set_payload("busy", "latest-change", {"changed_at": f"2025-01-01T{n:02}:00Z"})
-        await harness.run_pass(max_duration=timedelta(seconds=30))
-        harness.advance(timedelta(hours=2))
-    busy, idle = harness.user("busy"), harness.user("idle")
-    assert busy.estimate is not None and idle.estimate is not None
-    assert busy.estimate.per_day() > idle.estimate.per_day()
-    busy_gap = busy.next_due_at - busy.last_polled_at
-    idle_gap = idle.next_due_at - idle.last_polled_at
-    assert busy_gap < idle_gap <= timedelta(hours=12)

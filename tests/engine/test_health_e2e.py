@@ -106,6 +106,11 @@ async def test_an_outage_under_the_adaptive_schedule_shows_within_the_documented
             await anyio.sleep(7 * 60)
         before = collect_status(h.settings(), h.clock.now())
         assert before["healthy"] is True, before["problems"]
+        if busy:  # a user that changes is read sooner than an idle one, none past max_interval
+            rows = [h.user(f"user-{n}") for n in (0, users - 1)]
+            gaps = [r.next_due_at - r.last_polled_at for r in rows]
+            assert rows[0].estimate.per_day() > rows[1].estimate.per_day()
+            assert gaps[0] < gaps[1] <= timedelta(hours=24), gaps
         h.sim.inject_fault("503", rate=1.0)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_serve, h)
