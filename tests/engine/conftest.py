@@ -158,6 +158,31 @@ class Harness:
         return row
 
 
+class Gate(httpx.AsyncBaseTransport):
+    """Passes requests to `inner`; holds the first read's answer (with `delete`: the first
+    DELETE, unsent) until `release` is set."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, delete: bool = False) -> None:
+        self.inner, self.delete = inner, delete
+        self.reached, self.release = anyio.Event(), anyio.Event()
+        self._armed = True
+
+    async def _hold(self) -> None:
+        self._armed = False
+        self.reached.set()
+        await self.release.wait()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._armed and self.delete and request.method == "DELETE":
+            await self._hold()
+        response = await self.inner.handle_async_request(request)
+        if self._armed and not self.delete and "/api/v1/history/" in request.url.path:
+            self._armed = False
+            await response.aread()
+            await self._hold()
+        return response
+
+
 # SQLite by default: the storage contract suite runs every store operation on both backends.
 # A test whose scenario exercises PostgreSQL-specific code (row locks, leases between
 # connections, column bounds) takes `ON_BOTH_BACKENDS` as a mark.

@@ -24,36 +24,11 @@ from lta_worker.storage import Store
 from lta_worker.storage._db import Database
 from lta_worker.worker import PassResult
 
-from .conftest import ON_BOTH_BACKENDS, Harness
+from .conftest import ON_BOTH_BACKENDS, Gate, Harness
 
 pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
 HOUR = timedelta(hours=1)
-
-
-class Gate(httpx.AsyncBaseTransport):
-    """Passes requests to `inner`; holds the first read's answer (with `delete`: the first
-    DELETE, unsent) until `release` is set."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, *, delete: bool = False) -> None:
-        self.inner, self.delete = inner, delete
-        self.reached, self.release = anyio.Event(), anyio.Event()
-        self._armed = True
-
-    async def _hold(self) -> None:
-        self._armed = False
-        self.reached.set()
-        await self.release.wait()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._armed and self.delete and request.method == "DELETE":
-            await self._hold()
-        response = await self.inner.handle_async_request(request)
-        if self._armed and not self.delete and "/api/v1/history/" in request.url.path:
-            self._armed = False
-            await response.aread()
-            await self._hold()
-        return response
 
 
 async def gated_pass(harness: Harness, during: Any) -> tuple[PassResult, list[dict[str, Any]]]:

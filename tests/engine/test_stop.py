@@ -8,29 +8,14 @@ import time
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from lta_worker.simulator import SimulatorTransport
 from lta_worker.worker import PassResult
 
-from .conftest import Harness
+from .conftest import Gate, Harness
 
 pytestmark = pytest.mark.anyio
-
-
-class WatchedTransport(SimulatorTransport):
-    """The simulator's transport, with an event set once the first read is answered."""
-
-    def __init__(self, sim: Any) -> None:
-        super().__init__(sim)
-        self.answered = anyio.Event()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await super().handle_async_request(request)
-        if "/api/v1/history/" in request.url.path:
-            self.answered.set()
-        return response
 
 
 @pytest.mark.timeout(30)
@@ -45,7 +30,8 @@ async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> No
     h.sim.configure(budget=6, window=3600)
     h.sim.clear_requests()
     result: PassResult | None = None
-    transport = WatchedTransport(h.sim)
+    transport = Gate(SimulatorTransport(h.sim))
+    transport.release.set()  # not held: `reached` says the first read is answered
     async with h.worker(transport) as worker:
 
         async def run() -> None:
@@ -55,7 +41,7 @@ async def test_a_stop_does_not_wait_for_permits(realtime_harness: Harness) -> No
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             with anyio.fail_after(10):
-                await transport.answered.wait()
+                await transport.reached.wait()
             # One read is back; the budget holds every other read for minutes.
             began = time.monotonic()
             worker.request_stop(10.0)
