@@ -91,10 +91,8 @@ async def test_reenrollment_during_a_pass_keeps_the_new_token(harness: Harness) 
     harness.sim.revoke("x")
 
     async def during() -> None:
-        # Time passes during a pass: the new enrollment is due after the pass started, so
-        # the pass does not claim it a second time (with a frozen clock it was due exactly
-        # at the pass's start, and whether the claimer's next batch came before or after
-        # this enrollment decided whether the pass read the new token itself).
+        # Due after the pass started, the new enrollment is not claimed by it (due exactly at
+        # its start, a race decided whether this pass read the new token itself).
         harness.advance(timedelta(seconds=1))
         await harness.enroll("x", create=False)
 

@@ -80,9 +80,10 @@ class Scripted:
         return None
 
 
-def _settings(tmp: Path, db_url: str) -> Settings:
-    secret_file, key_file = write_files(tmp, CLIENT_SECRET, START)
-    return build_settings(
+@pytest.fixture
+def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
+    secret_file, key_file = write_files(tmp_path, CLIENT_SECRET, START)
+    config = build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
             "client": {"id": "fuzz-client", "secret_file": str(secret_file)},
@@ -91,17 +92,9 @@ def _settings(tmp: Path, db_url: str) -> Settings:
             "ratelimit": {"max_wait": f"{MAX_WAIT}s"},
         }
     )
-
-
-@pytest.fixture
-def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
-    settings_ = _settings(tmp_path, db_url)
-    store = Store.open(db_url)
-    store.upgrade()
-    try:
-        yield settings_, store
-    finally:
-        store.close()
+    with Store.open(db_url) as store:
+        store.upgrade()
+        yield config, store
 
 
 _strict = st.recursive(

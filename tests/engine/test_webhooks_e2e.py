@@ -8,7 +8,6 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 import time_machine
 from standardwebhooks.webhooks import Webhook
 
-from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.logs import configure_logging, reset_logging
 from lta_worker.report import collect_status
 from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.storage import Vault
@@ -72,13 +71,6 @@ def receiver(harness: Harness) -> Receiver:
     os.chmod(secret_file, 0o600)
     harness.configure("webhook", url=HOOK_URL, secret_file=str(secret_file))
     return Receiver()
-
-
-@pytest.fixture(autouse=True)
-def _forget_registered_secrets() -> Iterator[None]:
-    forget_secrets()
-    yield
-    forget_secrets()
 
 
 async def run_pass(harness: Harness, receiver: Receiver) -> None:
