@@ -20,7 +20,6 @@ import pytest
 from lta_worker.config import Settings, build_settings
 from lta_worker.enrollment import Lifecycle
 from lta_worker.runtime import Runtime
-from lta_worker.secret import Secret
 from lta_worker.simulator import (
     DEMO_CLIENT_ID,
     DEMO_CLIENT_SECRET,
@@ -29,10 +28,10 @@ from lta_worker.simulator import (
     SimulatorTransport,
     SystemClock,
 )
-from lta_worker.storage import Store, Vault, generate_key_line
-from lta_worker.upstream import ApiClient, http_client
+from lta_worker.storage import Store, generate_key_line
 from lta_worker.worker import PassResult, Worker
 from support import FIXED_POLL
+from support.enroll import write_private
 from support.pg import PG_ENV, PG_SKIP, throwaway_database
 from support.virtual_time import VirtualTime, virtual_backend
 
@@ -123,14 +122,10 @@ class Harness:
     async def lifecycle(
         self, transport: httpx.AsyncBaseTransport | None = None
     ) -> AsyncIterator[Lifecycle]:
-        """A Lifecycle on its own store and HTTP client (another process would have its own)."""
-        settings = self.settings()
+        """A Lifecycle on its own runtime (another process would have its own)."""
         transport = transport or SimulatorTransport(self.sim)
-        with self.store() as store:
-            async with http_client(settings.service, transport=transport) as http:
-                api = ApiClient(http, settings.service, settings.client, Secret(DEMO_CLIENT_SECRET))
-                vault = Vault.from_settings(settings)
-                yield Lifecycle(settings.poll, store, vault, api, self.clock.now)
+        async with Runtime(self.settings(), transport=transport, clock=self.worker_clock()) as rt:
+            yield rt.lifecycle()
 
     def worker(self, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> Worker:
         """The real Worker through the simulator (or `transport`), on the harness's clock."""
@@ -163,6 +158,31 @@ class Harness:
         return row
 
 
+class Gate(httpx.AsyncBaseTransport):
+    """Passes requests to `inner`; holds the first read's answer (with `delete`: the first
+    DELETE, unsent) until `release` is set."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, delete: bool = False) -> None:
+        self.inner, self.delete = inner, delete
+        self.reached, self.release = anyio.Event(), anyio.Event()
+        self._armed = True
+
+    async def _hold(self) -> None:
+        self._armed = False
+        self.reached.set()
+        await self.release.wait()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._armed and self.delete and request.method == "DELETE":
+            await self._hold()
+        response = await self.inner.handle_async_request(request)
+        if self._armed and not self.delete and "/api/v1/history/" in request.url.path:
+            self._armed = False
+            await response.aread()
+            await self._hold()
+        return response
+
+
 # SQLite by default: the storage contract suite runs every store operation on both backends.
 # A test whose scenario exercises PostgreSQL-specific code (row locks, leases between
 # connections, column bounds) takes `ON_BOTH_BACKENDS` as a mark.
@@ -186,13 +206,9 @@ def write_files(
     tmp: Path, secret: str = DEMO_CLIENT_SECRET, at: datetime | None = None
 ) -> tuple[Path, Path]:
     """The client secret file and a key file (its key made `at`, default now), both 0600."""
-    secret_file = tmp / "client-secret"
-    secret_file.write_text(secret + "\n")
-    os.chmod(secret_file, 0o600)
-    key_file = tmp / "token-keys"
-    key_file.write_text(generate_key_line(at or SystemClock().now()) + "\n")
-    os.chmod(key_file, 0o600)
-    return secret_file, key_file
+    secret_file = write_private(tmp / "client-secret", secret + "\n")
+    key_line = generate_key_line(at or SystemClock().now())
+    return secret_file, write_private(tmp / "token-keys", key_line + "\n")
 
 
 @pytest.fixture
@@ -223,9 +239,3 @@ def virtual_harness(tmp_path: Path, db_url: str) -> Harness:
 def realtime_harness(tmp_path: Path, db_url: str) -> Harness:
     """A simulator on the real clock, for budget windows measured in seconds."""
     return _harness(tmp_path, db_url, SystemClock())
-
-
-@pytest.fixture
-async def http_sim(harness: Harness) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=SimulatorTransport(harness.sim)) as http:
-        yield http

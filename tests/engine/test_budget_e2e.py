@@ -1,17 +1,21 @@
-"""Pacing end to end: the real Worker and the simulator on one virtual clock (trio's
-MockClock), so windows of seconds or of an hour pass without waiting for them."""
+"""Pacing end to end, and the adaptive plan following the budget the service reports as soon
+as it reports it (a new install's first pass, a quota raised, lowered or swinging mid-pass): the
+real Worker and the simulator on one virtual clock (trio's MockClock), so windows of seconds or
+of an hour pass without waiting for them."""
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
 
-from lta_worker.report import collect_status
+from lta_worker.domain import BudgetSeen, SchedulePlan
+from lta_worker.report import PlanCache, collect_status
 from lta_worker.simulator import DEMO_CLIENT_ID
-from lta_worker.worker import PassResult
+from lta_worker.worker import REPLAN_GAP, PassResult
 from support.virtual_time import autojump
 
 from .conftest import Harness
@@ -19,11 +23,28 @@ from .conftest import Harness
 pytestmark = pytest.mark.anyio
 
 RESERVE = 0.1  # ratelimit.reserve's default: 10% of the limit is left for other traffic
+USERS = 120  # the adaptive install of the plan tests
+INTERVAL = timedelta(hours=1)
+# Users whose read may still be decided under the plan in force before the budget moved:
+# the turns in flight (`poll.concurrency` = 4) and the reads until the next check of it.
+LAG = 8
 
 
-async def paced_pass(h: Harness, *, users: int, budget: int, window: int, fmt: str) -> None:
-    """Enroll `users`, read them all in one pass, and check every server window."""
-    h.sim.configure(budget=budget, window=window, header_format=fmt)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("fmt", "users", "window"),
+    [("draft", 5, 3), ("combined", 5, 3), ("triple", 5, 3), ("x", 5, 3), ("draft", 6, 3600)],
+)
+async def test_every_due_user_is_read_over_several_windows_without_a_429(
+    virtual_harness: Harness, fmt: str, users: int, window: int
+) -> None:
+    """More due reads than one window of 6 allows (3 s, or an hour on virtual time): all are
+    made, paced over the windows, none over the budget less the reserve, no 429."""
+    h = virtual_harness
+    h.configure("poll", max_pass_duration="4h")  # three hour-long windows in one pass
+    h.sim.configure(budget=6, window=window, header_format=fmt)
+    usable = int(6 * (1 - RESERVE))
+    started = h.clock.now()
     async with autojump():
         for n in range(users):
             await h.enroll(f"user-{n}")
@@ -33,71 +54,11 @@ async def paced_pass(h: Harness, *, users: int, budget: int, window: int, fmt: s
     reads = h.reads()
     assert len(reads) == 2 * users
     assert all(e.status == 200 for e in reads)
-    # Bucket the reads into the server's fixed windows: none holds more than the budget
-    # less the reserve.
-    per_window = Counter(int(e.at.timestamp() // window) for e in reads)
-    assert max(per_window.values()) <= int(budget * (1 - RESERVE))
-    assert len(per_window) >= -(-2 * users // int(budget * (1 - RESERVE)))
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("header_format", ["draft", "combined", "triple", "x"])
-async def test_every_due_user_is_read_over_several_windows_without_a_429(
-    virtual_harness: Harness, header_format: str
-) -> None:
-    """More due reads than one 3 s window allows: all are made, none over budget, no 429."""
-    await paced_pass(virtual_harness, users=5, budget=6, window=3, fmt=header_format)
-
-
-@pytest.mark.timeout(60)
-async def test_hour_long_windows_are_paced_on_virtual_time(virtual_harness: Harness) -> None:
-    """Twelve reads through 6 an hour: three hour-long windows, none over budget, no 429."""
-    h = virtual_harness
-    h.configure("poll", max_pass_duration="4h")  # three hour-long windows in one pass
-    started = h.clock.now()
-    await paced_pass(h, users=6, budget=6, window=3600, fmt="draft")
-    assert h.clock.now() - started >= timedelta(hours=2)  # it really paced over the windows
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize(
-    ("raised", "window"), [(100_000, 3600), (1200, 600)], ids=["same-window", "shorter-window"]
-)
-async def test_a_quota_raised_within_the_window_is_followed_at_once(
-    virtual_harness: Harness, raised: int, window: int
-) -> None:
-    """A quota raised mid-window is followed at once and shown by `status` (issues 26.2, 37.8)."""
-    h = virtual_harness
-    h.sim.configure(budget=100, window=3600, header_format="draft")
-    async with autojump():
-        for n in range(30):
-            await h.enroll(f"user-{n}")
-        h.sim.clear_requests()
-        assert h.sim.budget_of(DEMO_CLIENT_ID).reset > 3500  # the window has just begun
-        started = h.clock.now()
-        box: dict[str, PassResult] = {}
-
-        async def run() -> None:
-            box["result"] = await h.run_pass()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            await anyio.sleep(200)
-            before = len(h.reads())
-            h.sim.configure(budget=raised, window=window)
-            raised_at = h.clock.now()
-        budget = collect_status(h.settings(), h.clock.now())["budget"]
-    result = box["result"]
-    assert (result.exit_code, result.throttled) == (0, 0)
-    reads = h.reads()
-    assert len(reads) == 60 and all(e.status == 200 for e in reads)
-    assert before < 30  # the small budget was being spread when the quota was raised
-    assert max(e.at for e in reads) - raised_at < timedelta(minutes=2), (started, raised_at)
-    assert (budget["limit"], budget["window_seconds"]) == (raised, window)
-    reset_in = datetime.fromisoformat(budget["reset_at"]) - datetime.fromisoformat(
-        budget["observed_at"]
-    )
-    assert reset_in <= timedelta(seconds=window + 1), budget
+    per_window = Counter(int(e.at.timestamp() // window) for e in reads)  # the server's windows
+    assert max(per_window.values()) <= usable
+    windows = -(-2 * users // usable)
+    assert len(per_window) >= windows
+    assert h.clock.now() - started >= timedelta(seconds=window * (windows - 1))
 
 
 @pytest.mark.timeout(60)
@@ -170,3 +131,139 @@ async def test_a_quota_of_0_for_a_while_then_a_normal_one(virtual_harness: Harne
     assert any("a limit of 0" in problem for problem in zero["problems"]), zero["problems"]
     assert resumed.exit_code == 0 and h.reads() and all(e.status == 200 for e in h.reads())
     assert after["budget"]["limit"] == 1000 and after["healthy"], after["problems"]
+
+
+async def _install(h: Harness, budget: int, *, seen: int | None = None) -> None:
+    """`USERS` users, adaptive, `budget` reads an hour at the sim (stored as seen, if `seen`)."""
+    h.configure("poll", schedule="adaptive", stats="on_change", interval="1h")
+    h.configure("poll", max_interval="24h", max_pass_duration="3h")
+    h.sim.configure(budget=budget, window=3600, header_format="draft")
+    for n in range(USERS):
+        await h.enroll(f"user-{n:03}")
+    if seen is not None:
+        with h.store() as store:
+            store.record_budget(
+                DEMO_CLIENT_ID,
+                BudgetSeen(seen, seen, h.clock.now() + INTERVAL, 3600.0, h.clock.now()),
+            )
+
+
+def _spacing(h: Harness, since: datetime) -> list[tuple[datetime, timedelta]]:
+    """(read at, due again after) of the users read ok since `since` and due later, by time."""
+    with h.store() as store:
+        spaced = [
+            (row.last_polled_at, row.next_due_at - row.last_polled_at)
+            for row in store.list_users()
+            if row.last_outcome == "ok"
+            and row.last_polled_at is not None
+            and row.next_due_at is not None
+            and row.next_due_at > row.last_polled_at >= since
+        ]
+    return sorted(spaced)
+
+
+async def _pass_with(h: Harness, after: timedelta, **budget: int) -> datetime:
+    """One pass; `after` into it the simulator's budget changes to `budget`. When it changed."""
+    box: dict[str, datetime] = {}
+
+    async def change() -> None:
+        await anyio.sleep(after.total_seconds())
+        h.sim.configure(**budget)
+        box["at"] = h.clock.now()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(change)
+        await h.run_pass()
+    return box["at"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_new_installs_first_pass_spaces_its_users_by_the_budget_reported(
+    virtual_harness: Harness,
+) -> None:
+    """A new install's first pass spaces users by the budget reported, not the fallback."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 1200)
+        started = h.clock.now()
+        await h.run_pass()
+    spaced = _spacing(h, started)
+    assert len(spaced) == USERS
+    late = [gap for _, gap in spaced[LAG:] if gap != INTERVAL]
+    assert not late, f"{len(late)} users spaced for the fallback, up to {max(late)}"
+
+
+@pytest.mark.timeout(120)
+async def test_a_quota_raised_mid_pass_is_followed_by_the_users_read_after_it(
+    virtual_harness: Harness,
+) -> None:
+    """A quota raised mid-pass is followed at once by the pacer, `status` and the plan: the
+    rest is read within minutes, and users read after it are due again at `interval`."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 100, seen=100)
+        started = h.clock.now()
+        h.sim.clear_requests()
+        raised = await _pass_with(h, timedelta(minutes=10), budget=10_000)
+        budget = collect_status(h.settings(), h.clock.now())["budget"]
+    reads = h.reads()
+    assert all(e.status == 200 for e in reads)
+    assert max(e.at for e in reads) - raised < timedelta(minutes=2), (len(reads), raised)
+    reset_in = datetime.fromisoformat(budget["reset_at"]) - h.clock.now()
+    assert (budget["limit"], budget["window_seconds"]) == (10_000, 3600)
+    assert reset_in <= timedelta(seconds=3601), budget
+    before = [gap for at, gap in _spacing(h, started) if at < raised]
+    after = [gap for at, gap in _spacing(h, raised)]
+    assert before and all(gap > INTERVAL for gap in before)  # the small budget's plan
+    late = [gap for gap in after[LAG:] if gap != INTERVAL]
+    assert len(after) > USERS / 2 and not late, f"{len(late)} of {len(after)} kept the old plan"
+
+
+@pytest.mark.timeout(120)
+async def test_a_quota_lowered_mid_pass_below_what_was_spent_is_followed_after_the_429s(
+    virtual_harness: Harness,
+) -> None:
+    """A quota lowered below what was spent: users read after it are spaced past 2 x interval."""
+    h = virtual_harness
+    async with autojump():
+        await _install(h, 1200, seen=1200)
+        started = h.clock.now()
+        lowered = await _pass_with(h, timedelta(minutes=3), budget=40)
+    before = [gap for at, gap in _spacing(h, started) if at < lowered]
+    after = [gap for at, gap in _spacing(h, lowered)]
+    assert before and all(gap == INTERVAL for gap in before)  # the large budget's plan
+    narrow = [gap for gap in after[LAG:] if gap <= 2 * INTERVAL]
+    assert len(after) > 2 * LAG and not narrow, f"{len(narrow)} of {len(after)} kept the old plan"
+
+
+@pytest.mark.timeout(120)
+async def test_a_budget_that_keeps_swinging_is_planned_for_at_most_once_a_gap(
+    virtual_harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quota swinging every 5 s makes the pass re-plan at most once per `REPLAN_GAP`."""
+    h = virtual_harness
+    made: list[datetime] = []
+    get = PlanCache.get
+
+    def counted(self: PlanCache, *args: Any) -> SchedulePlan:
+        before = self.made_at
+        plan = get(self, *args)
+        if self.made_at != before and self.made_at is not None:
+            made.append(self.made_at)
+        return plan
+
+    monkeypatch.setattr(PlanCache, "get", counted)
+
+    async def swing() -> None:
+        for n in range(60):
+            await anyio.sleep(5)
+            h.sim.configure(budget=10_000 if n % 2 == 0 else 100)
+
+    async with autojump():
+        await _install(h, 100, seen=100)
+        started = h.clock.now()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(swing)
+            await h.run_pass()
+    swinging = [at for at in made if started < at <= started + timedelta(minutes=5)]
+    assert 1 <= len(swinging) <= 1 + timedelta(minutes=5) / REPLAN_GAP

@@ -1,11 +1,11 @@
 """The real Worker against a scripted hostile server on loopback (issue 12): hostile answers
-end a pass normally, bound every figure, write the whole batch, store no free text of a body."""
+end a pass normally, write the whole batch, store no credential (figures and error bodies:
+test_read_path_fuzz.py)."""
 
 from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -72,10 +72,9 @@ class Deployment:
             for user in users:
                 await enrollment.from_user_token(user, Secret(f"uat-{user}"))
 
-    async def run_pass(self) -> tuple[PassResult, Worker]:
-        worker = Worker(self.settings)
-        async with worker:
-            return await worker.run_pass(max_duration=timedelta(seconds=60)), worker
+    async def run_pass(self) -> PassResult:
+        async with Worker(self.settings) as worker:
+            return await worker.run_pass(max_duration=timedelta(seconds=60))
 
     def users(self) -> list[dict[str, Any]]:
         with self.store() as store:
@@ -113,67 +112,19 @@ def deployment(tmp_path: Path, db_url: str) -> Iterator[Deployment]:
         yield holder[0]
 
 
-def _headers(**fields: str) -> list[tuple[str, str]]:
-    return [(name.replace("_", "-"), value) for name, value in fields.items()]
-
-
 OK = Step(200, body=b'{"n": 1}')
-FAR_RESETS: Mapping[str, list[tuple[str, str]]] = {
-    "draft-31-years-w3600": _headers(
-        RateLimit='"default";r=100;t=999999999', RateLimit_Policy='"default";q=100;w=3600'
-    ),
-    "x-ratelimit-epoch": _headers(
-        X_RateLimit_Limit="100", X_RateLimit_Remaining="99", X_RateLimit_Reset="999999999999"
-    ),
-    "draft-15-digits": _headers(RateLimit='"default";r=100;t=999999999999999'),
-    "huge-counts": _headers(
-        RateLimit='"p";r=999999999999999;t=60', RateLimit_Policy='"p";q=999999999999999;w=60'
-    ),
-    "negative-and-garbage": _headers(
-        X_RateLimit_Limit="-5", X_RateLimit_Remaining="NaN", X_RateLimit_Reset="1e999"
-    ),
-}
 
 
 @ON_BOTH_BACKENDS
-@pytest.mark.parametrize("case", list(FAR_RESETS))
-async def test_far_resets_and_huge_counts_end_the_pass_normally(
-    deployment: Deployment, case: str
-) -> None:
-    """A far reset or huge count neither raises nor escapes the bounds, on either database."""
-    deployment.reads["u1"] = Step(200, headers=FAR_RESETS[case], body=b'{"n": 1}')
-    await deployment.enroll("u1")
-    started = time.monotonic()
-    result, worker = await deployment.run_pass()
-    assert result.exit_code == 0, result
-    assert result.counts["ok"] == 2
-    assert time.monotonic() - started < 30
-    snap = worker.pacer.snapshot()
-    assert snap.reset_in is None or snap.reset_in <= MAX_WAIT
-    with deployment.store() as store:
-        seen = store.budget_seen("hostile-client")
-    if seen is not None and seen.reset_at is not None:
-        assert seen.reset_at <= datetime.now(UTC) + timedelta(seconds=MAX_WAIT + 1)
-        assert seen.remaining is None or seen.remaining < 2**31
-
-
-@ON_BOTH_BACKENDS
-@pytest.mark.parametrize(
-    "body",
-    [
-        pytest.param(b'{"n": 1e999}', id="1e999"),
-        pytest.param(b'{"n": NaN}', id="NaN"),
-        pytest.param(b'{"n": -Infinity}', id="Infinity"),
-    ],
-)
 async def test_a_payload_that_is_not_strict_json_never_blocks_its_batch(
-    deployment: Deployment, body: bytes
+    deployment: Deployment,
 ) -> None:
-    """The poisoned user's read is a broken body; its batch-mates are written and exported."""
-    deployment.reads["bad"] = Step(200, body=body)
+    """The poisoned user's read is a broken body; its batch-mates are written and exported (NaN
+    and infinities as broken bodies: tests/domain/test_classify.py)."""
+    deployment.reads["bad"] = Step(200, body=b'{"n": 1e999}')
     deployment.reads["good"] = OK
     await deployment.enroll("bad", "good")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0
     users = {u["user"]: u for u in deployment.users()}
     assert users["bad"]["last_outcome"] == "transient"
@@ -182,29 +133,6 @@ async def test_a_payload_that_is_not_strict_json_never_blocks_its_batch(
     assert [json.loads(line)["user"] for line in lines] == ["good", "good"]
     for line in lines:
         json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in an export"))
-
-
-@pytest.mark.parametrize(
-    ("status", "body"),
-    [
-        pytest.param(500, {"error": CLIENT_SECRET}, id="500-echoes-the-secret"),
-        pytest.param(401, {"error": "EchoedSecretValue"}, id="401-word-like"),
-        pytest.param(403, {"code": "x" + CLIENT_SECRET}, id="403-code"),
-        pytest.param(503, {"errors": [{"code": "Leak42"}]}, id="503-nested"),
-    ],
-)
-async def test_free_text_of_an_error_body_is_never_stored_or_shown(
-    deployment: Deployment, status: int, body: Any
-) -> None:
-    """last_code, and `users list`, hold only allowed codes: never an echoed body."""
-    deployment.reads["u1"] = Step(status, body=json_body(body))
-    await deployment.enroll("u1")
-    await deployment.run_pass()
-    (user,) = deployment.users()
-    assert user["last_code"] is None
-    shown = json.dumps(user)
-    assert CLIENT_SECRET not in shown and "EchoedSecretValue" not in shown
-    assert "Leak42" not in shown
 
 
 def _escaped(text: str) -> str:
@@ -244,7 +172,7 @@ async def test_a_success_body_holding_a_credential_is_never_stored_or_logged(
     deployment.reads["e1"] = lambda seen: Step(200, body=body(seen.headers["authorization"]))
     deployment.reads["c1"] = OK
     await deployment.enroll("c1", "e1")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0
     users = {u["user"]: u for u in deployment.users()}
     assert users["e1"]["last_outcome"] == "transient"
@@ -300,7 +228,7 @@ async def test_a_stored_token_no_header_can_carry_skips_its_user_only(
         now = datetime.now(UTC)
         bad = vault.encrypt(Secret(UNSENDABLE[case]), user="bad")
         store.store_token("bad", bad, SCOPES, now, now)
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert result.exit_code == 0, result
     assert result.counts["ok"] == 2 and result.counts["undecryptable"] == 1
     users = {u["user"]: u for u in deployment.users()}
@@ -318,7 +246,7 @@ async def test_a_pass_whose_every_answer_is_a_429_is_throttled_not_completed(
     deployment.reads["u1"] = storm
     deployment.reads["u2"] = storm
     await deployment.enroll("u1", "u2")
-    result, _ = await deployment.run_pass()
+    result = await deployment.run_pass()
     assert (result.stopped, result.exit_code) == ("throttled", 75), result
     assert result.counts["rate_limited"] == result.reads > 0
     users = {u["user"]: u for u in deployment.users()}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -12,6 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from lta_worker.runtime import instance_ttl
+from lta_worker.storage import generate_key_line
 from lta_worker.worker import PassResult, Worker
 from lta_worker.worker import _jobs as jobs
 from support.virtual_time import autojump
@@ -34,10 +37,11 @@ def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [e for e in logs if e["event"] == name]
 
 
-async def test_keep_alive_beats_and_refreshes_the_share_every_heartbeat(
+async def test_keep_alive_beats_and_the_share_follows_the_live_instances(
     virtual_harness: Harness,
 ) -> None:
-    """Each heartbeat during a pass marks the instance alive and sets the share (1/2 of two)."""
+    """Each heartbeat during a pass marks the instance alive and sets the share (1/2 of two);
+    another silent for longer than four heartbeats no longer counts (1)."""
     h = virtual_harness
     async with runtime(h) as rt:
         start = rt.clock.now()
@@ -50,17 +54,6 @@ async def test_keep_alive_beats_and_refreshes_the_share_every_heartbeat(
             row.instance: row for row in rt.store.live_instances(rt.clock.now(), timedelta(hours=2))
         }
         assert live[rt.instance].heartbeat_at == start + timedelta(seconds=60)
-        assert rt.pacer.core.share == 0.5
-
-
-async def test_the_share_is_whole_when_the_other_instances_fell_silent(
-    virtual_harness: Harness,
-) -> None:
-    """An instance silent for longer than four heartbeats no longer counts: share 1."""
-    h = virtual_harness
-    async with runtime(h) as rt:
-        await anyio.to_thread.run_sync(rt.store.register_instance, "other", "serve", rt.clock.now())
-        await jobs.refresh_share(rt)
         assert rt.pacer.core.share == 0.5
         await rt.clock.sleep(instance_ttl(rt.settings).total_seconds() + 1)
         await jobs.heartbeat(rt)
@@ -206,18 +199,11 @@ async def test_a_lost_key_file_is_logged_once_and_its_return_too(
 
 def _new_key_file(line: str) -> str:
     """A key file from `keys generate` now: another key id."""
-    from datetime import UTC, datetime
-
-    from lta_worker.storage import generate_key_line
-
     return generate_key_line(datetime.now(UTC)) + "\n"
 
 
 def _same_id_other_key(line: str) -> str:
     """The key id in force, another key under it (an edit, a copy from the wrong host)."""
-    import base64
-    import os
-
     key_id = line.split(":", 1)[0]
     return f"{key_id}:{base64.b64encode(os.urandom(32)).decode()}\n"
 

@@ -143,3 +143,29 @@ async def test_a_turn_reads_nothing_under_its_users_next_claim(
     for user in again:
         after = [e.path.rsplit("/", 1)[1] for e in h.reads(user) if e.at >= claims[user][-1]]
         assert after in (["latest-change", "stats"], ["latest-change"], []), (user, after)
+
+
+@pytest.mark.timeout(60)
+async def test_the_leases_a_dead_instance_left_are_taken_back_naming_it(
+    virtual_harness: Harness, log_stream: io.StringIO
+) -> None:
+    """A killed instance's leases: freed at start on SQLite (the lock proves it dead), taken
+    once lapsed on PostgreSQL; `instance.lease_expired` names it once, and its users are read."""
+    h = virtual_harness
+    h.configure("poll", lease_duration=f"{LEASE_S}s")
+    async with autojump():
+        for n in range(3):
+            await h.enroll(f"user-{n}")
+        with h.store() as store:
+            now = h.clock.now()
+            lease_until = now + timedelta(seconds=LEASE_S)
+            held = store.claim_due(
+                now=now, due_before=now, limit=10, owner="dead", lease_until=lease_until
+            )
+        assert len(held) == 3  # ...and then it is killed: no release
+        await anyio.sleep(LEASE_S + 1)
+        result = await h.run_pass()
+    assert (result.users, result.counts["ok"]) == (3, 6)
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    expired = [(e["instance"], e["users"]) for e in lines if e["event"] == "instance.lease_expired"]
+    assert expired == [("dead", 3)]

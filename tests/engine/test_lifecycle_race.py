@@ -24,52 +24,16 @@ from lta_worker.storage import Store
 from lta_worker.storage._db import Database
 from lta_worker.worker import PassResult
 
-from .conftest import ON_BOTH_BACKENDS, Harness
+from .conftest import ON_BOTH_BACKENDS, Gate, Harness
 
 pytestmark = [pytest.mark.anyio, ON_BOTH_BACKENDS]
 
 HOUR = timedelta(hours=1)
 
 
-class GateTransport(httpx.AsyncBaseTransport):
-    """Passes requests to `inner`; holds the first read's answer until `release` is set."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self.reached = anyio.Event()
-        self.release = anyio.Event()
-        self._armed = True
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.inner.handle_async_request(request)
-        if self._armed and "/api/v1/history/" in request.url.path:
-            self._armed = False
-            await response.aread()
-            self.reached.set()
-            await self.release.wait()
-        return response
-
-
-class DeleteGate(httpx.AsyncBaseTransport):
-    """Passes requests to `inner`; holds the first DELETE, unsent, until `release` is set."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self.reached = anyio.Event()
-        self.release = anyio.Event()
-        self._armed = True
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._armed and request.method == "DELETE":
-            self._armed = False
-            self.reached.set()
-            await self.release.wait()
-        return await self.inner.handle_async_request(request)
-
-
 async def gated_pass(harness: Harness, during: Any) -> tuple[PassResult, list[dict[str, Any]]]:
     """Run a pass, and `await during()` while its first read is held after returning."""
-    gate = GateTransport(SimulatorTransport(harness.sim))
+    gate = Gate(SimulatorTransport(harness.sim))
     worker = harness.worker(gate)
     box: dict[str, PassResult] = {}
     with capture_logs() as logs:
@@ -127,10 +91,8 @@ async def test_reenrollment_during_a_pass_keeps_the_new_token(harness: Harness) 
     harness.sim.revoke("x")
 
     async def during() -> None:
-        # Time passes during a pass: the new enrollment is due after the pass started, so
-        # the pass does not claim it a second time (with a frozen clock it was due exactly
-        # at the pass's start, and whether the claimer's next batch came before or after
-        # this enrollment decided whether the pass read the new token itself).
+        # Due after the pass started, the new enrollment is not claimed by it (due exactly at
+        # its start, a race decided whether this pass read the new token itself).
         harness.advance(timedelta(seconds=1))
         await harness.enroll("x", create=False)
 
@@ -232,35 +194,6 @@ async def down(request: httpx.Request) -> httpx.Response:
     raise httpx.ConnectError("connection refused")
 
 
-async def test_no_answer_at_all_exits_75_with_few_users(harness: Harness) -> None:
-    """Case 6: every read a network failure, fewer users than the threshold: exit 75."""
-    for n in range(2):
-        await harness.enroll(f"u{n}")
-    async with harness.worker(httpx.MockTransport(down)) as worker:
-        result = await worker.run_pass()
-    assert (result.stopped, result.exit_code) == ("upstream_down", 75)
-    for n in range(2):
-        assert harness.user(f"u{n}").token is not None
-
-
-async def test_run_retries_a_pending_drop_until_confirmed(harness: Harness) -> None:
-    """A drop the service did not confirm is sent again by the next pass once due."""
-    await harness.enroll("x")
-    async with harness.lifecycle(httpx.MockTransport(down)) as lc:
-        result = await lc.drop("x")
-    assert result.state == "dropping" and result.retry_at is not None
-    harness.advance(result.retry_at - harness.clock.now() + timedelta(seconds=1))
-    with capture_logs() as logs:
-        passed = await harness.run_pass()
-    assert passed.reads == 0  # a dropping user is never read
-    row = harness.user("x")
-    assert (row.state, row.token) == ("dropped", None)
-    assert [e["event"] for e in logs if e["event"].startswith("drop.")] == [
-        "drop.retried",
-        "drop.confirmed",
-    ]
-
-
 def deletes(harness: Harness) -> list[Any]:
     """The DELETEs of long term tokens the simulator received."""
     return [e for e in harness.sim.requests() if e.method == "DELETE"]
@@ -270,7 +203,7 @@ async def held_drop(
     harness: Harness, during: Any, inner: httpx.AsyncBaseTransport | None = None
 ) -> DropResult:
     """`users drop x` whose DELETE is held while `await during()` runs, then let through."""
-    gate = DeleteGate(inner or SimulatorTransport(harness.sim))
+    gate = Gate(inner or SimulatorTransport(harness.sim), delete=True)
     box: dict[str, DropResult] = {}
     async with harness.lifecycle(gate) as lc:
 
@@ -283,6 +216,19 @@ async def held_drop(
             await during()
             gate.release.set()
     return box["result"]
+
+
+def deletes_answered(harness: Harness, answer: int) -> httpx.MockTransport:
+    """The simulator, whose DELETEs (seen by it) answer `answer` instead of 204."""
+    real = SimulatorTransport(harness.sim)
+
+    async def answering(request: httpx.Request) -> httpx.Response:
+        response = await real.handle_async_request(request)
+        if request.method == "DELETE" and answer != 204:
+            return httpx.Response(answer)
+        return response
+
+    return httpx.MockTransport(answering)
 
 
 def reported(result: DropResult, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -304,18 +250,11 @@ async def test_a_pass_during_a_drop_sends_no_second_delete(
     await harness.run_pass()
     assert harness.user("x").last_outcome == "ok"
     passes: list[PassResult] = []
-    real = SimulatorTransport(harness.sim)
-
-    async def answering(request: httpx.Request) -> httpx.Response:
-        response = await real.handle_async_request(request)
-        if request.method == "DELETE" and answer != 204:
-            return httpx.Response(answer)  # the service saw it, then failed
-        return response
 
     async def during() -> None:
         passes.append(await harness.run_pass())
 
-    result = await held_drop(harness, during, httpx.MockTransport(answering))
+    result = await held_drop(harness, during, deletes_answered(harness, answer))
     assert passes[0].reads == 0
     assert len(deletes(harness)) == 1
     row = harness.user("x")
@@ -329,28 +268,36 @@ async def test_a_pass_during_a_drop_sends_no_second_delete(
     assert code == 75 and f"(next at {iso(row.next_due_at)})" in said, said
 
 
-async def test_a_drop_while_a_retry_sends_its_delete_sends_none(
+async def test_a_pass_retries_a_pending_drop_and_a_drop_meanwhile_sends_none(
     harness: Harness, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`users drop` while a pass retries that drop sends no second DELETE, and says so."""
+    """A pass retries a pending drop once due (never reading it); a `users drop` while that
+    DELETE is out sends no second one, and says so."""
     await harness.enroll("x")
     async with harness.lifecycle(httpx.MockTransport(down)) as lc:
         pending = await lc.drop("x")
-    assert pending.retry_at is not None
+    assert pending.state == "dropping" and pending.retry_at is not None
     harness.advance(pending.retry_at - harness.clock.now() + timedelta(seconds=1))
-    gate = DeleteGate(SimulatorTransport(harness.sim))
-    worker = harness.worker(gate)
-    box: dict[str, DropResult] = {}
-    async with worker, anyio.create_task_group() as tg:
-        tg.start_soon(worker.run_pass)
-        await gate.reached.wait()
-        async with harness.lifecycle() as lc:
-            box["result"] = await lc.drop("x")
-        gate.release.set()
+    gate = Gate(SimulatorTransport(harness.sim), delete=True)
+    box: dict[str, Any] = {}
+
+    async def run() -> None:
+        box["pass"] = await worker.run_pass()
+
+    with capture_logs() as logs:
+        async with harness.worker(gate) as worker, anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await gate.reached.wait()
+            async with harness.lifecycle() as lc:
+                box["drop"] = await lc.drop("x")
+            gate.release.set()
+    assert box["pass"].reads == 0
     assert len(deletes(harness)) == 1
     row = harness.user("x")
     assert (row.state, row.token) == ("dropped", None)
-    code, said = reported(box["result"], capsys)
+    drops = [e["event"] for e in logs if e["event"].startswith("drop.")]
+    assert drops == ["drop.retried", "drop.confirmed"]
+    code, said = reported(box["drop"], capsys)
     assert code == 75 and "already" in said, said
 
 
@@ -361,19 +308,12 @@ async def test_a_reenrollment_during_a_drop_is_reported_as_overtaking_it(
     """A new consent while the DELETE is out wins; `users drop` says it was overtaken (75)."""
     await harness.enroll("x")
     await harness.run_pass()
-    real = SimulatorTransport(harness.sim)
-
-    async def answering(request: httpx.Request) -> httpx.Response:
-        response = await real.handle_async_request(request)
-        if request.method == "DELETE" and answer != 204:
-            return httpx.Response(answer)  # the service saw it, then failed
-        return response
 
     async def during() -> None:
         harness.advance(timedelta(seconds=1))
         await harness.enroll("x", create=False)
 
-    result = await held_drop(harness, during, httpx.MockTransport(answering))
+    result = await held_drop(harness, during, deletes_answered(harness, answer))
     row = harness.user("x")
     assert (row.state, row.token is not None) == ("active", True)
     code, said = reported(result, capsys)

@@ -36,12 +36,14 @@ from .conftest import ON_BOTH_BACKENDS, write_files
 CLIENT_SECRET = "fuzz-client-s3cret-value"
 ECHO = "EchoedFreeTextXyz"
 MAX_WAIT = 600.0
+HUGE = 999_999_999_999_999
 START = datetime(2025, 1, 1, tzinfo=UTC)
 SCOPES = ("cloud-sync.permanent.latest-change", "cloud-sync.permanent.stats")
 
 
 class Clocks:
-    """Wall time that the test moves; monotonic time that only the pacer's sleeps move."""
+    """Wall and monotonic time that only the pacer's waits move (`jump`); the engine's own
+    timers sleep for real."""
 
     def __init__(self) -> None:
         self.wall = START
@@ -53,23 +55,10 @@ class Clocks:
     def monotonic(self) -> float:
         return self.mono
 
-    async def sleep(self, seconds: float) -> None:
+    async def jump(self, seconds: float) -> None:
         self.mono += seconds
         self.wall += timedelta(seconds=seconds)
         await anyio.lowlevel.checkpoint()
-
-
-class EngineClock:
-    """The same clocks, with real sleeps for the engine's own timers; only pacer waits jump."""
-
-    def __init__(self, clocks: Clocks) -> None:
-        self.clocks = clocks
-
-    def now(self) -> datetime:
-        return self.clocks.now()
-
-    def monotonic(self) -> float:
-        return self.clocks.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)
@@ -91,9 +80,10 @@ class Scripted:
         return None
 
 
-def _settings(tmp: Path, db_url: str) -> Settings:
-    secret_file, key_file = write_files(tmp, CLIENT_SECRET, START)
-    return build_settings(
+@pytest.fixture
+def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
+    secret_file, key_file = write_files(tmp_path, CLIENT_SECRET, START)
+    config = build_settings(
         {
             "service": {"base_url": "https://api.example", "auth_url": "https://api.example"},
             "client": {"id": "fuzz-client", "secret_file": str(secret_file)},
@@ -102,17 +92,9 @@ def _settings(tmp: Path, db_url: str) -> Settings:
             "ratelimit": {"max_wait": f"{MAX_WAIT}s"},
         }
     )
-
-
-@pytest.fixture
-def deployment(tmp_path: Path, db_url: str) -> Iterator[tuple[Settings, Store]]:
-    settings_ = _settings(tmp_path, db_url)
-    store = Store.open(db_url)
-    store.upgrade()
-    try:
-        yield settings_, store
-    finally:
-        store.close()
+    with Store.open(db_url) as store:
+        store.upgrade()
+        yield config, store
 
 
 _strict = st.recursive(
@@ -153,6 +135,14 @@ statuses = st.sampled_from([200, 204, 401, 403, 404, 429, 500, 503])
 )
 @given(headers=hostile_ratelimit_headers(), status=statuses, body=bodies)
 @example(headers={}, status=404, body=b"")  # the engine notes 404s per user, until routed
+@example(headers={}, status=500, body=json.dumps({"error": CLIENT_SECRET}).encode())
+@example(headers={}, status=401, body=json.dumps({"error": ECHO, "code": ECHO}).encode())
+@example(headers={}, status=503, body=json.dumps({"errors": [{"code": ECHO}]}).encode())
+@example(  # counts past a PostgreSQL integer, a reset 31 years ahead
+    headers={"ratelimit": f'"p";r={HUGE};t=999999999', "ratelimit-policy": f'"p";q={HUGE};w=60'},
+    status=200,
+    body=b'{"n": 1}',
+)
 def test_any_answer_goes_through_the_whole_read_path(
     deployment: tuple[Settings, Store],
     log_stream: io.StringIO,
@@ -174,7 +164,7 @@ def test_any_answer_goes_through_the_whole_read_path(
             )
         ),
         clocks.monotonic,
-        clocks.sleep,
+        clocks.jump,
         wall_clock=clocks.now,
     )
     engine = PassEngine(
@@ -182,7 +172,7 @@ def test_any_answer_goes_through_the_whole_read_path(
         vault=vault,
         api=Scripted(Answer(status=status, headers=headers, body=body)),
         pacer=pacer,
-        clock=EngineClock(clocks),
+        clock=clocks,
         options=pass_options(config, "fuzz", timedelta(seconds=60)),
         rng=random.Random(0),
     )

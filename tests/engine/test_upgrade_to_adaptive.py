@@ -1,5 +1,6 @@
 """A database written under `poll.schedule = "fixed"` switched to the adaptive default, the
-keys never named: the real worker through the simulator on virtual time."""
+keys never named, by another worker instance: it goes on from the estimates and due times the
+store holds (its plan is made from the store alone: tests/report/test_plan.py)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ async def test_a_fixed_database_keeps_every_schedule_when_the_default_turns_adap
         # Gone on from, not reset: a fresh estimate's first read learns nothing (no belief).
         assert now.belief is not None and now.window is not None, user
         assert now.seen_at > before.seen_at
+        assert now.level < before.level  # a quiet interval: the rate comes down
+        assert (now.content, now.stats_at) == (before.content, before.stats_at)  # no stats read
     for user in ("flaky", *READ):
         row = after[user]
         assert HOUR <= row.next_due_at - row.last_polled_at <= MAX_INTERVAL, user

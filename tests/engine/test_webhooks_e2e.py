@@ -8,7 +8,6 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 import time_machine
 from standardwebhooks.webhooks import Webhook
 
-from lta_worker.logs import configure_logging, forget_secrets, reset_logging
+from lta_worker.logs import configure_logging, reset_logging
 from lta_worker.report import collect_status
 from lta_worker.simulator import DEMO_CLIENT_SECRET
 from lta_worker.storage import Vault
@@ -63,14 +62,6 @@ class Receiver:
             if e["data"]["user"] == user and e["type"].startswith("user.")
         ]
 
-    def changes(self, user: str) -> list[dict[str, Any]]:
-        """The `data` of the acknowledged result.changed events of one user, in order."""
-        return [
-            e["data"]
-            for e in self.events()
-            if e["data"]["user"] == user and e["type"] == "result.changed"
-        ]
-
 
 @pytest.fixture
 def receiver(harness: Harness) -> Receiver:
@@ -82,23 +73,10 @@ def receiver(harness: Harness) -> Receiver:
     return Receiver()
 
 
-@pytest.fixture(autouse=True)
-def _forget_registered_secrets() -> Iterator[None]:
-    forget_secrets()
-    yield
-    forget_secrets()
-
-
 async def run_pass(harness: Harness, receiver: Receiver) -> None:
     """One pass, then (as `run` does) one delivery round."""
     async with harness.worker(webhook_transport=httpx.MockTransport(receiver)) as w:
         await w.run_pass()
-
-
-async def drop(harness: Harness, user: str) -> None:
-    """`users drop` through the real Lifecycle (DELETE confirmed by the simulator)."""
-    async with harness.lifecycle() as lifecycle:
-        await lifecycle.drop(user)
 
 
 def verify(body: bytes, headers: dict[str, str]) -> Any:
@@ -124,7 +102,8 @@ async def test_every_state_change_is_delivered_signed_in_order(
     harness.sim.set_sync("sleepy", last_sync_age_days=0)
     harness.sim.set_client_scopes("demo-client", ["cloud-sync.permanent.latest-change"])
     harness.advance(timedelta(hours=25))
-    await drop(harness, "leaves")
+    async with harness.lifecycle() as lifecycle:  # `users drop`, confirmed by the simulator
+        await lifecycle.drop("leaves")
     await run_pass(harness, receiver)
 
     assert receiver.kinds("rot") == ["user.enrolled", "user.rotated", "user.scope_denied"]
@@ -259,48 +238,23 @@ def content_hash(payload: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-async def test_a_changed_result_reaches_the_receiver_signed_and_an_unchanged_one_does_not(
-    harness: Harness, receiver: Receiver
-) -> None:
-    """A changed result arrives as result.changed, hash-chained; an unchanged one does not."""
-    await harness.enroll("alice")
-    harness.sim.set_payload("alice", "latest-change", {"step": 1})
-    await run_pass(harness, receiver)
-    first = receiver.changes("alice")
-    assert [c["endpoint"] for c in first] == ["latest-change", "stats"]
-    assert [c["previous_hash"] for c in first] == [None, None]
-    assert first[0]["content_hash"] == content_hash({"step": 1})
-    assert "content" not in first[0]  # thin by default
-
-    harness.advance(HOUR)
-    await run_pass(harness, receiver)
-    assert len(receiver.changes("alice")) == 2  # nothing new was read
-
-    harness.sim.set_payload("alice", "latest-change", {"step": 2})
-    harness.advance(HOUR)
-    await run_pass(harness, receiver)
-    *_, third = receiver.changes("alice")
-    assert third["endpoint"] == "latest-change"
-    assert third["previous_hash"] == first[0]["content_hash"]
-    assert third["content_hash"] == content_hash({"step": 2})
-    row = harness.user("alice")
-    assert datetime.fromisoformat(third["read_at"]) == row.last_polled_at
-    for body, headers in receiver.acked:
-        assert verify(body, headers) == json.loads(body)
-    assert len(receiver.changes("alice")) == 3
-
-
 async def test_include_content_puts_the_stored_payload_in_the_event(
     harness: Harness, receiver: Receiver
 ) -> None:
-    """With include_content the event carries the content, whose hash is the one sent."""
+    """With include_content the event carries the content, whose hash is the one sent (the
+    hash chain and thin events: tests/storage/test_result_events.py)."""
     harness.configure("webhook", include_content=True)
     await harness.enroll("bob")
     harness.sim.set_payload("bob", "latest-change", {"distance": 12.5, "tags": ["a"]})
     await run_pass(harness, receiver)
-    latest = next(c for c in receiver.changes("bob") if c["endpoint"] == "latest-change")
+    (latest,) = [
+        e["data"]
+        for e in receiver.events()
+        if e["type"] == "result.changed" and e["data"]["endpoint"] == "latest-change"
+    ]
     assert latest["content"] == {"distance": 12.5, "tags": ["a"]}
     assert latest["content_hash"] == content_hash(latest["content"])
+    assert datetime.fromisoformat(latest["read_at"]) == harness.user("bob").last_polled_at
     assert [p for e in receiver.events() for p in webhook_problems(e)] == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,10 +11,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lta_worker.domain import BudgetSeen, SchedulePlan
+from lta_worker.domain import BudgetSeen, OutboxCounts, SchedulePlan
+from lta_worker.worker import PassResult
 from lta_worker.worker._metrics import Metrics
 
 DELAY = "lta_worker_schedule_expected_delay_seconds"
+SUCCESS = "lta_worker_last_pass_success_timestamp_seconds"
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 def _value(metrics: Metrics, name: str) -> float:
@@ -35,9 +39,6 @@ def test_the_expected_delay_follows_the_adaptive_plan() -> None:
     assert _value(metrics, DELAY) == 1800.0
     metrics.on_plan(SchedulePlan())
     assert math.isnan(_value(metrics, DELAY))
-
-
-NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -65,25 +66,53 @@ def test_the_budget_gauges_start_from_what_the_database_recorded(
 @pytest.mark.parametrize(
     ("stopped", "counts", "success", "trip"),
     [
-        ("breaker", {"none": 3}, 0.0, 1.0),  # stopped by the 404 breaker: read nothing
-        ("breaker", {"rejected": 2}, 0.0, 1.0),
-        ("completed", {"none": 1}, 1.0, 0.0),
-        ("completed", {"transient": 1}, 0.0, 0.0),
+        ("breaker", {"none": 3}, False, True),  # stopped by the 404 breaker: read nothing
+        ("breaker", {"rejected": 2}, False, True),
+        ("completed", {}, False, False),
+        ("completed", {"transient": 6}, False, False),
+        ("upstream_down", {"transient": 20}, False, False),
+        ("completed", {"ok": 1, "transient": 5}, True, False),
+        ("completed", {"none": 1}, True, False),
+        ("deadline", {"none": 2}, True, False),
     ],
 )
-def test_a_pass_stopped_by_the_breaker_is_no_success_and_sets_the_trip_time(
-    stopped: str, counts: dict[str, int], success: float, trip: float
+def test_last_success_moves_only_for_a_pass_with_an_answered_read(
+    stopped: str, counts: dict[str, int], success: bool, trip: bool
 ) -> None:
-    """A breaker-stopped pass is no success and sets the trip time; a completed one is."""
-    from collections import Counter
-
-    from lta_worker.worker import PassResult
-
+    """The last success moves only for an answered read in a pass the breaker did not stop; the
+    breaker's sets the trip time."""
     metrics = Metrics()
-    ended = datetime.fromtimestamp(1.0, UTC)
-    metrics.on_pass(PassResult(stopped, 0, reads=3, counts=Counter(counts)), ended)  # type: ignore[arg-type]
-    assert _value(metrics, "lta_worker_last_pass_success_timestamp_seconds") == success
-    assert _value(metrics, "lta_worker_breaker_last_trip_timestamp_seconds") == trip
+    metrics.last_success.set(1.0)
+    metrics.on_pass(PassResult(stopped, 0, reads=3, counts=Counter(counts)), NOW)  # type: ignore[arg-type]
+    assert _value(metrics, SUCCESS) == (NOW.timestamp() if success else 1.0)
+    assert _value(metrics, "lta_worker_breaker_last_trip_timestamp_seconds") == (
+        NOW.timestamp() if trip else 0.0
+    )
+
+
+class StoreFigures:
+    """The few store queries `Metrics.on_store` reads, with fixed answers."""
+
+    def count_by_state(self) -> dict[str, int]:
+        return {"active": 4, "dropping": 2}
+
+    def count_due(self, now: datetime) -> int:
+        return 1
+
+    def outbox_counts(self) -> OutboxCounts:
+        return OutboxCounts(backlog=3, dead=1)
+
+
+def test_metrics_carry_the_outbox_and_pending_drops_from_the_store() -> None:
+    """After a pass the gauges say what the database holds (states, due, drops, outbox)."""
+    metrics = Metrics()
+    metrics.on_store(StoreFigures(), NOW)  # type: ignore[arg-type]
+    value = metrics.registry.get_sample_value
+    assert value("lta_worker_users", {"state": "dropping"}) == 2
+    assert value("lta_worker_users_due") == 1
+    assert value("lta_worker_pending_drops") == 2
+    assert value("lta_worker_webhook_backlog") == 3
+    assert value("lta_worker_webhook_dead_letters") == 1
 
 
 def test_textfile_counters_continue_from_the_last_run(tmp_path: Path) -> None:

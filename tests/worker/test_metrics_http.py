@@ -1,8 +1,13 @@
-"""The metrics and health server under load: shared status computation, slow and idle clients,
-and probes waiting on a hung database never lock out a scrape or a probe."""
+"""The metrics and health server: `/healthz`'s answer (the verdict itself, `assess_health`:
+tests/report/test_status.py), a shared status computation, and slow and idle clients or probes
+waiting on a hung database never locking out a scrape or a probe; `Admission`, the connection
+bookkeeping of both listeners, as a Hypothesis model (the cap holds, a newcomer is refused only
+when every kept connection is being answered, room is made from the oldest head)."""
 
 from __future__ import annotations
 
+import io
+import json
 import select
 import socket
 import sqlite3
@@ -11,12 +16,17 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+from wsgiref.util import setup_testing_defaults
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from lta_worker.errors import StorageError
 from lta_worker.storage import Store
+from lta_worker.worker._listen import Admission
 from lta_worker.worker._metrics import Metrics
-from lta_worker.worker._metrics_http import MetricsServer, SharedHealth
+from lta_worker.worker._metrics_http import MetricsServer, SharedHealth, dispatcher
 from support.sockets import closed_within
 
 
@@ -54,6 +64,46 @@ def test_a_failed_status_is_not_kept() -> None:
     with pytest.raises(RuntimeError):
         health()
     assert health() == {"healthy": True}
+
+
+def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
+    environ: dict[str, Any] = {"PATH_INFO": path, "wsgi.input": io.BytesIO()}
+    setup_testing_defaults(environ)
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        answer.update(status=status, headers=dict(headers))
+
+    body = b"".join(app(environ, start_response))
+    return answer["status"], answer["headers"], body
+
+
+@pytest.mark.parametrize(
+    ("health", "status", "healthy"),
+    [
+        ({"healthy": True, "problems": []}, "200 OK", True),
+        ({"healthy": False, "problems": ["x"]}, "503 Service Unavailable", False),
+        (StorageError("the database refused"), "503 Service Unavailable", False),
+    ],
+)
+def test_healthz_answers(health: Any, status: str, healthy: bool) -> None:
+    """200 when healthy, 503 when not or when the status cannot be read; JSON either way."""
+
+    def verdict() -> dict[str, Any]:
+        if isinstance(health, Exception):
+            raise health
+        return {**health, "generated_at": "t", "version": "v"}
+
+    got, headers, body = call(dispatcher(Metrics(), verdict), "/healthz")
+    assert got == status
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body)["healthy"] is healthy
+
+
+def test_other_paths_are_404() -> None:
+    """Only /metrics and /healthz answer."""
+    got, _, _ = call(dispatcher(Metrics(), dict), "/")
+    assert got.startswith("404")
 
 
 def _server(*, cap: int, deadline: float) -> MetricsServer:
@@ -169,32 +219,14 @@ def test_a_client_trickling_its_head_is_cut_at_the_head_deadline() -> None:
 
 
 class _Hung:
-    """A status that hangs (a stalled database) until `release`, counting its calls."""
+    """A status that hangs (a stalled database) until `released`."""
 
     def __init__(self) -> None:
-        self.calls = 0
         self.released = threading.Event()
 
     def __call__(self) -> dict[str, Any]:
-        self.calls += 1
         self.released.wait(30)
         return {"healthy": True, "problems": [], "generated_at": "now", "version": "test"}
-
-
-def test_a_hung_status_answers_unhealthy_at_once_after_the_wait() -> None:
-    """A hung status: every probe gets 503 after the wait, one computation in all."""
-    hung = _Hung()
-    server = MetricsServer("127.0.0.1", 0, Metrics(), hung, health_wait=0.2)
-    try:
-        for _ in range(3):
-            with pytest.raises(urllib.error.HTTPError) as answer:
-                urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
-            assert answer.value.code == 503
-            assert "the database does not answer" in answer.value.read().decode()
-        assert hung.calls == 1
-    finally:
-        hung.released.set()
-        server.close()
 
 
 def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
@@ -218,25 +250,80 @@ def test_probes_waiting_on_a_hung_status_never_lock_out_a_scrape() -> None:
         server.close()
 
 
-def test_a_locked_sqlite_database_answers_unhealthy_within_the_wait(sqlite_store: Store) -> None:
-    """A SQLite lock held elsewhere: /healthz answers 503 within the wait, not the busy timeout."""
+def test_a_locked_database_answers_unhealthy_at_once_after_the_wait(sqlite_store: Store) -> None:
+    """A SQLite lock held elsewhere: every probe gets 503 within the wait, not the busy timeout,
+    and the status waited for is computed once for them all."""
     path = sqlite_store.database.path
     assert path is not None
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("PRAGMA locking_mode = EXCLUSIVE")
     holder.execute("BEGIN EXCLUSIVE")
     holder.execute("UPDATE feed_counter SET value = value")
+    calls: list[float] = []
 
     def status() -> dict[str, Any]:
+        calls.append(time.monotonic())
         healthy = sum(sqlite_store.count_by_state().values()) >= 0
         return {"healthy": healthy, "problems": [], "generated_at": "now", "version": "test"}
 
     server = MetricsServer("127.0.0.1", 0, Metrics(), status, health_wait=0.2)
     try:
-        with pytest.raises(urllib.error.HTTPError) as answer:
-            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
-        assert answer.value.code == 503
-        assert "the database does not answer" in answer.value.read().decode()
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+            assert answer.value.code == 503
+            assert "the database does not answer" in answer.value.read().decode()
+        assert len(calls) == 1
     finally:
         holder.close()
         server.close()
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["connect", "head", "answered", "expire", "close"]), st.integers(0, 50)
+    ),
+    max_size=200,
+)
+
+
+@given(cap=st.integers(1, 6), ops=_OPS)
+def test_admission_keeps_the_cap_and_makes_room_from_the_oldest_head(
+    cap: int, ops: list[tuple[str, int]]
+) -> None:
+    """The cap holds; room is made only from the oldest connections still sending their heads."""
+    admission = Admission(cap, deadline=10.0)
+    order: list[int] = []  # connections in the order they came, while they wait
+    now = 0.0
+    for n, (op, pick) in enumerate(ops):
+        now += 1.0
+        kept = list(admission.waiting) + list(admission.answering)
+        if op == "connect":
+            all_answering = len(admission.answering) >= cap
+            admitted, evicted = admission.admit(n, now)
+            assert admitted is not all_answering
+            assert evicted == order[: len(evicted)]
+            del order[: len(evicted)]
+            if admitted:
+                order.append(n)
+        elif op == "expire":
+            late = admission.expired(now)
+            assert late == order[: len(late)]
+            del order[: len(late)]
+            assert all(deadline > now for deadline in admission.waiting.values())
+        elif kept:
+            conn = kept[pick % len(kept)]
+            if op == "head":
+                assert admission.head_done(conn) is (conn in order)
+                if conn in order:
+                    order.remove(conn)
+            elif op == "answered":  # kept open for its next request: the newest waiting one
+                if conn in admission.answering:
+                    admission.wait_again(conn, now)
+                    order.append(conn)
+            else:
+                admission.release(conn)
+                if conn in order:
+                    order.remove(conn)
+        assert admission.kept == len(admission.waiting) + len(admission.answering) <= cap
+        assert list(admission.waiting) == order
