@@ -1,10 +1,4 @@
-"""Window rules: every reported reset, wait and window is bounded, and the pacer re-learns.
-
-Table-driven cases of `window.bound` and `window.pause_after_429`, the pacer on a virtual
-clock against the headers of issue 12 (a 31-year reset, an epoch in the far future), and
-Hypothesis over hostile header values through the pacer's shell, its snapshot, its storage
-record and the shared-budget observation.
-"""
+"""Window rules: every reported reset, wait and window is bounded, and the pacer re-learns."""
 
 from __future__ import annotations
 
@@ -216,8 +210,7 @@ def _in(seconds: float) -> str:
     ],
 )
 def test_retry_after_far_ahead_waits_max_wait_in_either_form(retry_after: str, wait: float) -> None:
-    """A Retry-After too far ahead, as an integer of any length or as an HTTP date, holds the
-    requests for `ratelimit.max_wait`; only an unusable one falls back to a minute."""
+    """A Retry-After too far ahead (any length, or a date) waits max_wait; garbage a minute."""
     assert wait_after_429({"retry-after": retry_after}, WALL, 600.0) == wait
 
 
@@ -333,8 +326,7 @@ any_date = st.one_of(
 def test_no_date_makes_a_spent_window_wait_less_than_its_reset(
     date: str, ahead: int, form: str
 ) -> None:
-    """Remaining 0, reset `ahead` s away: the wait is `ahead` s whatever the Date (a server
-    clock behind ours by a plausible skew, at most MAX_CLOCK_SKEW, adds that lag)."""
+    """Remaining 0, reset `ahead` s away: the wait is that, plus a plausible lag of the Date."""
     pacer, clock = make_pacer()
     headers = spent(form, EPOCH + ahead, date)
     pacer.feed(None, headers, 200)
