@@ -20,12 +20,19 @@ LATEST: Endpoint = "latest-change"
 STATS: Endpoint = "stats"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 SECRET = "dspa_S3cretT0kenValue0123456789.cl1ent-s3cret"
+TOKEN, SCOPE = "invalid_token", "insufficient_scope"
+REVOKED, UNLINKED, INACTIVE = "PermanentAccessRevoked", "NoCloudSyncLinked", "CloudSyncInactive"
 
 
 def answer(status: int | None, body: Any = b"", **kwargs: Any) -> Answer:
     """An answer; a non-bytes body is sent as JSON."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return Answer(status=status, body=raw, **kwargs)
+
+
+def coded(status: int, code: str) -> Answer:
+    """An answer whose JSON body names `code` as its error."""
+    return answer(status, {"error": code})
 
 
 @pytest.mark.parametrize(
@@ -36,57 +43,15 @@ def answer(status: int | None, body: Any = b"", **kwargs: Any) -> Answer:
         pytest.param(LATEST, answer(404), "none", None, id="404-latest-change"),
         pytest.param(STATS, answer(404), "transient", None, id="404-stats-unexpected"),
         pytest.param(LATEST, answer(204), "none", None, id="204-no-content"),
-        pytest.param(
-            LATEST,
-            answer(401, {"error": "PermanentAccessRevoked"}),
-            "revoked",
-            "PermanentAccessRevoked",
-            id="401-revoked",
-        ),
-        pytest.param(
-            STATS,
-            answer(401, {"error": "NoCloudSyncLinked"}),
-            "unlinked",
-            "NoCloudSyncLinked",
-            id="401-unlinked",
-        ),
+        pytest.param(LATEST, coded(401, REVOKED), "revoked", REVOKED, id="401-revoked"),
+        pytest.param(STATS, coded(401, UNLINKED), "unlinked", UNLINKED, id="401-unlinked"),
         pytest.param(LATEST, answer(401), "rejected", None, id="401-plain"),
-        pytest.param(
-            LATEST,
-            answer(401, {"error": "invalid_token"}),
-            "rejected",
-            "invalid_token",
-            id="401-unknown-code",
-        ),
-        pytest.param(
-            LATEST,
-            answer(401, {"error": "CloudSyncInactive"}),
-            "rejected",
-            "CloudSyncInactive",
-            id="401-code-of-another-status",
-        ),
-        pytest.param(
-            STATS,
-            answer(403, {"error": "CloudSyncInactive"}),
-            "inactive",
-            "CloudSyncInactive",
-            id="403-inactive",
-        ),
+        pytest.param(LATEST, coded(401, TOKEN), "rejected", TOKEN, id="401-unknown-code"),
+        pytest.param(LATEST, coded(401, INACTIVE), "rejected", INACTIVE, id="401-code-of-403"),
+        pytest.param(STATS, coded(403, INACTIVE), "inactive", INACTIVE, id="403-inactive"),
         pytest.param(STATS, answer(403), "scope_denied", None, id="403-plain"),
-        pytest.param(
-            STATS,
-            answer(403, {"error": "insufficient_scope"}),
-            "scope_denied",
-            "insufficient_scope",
-            id="403-other-code",
-        ),
-        pytest.param(
-            STATS,
-            answer(403, {"error": "PermanentAccessRevoked"}),
-            "scope_denied",
-            "PermanentAccessRevoked",
-            id="403-revoked-code-never-deletes",
-        ),
+        pytest.param(STATS, coded(403, SCOPE), "scope_denied", SCOPE, id="403-other-code"),
+        pytest.param(STATS, coded(403, REVOKED), "scope_denied", REVOKED, id="403-never-deletes"),
         pytest.param(LATEST, answer(429), "rate_limited", None, id="429"),
         pytest.param(LATEST, answer(500), "transient", None, id="500"),
         pytest.param(LATEST, answer(503), "transient", None, id="503"),
@@ -131,9 +96,6 @@ def test_transient_reasons(given_answer: Answer, reason: str) -> None:
     """Transient outcomes carry a fixed, secret-free reason."""
     outcome = classify(LATEST, given_answer)
     assert (outcome.kind, outcome.reason) == ("transient", reason)
-
-
-REVOKED = "PermanentAccessRevoked"
 
 
 @pytest.mark.parametrize(
