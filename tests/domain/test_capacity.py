@@ -71,22 +71,24 @@ def test_each_rechecked_state_costs_one_read_per_parked_interval(state: str) -> 
 
 
 def test_the_rechecked_states_come_from_the_policy_table() -> None:
-    """The states re-checked at `parked_interval` are those the table schedules at it or
-    backs off up to it."""
+    """The states re-checked at `parked_interval` are the policy table's."""
     assert {"parked", "unlinked", "rejected"} == RECHECKED_STATES
 
 
-def test_the_window_is_taken_from_the_service() -> None:
-    """A budget of 20 per 60 s is 1,200 per hour, less the reserve."""
-    p = plan(active=10, limit=20, window=60)
-    assert p.available_per_hour == pytest.approx(1080)
-
-
-def test_without_a_budget_seen_the_fallback_rate_is_used() -> None:
-    """Before any header is seen, the plan uses the configured conservative rate."""
-    p = plan(active=10, limit=None, window=None)
-    assert not p.budget_known
-    assert p.available_per_hour == 60
+@pytest.mark.parametrize(
+    ("limit", "window", "available"),
+    [
+        pytest.param(20, 60, 1080, id="20-per-60s-is-1200-an-hour-less-the-reserve"),
+        pytest.param(None, None, 60, id="no-budget-seen-the-fallback-rate"),
+    ],
+)
+def test_the_reads_available_come_from_the_service_or_the_fallback(
+    limit: int | None, window: float | None, available: float
+) -> None:
+    """The budget the service reported, per hour less the reserve, or the fallback rate."""
+    p = plan(active=10, limit=limit, window=window)
+    assert p.budget_known is (limit is not None)
+    assert p.available_per_hour == pytest.approx(available)
 
 
 @given(

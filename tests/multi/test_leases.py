@@ -8,9 +8,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from lta_worker.domain import UserUpdate
 from lta_worker.storage import Store, Vault
-from support.storage import T0, enroll, keyring
+from support.storage import T0, enroll, keyring, read_turn
 
 LEASE = timedelta(seconds=3)
 
@@ -77,14 +76,7 @@ def test_an_expired_owner_cannot_write_over_the_new_owner(db_url: str) -> None:
         assert claim(other, "other", T0 + LEASE + timedelta(seconds=1), limit=1) == [user]
         row = stalled.get_user(user)
         assert row is not None
-        late = UserUpdate(
-            user_id=row.id,
-            state="active",
-            next_due_at=T0 + timedelta(hours=1),
-            consecutive_failures=0,
-            last_outcome="ok",
-            last_polled_at=T0,
-        )
+        late = read_turn(row.id, T0)
         assert stalled.apply([late], owner="stalled") == 0
         assert other.apply([late], owner="other") == 1
 

@@ -36,10 +36,8 @@ class Window:
     length: float
     limit: int
     others: tuple[float, ...] = ()  # fractions of the window at which other requests arrive
-    # (fraction of the window, new limit): the service changes the quota within the window.
-    changes: tuple[tuple[float, int], ...] = ()
-    # (fraction of the window, new length): the service shortens the window then (a budget
-    # raised with a shorter window): it ends that much later, if earlier than it would.
+    changes: tuple[tuple[float, int], ...] = ()  # (fraction, new limit) within the window
+    # (fraction, new length): the window shortened then (a budget raised); it ends no later.
     cut: tuple[float, float] | None = None
 
     def end(self) -> float:
@@ -58,10 +56,6 @@ class Window:
         for at, new in sorted(self.changes):
             limit = new if at <= fraction else limit
         return limit
-
-    def limits(self) -> list[int]:
-        """Every limit this window has."""
-        return [self.limit, *(new for _, new in self.changes)]
 
 
 @dataclass
@@ -220,7 +214,8 @@ def test_never_more_than_allowed_when_the_limit_changes(
     server = Server(windows, rounding=True)
     run(server, [pacer_core(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
     for i, window in enumerate(windows):
-        most = max(allowed(Window(window.length, limit), reserve) for limit in window.limits())
+        limits = [window.limit, *(new for _, new in window.changes)]
+        most = max(allowed(Window(window.length, limit), reserve) for limit in limits)
         assert server.worker[i] <= max(1, most), (i, server.worker)
 
 
@@ -233,8 +228,7 @@ def test_never_more_than_allowed_when_the_limit_changes(
 def test_never_stalls_while_remaining_is_above_the_reserve(
     windows: list[Window], reserve: float, rounding: bool
 ) -> None:
-    """While the last answer's remaining is above the reserve, the next permit goes before its
-    reset (rounded resets: the second around a window's start is left out)."""
+    """Above the reserve the next permit goes before the reset (rounding: ±1 s at the start)."""
     server = Server(windows, rounding=rounding)
     core = pacer_core(reserve=reserve, fallback_per_hour=60)
     t, sends = 0.0, 0
@@ -417,8 +411,7 @@ def test_spent_allowance_waits_for_the_reset() -> None:
 def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
     fallback: float, reserve: float, left: float, latency: float
 ) -> None:
-    """Answers with nothing left and a reset already past never make permits go faster
-    than the fallback rate: each such answer is not a fresh window to probe again."""
+    """Spent answers with a reset already past never beat the fallback rate."""
     core = pacer_core(reserve=reserve, fallback_per_hour=fallback)
     remaining = math.floor(left * reserve * 100)  # within the reserve: nothing for the worker
     sends: list[float] = []
@@ -607,7 +600,7 @@ class FakeClock:
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def make_pacer(**ratelimit: float) -> tuple[Pacer, FakeClock]:
+def make_pacer(**ratelimit: Any) -> tuple[Pacer, FakeClock]:
     clock = FakeClock()
     return Pacer(pacer_core(**ratelimit), clock, clock.sleep, wall_clock=lambda: WALL), clock
 

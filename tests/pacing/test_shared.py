@@ -384,19 +384,11 @@ def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
 # -- the shell ------------------------------------------------------------------------------
 
 
-class Wall:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.mark.anyio
 async def test_the_shell_takes_blocks_settles_and_gives_back() -> None:
     """Permits come in blocks; answers and the unused rest are written back to the row."""
-    store, wall = FakeStore(seen(20, 60), 0), Wall()
-    shared = SharedBudget(store, "c", reserve=0.1, clock=wall, block=3)
+    store = FakeStore(seen(20, 60), 0)
+    shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: T0, block=3)
     assert await shared.ready() == 0.0
     assert (store.reserved, shared.held) == (3, 3)
     tag = shared.take()
@@ -412,10 +404,10 @@ async def test_the_shell_takes_blocks_settles_and_gives_back() -> None:
 @pytest.mark.anyio
 async def test_the_shell_gives_back_a_block_whose_window_is_ending() -> None:
     """Near the reset the held permits go back to the row instead of being sent late."""
-    store, wall = FakeStore(seen(20, 60), 0), Wall()
-    shared = SharedBudget(store, "c", reserve=0.1, clock=wall, block=3)
+    store, wall = FakeStore(seen(20, 60), 0), [T0]
+    shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: wall[-1], block=3)
     await shared.ready()
-    wall.now = at(59.5)
+    wall.append(at(59.5))
     assert await shared.ready() == pytest.approx(1.5)
     assert (store.reserved, shared.held) == (0, 0)
 
@@ -423,7 +415,7 @@ async def test_the_shell_gives_back_a_block_whose_window_is_ending() -> None:
 @pytest.mark.anyio
 async def test_the_shell_refuses_take_without_a_permit() -> None:
     """take() is only valid after ready() answered 0.0."""
-    shared = SharedBudget(FakeStore(seen(0, 60)), "c", reserve=0.1, clock=Wall())
+    shared = SharedBudget(FakeStore(seen(0, 60)), "c", reserve=0.1, clock=lambda: T0)
     assert await shared.ready() > 0
     with pytest.raises(RuntimeError):
         shared.take()
