@@ -243,12 +243,11 @@ def test_a_user_who_changes_only_in_a_window_of_hours_gets_that_window_within_da
     within 25 reads to change 3 times as fast inside the window (edges left out) as outside."""
     inside = {(start + h) % BINS for h in range(1, length - 1)}
     outside = {(start + length + h) % BINS for h in range(1, BINS - length - 1)}
-    spacing = timedelta(minutes=190)
     t, est, version = NOW + phase, ChangeEstimate(), 0
     for _ in range(25):
         span = [t + timedelta(minutes=m) for m in range(0, 190, 10)]
         version += any((s.hour - start) % BINS < length for s in span)
-        t += spacing
+        t += timedelta(minutes=190)
         est = observe(est, str(version), t, ADAPTIVE)
     awake = sum(est.hourly()[h] for h in inside) / len(inside)
     asleep = sum(est.hourly()[h] for h in outside) / len(outside)
@@ -406,9 +405,8 @@ def test_a_busier_user_is_never_due_later(
     adaptive = replace(cfg, schedule="adaptive", stats="always")
     level = est.level if est.level is not None else est.mean_rate()
     busier = replace(est, level=level * factor)
-    assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + timedelta(
-        seconds=RESOLUTION
-    )
+    slack = timedelta(seconds=RESOLUTION)
+    assert next_due(busier, NOW, plan, adaptive) <= next_due(est, NOW, plan, adaptive) + slack
 
 
 @given(x=st.floats(min_value=0.0, max_value=1e3), y=st.floats(min_value=0.0, max_value=1e3))

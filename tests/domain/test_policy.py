@@ -269,32 +269,25 @@ def test_nothing_granted_waits_parked_interval() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scopes", "client", "denied", "expected"),
+    ("user", "client", "expected"),
     [
-        pytest.param(BOTH, BOTH, {}, (LATEST, STATS), id="both-latest-first"),
-        pytest.param((STATS_SCOPE, LATEST_CHANGE_SCOPE), BOTH, {}, (LATEST, STATS), id="order"),
-        pytest.param((STATS_SCOPE,), BOTH, {}, (STATS,), id="user-granted-stats-only"),
-        pytest.param(BOTH, (LATEST_CHANGE_SCOPE,), {}, (LATEST,), id="client-dropped-stats"),
-        pytest.param(BOTH, BOTH, {STATS: NOW + timedelta(hours=1)}, (LATEST,), id="denied"),
-        pytest.param(BOTH, BOTH, {STATS: NOW}, (LATEST, STATS), id="denial-expired-now"),
-        pytest.param((), BOTH, {}, (), id="nothing-granted"),
+        pytest.param({}, BOTH, (LATEST, STATS), id="both-latest-first"),
+        pytest.param({"scopes": BOTH[::-1]}, BOTH, (LATEST, STATS), id="order"),
+        pytest.param({"scopes": (STATS_SCOPE,)}, BOTH, (STATS,), id="user-granted-stats-only"),
+        pytest.param({}, (LATEST_CHANGE_SCOPE,), (LATEST,), id="client-dropped-stats"),
+        pytest.param({"denied": {STATS: NOW + timedelta(hours=1)}}, BOTH, (LATEST,), id="denied"),
+        pytest.param({"denied": {STATS: NOW}}, BOTH, (LATEST, STATS), id="denial-expired-now"),
+        pytest.param({"scopes": ()}, BOTH, (), id="nothing-granted"),
+        *[pytest.param({"state": s}, BOTH, (), id=s) for s in ("revoked", "dropping", "dropped")],
+        pytest.param({"token": None}, BOTH, (), id="no-token"),
     ],
 )
 def test_endpoints_to_call(
-    scopes: tuple[str, ...],
-    client: tuple[str, ...],
-    denied: dict[str, datetime],
-    expected: tuple[Endpoint, ...],
+    user: dict[str, object], client: tuple[str, ...], expected: tuple[Endpoint, ...]
 ) -> None:
-    """Only endpoints granted by the user and the client, and not denied, are called."""
-    assert endpoints_to_call(make_user(scopes=scopes, denied=denied), client, NOW) == expected
-
-
-@pytest.mark.parametrize("state", ["revoked", "dropping", "dropped"])
-def test_tokenless_users_have_nothing_to_call(state: UserState) -> None:
-    """Revoked, dropping (token kept only for the DELETE) and dropped users are never read."""
-    assert endpoints_to_call(make_user(state=state), BOTH, NOW) == ()
-    assert endpoints_to_call(make_user(token=None), BOTH, NOW) == ()
+    """Only endpoints granted by the user and the client, and not denied, are called; never
+    a tokenless user's (revoked, dropping: token kept only for the DELETE, dropped)."""
+    assert endpoints_to_call(make_user(**user), client, NOW) == expected
 
 
 # -- properties -----------------------------------------------------------------------------
