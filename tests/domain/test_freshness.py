@@ -88,6 +88,10 @@ def _only(start: int, length: int) -> tuple[float, ...]:
     return tuple(float(w[:2] == (start, start + length)) for w in WINDOWS)
 
 
+def _mean(weights: tuple[float, ...]) -> float:
+    return sum(w * g for w, g in zip(weights, GRID, strict=True))
+
+
 estimates = st.builds(
     ChangeEstimate,
     window=st.one_of(st.none(), _distribution(len(WINDOWS))),
@@ -97,11 +101,7 @@ estimates = st.builds(
     belief=st.one_of(st.none(), st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE)).map(
         lambda b: None if b is None or sum(b) <= 0 else tuple(x / sum(b) for x in b)
     ),
-).map(
-    lambda e: replace(
-        e, level=None if e.belief is None else sum(map(float.__mul__, e.belief, GRID))
-    )
-)
+).map(lambda e: replace(e, level=None if e.belief is None else _mean(e.belief)))
 configs = st.builds(
     lambda low, extra, **more: replace(ADAPTIVE, interval=low, max_interval=low + extra, **more),
     durations,
@@ -151,10 +151,6 @@ def test_an_observation_keeps_the_estimate_bounded_and_a_change_never_lowers_it(
 
 
 beliefs = st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE).filter(lambda b: sum(b) > 1e-6)
-
-
-def _mean(weights: tuple[float, ...]) -> float:
-    return sum(w * g for w, g in zip(weights, GRID, strict=True))
 
 
 @given(
