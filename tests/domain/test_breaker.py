@@ -86,9 +86,8 @@ N404: Turn = (NONE_404, True, False)
 
 
 class Evidence(NamedTuple):
-    """Users' turns (one read each, distinct users unless `one_user`), what the service
-    answers to each proof asked (True right, False wrong, None unknown), how the pass ends
-    and which decisions are written."""
+    """Users' turns (distinct users unless `one_user`), the answer to each proof (None: no
+    answer), how the pass ends and which decisions are written."""
 
     name: str
     turns: list[Turn]
@@ -126,8 +125,7 @@ EVIDENCE_ROWS = [
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.name) for r in EVIDENCE_ROWS])
 def test_evidence_row(row: Evidence) -> None:
-    """Each row: what one user or several users' answers come to, given the proofs' answers,
-    with every proof asked exactly once, as the engine asks it."""
+    """Each row: what the users' answers come to, given the proofs', each proof asked once."""
     breaker: Breaker[int] = Breaker(THRESHOLD, DOWN_AFTER)
     asked: list[str] = []
     tripped = False

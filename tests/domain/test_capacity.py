@@ -24,9 +24,15 @@ from lta_worker.domain._freshness import cap_seconds, next_due
 HOUR = timedelta(hours=1)
 
 
-def plan(active: int, parked: int = 0, limit: int | None = 120, window: float | None = 3600):
+def plan(
+    active: int,
+    parked: int = 0,
+    limit: int | None = 120,
+    window: float | None = 3600,
+    state: str = "parked",
+):
     return plan_capacity(
-        users_by_state={"active": active, "parked": parked, "revoked": 5},
+        users_by_state={"active": active, state: parked, "revoked": 5},
         reads_per_active_user=2,
         interval=HOUR,
         parked_interval=timedelta(hours=24),
@@ -56,47 +62,33 @@ def test_an_overloaded_budget_stretches_the_interval_and_warns() -> None:
     assert "2h" in p.warning
 
 
-def test_parked_users_cost_one_read_per_parked_interval() -> None:
-    """24 parked users re-checked daily cost one read per hour in total."""
-    p = plan(active=0, parked=24)
-    assert p.reads_needed_per_hour == pytest.approx(1)
-
-
 @pytest.mark.parametrize("state", sorted(RECHECKED_STATES))
 def test_each_rechecked_state_costs_one_read_per_parked_interval(state: str) -> None:
-    """Users in every state the policy re-checks at `parked_interval` (parked, unlinked,
-    rejected: derived from its table) cost one read per parked_interval, counted apart."""
-    p = plan_capacity(
-        users_by_state={"active": 0, state: 24, "revoked": 5},
-        reads_per_active_user=2,
-        interval=HOUR,
-        parked_interval=timedelta(hours=24),
-        reserve=0.1,
-        budget_limit=120,
-        budget_window_seconds=3600,
-        fallback_per_hour=60,
-    )
+    """24 users of a state re-checked daily (parked, unlinked, rejected) cost one read an hour."""
+    p = plan(active=0, parked=24, state=state)
     assert p.reads_needed_per_hour == pytest.approx(1)
     assert p.rechecks_per_hour == pytest.approx(1)
 
 
 def test_the_rechecked_states_come_from_the_policy_table() -> None:
-    """The states re-checked at `parked_interval` are those the table schedules at it or
-    backs off up to it."""
+    """The states re-checked at `parked_interval` are the policy table's."""
     assert {"parked", "unlinked", "rejected"} == RECHECKED_STATES
 
 
-def test_the_window_is_taken_from_the_service() -> None:
-    """A budget of 20 per 60 s is 1,200 per hour, less the reserve."""
-    p = plan(active=10, limit=20, window=60)
-    assert p.available_per_hour == pytest.approx(1080)
-
-
-def test_without_a_budget_seen_the_fallback_rate_is_used() -> None:
-    """Before any header is seen, the plan uses the configured conservative rate."""
-    p = plan(active=10, limit=None, window=None)
-    assert not p.budget_known
-    assert p.available_per_hour == 60
+@pytest.mark.parametrize(
+    ("limit", "window", "available"),
+    [
+        pytest.param(20, 60, 1080, id="20-per-60s-is-1200-an-hour-less-the-reserve"),
+        pytest.param(None, None, 60, id="no-budget-seen-the-fallback-rate"),
+    ],
+)
+def test_the_reads_available_come_from_the_service_or_the_fallback(
+    limit: int | None, window: float | None, available: float
+) -> None:
+    """The budget the service reported, per hour less the reserve, or the fallback rate."""
+    p = plan(active=10, limit=limit, window=window)
+    assert p.budget_known is (limit is not None)
+    assert p.available_per_hour == pytest.approx(available)
 
 
 @given(
@@ -137,9 +129,7 @@ def test_no_stored_budget_breaks_the_capacity_or_freshness_plan(
     window: float | None,
     rates: list[tuple[float, float, float]],
 ) -> None:
-    """Whatever budget is stored (a limit of 0, 2^63 requests, a window of 1 s or 2^63 s,
-    or none at all), the capacity plan and the freshness plan made from it never raise,
-    never promise more than the interval, and a limit of 0 is a warning, never a plan."""
+    """Any stored budget (0, 2^63, none): both plans hold, and a limit of 0 is a warning."""
     p = plan(active=active, parked=parked, limit=limit, window=window)
     assert p.effective_interval >= HOUR and 0 <= p.available_per_hour < math.inf
     if limit == 0:  # whatever the users need: `status` shows it as a problem

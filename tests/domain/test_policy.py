@@ -97,27 +97,29 @@ class Row(NamedTuple):
     snapshot: str | None
     failures: int
     due: datetime | str | None  # "backoff": somewhere up to the row's cap
+    due_class: str | None  # the setting next_due_at derives from, to follow its changes
 
 
+PARKED = NOW + CFG.parked_interval
 ROWS = [
-    Row("ok", "active", False, "ok", 0, NOW + CFG.interval),
-    Row("none", "active", False, "none", 0, NOW + CFG.interval),
-    Row("revoked", "revoked", True, None, 0, None),
-    Row("unlinked", "unlinked", False, None, 0, NOW + CFG.parked_interval),
-    Row("inactive", "parked", False, None, 0, NOW + CFG.parked_interval),
-    Row("scope_denied", "active", False, None, 2, NOW + CFG.parked_interval),
-    Row("rejected", "rejected", False, None, 3, "backoff"),
-    Row("rate_limited", "active", False, None, 2, NOW - timedelta(minutes=1)),
-    Row("transient", "active", False, None, 3, "backoff"),
+    Row("ok", "active", False, "ok", 0, NOW + CFG.interval, "interval"),
+    Row("none", "active", False, "none", 0, NOW + CFG.interval, "interval"),
+    Row("revoked", "revoked", True, None, 0, None, None),
+    Row("unlinked", "unlinked", False, None, 0, PARKED, "parked"),
+    Row("inactive", "parked", False, None, 0, PARKED, "parked"),
+    Row("scope_denied", "active", False, None, 2, PARKED, "parked"),
+    Row("rejected", "rejected", False, None, 3, "backoff", "backoff_parked"),
+    Row("rate_limited", "active", False, None, 2, NOW - timedelta(minutes=1), None),
+    Row("transient", "active", False, None, 3, "backoff", "backoff"),
 ]
 
 
 @pytest.mark.parametrize("row", [pytest.param(row, id=row.kind) for row in ROWS])
 def test_row(row: Row) -> None:
     """A turn with one outcome applies exactly its row of the table."""
-    user = make_user(consecutive_failures=2, scopes=(LATEST_CHANGE_SCOPE,))
+    user = make_user(consecutive_failures=2, scopes=(LATEST_CHANGE_SCOPE,), generation=41)
     update = decide_turn(user, [(LATEST, out(row.kind))], NOW, CFG, rng())
-    assert update.user_id == user.id
+    assert (update.user_id, update.generation) == (user.id, 41)  # fenced by the claim's
     assert update.state == row.state
     assert update.delete_token is row.delete
     assert [s.status for s in update.snapshots] == ([row.snapshot] if row.snapshot else [])
@@ -125,6 +127,7 @@ def test_row(row: Row) -> None:
     assert update.last_outcome == row.kind
     assert update.last_code == out(row.kind).code
     assert update.last_polled_at == NOW
+    assert update.due_class == row.due_class
     if row.due == "backoff":
         assert update.next_due_at is not None
         cap = CFG.parked_interval if row.kind == "rejected" else CFG.interval
@@ -134,29 +137,23 @@ def test_row(row: Row) -> None:
 
 
 def test_undecryptable_row_keeps_everything_and_rechecks_at_the_parked_interval() -> None:
-    """A token that does not decrypt: nothing sent, token and state kept, not counted as
-    polled, failures unchanged, re-checked a parked interval later."""
+    """A token that does not decrypt: nothing sent or changed, re-checked when parked."""
     user = make_user(consecutive_failures=2, state="unlinked")
     update = decide_turn(user, [(None, out("undecryptable"))], NOW, CFG, rng())
     assert (update.state, update.delete_token, update.snapshots) == ("unlinked", False, ())
     assert (update.consecutive_failures, update.last_outcome) == (2, "undecryptable")
     assert update.last_polled_at == user.last_polled_at
     assert update.next_due_at == NOW + CFG.parked_interval
-    assert update.due_class is None  # not derived from a read, so not rescheduled by class
+    assert update.due_class is None
 
 
 AUTHENTICATED = {"ok", "none", "scope_denied", "revoked", "unlinked", "inactive"}
 
 
-@pytest.mark.parametrize("kind", list(RULES))
-def test_authenticated_column(kind: OutcomeKind) -> None:
-    """Only answers that need both halves of the credential prove the client accepted."""
-    assert authenticated(out(kind, status=200)) is (kind in AUTHENTICATED)
-
-
-def test_a_404_never_proves_the_client() -> None:
-    """A 404 `none` proves nothing of the credential: a wrong URL answers it too."""
-    assert authenticated(out("none", status=404)) is False
+@pytest.mark.parametrize(("kind", "status"), [*[(kind, 200) for kind in RULES], ("none", 404)])
+def test_authenticated_column(kind: OutcomeKind, status: int) -> None:
+    """Only answers that need both halves of the credential prove the client; a 404 never."""
+    assert authenticated(out(kind, status=status)) is (kind in AUTHENTICATED and status != 404)
 
 
 @pytest.mark.parametrize(
@@ -191,14 +188,14 @@ def test_ends_turn(kind: OutcomeKind, ends: bool) -> None:
 
 
 def test_ok_and_scope_denied_keep_the_good_endpoint_on_the_interval() -> None:
-    """latest-change ok + stats 403: snapshot kept, stats denied, user due at the interval."""
+    """latest-change ok + stats 403: snapshot kept, stats denied, due at the interval."""
     update = decide_turn(
         make_user(), [(LATEST, out("ok")), (STATS, out("scope_denied"))], NOW, CFG, rng()
     )
     assert update.state == "active"
     assert update.snapshots == (SnapshotWrite(LATEST, "ok", {"v": 1}, NOW),)
     assert update.denied == {STATS: NOW + CFG.parked_interval}
-    assert update.next_due_at == NOW + CFG.interval
+    assert (update.next_due_at, update.due_class) == (NOW + CFG.interval, "interval")
     assert update.last_outcome == "scope_denied"
 
 
@@ -213,17 +210,6 @@ def test_ok_then_transient_keeps_the_snapshot_and_backs_off() -> None:
     assert update.last_outcome == "transient"
 
 
-def test_revoked_first_means_stats_is_never_called() -> None:
-    """After revoked on latest-change the turn is over; a stray later result is ignored."""
-    assert ends_turn(out("revoked"))
-    results = [(LATEST, out("revoked")), (STATS, out("ok"))]
-    update = decide_turn(make_user(), results, NOW, CFG, rng())
-    assert update.state == "revoked"
-    assert update.delete_token
-    assert update.snapshots == ()
-    assert update.next_due_at is None
-
-
 @pytest.mark.parametrize("state", ["parked", "unlinked", "rejected"])
 def test_success_brings_a_user_back_to_active(state: UserState) -> None:
     """Parked, unlinked and rejected users become active again on their own after an ok."""
@@ -233,39 +219,13 @@ def test_success_brings_a_user_back_to_active(state: UserState) -> None:
     assert update.next_due_at == NOW + CFG.interval
 
 
-def test_rejected_keeps_the_token() -> None:
-    """A plain 401 never deletes the token, however many times it happens."""
-    user = make_user(state="rejected", consecutive_failures=30)
-    update = decide_turn(user, [(LATEST, out("rejected"))], NOW, CFG, rng())
-    assert not update.delete_token
-    assert update.state == "rejected"
-    assert update.next_due_at is not None
-    assert update.next_due_at <= NOW + CFG.parked_interval
-
-
-def test_failures_reset_on_success() -> None:
-    """Any success resets the failure count to zero."""
-    user = make_user(consecutive_failures=9)
-    for kind in ("ok", "none"):
-        update = decide_turn(user, [(LATEST, out(kind))], NOW, CFG, rng())  # type: ignore[arg-type]
-        assert update.consecutive_failures == 0
-
-
-def test_rate_limited_after_ok_keeps_the_user_due() -> None:
-    """A 429 is no failure: the user stays due so the read is retried when budget allows."""
-    user = make_user(consecutive_failures=0)
+@pytest.mark.parametrize("due", [NOW - timedelta(minutes=1), None])
+def test_rate_limited_after_ok_keeps_the_user_due(due: datetime | None) -> None:
+    """A 429 is no failure: the user stays due (now if never due) to be read again soon."""
+    user = make_user(next_due_at=due)
     update = decide_turn(user, [(LATEST, out("ok")), (STATS, out("rate_limited"))], NOW, CFG, rng())
-    assert update.next_due_at == user.next_due_at
-    assert update.consecutive_failures == 0
+    assert (update.next_due_at, update.consecutive_failures) == (due or NOW, 0)
     assert len(update.snapshots) == 1
-
-
-def test_rate_limited_user_never_due_before_gets_now() -> None:
-    """A rate-limited user without a next_due_at is due now."""
-    update = decide_turn(
-        make_user(next_due_at=None), [(LATEST, out("rate_limited"))], NOW, CFG, rng()
-    )
-    assert update.next_due_at == NOW
 
 
 def test_both_denied_waits_for_parked_interval() -> None:
@@ -278,7 +238,7 @@ def test_both_denied_waits_for_parked_interval() -> None:
 
 
 def test_answered_endpoint_is_no_longer_denied() -> None:
-    """An endpoint that answers is removed from the denied map; expired entries are dropped."""
+    """An endpoint that answers leaves the denied map; expired entries are dropped."""
     user = make_user(denied={STATS: NOW - timedelta(seconds=1), LATEST: NOW - timedelta(hours=1)})
     update = decide_turn(user, [(LATEST, out("ok")), (STATS, out("ok"))], NOW, CFG, rng())
     assert update.denied == {}
@@ -287,10 +247,10 @@ def test_answered_endpoint_is_no_longer_denied() -> None:
 def test_nothing_callable_schedules_the_earliest_denied_retry() -> None:
     """With every endpoint denied, the user is due when the first denial expires."""
     soon = NOW + timedelta(hours=2)
-    user = make_user(denied={LATEST: soon, STATS: NOW + timedelta(hours=5)})
+    user = make_user(denied={LATEST: soon, STATS: NOW + timedelta(hours=5)}, generation=41)
     assert endpoints_to_call(user, BOTH, NOW) == ()
     update = decide_turn(user, [], NOW, CFG, rng())
-    assert update.next_due_at == soon
+    assert (update.next_due_at, update.generation) == (soon, 41)
     assert (update.state, update.consecutive_failures) == ("active", 0)
     assert update.last_polled_at == user.last_polled_at
     assert update.snapshots == ()
@@ -309,32 +269,25 @@ def test_nothing_granted_waits_parked_interval() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scopes", "client", "denied", "expected"),
+    ("user", "client", "expected"),
     [
-        pytest.param(BOTH, BOTH, {}, (LATEST, STATS), id="both-latest-first"),
-        pytest.param((STATS_SCOPE, LATEST_CHANGE_SCOPE), BOTH, {}, (LATEST, STATS), id="order"),
-        pytest.param((STATS_SCOPE,), BOTH, {}, (STATS,), id="user-granted-stats-only"),
-        pytest.param(BOTH, (LATEST_CHANGE_SCOPE,), {}, (LATEST,), id="client-dropped-stats"),
-        pytest.param(BOTH, BOTH, {STATS: NOW + timedelta(hours=1)}, (LATEST,), id="denied"),
-        pytest.param(BOTH, BOTH, {STATS: NOW}, (LATEST, STATS), id="denial-expired-now"),
-        pytest.param((), BOTH, {}, (), id="nothing-granted"),
+        pytest.param({}, BOTH, (LATEST, STATS), id="both-latest-first"),
+        pytest.param({"scopes": BOTH[::-1]}, BOTH, (LATEST, STATS), id="order"),
+        pytest.param({"scopes": (STATS_SCOPE,)}, BOTH, (STATS,), id="user-granted-stats-only"),
+        pytest.param({}, (LATEST_CHANGE_SCOPE,), (LATEST,), id="client-dropped-stats"),
+        pytest.param({"denied": {STATS: NOW + timedelta(hours=1)}}, BOTH, (LATEST,), id="denied"),
+        pytest.param({"denied": {STATS: NOW}}, BOTH, (LATEST, STATS), id="denial-expired-now"),
+        pytest.param({"scopes": ()}, BOTH, (), id="nothing-granted"),
+        *[pytest.param({"state": s}, BOTH, (), id=s) for s in ("revoked", "dropping", "dropped")],
+        pytest.param({"token": None}, BOTH, (), id="no-token"),
     ],
 )
 def test_endpoints_to_call(
-    scopes: tuple[str, ...],
-    client: tuple[str, ...],
-    denied: dict[str, datetime],
-    expected: tuple[Endpoint, ...],
+    user: dict[str, object], client: tuple[str, ...], expected: tuple[Endpoint, ...]
 ) -> None:
-    """Only endpoints granted by the user and the client, and not denied, are called."""
-    assert endpoints_to_call(make_user(scopes=scopes, denied=denied), client, NOW) == expected
-
-
-@pytest.mark.parametrize("state", ["revoked", "dropping", "dropped"])
-def test_tokenless_users_have_nothing_to_call(state: UserState) -> None:
-    """Revoked, dropping (token kept only for the DELETE) and dropped users are never read."""
-    assert endpoints_to_call(make_user(state=state), BOTH, NOW) == ()
-    assert endpoints_to_call(make_user(token=None), BOTH, NOW) == ()
+    """Only endpoints granted by the user and the client, and not denied, are called; never
+    a tokenless user's (revoked, dropping: token kept only for the DELETE, dropped)."""
+    assert endpoints_to_call(make_user(**user), client, NOW) == expected
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -343,31 +296,38 @@ kinds = st.sampled_from(OUTCOME_KINDS)
 
 
 @given(
+    kind=st.sampled_from(["transient", "rejected"]),
     failures=st.integers(min_value=0, max_value=10_000),
     state=st.sampled_from([s for s in USER_STATES if s not in {"revoked", "dropped"}]),
     seed=st.integers(),
 )
-def test_transient_never_leaves_data_staler_than_twice_the_interval(
-    failures: int, state: UserState, seed: int
+def test_a_failure_is_retried_within_its_cap_whatever_the_count(
+    kind: OutcomeKind, failures: int, state: UserState, seed: int
 ) -> None:
-    """Whatever the failure count, a transient failure is retried within one interval."""
+    """A transient failure is retried within one interval; a plain 401 keeps the token and
+    is retried within a parked interval."""
     user = make_user(state=state, consecutive_failures=failures)
-    update = decide_turn(user, [(LATEST, out("transient"))], NOW, CFG, random.Random(seed))
+    update = decide_turn(user, [(LATEST, out(kind))], NOW, CFG, random.Random(seed))
+    cap = CFG.interval if kind == "transient" else CFG.parked_interval
     assert update.next_due_at is not None
-    assert NOW < update.next_due_at <= NOW + CFG.interval
-    assert update.state == state
-    assert update.consecutive_failures == failures + 1
+    assert NOW < update.next_due_at <= NOW + cap
+    assert update.state == (state if kind == "transient" else "rejected")
+    assert (update.consecutive_failures, update.delete_token) == (failures + 1, False)
 
 
 @given(first=kinds, second=kinds, seed=st.integers())
 def test_any_turn_gives_a_consistent_update(
     first: OutcomeKind, second: OutcomeKind, seed: int
 ) -> None:
-    """Any two outcomes fold to an update that follows the table."""
+    """Any two outcomes fold to an update that follows the table; a result after one that
+    ends the turn (revoked first: stats never called) is ignored."""
     results = [(LATEST, out(first)), (STATS, out(second))]
     update = decide_turn(make_user(), results, NOW, CFG, random.Random(seed))
     turn = results[:1] if RULES[first].ends_turn else results
+    read = [endpoint for endpoint, o in turn if o.kind in {"ok", "none"}]
+    assert [s.endpoint for s in update.snapshots] == read
     assert update.delete_token is any(o.kind == "revoked" for _, o in turn)
+    assert update.delete_token is (update.state == "revoked")
     assert (update.next_due_at is None) is (turn[-1][1].kind == "revoked")
     if update.next_due_at is not None and turn[-1][1].kind != "rate_limited":
         assert NOW < update.next_due_at <= NOW + CFG.parked_interval
@@ -377,26 +337,10 @@ def test_any_turn_gives_a_consistent_update(
 # -- the two-phase drop (state `dropping`) ---------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("state", "becomes"),
-    [
-        ("active", "dropping"),
-        ("parked", "dropping"),
-        ("unlinked", "dropping"),
-        ("rejected", "dropping"),
-        ("dropping", "dropping"),
-        ("revoked", "unchanged"),
-        ("dropped", "unchanged"),
-    ],
-)
-def test_drop_start_row(state: UserState, becomes: str) -> None:
+def test_drop_start_table() -> None:
     """`users drop`/`forget` move a token holder to `dropping`; a tokenless user is left as is."""
-    assert DROP_START[state] == becomes
-
-
-def test_drop_start_covers_every_state() -> None:
-    """Every user state has a row in the drop table."""
-    assert set(DROP_START) == set(USER_STATES)
+    table = {s: "unchanged" if s in {"revoked", "dropped"} else "dropping" for s in USER_STATES}
+    assert table == DROP_START
 
 
 @pytest.mark.parametrize(
@@ -424,32 +368,3 @@ def test_a_drop_retry_is_never_later_than_the_interval(failures: int, seed: int)
     """A pending drop is retried at least once per `poll.interval`, never in a tight loop."""
     when = drop_retry_at(failures, NOW, CFG, random.Random(seed))
     assert NOW + timedelta(seconds=1) <= when <= NOW + CFG.interval
-
-
-def test_a_decision_carries_the_claimed_generation() -> None:
-    """decide_turn fences its update with the generation the user was claimed with."""
-    user = make_user(generation=41)
-    assert decide_turn(user, [(LATEST, out("ok"))], NOW, CFG, rng()).generation == 41
-    assert decide_turn(user, [], NOW, CFG, rng()).generation == 41
-
-
-@pytest.mark.parametrize(
-    ("turn", "due_class"),
-    [
-        pytest.param([(LATEST, "ok"), (STATS, "ok")], "interval", id="ok"),
-        pytest.param([(LATEST, "none"), (STATS, "ok")], "interval", id="none"),
-        pytest.param([(LATEST, "inactive")], "parked", id="inactive"),
-        pytest.param([(LATEST, "unlinked")], "parked", id="unlinked"),
-        pytest.param([(LATEST, "transient")], "backoff", id="transient"),
-        pytest.param([(LATEST, "rejected")], "backoff_parked", id="rejected"),
-        pytest.param([(LATEST, "revoked")], None, id="revoked"),
-        pytest.param([(LATEST, "rate_limited")], None, id="rate-limited"),
-        pytest.param([(LATEST, "ok"), (STATS, "scope_denied")], "interval", id="ok-and-denied"),
-    ],
-)
-def test_a_decision_records_its_schedule_class(
-    turn: list[tuple[Endpoint, OutcomeKind]], due_class: str | None
-) -> None:
-    """Each decision says which setting its next_due_at derives from, to follow changes."""
-    results = [(endpoint, out(kind)) for endpoint, kind in turn]
-    assert decide_turn(make_user(), results, NOW, CFG, rng()).due_class == due_class

@@ -3,50 +3,25 @@ the users of a dead instance going to the others (on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import pytest
 
-from lta_worker.config import LONG_TERM_SCOPES
-from lta_worker.domain import UserUpdate
-from lta_worker.secret import Secret
-from lta_worker.storage import Keyring, Store, Vault
-from support.pg import PG_ENV, PG_SKIP, throwaway_database
+from lta_worker.storage import Store, Vault
+from support.storage import T0, enroll, keyring, read_turn
 
-T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=3)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@pytest.fixture
+def db_url(store_url: str) -> str:
     """A migrated database with 40 due users, on each backend."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'lta.db'}"
-        _fill(url)
-        yield url
-        return
-    admin = os.environ.get(PG_ENV)
-    if not admin:
-        pytest.skip(PG_SKIP)
-    with throwaway_database(admin) as url:
-        _fill(url)
-        yield url
-
-
-def _fill(url: str) -> None:
-    vault = Vault(Keyring({"k1": os.urandom(32)}))
-    with Store.open(url) as store:
-        store.upgrade()
+    vault = Vault(keyring("k1"))
+    with Store.open(store_url) as store:
         for n in range(40):
-            user = f"user-{n:02d}"
-            token = vault.encrypt(Secret(f"dspa_{user}_{n}"), user=user)
-            store.store_token(
-                user, token, LONG_TERM_SCOPES, T0, next_due_at=T0 - timedelta(minutes=n)
-            )
+            enroll(store, vault, f"user-{n:02d}", due=T0 - timedelta(minutes=n))
+    return store_url
 
 
 def claim(store: Store, owner: str, now: datetime, limit: int = 10) -> list[str]:
@@ -94,15 +69,6 @@ def test_a_dead_instances_users_go_to_the_others_once_its_leases_expire(db_url: 
         assert heard == [("dead", 5)]
 
 
-def test_renewed_leases_are_not_taken(db_url: str) -> None:
-    """A live instance renews its leases; past the first expiry nobody else gets its users."""
-    with Store.open(db_url) as owner, Store.open(db_url) as other:
-        held = claim(owner, "owner", T0, limit=5)
-        assert owner.renew_leases("owner", T0 + 2 * LEASE) == 5
-        taken = claim(other, "other", T0 + LEASE + timedelta(seconds=1), limit=40)
-        assert not set(held) & set(taken)
-
-
 def test_an_expired_owner_cannot_write_over_the_new_owner(db_url: str) -> None:
     """A stalled instance whose lease expired and was taken over has its late write skipped."""
     with Store.open(db_url) as stalled, Store.open(db_url) as other:
@@ -110,24 +76,9 @@ def test_an_expired_owner_cannot_write_over_the_new_owner(db_url: str) -> None:
         assert claim(other, "other", T0 + LEASE + timedelta(seconds=1), limit=1) == [user]
         row = stalled.get_user(user)
         assert row is not None
-        late = UserUpdate(
-            user_id=row.id,
-            state="active",
-            next_due_at=T0 + timedelta(hours=1),
-            consecutive_failures=0,
-            last_outcome="ok",
-            last_polled_at=T0,
-        )
+        late = read_turn(row.id, T0)
         assert stalled.apply([late], owner="stalled") == 0
         assert other.apply([late], owner="other") == 1
-
-
-def test_release_frees_what_a_stopping_instance_did_not_read(db_url: str) -> None:
-    """Leases released at a pass's end are claimable at once, without waiting for expiry."""
-    with Store.open(db_url) as leaving, Store.open(db_url) as other:
-        held = claim(leaving, "leaving", T0, limit=4)
-        assert leaving.release("leaving") == 4
-        assert sorted(claim(other, "other", T0, limit=4)) == sorted(held)
 
 
 def test_release_all_frees_every_lease_and_says_whose(db_url: str) -> None:

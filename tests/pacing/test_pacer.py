@@ -36,10 +36,8 @@ class Window:
     length: float
     limit: int
     others: tuple[float, ...] = ()  # fractions of the window at which other requests arrive
-    # (fraction of the window, new limit): the service changes the quota within the window.
-    changes: tuple[tuple[float, int], ...] = ()
-    # (fraction of the window, new length): the service shortens the window then (a budget
-    # raised with a shorter window): it ends that much later, if earlier than it would.
+    changes: tuple[tuple[float, int], ...] = ()  # (fraction, new limit) within the window
+    # (fraction, new length): the window shortened then (a budget raised); it ends no later.
     cut: tuple[float, float] | None = None
 
     def end(self) -> float:
@@ -58,10 +56,6 @@ class Window:
         for at, new in sorted(self.changes):
             limit = new if at <= fraction else limit
         return limit
-
-    def limits(self) -> list[int]:
-        """Every limit this window has."""
-        return [self.limit, *(new for _, new in self.changes)]
 
 
 @dataclass
@@ -216,12 +210,12 @@ def test_never_more_than_allowed_in_any_window(
 def test_never_more_than_allowed_when_the_limit_changes(
     windows: list[Window], reserve: float, latency: float, concurrency: int
 ) -> None:
-    """With the quota raised or lowered within windows, no window gets more than its highest
-    limit less the reserve."""
+    """With the quota changing within windows, none gets more than its highest allowance."""
     server = Server(windows, rounding=True)
     run(server, [pacer_core(reserve=reserve, fallback_per_hour=60)], concurrency, latency)
     for i, window in enumerate(windows):
-        most = max(allowed(Window(window.length, limit), reserve) for limit in window.limits())
+        limits = [window.limit, *(new for _, new in window.changes)]
+        most = max(allowed(Window(window.length, limit), reserve) for limit in limits)
         assert server.worker[i] <= max(1, most), (i, server.worker)
 
 
@@ -234,13 +228,7 @@ def test_never_more_than_allowed_when_the_limit_changes(
 def test_never_stalls_while_remaining_is_above_the_reserve(
     windows: list[Window], reserve: float, rounding: bool
 ) -> None:
-    """Whenever the last answer's remaining is above the reserve of its limit, the next permit
-    goes before that answer's reset and is never 'exhausted', whatever the limit did.
-
-    Whole-second resets may be rounded: a window's end (and so its start) is known only to a
-    second, so the last second of a window and the permits of the second before its start
-    are left out of the claim.
-    """
+    """Above the reserve the next permit goes before the reset (rounding: ±1 s at the start)."""
     server = Server(windows, rounding=rounding)
     core = pacer_core(reserve=reserve, fallback_per_hour=60)
     t, sends = 0.0, 0
@@ -330,10 +318,7 @@ answers = st.tuples(
 def test_any_stated_budget_never_makes_the_pacer_spin_or_raise(
     steps: list[tuple[float, RateLimitInfo, int | None]], reserve: float
 ) -> None:
-    """Whatever budget the answers state (a limit of 0, 2^31 or 2^63 requests, a window of
-    1 s or 2^63 s, a reset far away, negative or NaN figures), the pacer never raises, every
-    wait is a finite number of seconds at least 0, and once it has waited that long the
-    permit goes: it never wakes to wait again."""
+    """Absurd figures (0, 2^63, NaN, negative): no raise, every wait finite, then the permit."""
     core = pacer_core(reserve=reserve, fallback_per_hour=60)
     t = 1e6
     for gap, answer, status in steps:
@@ -363,27 +348,12 @@ def info(remaining: int, reset: float, limit: int | None = 100, **kw: float) -> 
     return RateLimitInfo(limit=limit, remaining=remaining, reset_after=reset, **kw)  # type: ignore[arg-type]
 
 
-def test_first_permit_is_immediate_and_fallback_paces_the_rest() -> None:
-    """With no header ever seen, permits go at the configured fallback rate."""
-    core = pacer_core(fallback_per_hour=60)
-    assert core.reserve(0.0) == 0.0
-    assert core.reserve(0.0) == pytest.approx(60.0)
-    assert core.reserve(0.0) == pytest.approx(120.0)
-
-
-def test_initial_burst_goes_at_once_before_any_header() -> None:
-    """Before any header, `initial_burst` permits go at once; then the fallback rate applies."""
-    core = pacer_core(fallback_per_hour=60, initial_burst=5)
-    assert [core.reserve(0.0) for _ in range(5)] == [0.0] * 5
-    assert core.reserve(0.0) == pytest.approx(60.0)
-
-
-def test_initial_burst_does_not_apply_once_a_window_is_known() -> None:
-    """After a header, the window's spacing rules, whatever burst was configured."""
-    core = pacer_core(reserve=0.0, initial_burst=5)
-    core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
-    assert core.reserve(0.0) == 0.0
-    assert core.reserve(0.0) == pytest.approx(10.05)
+@pytest.mark.parametrize("burst", [1, 5])
+def test_before_any_header_the_burst_goes_at_once_then_the_fallback_rate(burst: int) -> None:
+    """Before any header, `initial_burst` permits go at once, then one per fallback interval."""
+    core = pacer_core(fallback_per_hour=60, initial_burst=burst)
+    assert [core.reserve(0.0) for _ in range(burst)] == [0.0] * burst
+    assert [core.reserve(0.0) for _ in range(2)] == pytest.approx([60.0, 120.0])
 
 
 @given(
@@ -398,37 +368,28 @@ def test_fallback_rate_with_burst_is_bounded(times: list[float], burst: int) -> 
         assert sum(1 for u in slots if s <= u < s + 3600) <= 30 + burst
 
 
-@given(times=st.lists(st.floats(min_value=0, max_value=20_000), min_size=1, max_size=200))
-def test_fallback_rate_respected_with_no_headers(times: list[float]) -> None:
-    """Without headers, no hour holds more than fallback_per_hour permits (plus one)."""
-    core = pacer_core(fallback_per_hour=30)
-    slots = sorted(t + core.reserve(t) for t in sorted(times))
-    for s in slots:
-        assert sum(1 for u in slots if s <= u < s + 3600) <= 31
-
-
 def test_allowance_is_spread_over_the_time_left() -> None:
-    """The i-th permit of A goes at start + i * time_left / A: no burst at the window's start."""
-    core = pacer_core(reserve=0.0)
+    """The i-th permit of A goes at i * time_left / A, whatever burst was configured."""
+    core = pacer_core(reserve=0.0, initial_burst=5)
     core.observe(0.0, info(remaining=10, reset=100.5, limit=10), 200)
     slots = [core.reserve(0.0) for _ in range(10)]
     assert slots == pytest.approx([0.0, 10.05, 20.1, 30.15, 40.2, 50.25, 60.3, 70.35, 80.4, 90.45])
 
 
-def test_reserve_and_share_shrink_the_allowance() -> None:
+@pytest.mark.parametrize(
+    ("reserve", "share", "remaining", "limit", "allowance"),
+    [
+        pytest.param(0.2, 0.5, 100, 100, 40, id="share"),  # (100 - 20) * 0.5
+        pytest.param(0.1, 1.0, 50, 120, 38, id="docs-config-example"),  # 50 - 12, not 45
+    ],
+)
+def test_the_allowance_is_remaining_less_the_reserve_of_the_limit_times_the_share(
+    reserve: float, share: float, remaining: int, limit: int, allowance: int
+) -> None:
     """The allowance is remaining less reserve*limit, times the instance's share."""
-    core = pacer_core(reserve=0.2, share=0.5)
-    core.observe(0.0, info(remaining=100, reset=1000.5, limit=100), 200)
-    in_window = [d for d in (core.reserve(0.0) for _ in range(60)) if d < 1000.5]
-    assert len(in_window) == 40  # (100 - 20) * 0.5
-
-
-def test_the_reserve_is_a_share_of_the_limit() -> None:
-    """docs/config.md's example: limit 120, remaining 50, reserve 0.1 allow 38 reads (the
-    last 12 of the window stay the client's other traffic's), not 45."""
-    core = pacer_core(reserve=0.1)
-    core.observe(0.0, info(remaining=50, reset=1000.5, limit=120), 200)
-    assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == 38
+    core = pacer_core(reserve=reserve, share=share)
+    core.observe(0.0, info(remaining=remaining, reset=1000.5, limit=limit), 200)
+    assert sum(1 for _ in range(60) if core.reserve(0.0) < 1000.5) == allowance
 
 
 def test_spent_allowance_waits_for_the_reset() -> None:
@@ -450,8 +411,7 @@ def test_spent_allowance_waits_for_the_reset() -> None:
 def test_spent_answers_with_a_reset_already_past_keep_the_fallback_rate(
     fallback: float, reserve: float, left: float, latency: float
 ) -> None:
-    """Answers with nothing left and a reset already past never make permits go faster
-    than the fallback rate: each such answer is not a fresh window to probe again."""
+    """Spent answers with a reset already past never beat the fallback rate."""
     core = pacer_core(reserve=reserve, fallback_per_hour=fallback)
     remaining = math.floor(left * reserve * 100)  # within the reserve: nothing for the worker
     sends: list[float] = []
@@ -509,8 +469,7 @@ def test_other_traffic_lowers_the_allowance() -> None:
 def test_a_changed_limit_is_followed_at_once(
     before: tuple[int, int, float], after: tuple[int, int, float]
 ) -> None:
-    """A quota raised or lowered within a window: the next permit follows the new figures
-    at once (the allowance is the new remaining less the reserve of the new limit)."""
+    """A quota raised or lowered within a window: the next permit follows the new figures."""
     core = pacer_core(reserve=0.1)
     limit, remaining, reset = before
     core.observe(0.0, info(remaining=remaining, reset=reset, limit=limit), 200, sent_at=0.0)
@@ -559,9 +518,7 @@ BEFORE = info(remaining=50, reset=3240.0, limit=100, window=3600.0)
 def test_window_transitions(
     answer: tuple[RateLimitInfo, int, float], window: float, reset_in: float, remaining: int
 ) -> None:
-    """From a window in force, each kind of answer (figures, status, when it was sent): the
-    window, the reset and the remaining the pacer goes by, never a reset further away than
-    the window (issue 37 item 8)."""
+    """Each kind of answer: the window, reset and remaining then; the reset within the window."""
     core = pacer_core(reserve=0.1, max_wait=timedelta(hours=3))
     core.observe(0.0, BEFORE, 200, sent_at=0.0)
     core.reserve(0.0)
@@ -574,8 +531,7 @@ def test_window_transitions(
 
 
 def test_an_earlier_reset_with_a_shorter_window_is_paced_at_once() -> None:
-    """The budget raised with a shorter window (1,200 per 600 s, 1,196 left, the reset in
-    300 s instead of 54 minutes): the reads left go at the new pace, not one per 33 s."""
+    """A budget raised with a shorter window: the reads left go at the new pace at once."""
     core = pacer_core(reserve=0.1)
     core.observe(0.0, BEFORE, 200, sent_at=0.0)
     core.reserve(0.0)
@@ -613,13 +569,13 @@ def test_429_without_figures_pauses_a_minute() -> None:
     assert core.paused_for(0.0) == 60.0
 
 
-def test_share_is_validated() -> None:
-    """A share must be in (0, 1]."""
-    core = PacerCore()
+def test_set_share_reaches_the_core_and_is_validated() -> None:
+    """set_share changes the core's share, which must be in (0, 1]."""
+    pacer, _ = make_pacer()
+    pacer.set_share(0.5)
+    assert pacer.core.share == 0.5
     with pytest.raises(ValueError, match="share"):
-        core.share = 0.0
-    core.share = 0.25
-    assert core.share == 0.25
+        pacer.core.share = 0.0
 
 
 # -- the async shell -------------------------------------------------------------------------------
@@ -644,7 +600,7 @@ class FakeClock:
 WALL = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def make_pacer(**ratelimit: float) -> tuple[Pacer, FakeClock]:
+def make_pacer(**ratelimit: Any) -> tuple[Pacer, FakeClock]:
     clock = FakeClock()
     return Pacer(pacer_core(**ratelimit), clock, clock.sleep, wall_clock=lambda: WALL), clock
 
@@ -688,8 +644,7 @@ async def test_feed_uses_the_time_since_acquire_as_latency() -> None:
     permit = await pacer.acquire()
     clock.now += 5.0  # a slow answer
     pacer.feed(permit, {"ratelimit": '"p";r=1;t=10.5', "ratelimit-policy": '"p";q=2'}, 200)
-    # The window may end as early as send + 10.5 = 1010.5, not 1015.5: the permit left
-    # is usable until then, and after that only past the latest end (1015.5 + margin).
+    # Usable until the earliest end (send + 10.5), then only past the latest (+ margin).
     assert pacer.core.delay(1010.4) == (0.0, "none")
     assert pacer.core.delay(1010.6) == (pytest.approx(5.9), "exhausted")
 
@@ -726,17 +681,9 @@ def test_budget_seen_reports_the_last_answer() -> None:
     assert (snap.limit, snap.remaining) == (120, 80)
 
 
-def test_set_share_reaches_the_core() -> None:
-    """set_share changes the core's share."""
-    pacer, _ = make_pacer()
-    pacer.set_share(0.5)
-    assert pacer.core.share == 0.5
-
-
 @pytest.mark.anyio
 async def test_a_wait_cut_short_by_an_answer_is_not_logged() -> None:
-    """A permit held back only until the answer in flight brings the budget is never
-    logged as `ratelimit.wait` (before any header the plan says a minute)."""
+    """A permit held back only until the answer in flight brings the budget is not logged."""
     pacer, clock = make_pacer(fallback_per_hour=60)
     first = await pacer.acquire()  # the initial burst: the next one is planned a minute away
 

@@ -1,17 +1,15 @@
-"""The shared budget's rules, row by row and against a model server with several instances,
+"""The shared budget: its rules row by row and against a model server with several instances,
 its shell on a fake store, and the row transaction on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_seen
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
@@ -31,12 +29,10 @@ from lta_worker.pacing._shared import (
     transact,
 )
 from lta_worker.storage import Store
-from support.pg import PG_ENV, PG_SKIP, throwaway_database
 from support.storage import FakeStore
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 PROBE = timedelta(seconds=30)
-R = TypeVar("R")
 
 
 def at(seconds: float) -> datetime:
@@ -114,8 +110,7 @@ def test_an_answer_lowers_remaining_and_settles_its_permit() -> None:
 def test_a_changed_limit_is_followed_at_once(
     before: tuple[int, int], after: tuple[int, int], granted: int
 ) -> None:
-    """A quota raised or lowered within a window: the grant follows the new figures at once
-    (the new remaining less the reserve of the new limit), never the old remaining."""
+    """A quota raised or lowered within a window: the grant follows the new figures at once."""
     limit, remaining = before
     row = seen(remaining, 3600, limit=limit)
     limit, remaining = after
@@ -158,24 +153,21 @@ def test_a_new_window_starts_from_its_figures() -> None:
 
 
 def test_a_late_answer_from_a_past_window_changes_nothing() -> None:
-    """Figures of a window already over (sent before the row's) are ignored, and so is their
-    permit's tag."""
+    """Figures of a window already over (sent before the row's) are ignored, tag and all."""
     late = replace_seen(seen(3, 60), observed_at=at(-5))
     row, reserved = back(seen(80, 120), 4, Settlement(at(60), True, late))
     assert (row, reserved) == (seen(80, 120), 4)
 
 
 def test_an_earlier_reset_sent_later_opens_its_window() -> None:
-    """The service moved its reset earlier (a budget raised with a shorter window): an answer
-    sent after the row's figures opens that window at once, its length with it."""
+    """An earlier reset (a shorter window), sent after the row's figures, opens its window."""
     raised = BudgetSeen(1200, 1196, at(300), 600.0, at(10))
     row, reserved = back(seen(50, 3240), 4, Settlement(at(3240), True, raised))
     assert (row, reserved) == (raised, 0)
 
 
 def test_after_the_reset_one_probe_at_a_time_until_figures_open_the_window() -> None:
-    """A second past the reset the row is blind: one probe, the others wait, its answer opens
-    the new window."""
+    """Past the reset the row is blind: one probe, the others wait, its answer opens the window."""
     row, reserved, probe = take(seen(0, 60), 9, 61.5, 3)
     assert probe == Grant(1, "blind")
     assert row is not None
@@ -190,8 +182,7 @@ def test_after_the_reset_one_probe_at_a_time_until_figures_open_the_window() -> 
 
 
 def test_a_probe_without_figures_lets_the_next_one_go_while_few_failed() -> None:
-    """A failed blind probe stays counted (the service may have counted it); the next probe
-    goes at once until a window's worth failed, then only after a whole window."""
+    """A failed probe stays counted; the next goes at once until a window's worth failed."""
     row: BudgetSeen | None = replace_seen(seen(0, 60, limit=3), window_seconds=10.0)
     row, reserved, _ = take(row, 0, 62, 1)
     row, reserved = back(row, reserved, Settlement("blind", True, None), now=62.1)
@@ -239,26 +230,8 @@ def test_observation_of_an_answer(
 ) -> None:
     """Figures become an observation counted from the send; a 429 spends the window."""
     obs = observation(info, status, T0)
-    if expected is None:
-        assert obs is None
-        return
-    assert obs is not None
-    assert (obs.remaining, obs.reset_at, obs.observed_at) == (
-        expected[0],
-        at(expected[1]),
-        T0,
-    )
-
-
-def replace_seen(row: BudgetSeen, **changes: Any) -> BudgetSeen:
-    values = {
-        "limit": row.limit,
-        "remaining": row.remaining,
-        "reset_at": row.reset_at,
-        "window_seconds": row.window_seconds,
-        "observed_at": row.observed_at,
-    }
-    return BudgetSeen(**{**values, **changes})
+    got = None if obs is None else (obs.remaining, obs.reset_at, obs.observed_at)
+    assert got == (None if expected is None else (expected[0], at(expected[1]), T0))
 
 
 # -- several instances against a model server ---------------------------------------------
@@ -326,8 +299,7 @@ Step = tuple[str, int, float]
 def test_instances_together_stay_within_every_window(
     shape: tuple[int, int, int, int], start: float, steps: list[Step]
 ) -> None:
-    """Whatever the interleaving of instances, answers (late, reordered, lost or failed) and
-    time, no window counts more than its limit less the reserve, and no request is refused."""
+    """Any interleaving of instances, answers (late, lost, failed) and time: no window over."""
     limit, window, count, block = shape
     server = Model(limit, window)
     row: BudgetSeen | None = BudgetSeen(None, None, None, None, at(start))  # nothing known
@@ -380,10 +352,7 @@ def test_instances_together_stay_within_every_window(
 def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
     limit: int, window: int, changes: list[tuple[float, int]], gaps: list[float]
 ) -> None:
-    """One instance against a service whose limit changes: right after an answer whose
-    remaining is above the reserve of its limit, a permit is granted at once (never a wait to
-    the reset) while the window has more than the last second left; and no window counts more
-    than its highest limit less the reserve."""
+    """A changing limit: above the reserve a permit goes at once; no window over its highest."""
     server = Model(limit, window, changes=tuple(changes))
     row: BudgetSeen | None = None
     reserved = 0
@@ -415,19 +384,11 @@ def test_one_instance_never_stalls_while_remaining_is_above_the_reserve(
 # -- the shell ------------------------------------------------------------------------------
 
 
-class Wall:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.mark.anyio
 async def test_the_shell_takes_blocks_settles_and_gives_back() -> None:
     """Permits come in blocks; answers and the unused rest are written back to the row."""
-    store, wall = FakeStore(seen(20, 60), 0), Wall()
-    shared = SharedBudget(store, "c", reserve=0.1, clock=wall, block=3)
+    store = FakeStore(seen(20, 60), 0)
+    shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: T0, block=3)
     assert await shared.ready() == 0.0
     assert (store.reserved, shared.held) == (3, 3)
     tag = shared.take()
@@ -443,10 +404,10 @@ async def test_the_shell_takes_blocks_settles_and_gives_back() -> None:
 @pytest.mark.anyio
 async def test_the_shell_gives_back_a_block_whose_window_is_ending() -> None:
     """Near the reset the held permits go back to the row instead of being sent late."""
-    store, wall = FakeStore(seen(20, 60), 0), Wall()
-    shared = SharedBudget(store, "c", reserve=0.1, clock=wall, block=3)
+    store, wall = FakeStore(seen(20, 60), 0), [T0]
+    shared = SharedBudget(store, "c", reserve=0.1, clock=lambda: wall[-1], block=3)
     await shared.ready()
-    wall.now = at(59.5)
+    wall.append(at(59.5))
     assert await shared.ready() == pytest.approx(1.5)
     assert (store.reserved, shared.held) == (0, 0)
 
@@ -454,36 +415,17 @@ async def test_the_shell_gives_back_a_block_whose_window_is_ending() -> None:
 @pytest.mark.anyio
 async def test_the_shell_refuses_take_without_a_permit() -> None:
     """take() is only valid after ready() answered 0.0."""
-    shared = SharedBudget(FakeStore(seen(0, 60)), "c", reserve=0.1, clock=Wall())
+    shared = SharedBudget(FakeStore(seen(0, 60)), "c", reserve=0.1, clock=lambda: T0)
     assert await shared.ready() > 0
     with pytest.raises(RuntimeError):
         shared.take()
 
 
-# -- the row transaction, on both backends --------------------------------------------------
+# -- the row transaction, on both backends (`store_url`) ------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def budget_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated database of each backend (PostgreSQL skipped without a server)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'lta.db'}"
-        with Store.open(url) as store:
-            store.upgrade()
-        yield url
-        return
-    admin = os.environ.get(PG_ENV)
-    if not admin:
-        pytest.skip(PG_SKIP)
-    with throwaway_database(admin) as url:
-        with Store.open(url) as store:
-            store.upgrade()
-        yield url
-
-
-def test_update_budget_creates_the_row_once_and_serializes_writers(budget_db: str) -> None:
-    """Eight threads, each with its own store, first racing to create the row, then taking
-    one permit at a time: exactly what the row allows is handed out, no more."""
+def test_update_budget_creates_the_row_once_and_serializes_writers(store_url: str) -> None:
+    """Eight stores racing to create the row, then to take permits: exactly the allowance."""
     barrier = threading.Barrier(8)
     granted: list[int] = []
     first = seen(30, 3600, limit=30)  # 27 usable after the 10% reserve
@@ -497,7 +439,7 @@ def test_update_budget_creates_the_row_once_and_serializes_writers(budget_db: st
         return new_row, new_reserved, got.granted
 
     def worker() -> None:
-        with Store.open(budget_db) as store:
+        with Store.open(store_url) as store:
             barrier.wait(timeout=30)
             for _ in range(6):
                 granted.append(store.update_budget("client", create_or_take))
@@ -510,24 +452,24 @@ def test_update_budget_creates_the_row_once_and_serializes_writers(budget_db: st
     assert not any(thread.is_alive() for thread in threads)
     assert len(granted) == 48
     assert sum(granted) == 27
-    with Store.open(budget_db) as store:
+    with Store.open(store_url) as store:
         assert store.budget_seen("client") == first
         assert store.update_budget("client", lambda row, reserved: (row, reserved, reserved)) == 27
 
 
-def test_update_budget_without_an_observation_writes_nothing(budget_db: str) -> None:
+def test_update_budget_without_an_observation_writes_nothing(store_url: str) -> None:
     """A decision that returns no observation leaves a missing row missing."""
-    with Store.open(budget_db) as store:
+    with Store.open(store_url) as store:
         assert store.update_budget("client", lambda row, reserved: (None, 5, "done")) == "done"
         assert store.budget_seen("client") is None
 
 
 @pytest.mark.anyio
-async def test_shared_budgets_of_several_stores_never_overgrant(budget_db: str) -> None:
+async def test_shared_budgets_of_several_stores_never_overgrant(store_url: str) -> None:
     """Four shells on four stores, taking and settling concurrently: the row's allowance holds."""
-    with Store.open(budget_db) as setup:
+    with Store.open(store_url) as setup:
         setup.update_budget("client", lambda row, reserved: (seen(41, 3600, limit=40), 0, None))
-    stores = [Store.open(budget_db) for _ in range(4)]
+    stores = [Store.open(store_url) for _ in range(4)]
     taken: list[int] = []
     try:
 

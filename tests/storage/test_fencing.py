@@ -1,8 +1,5 @@
-"""Fencing and the two-phase drop in storage (issue 11), on SQLite and PostgreSQL.
-
-A pass's update is written only while the row keeps the generation it was claimed with;
-every lifecycle change bumps it. One user's failing write never blocks its batch.
-"""
+"""Fencing (a pass's update is written only under the generation it claimed; every lifecycle
+change bumps it) and the two-phase drop in storage (issue 11), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from sqlalchemy import text
 from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, SnapshotWrite, UserRow, UserUpdate
 from lta_worker.domain._drop import DROP_START
 from lta_worker.storage import Store, Vault, _outbox
-from support.storage import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, read_turn, token_for
 
 HOUR = timedelta(hours=1)
 
@@ -37,43 +34,35 @@ def claim_one(store: Store, owner: str = "i1", now: datetime = T0) -> UserRow:
     return row
 
 
-def turn(row: UserRow, payload: object = None, **changes: object) -> UserUpdate:
+def turn(row: UserRow, payload: object = None, **changes: Any) -> UserUpdate:
     """What a pass decides for `row`: ok, with a stats snapshot, fenced by its generation."""
-    base: dict[str, object] = {
-        "user_id": row.id,
-        "state": "active",
-        "next_due_at": T0 + HOUR,
-        "consecutive_failures": 0,
-        "last_outcome": "ok",
-        "last_polled_at": T0,
-        "snapshots": (SnapshotWrite("stats", "ok", payload or {"v": 1}, T0),),
-        "generation": row.generation,
-    }
-    return UserUpdate(**{**base, **changes})  # type: ignore[arg-type]
+    decided = read_turn(row.id, T0, stats=payload or {"v": 1})
+    return replace(decided, **{"generation": row.generation, **changes})
 
 
 def test_a_claim_bumps_the_generation(store: Store, vault: Vault) -> None:
-    """Each claim returns a new generation: a decision under an older claim is stale."""
+    """Each claim bumps the generation: an older claim's or an unleased decision is not written."""
     enrolled = enroll(store, vault, "a")
     first = claim_one(store)
     store.release("i1")
+    assert store.apply([turn(first)], owner="i1") == 0
     second = claim_one(store)
     assert enrolled.generation < first.generation < second.generation
     assert store.apply([turn(first)], owner="i1") == 0
     assert store.apply([turn(second)], owner="i1") == 1
 
 
-@pytest.mark.parametrize("change", ["re-enroll", "drop", "revoke"])
+@pytest.mark.parametrize("change", ["re-enroll", "drop", "forget", "revoke"])
 def test_a_change_outside_the_pass_discards_its_decision(
     store: Store, vault: Vault, change: str
 ) -> None:
-    """Re-enrollment, drop or revocation between claim and write: nothing of the pass is written."""
+    """Re-enrollment, drop (purged or not) or revocation after the claim: nothing is written."""
     enroll(store, vault, "a")
     claimed = claim_one(store)
     if change == "re-enroll":
         store.store_token("a", vault.encrypt(token_for("a"), user="a"), ["s"], T0, T0)
-    elif change == "drop":
-        store.begin_drop("a", T0)
+    elif change in ("drop", "forget"):
+        store.begin_drop("a", T0, purge=change == "forget")
     else:
         store.delete_token("a", "revoked", T0)
     before = store.get_user("a")
@@ -83,41 +72,32 @@ def test_a_change_outside_the_pass_discards_its_decision(
     assert discarded == [(update, "changed")]
     assert store.get_user("a") == before
     assert list(store.export_results("a")) == []
-
-
-def test_a_forgotten_users_results_are_never_written_back(store: Store, vault: Vault) -> None:
-    """After begin_drop and the purge, the pass's late update writes no snapshot nor history."""
-    enroll(store, vault, "a")
-    claimed = claim_one(store)
-    store.begin_drop("a", T0, purge=True)
-    assert store.apply([turn(claimed)], owner="i1") == 0
-    assert list(store.export_results("a")) == []
     assert store.history("a", "stats") == []
 
 
-def test_an_unleased_row_is_not_written_by_an_owner(store: Store, vault: Vault) -> None:
-    """The lease must still be the writer's: a row whose lease was cleared is not written."""
-    enroll(store, vault, "a")
-    claimed = claim_one(store)
-    store.release("i1")
-    assert store.apply([turn(claimed)], owner="i1") == 0
-
-
-def test_one_failing_write_does_not_block_the_batch(store: Store, vault: Vault) -> None:
-    """A user whose snapshot cannot be written is skipped alone; the others are written."""
+@pytest.mark.parametrize("why", ["failed", "changed"])
+def test_one_bad_decision_leaves_its_batch_mates_written(
+    store: Store, vault: Vault, why: str
+) -> None:
+    """A user whose write fails, or who re-enrolled since the claim, is skipped alone."""
     for name in ("a", "b", "c"):
         enroll(store, vault, name, due=T0 - MINUTE)
     rows = store.claim_due(now=T0, due_before=T0, limit=3, owner="i1", lease_until=T0 + HOUR)
     by_name = {r.user: r for r in rows}
-    bad = turn(by_name["b"], payload={"not json": {1, 2}})  # a set cannot be stored as JSON
-    batch = [turn(by_name["a"]), bad, turn(by_name["c"])]
+    if why == "failed":
+        bad = turn(by_name["b"], payload={"not json": {1, 2}})  # a set cannot be stored as JSON
+    else:
+        store.store_token("b", vault.encrypt(token_for("b"), user="b"), ["s"], T0, T0)
+        bad = turn(by_name["b"])
+    batch = [turn(by_name["a"]), bad, turn(by_name["c"], state="revoked", delete_token=True)]
     discarded: list[tuple[UserUpdate, str]] = []
     assert store.apply(batch, owner="i1", discarded=discarded) == 2
-    assert discarded == [(bad, "failed")]
+    assert discarded == [(bad, why)]
     assert {r.user for r in store.export_results()} == {"a", "c"}
-    b = store.get_user("b")
-    assert b is not None
-    assert (b.last_polled_at, b.next_due_at) == (None, T0 - MINUTE)  # untouched: still due
+    b, c = store.get_user("b"), store.get_user("c")
+    assert c is not None and (c.state, c.token) == ("revoked", None)
+    assert b is not None and b.last_polled_at is None  # untouched
+    assert why == "changed" or b.next_due_at == T0 - MINUTE  # still due
 
 
 def test_a_dropping_user_is_never_claimed_for_a_read(store: Store, vault: Vault) -> None:
@@ -176,8 +156,7 @@ def test_begin_drop_follows_the_drop_table(store: Store, vault: Vault, state: st
 
 
 def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault) -> None:
-    """New intervals: interval/parked users due at read + new interval; backoffs capped;
-    adaptive users at the interval's floor follow it, those above it keep their due time."""
+    """New intervals move interval, parked and floor-adaptive users; backoffs only earlier."""
     rows = {name: enroll(store, vault, name) for name in ("i", "p", "b", "n", "a", "h")}
     plans = {
         "i": ("active", T0 + HOUR, "interval"),
@@ -188,18 +167,8 @@ def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault)
         "h": ("active", T0 + 5 * HOUR, "adaptive"),  # set by its estimate and the budget
     }
     for name, (state, due, due_class) in plans.items():
-        store.apply(
-            [
-                turn(
-                    rows[name],
-                    state=state,
-                    next_due_at=due,
-                    due_class=due_class,
-                    snapshots=(),
-                    generation=None,
-                )
-            ]
-        )
+        changes = {"state": state, "next_due_at": due, "due_class": due_class}
+        store.apply([turn(rows[name], snapshots=(), generation=None, **changes)])
     assert store.follow_schedule(HOUR, 24 * HOUR, T0) is not None  # first: records (same)
     assert store.follow_schedule(HOUR, 24 * HOUR, T0) is None  # unchanged: nothing to do
     moved = store.follow_schedule(30 * MINUTE, 2 * HOUR, T0)
@@ -225,8 +194,7 @@ def test_follow_schedule_rewrites_due_times_by_class(store: Store, vault: Vault)
 def test_a_forced_follow_moves_adaptive_users_at_this_instance_s_old_floor(
     store: Store, vault: Vault
 ) -> None:
-    """After a reload from 1h to 30m that another instance already applied, an adaptive user
-    this instance scheduled at its old 1h floor is due 30m after its read."""
+    """A reload another instance applied first still moves users at this instance's old floor."""
     row = enroll(store, vault, "a")
     store.follow_schedule(30 * MINUTE, 24 * HOUR, T0)  # the other instance's
     late = turn(row, next_due_at=T0 + HOUR, due_class="adaptive", snapshots=(), generation=None)
@@ -254,25 +222,6 @@ def test_two_instances_starting_together_both_record_the_schedule(store_url: str
         assert one.follow_schedule(HOUR, 24 * HOUR, T0) is None
 
 
-def test_a_stale_decision_in_a_batch_leaves_its_batch_mates_written(
-    store: Store, vault: Vault
-) -> None:
-    """One batch, one user re-enrolled since the claim: only that user's decision is discarded."""
-    for name in ("a", "b", "c"):
-        enroll(store, vault, name, due=T0 - MINUTE)
-    rows = store.claim_due(now=T0, due_before=T0, limit=3, owner="i1", lease_until=T0 + HOUR)
-    by_name = {r.user: r for r in rows}
-    store.store_token("b", vault.encrypt(token_for("b"), user="b"), ["s"], T0, T0)
-    stale = turn(by_name["b"])
-    batch = [turn(by_name["a"]), stale, turn(by_name["c"], state="revoked", delete_token=True)]
-    discarded: list[tuple[UserUpdate, str]] = []
-    assert store.apply(batch, owner="i1", discarded=discarded) == 2
-    assert discarded == [(stale, "changed")]
-    assert {r.user for r in store.export_results()} == {"a", "c"}
-    c = store.get_user("c")
-    assert c is not None and (c.state, c.token) == ("revoked", None)
-
-
 def test_two_turns_of_one_user_in_a_batch_are_written_in_order(store: Store, vault: Vault) -> None:
     """A batch holding the same user twice writes both, in order: history keeps both contents."""
     row = enroll(store, vault, "a")
@@ -281,16 +230,12 @@ def test_two_turns_of_one_user_in_a_batch_are_written_in_order(store: Store, vau
     assert store.apply([first, later]) == 2
     assert [h.payload for h in store.history("a", "stats")] == [{"v": 1}, {"v": 2}]
     (result,) = store.export_results("a")
-    assert (result.payload, result.fetched_at, result.changed_at) == (
-        {"v": 2},
-        T0 + HOUR,
-        T0 + HOUR,
-    )
+    assert (result.payload, result.fetched_at) == ({"v": 2}, T0 + HOUR)
+    assert result.changed_at == T0 + HOUR
 
 
 def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
-    """claim_due's records (read from the driver's values) equal get_user's, field by field,
-    with a denial and an estimate stored too."""
+    """claim_due's records equal get_user's, field by field, a denial and an estimate too."""
     row = enroll(store, vault, "a", due=T0 - MINUTE)
     denied = {"stats": T0 + 2 * HOUR}
     belief = tuple(float(k == 20) for k in range(GRID_SIZE))
@@ -304,8 +249,7 @@ def test_a_claimed_user_is_the_stored_user(store: Store, vault: Vault) -> None:
 
 
 def test_a_drop_command_holds_its_user_until_its_write(store: Store, vault: Vault) -> None:
-    """begin_drop with a lease keeps `run`/`serve` from retrying the drop while the command's
-    DELETE is out; a second command finds it in flight; the command's write ends the lease."""
+    """A command's drop lease keeps others off while its DELETE is out, until its write."""
     enroll(store, vault, "a")
     start = store.begin_drop("a", T0, lease_until=T0 + 5 * MINUTE)
     assert start.owner is not None and not start.in_flight
@@ -319,8 +263,7 @@ def test_a_drop_command_holds_its_user_until_its_write(store: Store, vault: Vaul
 
 
 def test_a_drop_commands_lease_that_expired_is_taken_over(store: Store, vault: Vault) -> None:
-    """A command that died with its DELETE out: once its lease expires the drop is retried
-    (by `run`/`serve`, or by the next command), and its late write is fenced off."""
+    """A dead command's drop is retried once its lease expires; its late write is fenced off."""
     enroll(store, vault, "a")
     start = store.begin_drop("a", T0, lease_until=T0 + MINUTE)
     later = T0 + 2 * MINUTE
@@ -330,8 +273,7 @@ def test_a_drop_commands_lease_that_expired_is_taken_over(store: Store, vault: V
 
 
 def _wait_for_a_lock_waiter(store_url: str, started: threading.Event) -> None:
-    """Return once another transaction waits for a row lock (PostgreSQL), or shortly after
-    `started` (SQLite: the writer waits for the write lock, which cannot be seen)."""
+    """Return once another transaction waits for a row lock (SQLite: shortly after `started`)."""
     assert started.wait(10)
     if not store_url.startswith("postgresql"):
         time.sleep(0.3)
@@ -349,9 +291,7 @@ def _wait_for_a_lock_waiter(store_url: str, started: threading.Event) -> None:
 def test_a_write_that_waited_for_a_drops_lock_is_fenced_by_the_drops_lease(
     store_url: str, vault: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass's write that began while `users drop` held the user (its lease ended, the
-    drop's taken) is discarded once the drop commits: the user stays `dropping`, nothing
-    of the turn stored (issue 28: PostgreSQL re-read only the users row, not the lease)."""
+    """A pass's write that waited while `users drop` held the user is discarded (issue 28)."""
     with Store.open(store_url) as fleet, Store.open(store_url) as command:
         enroll(fleet, vault, "a")
         claimed = claim_one(fleet)

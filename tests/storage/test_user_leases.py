@@ -57,8 +57,7 @@ def test_a_claim_leaves_the_users_rows_as_they_were(store: Store, vault: Vault) 
 def test_a_stale_decision_stays_stale_after_take_over_release_and_reclaim(
     store: Store, vault: Vault
 ) -> None:
-    """i1's lease expires, i2 takes the user over and releases it, i1 claims it again: the
-    decision i1 made under its first claim is discarded, the one under the last is written."""
+    """i1's lease expires, i2 takes over and releases, i1 claims again: only the last counts."""
     enroll(store, vault, "a", due=T0 - MINUTE)
     (first,) = _claim(store, "i1")
     (taken,) = _claim(store, "i2", at=2 * LEASE)
@@ -73,9 +72,7 @@ def test_a_stale_decision_stays_stale_after_take_over_release_and_reclaim(
 
 
 def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -> None:
-    """When two claims race for a user, the second write of its lease (the upsert) leaves
-    the first owner's live lease as it is, and does not return the user; an expired lease
-    is taken over."""
+    """A racing claim's upsert leaves a live lease alone; an expired one is taken over."""
     live = enroll(store, vault, "live", due=T0 - MINUTE)
     gone = enroll(store, vault, "gone", due=T0 - MINUTE)
     assert len(_claim(store, "first")) == 2
@@ -100,8 +97,7 @@ def test_the_lease_upsert_never_takes_a_live_lease(store: Store, vault: Vault) -
 
 
 def test_a_claim_on_postgresql_is_one_statement(store: Store, vault: Vault) -> None:
-    """On PostgreSQL the candidates' locks, the leases' upsert and the rows come in one
-    statement (one round trip; the generations from the locked rows, not read again)."""
+    """On PostgreSQL the locks, the leases' upsert and the rows come in one statement."""
     if store.database.dialect != "postgresql":
         pytest.skip("SQLite's claim is two statements under its write lock")
     for name in ("a", "b"):
@@ -121,8 +117,7 @@ def test_a_claim_on_postgresql_is_one_statement(store: Store, vault: Vault) -> N
 
 
 def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault: Vault) -> None:
-    """The claim commits as every write does: its connection stays synchronous=FULL, its
-    foreign keys checked."""
+    """The claim commits as every write does: synchronous=FULL, foreign keys checked."""
     with Store.open(f"sqlite:///{tmp_path / 'lta.db'}") as store:
         store.upgrade()
         enroll(store, vault, "a", due=T0 - MINUTE)
@@ -133,11 +128,8 @@ def test_a_claim_leaves_its_connection_synced_and_checked(tmp_path: Path, vault:
 
 
 def test_upgrade_from_0_1_0_keeps_live_leases_and_results(empty_url: str, vault: Vault) -> None:
-    """A 0.1.0 database (revision 0002) with a user leased in its row and a stored result:
-    after the upgrade the lease is in user_leases (owner, expiry, the generation 0 every
-    user starts with) without a foreign key to check on each claim, the lease columns are
-    gone, the result is kept, and the owner's decision fenced with that generation is
-    written."""
+    """A 0.1.0 database's lease in its row moves to user_leases (generation 0, no foreign
+    key), the lease columns go, results stay, and the owner's fenced decision is written."""
     if empty_url.startswith("sqlite"):
         Path(empty_url.removeprefix("sqlite:///")).parent.mkdir(mode=0o700)
     with Store.open(empty_url) as store:
@@ -183,9 +175,7 @@ def test_upgrade_from_0_1_0_keeps_live_leases_and_results(empty_url: str, vault:
 
 
 def test_a_late_renewal_never_shortens_a_lease_claimed_after_it(store: Store, vault: Vault) -> None:
-    """A renewal computed before a stall lands after its owner claimed the user again (a
-    later expiry): the lease keeps the later expiry, and no other instance takes it over
-    before then (issue 28: the holder read on, another instance claimed and read too)."""
+    """A renewal computed before a stall never shortens a later claim's lease (issue 28)."""
     enroll(store, vault, "a", due=T0 - MINUTE)
     assert [u.user for u in _claim(store, "i1")] == ["a"]  # lease to T0 + LEASE
     late = LEASE + MINUTE  # the lease lapsed; i1 claims the user again, to late + LEASE

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -12,7 +14,7 @@ from lta_worker.domain import USER_STATES, UserUpdate
 from lta_worker.errors import StorageError, UnknownUserError
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
-from support.storage import MINUTE, T0, enroll, keyring
+from support.storage import MINUTE, T0, enroll, keyring, read_turn
 
 HOUR = timedelta(hours=1)
 
@@ -32,12 +34,8 @@ def test_store_token_inserts_an_active_user(store: Store, vault: Vault) -> None:
     assert rotated is False
     row = store.get_user("alice")
     assert row is not None
-    assert (row.state, row.scopes, row.enrolled_at, row.next_due_at) == (
-        "active",
-        ("s1", "s2"),
-        T0,
-        T0 + HOUR,
-    )
+    assert (row.state, row.scopes) == ("active", ("s1", "s2"))
+    assert (row.enrolled_at, row.next_due_at) == (T0, T0 + HOUR)
     assert row.token is not None
     assert vault.decrypt(row.token, user="alice") == token
     assert (row.consecutive_failures, dict(row.denied), row.last_outcome) == (0, {}, None)
@@ -46,18 +44,8 @@ def test_store_token_inserts_an_active_user(store: Store, vault: Vault) -> None:
 def test_store_token_again_rotates_and_resets(store: Store, vault: Vault) -> None:
     """A second enrollment replaces the token, resets failures and denials, says it rotated."""
     row = enroll(store, vault, "alice")
-    store.apply(
-        [
-            UserUpdate(
-                user_id=row.id,
-                state="rejected",
-                next_due_at=T0 + HOUR,
-                consecutive_failures=3,
-                last_outcome="rejected",
-                denied={"stats": T0 + HOUR},
-            )
-        ]
-    )
+    failed = {"consecutive_failures": 3, "last_outcome": "rejected", "denied": {"stats": T0}}
+    store.apply([_update(row.id, state="rejected", **failed)])
     new = Secret("dspa_new")
     assert store.store_token("alice", vault.encrypt(new, user="alice"), ["s1"], T0, T0) is True
     again = store.get_user("alice")
@@ -76,11 +64,6 @@ def test_store_token_after_drop_is_not_a_rotation(store: Store, vault: Vault) ->
     assert row is not None and row.state == "active" and row.token is not None
 
 
-def test_get_unknown_user(store: Store) -> None:
-    """An unknown user id gives None."""
-    assert store.get_user("nobody") is None
-
-
 def test_list_users_in_keyset_batches(store: Store, vault: Vault) -> None:
     """list_users yields every user once, in id order, across batch boundaries."""
     names = [f"user-{i:02d}" for i in range(7)]
@@ -90,39 +73,35 @@ def test_list_users_in_keyset_batches(store: Store, vault: Vault) -> None:
     assert list(Store.list_users(store, batch=100)) == list(store.list_users(batch=1))
 
 
-def test_count_by_state_lists_every_state(store: Store, vault: Vault) -> None:
-    """count_by_state has every state, zero when empty."""
+def test_counts_by_state_and_due(store: Store, vault: Vault) -> None:
+    """count_by_state has every state (0 when empty); count_due counts due users with a token."""
     assert store.count_by_state() == dict.fromkeys(USER_STATES, 0)
-    enroll(store, vault, "a")
-    enroll(store, vault, "b")
-    store.delete_token("b", "revoked", T0)
-    assert store.count_by_state() == {**dict.fromkeys(USER_STATES, 0), "active": 1, "revoked": 1}
-
-
-def test_count_due(store: Store, vault: Vault) -> None:
-    """count_due counts users with a token due at or before now."""
     enroll(store, vault, "early", due=T0 - MINUTE)
     enroll(store, vault, "now", due=T0)
     enroll(store, vault, "later", due=T0 + MINUTE)
     enroll(store, vault, "gone", due=T0 - MINUTE)
-    store.delete_token("gone", "dropped", T0)
+    store.delete_token("gone", "revoked", T0)
+    assert store.count_by_state() == {**dict.fromkeys(USER_STATES, 0), "active": 3, "revoked": 1}
     assert store.count_due(T0) == 2
 
 
-def claim(store: Store, owner: str = "i1", limit: int = 10, now: object = None) -> list[str]:
-    """Claim due users at T0 (lease 5 minutes) and return their ids."""
+def claim(store: Store, owner: str = "i1", limit: int = 10, at: datetime = T0) -> list[str]:
+    """Claim users due at `at` (lease 5 minutes) and return their ids."""
     rows = store.claim_due(
-        now=T0, due_before=T0, limit=limit, owner=owner, lease_until=T0 + 5 * MINUTE
+        now=at, due_before=at, limit=limit, owner=owner, lease_until=at + 5 * MINUTE
     )
     return [r.user for r in rows]
 
 
 def test_claim_due_order_limit_and_lease(store: Store, vault: Vault) -> None:
-    """Claims take the oldest next_due_at first (then id), up to the limit, and lease them."""
+    """Claims take the oldest due first (then id), up to the limit, leased, never tokenless."""
     enroll(store, vault, "b", due=T0 - 2 * MINUTE)
     enroll(store, vault, "a", due=T0 - 3 * MINUTE)
     enroll(store, vault, "c", due=T0 - 2 * MINUTE)
     enroll(store, vault, "future", due=T0 + MINUTE)
+    enroll(store, vault, "revoked", due=T0 - 4 * MINUTE)
+    store.delete_token("revoked", "revoked", T0)
+    assert claim(store, limit=0) == []
     assert claim(store, limit=2) == ["a", "b"]
     assert claim(store, owner="i2") == ["c"]
     assert claim(store, owner="i3") == []
@@ -131,8 +110,7 @@ def test_claim_due_order_limit_and_lease(store: Store, vault: Vault) -> None:
 def test_a_new_user_is_claimed_before_settled_users_not_yet_overdue(
     store: Store, vault: Vault
 ) -> None:
-    """A user enrolled now (due at once, as enrollment stores it) is claimed after the
-    overdue settled users and before every settled user due even a minute later."""
+    """A user enrolled now is claimed after the overdue users, before those due later."""
     enroll(store, vault, "overdue", due=T0 - 3 * HOUR)
     for n in range(3):
         enroll(store, vault, f"settled{n}", due=T0 + MINUTE)
@@ -143,57 +121,6 @@ def test_a_new_user_is_claimed_before_settled_users_not_yet_overdue(
     assert [r.user for r in rows] == ["overdue", "new", "settled0"]
 
 
-def test_claim_skips_live_leases_and_takes_expired_ones(store: Store, vault: Vault) -> None:
-    """A leased user is not claimed again until its lease has expired."""
-    enroll(store, vault, "a", due=T0 - MINUTE)
-    assert claim(store, owner="dead") == ["a"]
-    later = T0 + 6 * MINUTE
-    rows = store.claim_due(
-        now=later, due_before=later, limit=5, owner="alive", lease_until=later + MINUTE
-    )
-    assert [r.user for r in rows] == ["a"]
-
-
-def test_claim_skips_tokenless_users(store: Store, vault: Vault) -> None:
-    """Revoked and dropped users (no token) are never claimed."""
-    enroll(store, vault, "a", due=T0 - MINUTE)
-    enroll(store, vault, "b", due=T0 - MINUTE)
-    store.delete_token("a", "revoked", T0)
-    assert claim(store) == ["b"]
-
-
-def test_claim_zero_is_nothing(store: Store, vault: Vault) -> None:
-    """A limit of 0 claims nothing."""
-    enroll(store, vault, "a", due=T0 - MINUTE)
-    assert claim(store, limit=0) == []
-
-
-def test_concurrent_claims_are_disjoint(store_url: str, vault: Vault) -> None:
-    """Four claimers on separate connections claim every due user exactly once."""
-    with Store.open(store_url) as setup:
-        for i in range(60):
-            enroll(setup, vault, f"u{i:03d}", due=T0 - timedelta(seconds=i % 7))
-    claimed: dict[str, list[str]] = {}
-    barrier = threading.Barrier(4)
-
-    def claimer(owner: str) -> None:
-        with Store.open(store_url) as mine:
-            barrier.wait(timeout=30)
-            got: list[str] = []
-            while batch := claim(mine, owner=owner, limit=4):
-                got += batch
-            claimed[owner] = got
-
-    threads = [threading.Thread(target=claimer, args=(f"i{n}",)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    everyone = [u for got in claimed.values() for u in got]
-    assert len(claimed) == 4
-    assert sorted(everyone) == [f"u{i:03d}" for i in range(60)]
-
-
 def test_renew_and_release(store: Store, vault: Vault) -> None:
     """renew_leases extends an owner's leases; release drops them (all or some)."""
     for name in ("a", "b", "c"):
@@ -201,10 +128,7 @@ def test_renew_and_release(store: Store, vault: Vault) -> None:
     assert len(claim(store, owner="i1")) == 3
     assert store.renew_leases("i1", T0 + HOUR) == 3
     assert store.renew_leases("other", T0 + HOUR) == 0
-    later = T0 + 30 * MINUTE
-    assert (
-        store.claim_due(now=later, due_before=later, limit=9, owner="i2", lease_until=later) == []
-    )
+    assert claim(store, owner="i2", at=T0 + 30 * MINUTE) == []
     a = store.get_user("a")
     assert a is not None
     assert store.release("i1", [a.id]) == 1
@@ -214,16 +138,8 @@ def test_renew_and_release(store: Store, vault: Vault) -> None:
     assert sorted(claim(store, owner="i3")) == ["b", "c"]
 
 
-def _update(user_id: int, **changes: object) -> UserUpdate:
-    base: dict[str, object] = {
-        "user_id": user_id,
-        "state": "active",
-        "next_due_at": T0 + HOUR,
-        "consecutive_failures": 0,
-        "last_outcome": "ok",
-        "last_polled_at": T0,
-    }
-    return UserUpdate(**{**base, **changes})  # type: ignore[arg-type]
+def _update(user_id: int, **changes: Any) -> UserUpdate:
+    return replace(read_turn(user_id, T0), **changes)
 
 
 def test_apply_writes_columns_and_releases_lease(store: Store, vault: Vault) -> None:
@@ -231,18 +147,12 @@ def test_apply_writes_columns_and_releases_lease(store: Store, vault: Vault) -> 
     row = enroll(store, vault, "a", due=T0 - MINUTE)
     claim(store, owner="i1")
     denied = {"stats": T0 + 2 * HOUR}
-    applied = store.apply(
-        [_update(row.id, state="parked", last_code="CloudSyncInactive", denied=denied)],
-        owner="i1",
-    )
-    assert applied == 1
+    update = _update(row.id, state="parked", last_code="CloudSyncInactive", denied=denied)
+    assert store.apply([update], owner="i1") == 1
     after = store.get_user("a")
     assert after is not None
-    assert (after.state, after.last_outcome, after.last_code) == (
-        "parked",
-        "ok",
-        "CloudSyncInactive",
-    )
+    assert (after.state, after.last_outcome) == ("parked", "ok")
+    assert after.last_code == "CloudSyncInactive"
     assert (after.next_due_at, after.last_polled_at, dict(after.denied)) == (T0 + HOUR, T0, denied)
     assert after.token == row.token
     assert claim(store, owner="i2") == []  # not due any more, and not leased
@@ -250,47 +160,31 @@ def test_apply_writes_columns_and_releases_lease(store: Store, vault: Vault) -> 
         assert conn.execute(text("SELECT count(*) FROM user_leases")).scalar_one() == 0
 
 
-def test_apply_skips_users_leased_by_another_owner(store: Store, vault: Vault) -> None:
-    """An update from an owner whose lease was taken over is not written."""
-    row = enroll(store, vault, "a", due=T0 - MINUTE)
-    claim(store, owner="new-owner")
-    assert store.apply([_update(row.id, state="rejected")], owner="old-owner") == 0
-    after = store.get_user("a")
-    assert after is not None and after.state == "active"
-
-
-def test_apply_revocation_deletes_token_in_same_transaction(store: Store, vault: Vault) -> None:
-    """A revoked outcome nulls ciphertext and key id together and stamps revoked_at once."""
+@pytest.mark.parametrize(("state", "asked"), [("revoked", True), ("dropped", False)])
+def test_apply_of_a_tokenless_state_deletes_the_token_in_the_same_transaction(
+    store: Store, vault: Vault, state: str, asked: bool
+) -> None:
+    """Revoked or dropped (asked to or not): ciphertext and key id go, the stamp is set once."""
     row = enroll(store, vault, "a")
-    update = _update(row.id, state="revoked", next_due_at=None, delete_token=True)
+    update = _update(row.id, state=state, next_due_at=None, delete_token=asked)
     assert store.apply([update], now=T0) == 1
     assert store.apply([update], now=T0 + HOUR) == 1
     after = store.get_user("a")
-    assert after is not None and after.token is None and after.state == "revoked"
+    assert after is not None and after.token is None and after.state == state
     with store.database.read() as conn:
         got = conn.execute(
-            text("SELECT token_ciphertext, token_key_id, revoked_at FROM users")
+            text("SELECT token_ciphertext, token_key_id, revoked_at, dropped_at FROM users")
         ).one()
     assert got[0] is None and got[1] is None
-    assert str(got[2]).startswith("2025-06-01 12:00:00")
-
-
-def test_apply_tokenless_state_always_deletes_token(store: Store, vault: Vault) -> None:
-    """Moving a user to 'dropped' deletes the token even if the update forgot to ask."""
-    row = enroll(store, vault, "a")
-    store.apply([_update(row.id, state="dropped", next_due_at=None)])
-    after = store.get_user("a")
-    assert after is not None and after.token is None
-
-
-def test_apply_unknown_user_is_skipped(store: Store) -> None:
-    """An update for a user id that no longer exists is skipped, not an error."""
-    assert store.apply([_update(12345)]) == 0
+    stamp, other = (got[2], got[3]) if state == "revoked" else (got[3], got[2])
+    assert str(stamp).startswith("2025-06-01 12:00:00") and other is None
 
 
 def test_delete_token(store: Store, vault: Vault) -> None:
-    """delete_token sets the state and removes ciphertext and key id; True only the first time."""
+    """delete_token sets a tokenless state and removes the token; True only the first time."""
     enroll(store, vault, "a")
+    with pytest.raises(ValueError, match="revoked"):
+        store.delete_token("a", "active", T0)
     assert store.delete_token("a", "dropped", T0) is True
     assert store.delete_token("a", "dropped", T0 + HOUR) is False
     row = store.get_user("a")
@@ -298,18 +192,13 @@ def test_delete_token(store: Store, vault: Vault) -> None:
     assert (row.state, row.token, row.next_due_at) == ("dropped", None, None)
 
 
-def test_delete_token_unknown_user(store: Store) -> None:
-    """delete_token on an unknown user raises UnknownUserError (exit 2)."""
+def test_an_unknown_user(store: Store) -> None:
+    """get_user gives None, apply skips its update, delete_token raises (exit 2)."""
+    assert store.get_user("nobody") is None
+    assert store.apply([_update(12345)]) == 0
     with pytest.raises(UnknownUserError) as info:
         store.delete_token("nobody", "dropped", T0)
     assert info.value.exit_code == 2
-
-
-def test_delete_token_needs_a_tokenless_state(store: Store, vault: Vault) -> None:
-    """delete_token refuses a state that keeps the token."""
-    enroll(store, vault, "a")
-    with pytest.raises(ValueError, match="revoked"):
-        store.delete_token("a", "active", T0)
 
 
 def test_token_and_key_id_go_together(store: Store, vault: Vault) -> None:
