@@ -242,7 +242,7 @@ async def test_include_content_puts_the_stored_payload_in_the_event(
     harness: Harness, receiver: Receiver
 ) -> None:
     """With include_content the event carries the content, whose hash is the one sent (the
-    hash chain and thin events: tests/storage/test_result_events.py)."""
+    hash chain and thin events: tests/storage/test_outbox.py)."""
     harness.configure("webhook", include_content=True)
     await harness.enroll("bob")
     harness.sim.set_payload("bob", "latest-change", {"distance": 12.5, "tags": ["a"]})
