@@ -236,7 +236,7 @@ def settled(tmp_path_factory: pytest.TempPathFactory, running: RunningSimulator)
     made = deploy(
         tmp_path_factory.mktemp("settled"),
         running,
-        poll={**POLL, "interval": "0.3s"},
+        poll={**POLL, "interval": "0.3s", "lease_duration": "30s"},  # a slow renewal skips none
     )
     made.enroll([f"s{i:03d}" for i in range(12)])
     for attempt in range(2):
