@@ -30,9 +30,13 @@ def test_head_constant_equals_alembic_head() -> None:
 
 
 def test_upgrade_creates_schema_once(empty_url: str) -> None:
-    """upgrade() on an empty database migrates to head; a second call does nothing."""
+    """check_schema on an empty database refuses it (`schema_outdated`, 78: the CLI's line says
+    `run lta-worker db upgrade`, tests/cli/test_hints.py); upgrade() migrates it to head once."""
     with Store.open(empty_url) as store:
         assert store.schema_revision() is None
+        with pytest.raises(StorageError) as info:
+            store.check_schema()
+        assert (info.value.reason, info.value.exit_code) == ("schema_outdated", 78)
         assert store.upgrade() is True
         assert store.schema_revision() == migrate.HEAD_REVISION
         assert store.upgrade() is False
@@ -46,16 +50,6 @@ def test_migrated_schema_matches_models(empty_url: str) -> None:
         with store.database.engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
             assert compare_metadata(context, schema_metadata()) == []
-
-
-def test_check_schema_on_empty_database_says_upgrade(empty_url: str) -> None:
-    """check_schema on a database without schema raises reason `schema_outdated`, exit 78 (a
-    command that may not migrate cannot go on until the operator does; the CLI's line says
-    `run lta-worker db upgrade`, tests/cli/test_hints.py)."""
-    with Store.open(empty_url) as store, pytest.raises(StorageError) as info:
-        store.check_schema()
-    assert info.value.reason == "schema_outdated"
-    assert info.value.exit_code == 78
 
 
 def test_newer_schema_is_refused(store: Store) -> None:
