@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.domain import PendingEnrollment, SnapshotWrite, UserUpdate
+from lta_worker.domain import PendingEnrollment
 from lta_worker.errors import InstanceLockedError
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._store import lock_file
-from support.storage import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, read_turn, token_for
 
 WRITERS = 4
 WRITES = 500
@@ -205,18 +205,7 @@ def test_database_files_never_hold_a_token_in_clear(sqlite_store: Store) -> None
         token = token_for(f"user{n}")
         planted.append(token)
         row = enroll(sqlite_store, vault, f"user{n}", token=token)
-        sqlite_store.apply(
-            [
-                UserUpdate(
-                    row.id,
-                    "active",
-                    T0 + MINUTE,
-                    0,
-                    "ok",
-                    snapshots=(SnapshotWrite("stats", "ok", {"n": n}, T0),),
-                )
-            ]
-        )
+        sqlite_store.apply([read_turn(row.id, T0, stats={"n": n})])
     for n in range(5):
         verifier = Secret(os.urandom(32).hex())
         planted.append(verifier)
