@@ -70,15 +70,18 @@ def test_ciphertext_is_bound_to_user_purpose_and_key_id() -> None:
     assert vault.decrypt(verifier, user="alice", purpose="verifier") == TOKEN
 
 
-def test_unknown_key_id_names_the_key() -> None:
-    """A token under a key id missing from the key file raises UnknownKeyError naming it."""
-    old = Vault(keyring("gone"))
-    sealed = old.encrypt(TOKEN, user="alice")
+def test_unknown_key_id_names_the_key(vault: Vault) -> None:
+    """A token under a key id missing from the key file raises UnknownKeyError naming it;
+    require_keys passes for listed ids and names the first missing one."""
+    sealed = Vault(keyring("gone")).encrypt(TOKEN, user="alice")
     with pytest.raises(UnknownKeyError) as info:
-        Vault(keyring("k1")).decrypt(sealed, user="alice")
+        vault.decrypt(sealed, user="alice")
     assert info.value.key_id == "gone"
     assert "'gone'" in str(info.value)
     assert info.value.exit_code == 78
+    vault.require_keys(["k1", "k2"])
+    with pytest.raises(UnknownKeyError, match="'k0'"):
+        vault.require_keys(["k2", "k0", "k9"])
 
 
 def test_wrong_material_under_same_id_is_rejected() -> None:
@@ -117,13 +120,6 @@ def test_reprs_and_errors_hold_no_secret(vault: Vault) -> None:
         vault.decrypt(sealed, user="bob")
     assert TOKEN.reveal() not in str(info.value)
     assert repr(vault.decrypt(sealed, user="alice")) == "Secret('**********')"
-
-
-def test_require_keys_names_the_first_missing(vault: Vault) -> None:
-    """require_keys passes for listed ids and names a missing one."""
-    vault.require_keys(["k1", "k2"])
-    with pytest.raises(UnknownKeyError, match="'k0'"):
-        vault.require_keys(["k2", "k0", "k9"])
 
 
 key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
