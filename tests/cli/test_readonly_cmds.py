@@ -70,13 +70,6 @@ def tables(url: str) -> set[str]:
         return set(inspect(conn).get_table_names())
 
 
-def one_error_line(done: Output) -> dict[str, object]:
-    """The failing command's last stderr line, parsed: one JSON `error` event."""
-    event: dict[str, object] = json.loads(done.stderr.splitlines()[-1])
-    assert event["event"] == "error"
-    return event
-
-
 @pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
 def test_missing_database_is_78_naming_db_upgrade(
     tmp_path: Path, empty_url: str, args: tuple[str, ...]
@@ -87,8 +80,8 @@ def test_missing_database_is_78_naming_db_upgrade(
     if args[0] == "check":
         assert "lta-worker db upgrade" in done.stdout
     else:
-        event = one_error_line(done)
-        assert event["exit_code"] == 78
+        event = json.loads(done.stderr.splitlines()[-1])
+        assert (event["event"], event["exit_code"]) == ("error", 78)
         assert "lta-worker db upgrade" in str(event["hint"])
         if empty_url.startswith("sqlite"):
             assert event["error"] == "NoDatabaseError", event
