@@ -46,16 +46,22 @@ def turn(user_id: int, state: str, **kw: Any) -> UserUpdate:
 
 
 def test_enrollment_rotation_and_deletion_are_queued(store: Store, vault: Vault) -> None:
-    """store_token queues enrolled then rotated; delete_token queues the new state."""
+    """store_token queues enrolled then rotated; delete_token queues the new state;
+    begin_drop queues dropping, finish_drop dropped, a stale finish nothing."""
     enroll(store, vault, "alice")
     enroll(store, vault, "alice")
     store.delete_token("alice", "dropped", T0 + HOUR)
     enroll(store, vault, "alice")  # after a drop: enrolled again, not a rotation
-    assert [(u, t) for u, t, _ in queued(store)] == [
-        ("alice", "user.enrolled"),
-        ("alice", "user.rotated"),
-        ("alice", "user.dropped"),
-        ("alice", "user.enrolled"),
+    start = store.begin_drop("alice", T0 + HOUR)
+    assert not store.finish_drop(start.after.id, start.after.generation - 1, T0 + HOUR)
+    assert store.finish_drop(start.after.id, start.after.generation, T0 + 2 * HOUR)
+    assert [t for _, t, _ in queued(store)] == [
+        "user.enrolled",
+        "user.rotated",
+        "user.dropped",
+        "user.enrolled",
+        "user.dropping",
+        "user.dropped",
     ]
     assert queued(store)[2][2]["old_state"] == "active"
 
@@ -91,27 +97,21 @@ def test_a_pass_decision_queues_its_change(
 
 
 def test_no_change_no_event_and_a_replay_adds_none(store: Store, vault: Vault) -> None:
-    """An ok turn of an active user queues nothing; replaying a change queues it once."""
+    """An ok turn of an active user queues nothing; replaying a change queues it once; a 403
+    without a code queues scope_denied for that endpoint, not again while denied."""
     row = enroll(store, vault, "u")
     store.apply([turn(row.id, "active")])
     assert len(queued(store)) == 1
-    parked = turn(row.id, "parked", last_outcome="inactive")
-    store.apply([parked])
-    store.apply([parked])
-    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.parked"]
-    store.apply([turn(row.id, "active")])
-    assert queued(store)[-1][1] == "user.active"
-
-
-def test_a_newly_denied_endpoint_is_queued_once(store: Store, vault: Vault) -> None:
-    """A 403 without a code queues scope_denied for that endpoint, not again while denied."""
-    row = enroll(store, vault, "u")
     denied = {"stats": T0 + HOUR}
     store.apply([turn(row.id, "active", denied=denied)])
     store.apply([turn(row.id, "active", denied=denied)])
-    events = [e for e in queued(store) if e[1] == "user.scope_denied"]
-    assert len(events) == 1
-    assert events[0][2]["endpoint"] == "stats"
+    assert [(t, d["endpoint"]) for _, t, d in queued(store)][1:] == [("user.scope_denied", "stats")]
+    parked = turn(row.id, "parked", last_outcome="inactive")
+    store.apply([parked])
+    store.apply([parked])
+    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.scope_denied", "user.parked"]
+    store.apply([turn(row.id, "active")])
+    assert queued(store)[-1][1] == "user.active"
 
 
 def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None:
@@ -123,15 +123,6 @@ def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None
     assert store.apply([stale], discarded=discarded) == 0
     assert discarded == [(stale, "changed")]
     assert [t for _, t, _ in queued(store)] == ["user.enrolled"]
-
-
-def test_the_two_phase_drop_queues_dropping_then_dropped(store: Store, vault: Vault) -> None:
-    """begin_drop queues dropping; finish_drop queues dropped; a stale finish queues none."""
-    enroll(store, vault, "u")
-    start = store.begin_drop("u", T0)
-    assert not store.finish_drop(start.after.id, start.after.generation - 1, T0)
-    assert store.finish_drop(start.after.id, start.after.generation, T0 + MINUTE)
-    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.dropping", "user.dropped"]
 
 
 def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vault) -> None:
