@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -63,14 +64,6 @@ def test_closed_port_is_temporary() -> None:
     assert PASSWORD not in f"{error} {error.hint}"
 
 
-class _PgError(Exception):
-    """A driver error carrying a SQLSTATE, as psycopg's errors on an open connection do."""
-
-    def __init__(self, sqlstate: str, message: str) -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
-
-
 @pytest.mark.parametrize(
     ("sqlstate", "exit_code"),
     [
@@ -87,8 +80,10 @@ class _PgError(Exception):
     ],
 )
 def test_sqlstate_decides_first(sqlstate: str, exit_code: int) -> None:
-    """With a SQLSTATE, its class decides 78 or 75, whatever the message says."""
-    exc = OperationalError("SELECT 1", {}, _PgError(sqlstate, 'role "x" does not exist'))
+    """With a SQLSTATE (psycopg's error of that code), its class decides 78 or 75, whatever the
+    message says."""
+    driver = psycopg.errors.lookup(sqlstate)('role "x" does not exist')
+    exc = OperationalError("SELECT 1", {}, driver)
     assert map_driver_error(exc).exit_code == exit_code
 
 
