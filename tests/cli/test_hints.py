@@ -35,6 +35,7 @@ from lta_worker.errors import (
 )
 from lta_worker.storage import load_key_file
 from lta_worker.upstream import create_reason, exchange_reason
+from support.process import write_private
 
 PACKAGE = Path(lta_worker.__file__).parent
 # The operator's own code: the CLI, the narrated demo, and the simulator's stand-in service.
@@ -257,10 +258,8 @@ def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
     """Library errors carry no command; the CLI's line still says which command helps."""
     with pytest.raises(KeyFileError) as missing:
         load_key_file(tmp_path / "nope")
-    (tmp_path / "empty").write_text("# nothing\n")
-    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(KeyFileError) as empty:
-        load_key_file(tmp_path / "empty")
+        load_key_file(write_private(tmp_path / "empty", "# nothing\n"))
     for info, expected in ((missing, RESTORE_OR_MAKE_KEY), (empty, APPEND_KEY)):
         assert "lta-worker" not in str(info.value)
         assert classify(info.value).hint == expected

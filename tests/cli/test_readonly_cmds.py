@@ -142,9 +142,7 @@ def _listening(tmp_path: Path, section: str, port: int) -> str:
     """The config lines that make `serve` listen on `port` for `section`."""
     if section == "metrics":
         return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
-    keys = tmp_path / "link-key"
-    keys.write_text("k" * 44 + "\n")
-    keys.chmod(0o600)
+    keys = write_private(tmp_path / "link-key", "k" * 44 + "\n")
     public = f"http://127.0.0.1:{port}"
     return (
         f'[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'

@@ -12,6 +12,7 @@ import pytest
 from lta_worker.config import build_settings, key_file_path, load_settings, read_client_secret
 from lta_worker.errors import ConfigError
 from support.configs import with_setting
+from support.process import write_private
 
 MINIMAL = """
 [service]
@@ -119,9 +120,7 @@ def test_invalid_toml_and_missing_file_are_config_errors(tmp_path: Path) -> None
 def test_client_secret_is_read_from_its_file_and_masked(tmp_path: Path) -> None:
     """The client secret comes from client.secret_file, never shows in a repr, and its file
     missing is a ConfigError naming client.secret_file."""
-    secret = tmp_path / "secret"
-    secret.write_text("s3cr3t-value\n")
-    secret.chmod(0o600)
+    secret = write_private(tmp_path / "secret", "s3cr3t-value\n")
     s = load_settings(write(tmp_path, MINIMAL + f'secret_file = "{secret}"\n'), env={})
     value = read_client_secret(s)
     assert value.reveal() == "s3cr3t-value"
