@@ -206,15 +206,11 @@ def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
 
 
 def test_keys_generate_prints_a_key_line(tmp_path: Path) -> None:
-    """`keys generate` prints one parseable line; two runs give different ids and keys."""
-    first, second = (run_here(["keys", "generate"]) for _ in range(2))
-    assert (first.returncode, second.returncode) == (0, 0), first.stderr
-    one = load_key_file(write_private(tmp_path / "one", first.stdout))
-    two = load_key_file(write_private(tmp_path / "two", second.stdout))
-    assert first.stdout.count("\n") == 1
-    assert one.current_id.startswith("k") and one.current_id.endswith("Z")
-    assert one.current_id != two.current_id
-    assert one.keys[one.current_id] != two.keys[two.current_id]
+    """`keys generate` prints one line a key file takes (fresh ids and keys: test_vault)."""
+    done = run_here(["keys", "generate"])
+    assert (done.returncode, done.stdout.count("\n")) == (0, 1), done.stderr
+    ring = load_key_file(write_private(tmp_path / "keys", done.stdout))
+    assert ring.current_id.startswith("k") and ring.current_id.endswith("Z")
 
 
 def test_keys_rotate_then_old_key_removed(tmp_path: Path, store_url: str) -> None:

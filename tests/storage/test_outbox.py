@@ -126,7 +126,8 @@ def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None
 
 
 def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vault) -> None:
-    """Only each user's oldest event is claimed, leased until acknowledged or backed off."""
+    """Only each user's oldest event is claimed, leased until acknowledged, backed off or
+    released at start (a killed delivery's: due at once, same ids)."""
     for user in ("a", "b"):
         row = enroll(store, vault, user)
         store.apply([turn(row.id, "parked", last_outcome="inactive")])
@@ -142,6 +143,10 @@ def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vau
     assert [(e.user, e.type) for e in later] == [("a", "user.parked")]
     retry = store.claim_events(T0 + 3 * HOUR, 10, T0 + 3 * HOUR + MINUTE)
     assert [(e.event_id, e.attempts) for e in retry if e.user == "b"] == [(heads[1].event_id, 2)]
+    assert store.claim_events(T0 + 3 * HOUR, 10, T0 + 4 * HOUR) == []
+    assert store.release_events(T0 + 3 * HOUR) == len(retry)  # a killed delivery's, at start
+    again = store.claim_events(T0 + 3 * HOUR, 10, T0 + 4 * HOUR)
+    assert [(e.event_id, e.attempts) for e in again] == [(e.event_id, 3) for e in retry]
 
 
 def test_old_events_are_dead_lettered_counted_and_purged(store: Store, vault: Vault) -> None:
@@ -177,16 +182,6 @@ def test_event_and_state_change_commit_together(store: Store, vault: Vault) -> N
     assert again is not None
     assert again.state == "active"
     assert [t for _, t, _ in queued(store)] == ["user.enrolled"]
-
-
-def test_leases_of_a_dead_delivery_are_released_at_start(store: Store, vault: Vault) -> None:
-    """release_events makes events leased by a killed delivery due at once, same ids."""
-    enroll(store, vault, "u")
-    (head,) = store.claim_events(T0, 10, T0 + HOUR, "dead-instance")
-    assert store.claim_events(T0 + MINUTE, 10, T0 + HOUR) == []
-    assert store.release_events(T0 + MINUTE) == 1
-    (again,) = store.claim_events(T0 + MINUTE, 10, T0 + HOUR)
-    assert (again.event_id, again.attempts) == (head.event_id, 2)
 
 
 # -- result.changed: with each changed content, after the turn's state events ----------------
