@@ -158,23 +158,20 @@ class ReadGate:
 
 
 @pytest.fixture
-def gate() -> ReadGate:
-    return ReadGate()
-
-
-@pytest.fixture
-def gated(gate: ReadGate) -> Iterator[RunningSimulator]:
+def gated() -> Iterator[tuple[RunningSimulator, ReadGate]]:
+    gate = ReadGate()
     with start_in_thread(Simulator(sleep=gate.sleep)) as served:
-        yield served
+        yield served, gate
 
 
 def test_forget_in_another_process_wins_over_a_running_pass(
-    tmp_path: Path, gated: RunningSimulator, gate: ReadGate
+    tmp_path: Path, gated: tuple[RunningSimulator, ReadGate]
 ) -> None:
     """`users forget` while `run` holds the user: after the pass it is dropped, nothing stored."""
-    cli = make_cli(tmp_path, gated, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+    served, gate = gated
+    cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
     cli.enroll_by_cli("x", "svc-x")
-    gated.sim.inject_fault("latency", count=1, delay=1.0)
+    served.sim.inject_fault("latency", count=1, delay=1.0)
     run = cli.spawn("run")
     try:
         assert gate.reached.wait(60), "the pass never read"
