@@ -32,22 +32,17 @@ from support.process import REDIRECT, serve_simulator
 from support.process import Workspace as Cli
 
 
-def make_cli(tmp_path: Path, running: RunningSimulator, client_id: str, secret: str) -> Cli:
-    """A workspace for `client_id`, logging at debug."""
-    made = Cli(running, tmp_path, client_id, secret)
+def make_cli(tmp_path: Path, running: RunningSimulator) -> Cli:
+    """A workspace for the demo client, logging at debug."""
+    made = Cli(running, tmp_path, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
     made.configure(log={"level": "debug"})
     return made
 
 
 @pytest.fixture
-def running() -> Iterator[RunningSimulator]:
+def cli(tmp_path: Path) -> Iterator[Cli]:
     with serve_simulator() as served:
-        yield served
-
-
-@pytest.fixture
-def cli(tmp_path: Path, running: RunningSimulator) -> Cli:
-    return make_cli(tmp_path, running, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+        yield make_cli(tmp_path, served)
 
 
 def test_url_finish_list_without_leaks(cli: Cli) -> None:
@@ -169,7 +164,7 @@ def test_forget_in_another_process_wins_over_a_running_pass(
 ) -> None:
     """`users forget` while `run` holds the user: after the pass it is dropped, nothing stored."""
     served, gate = gated
-    cli = make_cli(tmp_path, served, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+    cli = make_cli(tmp_path, served)
     cli.enroll_by_cli("x", "svc-x")
     served.sim.inject_fault("latency", count=1, delay=1.0)
     run = cli.spawn("run")
