@@ -32,22 +32,17 @@ from support.process import REDIRECT, serve_simulator
 from support.process import Workspace as Cli
 
 
-def make_cli(tmp_path: Path, running: RunningSimulator, client_id: str, secret: str) -> Cli:
-    """A workspace for `client_id`, logging at debug."""
-    made = Cli(running, tmp_path, client_id, secret)
+def make_cli(tmp_path: Path, running: RunningSimulator) -> Cli:
+    """A workspace for the demo client, logging at debug."""
+    made = Cli(running, tmp_path, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
     made.configure(log={"level": "debug"})
     return made
 
 
 @pytest.fixture
-def running() -> Iterator[RunningSimulator]:
+def cli(tmp_path: Path) -> Iterator[Cli]:
     with serve_simulator() as served:
-        yield served
-
-
-@pytest.fixture
-def cli(tmp_path: Path, running: RunningSimulator) -> Cli:
-    return make_cli(tmp_path, running, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+        yield make_cli(tmp_path, served)
 
 
 def test_url_finish_list_without_leaks(cli: Cli) -> None:
@@ -70,11 +65,8 @@ def test_url_finish_list_without_leaks(cli: Cli) -> None:
     listed = cli.here("users", "list", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     (alice,) = json.loads(listed.stdout)
-    assert alice["user"] == "alice"
-    assert alice["state"] == "active"
-    assert alice["has_token"] is True
-    assert alice["scopes"] == list(LONG_TERM_SCOPES)
-    assert alice["last_polled_at"] is None
+    assert (alice["user"], alice["state"], alice["has_token"]) == ("alice", "active", True)
+    assert (alice["scopes"], alice["last_polled_at"]) == (list(LONG_TERM_SCOPES), None)
     assert alice["next_due_at"].endswith("Z")
     datetime.fromisoformat(alice["next_due_at"])
     for key in ("consecutive_failures", "last_outcome", "last_code", "denied"):
@@ -161,23 +153,20 @@ class ReadGate:
 
 
 @pytest.fixture
-def gate() -> ReadGate:
-    return ReadGate()
-
-
-@pytest.fixture
-def gated(gate: ReadGate) -> Iterator[RunningSimulator]:
+def gated() -> Iterator[tuple[RunningSimulator, ReadGate]]:
+    gate = ReadGate()
     with start_in_thread(Simulator(sleep=gate.sleep)) as served:
-        yield served
+        yield served, gate
 
 
 def test_forget_in_another_process_wins_over_a_running_pass(
-    tmp_path: Path, gated: RunningSimulator, gate: ReadGate
+    tmp_path: Path, gated: tuple[RunningSimulator, ReadGate]
 ) -> None:
     """`users forget` while `run` holds the user: after the pass it is dropped, nothing stored."""
-    cli = make_cli(tmp_path, gated, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET)
+    served, gate = gated
+    cli = make_cli(tmp_path, served)
     cli.enroll_by_cli("x", "svc-x")
-    gated.sim.inject_fault("latency", count=1, delay=1.0)
+    served.sim.inject_fault("latency", count=1, delay=1.0)
     run = cli.spawn("run")
     try:
         assert gate.reached.wait(60), "the pass never read"

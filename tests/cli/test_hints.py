@@ -35,6 +35,7 @@ from lta_worker.errors import (
 )
 from lta_worker.storage import load_key_file
 from lta_worker.upstream import create_reason, exchange_reason
+from support.process import write_private
 
 PACKAGE = Path(lta_worker.__file__).parent
 # The operator's own code: the CLI, the narrated demo, and the simulator's stand-in service.
@@ -147,47 +148,38 @@ def test_every_literal_reason_has_an_entry() -> None:
             assert reason in reasons_in_table, (name, reason)
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 429, 500, 502, 503])
-def test_every_token_creation_reason_has_an_entry(status: int) -> None:
-    """Each reason a refused token creation can carry has its own row in the table."""
-    assert (EnrollmentError, create_reason(status)) in HINTS
+REFUSALS = [create_reason(status) for status in (400, 401, 403, 404, 409, 429, 500, 502, 503)]
+REFUSALS += [exchange_reason(error) for error in (None, "invalid_grant", "invalid_client")]
+REFUSALS += [exchange_reason(error) for error in ("unauthorized_client", "invalid_request")]
 
 
-@pytest.mark.parametrize(
-    "error", [None, "invalid_grant", "invalid_client", "unauthorized_client", "invalid_request"]
-)
-def test_every_code_exchange_reason_has_an_entry(error: str | None) -> None:
-    """Each reason a refused code exchange can carry has its own row in the table."""
-    assert (EnrollmentError, exchange_reason(error)) in HINTS
+@pytest.mark.parametrize("reason", REFUSALS)
+def test_every_refusal_reason_has_an_entry(reason: str) -> None:
+    """Each reason a refused token creation or code exchange can carry has its own row."""
+    assert (EnrollmentError, reason) in HINTS
 
 
 # (error, the CLI's hint): the rendered advice of today's messages, row by row.
 CASES: list[tuple[LtaError, str | None]] = [
     (EnrollmentError("x", reason="unreachable", hint="user access tokens are short-lived"),
      "user access tokens are short-lived; " + RESTART),
-    (EnrollmentError("x", reason="unreachable"), RESTART),
-    (EnrollmentError("x", reason="token_refused", hint="refused"), "refused; " + RESTART),
-    (EnrollmentError("x", reason="create_refused"), RESTART),
     (EnrollmentError("x", reason="service_failed", hint="the service failed"),
      "the service failed; " + RESTART + " in a while"),
-    (EnrollmentError("x", reason="no_token", hint="check"), "check; " + RESTART),
-    (EnrollmentError("x", reason="no_scopes", hint="check"), "check; " + RESTART),
+    # An error's hint, then the advice to start the enrollment again.
+    *[(EnrollmentError("x", reason=reason, hint="check"), "check; " + RESTART)
+      for reason in ("token_refused", "no_token", "no_scopes", "code_rejected", "no_access_token")],
+    # No hint of its own: the advice alone.
+    *[(EnrollmentError("x", reason=reason), RESTART)
+      for reason in ("unreachable", "create_refused", "exchange_refused", "consent_denied",
+                     "consent_failed", None)],
+    *[(UsageError("x", reason=reason), RESTART)
+      for reason in ("no_input", "no_pending_consent", "unknown_consent", "other_user_consent")],
     (
         EnrollmentError("x", reason="unsendable_token"),
         "the service's tokens cannot be sent in a header: report it to the service's operator",
     ),
-    (EnrollmentError("x", reason="code_rejected", hint="expired"), "expired; " + RESTART),
-    (EnrollmentError("x", reason="exchange_refused"), RESTART),
-    (EnrollmentError("x", reason="no_access_token", hint="check"), "check; " + RESTART),
-    (EnrollmentError("x", reason="consent_denied"), RESTART),
-    (EnrollmentError("x", reason="consent_failed"), RESTART),
     (EnrollmentError("x", reason="scope_refused", hint="ask the operator"), "ask the operator"),
     (EnrollmentError("x", reason="client_rejected", hint="check client.id"), "check client.id"),
-    (EnrollmentError("x"), RESTART),
-    (UsageError("x", reason="no_input"), RESTART),
-    (UsageError("x", reason="no_pending_consent"), RESTART),
-    (UsageError("x", reason="unknown_consent"), RESTART),
-    (UsageError("x", reason="other_user_consent"), RESTART),
     (UnknownUserError("bob"), USERS),
     (ConfigError("x", key="crypto.key_file", reason="key_file_unset"),
      "`lta-worker keys generate > FILE` (mode 0600), then set crypto.key_file"),
@@ -266,10 +258,8 @@ def test_library_errors_carry_no_cli_advice(tmp_path: Path) -> None:
     """Library errors carry no command; the CLI's line still says which command helps."""
     with pytest.raises(KeyFileError) as missing:
         load_key_file(tmp_path / "nope")
-    (tmp_path / "empty").write_text("# nothing\n")
-    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(KeyFileError) as empty:
-        load_key_file(tmp_path / "empty")
+        load_key_file(write_private(tmp_path / "empty", "# nothing\n"))
     for info, expected in ((missing, RESTORE_OR_MAKE_KEY), (empty, APPEND_KEY)):
         assert "lta-worker" not in str(info.value)
         assert classify(info.value).hint == expected

@@ -9,7 +9,6 @@ tests/reliability/test_bad_input.py)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import socket
@@ -21,6 +20,7 @@ from sqlalchemy import inspect, text
 from lta_worker.errors import LtaError
 from lta_worker.storage import HEAD_REVISION, Keyring, Store, Vault, load_key_file
 from lta_worker.storage._migrate import alembic_config
+from lta_worker.storage._vault import format_key_line
 from support.process import Output, render_toml, run_here, write_private
 from support.storage import enroll, keyring, token_for
 
@@ -70,13 +70,6 @@ def tables(url: str) -> set[str]:
         return set(inspect(conn).get_table_names())
 
 
-def one_error_line(done: Output) -> dict[str, object]:
-    """The failing command's last stderr line, parsed: one JSON `error` event."""
-    event: dict[str, object] = json.loads(done.stderr.splitlines()[-1])
-    assert event["event"] == "error"
-    return event
-
-
 @pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
 def test_missing_database_is_78_naming_db_upgrade(
     tmp_path: Path, empty_url: str, args: tuple[str, ...]
@@ -87,8 +80,8 @@ def test_missing_database_is_78_naming_db_upgrade(
     if args[0] == "check":
         assert "lta-worker db upgrade" in done.stdout
     else:
-        event = one_error_line(done)
-        assert event["exit_code"] == 78
+        event = json.loads(done.stderr.splitlines()[-1])
+        assert (event["event"], event["exit_code"]) == ("error", 78)
         assert "lta-worker db upgrade" in str(event["hint"])
         if empty_url.startswith("sqlite"):
             assert event["error"] == "NoDatabaseError", event
@@ -149,9 +142,7 @@ def _listening(tmp_path: Path, section: str, port: int) -> str:
     """The config lines that make `serve` listen on `port` for `section`."""
     if section == "metrics":
         return f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
-    keys = tmp_path / "link-key"
-    keys.write_text("k" * 44 + "\n")
-    keys.chmod(0o600)
+    keys = write_private(tmp_path / "link-key", "k" * 44 + "\n")
     public = f"http://127.0.0.1:{port}"
     return (
         f'[enroll]\nlisten = "127.0.0.1:{port}"\npublic_url = "{public}"\n'
@@ -214,28 +205,12 @@ def test_check_names_the_fix_for_a_secret_file_it_may_not_read(
     assert "Permission denied" in failed["message"] and "LoadCredential=" in failed["hint"]
 
 
-def key_line(key_id: str, material: bytes) -> str:
-    """A key file line as docs/ describe it: `ID:BASE64(32 bytes)`."""
-    return f"{key_id}:{base64.b64encode(material).decode('ascii')}"
-
-
-def write_keys(path: Path, ring_lines: list[str]) -> Path:
-    """Write key lines to `path` (mode 0600)."""
-    path.write_text("# token keys\n" + "\n".join(ring_lines) + "\n")
-    path.chmod(0o600)
-    return path
-
-
 def test_keys_generate_prints_a_key_line(tmp_path: Path) -> None:
-    """`keys generate` prints one parseable line; two runs give different ids and keys."""
-    first, second = (run_here(["keys", "generate"]) for _ in range(2))
-    assert (first.returncode, second.returncode) == (0, 0), first.stderr
-    one = load_key_file(write_keys(tmp_path / "one", [first.stdout]))
-    two = load_key_file(write_keys(tmp_path / "two", [second.stdout]))
-    assert first.stdout.count("\n") == 1
-    assert one.current_id.startswith("k") and one.current_id.endswith("Z")
-    assert one.current_id != two.current_id
-    assert one.keys[one.current_id] != two.keys[two.current_id]
+    """`keys generate` prints one line a key file takes (fresh ids and keys: test_vault)."""
+    done = run_here(["keys", "generate"])
+    assert (done.returncode, done.stdout.count("\n")) == (0, 1), done.stderr
+    ring = load_key_file(write_private(tmp_path / "keys", done.stdout))
+    assert ring.current_id.startswith("k") and ring.current_id.endswith("Z")
 
 
 def test_keys_rotate_then_old_key_removed(tmp_path: Path, store_url: str) -> None:
@@ -247,13 +222,13 @@ def test_keys_rotate_then_old_key_removed(tmp_path: Path, store_url: str) -> Non
         for user, token in tokens.items():
             enroll(store, old, user, token=token)
     config = write_config(tmp_path, store_url)
-    lines = [key_line(k, m) for k, m in ring.keys.items()]
-    keys = write_keys(tmp_path / "keys", lines)
+    lines = [format_key_line(k, m) + "\n" for k, m in ring.keys.items()]
+    keys = write_private(tmp_path / "keys", "".join(lines))
     done = cli(config, "keys", "rotate", "--batch-size", "2")
     assert done.returncode == 0, done.stderr
     assert "5 re-encrypted, 0 already current, 0 failed" in done.stdout
     assert '"event": "keys.rotated"' in done.stderr
-    write_keys(keys, lines[1:])
+    write_private(keys, lines[1])
     vault = Vault(load_key_file(keys))
     with Store.open(store_url) as store:
         for user, token in tokens.items():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from lta_worker.storage import generate_key_line
 from support.process import Output, render_toml, run_here, write_private
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+KEY = generate_key_line(NOW) + "\n"
 
 # -- pathological bodies -------------------------------------------------------------------
 
@@ -61,8 +61,8 @@ Sections = dict[str, dict[str, Any]]
 
 def _valid(tmp: Path) -> Sections:
     """A configuration that `run` accepts (the service is never reached in these tests)."""
-    secret = write_private(tmp / "client-secret", "a-client-secret\n")
-    keys = write_private(tmp / "token-keys", generate_key_line(NOW) + "\n")
+    secret = write_private(tmp / "secret", "a-client-secret\n")
+    keys = write_private(tmp / "keys", KEY)
     return {
         "service": {"base_url": "http://127.0.0.1:9", "auth_url": "http://127.0.0.1:9/auth"},
         "client": {"id": "client", "secret_file": str(secret)},
@@ -86,26 +86,12 @@ def _drop(section: str, key: str) -> Callable[[Sections, Path], None]:
     return change
 
 
-def _key_file(text: str, mode: int = 0o600) -> Callable[[Sections, Path], None]:
+def _file(name: str, content: str | bytes, mode: int = 0o600) -> Callable[[Sections, Path], None]:
+    """Write `content` into the valid configuration's file `name` (keys, secret)."""
+
     def change(data: Sections, tmp: Path) -> None:
-        path = tmp / "token-keys"
-        path.write_text(text, encoding="utf-8")
-        path.chmod(mode)
-
-    return change
-
-
-def _secret_file(text: str) -> Callable[[Sections, Path], None]:
-    def change(data: Sections, tmp: Path) -> None:
-        write_private(tmp / "client-secret", text)
-
-    return change
-
-
-def _secret_bytes(content: bytes, mode: int = 0o600) -> Callable[[Sections, Path], None]:
-    def change(data: Sections, tmp: Path) -> None:
-        path = tmp / "client-secret"
-        path.write_bytes(content)
+        path = tmp / name
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
         path.chmod(mode)
 
     return change
@@ -122,14 +108,6 @@ def _fifo(section: str, key: str) -> Callable[[Sections, Path], None]:
     return change
 
 
-def _key_mode(mode: int) -> Callable[[Sections, Path], None]:
-    def change(data: Sections, tmp: Path) -> None:
-        (tmp / "token-keys").chmod(mode)
-
-    return change
-
-
-# (name, change to the valid config, environment, text the message must contain)
 # (name, change to the valid config, environment, text the message must contain); each other
 # setting's refusal at load: tests/config/test_settings.py (the same path to this line).
 BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] = [
@@ -140,21 +118,21 @@ BROKEN: list[tuple[str, Callable[[Sections, Path], None], dict[str, str], str]] 
         {"LTA_WORKER_POLL_SPEED": "fast"},
         "poll.speed",
     ),
-    ("secret file empty", _secret_file("\n"), {}, "client.secret_file"),
+    ("secret file empty", _file("secret", "\n"), {}, "client.secret_file"),
     ("no secret file configured", _drop("client", "secret_file"), {}, "client.secret_file"),
     ("key file missing", _set("crypto", "key_file", "/nonexistent/keys"), {}, "crypto.key_file"),
-    ("key file mode 0644", _key_mode(0o644), {}, "crypto.key_file"),
-    ("key file mode 0640", _key_mode(0o640), {}, "chmod 600"),
+    ("key file mode 0644", _file("keys", KEY, 0o644), {}, "crypto.key_file"),
+    ("key file mode 0640", _file("keys", KEY, 0o640), {}, "chmod 600"),
     ("key file a FIFO", _fifo("crypto", "key_file"), {}, "crypto.key_file"),
-    ("key file with a BOM", _key_file("\ufeff" + generate_key_line(NOW) + "\n"), {}, "BOM"),
-    ("secret file with a BOM", _secret_bytes(b"\xef\xbb\xbfa-client-secret\n"), {}, "BOM"),
-    ("secret file non-ASCII", _secret_bytes("a-cl\u00efent\n".encode()), {}, "client.secret_file"),
-    ("secret file not UTF-8", _secret_bytes(b"a-\xff-secret\n"), {}, "client.secret_file"),
-    ("secret file on two lines", _secret_file("a-secret\nsecond line\n"), {}, "client.secret_file"),
-    ("secret file mode 0644", _secret_bytes(b"a-client-secret\n", 0o644), {}, "chmod 600"),
+    ("key file with a BOM", _file("keys", "\ufeff" + KEY), {}, "BOM"),
+    ("secret file with a BOM", _file("secret", b"\xef\xbb\xbfa-client-secret\n"), {}, "BOM"),
+    ("secret file non-ASCII", _file("secret", "a-cl\u00efent\n"), {}, "client.secret_file"),
+    ("secret file not UTF-8", _file("secret", b"a-\xff-secret\n"), {}, "client.secret_file"),
+    ("secret file on two lines", _file("secret", "a-secret\nline 2\n"), {}, "client.secret_file"),
+    ("secret file mode 0644", _file("secret", "a-client-secret\n", 0o644), {}, "chmod 600"),
     ("secret file a FIFO", _fifo("client", "secret_file"), {}, "client.secret_file"),
     ("secret file a directory", _set("client", "secret_file", "/"), {}, "client.secret_file"),
-    ("key file with no key", _key_file("# nothing\n"), {}, "crypto.key_file"),
+    ("key file with no key", _file("keys", "# nothing\n"), {}, "crypto.key_file"),
     ("no key file configured", _drop("crypto", "key_file"), {}, "crypto.key_file"),
 ]
 
@@ -227,7 +205,6 @@ def test_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
         conn.execute("UPDATE alembic_version SET version_num = '9999_from_the_future'")
     conn.close()
     before = _fingerprint(database)
-    shutil.copy2(database, tmp_path / "before.db")
     commands = [("run",), ("serve",), ("db", "upgrade"), ("status",), ("users", "list")]
     for args in commands:
         done = cli(*args)

@@ -12,14 +12,14 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from bench.faultproxy import FaultProxy
 
 from lta_worker.domain import EncryptedToken
 from lta_worker.simulator import RunningSimulator
-from support.process import Workspace, reads_seen, wait_for
+from support.enroll import query_of
+from support.process import Workspace, reads_seen, wait_for, write_private
 
 from .crash import deploy, seed
 
@@ -55,10 +55,6 @@ class Canaries:
                     hits.append(f"{name} (piece {i}: {piece!r}) in {where}")
                     break
         return hits
-
-
-def _query(url: str) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
 def _user_access_token(d: Workspace, canaries: Canaries, sim_user: str) -> str:
@@ -119,13 +115,13 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Workspace) ->
     (verifier,) = d.verifiers()
     canaries.plant("PKCE verifier (alice)", verifier)
     location = d.consent(url.stdout.strip(), "alice")
-    canaries.plant("authorization code (alice)", _query(location)["code"])
+    canaries.plant("authorization code (alice)", query_of(location)["code"])
     ok("enroll", "finish", "--user", "alice", stdin=location + "\n")
     assert d.cli("enroll", "finish", "--user", "alice", stdin=location).returncode == 2
     # A bare code on stdin.
     url = d.cli("enroll", "url", "--user", "bob")
     canaries.plant("PKCE verifier (bob)", d.verifiers()[-1])
-    code = _query(d.consent(url.stdout.strip(), "bob"))["code"]
+    code = query_of(d.consent(url.stdout.strip(), "bob"))["code"]
     canaries.plant("authorization code (bob)", code)
     ok("enroll", "finish", "--user", "bob", stdin=code + "\n")
     # A user access token on stdin; then a bogus one (refused by the service).
@@ -180,9 +176,7 @@ def test_no_secret_reaches_any_output_or_database_file(deployment: Workspace) ->
         assert d.cli("run", config=via).returncode in (0, 75)
     # A wrong client secret: plain 401s for everyone, the breaker, exit 78.
     wrong = canaries.plant("wrong client secret", "cs_" + secrets.token_urlsafe(30))
-    wrong_file = d.tmp / "wrong-secret"
-    wrong_file.write_text(wrong + "\n")
-    wrong_file.chmod(0o600)
+    wrong_file = write_private(d.tmp / "wrong-secret", wrong + "\n")
     time.sleep(DUE_AGAIN_S)
     misconfigured = d.other_config(d.tmp / "wrong.toml", client={"secret_file": str(wrong_file)})
     assert d.cli("run", config=misconfigured).returncode == 78

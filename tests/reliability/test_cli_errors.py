@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ import pytest
 
 from lta_worker.cli import cli
 from lta_worker.config import LATEST_CHANGE_SCOPE
-from lta_worker.secret import Secret
 from lta_worker.storage import Keyring, Store, Vault, load_key_file
 from support.process import Output, child_env, render_toml, run_here
+from support.storage import enroll
 
 from .test_bad_input import _valid
 
@@ -78,11 +77,9 @@ def _unmount() -> Iterator[None]:
 
 def _enroll(data: dict[str, Any], vault: Vault) -> None:
     """Store one due user, alice, with her token encrypted by `vault`."""
-    now = datetime(2025, 6, 1, tzinfo=UTC)
-    token = vault.encrypt(Secret("dspa_" + "t" * 40), user="alice")
     with Store.open(data["database"]["url"]) as store:
         store.upgrade()
-        store.store_token("alice", token, (LATEST_CHANGE_SCOPE,), now, next_due_at=now)
+        enroll(store, vault, "alice", scopes=(LATEST_CHANGE_SCOPE,))
 
 
 def _lost_key(tmp: Path, data: dict[str, Any]) -> None:

@@ -58,10 +58,12 @@ def _everyone_due(deployment: Workspace) -> None:
     raise AssertionError("users did not become due again")
 
 
-def _run_through(deployment: Workspace, config: Path | None = None) -> tuple[Output, float]:
+def _run_through(
+    deployment: Workspace, config: Path | None = None, *args: str
+) -> tuple[Output, float]:
     _everyone_due(deployment)
     started = time.monotonic()
-    out = deployment.cli("run", config=config, timeout=RUN_BOUND_S + 30)
+    out = deployment.cli("run", *args, config=config, timeout=RUN_BOUND_S + 30)
     return out, time.monotonic() - started
 
 
@@ -180,10 +182,7 @@ def test_unreachable_with_default_pacing_stops_after_the_first_burst(
         service={"base_url": f"http://127.0.0.1:{free_port()}"},
         ratelimit={"fallback_per_hour": 60},
     )
-    _everyone_due(deployment)
-    started = time.monotonic()
-    out = deployment.cli("run", "--max-duration", "1h", config=config, timeout=60)
-    took = time.monotonic() - started
+    out, took = _run_through(deployment, config, "--max-duration", "1h")
     reads = _assert_survived(deployment, out, took)
     assert out.returncode == 75
     assert took < 10  # start, the burst, the grace period for reads in flight, exit

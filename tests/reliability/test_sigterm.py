@@ -94,12 +94,10 @@ def _story(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if '"poll.read"' not in line)
 
 
-def test_sigterm_run_mid_pass(deployment: Workspace, iterations: float) -> None:
-    """SIGTERM during `run`, 5 times: gone within the grace period, nothing half-written."""
-    _stop_mid_pass(deployment, "run", 11, iterations)
-
-
-def test_sigterm_serve_mid_pass(deployment: Workspace, iterations: float) -> None:
-    """SIGTERM during a pass of `serve`, 5 times: exit 0 within the grace period, leases
-    released, instance unregistered, nothing half-written."""
-    _stop_mid_pass(deployment, "serve", 12, iterations)
+@pytest.mark.parametrize(("command", "offset"), [("run", 11), ("serve", 12)])
+def test_sigterm_mid_pass(
+    deployment: Workspace, iterations: float, command: str, offset: int
+) -> None:
+    """SIGTERM during a pass, 5 times: gone within the grace period, nothing half-written;
+    `serve` exits 0 with its leases released and its instance unregistered."""
+    _stop_mid_pass(deployment, command, offset, iterations)

@@ -46,16 +46,22 @@ def turn(user_id: int, state: str, **kw: Any) -> UserUpdate:
 
 
 def test_enrollment_rotation_and_deletion_are_queued(store: Store, vault: Vault) -> None:
-    """store_token queues enrolled then rotated; delete_token queues the new state."""
+    """store_token queues enrolled then rotated; delete_token queues the new state;
+    begin_drop queues dropping, finish_drop dropped, a stale finish nothing."""
     enroll(store, vault, "alice")
     enroll(store, vault, "alice")
     store.delete_token("alice", "dropped", T0 + HOUR)
     enroll(store, vault, "alice")  # after a drop: enrolled again, not a rotation
-    assert [(u, t) for u, t, _ in queued(store)] == [
-        ("alice", "user.enrolled"),
-        ("alice", "user.rotated"),
-        ("alice", "user.dropped"),
-        ("alice", "user.enrolled"),
+    start = store.begin_drop("alice", T0 + HOUR)
+    assert not store.finish_drop(start.after.id, start.after.generation - 1, T0 + HOUR)
+    assert store.finish_drop(start.after.id, start.after.generation, T0 + 2 * HOUR)
+    assert [t for _, t, _ in queued(store)] == [
+        "user.enrolled",
+        "user.rotated",
+        "user.dropped",
+        "user.enrolled",
+        "user.dropping",
+        "user.dropped",
     ]
     assert queued(store)[2][2]["old_state"] == "active"
 
@@ -91,27 +97,21 @@ def test_a_pass_decision_queues_its_change(
 
 
 def test_no_change_no_event_and_a_replay_adds_none(store: Store, vault: Vault) -> None:
-    """An ok turn of an active user queues nothing; replaying a change queues it once."""
+    """An ok turn of an active user queues nothing; replaying a change queues it once; a 403
+    without a code queues scope_denied for that endpoint, not again while denied."""
     row = enroll(store, vault, "u")
     store.apply([turn(row.id, "active")])
     assert len(queued(store)) == 1
-    parked = turn(row.id, "parked", last_outcome="inactive")
-    store.apply([parked])
-    store.apply([parked])
-    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.parked"]
-    store.apply([turn(row.id, "active")])
-    assert queued(store)[-1][1] == "user.active"
-
-
-def test_a_newly_denied_endpoint_is_queued_once(store: Store, vault: Vault) -> None:
-    """A 403 without a code queues scope_denied for that endpoint, not again while denied."""
-    row = enroll(store, vault, "u")
     denied = {"stats": T0 + HOUR}
     store.apply([turn(row.id, "active", denied=denied)])
     store.apply([turn(row.id, "active", denied=denied)])
-    events = [e for e in queued(store) if e[1] == "user.scope_denied"]
-    assert len(events) == 1
-    assert events[0][2]["endpoint"] == "stats"
+    assert [(t, d["endpoint"]) for _, t, d in queued(store)][1:] == [("user.scope_denied", "stats")]
+    parked = turn(row.id, "parked", last_outcome="inactive")
+    store.apply([parked])
+    store.apply([parked])
+    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.scope_denied", "user.parked"]
+    store.apply([turn(row.id, "active")])
+    assert queued(store)[-1][1] == "user.active"
 
 
 def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None:
@@ -125,17 +125,9 @@ def test_a_discarded_decision_queues_nothing(store: Store, vault: Vault) -> None
     assert [t for _, t, _ in queued(store)] == ["user.enrolled"]
 
 
-def test_the_two_phase_drop_queues_dropping_then_dropped(store: Store, vault: Vault) -> None:
-    """begin_drop queues dropping; finish_drop queues dropped; a stale finish queues none."""
-    enroll(store, vault, "u")
-    start = store.begin_drop("u", T0)
-    assert not store.finish_drop(start.after.id, start.after.generation - 1, T0)
-    assert store.finish_drop(start.after.id, start.after.generation, T0 + MINUTE)
-    assert [t for _, t, _ in queued(store)] == ["user.enrolled", "user.dropping", "user.dropped"]
-
-
 def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vault) -> None:
-    """Only each user's oldest event is claimed, leased until acknowledged or backed off."""
+    """Only each user's oldest event is claimed, leased until acknowledged, backed off or
+    released at start (a killed delivery's: due at once, same ids)."""
     for user in ("a", "b"):
         row = enroll(store, vault, user)
         store.apply([turn(row.id, "parked", last_outcome="inactive")])
@@ -151,6 +143,10 @@ def test_claims_take_the_oldest_event_of_each_user_only(store: Store, vault: Vau
     assert [(e.user, e.type) for e in later] == [("a", "user.parked")]
     retry = store.claim_events(T0 + 3 * HOUR, 10, T0 + 3 * HOUR + MINUTE)
     assert [(e.event_id, e.attempts) for e in retry if e.user == "b"] == [(heads[1].event_id, 2)]
+    assert store.claim_events(T0 + 3 * HOUR, 10, T0 + 4 * HOUR) == []
+    assert store.release_events(T0 + 3 * HOUR) == len(retry)  # a killed delivery's, at start
+    again = store.claim_events(T0 + 3 * HOUR, 10, T0 + 4 * HOUR)
+    assert [(e.event_id, e.attempts) for e in again] == [(e.event_id, 3) for e in retry]
 
 
 def test_old_events_are_dead_lettered_counted_and_purged(store: Store, vault: Vault) -> None:
@@ -186,16 +182,6 @@ def test_event_and_state_change_commit_together(store: Store, vault: Vault) -> N
     assert again is not None
     assert again.state == "active"
     assert [t for _, t, _ in queued(store)] == ["user.enrolled"]
-
-
-def test_leases_of_a_dead_delivery_are_released_at_start(store: Store, vault: Vault) -> None:
-    """release_events makes events leased by a killed delivery due at once, same ids."""
-    enroll(store, vault, "u")
-    (head,) = store.claim_events(T0, 10, T0 + HOUR, "dead-instance")
-    assert store.claim_events(T0 + MINUTE, 10, T0 + HOUR) == []
-    assert store.release_events(T0 + MINUTE) == 1
-    (again,) = store.claim_events(T0 + MINUTE, 10, T0 + HOUR)
-    assert (again.event_id, again.attempts) == (head.event_id, 2)
 
 
 # -- result.changed: with each changed content, after the turn's state events ----------------

@@ -13,11 +13,12 @@ import pytest
 from sqlalchemy import select, text
 
 from lta_worker.domain import GRID, GRID_SIZE, ChangeEstimate, UserUpdate, canonical_json
-from lta_worker.storage import OutboxEvent, Store, User, Vault
+from lta_worker.storage import Store, User, Vault
 from lta_worker.storage import _results as results
 from support.storage import HOUR, MINUTE, T0, enroll, read_turn
 
 from .test_feed import take
+from .test_outbox import queued
 
 DAY = timedelta(days=1)
 PAYLOAD = {"zeta": 1, "alpha": [1, 2.5, "é", None, True], "big": 2**62, "nested": {"b": 1, "a": 2}}
@@ -102,10 +103,8 @@ def test_older_write_is_ignored(store: Store, vault: Vault) -> None:
 
 
 def test_content_hash_is_of_canonical_json_and_stable() -> None:
-    """The content hash is sha256 of canonical JSON, equal to what earlier versions stored."""
-    assert results.content_hash({"a": 1, "b": [1, 2]}) == results.content_hash(
-        {"b": [1, 2], "a": 1}
-    )
+    """The content hash is sha256 of canonical JSON (keys sorted), equal to what earlier
+    versions stored."""
     assert results.canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'.encode()
     assert results.content_hash(None) != results.content_hash({})
     payload = {"b": 1, "a": {"é": [1.5, None, "x"]}}
@@ -139,20 +138,14 @@ def test_forget_purges_one_users_results(store: Store, vault: Vault) -> None:
     assert [r.user for r in store.export_results()] == ["b"]
 
 
-def _with_results(store: Store, vault: Vault, name: str) -> int:
-    row = enroll(store, vault, name)
-    store.apply([read_turn(row.id, T0 - 90 * HOUR * 24, stats={"u": name})])
-    return row.id
-
-
 def test_retention_purges_revoked_and_dropped_after_delay(store: Store, vault: Vault) -> None:
     """Results of users revoked/dropped longer ago than the delay go; others stay."""
-    days = timedelta(days=1)
     for name in ("revoked-old", "revoked-new", "dropped-old", "active"):
-        _with_results(store, vault, name)
-    store.delete_token("revoked-old", "revoked", T0 - 31 * days)
-    store.delete_token("revoked-new", "revoked", T0 - 29 * days)
-    store.delete_token("dropped-old", "dropped", T0 - 30 * days)
+        row = enroll(store, vault, name)
+        store.apply([read_turn(row.id, T0 - 90 * DAY, stats={"u": name})])
+    store.delete_token("revoked-old", "revoked", T0 - 31 * DAY)
+    store.delete_token("revoked-new", "revoked", T0 - 29 * DAY)
+    store.delete_token("dropped-old", "dropped", T0 - 30 * DAY)
     counts = store.purge_expired(T0, timedelta(days=30))
     assert (counts.users, counts.snapshots, counts.history) == (2, 2, 2)
     assert sorted(r.user for r in store.export_results()) == ["active", "revoked-new"]
@@ -179,9 +172,8 @@ def test_the_store_refuses_a_payload_that_is_not_strict_json(
     assert applied == 1
     assert [(update.user_id, why) for update, why in discarded] == [(bad.id, "failed")]
     assert [(r.user, r.payload) for r in store.export_results()] == [("b", {"n": 1})]
-    with store.database.read() as conn:  # the failed write's result.changed rolled back too
-        changed = select(OutboxEvent.user).where(OutboxEvent.type == "result.changed")
-        assert conn.execute(changed).scalars().all() == ["b"]
+    # the failed write's result.changed rolled back too
+    assert [user for user, kind, _ in queued(store) if kind == "result.changed"] == ["b"]
 
 
 def three_contents(store: Store, vault: Vault, user: str) -> int:
@@ -245,13 +237,7 @@ def read(user_id: int, minute: int, value: int) -> UserUpdate:
 
 def events(store: Store, user: str) -> list[tuple[str, dict[str, Any]]]:
     """The user's queued events as (type, data), in outbox order."""
-    with store.database.read() as conn:
-        rows = conn.execute(
-            select(OutboxEvent.type, OutboxEvent.payload)
-            .where(OutboxEvent.user == user)
-            .order_by(OutboxEvent.id)
-        ).all()
-    return [(r.type, r.payload["data"]) for r in rows]
+    return [(kind, data) for who, kind, data in queued(store) if who == user]
 
 
 @pytest.mark.parametrize("case", ["waiting", "in_delivery", "revoked"])

@@ -69,12 +69,8 @@ def test_rotate_then_remove_old_key(store: Store, rings: tuple[Keyring, ...]) ->
     old, both, new = rings
     tokens = plant(store, Vault(old))
     report = rotate_keys(store, Vault(both), T0, batch=3)
-    assert (report.key_id, report.rotated, report.already_current, report.failed) == (
-        "k-new",
-        9,
-        0,
-        0,
-    )
+    assert report.key_id == "k-new"
+    assert (report.rotated, report.already_current, report.failed) == (9, 0, 0)
     assert store.key_ids_in_use(T0) == {"k-new": 9}
     again = rotate_keys(store, Vault(both), T0)
     assert (again.rotated, again.already_current, again.failed) == (0, 9, 0)

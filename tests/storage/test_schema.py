@@ -30,9 +30,13 @@ def test_head_constant_equals_alembic_head() -> None:
 
 
 def test_upgrade_creates_schema_once(empty_url: str) -> None:
-    """upgrade() on an empty database migrates to head; a second call does nothing."""
+    """check_schema on an empty database refuses it (`schema_outdated`, 78: the CLI's line says
+    `run lta-worker db upgrade`, tests/cli/test_hints.py); upgrade() migrates it to head once."""
     with Store.open(empty_url) as store:
         assert store.schema_revision() is None
+        with pytest.raises(StorageError) as info:
+            store.check_schema()
+        assert (info.value.reason, info.value.exit_code) == ("schema_outdated", 78)
         assert store.upgrade() is True
         assert store.schema_revision() == migrate.HEAD_REVISION
         assert store.upgrade() is False
@@ -46,16 +50,6 @@ def test_migrated_schema_matches_models(empty_url: str) -> None:
         with store.database.engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
             assert compare_metadata(context, schema_metadata()) == []
-
-
-def test_check_schema_on_empty_database_says_upgrade(empty_url: str) -> None:
-    """check_schema on a database without schema raises reason `schema_outdated`, exit 78 (a
-    command that may not migrate cannot go on until the operator does; the CLI's line says
-    `run lta-worker db upgrade`, tests/cli/test_hints.py)."""
-    with Store.open(empty_url) as store, pytest.raises(StorageError) as info:
-        store.check_schema()
-    assert info.value.reason == "schema_outdated"
-    assert info.value.exit_code == 78
 
 
 def test_newer_schema_is_refused(store: Store) -> None:
@@ -142,14 +136,11 @@ def test_urls_map_to_psycopg(url: str, driver: str) -> None:
     assert normalize_url(url).drivername == driver
 
 
-def test_naive_datetimes_are_refused(store: Store) -> None:
-    """Storage refuses naive datetimes instead of guessing their zone."""
+def test_datetimes_come_back_aware_utc(store: Store) -> None:
+    """A datetime in another zone is stored as the same instant and returned in UTC; a naive
+    one is refused instead of guessing its zone."""
     with pytest.raises(StatementError, match="timezone-aware"):
         store.count_due(datetime(2025, 1, 1))
-
-
-def test_datetimes_come_back_aware_utc(store: Store) -> None:
-    """A datetime in another zone is stored as the same instant and returned in UTC."""
     paris = timezone(timedelta(hours=2))
     enroll(store, Vault(keyring()), "alice", due=T0.astimezone(paris))
     row = store.get_user("alice")

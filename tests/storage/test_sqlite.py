@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from lta_worker.domain import PendingEnrollment, SnapshotWrite, UserUpdate
+from lta_worker.domain import PendingEnrollment
 from lta_worker.errors import InstanceLockedError
 from lta_worker.secret import Secret
 from lta_worker.storage import Store, Vault
 from lta_worker.storage._store import lock_file
-from support.storage import MINUTE, T0, enroll, keyring, token_for
+from support.storage import MINUTE, T0, enroll, keyring, read_turn, token_for
 
 WRITERS = 4
 WRITES = 500
@@ -64,9 +64,11 @@ def write_lock(store: Store) -> Iterator[sqlite3.Connection]:
 
 
 def test_a_claim_waits_for_a_short_lock_then_goes_on(sqlite_store: Store) -> None:
-    """A claim meeting another connection's write lock waits for it (busy timeout), then claims."""
+    """Under WAL a read goes on while another connection holds the write lock; a claim waits
+    for the lock (busy timeout), then claims."""
     enroll(sqlite_store, Vault(keyring()), "a")
     with write_lock(sqlite_store) as other:
+        assert sqlite_store.count_due(T0) == 1
         threading.Timer(0.3, other.execute, ["COMMIT"]).start()
         started = time.monotonic()
         rows = sqlite_store.claim_due(
@@ -74,13 +76,6 @@ def test_a_claim_waits_for_a_short_lock_then_goes_on(sqlite_store: Store) -> Non
         )
         assert [row.user for row in rows] == ["a"]
         assert time.monotonic() - started >= 0.25
-
-
-def test_reads_need_no_lock(sqlite_store: Store) -> None:
-    """Under WAL a read goes on while another connection writes, without waiting or failing."""
-    enroll(sqlite_store, Vault(keyring()), "a")
-    with write_lock(sqlite_store):
-        assert sqlite_store.count_due(T0) == 1
 
 
 def test_missing_parent_directory_is_created_private(tmp_path: Path) -> None:
@@ -205,18 +200,7 @@ def test_database_files_never_hold_a_token_in_clear(sqlite_store: Store) -> None
         token = token_for(f"user{n}")
         planted.append(token)
         row = enroll(sqlite_store, vault, f"user{n}", token=token)
-        sqlite_store.apply(
-            [
-                UserUpdate(
-                    row.id,
-                    "active",
-                    T0 + MINUTE,
-                    0,
-                    "ok",
-                    snapshots=(SnapshotWrite("stats", "ok", {"n": n}, T0),),
-                )
-            ]
-        )
+        sqlite_store.apply([read_turn(row.id, T0, stats={"n": n})])
     for n in range(5):
         verifier = Secret(os.urandom(32).hex())
         planted.append(verifier)

@@ -45,23 +45,14 @@ def test_round_trip_holds_no_plaintext(vault: Vault, token: Secret) -> None:
 
 
 @pytest.mark.parametrize("position", [0, 1, 5, 13, 20, -1, -16])
-def test_flipped_byte_is_rejected(vault: Vault, position: int) -> None:
-    """Flipping any byte (version, nonce, body or tag) makes decryption fail."""
+def test_a_flipped_byte_or_a_cut_is_rejected(vault: Vault, position: int) -> None:
+    """Flipping any byte (version, nonce, body or tag), or cutting the ciphertext there, fails."""
     sealed = vault.encrypt(TOKEN, user="alice")
-    data = bytearray(sealed.ciphertext)
-    data[position] ^= 0x01
-    with pytest.raises(TokenDecryptError):
-        vault.decrypt(dataclasses.replace(sealed, ciphertext=bytes(data)), user="alice")
-
-
-def test_truncated_ciphertext_is_rejected(vault: Vault) -> None:
-    """A ciphertext cut short does not decrypt."""
-    sealed = vault.encrypt(TOKEN, user="alice")
-    for size in (0, 1, 13, len(sealed.ciphertext) - 1):
+    flipped = bytearray(sealed.ciphertext)
+    flipped[position] ^= 0x01
+    for data in (bytes(flipped), sealed.ciphertext[:position]):
         with pytest.raises(TokenDecryptError):
-            vault.decrypt(
-                dataclasses.replace(sealed, ciphertext=sealed.ciphertext[:size]), user="a"
-            )
+            vault.decrypt(dataclasses.replace(sealed, ciphertext=data), user="alice")
 
 
 def test_ciphertext_is_bound_to_user_purpose_and_key_id() -> None:
@@ -79,15 +70,18 @@ def test_ciphertext_is_bound_to_user_purpose_and_key_id() -> None:
     assert vault.decrypt(verifier, user="alice", purpose="verifier") == TOKEN
 
 
-def test_unknown_key_id_names_the_key() -> None:
-    """A token under a key id missing from the key file raises UnknownKeyError naming it."""
-    old = Vault(keyring("gone"))
-    sealed = old.encrypt(TOKEN, user="alice")
+def test_unknown_key_id_names_the_key(vault: Vault) -> None:
+    """A token under a key id missing from the key file raises UnknownKeyError naming it;
+    require_keys passes for listed ids and names the first missing one."""
+    sealed = Vault(keyring("gone")).encrypt(TOKEN, user="alice")
     with pytest.raises(UnknownKeyError) as info:
-        Vault(keyring("k1")).decrypt(sealed, user="alice")
+        vault.decrypt(sealed, user="alice")
     assert info.value.key_id == "gone"
     assert "'gone'" in str(info.value)
     assert info.value.exit_code == 78
+    vault.require_keys(["k1", "k2"])
+    with pytest.raises(UnknownKeyError, match="'k0'"):
+        vault.require_keys(["k2", "k0", "k9"])
 
 
 def test_wrong_material_under_same_id_is_rejected() -> None:
@@ -126,13 +120,6 @@ def test_reprs_and_errors_hold_no_secret(vault: Vault) -> None:
         vault.decrypt(sealed, user="bob")
     assert TOKEN.reveal() not in str(info.value)
     assert repr(vault.decrypt(sealed, user="alice")) == "Secret('**********')"
-
-
-def test_require_keys_names_the_first_missing(vault: Vault) -> None:
-    """require_keys passes for listed ids and names a missing one."""
-    vault.require_keys(["k1", "k2"])
-    with pytest.raises(UnknownKeyError, match="'k0'"):
-        vault.require_keys(["k2", "k0", "k9"])
 
 
 key_ids = st.from_regex(KEY_ID_PATTERN, fullmatch=True)
@@ -204,18 +191,12 @@ def test_error_messages_never_show_key_material(keys: dict[str, bytes]) -> None:
         ("", "lists no key"),
         ("# only a comment\n\n", "lists no key"),
         ("k1", "not `ID:BASE64`"),
-        (":" + base64.b64encode(bytes(32)).decode(), "not `ID:BASE64`"),
-        ("bad id:" + base64.b64encode(bytes(32)).decode(), "not `ID:BASE64`"),
+        (":" + ZEROS, "not `ID:BASE64`"),
+        ("bad id:" + ZEROS, "not `ID:BASE64`"),
         ("k1:not base64!", "32 bytes"),
         ("k1:" + base64.b64encode(bytes(16)).decode(), "32 bytes"),
         ("k1:" + base64.b64encode(bytes(33)).decode(), "32 bytes"),
-        (
-            "k1:"
-            + base64.b64encode(bytes(32)).decode()
-            + "\nk1:"
-            + base64.b64encode(bytes(32)).decode(),
-            "listed twice",
-        ),
+        (f"k1:{ZEROS}\nk1:{ZEROS}", "listed twice"),
     ],
 )
 def test_malformed_files_are_refused(text: str, fragment: str) -> None:
