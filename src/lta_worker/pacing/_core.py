@@ -193,7 +193,9 @@ class PacerCore:
         ):
             return
         server = max(0.0, float(info.remaining) - self._outstanding)
-        new_window = self._is_new_window(now, new_reset, info.remaining, threshold)
+        new_window = self._is_new_window(
+            now, new_reset, info.remaining, threshold, sent=sent, earliest=earliest
+        )
         if new_window:
             self._own_in_window = self._own_since(sent, earliest)
             self._remaining = server
@@ -267,10 +269,19 @@ class PacerCore:
         return step
 
     def _is_new_window(
-        self, now: float, new_reset: float, remaining: int, threshold: float
+        self,
+        now: float,
+        new_reset: float,
+        remaining: int,
+        threshold: float,
+        *,
+        sent: float,
+        earliest: float,
     ) -> bool:
         if self._reset_at is None or self._remaining is None or now >= self._reset_at:
             return True
+        if sent >= self._reset_sent and earliest > self._reset_at:
+            return True  # measured past the known window's latest end: a later window began
         moved = new_reset - self._reset_at
         if abs(moved) > threshold:  # a late answer is never here: it moved, by the service
             return True
