@@ -280,8 +280,11 @@ class PacerCore:
     ) -> bool:
         if self._reset_at is None or self._remaining is None or now >= self._reset_at:
             return True
-        if sent >= self._reset_sent and earliest > self._reset_at:
-            return True  # measured past the known window's latest end: a later window began
+        # The ends this answer allows miss those of the known window: another window (a late
+        # answer of the known one always meets them).
+        known_earliest = self._reset_at if self._spend_until is None else self._spend_until
+        if sent >= self._reset_sent and (new_reset < known_earliest or earliest > self._reset_at):
+            return True
         moved = new_reset - self._reset_at
         if abs(moved) > threshold:  # a late answer is never here: it moved, by the service
             return True
