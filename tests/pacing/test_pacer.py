@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
@@ -225,6 +225,13 @@ def test_never_more_than_allowed_when_the_limit_changes(
     reserve=reserves,
     rounding=st.booleans(),
 )
+# A window cut, the next one's reset later (or earlier) by less than the tolerance, 1 left of 2.
+@example(
+    windows=[Window(5, 2), Window(60, 2, cut=(0.25, 1.0)), Window(60, 2)],
+    reserve=0.0,
+    rounding=False,
+)
+@example(windows=[Window(3600, 5, cut=(0.75, 1.0)), Window(600, 2)], reserve=0.0, rounding=False)
 def test_never_stalls_while_remaining_is_above_the_reserve(
     windows: list[Window], reserve: float, rounding: bool
 ) -> None:

@@ -193,7 +193,9 @@ class PacerCore:
         ):
             return
         server = max(0.0, float(info.remaining) - self._outstanding)
-        new_window = self._is_new_window(now, new_reset, info.remaining, threshold)
+        new_window = self._is_new_window(
+            now, new_reset, info.remaining, threshold, sent=sent, earliest=earliest
+        )
         if new_window:
             self._own_in_window = self._own_since(sent, earliest)
             self._remaining = server
@@ -267,9 +269,21 @@ class PacerCore:
         return step
 
     def _is_new_window(
-        self, now: float, new_reset: float, remaining: int, threshold: float
+        self,
+        now: float,
+        new_reset: float,
+        remaining: int,
+        threshold: float,
+        *,
+        sent: float,
+        earliest: float,
     ) -> bool:
         if self._reset_at is None or self._remaining is None or now >= self._reset_at:
+            return True
+        # The ends this answer allows miss those of the known window: another window (a late
+        # answer of the known one always meets them).
+        known_earliest = self._reset_at if self._spend_until is None else self._spend_until
+        if sent >= self._reset_sent and (new_reset < known_earliest or earliest > self._reset_at):
             return True
         moved = new_reset - self._reset_at
         if abs(moved) > threshold:  # a late answer is never here: it moved, by the service
