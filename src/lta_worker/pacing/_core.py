@@ -183,19 +183,16 @@ class PacerCore:
         # Whole seconds may have been rounded up: the end can be up to a second earlier.
         rounding = 1.0 if float(info.reset_after).is_integer() else 0.0
         earliest = min(sent + info.reset_after - rounding, new_reset)
-        threshold = tolerance(self._window)
         # Resets of two windows: the answer sent later tells the window in force (at the
         # same send, the later reset); the other is a late answer.
         if (
             self._reset_at is not None
-            and abs(new_reset - self._reset_at) > threshold
+            and abs(new_reset - self._reset_at) > tolerance(self._window)
             and (sent, new_reset) < (self._reset_sent, self._reset_at)
         ):
             return
         server = max(0.0, float(info.remaining) - self._outstanding)
-        new_window = self._is_new_window(
-            now, new_reset, info.remaining, threshold, sent=sent, earliest=earliest
-        )
+        new_window = self._is_new_window(now, sent, earliest, new_reset, info.remaining)
         if new_window:
             self._own_in_window = self._own_since(sent, earliest)
             self._remaining = server
@@ -269,14 +266,7 @@ class PacerCore:
         return step
 
     def _is_new_window(
-        self,
-        now: float,
-        new_reset: float,
-        remaining: int,
-        threshold: float,
-        *,
-        sent: float,
-        earliest: float,
+        self, now: float, sent: float, earliest: float, new_reset: float, remaining: int
     ) -> bool:
         if self._reset_at is None or self._remaining is None or now >= self._reset_at:
             return True
@@ -286,7 +276,7 @@ class PacerCore:
         if sent >= self._reset_sent and (new_reset < known_earliest or earliest > self._reset_at):
             return True
         moved = new_reset - self._reset_at
-        if abs(moved) > threshold:  # a late answer is never here: it moved, by the service
+        if abs(moved) > tolerance(self._window):  # not a late answer: moved by the service
             return True
         grew = remaining > self._remaining - self._since_obs + self._outstanding + 1
         return grew and moved > RESET_TOLERANCE

@@ -261,12 +261,11 @@ def _upsert_from(insert: Any, claimed: Select[Any]) -> Any:
             else_=stmt.excluded.generation,
         ),
     }
-    upsert = stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=[mine.user_id],
         set_=taken_over,
         where=mine.expires_at < bindparam("b_now", type_=UtcDateTime()),
     )
-    return upsert
 
 
 def end_leases(conn: Connection, condition: ColumnElement[bool]) -> int:
