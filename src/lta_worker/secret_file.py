@@ -23,15 +23,12 @@ _KINDS: Final = (
 )
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def check_mode(path: Path, mode: int, *, key: str, error: type[ConfigError] = ConfigError) -> None:
     """Refuse a secret file that is not a regular file or that group or others can access."""
     source = f"{str(path)!r}"
     if not stat.S_ISREG(mode):
-        raise error(f"{source} is {_kind(mode)}, not a regular file", key=key)
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise error(f"{source} is {kind}, not a regular file", key=key)
     if mode & 0o077:
         raise error(
             f"{source} is readable by group or others (mode {stat.S_IMODE(mode):04o})",
