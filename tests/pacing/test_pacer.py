@@ -48,7 +48,8 @@ class Window:
         """(when the service says the window started, its length) at `fraction` of it."""
         if self.cut is None or fraction < self.cut[0]:
             return 0.0, self.length
-        return self.cut[0] * self.length, self.cut[1]
+        since = self.cut[0] * self.length
+        return (since, self.cut[1]) if since + self.cut[1] < self.length else (0.0, self.length)
 
     def limit_at(self, fraction: float) -> int:
         """The limit in force at `fraction` of the window."""
@@ -207,6 +208,8 @@ def test_never_more_than_allowed_in_any_window(
     latency=latencies,
     concurrency=st.integers(min_value=1, max_value=8),
 )
+# A cut that would end the window later is none: its reset was stated past the real end.
+@example([Window(5, 2), Window(5, 19, cut=(0.5, 5.0)), Window(5, 2)], 0.0, 0.5, 3)
 def test_never_more_than_allowed_when_the_limit_changes(
     windows: list[Window], reserve: float, latency: float, concurrency: int
 ) -> None:
