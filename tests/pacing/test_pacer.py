@@ -210,6 +210,9 @@ def test_never_more_than_allowed_in_any_window(
 )
 # A cut that would end the window later is none: its reset was stated past the real end.
 @example([Window(5, 2), Window(5, 19, cut=(0.5, 5.0)), Window(5, 2)], 0.0, 0.5, 3)
+# A cut window ended before any answer showed the cut: the permits in flight land blind.
+@example([Window(5, 121, cut=(3.8e-227, 1.0)), Window(5, 2)], 0.0, 0.05, 3)
+@example([Window(60, 67, cut=(0.75, 1.0)), Window(5, 2)], 0.1, 2.0, 2)
 def test_never_more_than_allowed_when_the_limit_changes(
     windows: list[Window], reserve: float, latency: float, concurrency: int
 ) -> None:
@@ -219,7 +222,9 @@ def test_never_more_than_allowed_when_the_limit_changes(
     for i, window in enumerate(windows):
         limits = [window.limit, *(new for _, new in window.changes)]
         most = max(allowed(Window(window.length, limit), reserve) for limit in limits)
-        assert server.worker[i] <= max(1, most), (i, server.worker)
+        # A cut window may end unseen: the permits then in flight land blind in the next one.
+        blind = concurrency if i and windows[i - 1].cut else 1
+        assert server.worker[i] <= max(blind, most), (i, server.worker)
 
 
 @SIM
