@@ -6,7 +6,9 @@ worker's real scheduling code decides every turn -- `endpoints_to_call`, `still_
 `plan_scale` / `day_shape` (the budget's spread, recomputed every virtual hour as a pass
 would). The same reads an hour go to three yardsticks (`b5_policies`): uniform round robin
 reading both endpoints (what the peers do), round robin reading stats only on change, and a
-known-rate oracle with the worker's limits. A read takes one slot at an even pace (what the
+known-rate oracle with the worker's limits; at the judged budgets also the worker's rule told
+each user's true rates (`worker(known=)`), which splits the gap to the oracle into the rule's
+and the estimates'. A read takes one slot at an even pace (what the
 pacer does); a turn's data arrive with its last read.
 
 Populations (`workloads`): `builtin`, `waking` (independent changes) and `sessions`
@@ -32,7 +34,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ from lta_worker.domain import (
     day_shape,
     decide_turn,
     endpoints_to_call,
+    next_due,
     plan_scale,
     population_prior,
     still_wanted,
@@ -90,17 +93,43 @@ def _answer(changes: Sequence[float], endpoint: str, t: float) -> Outcome:
     return Outcome("ok", 200, {"syncs": count})
 
 
+class _Told(ChangeEstimate):
+    """An estimate whose rates are the user's true ones for the day ahead (`worker(known=)`)."""
+
+    __slots__ = ("true",)
+    true: tuple[float, ...]
+
+    def rates(self) -> tuple[float, ...]:
+        return self.true
+
+
+def _told(est: ChangeEstimate | None, intensity: Sequence[float], t: float) -> ChangeEstimate:
+    """`est` with the true rates of the 24 hours from `t` (by hour of the day, UTC; changes an
+    hour to a second, an idle hour as one change in 100,000 hours: the plan takes logs)."""
+    base, est = int(t), est or ChangeEstimate()
+    out = _Told(**{f.name: getattr(est, f.name) for f in fields(ChangeEstimate) if f.init})
+    last = len(intensity) - 1
+    true = [intensity[min(base + (h - base) % 24, last)] for h in range(24)]
+    object.__setattr__(out, "true", tuple(max(r, 1e-5) / 3600 for r in true))
+    return out
+
+
 def worker(
     changes: Sequence[Sequence[float]],
     per_hour: float,
     end: float,
     seed: int,
     enrolled: Sequence[float] | None = None,
+    *,
+    known: Sequence[Sequence[float]] | None = None,
 ) -> Schedule:
     """The worker's scheduling code, one read per slot, over the users' changes (hours);
     `Schedule.estimates` holds each user's estimated changes a day at the end. A user
     enrolled at `enrolled[i]` (hours; None: everyone at 0) is due at once then, as
-    enrollment sets `next_due_at`, and planned for from the next plan on."""
+    enrollment sets `next_due_at`, and planned for from the next plan on. With `known`
+    (each user's true intensity, changes an hour), the plan and every due time take the
+    true rates instead of the estimates: what the schedule's rule gives without having
+    to learn (the estimates still learn, and seed the population's prior)."""
     rng = random.Random(seed)
     n, slot = len(changes), 1.0 / per_hour
     out = Schedule([[] for _ in range(n)], [[] for _ in range(n)], 0, [0] * n)
@@ -118,9 +147,12 @@ def worker(
             k += 1
         if t - planned_at >= 1.0:  # a pass's plan: the budget over the estimated rates
             live = [rows[i] for _, i in joins[:k]]  # the enrolled users
-            rates = bucket_rates(r.estimate or ChangeEstimate() for r in live)
-            plan = plan_scale(rates, per_hour, POLICY.freshness)
-            shape = day_shape(r.estimate or ChangeEstimate() for r in live)
+            seen = [
+                _told(r.estimate, known[r.id], t) if known else r.estimate or ChangeEstimate()
+                for r in live
+            ]
+            plan = plan_scale(bucket_rates(seen), per_hour, POLICY.freshness)
+            shape = day_shape(seen)
             prior = population_prior(r.estimate for r in live if r.estimate)
             cfg = replace(POLICY, plan=replace(plan, shape=shape, prior=prior))
             planned_at = t
@@ -142,15 +174,18 @@ def worker(
             out.per_user_reads[i] += 1
             t += slot
         out.turns[i].append(t - slot)
-        update = decide_turn(row, results, START + timedelta(hours=t - slot), cfg, rng)
-        assert update.next_due_at is not None
+        at = START + timedelta(hours=t - slot)
+        update = decide_turn(row, results, at, cfg, rng)
+        due_at = update.next_due_at
+        if known:  # every answer here is `ok` or `none`: its due time is `next_due`'s
+            due_at = next_due(
+                _told(update.estimate, known[i], t - slot), at, cfg.plan, cfg.freshness
+            )
+        assert due_at is not None
         rows[i] = replace(
-            row,
-            last_polled_at=update.last_polled_at,
-            next_due_at=update.next_due_at,
-            estimate=update.estimate,
+            row, last_polled_at=update.last_polled_at, next_due_at=due_at, estimate=update.estimate
         )
-        out.dues[i].append(_hours(update.next_due_at - START))
+        out.dues[i].append(_hours(due_at - START))
         heapq.heappush(due, (out.dues[i][-1], i))
     out.estimates = [(r.estimate or ChangeEstimate()).per_day() for r in rows]
     return out
@@ -223,6 +258,8 @@ def compare(workload: Workload, budget: int, seed: int) -> dict[str, Any]:
         "round_robin_on_change": round_robin_on_change(changes, per_hour, end, age),
         "oracle": oracle(changes, intensity, per_hour, end, max_interval=cap, stats_max_age=age),
     }
+    if budget in JUDGED:  # what the estimates cost: the same rule told the true rates
+        schedules["worker_known_rates"] = worker(changes, per_hour, end, seed, known=intensity)
     out: dict[str, Any] = {"reads_per_hour": per_hour}
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})
     out["estimates"] = _estimates(workload, intensity, schedules["worker"].estimates, end)
@@ -357,6 +394,13 @@ def _add_figures(
         note=f"oracle {_h(mean['oracle'])} h, "
         f"{_h(_ratio(mean['oracle'], mean['round_robin']))} x RR; RR on change "
         f"{_h(_ratio(mean['round_robin_on_change'], mean['round_robin']))} x RR",
+    )
+    told = figures["worker_known_rates"]
+    result.add(  # information: the rule's own loss; the rest of the ratio is the estimates'
+        f"{tag}: mean delay, worker told the true rates / oracle",
+        _ratio(told["mean_delay_h"], mean["oracle"]),
+        "x",
+        note=f"budget used {told['budget_used']:.3f}",
     )
     result.add(
         f"{tag}: p95 delay, RR / RR on change / worker / oracle",

@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from bench.b5_freshness import measure, worker
+from bench.b5_freshness import _told, measure, worker
 from bench.b5_policies import (
     Schedule,
     accrued_delay,
@@ -192,3 +192,21 @@ def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> 
     }
     assert mean["oracle"] < mean["round_robin"]
     assert mean["oracle"] < mean["on_change"]
+
+
+def test_told_rates_are_the_true_ones_for_the_day_ahead_by_hour_of_the_day() -> None:
+    """At hour 30 (06 UTC on day 1) hour h of the day holds the intensity of its next
+    occurrence: 06-23 from day 1, 00-05 from day 2; an idle hour is a tiny rate, not 0."""
+    intensity = [float(h) for h in range(72)]
+    rates = _told(None, intensity, 30.5).rates()
+    assert [round(r * 3600, 6) for r in rates] == [48 + h if h < 6 else 24 + h for h in range(24)]
+    assert _told(None, [0.0] * 24, 0.0).rates() == (1e-5 / 3600,) * 24
+
+
+def test_the_worker_told_the_true_rates_never_reads_a_user_idle_all_day_more_than_its_cap() -> None:
+    """One user busy all day, one never changing: told the truth, the rule gives the idle user
+    only the reads `max_interval` asks for, and the busy one the rest."""
+    busy = [k / 10 for k in range(1, 480)]
+    s = worker([busy, []], 4.0, 48.0, 1, known=[[10.0] * 48, [0.0] * 48])
+    assert len(s.turns[1]) <= 3  # the first sweep's, and one a `max_interval` at most
+    assert len(s.turns[0]) > 60

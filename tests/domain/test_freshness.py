@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from operator import mul
 from typing import Any
 
 import pytest
@@ -248,6 +250,31 @@ def test_a_user_who_changes_only_in_a_window_of_hours_gets_that_window_within_da
     awake = sum(est.hourly()[h] for h in inside) / len(inside)
     asleep = sum(est.hourly()[h] for h in outside) / len(outside)
     assert awake > 3 * asleep
+
+
+def test_unread_for_a_half_life_a_user_keeps_most_of_its_day_and_half_its_level() -> None:
+    """Certain of its window and its rate, then unread for exactly `rate_half_life` (whole
+    days: every window expects the same): the day starts over with chance 1 - 2^(-1/4), the
+    level with chance 1/2."""
+    rate = GRID[5]  # 0.075 a day: three quiet days say little of it
+    est = ChangeEstimate(
+        content="a",
+        seen_at=NOW,
+        level=rate,
+        belief=tuple(float(g == rate) for g in GRID),
+        window=_only(8, 16),
+    )
+    after = observe(est, "a", NOW + ADAPTIVE.rate_half_life, ADAPTIVE)
+    kept = 2 ** (-1 / 4)
+    assert after.window is not None and after.belief is not None
+    assert after.window[WINDOWS.index((8, 24, *WINDOWS[9][2:]))] == pytest.approx(
+        kept + (1 - kept) * WINDOW_PRIOR[9], rel=1e-6
+    )
+    # The half that started over is spread by the prior; then Bayes' rule with the quiet days.
+    quiet = [math.exp(-g * ADAPTIVE.rate_half_life.total_seconds()) for g in GRID]
+    mixed = [0.5 * p for p in DEFAULT_PRIOR]
+    mixed[5] += 0.5
+    assert after.belief[5] == pytest.approx(mixed[5] * quiet[5] / sum(map(mul, mixed, quiet)))
 
 
 def _older_form(counts: list[float], seconds: list[float], **more: Any) -> dict[str, Any]:

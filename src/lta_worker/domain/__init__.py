@@ -39,7 +39,7 @@ from lta_worker.domain._events import (
     forgotten_event,
     turn_events,
 )
-from lta_worker.domain._freshness import ScheduleMode, SchedulePlan, StatsMode
+from lta_worker.domain._freshness import ScheduleMode, SchedulePlan, StatsMode, next_due
 from lta_worker.domain._model import (
     ENDPOINTS,
     LONG_TERM_SCOPES,
@@ -166,6 +166,7 @@ __all__ = [
     "forgotten_event",
     "format_duration",
     "from_buckets",
+    "next_due",
     "observe",
     "parse_duration",
     "per_hour",

@@ -3,9 +3,10 @@
 Pure, taking `now`. A read tells only whether latest-change moved (Cho and Garcia-Molina,
 TOIT 2003); `observe` folds that bit, by Bayes' rule, into two beliefs: the level (the day's
 mean rate, over `GRID`, its prior the population's) and the day's shape (a flat day or a
-waking window, `WINDOWS`). `update_belief` lets a user start over at the pace of
-`rate_half_life`. The stored form (`to_json`) keeps `c` / `o` per four-hour slice, read by
-earlier versions, beside `w`. docs/config.md, *Freshness*, says what each trades.
+waking window, `WINDOWS`). A user's level may start over at the pace of `rate_half_life`,
+its shape `WINDOW_HALF_LIVES` times slower. The stored form (`to_json`) keeps `c` / `o` per
+four-hour slice, read by earlier versions, beside `w`. docs/config.md, *Freshness*, says
+what each trades.
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
 # Waking windows' lengths in hours (B5: 12 and 16 h within 0.02, at twice the cost).
 LENGTHS: Final = (16,)
-# A window's rate outside its hours, as a share of inside (nobody is certainly asleep).
-OUTSIDE: Final = 0.05
+# A window's rate outside its hours, as a share of inside: nobody is certainly asleep, and
+# the flat day stands for those who change at night (B5: 0.05 cost 2-4 % of the mean delay).
+OUTSIDE: Final = 0.02
+# The day's shape starts over this many times slower than the level: a user's time zone and
+# routine outlast its pace (B5: 1 blurred the windows; 10 left woken users slower).
+WINDOW_HALF_LIVES: Final = 4
 # The prior's weight on a flat day: a window must be earned, and a user who starts over is
 # read all day until its reads say when (B5: 0.2 left woken users 1.03 x round robin, 0.6 0.98).
 FLAT_PRIOR: Final = 0.6
@@ -366,7 +371,8 @@ def observe(
     spans = [out * seconds + more * (cover[e] - cover[s]) for s, e, out, more in WINDOWS]
     old = WINDOW_PRIOR if est.window is None else est.window
     level = _mean(prior) if est.level is None else est.level
-    window = _bayes(old, WINDOW_PRIOR, spans, level, moved, _start_over(seconds, cfg))
+    start = _start_over(seconds / WINDOW_HALF_LIVES, cfg)
+    window = _bayes(old, WINDOW_PRIOR, spans, level, moved, start)
     span = sum(map(mul, old, spans))  # the interval at the mean rate
     belief = update_belief(est.belief, moved, span=span, seconds=seconds, cfg=cfg, prior=prior)
     return ChangeEstimate(
