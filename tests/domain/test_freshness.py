@@ -252,6 +252,27 @@ def test_a_user_who_changes_only_in_a_window_of_hours_gets_that_window_within_da
     assert awake > 3 * asleep
 
 
+def test_a_user_who_moves_its_hours_by_half_a_day_is_believed_in_them_within_two_days() -> None:
+    """Ten days awake 08-24 UTC, then 20-12, changing every 30 minutes awake, read every 90
+    minutes: two days after the move its believed window starts at 19-21 h."""
+    t, est, version = NOW.replace(hour=0), ChangeEstimate(), 0
+    moved_at = t + timedelta(days=10)
+    while t < moved_at + timedelta(days=2):
+        start = 8 if t < moved_at else 20
+        for half_hour in range(1, 4):
+            version += ((t + half_hour * timedelta(minutes=30)).hour - start) % BINS < 16
+        t += timedelta(minutes=90)
+        est = observe(est, str(version), t, ADAPTIVE)
+        if t == moved_at:
+            assert est.window is not None
+            assert sum(w for w, k in zip(est.window, WINDOWS, strict=True) if k[0] == 8) > 0.9
+    assert est.window is not None
+    assert (
+        sum(w for w, k in zip(est.window, WINDOWS, strict=True) if 19 <= k[0] <= 21 and k[1] > 24)
+        > 0.9
+    )
+
+
 def test_unread_for_a_half_life_a_user_keeps_most_of_its_day_and_half_its_level() -> None:
     """Certain of its window and its rate, then unread for exactly `rate_half_life` (whole
     days: every window expects the same): the day starts over with chance 1 - 2^(-1/4), the
