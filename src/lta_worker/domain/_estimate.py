@@ -40,10 +40,11 @@ GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in rang
 # Waking windows' lengths in hours (B5: 12 and 16 h within 0.02, at twice the cost).
 LENGTHS: Final = (16,)
 # A window's rate outside its hours, as a share of inside: nobody is certainly asleep, and
-# the flat day stands for those who change at night (B5: 0.05 cost 2-4 % of the mean delay).
+# the flat day stands for those who change at night (B5: 0.05 cost 0.5-2.5 % of mean delay).
 OUTSIDE: Final = 0.02
 # The day's shape starts over this many times slower than the level: a user's time zone and
-# routine outlast its pace (B5: 1 blurred the windows; 10 left woken users slower).
+# routine outlast its pace (B5: 1 blurred the windows, 10 gained little more; at 20 a user who
+# moves its hours by half a day needs over two days, tests/domain).
 WINDOW_HALF_LIVES: Final = 4
 # The prior's weight on a flat day: a window must be earned, and a user who starts over is
 # read all day until its reads say when (B5: 0.2 left woken users 1.03 x round robin, 0.6 0.98).
