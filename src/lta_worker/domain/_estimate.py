@@ -3,10 +3,9 @@
 Pure, taking `now`. A read tells only whether latest-change moved (Cho and Garcia-Molina,
 TOIT 2003); `observe` folds that bit, by Bayes' rule, into two beliefs: the level (the day's
 mean rate, over `GRID`, its prior the population's) and the day's shape (a flat day or a
-waking window, `WINDOWS`). A user's level may start over at the pace of `rate_half_life`,
-its shape `WINDOW_HALF_LIVES` times slower. The stored form (`to_json`) keeps `c` / `o` per
-four-hour slice, read by earlier versions, beside `w`. docs/config.md, *Freshness*, says
-what each trades.
+waking window, `WINDOWS`); either may start over (`rate_half_life`, `WINDOW_HALF_LIVES`).
+The stored form (`to_json`) keeps `c` / `o` per four-hour slice, read by earlier versions,
+beside `w`. docs/config.md, *Freshness*, says what each trades.
 """
 
 from __future__ import annotations
@@ -39,12 +38,11 @@ GRID_SIZE: Final = 41
 GRID: Final = tuple(0.01 / 86400 * 10 ** (7 * k / (GRID_SIZE - 1)) for k in range(GRID_SIZE))
 # Waking windows' lengths in hours (B5: 12 and 16 h within 0.02, at twice the cost).
 LENGTHS: Final = (16,)
-# A window's rate outside its hours, as a share of inside: nobody is certainly asleep, and
-# the flat day stands for those who change at night (B5: 0.05 cost 0.5-2.5 % of mean delay).
+# A window's rate outside its hours, as a share of inside; the flat day stands for those who
+# change at night (B5: 0.05 cost 0.5-2.5 % of mean delay).
 OUTSIDE: Final = 0.02
-# The day's shape starts over this many times slower than the level: a user's time zone and
-# routine outlast its pace (B5: 1 blurred the windows, 10 gained little more; at 20 a user who
-# moves its hours by half a day needs over two days, tests/domain).
+# The day starts over this many times slower than the level (B5: 1 blurred the windows; at
+# 20 a user who moves its hours by half a day needs over two days, tests/domain).
 WINDOW_HALF_LIVES: Final = 4
 # The prior's weight on a flat day: a window must be earned, and a user who starts over is
 # read all day until its reads say when (B5: 0.2 left woken users 1.03 x round robin, 0.6 0.98).
@@ -353,14 +351,10 @@ def observe(
     cfg: FreshnessConfig,
     prior: Sequence[float] | None = None,
 ) -> ChangeEstimate:
-    """Fold one latest-change read (its content hash) into the estimate.
-
-    The interval since the previous read is each window's `span`: its seconds weighted by
-    the window's rate over the mean. The window belief is updated at the current level
-    (a window that puts the interval in the user's waking hours expects more changes), and
-    the level's (`update_belief`, `prior` the population's, `DEFAULT_PRIOR` without one) at
-    the span the window belief expects before this read.
-    """
+    """Fold one latest-change read (its content hash) into the estimate: the window belief at
+    the current level (a window that puts the interval in the user's waking hours expects
+    more changes), the level's (`update_belief`; `prior` the population's, else the default)
+    at the span the window belief expected (each window's seconds weighted by its rate)."""
     if est.content is None or est.seen_at is None:
         return replace(est, content=content, seen_at=now)
     seconds = (now - est.seen_at).total_seconds()
