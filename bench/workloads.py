@@ -13,9 +13,12 @@
   local, 13-17 hours long) in one of 24 time zones, at a steady pace of its class: a fifth
   idle, `light` (median 1 a day), `ordinary` (4 a day) and `busy` (12 a day).
 
-Both are seeded and deterministic, and carry each user's true hourly change intensity.
+All are seeded and deterministic, and carry each user's true hourly change intensity.
+`--night SHARE` adds to every user changes in the hours it is asleep, at SHARE of its
+waking rate: the users the schedule's quiet nights bet against (bench/README.md, B5).
 
     python -m bench.workloads --write FILE [--kind sessions] [--users N] [--days D] [--seed S]
+                              [--night SHARE]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.b5_workload import Workload, WorkloadUser, dumps
+from bench.b5_workload import Workload, WorkloadUser, dumps, hourly_intensity
 
 ZONES = (-8, -5, -3, 0, 1, 3, 5.5, 9)
 WAKING = (7, 23)
@@ -178,6 +181,20 @@ def _geometric(mean: float, rng: random.Random) -> int:
     return int(math.log(1 - rng.random()) / math.log(1 - p))
 
 
+def with_nights(workload: Workload, share: float, seed: int = 7) -> Workload:
+    """`workload` with Poisson changes added in each user's quiet hours, at `share` of its
+    busiest hour's rate (its intensity says so too); idle users stay idle."""
+    rng = random.Random(seed)
+    users = []
+    for user in workload.users:
+        rates = hourly_intensity(workload, user)
+        extra = [share * max(rates) if r == 0 else 0.0 for r in rates]
+        changes = tuple(sorted((*user.changes, *_poisson(extra, rng))))
+        total = tuple(r + e for r, e in zip(rates, extra, strict=True))
+        users.append(WorkloadUser(user.user, user.cls, changes, total))
+    return Workload(workload.days, tuple(users))
+
+
 KINDS: dict[str, Callable[..., Workload]] = {
     "builtin": builtin,
     "waking": waking,
@@ -193,9 +210,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--users", type=int, default=300)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--seed", type=int, help="the generator's seed (default: the built-in)")
+    parser.add_argument(
+        "--night", type=float, default=0.0, help="changes in quiet hours, as a share of waking"
+    )
     args = parser.parse_args(argv)
     make = KINDS[args.kind]
     workload = make(args.users, args.days) if args.seed is None else _seeded(args)
+    if args.night > 0:
+        workload = with_nights(workload, args.night)
     args.write.write_text(dumps(workload), encoding="utf-8")
     print(f"{args.write}: {len(workload.users)} users, {workload.days} days ({args.kind})")
     return 0

@@ -169,6 +169,25 @@ def test_b5_on_a_workload_file_reports_the_four_policies_per_class(tmp_path: Pat
     json.dumps(section)  # what results.json will hold
 
 
+def test_night_changes_come_only_in_quiet_hours_at_their_share_and_idle_users_stay_idle() -> None:
+    """`--night 0.3` on `waking`: every added change falls in an hour the user was quiet, the
+    intensity there is 0.3 of the user's waking rate, and an idle user gets none."""
+    base = workloads.waking(40, 4)
+    night = workloads.with_nights(base, 0.3)
+    added = 0
+    for was, now in zip(base.users, night.users, strict=True):
+        rates, more = hourly_intensity(base, was), hourly_intensity(night, now)
+        extra = sorted(set(now.changes) - set(was.changes))
+        assert all(rates[int(t)] == 0 for t in extra)
+        assert all(
+            m == pytest.approx(r or 0.3 * max(rates)) for r, m in zip(rates, more, strict=True)
+        )
+        assert extra == [] or max(rates) > 0
+        added += len(extra)
+    assert added > 0
+    assert workloads.with_nights(base, 0.3) == night  # seeded
+
+
 def test_the_generated_populations_are_seeded() -> None:
     """The same size and seed give the same population; the kinds differ in classes."""
     for make in workloads.KINDS.values():
