@@ -103,14 +103,23 @@ class _Told(ChangeEstimate):
         return self.true
 
 
-def _told(est: ChangeEstimate | None, intensity: Sequence[float], t: float) -> ChangeEstimate:
+def _told(
+    est: ChangeEstimate | None, intensity: Sequence[float], t: float, part: str = "both"
+) -> ChangeEstimate:
     """`est` with the true rates of the 24 hours from `t` (by hour of the day, UTC; changes an
-    hour to a second, an idle hour as one change in 100,000 hours: the plan takes logs)."""
+    hour to a second, an idle hour as one change in 100,000 hours: the plan takes logs).
+    `part` "level": the estimate's day at the true mean rate; "day": the true day at the
+    estimate's mean rate (which half of the estimate costs what, bench/README.md)."""
     base, est = int(t), est or ChangeEstimate()
     out = _Told(**{f.name: getattr(est, f.name) for f in fields(ChangeEstimate) if f.init})
     last = len(intensity) - 1
-    true = [intensity[min(base + (h - base) % 24, last)] for h in range(24)]
-    object.__setattr__(out, "true", tuple(max(r, 1e-5) / 3600 for r in true))
+    true = [max(intensity[min(base + (h - base) % 24, last)], 1e-5) / 3600 for h in range(24)]
+    mine = est.rates()
+    if part == "level":
+        true = [r * sum(true) / sum(mine) for r in mine]
+    elif part == "day":
+        true = [r * sum(mine) / sum(true) for r in true]
+    object.__setattr__(out, "true", tuple(true))
     return out
 
 
@@ -122,6 +131,7 @@ def worker(
     enrolled: Sequence[float] | None = None,
     *,
     known: Sequence[Sequence[float]] | None = None,
+    told: str = "both",
 ) -> Schedule:
     """The worker's scheduling code, one read per slot, over the users' changes (hours);
     `Schedule.estimates` holds each user's estimated changes a day at the end. A user
@@ -129,7 +139,8 @@ def worker(
     enrollment sets `next_due_at`, and planned for from the next plan on. With `known`
     (each user's true intensity, changes an hour), the plan and every due time take the
     true rates instead of the estimates: what the schedule's rule gives without having
-    to learn (the estimates still learn, and seed the population's prior)."""
+    to learn (the estimates still learn, and seed the population's prior); `told` "level"
+    or "day" gives only that half of the truth (`_told`)."""
     rng = random.Random(seed)
     n, slot = len(changes), 1.0 / per_hour
     out = Schedule([[] for _ in range(n)], [[] for _ in range(n)], 0, [0] * n)
@@ -148,7 +159,7 @@ def worker(
         if t - planned_at >= 1.0:  # a pass's plan: the budget over the estimated rates
             live = [rows[i] for _, i in joins[:k]]  # the enrolled users
             seen = [
-                _told(r.estimate, known[r.id], t) if known else r.estimate or ChangeEstimate()
+                _told(r.estimate, known[r.id], t, told) if known else r.estimate or ChangeEstimate()
                 for r in live
             ]
             plan = plan_scale(bucket_rates(seen), per_hour, POLICY.freshness)
@@ -179,7 +190,7 @@ def worker(
         due_at = update.next_due_at
         if known:  # every answer here is `ok` or `none`: its due time is `next_due`'s
             due_at = next_due(
-                _told(update.estimate, known[i], t - slot), at, cfg.plan, cfg.freshness
+                _told(update.estimate, known[i], t - slot, told), at, cfg.plan, cfg.freshness
             )
         assert due_at is not None
         rows[i] = replace(

@@ -19,6 +19,7 @@ from bench.b5_policies import (
 from bench.b5_workload import Workload, WorkloadUser
 
 from bench import b5_cohort, workloads
+from lta_worker.domain import ChangeEstimate
 
 
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
@@ -201,6 +202,20 @@ def test_told_rates_are_the_true_ones_for_the_day_ahead_by_hour_of_the_day() -> 
     rates = _told(None, intensity, 30.5).rates()
     assert [round(r * 3600, 6) for r in rates] == [48 + h if h < 6 else 24 + h for h in range(24)]
     assert _told(None, [0.0] * 24, 0.0).rates() == (1e-5 / 3600,) * 24
+
+
+def test_told_half_the_truth_keeps_the_other_half_of_the_estimate() -> None:
+    """Told the level, the estimate's day at the true mean rate; told the day, the true day
+    at the estimate's mean rate (an unread estimate: one change a day, flat before a read
+    says otherwise)."""
+    est = ChangeEstimate()
+    intensity = [0.0] * 8 + [3.0] * 16  # 48 changes a day, 08-24 UTC
+    level = _told(est, intensity, 0.0, "level").rates()
+    day = _told(est, intensity, 0.0, "day").rates()
+    assert sum(level) * 3600 == pytest.approx(48 + 8e-5)
+    assert [r / level[0] for r in level] == pytest.approx([r / est.rates()[0] for r in est.rates()])
+    assert sum(day) == pytest.approx(sum(est.rates()))
+    assert day[8] / day[0] == pytest.approx(3.0 / 1e-5)
 
 
 def test_the_worker_told_the_true_rates_never_reads_a_user_idle_all_day_more_than_its_cap() -> None:
