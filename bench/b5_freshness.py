@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench import b5_cohort, workloads
 from bench.b5_policies import (
@@ -93,6 +93,9 @@ def _answer(changes: Sequence[float], endpoint: str, t: float) -> Outcome:
     return Outcome("ok", 200, {"syncs": count})
 
 
+Half = Literal["both", "level", "day"]  # which half of the truth `worker(known=)` is told
+
+
 class _Told(ChangeEstimate):
     """An estimate whose rates are the user's true ones for the day ahead (`worker(known=)`)."""
 
@@ -104,7 +107,7 @@ class _Told(ChangeEstimate):
 
 
 def _told(
-    est: ChangeEstimate | None, intensity: Sequence[float], t: float, part: str = "both"
+    est: ChangeEstimate | None, intensity: Sequence[float], t: float, part: Half = "both"
 ) -> ChangeEstimate:
     """`est` with the true rates of the 24 hours from `t` (by hour of the day, UTC; changes an
     hour to a second, an idle hour as one change in 100,000 hours: the plan takes logs).
@@ -131,7 +134,7 @@ def worker(
     enrolled: Sequence[float] | None = None,
     *,
     known: Sequence[Sequence[float]] | None = None,
-    told: str = "both",
+    told: Half = "both",
 ) -> Schedule:
     """The worker's scheduling code, one read per slot, over the users' changes (hours);
     `Schedule.estimates` holds each user's estimated changes a day at the end. A user
