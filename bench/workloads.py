@@ -183,7 +183,9 @@ def _geometric(mean: float, rng: random.Random) -> int:
 
 def with_nights(workload: Workload, share: float, seed: int = 7) -> Workload:
     """`workload` with Poisson changes added in each user's quiet hours, at `share` of its
-    busiest hour's rate (its intensity says so too); idle users stay idle."""
+    busiest hour's rate (its intensity says so too); idle users stay idle. Made for `waking`,
+    whose users keep one pace: a user that sleeps for days or changes class (`sessions`'
+    sleepers, `builtin`) gets them in every quiet hour of the run, its idle days too."""
     rng = random.Random(seed)
     users = []
     for user in workload.users:
