@@ -7,9 +7,11 @@ worker's real scheduling code decides every turn -- `endpoints_to_call`, `still_
 would). The same reads an hour go to three yardsticks (`b5_policies`): uniform round robin
 reading both endpoints (what the peers do), round robin reading stats only on change, and a
 known-rate oracle with the worker's limits; at the judged budgets also the worker's rule told
-each user's true rates (`worker(known=)`), which splits the gap to the oracle into the rule's
-and the estimates'. A read takes one slot at an even pace (what the
-pacer does); a turn's data arrive with its last read.
+each user's true rates (`worker(teller=TrueRates(...))`), which splits the gap to the oracle
+into the rule's and the estimates', and on `waking` the same rule on the beliefs of a
+learner told the population's model (`b5_bayes`): how far estimates from the bit could go.
+A read takes one slot at an even pace (what the pacer does); a turn's data arrive with its
+last read.
 
 Populations (`workloads`): `builtin`, `waking` (independent changes) and `sessions`
 (clustered changes), or a workload file (`bench/run --only B5 --workload FILE`). Figures per
@@ -34,18 +36,19 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from bench import b5_cohort, workloads
+from bench import b5_bayes, b5_cohort, workloads
 from bench.b5_policies import (
     Schedule,
     oracle,
     round_robin,
     round_robin_on_change,
 )
+from bench.b5_told import Teller, TrueRates, told
 from bench.b5_workload import Workload, classes, hourly_intensity, load
 from bench.common import BenchResult, Size, log
 from lta_worker.config import PollSettings
@@ -93,39 +96,6 @@ def _answer(changes: Sequence[float], endpoint: str, t: float) -> Outcome:
     return Outcome("ok", 200, {"syncs": count})
 
 
-Half = Literal["both", "level", "day"]  # which half of the truth `worker(known=)` is told
-
-
-class _Told(ChangeEstimate):
-    """An estimate whose rates are the user's true ones for the day ahead (`worker(known=)`)."""
-
-    __slots__ = ("true",)
-    true: tuple[float, ...]
-
-    def rates(self) -> tuple[float, ...]:
-        return self.true
-
-
-def _told(
-    est: ChangeEstimate | None, intensity: Sequence[float], t: float, part: Half = "both"
-) -> ChangeEstimate:
-    """`est` with the true rates of the 24 hours from `t` (by hour of the day, UTC; changes an
-    hour to a second, an idle hour as one change in 100,000 hours: the plan takes logs).
-    `part` "level": the estimate's day at the true mean rate; "day": the true day at the
-    estimate's mean rate (which half of the estimate costs what, bench/README.md)."""
-    base, est = int(t), est or ChangeEstimate()
-    out = _Told(**{f.name: getattr(est, f.name) for f in fields(ChangeEstimate) if f.init})
-    last = len(intensity) - 1
-    true = [max(intensity[min(base + (h - base) % 24, last)], 1e-5) / 3600 for h in range(24)]
-    mine = est.rates()
-    if part == "level":
-        true = [r * sum(true) / sum(mine) for r in mine]
-    elif part == "day":
-        true = [r * sum(mine) / sum(true) for r in true]
-    object.__setattr__(out, "true", tuple(true))
-    return out
-
-
 def worker(
     changes: Sequence[Sequence[float]],
     per_hour: float,
@@ -133,17 +103,15 @@ def worker(
     seed: int,
     enrolled: Sequence[float] | None = None,
     *,
-    known: Sequence[Sequence[float]] | None = None,
-    told: Half = "both",
+    teller: Teller | None = None,
 ) -> Schedule:
     """The worker's scheduling code, one read per slot, over the users' changes (hours);
     `Schedule.estimates` holds each user's estimated changes a day at the end. A user
     enrolled at `enrolled[i]` (hours; None: everyone at 0) is due at once then, as
-    enrollment sets `next_due_at`, and planned for from the next plan on. With `known`
-    (each user's true intensity, changes an hour), the plan and every due time take the
-    true rates instead of the estimates: what the schedule's rule gives without having
-    to learn (the estimates still learn, and seed the population's prior); `told` "level"
-    or "day" gives only that half of the truth (`_told`)."""
+    enrollment sets `next_due_at`, and planned for from the next plan on. With a `teller`
+    (`TrueRates`, `b5_bayes.ModelTold`), the plan and every due time take the rates it
+    tells instead of the estimates' (the estimates still learn, and seed the population's
+    prior): with the true rates, what the schedule's rule gives without having to learn."""
     rng = random.Random(seed)
     n, slot = len(changes), 1.0 / per_hour
     out = Schedule([[] for _ in range(n)], [[] for _ in range(n)], 0, [0] * n)
@@ -162,7 +130,7 @@ def worker(
         if t - planned_at >= 1.0:  # a pass's plan: the budget over the estimated rates
             live = [rows[i] for _, i in joins[:k]]  # the enrolled users
             seen = [
-                _told(r.estimate, known[r.id], t, told) if known else r.estimate or ChangeEstimate()
+                told(teller, r.id, r.estimate, t) if teller else r.estimate or ChangeEstimate()
                 for r in live
             ]
             plan = plan_scale(bucket_rates(seen), per_hour, POLICY.freshness)
@@ -191,9 +159,10 @@ def worker(
         at = START + timedelta(hours=t - slot)
         update = decide_turn(row, results, at, cfg, rng)
         due_at = update.next_due_at
-        if known:  # every answer here is `ok` or `none`: its due time is `next_due`'s
+        if teller:  # every answer here is `ok` or `none`: its due time is `next_due`'s
+            teller.saw(i, row.estimate, update.estimate)
             due_at = next_due(
-                _told(update.estimate, known[i], t - slot, told), at, cfg.plan, cfg.freshness
+                told(teller, i, update.estimate, t - slot), at, cfg.plan, cfg.freshness
             )
         assert due_at is not None
         rows[i] = replace(
@@ -259,8 +228,11 @@ def _figures(delays: list[float], longest: float, used: float) -> dict[str, Any]
     }
 
 
-def compare(workload: Workload, budget: int, seed: int) -> dict[str, Any]:
-    """The four policies on one population at one budget (reads an hour per 400 users)."""
+def compare(
+    workload: Workload, budget: int, seed: int, *, model_told: bool = False
+) -> dict[str, Any]:
+    """The four policies on one population at one budget (reads an hour per 400 users);
+    `model_told` (`waking`'s own users) adds the learner told its model (`b5_bayes`)."""
     per_hour = budget * len(workload.users) / 400
     end = float(workload.hours)
     changes = [u.changes for u in workload.users]
@@ -273,7 +245,12 @@ def compare(workload: Workload, budget: int, seed: int) -> dict[str, Any]:
         "oracle": oracle(changes, intensity, per_hour, end, max_interval=cap, stats_max_age=age),
     }
     if budget in JUDGED:  # what the estimates cost: the same rule told the true rates
-        schedules["worker_known_rates"] = worker(changes, per_hour, end, seed, known=intensity)
+        schedules["worker_known_rates"] = worker(
+            changes, per_hour, end, seed, teller=TrueRates(intensity)
+        )
+    if budget in JUDGED and model_told:
+        learner = b5_bayes.ModelTold(len(changes))
+        schedules["learner_told_model"] = worker(changes, per_hour, end, seed, teller=learner)
     out: dict[str, Any] = {"reads_per_hour": per_hour}
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})
     out["estimates"] = _estimates(workload, intensity, schedules["worker"].estimates, end)
@@ -334,7 +311,8 @@ def run(size: Size, workload_file: Path | None = None) -> BenchResult:
     for name, workload in populations.items():
         budgets: dict[str, Any] = {}
         for budget in BUDGETS:
-            figures = compare(workload, budget, seed=budget)
+            model_told = workload_file is None and name == "waking"
+            figures = compare(workload, budget, seed=budget, model_told=model_told)
             budgets[str(budget)] = figures
             log(f"B5 {name} {budget}/h per 400: " + _summary(figures))
             _add_figures(result, name, budget, figures, cap)
@@ -409,13 +387,22 @@ def _add_figures(
         f"{_h(_ratio(mean['oracle'], mean['round_robin']))} x RR; RR on change "
         f"{_h(_ratio(mean['round_robin_on_change'], mean['round_robin']))} x RR",
     )
-    told = figures["worker_known_rates"]
+    known = figures["worker_known_rates"]
     result.add(  # information: the rule's own loss; the rest of the ratio is the estimates'
         f"{tag}: mean delay, worker told the true rates / oracle",
-        _ratio(told["mean_delay_h"], mean["oracle"]),
+        _ratio(known["mean_delay_h"], mean["oracle"]),
         "x",
-        note=f"budget used {told['budget_used']:.3f}",
+        note=f"budget used {known['budget_used']:.3f}",
     )
+    learner = figures.get("learner_told_model")
+    if learner:  # information: how far estimates learned from the bit could go (b5_bayes)
+        result.add(
+            f"{tag}: mean delay, learner told the population's model / oracle",
+            _ratio(learner["mean_delay_h"], mean["oracle"]),
+            "x",
+            note=f"the worker's rule on its beliefs; worker / it "
+            f"{_h(_ratio(mean['worker'], learner['mean_delay_h']))}",
+        )
     result.add(
         f"{tag}: p95 delay, RR / RR on change / worker / oracle",
         " / ".join(

@@ -143,13 +143,19 @@ def sessions(n: int, days: int, seed: int = 29) -> Workload:
     return Workload(days, tuple(users))
 
 
-# Waking: each class's share of the users and median changes a day.
+# Waking: each class's share of the users and median changes a day, the spread of a user's
+# rate about its class's median (sigma of its log), and the ranges its waking hours' local
+# start and length are drawn from (b5_bayes tells its learner the classes, the spread and
+# the lengths; the zones make the start any hour).
 WAKING_CLASSES = (
     ("idle", 0.2, 0.0),
     ("light", 0.3, 1.0),
     ("ordinary", 0.3, 4.0),
     ("busy", 0.2, 12.0),
 )
+WAKING_SPREAD = 0.5
+WAKING_START = (6.0, 10.0)
+WAKING_LENGTH = (13.0, 17.0)
 
 
 def waking(n: int, days: int, seed: int = 38) -> Workload:
@@ -164,8 +170,9 @@ def waking(n: int, days: int, seed: int = 38) -> Workload:
             if r < at:
                 cls, median = name, rate
                 break
-        daily = median and rng.lognormvariate(math.log(median), 0.5)
-        zone, start, length = rng.randrange(-11, 13), rng.uniform(6, 10), rng.uniform(13, 17)
+        daily = median and rng.lognormvariate(math.log(median), WAKING_SPREAD)
+        zone = rng.randrange(-11, 13)
+        start, length = rng.uniform(*WAKING_START), rng.uniform(*WAKING_LENGTH)
         hourly = [
             daily / length if (h + zone - start) % 24 < length else 0.0 for h in range(24 * days)
         ]

@@ -1,14 +1,15 @@
 """B5's yardsticks (bench/b5_policies.py): round robin, round robin on change, the oracle;
-and the cohort of new users (bench/b5_cohort.py)."""
+the cohort of new users (bench/b5_cohort.py); the learner told the model (bench/b5_bayes.py)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import random
+from datetime import timedelta
 
 import pytest
-from bench.b5_freshness import _told, measure, worker
+from bench.b5_freshness import START, measure, worker
 from bench.b5_policies import (
     Schedule,
     accrued_delay,
@@ -16,9 +17,10 @@ from bench.b5_policies import (
     round_robin,
     round_robin_on_change,
 )
+from bench.b5_told import TrueRates, told
 from bench.b5_workload import Workload, WorkloadUser
 
-from bench import b5_cohort, workloads
+from bench import b5_bayes, b5_cohort, workloads
 from lta_worker.domain import ChangeEstimate
 
 
@@ -81,9 +83,7 @@ def test_a_new_user_read_after_a_settled_user_not_overdue_is_counted() -> None:
 
 
 def test_the_worker_reads_a_new_user_before_settled_users_not_overdue() -> None:
-    """In the worker's simulation (its scheduling code, enrollment due at once), every new
-    user's first read comes before the next read of each settled user not overdue when it
-    enrolled; and there were such settled users, read after the enrollment."""
+    """Every new user is read before each settled user that was not overdue when it enrolled."""
     w = workloads.builtin(60, 2)
     enrolled, at = b5_cohort.enrollment(w)
     s = worker([u.changes for u in w.users], 15.0, 30.0, 1, enrolled)
@@ -196,22 +196,18 @@ def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> 
 
 
 def test_told_rates_are_the_true_ones_for_the_day_ahead_by_hour_of_the_day() -> None:
-    """At hour 30 (06 UTC on day 1) hour h of the day holds the intensity of its next
-    occurrence: 06-23 from day 1, 00-05 from day 2; an idle hour is a tiny rate, not 0."""
-    intensity = [float(h) for h in range(72)]
-    rates = _told(None, intensity, 30.5).rates()
+    """At 06:30 on day 1 hour h holds its next occurrence's intensity; an idle hour, a tiny rate."""
+    rates = told(TrueRates([[float(h) for h in range(72)]]), 0, None, 30.5).rates()
     assert [round(r * 3600, 6) for r in rates] == [48 + h if h < 6 else 24 + h for h in range(24)]
-    assert _told(None, [0.0] * 24, 0.0).rates() == (1e-5 / 3600,) * 24
+    assert told(TrueRates([[0.0] * 24]), 0, None, 0.0).rates() == (1e-5 / 3600,) * 24
 
 
 def test_told_half_the_truth_keeps_the_other_half_of_the_estimate() -> None:
-    """Told the level, the estimate's day at the true mean rate; told the day, the true day
-    at the estimate's mean rate (an unread estimate: one change a day, flat before a read
-    says otherwise)."""
+    """Told the level: the estimate's day at the true mean; told the day: the reverse."""
     est = ChangeEstimate()
     intensity = [0.0] * 8 + [3.0] * 16  # 48 changes a day, 08-24 UTC
-    level = _told(est, intensity, 0.0, "level").rates()
-    day = _told(est, intensity, 0.0, "day").rates()
+    level = told(TrueRates([intensity], "level"), 0, est, 0.0).rates()
+    day = told(TrueRates([intensity], "day"), 0, est, 0.0).rates()
     assert sum(level) * 3600 == pytest.approx(48 + 8e-5)
     assert [r / level[0] for r in level] == pytest.approx([r / est.rates()[0] for r in est.rates()])
     assert sum(day) == pytest.approx(sum(est.rates()))
@@ -219,9 +215,30 @@ def test_told_half_the_truth_keeps_the_other_half_of_the_estimate() -> None:
 
 
 def test_the_worker_told_the_true_rates_never_reads_a_user_idle_all_day_more_than_its_cap() -> None:
-    """One user busy all day, one never changing: told the truth, the rule gives the idle user
-    only the reads `max_interval` asks for, and the busy one the rest."""
+    """Told the truth, the rule reads a user who never changes only as `max_interval` asks."""
     busy = [k / 10 for k in range(1, 480)]
-    s = worker([busy, []], 4.0, 48.0, 1, known=[[10.0] * 48, [0.0] * 48])
+    s = worker([busy, []], 4.0, 48.0, 1, teller=TrueRates([[10.0] * 48, [0.0] * 48]))
     assert len(s.turns[1]) <= 3  # the first sweep's, and one a `max_interval` at most
     assert len(s.turns[0]) > 60
+
+
+def test_a_length_of_13_to_17_hours_covers_13_or_17_whole_hours_half_as_often_as_14_to_16() -> None:
+    """A start placed anywhere: a length L covers floor(L) whole hours, or one more."""
+    assert b5_bayes._awake_prior() == pytest.approx([0.125, 0.25, 0.25, 0.25, 0.125], abs=1e-3)
+
+
+def test_read_hourly_for_a_week_a_user_awake_08_to_22_utc_is_believed_in_its_hours() -> None:
+    """12 changes a day within 08-22 UTC: nights believed silent, level within a fifth."""
+    rng, learner = random.Random(3), b5_bayes.ModelTold(1)
+    before, count = ChangeEstimate(content="0", seen_at=START), 0
+    for hour in range(1, 24 * 7):
+        count += sum(rng.random() < 12 / 14 / 60 for _ in range(60)) if 8 <= hour % 24 < 22 else 0
+        after = ChangeEstimate(content=str(count), seen_at=START + timedelta(hours=hour))
+        learner.saw(0, before, after)
+        before = after
+    hourly = learner.hourly(0)
+    assert max(hourly[:7]) < 0.01 * hourly[12] and hourly[22] < 0.01 * hourly[12]
+    assert learner.per_day(0) == pytest.approx(12, rel=0.2)
+    same_time = ChangeEstimate(content="x", seen_at=before.seen_at)
+    learner.saw(0, before, same_time)  # a change in no time: no window explains it
+    assert list(learner.hourly(0)) == list(hourly)

@@ -136,8 +136,7 @@ def test_next_due_is_never_before_now_nor_after_now_plus_max_interval(
 def test_an_observation_keeps_the_estimate_bounded_and_a_change_never_lowers_it(
     est: ChangeEstimate, content: str, later: timedelta
 ) -> None:
-    """After any read the window is a distribution over `WINDOWS`, the day's shape averages
-    one, every rate is in (0, MAX_RATE], and a change seen gives a level no lower than none."""
+    """After any read: the window a distribution, its shape's mean one, rates in (0, MAX_RATE]."""
     after = observe(est, content, NOW + later, ADAPTIVE)
     window = after.window if after.window is not None else WINDOW_PRIOR
     assert len(window) == len(WINDOWS)
@@ -164,8 +163,7 @@ beliefs = st.tuples(*[st.floats(0.0, 1.0)] * GRID_SIZE).filter(lambda b: sum(b) 
 def test_a_belief_stays_a_distribution_over_the_grid(
     belief: tuple[float, ...] | None, moved: bool, span: float, seconds: float
 ) -> None:
-    """After any read the belief is GRID_SIZE probabilities summing to one, and the level
-    (its mean) a rate within the grid."""
+    """After any read the belief is a distribution over GRID, its mean a rate within the grid."""
     if belief is not None:
         belief = tuple(b / sum(belief) for b in belief)
     after = update_belief(
@@ -181,8 +179,7 @@ def test_a_belief_stays_a_distribution_over_the_grid(
 def test_a_change_seen_never_believes_a_lower_rate_than_none_seen(
     belief: tuple[float, ...], span: float, seconds: float
 ) -> None:
-    """From one belief, a read over a span of a second or more that saw a change gives a level
-    at least that of one that saw none."""
+    """From one belief, a read that saw a change gives a level no lower than one that saw none."""
     update = partial(update_belief, span=span, seconds=seconds, cfg=ADAPTIVE, prior=DEFAULT_PRIOR)
     belief = tuple(b / sum(belief) for b in belief)
     assert _mean(update(belief, True)) >= _mean(update(belief, False)) * (1 - 1e-9)
@@ -274,9 +271,7 @@ def test_a_user_who_moves_its_hours_by_half_a_day_is_believed_in_them_within_two
 
 
 def test_unread_for_a_half_life_a_user_keeps_most_of_its_day_and_half_its_level() -> None:
-    """Certain of its window and its rate, then unread for exactly `rate_half_life` (whole
-    days: every window expects the same): the day starts over with chance 1 - 2^(-1/4), the
-    level with chance 1/2."""
+    """Unread for `rate_half_life`: the day starts over with chance 1 - 2^(-1/4), the level 1/2."""
     rate = GRID[5]  # 0.075 a day: three quiet days say little of it
     est = ChangeEstimate(
         content="a",
@@ -444,8 +439,7 @@ def test_the_steady_interval_stays_in_bounds_and_is_no_longer_for_a_busier_user(
 def test_a_busier_user_is_never_due_later(
     est: ChangeEstimate, factor: float, plan: SchedulePlan, cfg: FreshnessConfig
 ) -> None:
-    """Every rate times `factor` (the level, not the clamped `mean_rate()`) is due no later,
-    stats read every time (then a read's price does not depend on the rate)."""
+    """Every rate times `factor` is due no later (stats read every time: a flat read price)."""
     adaptive = replace(cfg, schedule="adaptive", stats="always")
     level = est.level if est.level is not None else est.mean_rate()
     busier = replace(est, level=level * factor)
@@ -490,8 +484,7 @@ def test_changes_pending_when_a_user_goes_quiet_are_read_that_night() -> None:
 def test_the_plan_spends_no_more_than_its_share_unless_even_the_cap_is_too_much(
     rates: list[tuple[float, float, float]], budget: float
 ) -> None:
-    """The plan costs at most PLAN_SHARE of the budget (unless all are at the cap); a larger
-    budget never gives a larger scale."""
+    """The plan costs at most PLAN_SHARE of the budget; more budget never gives a larger scale."""
     plan = plan_scale(rates, budget, ADAPTIVE)
     spent = reads_per_hour(rates, plan.scale, ADAPTIVE)
     at_cap = reads_per_hour(rates, 1e12, ADAPTIVE)
