@@ -50,15 +50,15 @@ def _awake_prior() -> Array:
 def _rate_prior() -> Array:
     """P(rate an hour): the classes' mixture of log-normal daily rates, spread over the
     waking hours' lengths (idle users at rate 0)."""
-    weights = np.zeros(len(RATES))
-    logs = np.log(RATES[1:])
+    weights, logs = np.zeros(len(RATES)), np.log(RATES[1:])
+    lengths = np.linspace(*WAKING_LENGTH, 9)
     for _, share, median in WAKING_CLASSES:
         if not median:
             weights[0] += share
             continue
-        for length in np.linspace(*WAKING_LENGTH, 9):
+        for length in lengths:
             dens = np.exp(-0.5 * ((logs - math.log(median / length)) / WAKING_SPREAD) ** 2)
-            weights[1:] += share / 9 * dens / dens.sum()
+            weights[1:] += share / len(lengths) * dens / dens.sum()
     out: Array = weights / weights.sum()
     return out
 
@@ -110,6 +110,7 @@ class ModelTold:
         return [max(float(r) / 3600, IDLE_RATE) for r in self.hourly(i)]
 
     def per_day(self, i: int) -> float:
+        """User `i`'s expected changes a day."""
         return float(self.hourly(i).sum())
 
 

@@ -34,8 +34,11 @@ import bisect
 import heapq
 import itertools
 import math
+import multiprocessing
+import os
 import random
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -248,12 +251,18 @@ def compare(
         schedules["worker_known_rates"] = worker(
             changes, per_hour, end, seed, teller=TrueRates(intensity)
         )
-    if budget in JUDGED and model_told:
+    if budget in JUDGED and model_told:  # how far estimates learned from the bit could go
         learner = b5_bayes.ModelTold(len(changes))
         schedules["learner_told_model"] = worker(changes, per_hour, end, seed, teller=learner)
+        schedules["learner_told_model"].estimates = [
+            learner.per_day(i) for i in range(len(changes))
+        ]
     out: dict[str, Any] = {"reads_per_hour": per_hour}
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})
     out["estimates"] = _estimates(workload, intensity, schedules["worker"].estimates, end)
+    if "learner_told_model" in schedules:
+        told = schedules["learner_told_model"].estimates
+        out["learner_estimates"] = _estimates(workload, intensity, told, end)
     if budget in JUDGED:
         out["cohort"] = new_users(workload, per_hour, seed)
     return out
@@ -308,11 +317,21 @@ def run(size: Size, workload_file: Path | None = None) -> BenchResult:
     result = BenchResult("B5", f"freshness on virtual time: {names}")
     cap = _hours(POLICY.max_interval)
     sections: dict[str, Any] = {}
+    # Each population at each budget is a job for a pool of one process per core: the
+    # simulation is seeded, so its figures do not depend on how the jobs share the machine.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(os.cpu_count() or 1, mp_context=spawn) as pool:
+        runs = {
+            (name, budget): pool.submit(
+                compare, workload, budget, budget, model_told=not workload_file and name == "waking"
+            )
+            for name, workload in populations.items()
+            for budget in BUDGETS
+        }
     for name, workload in populations.items():
         budgets: dict[str, Any] = {}
         for budget in BUDGETS:
-            model_told = workload_file is None and name == "waking"
-            figures = compare(workload, budget, seed=budget, model_told=model_told)
+            figures = runs[name, budget].result()
             budgets[str(budget)] = figures
             log(f"B5 {name} {budget}/h per 400: " + _summary(figures))
             _add_figures(result, name, budget, figures, cap)
