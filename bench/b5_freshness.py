@@ -8,8 +8,9 @@ would). The same reads an hour go to three yardsticks (`b5_policies`): uniform r
 reading both endpoints (what the peers do), round robin reading stats only on change, and a
 known-rate oracle with the worker's limits; at the judged budgets also the worker's rule told
 each user's true rates (`worker(teller=TrueRates(...))`), which splits the gap to the oracle
-into the rule's and the estimates', and on `waking` the same rule on the beliefs of a
-learner told the population's model (`b5_bayes`): how far estimates from the bit could go.
+into the rule's and the estimates', and on `builtin` and `waking` the same rule on the
+beliefs of a learner told the population's model (`b5_bayes`): how far estimates from the
+bit could go.
 A read takes one slot at an even pace (what the pacer does); a turn's data arrive with its
 last read.
 
@@ -232,10 +233,10 @@ def _figures(delays: list[float], longest: float, used: float) -> dict[str, Any]
 
 
 def compare(
-    workload: Workload, budget: int, seed: int, *, model_told: bool = False
+    workload: Workload, budget: int, seed: int, *, model: b5_bayes.Model | None = None
 ) -> dict[str, Any]:
     """The four policies on one population at one budget (reads an hour per 400 users);
-    `model_told` (`waking`'s own users) adds the learner told its model (`b5_bayes`)."""
+    with the `model` it was drawn from, the learner told it (`b5_bayes`)."""
     per_hour = budget * len(workload.users) / 400
     end = float(workload.hours)
     changes = [u.changes for u in workload.users]
@@ -251,8 +252,8 @@ def compare(
         schedules["worker_known_rates"] = worker(
             changes, per_hour, end, seed, teller=TrueRates(intensity)
         )
-    if budget in JUDGED and model_told:  # how far estimates learned from the bit could go
-        learner = b5_bayes.ModelTold(len(changes))
+    if budget in JUDGED and model:  # how far estimates learned from the bit could go
+        learner = b5_bayes.ModelTold(len(changes), model)
         schedules["learner_told_model"] = worker(changes, per_hour, end, seed, teller=learner)
         schedules["learner_told_model"].estimates = [
             learner.per_day(i) for i in range(len(changes))
@@ -321,11 +322,12 @@ def run(size: Size, workload_file: Path | None = None) -> BenchResult:
     # simulation is seeded, so its figures do not depend on how the jobs share the machine.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(os.cpu_count() or 1, mp_context=spawn) as pool:
+        models = {
+            name: None if workload_file else _model(name, w) for name, w in populations.items()
+        }
         runs = {
-            (name, budget): pool.submit(
-                compare, workload, budget, budget, model_told=not workload_file and name == "waking"
-            )
-            for name, workload in populations.items()
+            (name, budget): pool.submit(compare, w, budget, budget, model=models[name])
+            for name, w in populations.items()
             for budget in BUDGETS
         }
     for name, workload in populations.items():
@@ -347,6 +349,15 @@ def run(size: Size, workload_file: Path | None = None) -> BenchResult:
         "rate_half_life": str(POLICY.rate_half_life),
     }
     return result
+
+
+def _model(name: str, workload: Workload) -> b5_bayes.Model | None:
+    """The model a built-in population was drawn from (`b5_bayes`), if B5 can tell it."""
+    if name == "waking":
+        return b5_bayes.waking_model()
+    if name == "builtin":  # rates move half-way through the run
+        return b5_bayes.builtin_model(START + timedelta(hours=workload.days * 12))
+    return None
 
 
 def _summary(figures: dict[str, Any]) -> str:

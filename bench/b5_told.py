@@ -1,6 +1,6 @@
 """What B5's `worker(teller=)` is told in place of its estimates' rates: a `Teller`.
 
-`TrueRates` tells each user's true intensity (or half of it), which splits the worker's gap
+`TrueRates` tells each user's true intensity, which splits the worker's gap
 to the known-rate oracle into the rule's and the estimates'; `b5_bayes.ModelTold` tells what
 a learner told the population's model believes.
 """
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Literal, Protocol
+from typing import Protocol
 
 from lta_worker.domain import ChangeEstimate
 
-Half = Literal["both", "level", "day"]  # which half of the truth `TrueRates` tells
 # An hour no change is expected in, as one change in 100,000 hours (the plan takes logs).
 IDLE_RATE = 1e-5 / 3600
 
@@ -33,25 +32,17 @@ class Teller(Protocol):
 
 @dataclass(frozen=True)
 class TrueRates:
-    """Each user's true intensity (changes an hour), or `part` of it: "level", the
-    estimate's day at the true mean rate; "day", the true day at the estimate's mean rate
-    (which half of the estimate costs what, bench/README.md)."""
+    """Each user's true intensity, changes an hour (bench/README.md, B5: which half of the
+    estimate, level or day, costs what was measured at dedf486 telling one half of it)."""
 
     intensity: Sequence[Sequence[float]]
-    part: Half = "both"
 
     def rates(self, i: int, est: ChangeEstimate | None, t: float) -> Sequence[float]:
         """The true rates of the 24 hours from `t`, by hour of the day."""
         intensity, base, last = self.intensity[i], int(t), len(self.intensity[i]) - 1
-        true = [
+        return [
             max(intensity[min(base + (h - base) % 24, last)] / 3600, IDLE_RATE) for h in range(24)
         ]
-        if self.part == "both":
-            return true
-        mine = (est or ChangeEstimate()).rates()
-        if self.part == "level":
-            return [r * sum(true) / sum(mine) for r in mine]
-        return [r * sum(mine) / sum(true) for r in true]
 
     def saw(self, i: int, before: ChangeEstimate | None, after: ChangeEstimate | None) -> None:
         """Nothing to learn: the truth is known."""

@@ -34,6 +34,14 @@ from bench.b5_workload import Workload, WorkloadUser, dumps, hourly_intensity
 
 ZONES = (-8, -5, -3, 0, 1, 3, 5.5, 9)
 WAKING = (7, 23)
+# `builtin`'s classes: (median changes a day, sigma of its log); a share of the users idle
+# and ordinary (the rest heavy), ordinary from HEAVY_FROM a day up classed as heavy; and the
+# chances, half-way through, that idle users wake, ordinary ones go quiet or heavy, heavy
+# ones calm down (b5_bayes tells its learner all of these).
+ORDINARY, HEAVY = (4.0, 0.7), (30.0, 0.5)
+IDLE_SHARE, ORDINARY_SHARE = 0.25, 0.6
+HEAVY_FROM = 15.0
+WAKE, QUIET, BUSIER, CALM = 0.3, 0.08, 0.07, 0.4
 
 
 def builtin(n: int, days: int, seed: int = 5) -> Workload:
@@ -42,20 +50,20 @@ def builtin(n: int, days: int, seed: int = 5) -> Workload:
     users: list[WorkloadUser] = []
     for i in range(n):
         kind = rng.random()
-        if kind < 0.25:
+        if kind < IDLE_SHARE:
             before = 0.0
-        elif kind < 0.85:
-            before = rng.lognormvariate(math.log(4), 0.7)
+        elif kind < IDLE_SHARE + ORDINARY_SHARE:
+            before = rng.lognormvariate(math.log(ORDINARY[0]), ORDINARY[1])
         else:
-            before = rng.lognormvariate(math.log(30), 0.5)
+            before = rng.lognormvariate(math.log(HEAVY[0]), HEAVY[1])
         shift = rng.random()
         after = before
-        if before == 0 and shift < 0.3:
-            after = rng.lognormvariate(math.log(4), 0.7)
-        elif 0 < before < 15 and shift < 0.15:
-            after = 0.0 if shift < 0.08 else rng.lognormvariate(math.log(30), 0.5)
-        elif before >= 15 and shift < 0.4:
-            after = rng.lognormvariate(math.log(4), 0.7)
+        if before == 0 and shift < WAKE:
+            after = rng.lognormvariate(math.log(ORDINARY[0]), ORDINARY[1])
+        elif 0 < before < HEAVY_FROM and shift < QUIET + BUSIER:
+            after = 0.0 if shift < QUIET else rng.lognormvariate(math.log(HEAVY[0]), HEAVY[1])
+        elif before >= HEAVY_FROM and shift < CALM:
+            after = rng.lognormvariate(math.log(ORDINARY[0]), ORDINARY[1])
         zone = ZONES[i % len(ZONES)]
         intensity = _waking_intensity(zone, (before, after), days)
         changes = _poisson(intensity, rng)
@@ -65,7 +73,7 @@ def builtin(n: int, days: int, seed: int = 5) -> Workload:
 
 
 def _kind(daily: float) -> str:
-    return "idle" if daily == 0 else "heavy" if daily >= 15 else "ordinary"
+    return "idle" if daily == 0 else "heavy" if daily >= HEAVY_FROM else "ordinary"
 
 
 def _waking_intensity(zone: float, rates: tuple[float, float], days: int) -> list[float]:

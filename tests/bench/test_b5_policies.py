@@ -23,6 +23,11 @@ from bench.b5_workload import Workload, WorkloadUser
 from bench import b5_bayes, b5_cohort, workloads
 from lta_worker.domain import ChangeEstimate
 
+A_DAY = {
+    "max_interval": 24.0,
+    "stats_max_age": 24.0,
+}  # the oracle's limits, where they do not matter
+
 
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
     """Two users, 4 reads an hour, 2 hours: turns alternate and arrive with the stats read."""
@@ -116,21 +121,14 @@ def test_the_oracle_picks_the_largest_accrued_delay_per_cost() -> None:
     index_a = accrued_delay(rates_a, 1.0, 4.0) / (2 - math.exp(-3.0))
     index_b = accrued_delay(rates_b, 3.0, 4.0) / (2 - math.exp(-10.0))
     assert index_b > index_a
-    s = oracle([[], []], [rates_a, rates_b], 1.0, 5.0, max_interval=24.0, stats_max_age=24.0)
+    s = oracle([[], []], [rates_a, rates_b], 1.0, 5.0, **A_DAY)
     assert s.turns == [[1.0], [3.0, 4.0]]
 
 
 def test_the_oracle_reads_the_busy_user_more_often() -> None:
     """Of two users at 4 and 0.25 changes an hour, the busy one gets most of the reads."""
     hours = 48
-    s = oracle(
-        [[], []],
-        [[4.0] * hours, [0.25] * hours],
-        2.0,
-        float(hours),
-        max_interval=24.0,
-        stats_max_age=24.0,
-    )
+    s = oracle([[], []], [[4.0] * hours, [0.25] * hours], 2.0, float(hours), **A_DAY)
     busy, quiet = (len(t) for t in s.turns)
     assert busy > 2 * quiet > 0
 
@@ -148,9 +146,7 @@ def test_the_oracle_keeps_max_interval_for_users_who_never_change() -> None:
 def test_the_oracle_uses_every_slot() -> None:
     """The oracle reads at every slot: its reads are the budget (within a turn's overrun)."""
     hours = 24
-    s = oracle(
-        [[1.0], []], [[0.5] * hours] * 2, 3.0, float(hours), max_interval=24.0, stats_max_age=24.0
-    )
+    s = oracle([[1.0], []], [[0.5] * hours] * 2, 3.0, float(hours), **A_DAY)
     assert abs(s.reads - 3 * hours) <= 1
 
 
@@ -184,9 +180,7 @@ def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> 
     mean = {
         name: measure(w, s, per_hour)["mean_delay_h"]
         for name, s in {
-            "oracle": oracle(
-                changes, intensity, per_hour, end, max_interval=24.0, stats_max_age=24.0
-            ),
+            "oracle": oracle(changes, intensity, per_hour, end, **A_DAY),
             "round_robin": round_robin(len(changes), per_hour, end),
             "on_change": round_robin_on_change(changes, per_hour, end, 24.0),
         }.items()
@@ -202,18 +196,6 @@ def test_told_rates_are_the_true_ones_for_the_day_ahead_by_hour_of_the_day() -> 
     assert told(TrueRates([[0.0] * 24]), 0, None, 0.0).rates() == (1e-5 / 3600,) * 24
 
 
-def test_told_half_the_truth_keeps_the_other_half_of_the_estimate() -> None:
-    """Told the level: the estimate's day at the true mean; told the day: the reverse."""
-    est = ChangeEstimate()
-    intensity = [0.0] * 8 + [3.0] * 16  # 48 changes a day, 08-24 UTC
-    level = told(TrueRates([intensity], "level"), 0, est, 0.0).rates()
-    day = told(TrueRates([intensity], "day"), 0, est, 0.0).rates()
-    assert sum(level) * 3600 == pytest.approx(48 + 8e-5)
-    assert [r / level[0] for r in level] == pytest.approx([r / est.rates()[0] for r in est.rates()])
-    assert sum(day) == pytest.approx(sum(est.rates()))
-    assert day[8] / day[0] == pytest.approx(3.0 / 1e-5)
-
-
 def test_the_worker_told_the_true_rates_never_reads_a_user_idle_all_day_more_than_its_cap() -> None:
     """Told the truth, the rule reads a user who never changes only as `max_interval` asks."""
     busy = [k / 10 for k in range(1, 480)]
@@ -224,12 +206,13 @@ def test_the_worker_told_the_true_rates_never_reads_a_user_idle_all_day_more_tha
 
 def test_a_length_of_13_to_17_hours_covers_13_or_17_whole_hours_half_as_often_as_14_to_16() -> None:
     """A start placed anywhere: a length L covers floor(L) whole hours, or one more."""
-    assert b5_bayes._awake_prior() == pytest.approx([0.125, 0.25, 0.25, 0.25, 0.125], abs=1e-3)
+    chance = b5_bayes.waking_model().prior.reshape(24, 5, -1).sum(axis=(0, 2))
+    assert chance == pytest.approx([0.125, 0.25, 0.25, 0.25, 0.125], abs=1e-3)
 
 
 def test_read_hourly_for_a_week_a_user_awake_08_to_22_utc_is_believed_in_its_hours() -> None:
     """12 changes a day within 08-22 UTC: nights believed silent, level within a fifth."""
-    rng, learner = random.Random(3), b5_bayes.ModelTold(1)
+    rng, learner = random.Random(3), b5_bayes.ModelTold(1, b5_bayes.waking_model())
     before, count = ChangeEstimate(content="0", seen_at=START), 0
     for hour in range(1, 24 * 7):
         count += sum(rng.random() < 12 / 14 / 60 for _ in range(60)) if 8 <= hour % 24 < 22 else 0
@@ -242,3 +225,18 @@ def test_read_hourly_for_a_week_a_user_awake_08_to_22_utc_is_believed_in_its_hou
     same_time = ChangeEstimate(content="x", seen_at=before.seen_at)
     learner.saw(0, before, same_time)  # a change in no time: no window explains it
     assert list(learner.hourly(0)) == list(hourly)
+
+
+def test_builtins_learner_relearns_a_heavy_user_gone_quiet_at_the_move_within_a_day() -> None:
+    """A change in each waking hour until the move (day 3), none after: < 3 a day by day 4."""
+    learner = b5_bayes.ModelTold(1, b5_bayes.builtin_model(START + timedelta(days=3)))
+    before = ChangeEstimate(content="0", seen_at=START)
+    for hour in range(1, 24 * 4):
+        moved = hour <= 72 and 7 <= hour % 24 < 23
+        at = START + timedelta(hours=hour)
+        after = ChangeEstimate(content=str(hour) if moved else before.content, seen_at=at)
+        learner.saw(0, before, after)
+        before = after
+        h = learner.hourly(0)  # zone 0 (07-23 UTC) once its first day is read
+        assert hour < 24 or (h[3] < 0.01 * h[12] and (hour != 72 or learner.per_day(0) > 20))
+    assert learner.per_day(0) < 3

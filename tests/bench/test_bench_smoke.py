@@ -91,7 +91,7 @@ EXPECTED = {
         for population in ("", "waking: ", "sessions: ")
         for budget in (100, 200, 400)
         for who in ("worker / round robin", "round robin", "worker", "worker / oracle")
-        + (("learner told the population's model / oracle",) if population == "waking: " else ())
+        + (("learner told the population's model / oracle",) if population != "sessions: " else ())
     ),
     "B7": (
         "delay to the receiver, median (interval 500ms)",
