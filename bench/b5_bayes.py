@@ -50,9 +50,8 @@ class Model:
         """Hours awake in [0, t) (hours since the epoch, UTC), per window."""
         days, into = divmod(t, 24.0)
         hour = int(into)
-        out: Array = (days * self.awake.sum(axis=0) + self.awake[:hour].sum(axis=0)) + (
-            into - hour
-        ) * self.awake[hour]
+        whole = days * self.awake.sum(axis=0) + self.awake[:hour].sum(axis=0)
+        out: Array = whole + (into - hour) * self.awake[hour]
         return out
 
 

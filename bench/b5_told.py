@@ -1,8 +1,8 @@
 """What B5's `worker(teller=)` is told in place of its estimates' rates: a `Teller`.
 
-`TrueRates` tells each user's true intensity, which splits the worker's gap
-to the known-rate oracle into the rule's and the estimates'; `b5_bayes.ModelTold` tells what
-a learner told the population's model believes.
+`TrueRates` tells each user's true intensity, which splits the worker's gap to the
+known-rate oracle into the rule's and the estimates'; `b5_bayes.ModelTold` tells what a
+learner told the population's model believes.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ class Teller(Protocol):
 
 @dataclass(frozen=True)
 class TrueRates:
-    """Each user's true intensity, changes an hour (bench/README.md, B5: which half of the
-    estimate, level or day, costs what was measured at dedf486 telling one half of it)."""
+    """Each user's true intensity (changes an hour)."""
 
     intensity: Sequence[Sequence[float]]
 
