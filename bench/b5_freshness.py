@@ -10,9 +10,8 @@ known-rate oracle with the worker's limits; at the judged budgets also the worke
 each user's true rates (`worker(teller=TrueRates(...))`), which splits the gap to the oracle
 into the rule's and the estimates', and on `builtin` and `waking` the same rule on the
 beliefs of a learner told the population's model (`b5_bayes`): how far estimates from the
-bit could go.
-A read takes one slot at an even pace (what the pacer does); a turn's data arrive with its
-last read.
+bit could go. A read takes one slot at an even pace (what the pacer does); a turn's data
+arrive with its last read.
 
 Populations (`workloads`): `builtin`, `waking` (independent changes) and `sessions`
 (clustered changes), or a workload file (`bench/run --only B5 --workload FILE`). Figures per
@@ -262,8 +261,8 @@ def compare(
     out.update({name: measure(workload, s, per_hour) for name, s in schedules.items()})
     out["estimates"] = _estimates(workload, intensity, schedules["worker"].estimates, end)
     if "learner_told_model" in schedules:
-        told = schedules["learner_told_model"].estimates
-        out["learner_estimates"] = _estimates(workload, intensity, told, end)
+        learned = schedules["learner_told_model"].estimates
+        out["learner_estimates"] = _estimates(workload, intensity, learned, end)
     if budget in JUDGED:
         out["cohort"] = new_users(workload, per_hour, seed)
     return out
