@@ -23,10 +23,8 @@ from bench.b5_workload import Workload, WorkloadUser
 from bench import b5_bayes, b5_cohort, workloads
 from lta_worker.domain import ChangeEstimate
 
-A_DAY = {
-    "max_interval": 24.0,
-    "stats_max_age": 24.0,
-}  # the oracle's limits, where they do not matter
+# The oracle's limits, where they do not matter.
+A_DAY = {"max_interval": 24.0, "stats_max_age": 24.0}
 
 
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
