@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -46,12 +47,17 @@ class Model:
     moves_at: float | None = None
     kernel: Array | None = None
 
+    @cached_property
+    def _by_hour(self) -> Array:
+        """Hours awake from midnight to each hour of the day, 0 to 24 (25 x windows)."""
+        out: Array = np.concatenate([np.zeros((1, self.awake.shape[1])), self.awake.cumsum(0)])
+        return out
+
     def awake_by(self, t: float) -> Array:
         """Hours awake in [0, t) (hours since the epoch, UTC), per window."""
         days, into = divmod(t, 24.0)
-        hour = int(into)
-        whole = days * self.awake.sum(axis=0) + self.awake[:hour].sum(axis=0)
-        out: Array = whole + (into - hour) * self.awake[hour]
+        hour, by_hour = int(into), self._by_hour
+        out: Array = days * by_hour[24] + by_hour[hour] + (into - hour) * self.awake[hour]
         return out
 
 
