@@ -242,6 +242,7 @@ def status(config: Any, store: Any, db_path: Any, now: datetime) -> dict[str, An
     counts: dict[str, Callable[[], Any]] = {
         "count_by_state": store.count_by_state,
         "count_due": lambda: store.count_due(now),
+        "rate_buckets": store.rate_buckets,  # the adaptive plan's count (`ix_users_buckets`)
     }
     for name, fn in counts.items():
         capture = SqlCapture(store.database.engine)
@@ -304,7 +305,8 @@ def run(size: Size) -> BenchResult:
         "ms",
         at_most=1000,
         note=f"count_by_state {status_out['count_by_state']['median_ms']:.0f} ms, "
-        f"count_due {status_out['count_due']['median_ms']:.0f} ms",
+        f"count_due {status_out['count_due']['median_ms']:.0f} ms, "
+        f"rate_buckets {status_out['rate_buckets']['median_ms']:.0f} ms",
     )
     small, large = memory["sizes"]
     result.add(

@@ -139,7 +139,7 @@ def _draft07(fields: Mapping[str, str], now_ts: float | None) -> _Found | None:
     reset = None if reset_raw is None else _reset_seconds(reset_raw, now_ts)
     if limit is None and remaining is None and reset is None:
         return None
-    window = _policy_window(fields.get(_POLICY), limit)
+    window = _window_for(_sf_list(fields.get(_POLICY)) or [], limit)
     return limit, remaining, reset, window, "draft-07"
 
 
@@ -156,7 +156,7 @@ def _separate(
     if limit is None and remaining is None and reset is None:
         return None
     if window is None:
-        window = _policy_window(fields.get(prefix + "policy"), limit)
+        window = _window_for(_sf_list(fields.get(prefix + "policy")) or [], limit)
     return limit, remaining, reset, window, source
 
 
@@ -175,10 +175,6 @@ def _limit_field(raw: str | None) -> tuple[int | None, float | None]:
         return _count(_first_number(raw)), None
     limit = _count(items[0][0])
     return limit, _window_for(items[1:] or items, limit)
-
-
-def _policy_window(raw: str | None, limit: int | None) -> float | None:
-    return _window_for(_sf_list(raw) or [], limit)
 
 
 def _window_for(items: list[tuple[object, dict[str, object]]], limit: int | None) -> float | None:

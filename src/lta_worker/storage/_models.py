@@ -42,6 +42,7 @@ NAMING = {
 }
 METADATA = MetaData(naming_convention=NAMING)
 T = TypeVar("T")
+_STATES_SQL = ", ".join(f"'{state}'" for state in USER_STATES)
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -66,10 +67,6 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
-
-
-def _in(values: tuple[str, ...]) -> str:
-    return ", ".join(f"'{v}'" for v in values)
 
 
 def column(
@@ -111,7 +108,7 @@ class User(Base):
 
     __tablename__ = "users"
     __table_args__ = (
-        CheckConstraint(f"state IN ({_in(USER_STATES)})", name="state"),
+        CheckConstraint(f"state IN ({_STATES_SQL})", name="state"),
         CheckConstraint(
             "(token_ciphertext IS NULL) = (token_key_id IS NULL)", name="token_and_key"
         ),
@@ -317,11 +314,14 @@ class OutboxEvent(Base):
 
 @cache
 def schema_metadata() -> MetaData:
-    """The whole schema, for the migrations and the schema test, with `ix_users_due`.
+    """The whole schema, for the migrations and the schema test, with the partial indexes.
 
-    That partial index (the due condition) is declared here only: its per-dialect condition
-    loads PostgreSQL's dialect (about 45 ms), which a command on SQLite would pay at start.
+    They are declared here only: their per-dialect conditions load PostgreSQL's dialect
+    (about 45 ms), which a command on SQLite would pay at start.
     """
     due = text("token_ciphertext IS NOT NULL AND state != 'dropping'")
     Index("ix_users_due", User.next_due_at, User.id, sqlite_where=due, postgresql_where=due)
+    held = text("token_ciphertext IS NOT NULL")  # the plan's count per rate bucket
+    buckets = User.state, User.plan_bucket, User.rate_bucket
+    Index("ix_users_buckets", *buckets, sqlite_where=held, postgresql_where=held)
     return METADATA

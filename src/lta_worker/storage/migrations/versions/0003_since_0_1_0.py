@@ -26,6 +26,7 @@ depends_on = None
 
 _STATES = "'active', 'parked', 'unlinked', 'rejected', 'revoked', 'dropping', 'dropped'"
 _DUE = sa.text("token_ciphertext IS NOT NULL AND state != 'dropping'")
+_HELD = sa.text("token_ciphertext IS NOT NULL")
 
 _users = sa.table(
     "users",
@@ -79,6 +80,8 @@ def upgrade() -> None:
     op.create_index(
         "ix_users_due", "users", ["next_due_at", "id"], sqlite_where=_DUE, postgresql_where=_DUE
     )
+    cols = ["state", "plan_bucket", "rate_bucket"]  # the plan's count per rate bucket
+    op.create_index("ix_users_buckets", "users", cols, sqlite_where=_HELD, postgresql_where=_HELD)
     read_before = sa.and_(
         _c.token_ciphertext.is_not(None),
         _c.next_due_at.is_not(None),
