@@ -9,7 +9,7 @@ import random
 from datetime import timedelta
 
 import pytest
-from bench.b5_freshness import START, measure, worker
+from bench.b5_freshness import START, measure, pooled, worker
 from bench.b5_policies import (
     Schedule,
     accrued_delay,
@@ -30,8 +30,7 @@ A_DAY = {"max_interval": 24.0, "stats_max_age": 24.0}
 def test_round_robin_reads_each_user_in_turn_both_endpoints() -> None:
     """Two users, 4 reads an hour, 2 hours: turns alternate and arrive with the stats read."""
     s = round_robin(2, 4.0, 2.0)
-    assert s.turns == [[0.25, 1.25], [0.75, 1.75]]
-    assert s.stats == s.turns
+    assert s.stats == s.turns == [[0.25, 1.25], [0.75, 1.75]]
     assert (s.reads, s.per_user_reads) == (8, [4, 4])
 
 
@@ -56,8 +55,7 @@ def test_round_robin_on_change_passes_over_users_not_yet_enrolled() -> None:
     s = round_robin_on_change([[], []], 4.0, 2.0, stats_max_age=24.0, enrolled=[0.0, 1.0])
     # u0 at 0 (both reads, arrives 0.25), 0.5, 0.75 (latest-change only); u1 at 1 (both).
     assert s.turns[0][:3] == [0.25, 0.5, 0.75]
-    assert s.turns[1][0] == 1.25
-    assert min(s.turns[0][3:]) > 1.25
+    assert min(s.turns[0][3:]) > s.turns[1][0] == 1.25
 
 
 def test_nobody_enrolled_yet_moves_round_robin_on_to_the_first_enrollment() -> None:
@@ -70,8 +68,7 @@ def test_the_cohort_figures_count_from_enrollment() -> None:
     w = Workload(14, (WorkloadUser("a", "x", (1.0,)), WorkloadUser("b", "x", (169.0, 250.0))))
     s = Schedule([[2.0, 200.0], [168.5, 170.0, 260.0]], [[], []])
     fig = b5_cohort.figures(w, s, [0.0, 168.0], 168.0, 336.0)
-    assert fig["users"] == 1
-    assert fig["first_read_mean_h"] == fig["first_read_max_h"] == 0.5
+    assert (fig["users"], fig["first_read_mean_h"], fig["first_read_max_h"]) == (1, 0.5, 0.5)
     assert (fig["mean_delay_h"], fig["changes"]) == (1.0, 1)  # 250 is after the first 3 days
 
 
@@ -183,8 +180,15 @@ def test_the_oracle_is_never_worse_than_round_robin(seed: int, per_400: int) -> 
             "on_change": round_robin_on_change(changes, per_hour, end, 24.0),
         }.items()
     }
-    assert mean["oracle"] < mean["round_robin"]
-    assert mean["oracle"] < mean["on_change"]
+    assert mean["oracle"] < min(mean["round_robin"], mean["on_change"])
+
+
+def test_runs_pool_to_the_mean_of_each_figure_and_the_longest_unread_per_class_too() -> None:
+    a, b = (measure(_poisson_population(1, 8, 3), round_robin(8, k, 72.0), k) for k in (5.0, 2.0))
+    for c, mine in [("", pooled([a, b])), *pooled([a, b])["classes"].items()]:
+        x, y = (r["classes"][c] if c else r for r in (a, b))
+        assert mine["longest_unread_h"] == max(x["longest_unread_h"], y["longest_unread_h"])
+        assert mine["budget_used"] == pytest.approx((x["budget_used"] + y["budget_used"]) / 2)
 
 
 def test_told_rates_are_the_true_ones_for_the_day_ahead_by_hour_of_the_day() -> None:
