@@ -458,10 +458,13 @@ def _add_figures(
         _ratio(mean["worker"], mean["oracle"]),
         "x",
         at_most=TARGETS_VS_ORACLE.get(name, TARGET_VS_ORACLE),
-        note=_spread("", [r["mean_delay_h"] for r in runs], mean["oracle"])
-        + f"; oracle {_h(mean['oracle'])} h, "
-        f"{_h(_ratio(mean['oracle'], mean['round_robin']))} x RR; RR on change "
-        f"{_h(_ratio(mean['round_robin_on_change'], mean['round_robin']))} x RR",
+        note=_spread(
+            f"oracle {_h(mean['oracle'])} h, "
+            f"{_h(_ratio(mean['oracle'], mean['round_robin']))} x RR; RR on change "
+            f"{_h(_ratio(mean['round_robin_on_change'], mean['round_robin']))} x RR",
+            [r["mean_delay_h"] for r in runs],
+            mean["oracle"],
+        ),
     )
     known = figures["worker_known_rates"]
     result.add(  # information: the rule's own loss; the rest of the ratio is the estimates'
@@ -528,8 +531,7 @@ def _spread(what: str, values: Sequence[float | None], base: float | None) -> st
     ratios = [r for r in (_ratio(v, base) for v in values) if r is not None]
     if len(ratios) < 2:
         return what
-    runs = f"the mean of {len(ratios)} runs, {min(ratios):.3f}-{max(ratios):.3f}"
-    return f"{what}, {runs}" if what else runs
+    return f"{what}; the mean of {len(ratios)} runs, {min(ratios):.3f}-{max(ratios):.3f}"
 
 
 def _worst_class(ours: dict[str, Any], base: dict[str, Any]) -> tuple[str, float | None]:
