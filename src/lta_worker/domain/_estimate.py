@@ -57,9 +57,9 @@ SUMMARY_SECONDS: Final = DAY
 # a byte each, in base64.
 LOG_SCALE: Final = 10.0
 WEIGHT_FLOOR: Final = 1e-9
-_WEIGHTS: Final = {
-    k: math.exp(-k / LOG_SCALE) for k in range(1 + round(-LOG_SCALE * math.log(WEIGHT_FLOOR)))
-}
+_WEIGHTS: Final = tuple(
+    math.exp(-k / LOG_SCALE) for k in range(1 + round(-LOG_SCALE * math.log(WEIGHT_FLOOR)))
+)
 
 
 def _default_prior() -> tuple[float, ...]:
@@ -254,11 +254,10 @@ def _mean(belief: Sequence[float]) -> float:
 def _stored_window(stored: Any) -> tuple[float, ...] | None:
     """The stored window belief (`w`); None when absent or of another layout (counts seed it)."""
     codes = base64.b64decode(stored, validate=True) if isinstance(stored, str) else b""
-    weights = [_WEIGHTS.get(c) for c in codes]
-    if len(weights) != len(WINDOWS) or None in weights:
+    if len(codes) != len(WINDOWS) or max(codes) >= len(_WEIGHTS):
         return None
-    found = [w for w in weights if w is not None]
-    return tuple(map(truediv, found, repeat(sum(found))))
+    weights = [_WEIGHTS[c] for c in codes]
+    return tuple(map(truediv, weights, repeat(sum(weights))))
 
 
 def _seeded_window(changes: Sequence[float], observed: Sequence[float]) -> tuple[float, ...]:
@@ -287,9 +286,10 @@ def _stored_belief(
     stored = raw.get("b")
     if stored is not None:
         belief = tuple(float(b) for b in stored)
-        if len(belief) != GRID_SIZE or any(not b >= 0 for b in belief) or sum(belief) <= 0:
+        total = sum(belief)
+        if len(belief) != GRID_SIZE or any(not b >= 0 for b in belief) or total <= 0:
             raise ValueError("belief")
-        return tuple(b / sum(belief) for b in belief)
+        return tuple(map(truediv, belief, repeat(total)))
     if raw.get("l") is not None:
         moved = {60.0 * 2 ** (int(k) / 2): float(m) for k, m in (raw.get("m") or {}).items()}
         quiet = float(raw.get("q") or 0.0)
