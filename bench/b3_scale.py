@@ -4,7 +4,9 @@ Claim and status: 1,000,000 synthetic users (100,000 with --quick) inserted in o
 statement (a recursive CTE) into a database migrated by the real code: 88 % active, 4 %
 parked, 2 % unlinked, 1 % rejected, 3 % revoked and 2 % dropped (the last two without a
 token); holders of a token are due spread over the hour before and after now, so about
-half are due. Tokens are random bytes: nothing is decrypted here.
+half are due, and each holds the stored estimate of a user read 200 times (`estimate`, as
+the adaptive schedule leaves it; a claim reads it back). Tokens are random bytes: nothing
+is decrypted here.
 
 - `Store.claim_due` of 1,000 users, median of several claims; between claims (untimed) the
   claimed users move an hour ahead with no lease, as `apply` would do, and the WAL is
@@ -20,6 +22,7 @@ Memory: see `b3_memory` (a pass in a child process at two sizes).
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -37,14 +40,25 @@ from bench.common import (
     log,
     median,
 )
+from lta_worker.config import PollSettings
+from lta_worker.domain import ChangeEstimate, observe
 from lta_worker.protocol import LONG_TERM_SCOPES
 
 CLAIM = 1000
 
 
+def stored_estimate(now: datetime) -> tuple[str, int, int]:
+    """A user's stored estimate after 200 reads (some changed), and its two buckets."""
+    est, cfg = ChangeEstimate(), PollSettings().policy().freshness
+    for i in range(200):
+        est = observe(est, f"c{i // 3}", now - timedelta(minutes=111 * (200 - i)), cfg)
+    return (json.dumps(est.to_json()), *est.buckets())
+
+
 def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
     """Insert `count` synthetic users in one statement; return the seconds it took."""
     base = int(now.timestamp())
+    estimate, plan_bucket, rate_bucket = stored_estimate(now)
     scopes = '["' + '", "'.join(LONG_TERM_SCOPES) + '"]'
     ts = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
     due = (
@@ -54,7 +68,8 @@ def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
     sql = f"""
         INSERT INTO users (user, state, token_ciphertext, token_key_id, scopes, denied,
                            enrolled_at, last_polled_at, next_due_at, consecutive_failures,
-                           last_outcome, revoked_at, dropped_at)
+                           last_outcome, revoked_at, dropped_at, estimate, plan_bucket,
+                           rate_bucket)
         WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < :count - 1)
         SELECT printf('s-%08d', n),
                CASE WHEN n % 100 < 88 THEN 'active' WHEN n % 100 < 92 THEN 'parked'
@@ -69,7 +84,10 @@ def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
                0,
                CASE WHEN n % 100 < 95 THEN 'ok' ELSE NULL END,
                CASE WHEN n % 100 BETWEEN 95 AND 97 THEN {ts.format(":base - (n % 40) * 86400")} END,
-               CASE WHEN n % 100 >= 98 THEN {ts.format(":base - (n % 40) * 86400")} END
+               CASE WHEN n % 100 >= 98 THEN {ts.format(":base - (n % 40) * 86400")} END,
+               CASE WHEN n % 100 < 95 THEN :estimate END,
+               CASE WHEN n % 100 < 95 THEN :plan_bucket END,
+               CASE WHEN n % 100 < 95 THEN :rate_bucket END
         FROM seq
     """  # noqa: S608 - no outside input: every value is bound or a constant
     con = sqlite3.connect(db_path, isolation_level=None)
@@ -78,6 +96,7 @@ def populate(db_path: Any, count: int, key_id: str, now: datetime) -> float:
         t0 = time.perf_counter()
         con.execute("BEGIN IMMEDIATE")
         params = {"count": count, "key_id": key_id, "base": base, "scopes": scopes}
+        params |= {"estimate": estimate, "plan_bucket": plan_bucket, "rate_bucket": rate_bucket}
         con.execute(sql, params)
         con.execute("COMMIT")
         took = time.perf_counter() - t0
