@@ -173,16 +173,10 @@ class ChangeEstimate:
         largest, in tenths of a nat (`LOG_SCALE`), a byte per window in base64.
         """
         level = UNREAD_RATE if self.level is None else self.level
-        hours = self.hourly()
+        hours, per = self.hourly(), level * SUMMARY_SECONDS / _PER_SLICE
         out: dict[str, Any] = {
             "c": [
-                round(
-                    level
-                    * sum(hours[k * _PER_SLICE : (k + 1) * _PER_SLICE])
-                    / _PER_SLICE
-                    * SUMMARY_SECONDS,
-                    4,
-                )
+                round(per * sum(hours[k * _PER_SLICE : (k + 1) * _PER_SLICE]), 4)
                 for k in range(SUMMARY_BINS)
             ],
             "o": [SUMMARY_SECONDS] * SUMMARY_BINS,

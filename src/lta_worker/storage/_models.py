@@ -114,6 +114,7 @@ class User(Base):
         ),
         # The partial due index is added by `schema_metadata` (see there).
         Index("ix_users_state", "state"),
+        Index("ix_users_polled", "last_polled_at"),  # the latest read, for `read_health`
     )
 
     id = column(Integer, primary_key=True, autoincrement=True)

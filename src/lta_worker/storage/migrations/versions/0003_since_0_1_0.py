@@ -82,6 +82,7 @@ def upgrade() -> None:
     )
     cols = ["state", "plan_bucket", "rate_bucket"]  # the plan's count per rate bucket
     op.create_index("ix_users_buckets", "users", cols, sqlite_where=_HELD, postgresql_where=_HELD)
+    op.create_index("ix_users_polled", "users", ["last_polled_at"])
     read_before = sa.and_(
         _c.token_ciphertext.is_not(None),
         _c.next_due_at.is_not(None),
